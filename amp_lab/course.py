@@ -1,0 +1,68 @@
+"""The course map: each notebook and what it will do on this machine (``00_setup_check``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .hardware import MachineReport, describe
+
+
+@dataclass(frozen=True)
+class Lesson:
+    file: str
+    title: str
+    minutes: int
+    summary: str
+
+
+LESSONS = (
+    Lesson("00_setup_check.ipynb", "Setup check", 10, "pre-flight: machine report, widgets, plots"),
+    Lesson("01_float_formats.ipynb", "Floating-point formats", 30,
+           "FP32, TF32, BF16, FP16 and FP8 bit by bit, with a bit explorer"),
+    Lesson("02_tensor_cores.ipynb", "Tensor Cores", 25,
+           "what a Tensor Core computes; FP32 versus FP16 accumulation; multiples of 8"),
+    Lesson("03_underflow_and_overflow.ipynb", "Underflow and overflow", 30,
+           "your own model's gradients against FP16's range, with a loss-scale slider"),
+    Lesson("04_loss_scaling_from_scratch.ipynb", "Loss scaling from scratch", 45,
+           "write static and dynamic loss scaling, prove it equals torch.amp.GradScaler"),
+    Lesson("05_autocast_op_lists.ipynb", "Autocast op lists", 30,
+           "which ops autocast runs in which precision, asked of autocast itself"),
+    Lesson("06_timing_race.ipynb", "The timing race", 30, "FP32 against AMP, timed honestly"),
+    Lesson("07_amp_training_recipe.ipynb", "The AMP training recipe", 40,
+           "end-to-end mixed-precision training, checkpoints and a checklist"),
+)
+
+
+def on_this_machine(lesson: Lesson, report: MachineReport) -> str:
+    """One sentence: what ``lesson`` will do on the machine ``report`` describes."""
+    cuda = report.race_device == "cuda"
+    gpu = report.gpu_name or "the GPU"
+    dtype = str(report.race_dtype).removeprefix("torch.")
+    name = lesson.file
+    if name.startswith(("00_", "01_")):
+        return "runs the same on every machine"
+    if name.startswith("02_"):
+        if cuda:
+            return f"measures the multiple-of-8 alignment effect on {gpu}"
+        return "emulates Tensor Core arithmetic; the alignment timing needs a CUDA GPU and is skipped"
+    if name.startswith("03_"):
+        return f"trains a small model on {report.race_device} and inspects its real gradients"
+    if name.startswith("04_"):
+        if cuda:
+            return f"trains in FP16 on {gpu} with your scaler and GradScaler"
+        return "trains in FP16 on the CPU (small model: CPU FP16 kernels are slow) with your scaler and GradScaler"
+    if name.startswith("05_"):
+        if cuda:
+            return "probes autocast on CUDA (float16) and on the CPU (bfloat16)"
+        return "probes CPU autocast (bfloat16); the CUDA list is shown as documented"
+    if name.startswith("06_"):
+        return f"races FP32 against {dtype} autocast on {report.race_device}: {report.verdict}"
+    if name.startswith("07_"):
+        return f"trains end to end in {dtype} on {report.race_device}"
+    return lesson.summary
+
+
+def course_map(report: MachineReport | None = None) -> list[tuple[str, int, str]]:
+    """(notebook, minutes, what it does on this machine) for every lesson."""
+    report = report or describe()
+    return [(lesson.file, lesson.minutes, on_this_machine(lesson, report)) for lesson in LESSONS]

@@ -1,0 +1,118 @@
+"""The course's one device and precision helper.
+
+Every notebook and module asks this file which device to run on and which low-precision
+dtype that device's autocast should use, so no notebook carries its own device-selection
+snippet.  (Taught in ``00_setup_check``.)
+
+* ``get_device()`` picks CUDA when a GPU is present, else the CPU.  The environment
+  variable ``AMP_LAB_DEVICE`` overrides the choice (``make notebooks`` and ``make test`` set
+  it to ``cpu`` so stored outputs are reproducible on any machine).
+* ``amp_dtype(device)`` is the low-precision dtype the course races on that device:
+  float16 on CUDA (Tensor Cores since Volta, and autocast's CUDA default), bfloat16 on CPU
+  (the only low-precision dtype CPU autocast is built for).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import torch
+
+from ._checks import check_choice
+
+ENV_VAR = "AMP_LAB_DEVICE"
+
+_DTYPE_NAMES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
+}
+
+
+def _device_available(dev: torch.device) -> bool:
+    if dev.type == "cpu":
+        return True
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            return False
+        return dev.index is None or dev.index < torch.cuda.device_count()
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        return bool(mps and mps.is_available())
+    return False
+
+
+def get_device(device: str | torch.device | None = None) -> torch.device:
+    """Return the device the course runs on.
+
+    ``device=None`` means: ``$AMP_LAB_DEVICE`` if set, else ``cuda`` when available, else
+    ``cpu``.  An explicit device that this machine lacks raises ``ValueError`` saying so.
+    """
+    if device is None:
+        device = os.environ.get(ENV_VAR) or ("cuda" if torch.cuda.is_available() else "cpu")
+    if isinstance(device, torch.device):
+        dev = device
+    else:
+        try:
+            dev = torch.device(str(device).strip())
+        except RuntimeError:
+            raise ValueError(
+                f"device={device!r} is not a device name; use 'cpu', 'cuda', 'cuda:N' or 'mps'"
+            ) from None
+    check_choice("device", dev.type, ["cpu", "cuda", "mps"])
+    if not _device_available(dev):
+        raise ValueError(
+            f"device={str(dev)!r} is not available on this machine "
+            f"(CUDA available: {torch.cuda.is_available()}); use 'cpu'"
+        )
+    return dev
+
+
+def device_type(device: str | torch.device | None = None) -> str:
+    """The ``device_type`` string that ``torch.autocast`` and ``torch.amp.GradScaler`` take."""
+    return get_device(device).type
+
+
+def amp_dtype(device: str | torch.device | None = None) -> torch.dtype:
+    """The low-precision dtype the course uses for autocast on ``device``."""
+    return torch.float16 if get_device(device).type in ("cuda", "mps") else torch.bfloat16
+
+
+def parse_dtype(dtype, *, allowed=(torch.float16, torch.bfloat16), name: str = "dtype") -> torch.dtype:
+    """Accept a torch dtype or a short name (``"bf16"``, ``"fp16"``, ...) from ``allowed``."""
+    if isinstance(dtype, str):
+        key = dtype.strip().lower().removeprefix("torch.")
+        if key not in _DTYPE_NAMES:
+            shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
+            raise ValueError(f"{name}={dtype!r} is not allowed; choose one of: {shown}")
+        dtype = _DTYPE_NAMES[key]
+    if dtype not in tuple(allowed):
+        shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
+        raise ValueError(f"{name}={dtype!r} is not allowed; choose one of: {shown}")
+    return dtype
+
+
+def synchronize(device: str | torch.device | None = None) -> None:
+    """Wait until every kernel queued on ``device`` has finished (no-op on CPU)."""
+    dev = get_device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python, NumPy (when installed) and torch (all devices)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        return
+    np.random.seed(seed)

@@ -1,0 +1,146 @@
+"""``python -m amp_lab doctor``: the workshop pre-flight.
+
+Prints the machine report (``hardware.describe()``), then checks each package the course
+needs, one line each: ``ok`` or ``problem`` with the fix.  Exits 0 when the course can run,
+1 (with the problems listed last) when it cannot.  Taught in ``00_setup_check``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+
+MIN_PYTHON = (3, 10)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    distribution: str
+    minimum: str
+    why: str
+
+
+REQUIREMENTS = (
+    Requirement("torch", "2.4", "the course teaches the torch.amp API (torch.autocast, torch.amp.GradScaler(device))"),
+    Requirement("jupyterlab", "4.0", "the course is a set of JupyterLab notebooks"),
+    Requirement("ipywidgets", "8.0", "sliders, buttons and readouts in the notebooks"),
+    Requirement("jupyterlab_widgets", "3.0", "JupyterLab's front end for ipywidgets 8 (without it sliders show as text)"),
+    Requirement("ipykernel", "6.0", "runs the notebooks' Python"),
+    Requirement("matplotlib", "3.7", "every plot"),
+    Requirement("numpy", "1.24", "plots and data"),
+    Requirement("tqdm", "4.66", "progress bars"),
+    Requirement("scikit-learn", "1.3", "ships the digits data set the training notebooks use"),
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        status = "ok     " if self.ok else "PROBLEM"
+        text = f"[{status}] {self.name}: {self.detail}"
+        if not self.ok and self.fix:
+            text += f"\n           fix: {self.fix}"
+        return text
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """Leading numeric parts of a version string: '2.13.0+cpu' -> (2, 13, 0)."""
+    parts = []
+    for piece in text.replace("-", ".").replace("+", ".").split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _at_least(found: str, minimum: str) -> bool:
+    a, b = version_tuple(found), version_tuple(minimum)
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)) >= b + (0,) * (width - len(b))
+
+
+def check_requirement(req: Requirement, version_of=metadata.version) -> Check:
+    install = f"make lab (or: pip install '{req.distribution}>={req.minimum}')"
+    try:
+        found = version_of(req.distribution)
+    except metadata.PackageNotFoundError:
+        return Check(req.distribution, False, f"not installed; needed for {req.why}", install)
+    if not _at_least(found, req.minimum):
+        return Check(req.distribution, False, f"{found} is older than {req.minimum}; needed for {req.why}", install)
+    return Check(req.distribution, True, found)
+
+
+def check_python(version_info=sys.version_info) -> Check:
+    found = ".".join(str(p) for p in tuple(version_info)[:3])
+    if tuple(version_info)[:2] < MIN_PYTHON:
+        need = ".".join(map(str, MIN_PYTHON))
+        return Check("python", False, f"{found} is older than {need}", f"install Python {need} or newer")
+    return Check("python", True, found)
+
+
+def check_amp_api() -> Check:
+    try:
+        import torch
+    except ImportError:
+        return Check("torch.amp", False, "torch is not importable", "make lab")
+    missing = [n for n in ("autocast", "GradScaler") if not hasattr(torch.amp, n)]
+    if missing:
+        return Check("torch.amp", False, f"missing {', '.join(missing)}", "upgrade torch to 2.4 or newer")
+    return Check("torch.amp", True, "torch.autocast and torch.amp.GradScaler(device) available")
+
+
+def check_plotting() -> Check:
+    try:
+        import io
+
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(1, 1))
+        fig.add_subplot().plot([0, 1])
+        fig.savefig(io.BytesIO(), format="png")
+    except Exception as exc:  # any failure here means plots will not render
+        return Check("plotting", False, f"matplotlib cannot render a PNG ({exc})", "reinstall matplotlib")
+    return Check("plotting", True, "matplotlib renders PNG")
+
+
+def run_checks(version_of=metadata.version) -> list[Check]:
+    checks = [check_python()]
+    checks += [check_requirement(r, version_of) for r in REQUIREMENTS]
+    if all(c.ok for c in checks if c.name == "torch"):
+        checks.append(check_amp_api())
+    if all(c.ok for c in checks if c.name == "matplotlib"):
+        checks.append(check_plotting())
+    return checks
+
+
+def main(argv=None, *, version_of=metadata.version, out=None) -> int:
+    out = out or sys.stdout
+    print("amp-lab doctor: is this machine ready for the course?\n", file=out)
+    try:
+        from .hardware import describe
+
+        print(describe(), file=out)
+    except Exception as exc:  # the report needs torch; the checks below say how to fix it
+        print(f"(machine report unavailable: {exc})", file=out)
+    print("\nEnvironment", file=out)
+    checks = run_checks(version_of)
+    for c in checks:
+        print(c.line(), file=out)
+    problems = [c for c in checks if not c.ok]
+    if problems:
+        print(f"\n{len(problems)} problem(s): the course cannot run until they are fixed "
+              f"({', '.join(c.name for c in problems)}).", file=out)
+        return 1
+    print("\nAll checks passed: the course can run here. Start it with `make lab`.", file=out)
+    return 0

@@ -1,0 +1,89 @@
+"""Thin widget layer shared by the notebooks.
+
+The course's widget rule (CONTRIBUTING.md, "Widgets"): a callback never prints and never
+opens a new figure.  It sets the ``value`` of widgets that already exist: an ``HTML``
+readout, or a :class:`FigurePane` that re-renders one matplotlib ``Figure`` into an
+``ipywidgets.Image``.  That is what makes a slider feel instant, it lets tests drive a
+widget by setting ``.value`` and reading the readouts, and it keeps notebook outputs
+identical whether a cell is run by JupyterLab, by ``make notebooks`` or by nbval.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+
+import ipywidgets as widgets
+from matplotlib.figure import Figure
+
+
+class FigurePane:
+    """One matplotlib ``Figure``, shown through an ``ipywidgets.Image`` and redrawn in place.
+
+    Build the figure once, keep references to its artists, change their data in a callback
+    and call :meth:`refresh`; the image bytes in the page are replaced, nothing is appended.
+    """
+
+    def __init__(self, figure: Figure | None = None, *, figsize=(6.4, 3.6), dpi: int = 100):
+        self.figure = figure if figure is not None else Figure(figsize=figsize, dpi=dpi)
+        self.dpi = dpi
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        self.renders = 0
+
+    def refresh(self) -> bytes:
+        """Render the figure to PNG and put the bytes in the widget; returns them."""
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", dpi=self.dpi)
+        png = buf.getvalue()
+        self.image.value = png
+        self.renders += 1
+        return png
+
+
+def table_html(rows, header=None, *, caption: str | None = None) -> str:
+    """A small HTML table for readouts; every cell is escaped text."""
+    parts = ['<table style="border-collapse:collapse;font-family:monospace">']
+    if caption:
+        parts.append(f"<caption style='text-align:left'>{html.escape(caption)}</caption>")
+    cell = "padding:2px 8px;border-bottom:1px solid #ddd;text-align:left"
+    if header:
+        parts.append("<tr>" + "".join(f"<th style='{cell}'>{html.escape(str(h))}</th>" for h in header) + "</tr>")
+    for row in rows:
+        parts.append("<tr>" + "".join(f"<td style='{cell}'>{html.escape(str(c))}</td>" for c in row) + "</tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
+class SmokeTest:
+    """The widget check of ``00_setup_check``: move the slider, the number below must change.
+
+    ``readout`` shows ``2 ** k`` and its float16 spacing for the slider's ``k``, computed by torch,
+    so a learner sees the front end and the kernel talking to each other.
+    """
+
+    def __init__(self, k: int = 3):
+        import torch
+
+        self._torch = torch
+        self.slider = widgets.IntSlider(value=k, min=0, max=15, description="k", continuous_update=True)
+        self.slider.add_class("amp-smoke-slider")
+        self.readout = widgets.HTML()
+        self.readout.add_class("amp-smoke-readout")
+        self.slider.observe(self._update, names="value")
+        self._update()
+        self.widget = widgets.VBox([self.slider, self.readout])
+
+    def text(self, k: int) -> str:
+        x = self._torch.tensor(2.0**k, dtype=self._torch.float16)
+        # The next float16 up: add one to the 16-bit pattern (valid for positive finite values).
+        up = (x.view(self._torch.int16) + 1).view(self._torch.float16)
+        gap = up.float() - x.float()
+        return f"2 ** {k} = {x.item():g} in float16; the next float16 above it is {gap.item():g} further on"
+
+    def _update(self, change=None) -> None:
+        self.readout.value = f"<code>{html.escape(self.text(self.slider.value))}</code>"
+
+
+def smoke_test(k: int = 3) -> SmokeTest:
+    """Build the widget smoke test shown in ``00_setup_check``."""
+    return SmokeTest(k)

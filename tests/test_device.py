@@ -1,0 +1,72 @@
+"""amp_lab.device: the one device and precision helper."""
+
+import pytest
+import torch
+
+from amp_lab import device as D
+
+
+def test_env_var_forces_cpu(monkeypatch):
+    monkeypatch.setenv(D.ENV_VAR, "cpu")
+    assert D.get_device() == torch.device("cpu")
+
+
+def test_default_without_env_follows_cuda(monkeypatch):
+    monkeypatch.delenv(D.ENV_VAR, raising=False)
+    assert D.get_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.parametrize("bad", ["tpu", "gpu", "", "cuda:x"])
+def test_bad_device_names(bad):
+    with pytest.raises(ValueError, match="device"):
+        D.get_device(bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_missing_cuda_is_refused_plainly():
+    with pytest.raises(ValueError, match="not available on this machine"):
+        D.get_device("cuda")
+
+
+def test_amp_dtype_per_device():
+    assert D.amp_dtype("cpu") is torch.bfloat16
+    # The CPU's autocast default agrees with ours.
+    assert torch.get_autocast_dtype("cpu") is torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [("bf16", torch.bfloat16), ("BFloat16", torch.bfloat16), ("fp16", torch.float16), ("torch.float16", torch.float16),
+     (torch.float16, torch.float16)],
+)
+def test_parse_dtype(given, expected):
+    assert D.parse_dtype(given) is expected
+
+
+@pytest.mark.parametrize("bad", ["fp64", torch.float64, torch.float32, "int8", 3])
+def test_parse_dtype_rejects(bad):
+    with pytest.raises(ValueError, match="dtype"):
+        D.parse_dtype(bad)
+
+
+def test_seed_everything_reproduces():
+    D.seed_everything(3)
+    a = torch.randn(4)
+    D.seed_everything(3)
+    assert torch.equal(a, torch.randn(4))
+
+
+def test_no_device_snippets_outside_the_helper():
+    # One helper, used everywhere: nobody else decides between cuda and cpu by hand.
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    offenders = []
+    for path in list((root / "amp_lab").glob("*.py")) + list((root / "notebooks").rglob("*.ipynb")):
+        if path.name == "device.py" or ".ipynb_checkpoints" in path.parts:
+            continue
+        text = path.read_text()
+        if '"cuda" if torch.cuda.is_available()' in text or "'cuda' if torch.cuda.is_available()" in text \
+                or '\\"cuda\\" if torch.cuda.is_available()' in text:
+            offenders.append(path.name)
+    assert offenders == []

@@ -1,0 +1,75 @@
+"""python -m amp_lab doctor: the report, each check's line, and the exit codes."""
+
+import io
+import subprocess
+import sys
+from importlib import metadata
+
+from amp_lab import doctor
+
+
+def fake_versions(**overrides):
+    def version_of(name):
+        if name in overrides:
+            if overrides[name] is None:
+                raise metadata.PackageNotFoundError(name)
+            return overrides[name]
+        return metadata.version(name)
+
+    return version_of
+
+
+def run(**overrides):
+    out = io.StringIO()
+    code = doctor.main([], version_of=fake_versions(**overrides), out=out)
+    return code, out.getvalue()
+
+
+def test_healthy_environment_exits_zero():
+    code, text = run()
+    assert code == 0, text
+    assert "All checks passed" in text
+    for req in doctor.REQUIREMENTS:
+        assert f"[ok     ] {req.distribution}:" in text
+
+
+def test_missing_widget_frontend_is_a_problem_with_a_fix():
+    code, text = run(jupyterlab_widgets=None)
+    assert code == 1
+    assert "[PROBLEM] jupyterlab_widgets: not installed" in text
+    assert "fix: make lab" in text
+    assert text.rstrip().splitlines()[-1].startswith("1 problem(s)")
+
+
+def test_old_versions_are_problems():
+    code, text = run(ipywidgets="7.8.1", torch="2.3.1")
+    assert code == 1
+    assert "ipywidgets: 7.8.1 is older than 8.0" in text
+    assert "torch: 2.3.1 is older than 2.4" in text
+    assert "2 problem(s)" in text
+
+
+def test_local_version_suffixes_compare_numerically():
+    assert doctor.version_tuple("2.13.0+cpu") == (2, 13, 0)
+    assert doctor._at_least("2.10.0", "2.4")
+    assert not doctor._at_least("2.3.99", "2.4")
+    assert doctor._at_least("4.0.0rc1", "4.0")
+
+
+def test_old_python_is_a_problem():
+    assert not doctor.check_python((3, 9, 18)).ok
+    assert doctor.check_python((3, 11, 7)).ok
+
+
+def test_report_names_cpu_features():
+    _, text = run()
+    for label in ("CPU AVX512-BF16", "CPU AMX-BF16", "CPU AVX512-FP16", "verdict"):
+        assert label in text
+
+
+def test_command_line_exit_codes():
+    ok = subprocess.run([sys.executable, "-m", "amp_lab", "doctor"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "verdict" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "amp_lab", "nonsense"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "usage" in bad.stderr
