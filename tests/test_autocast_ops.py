@@ -1,0 +1,441 @@
+"""Tests for amp_lab.autocast_ops.
+
+The oracle is autocast itself: each expected policy below is computed by running the op
+under ``torch.autocast`` directly (dtypes, and for "promote" the autograd graph, which is
+independent of the dispatcher trace the module uses), never read from a list.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_lab import autocast_ops as ao
+
+LOW = torch.bfloat16  # CPU autocast's default dtype
+
+
+@pytest.fixture(scope="module")
+def cpu_probe():
+    return ao.probe("cpu")
+
+
+def _rand(*shape, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(sum(shape) + len(shape))
+    return (0.1 + 0.8 * torch.rand(shape, generator=gen)).to(dtype)
+
+
+def _out_dtype(fn, *args, dtype=LOW):
+    with torch.autocast("cpu", dtype=dtype):
+        out = fn(*args)
+    return out.dtype
+
+
+def _truth_single(fn, shapes, dtype=LOW):
+    """The policy by running autocast: float32 in -> low out means 'lower'; low in ->
+    float32 out (while the same call without autocast stays low) means 'fp32'."""
+    x32 = [_rand(*s) for s in shapes]
+    if _out_dtype(fn, *x32, dtype=dtype) == dtype:
+        return "lower"
+    xlo = [t.to(dtype) for t in x32]
+    if _out_dtype(fn, *xlo, dtype=dtype) == torch.float32 and fn(*xlo).dtype == dtype:
+        return "fp32"
+    return "unchanged"
+
+
+def _grad_nodes(t):
+    seen, stack = [], [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.append(node)
+        stack.extend(f for f, _ in node.next_functions)
+    return [type(n).__name__ for n in seen]
+
+
+def _autocast_cast_count(fn, shapes):
+    """Casts autocast adds to the autograd graph for mixed (low, float32, ...) inputs."""
+
+    def leaves():
+        ts = [_rand(*s) for s in shapes]
+        ts[0] = ts[0].to(LOW)
+        return [t.requires_grad_() for t in ts]
+
+    with torch.autocast("cpu", dtype=LOW):
+        out = fn(*leaves())
+    with_autocast = _grad_nodes(out).count("ToCopyBackward0")
+    try:
+        plain = _grad_nodes(fn(*leaves())).count("ToCopyBackward0")
+    except RuntimeError:  # the kernel refuses mixed dtypes on its own
+        plain = 0
+    return out.dtype, with_autocast - plain
+
+
+MATMULS = {
+    "mm": (torch.mm, [(4, 4), (4, 4)]),
+    "bmm": (torch.bmm, [(2, 4, 4), (2, 4, 4)]),
+    "matmul": (torch.matmul, [(4, 4), (4, 4)]),
+    "addmm": (torch.addmm, [(4, 4), (4, 4), (4, 4)]),
+    "baddbmm": (torch.baddbmm, [(2, 4, 4), (2, 4, 4), (2, 4, 4)]),
+    "linear": (F.linear, [(2, 4), (3, 4), (3,)]),
+    "mv": (torch.mv, [(4, 4), (4,)]),
+    "addmv": (torch.addmv, [(4,), (4, 4), (4,)]),
+    "einsum": (lambda a, b: torch.einsum("ij,jk->ik", a, b), [(3, 4), (4, 2)]),
+    "conv2d": (F.conv2d, [(1, 2, 5, 5), (3, 2, 3, 3)]),
+}
+
+SINGLE = {
+    "softmax": (lambda x: torch.softmax(x, dim=-1), [(2, 4)]),
+    "log_softmax": (lambda x: torch.log_softmax(x, dim=-1), [(2, 4)]),
+    "layer_norm": (lambda x, w, b: F.layer_norm(x, (4,), w, b), [(2, 4), (4,), (4,)]),
+    "group_norm": (lambda x, w, b: F.group_norm(x, 2, w, b), [(1, 4, 3), (4,), (4,)]),
+    "sum": (torch.sum, [(2, 4)]),
+    "mean": (torch.mean, [(2, 4)]),
+    "prod": (torch.prod, [(2, 4)]),
+    "cumsum": (lambda x: torch.cumsum(x, dim=-1), [(2, 4)]),
+    "mse_loss": (F.mse_loss, [(2, 4), (2, 4)]),
+    "l1_loss": (F.l1_loss, [(2, 4), (2, 4)]),
+    "smooth_l1_loss": (F.smooth_l1_loss, [(2, 4), (2, 4)]),
+    "cross_entropy": (lambda x: F.cross_entropy(x, torch.tensor([0, 1, 2])), [(3, 4)]),
+    "nll_loss": (lambda x: F.nll_loss(x, torch.tensor([0, 1, 2])), [(3, 4)]),
+    "kl_div": (lambda x, y: F.kl_div(x, y, reduction="batchmean"), [(2, 4), (2, 4)]),
+    "binary_cross_entropy": (F.binary_cross_entropy, [(2, 4), (2, 4)]),
+    "binary_cross_entropy_with_logits": (F.binary_cross_entropy_with_logits, [(2, 4), (2, 4)]),
+    "exp": (torch.exp, [(2, 4)]),
+    "relu": (F.relu, [(2, 4)]),
+}
+
+MIXED = {
+    "cat": (lambda a, b: torch.cat([a, b]), [(2, 3), (2, 3)]),
+    "stack": (lambda a, b: torch.stack([a, b]), [(2, 3), (2, 3)]),
+    "index_copy": (lambda x, s: x.index_copy(0, torch.tensor([0, 2]), s), [(4, 3), (2, 3)]),
+    "add": (torch.add, [(2, 4), (2, 4)]),
+    "addcmul": (torch.addcmul, [(2, 4), (2, 4), (2, 4)]),
+    "atan2": (torch.atan2, [(2, 4), (2, 4)]),
+}
+
+
+# --- the probe against autocast itself ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(MATMULS))
+def test_matmul_family_policy_matches_autocast(cpu_probe, name):
+    fn, shapes = MATMULS[name]
+    truth = _truth_single(fn, shapes)
+    assert cpu_probe[name].policy == truth
+    assert cpu_probe[name].dtype == _out_dtype(fn, *[_rand(*s) for s in shapes])
+
+
+def test_matmul_truth_covers_both_outcomes():
+    # the oracle must be able to disagree with "everything is lower"
+    truths = {name: _truth_single(fn, shapes) for name, (fn, shapes) in MATMULS.items()}
+    assert truths["mm"] == "lower"
+    assert set(truths.values()) != {"lower"}
+
+
+@pytest.mark.parametrize("name", sorted(SINGLE))
+def test_softmax_norm_reduction_loss_policy_matches_autocast(cpu_probe, name):
+    fn, shapes = SINGLE[name]
+    assert cpu_probe[name].policy == _truth_single(fn, shapes)
+    low_out = _out_dtype(fn, *[_rand(*s, dtype=LOW) for s in shapes])
+    assert cpu_probe[name].low_dtype == low_out
+
+
+def test_single_truth_covers_fp32_and_unchanged():
+    truths = {name: _truth_single(fn, shapes) for name, (fn, shapes) in SINGLE.items()}
+    assert truths["mse_loss"] == "fp32"
+    assert "unchanged" in truths.values()
+
+
+@pytest.mark.parametrize("name", sorted(MIXED))
+def test_promote_versus_ordinary_type_promotion(cpu_probe, name):
+    fn, shapes = MIXED[name]
+    out_dtype, extra_casts = _autocast_cast_count(fn, shapes)
+    truth = "promote" if out_dtype == torch.float32 and extra_casts > 0 else "unchanged"
+    assert cpu_probe[name].policy == truth
+    assert cpu_probe[name].mixed_dtype == out_dtype
+
+
+def test_promote_oracle_separates_cat_from_add():
+    assert _autocast_cast_count(*MIXED["cat"])[1] > 0
+    assert _autocast_cast_count(*MIXED["add"]) == (torch.float32, 0)
+
+
+def test_float16_on_cpu_matches_autocast():
+    table = ao.probe("cpu", torch.float16, ops=["mm", "softmax", "mse_loss"])
+    assert table.dtype == torch.float16
+    for name, (fn, shapes) in {**MATMULS, **SINGLE}.items():
+        if name in table:
+            assert table[name].policy == _truth_single(fn, shapes, dtype=torch.float16)
+    assert table["mm"].dtype == torch.float16
+
+
+def test_default_dtype_is_autocast_default():
+    table = ao.probe("cpu", ops=["mm"])
+    assert table.dtype == torch.get_autocast_dtype("cpu")
+    assert table["mm"].dtype == table.dtype
+
+
+def test_catalogue_is_wide_and_keyed_by_doc_names(cpu_probe):
+    assert len(cpu_probe) >= 40
+    for name in ["mm", "matmul", "linear", "conv2d", "softmax", "log_softmax", "layer_norm", "sum",
+                 "mse_loss", "cross_entropy", "binary_cross_entropy_with_logits", "cat", "stack"]:  # fmt: skip
+        assert name in cpu_probe
+    assert {r.family for r in cpu_probe.values()} == set(ao.FAMILIES)
+    assert set(r.policy for r in cpu_probe.values()) <= set(ao.POLICIES)
+    for r in cpu_probe.values():
+        assert r.reason, r.op
+        if r.policy != "n/a":
+            assert r.dtype is not None
+
+
+def test_lower_results_record_casts_and_kernels(cpu_probe):
+    mm = cpu_probe["mm"]
+    assert mm.casts == 2 and mm.kernels == ("mm",)
+    assert cpu_probe["einsum"].policy == _truth_single(*MATMULS["einsum"])
+
+
+def test_na_ops_really_fail_in_low_precision(cpu_probe):
+    for r in cpu_probe.values():
+        if r.policy != "n/a":
+            continue
+        op = next(o for o in ao._ops() if o.name == r.op)
+        xlo = [_rand(*s, dtype=LOW) for s in op.shapes]
+        with pytest.raises(Exception), torch.autocast("cpu", dtype=LOW):  # noqa: B017
+            op.call(*xlo)
+
+
+# --- unavailable ops and bad arguments -----------------------------------------------------
+
+
+def _fake(name, call, shapes=((2, 4),)):
+    return ao._Op(name, "pointwise", shapes, call)
+
+
+def _missing(x):
+    return torch.no_such_op_in_this_version(x)
+
+
+def _no_low_kernel(x):
+    if x.dtype != torch.float32:
+        raise NotImplementedError(f'"fake" not implemented for {x.dtype}')
+    return x * 2
+
+
+def _refused(x):
+    if torch.is_autocast_enabled("cpu"):
+        raise RuntimeError("fake op is unsafe to autocast")
+    return x * 2
+
+
+def test_unavailable_ops_come_back_na(monkeypatch):
+    fakes = (_fake("missing", _missing), _fake("no_low", _no_low_kernel), _fake("refused", _refused))
+    monkeypatch.setattr(ao, "_CATALOGUE", ao._ops() + fakes)
+    table = ao.probe("cpu", ops=["missing", "no_low", "refused", "mm"])
+    assert [table[n].policy for n in ("missing", "no_low", "refused")] == ["n/a"] * 3
+    assert "not available" in table["missing"].reason
+    assert "bfloat16 inputs fail" in table["no_low"].reason
+    assert "refused by cpu autocast" in table["refused"].reason
+    assert table["mm"].policy == "lower"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, "int8", torch.int32])
+def test_bad_dtype_raises_value_error(dtype):
+    with pytest.raises(ValueError, match="dtype"):
+        ao.probe("cpu", dtype)
+
+
+def test_bad_op_name_and_device_raise_value_error():
+    with pytest.raises(ValueError, match="ops"):
+        ao.probe("cpu", ops=["mm", "not_an_op"])
+    with pytest.raises(ValueError, match="family"):
+        ao.op_names("nonsense")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="not available"):
+            ao.probe("cuda")
+
+
+# --- the documented lists and compare() --------------------------------------------------
+
+
+def test_documented_lists_carry_version_and_dtypes():
+    assert ao.DOCUMENTED["torch_version"]
+    assert ao.DOCUMENTED["cuda"]["dtype"] == torch.float16
+    assert ao.DOCUMENTED["cpu"]["dtype"] == torch.bfloat16
+    assert ao.documented_policy("mm", "cuda") == "lower"
+    assert ao.documented_policy("softmax", "cuda") == "fp32"
+    assert ao.documented_policy("softmax", "cpu") == "unchanged"
+    assert ao.documented_policy("cross_entropy", "cpu") == "fp32"  # docs spell it cross_entropy_loss
+    assert ao.documented_policy("binary_cross_entropy", "cuda") == "n/a"
+
+
+def test_compare_partitions_the_probe(cpu_probe):
+    cmp = ao.compare(cpu_probe)
+    assert set(cmp.agree) | {d.op for d in cmp.differ} == set(cpu_probe)
+    assert not set(cmp.agree) & {d.op for d in cmp.differ}
+    for name in cmp.agree:
+        assert ao.documented_policy(name, "cpu") == cpu_probe[name].policy
+    for d in cmp.differ:
+        assert d.probed == cpu_probe[d.op].policy != d.documented
+    assert "mm" in cmp.agree
+    assert cmp.documented_torch == ao.DOCUMENTED["torch_version"]
+    assert "quantile" in cmp.not_probed
+
+
+def test_compare_reports_a_planted_difference(cpu_probe):
+    fake_docs = {
+        "torch_version": "0.0",
+        "cpu": {"lower": ("softmax",), "fp32": (), "promote": (), "refused": ()},
+    }
+    cmp = ao.compare(cpu_probe, fake_docs)
+    diff = {d.op: d for d in cmp.differ}
+    assert diff["softmax"].documented == "lower"
+    assert diff["mm"].documented == "unchanged"
+    with pytest.raises(ValueError, match="probed"):
+        ao.compare({"mm": None})
+
+
+def test_tables_name_every_op(cpu_probe):
+    table = ao.format_table(cpu_probe)
+    groups = ao.format_groups(cpu_probe)
+    for name in cpu_probe:
+        assert name in table and name in groups
+
+
+@settings(max_examples=8)
+@given(
+    st.lists(
+        st.sampled_from(ao.op_names("matmul") + ao.op_names("loss")), min_size=1, max_size=3, unique=True
+    )
+)
+def test_probe_of_a_subset_matches_the_full_probe(cpu_probe, names):
+    sub = ao.probe("cpu", ops=names)
+    assert list(sub) == [n for n in cpu_probe if n in names]
+    for n in names:
+        assert sub[n] == cpu_probe[n]
+
+
+# --- the dispatcher trace ------------------------------------------------------------------
+
+
+def test_dispatch_trace_shows_casts_at_op_boundary():
+    a, b = _rand(4, 4), _rand(4, 4)
+    out, calls = ao.dispatch_trace(torch.mm, a, b, device="cpu")
+    assert out.dtype == LOW
+    assert [str(c) for c in calls] == ["cast  float32 -> bfloat16"] * 2 + [
+        "mm(bfloat16, bfloat16) -> bfloat16"
+    ]
+    out, calls = ao.dispatch_trace(torch.mm, a, b, device="cpu", enabled=False)
+    assert out.dtype == torch.float32 and not any(c.is_cast for c in calls)
+
+
+def test_weight_cast_cache():
+    layer = torch.nn.Linear(4, 4)
+    x = _rand(2, 4)
+
+    def twice(x):
+        return layer(layer(x).float())
+
+    casts = {}
+    for cache in (True, False):
+        _, calls = ao.dispatch_trace(twice, x, device="cpu", cache_enabled=cache)
+        casts[cache] = sum(c.is_cast and c.to == LOW for c in calls)
+    # weight and bias are cast once with the cache; again for the second call without it
+    assert casts[False] - casts[True] == 2
+
+
+# --- the quiz widget, driven headlessly ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quiz():
+    return ao.dtype_quiz("cpu")
+
+
+def test_quiz_answers_come_from_autocast(quiz):
+    by_code = {item.code: item.answer for item in quiz.items}
+    a, b = _rand(4, 4), _rand(4, 4)
+    h = _rand(4, 4, dtype=LOW)
+    with torch.autocast("cpu", dtype=LOW):
+        assert by_code["torch.mm(a, b)"] == str(torch.mm(a, b).dtype).removeprefix("torch.")
+        assert by_code["torch.cat([h, a])"] == str(torch.cat([h, a]).dtype).removeprefix("torch.")
+        assert by_code["F.mse_loss(h, h)"] == str(F.mse_loss(h, h).dtype).removeprefix("torch.")
+        with pytest.raises(RuntimeError):
+            torch.dot(h[0], a[0])
+    assert by_code["torch.dot(h[0], a[0])"] == "error"
+
+
+def test_quiz_hides_until_reveal_then_scores(quiz):
+    quiz.reveal.value = False
+    for pick in quiz.predictions:
+        pick.value = "?"
+    assert all("amp-quiz-hidden" in a.value for a in quiz.answers)
+    assert not any(item.answer in a.value for item, a in zip(quiz.items, quiz.answers, strict=True))
+    quiz.predictions[0].value = quiz.items[0].answer
+    assert quiz.score.value == f"<span>1 of {len(quiz.items)} predicted</span>"
+
+    for pick, item in zip(quiz.predictions, quiz.items, strict=True):
+        pick.value = item.answer
+    quiz.reveal.value = True
+    n = len(quiz.items)
+    assert all("amp-quiz-correct" in a.value for a in quiz.answers)
+    assert f"{n} of {n}" in quiz.score.value
+
+    wrong = next(c for c in ao.QUIZ_CHOICES if c not in ("?", quiz.items[0].answer))
+    quiz.predictions[0].value = wrong
+    assert "amp-quiz-wrong" in quiz.answers[0].value
+    assert quiz.items[0].answer in quiz.answers[0].value
+    assert f"{n - 1} of {n}" in quiz.score.value
+    assert quiz.correct() == [False] + [True] * (n - 1)
+
+
+def test_quiz_widget_follows_the_widget_rule(quiz):
+    import ipywidgets as widgets
+
+    assert "amp-quiz" in quiz.widget._dom_classes
+    assert "amp-quiz-reveal" in quiz.reveal._dom_classes
+    assert all("amp-quiz-answer" in a._dom_classes for a in quiz.answers)
+    assert all(isinstance(a, widgets.HTML) for a in quiz.answers)
+
+    def walk(w):
+        yield w
+        for child in getattr(w, "children", ()):
+            yield from walk(child)
+
+    assert not any(isinstance(w, widgets.Output) for w in walk(quiz.widget))
+
+
+# --- classify() and records ------------------------------------------------------------------
+
+
+def test_classify_any_function_matches_autocast():
+    fn, shapes = MATMULS["mm"]
+    assert ao.classify(fn, shapes, device="cpu").policy == _truth_single(fn, shapes)
+    fn, shapes = SINGLE["mse_loss"]
+    assert ao.classify(fn, shapes, device="cpu").policy == _truth_single(fn, shapes)
+    result = ao.classify(F.pairwise_distance, [(3, 4), (3, 4)], name="pairwise_distance", device="cpu")
+    out_dtype, extra = _autocast_cast_count(F.pairwise_distance, [(3, 4), (3, 4)])
+    expected = _truth_single(F.pairwise_distance, [(3, 4), (3, 4)])
+    if expected == "unchanged" and out_dtype == torch.float32 and extra > 0:
+        expected = "promote"
+    assert (result.op, result.policy) == ("pairwise_distance", expected)
+
+
+@pytest.mark.parametrize("shapes", [[], [(0, 3)], [(2, -1)], [("a",)], None, [(2.5, 3)]])
+def test_classify_rejects_bad_shapes(shapes):
+    with pytest.raises(ValueError, match="shapes"):
+        ao.classify(torch.exp, shapes)
+
+
+def test_records_are_json_ready(cpu_probe):
+    import json
+
+    records = cpu_probe.as_records()
+    assert len(records) == len(cpu_probe)
+    back = json.loads(json.dumps(records))
+    mm = next(r for r in back if r["op"] == "mm")
+    assert (mm["policy"], mm["dtype"], mm["device_type"]) == ("lower", "bfloat16", "cpu")
