@@ -1,0 +1,799 @@
+"""Floating-point formats, bit by bit (taught in ``01_float_formats``).
+
+Six formats modern accelerators use, described by their bit widths and rounded exactly as
+torch (and the hardware) rounds:
+
+========== ======== ======== ===================================================================
+name       exponent mantissa notes
+========== ======== ======== ===================================================================
+``fp32``   8        23       IEEE binary32, the reference
+``tf32``   8        10       Ampere+ Tensor Core input format; no storage dtype, emulated on fp32 bits
+``bf16``   8        7        FP32's range, 8 bits of precision
+``fp16``   5        10       IEEE binary16: more precision than bf16, far less range
+``fp8_e4m3`` 4      3        torch ``float8_e4m3fn``: no infinities, max 448, casts saturate
+``fp8_e5m2`` 5      2        torch ``float8_e5m2``: IEEE-like, max 57344, overflow goes to inf
+========== ======== ======== ===================================================================
+
+* ``FORMATS`` maps each name to a :class:`FloatFormat` whose limits (``max``, ``min_normal``,
+  ``min_subnormal``, ``eps``) are derived from the bit widths (tests check them against
+  ``torch.finfo``).
+* ``round_to(x, fmt)`` rounds to a format and returns float32; for torch-backed formats it *is*
+  ``x.float().to(dtype).float()``.  ``emulate_round(x, fmt)`` is an independent re-implementation
+  from the bit widths (round to nearest, ties to even), which tests check against torch's casts
+  and which TF32 uses.
+* ``decompose(value, fmt)`` gives the sign/exponent/mantissa fields, the class, the ulp and the
+  rounding error of a value; ``from_bits(bits, fmt)`` decodes a bit pattern.
+* ``bit_explorer(value)`` is the widget of notebook 01: one value in all six formats.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ._checks import check_choice
+
+__all__ = [
+    "FloatFormat",
+    "FORMATS",
+    "FORMAT_NAMES",
+    "get_format",
+    "round_to",
+    "emulate_round",
+    "decompose",
+    "Decomposition",
+    "from_bits",
+    "formats_table",
+    "formats_table_text",
+    "text_table",
+    "ulp_curve",
+    "plot_range_precision",
+    "format_ulp",
+    "fp8_e4m3_overflow",
+    "BitExplorer",
+    "bit_explorer",
+    "bits_html",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Formats
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FloatFormat:
+    """A binary floating-point format: 1 sign bit, ``exponent_bits``, ``mantissa_bits``.
+
+    ``finite_only`` formats (FP8 E4M3 "fn") have no infinities: the all-ones exponent is an
+    ordinary binade except for the single all-ones pattern, which is NaN.  ``overflow`` says what
+    a cast does to values beyond ``max``: ``"inf"`` (IEEE), ``"saturate"`` (clamp to ``±max``)
+    or ``"nan"``.  The limits are derived from the widths in ``__post_init__``.
+    """
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    torch_dtype: torch.dtype | None = None
+    finite_only: bool = False
+    overflow: str = "inf"
+    label: str = ""
+    note: str = ""
+    bias: int = field(init=False)
+    emin: int = field(init=False)
+    emax: int = field(init=False)
+    max: float = field(init=False)
+    min_normal: float = field(init=False)
+    min_subnormal: float = field(init=False)
+    eps: float = field(init=False)
+
+    def __post_init__(self):
+        e, m = self.exponent_bits, self.mantissa_bits
+        if not (2 <= e <= 11 and 1 <= m <= 52):
+            raise ValueError(f"exponent_bits must be in 2..11 and mantissa_bits in 1..52, got {e}, {m}")
+        check_choice("overflow", self.overflow, ["inf", "saturate", "nan"])
+        bias = 2 ** (e - 1) - 1
+        if self.finite_only:
+            # The top binade is ordinary; only its all-ones mantissa is NaN.
+            emax = (2**e - 1) - bias
+            max_significand = 2.0 - 2.0 ** (1 - m)
+        else:
+            emax = (2**e - 2) - bias
+            max_significand = 2.0 - 2.0**-m
+        set_ = object.__setattr__
+        set_(self, "bias", bias)
+        set_(self, "emin", 1 - bias)
+        set_(self, "emax", emax)
+        set_(self, "max", math.ldexp(max_significand, emax))
+        set_(self, "min_normal", math.ldexp(1.0, 1 - bias))
+        set_(self, "min_subnormal", math.ldexp(1.0, 1 - bias - m))
+        set_(self, "eps", math.ldexp(1.0, -m))
+        if not self.label:
+            set_(self, "label", self.name.upper())
+
+    @property
+    def total_bits(self) -> int:
+        """Sign + exponent + mantissa bits (TF32 has 19, stored in 32-bit registers)."""
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def precision(self) -> int:
+        """Significand bits including the implicit leading 1."""
+        return self.mantissa_bits + 1
+
+    @property
+    def has_inf(self) -> bool:
+        return not self.finite_only
+
+    def __repr__(self) -> str:
+        return (
+            f"FloatFormat({self.name!r}, E{self.exponent_bits}M{self.mantissa_bits}, bias={self.bias}, "
+            f"max={self.max:g}, min_normal={self.min_normal:g}, min_subnormal={self.min_subnormal:g}, "
+            f"eps={self.eps:g})"
+        )
+
+
+def fp8_e4m3_overflow() -> str:
+    """What this torch's ``x.to(torch.float8_e4m3fn)`` does beyond 448: ``"saturate"`` or ``"nan"``.
+
+    torch 2.13 (CPU and CUDA share c10's conversion) saturates finite overflow *and* ±inf to
+    ±448 and keeps NaN; older releases (before the saturating change) produced NaN instead.  We
+    ask torch rather than assume, so ``FORMATS["fp8_e4m3"]`` always describes the installed torch.
+    """
+    probe = torch.tensor([1e4, float("inf")]).to(torch.float8_e4m3fn).float()
+    if bool(torch.all(probe == 448.0)):
+        return "saturate"
+    return "nan"
+
+
+def _build_formats() -> dict[str, FloatFormat]:
+    fmts = [
+        FloatFormat("fp32", 8, 23, torch.float32, note="IEEE binary32; the reference"),
+        FloatFormat(
+            "tf32",
+            8,
+            10,
+            None,
+            note="Tensor Core input for FP32 matmuls (Ampere+); FP32 range, FP16 precision",
+        ),
+        FloatFormat("bf16", 8, 7, torch.bfloat16, note="FP32's range with 8 bits of precision"),
+        FloatFormat("fp16", 5, 10, torch.float16, note="IEEE binary16: needs loss scaling"),
+        FloatFormat(
+            "fp8_e4m3",
+            4,
+            3,
+            torch.float8_e4m3fn,
+            finite_only=True,
+            overflow=fp8_e4m3_overflow(),
+            label="FP8 E4M3",
+            note="torch float8_e4m3fn: no inf, forward activations/weights",
+        ),
+        FloatFormat("fp8_e5m2", 5, 2, torch.float8_e5m2, label="FP8 E5M2", note="IEEE-like: gradients"),
+    ]
+    return {f.name: f for f in fmts}
+
+
+FORMATS: dict[str, FloatFormat] = _build_formats()
+FORMAT_NAMES: tuple[str, ...] = tuple(FORMATS)
+
+_ALIASES = {
+    "float32": "fp32",
+    "float": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float8_e4m3fn": "fp8_e4m3",
+    "e4m3": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2",
+    "e5m2": "fp8_e5m2",
+}
+
+
+def get_format(fmt) -> FloatFormat:
+    """A :class:`FloatFormat` from a name (``"fp16"``, ``"bf16"``, ...), a torch dtype or a FloatFormat.
+
+    An unknown name raises ``ValueError`` listing the valid names.
+    """
+    if isinstance(fmt, FloatFormat):
+        return fmt
+    if isinstance(fmt, torch.dtype):
+        for f in FORMATS.values():
+            if f.torch_dtype == fmt:
+                return f
+        raise ValueError(f"fmt={fmt!r} is not a course format; choose one of: {', '.join(FORMAT_NAMES)}")
+    if isinstance(fmt, str):
+        key = fmt.strip().lower().removeprefix("torch.")
+        key = _ALIASES.get(key, key)
+        if key in FORMATS:
+            return FORMATS[key]
+    raise ValueError(f"fmt={fmt!r} is not allowed; choose one of: {', '.join(repr(n) for n in FORMAT_NAMES)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Rounding
+# --------------------------------------------------------------------------------------------
+
+
+def _as_float32(x) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        t = x.detach()
+    else:
+        try:
+            t = torch.as_tensor(x, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"x must be a number, a list of numbers or a tensor, got {x!r}") from None
+    if t.is_complex():
+        raise ValueError("x must be real, got a complex tensor")
+    return t.float()
+
+
+def _round_tf32_bits(t: torch.Tensor) -> torch.Tensor:
+    """Round float32 to 10 mantissa bits, ties to even, on the integer bit pattern."""
+    drop = 23 - 10
+    bits = t.contiguous().view(torch.int32)
+    lsb = (bits >> drop) & 1
+    # Adding half an ulp minus one plus the kept lsb, then truncating, is round-half-even; a
+    # carry out of the mantissa increments the exponent (and FLT_MAX-ish values become inf).
+    rounded = (bits + ((1 << (drop - 1)) - 1) + lsb) & ~((1 << drop) - 1)
+    out = rounded.view(torch.float32)
+    return torch.where(torch.isfinite(t), out, t)
+
+
+def round_to(x, fmt) -> torch.Tensor:
+    """``x`` rounded to ``fmt``, returned as a float32 tensor (same shape and device as ``x``).
+
+    ``x`` may be a tensor, a Python number or a list; it is first stored as float32, exactly as
+    ``torch.tensor(x)`` would, then rounded.  For formats torch stores (fp32, bf16, fp16, both
+    FP8) the result *is* ``x.float().to(fmt.torch_dtype).float()``: round to nearest, ties to
+    even, subnormals kept, and overflow as torch casts it: ``inf`` for fp16/bf16/fp8_e5m2,
+    ``±448`` for fp8_e4m3 (torch 2.13 saturates finite overflow *and* ±inf; NaN stays NaN; see
+    :func:`fp8_e4m3_overflow` for older torch).  TF32 has no storage dtype: it is emulated on the
+    float32 bits (round to nearest even at 10 mantissa bits; overflow to inf).  Note that
+    hardware conversions differ at ties: PTX ``cvt.rna.tf32.f32`` rounds ties away from zero and
+    Tensor Cores given raw FP32 in TF32 mode may simply ignore the low 13 bits, so real TF32
+    results can differ from this model in the last TF32 bit.
+    """
+    f = get_format(fmt)
+    t = _as_float32(x)
+    if f.torch_dtype == torch.float32:
+        return t.clone()
+    if f.torch_dtype is None:
+        if (f.exponent_bits, f.mantissa_bits, f.finite_only) == (8, 10, False):
+            return _round_tf32_bits(t)
+        return emulate_round(t, f)  # a format of your own, from its bit widths
+    try:
+        return t.to(f.torch_dtype).float()
+    except (RuntimeError, TypeError):  # pragma: no cover - a device without this dtype (e.g. MPS fp8)
+        return emulate_round(t, f)
+
+
+def _round_array(x: np.ndarray, f: FloatFormat, residual: np.ndarray | None = None) -> np.ndarray:
+    """Round float64 values to ``f`` exactly (ties to even); returns float64.
+
+    The one implementation of rounding from the bit widths, used by :func:`emulate_round` and by
+    the Tensor Core emulation.  ``residual`` (optional) is the part of the exact value float64
+    could not hold, as from a TwoSum: the exact value is ``x + residual``.  It only matters when
+    ``x`` sits exactly on a tie of ``f``; then its sign decides, as correct rounding requires.
+    """
+    with np.errstate(all="ignore"):
+        _, ex = np.frexp(x)  # x = m * 2**ex with 0.5 <= |m| < 1 (ex = 0 for 0, inf, nan)
+        e = np.maximum(ex - 1, f.emin)  # binade exponent; subnormals share emin's quantum
+        q = np.ldexp(1.0, e - f.mantissa_bits)
+        v = x / q  # exact: scaling by a power of two
+        r = np.rint(v)  # half to even
+        if residual is not None and np.any(residual != 0):
+            lo = np.floor(v)
+            tie = (v - lo) == 0.5
+            r = np.where(tie & (residual > 0), lo + 1, np.where(tie & (residual < 0), lo, r))
+        r = r * q
+        over = np.abs(r) > f.max  # finite overflow, and infinite input
+        if np.any(over):
+            if f.overflow == "inf":
+                big = np.copysign(np.inf, x)
+            elif f.overflow == "saturate":
+                big = np.copysign(f.max, x)
+            else:
+                big = np.full_like(x, np.nan)
+            if f.has_inf:  # an infinite input stays infinite
+                big = np.where(np.isinf(x), x, big)
+            r = np.where(over, big, r)
+    return np.asarray(r, dtype=np.float64)  # 0-d input gives a numpy scalar above
+
+
+def _round_float64(x: torch.Tensor, f: FloatFormat, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`_round_array` for a float64 tensor (computed on the CPU, returned on ``x``'s device)."""
+    res = None if residual is None else residual.detach().cpu().numpy()
+    out = _round_array(x.detach().cpu().double().numpy(), f, res)
+    return torch.from_numpy(out).to(x.device)
+
+
+def emulate_round(x, fmt) -> torch.Tensor:
+    """``round_to`` re-implemented from the bit widths alone (float32 in, float32 out).
+
+    Round to nearest, ties to even, gradual underflow, and the format's overflow rule.  Tests
+    check it against torch's casts for every torch-backed format; for TF32 it agrees with
+    ``round_to``'s bit-level emulation.
+    """
+    f = get_format(fmt)
+    t = _as_float32(x)
+    return _round_float64(t.double(), f).float()
+
+
+# --------------------------------------------------------------------------------------------
+# Fields of a value
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """The fields of a value rounded to a format (see :func:`decompose`)."""
+
+    fmt: str
+    input: float
+    value: float
+    sign: int
+    exponent: int
+    mantissa: int
+    bits: str
+    kind: str
+    ulp: float
+    error: float
+    exponent_width: int = field(default=0, repr=False)
+
+    @property
+    def sign_bits(self) -> str:
+        return self.bits[0]
+
+    @property
+    def exponent_bits(self) -> str:
+        return self.bits[1 : 1 + self.exponent_width]
+
+    @property
+    def mantissa_bits(self) -> str:
+        return self.bits[1 + self.exponent_width :]
+
+    def formula(self) -> str:
+        """How the fields make the value, e.g. ``(-1)^0 × 2^(15-15) × 1.0000000000b``."""
+        bias = 2 ** (self.exponent_width - 1) - 1
+        if self.kind in ("nan", "inf"):
+            return {"nan": "NaN", "inf": ("-" if self.sign else "+") + "inf"}[self.kind]
+        if self.kind in ("zero", "subnormal"):
+            return f"(-1)^{self.sign} × 2^({1 - bias}) × 0.{self.mantissa_bits}b"
+        return f"(-1)^{self.sign} × 2^({self.exponent}-{bias}) × 1.{self.mantissa_bits}b"
+
+
+def format_ulp(value: float, fmt) -> float:
+    """Spacing of ``fmt`` at ``value``: ``2**(e - mantissa_bits)`` with ``e`` = the binade of ``|value|``
+    (``emin`` for zero and subnormals).  It is the gap to the next value *away from zero*; NaN for
+    non-finite values."""
+    f = get_format(fmt)
+    v = float(value)
+    if not math.isfinite(v):
+        return math.nan
+    e = f.emin if v == 0 else max(math.frexp(abs(v))[1] - 1, f.emin)
+    return math.ldexp(1.0, e - f.mantissa_bits)
+
+
+def _kind(value: float, f: FloatFormat) -> str:
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf"
+    if value == 0:
+        return "zero"
+    return "subnormal" if abs(value) < f.min_normal else "normal"
+
+
+def decompose(value, fmt) -> Decomposition:
+    """Round ``value`` to ``fmt`` (as :func:`round_to` does) and take the result apart.
+
+    Returns a :class:`Decomposition` with ``sign`` (0/1), ``exponent`` (the raw biased field),
+    ``mantissa`` (the raw field), ``bits`` (the pattern as a 0/1 string: sign, exponent,
+    mantissa), ``value`` (the rounded value), ``kind`` (``"zero"``, ``"subnormal"``,
+    ``"normal"``, ``"inf"``, ``"nan"``), ``ulp`` (see :func:`format_ulp`) and ``error``, the
+    relative rounding error ``|value - input| / |input|`` against the input as given (a Python
+    float is float64, so even FP32 shows the error of storing ``0.1``).  ``error`` is 0 for exact
+    results (zeros and infinities kept), ``inf`` when a finite input overflowed to inf or an
+    infinite one saturated, and NaN for NaN input.  NaN is shown with its canonical pattern.
+    """
+    f = get_format(fmt)
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"value must be a single number, got a tensor of shape {tuple(value.shape)}")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"value must be a real number, got {value!r}") from None
+    try:
+        x = float(value)
+    except OverflowError:  # a Python int beyond float64's range
+        x = math.inf if value > 0 else -math.inf
+    r = float(round_to(x, f).item())
+    kind = _kind(r, f)
+    e_all = 2**f.exponent_bits - 1
+    sign = 1 if math.copysign(1.0, r) < 0 else 0
+    if kind == "nan":
+        sign = 0
+        exponent = e_all
+        mantissa = 2**f.mantissa_bits - 1 if f.finite_only else 1 << (f.mantissa_bits - 1)
+    elif kind == "inf":
+        exponent, mantissa = e_all, 0
+    elif kind == "zero":
+        exponent, mantissa = 0, 0
+    elif kind == "subnormal":
+        exponent = 0
+        mantissa = int(abs(r) / f.min_subnormal)
+    else:
+        e = math.frexp(abs(r))[1] - 1
+        exponent = e + f.bias
+        mantissa = int((math.ldexp(abs(r), -e) - 1.0) * 2**f.mantissa_bits)
+    bits = f"{sign}{exponent:0{f.exponent_bits}b}{mantissa:0{f.mantissa_bits}b}"
+    if math.isnan(x) or math.isnan(r):
+        error = math.nan if math.isnan(x) else math.inf
+    elif r == x:
+        error = 0.0
+    elif math.isinf(x) or math.isinf(r):
+        error = math.inf
+    else:
+        error = abs(r - x) / abs(x)
+    return Decomposition(
+        fmt=f.name,
+        input=x,
+        value=r,
+        sign=sign,
+        exponent=exponent,
+        mantissa=mantissa,
+        bits=bits,
+        kind=kind,
+        ulp=format_ulp(r, f),
+        error=error,
+        exponent_width=f.exponent_bits,
+    )
+
+
+def from_bits(bits, fmt) -> float:
+    """The value of a bit pattern of ``fmt`` (an int, or a 0/1 string, spaces allowed).
+
+    Decodes from the fields alone (not via torch), so tests can check it against torch's
+    ``view`` of every FP16, BF16 and FP8 pattern.
+    """
+    f = get_format(fmt)
+    n = f.total_bits
+    if isinstance(bits, str):
+        s = bits.replace(" ", "").replace("_", "")
+        if len(s) != n or set(s) - {"0", "1"}:
+            raise ValueError(f"bits={bits!r} must be {n} characters of 0/1 for {f.name}")
+        pattern = int(s, 2)
+    elif isinstance(bits, int) and not isinstance(bits, bool):
+        if not 0 <= bits < 2**n:
+            raise ValueError(f"bits={bits!r} must be in 0..{2**n - 1} for {f.name}")
+        pattern = bits
+    else:
+        raise ValueError(f"bits must be an int or a 0/1 string, got {bits!r}")
+    sign = -1.0 if pattern >> (n - 1) else 1.0
+    exponent = (pattern >> f.mantissa_bits) & (2**f.exponent_bits - 1)
+    mantissa = pattern & (2**f.mantissa_bits - 1)
+    e_all = 2**f.exponent_bits - 1
+    if f.finite_only:
+        if exponent == e_all and mantissa == 2**f.mantissa_bits - 1:
+            return math.nan
+    elif exponent == e_all:
+        return sign * math.inf if mantissa == 0 else math.nan
+    if exponent == 0:
+        return sign * math.ldexp(mantissa, f.emin - f.mantissa_bits)
+    return sign * math.ldexp(2**f.mantissa_bits + mantissa, exponent - f.bias - f.mantissa_bits)
+
+
+def formats_table(fmts=None) -> list[dict]:
+    """One row per format: bit widths, bias, limits and decimal digits, computed from the formats."""
+    names = FORMAT_NAMES if fmts is None else fmts
+    rows = []
+    for name in names:
+        f = get_format(name)
+        rows.append(
+            {
+                "format": f.label,
+                "bits": f.total_bits,
+                "exponent": f.exponent_bits,
+                "mantissa": f.mantissa_bits,
+                "bias": f.bias,
+                "max": f.max,
+                "min_normal": f.min_normal,
+                "min_subnormal": f.min_subnormal,
+                "eps": f.eps,
+                "decimal_digits": round(math.log10(2.0**f.precision), 1),
+                "decades": round(math.log10(f.max / f.min_subnormal), 1),
+                "torch_dtype": str(f.torch_dtype).removeprefix("torch.") if f.torch_dtype else "(none)",
+                "overflow": f.overflow,
+            }
+        )
+    return rows
+
+
+def text_table(rows: list[dict], columns=None) -> str:
+    """Rows of dicts as an aligned plain-text table (numbers in ``%g``-style short form)."""
+    columns = list(columns if columns is not None else rows[0].keys())
+
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        return str(v)
+
+    table = [[str(c) for c in columns]] + [[cell(r[c]) for c in columns] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def formats_table_text(fmts=None) -> str:
+    """:func:`formats_table` as plain text, for notebooks (the numbers are computed, not typed)."""
+    cols = [
+        "format",
+        "bits",
+        "exponent",
+        "mantissa",
+        "bias",
+        "max",
+        "min_normal",
+        "min_subnormal",
+        "eps",
+        "decimal_digits",
+        "decades",
+        "torch_dtype",
+    ]
+    return text_table(formats_table(fmts), cols)
+
+
+FORMAT_COLOURS = {
+    "fp32": "#1f77b4",
+    "tf32": "#17becf",
+    "bf16": "#ff7f0e",
+    "fp16": "#d62728",
+    "fp8_e4m3": "#9467bd",
+    "fp8_e5m2": "#8c564b",
+}
+
+
+def ulp_curve(fmt) -> tuple[list[float], list[float]]:
+    """Points of the staircase ``ulp(|x|)`` from ``min_subnormal`` to ``max`` (for log-log plots)."""
+    f = get_format(fmt)
+    xs = [f.min_subnormal]
+    ys = [f.min_subnormal]
+    for e in range(f.emin, f.emax + 1):
+        xs.append(math.ldexp(1.0, e))
+        ys.append(math.ldexp(1.0, e - f.mantissa_bits))
+    xs.append(f.max)
+    ys.append(ys[-1])
+    return xs, ys
+
+
+def plot_range_precision(fig=None, fmts=None):
+    """Notebook 01's chart: ulp against magnitude (left) and relative spacing ``ulp/|x|`` (right),
+    log-log, one staircase per format with its min subnormal (o), min normal (^) and max (s)."""
+    if fig is None:
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(11, 4.2))
+    names = [get_format(n).name for n in (FORMAT_NAMES if fmts is None else fmts)]
+    ax_ulp, ax_rel = fig.subplots(1, 2)
+    for name in names:
+        f = FORMATS[name]
+        colour = FORMAT_COLOURS.get(name)
+        xs, ys = ulp_curve(f)
+        ax_ulp.step(xs, ys, where="post", color=colour, label=f.label, lw=1.4)
+        # relative spacing: min_subnormal/|x| through the subnormals (1 at the bottom, eps at
+        # min_normal), then between eps/2 and eps in every binade up to max
+        ax_rel.plot(
+            [f.min_subnormal, f.min_normal, f.max], [1.0, f.eps, f.eps], color=colour, label=f.label, lw=1.4
+        )
+        ax_rel.plot([f.min_normal, f.max], [f.eps / 2, f.eps / 2], color=colour, lw=0.6, alpha=0.6)
+        for ax, yv in (
+            (ax_ulp, (f.min_subnormal, f.min_subnormal * 2**f.mantissa_bits, ys[-1])),
+            (ax_rel, (1.0, f.eps, f.eps)),
+        ):
+            ax.plot([f.min_subnormal], [yv[0]], "o", color=colour, ms=5)
+            ax.plot([f.min_normal], [yv[1]], "^", color=colour, ms=6)
+            ax.plot([f.max], [yv[2]], "s", color=colour, ms=5)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+
+    def power_of_ten(v, _):
+        return f"1e{round(math.log10(v))}" if v > 0 else ""
+
+    for ax in (ax_ulp, ax_rel):
+        ax.set_xscale("log", base=10)
+        ax.set_yscale("log", base=10)
+        # plain "1e-8" labels: quicker to lay out than the default mathtext ones
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(LogLocator(base=10, numticks=8))
+            axis.set_major_formatter(FuncFormatter(power_of_ten))
+            axis.set_minor_locator(NullLocator())  # 90 decades of minor ticks are slow to draw
+        ax.set_xlabel("magnitude |x|")
+        ax.grid(True, which="major", alpha=0.3)
+    ax_ulp.set_ylabel("ulp: gap to the next value")
+    ax_ulp.set_title("Range: where each format starts (o, ^) and ends (s)")
+    ax_rel.set_ylabel("relative spacing ulp / |x|")
+    ax_rel.set_title("Precision: between eps/2 and eps in the normal range")
+    ax_ulp.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# The bit explorer widget (notebook 01)
+# --------------------------------------------------------------------------------------------
+
+SIGN_COLOUR = "#d62728"
+EXPONENT_COLOUR = "#1f77b4"
+MANTISSA_COLOUR = "#2ca02c"
+
+
+def _fmt_number(v: float) -> str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(v)  # shortest text that reads back as exactly this value
+
+
+def _fmt_error(v: float) -> str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf"
+    return "0" if v == 0 else f"{v:.3e}"
+
+
+def bits_html(d: Decomposition) -> str:
+    """The bit pattern of a :class:`Decomposition` as colour-coded HTML spans."""
+    return (
+        f"<span class='amp-bits-sign' style='color:{SIGN_COLOUR};font-weight:bold'>{d.sign_bits}</span> "
+        f"<span class='amp-bits-exponent' style='color:{EXPONENT_COLOUR};font-weight:bold'>{d.exponent_bits}</span> "
+        f"<span class='amp-bits-mantissa' style='color:{MANTISSA_COLOUR};font-weight:bold'>{d.mantissa_bits}</span>"
+    )
+
+
+def readout_html(d: Decomposition) -> str:
+    """One format's readout: bits, rounded value, relative error, ulp and class.
+
+    The plain rounded value appears as text in an element with class ``amp-value`` (browser
+    tests read it); the other fields have ``amp-error``, ``amp-ulp`` and ``amp-kind``.
+    """
+    f = get_format(d.fmt)
+    cell = "padding:1px 8px;font-family:monospace;white-space:nowrap"
+
+    def field_(cls, label, text):
+        return f"<span style='{cell}'>{label} <span class='{cls}'>{html.escape(text)}</span></span>"
+
+    return (
+        f"<div class='amp-readout' data-format='{f.name}' style='font-family:monospace'>"
+        f"<b style='display:inline-block;width:6.5em'>{html.escape(f.label)}</b>"
+        f"<span style='display:inline-block;min-width:21em'>{bits_html(d)}</span>"
+        + field_("amp-value", "value", _fmt_number(d.value))
+        + field_("amp-error", "rel. error", _fmt_error(d.error))
+        + field_("amp-ulp", "ulp", _fmt_number(d.ulp))
+        + field_("amp-kind", "class", d.kind)
+        + "</div>"
+    )
+
+
+class BitExplorer:
+    """One value shown in every format.  Build it with :func:`bit_explorer`.
+
+    Attributes: ``value_input`` (a ``Text`` a learner types into: numbers such as ``0.1``,
+    ``1e-8``, ``65520``, ``inf``, ``nan``), ``slider`` (a ``FloatLogSlider`` for the magnitude;
+    the typed sign is kept), ``readouts`` (dict: format name -> ``HTML``),
+    ``status`` (an ``HTML`` line: the value read, or why the text is not a number),
+    ``decompositions`` (the latest :class:`Decomposition` per format) and ``widget`` (the layout).
+    """
+
+    def __init__(self, value: float = 0.1, fmts=None):
+        import ipywidgets as widgets
+
+        self.fmts = tuple(get_format(f).name for f in (FORMAT_NAMES if fmts is None else fmts))
+        self._syncing = False
+        self.value_input = widgets.Text(
+            value=repr(float(value)) if not isinstance(value, str) else value,
+            description="value",
+            continuous_update=False,
+            layout=widgets.Layout(width="22em"),
+        )
+        self.value_input.add_class("amp-bit-explorer-value")
+        self.slider = widgets.FloatLogSlider(
+            value=1.0,
+            base=10,
+            min=-45,
+            max=39,
+            step=0.01,
+            description="|value|",
+            readout_format=".3g",
+            continuous_update=True,
+            layout=widgets.Layout(width="36em"),
+        )
+        self.slider.add_class("amp-bit-explorer-slider")
+        self.status = widgets.HTML()
+        self.status.add_class("amp-bit-explorer-status")
+        self.readouts = {}
+        for name in self.fmts:
+            w = widgets.HTML()
+            w.add_class(f"amp-readout-{name}")
+            w.add_class("amp-readout")
+            self.readouts[name] = w
+        self.decompositions: dict[str, Decomposition] = {}
+        legend = widgets.HTML(
+            f"<span style='font-family:monospace'>bits: <span style='color:{SIGN_COLOUR}'>sign</span> "
+            f"<span style='color:{EXPONENT_COLOUR}'>exponent</span> "
+            f"<span style='color:{MANTISSA_COLOUR}'>mantissa</span></span>"
+        )
+        self.value_input.observe(self._on_text, names="value")
+        self.slider.observe(self._on_slider, names="value")
+        self.widget = widgets.VBox(
+            [widgets.HBox([self.value_input, self.status]), self.slider, legend, *self.readouts.values()]
+        )
+        self.widget.add_class("amp-bit-explorer")
+        self._on_text({"new": self.value_input.value})
+
+    # ---- callbacks: they only set values of existing widgets ----
+    @staticmethod
+    def parse(text: str) -> float:
+        """Read a typed value; raises ValueError for text that is not a number."""
+        s = str(text).strip().lower().replace("_", "").replace(" ", "")
+        if s in ("", "+", "-"):
+            raise ValueError("empty")
+        return float(s)
+
+    def show(self, x: float) -> None:
+        """Update every readout for value ``x``."""
+        self.value = float(x)
+        for name in self.fmts:
+            d = decompose(self.value, name)
+            self.decompositions[name] = d
+            self.readouts[name].value = readout_html(d)
+
+    def _on_text(self, change) -> None:
+        if self._syncing:
+            return
+        try:
+            x = self.parse(change["new"])
+        except ValueError:
+            self.status.value = (
+                f"<span class='amp-status-error' style='color:{SIGN_COLOUR}'>"
+                f"not a number: {html.escape(str(change['new']))!s}</span>"
+            )
+            return
+        self.status.value = f"<span class='amp-status-ok'>showing {html.escape(repr(x))}</span>"
+        self.show(x)
+        if math.isfinite(x) and x != 0:
+            self._syncing = True
+            try:
+                self.slider.value = min(max(abs(x), 10.0**self.slider.min), 10.0**self.slider.max)
+            finally:
+                self._syncing = False
+
+    def _on_slider(self, change) -> None:
+        if self._syncing:
+            return
+        sign = -1.0 if self.value_input.value.strip().startswith("-") else 1.0
+        x = float(f"{sign * change['new']:.6g}")
+        self._syncing = True
+        try:
+            self.value_input.value = repr(x)
+        finally:
+            self._syncing = False
+        self.status.value = f"<span class='amp-status-ok'>showing {html.escape(repr(x))}</span>"
+        self.show(x)
+
+
+def bit_explorer(value: float = 0.1, fmts=None) -> BitExplorer:
+    """Build the bit explorer of notebook 01: type or slide a value, see it in every format.
+
+    The notebook cell ends with ``explorer.widget``; tests set ``explorer.value_input.value``
+    and read ``explorer.readouts[...]`` / ``explorer.decompositions[...]``.
+    """
+    return BitExplorer(value, fmts)

@@ -1,0 +1,669 @@
+"""What a Tensor Core computes, emulated exactly (taught in ``02_tensor_cores``).
+
+A Tensor Core computes ``D = A·B + C`` on a small tile: low-precision inputs (FP16, BF16, TF32,
+FP8), products formed exactly, and a running sum kept in an accumulator (FP32, or FP16 on
+request).  This module emulates that arithmetic on any device, so a CPU-only learner can see
+why the accumulator's precision matters as the inner dimension ``K`` grows:
+
+* ``mma(A, B, C, inputs=, accumulate=)`` - the emulated multiply-accumulate; ``reference_mma``
+  - the same product in float64.
+* ``running_sum(values, accumulate=)`` - every partial sum of a sequential accumulation (the
+  famous stall: adding 1.0 to an FP16 sum stops at 2048).
+* ``accumulation_curve`` and the ``accumulation_explorer`` widget - relative error against float64
+  for every ``K`` up to ``k_max``.
+* ``generations_table()`` - Tensor Core generations from ``amp_lab.hardware.tensor_core_generation``
+  plus per-clock throughput from NVIDIA's whitepapers.
+* ``alignment_multiple``, ``pad_to_multiple``, ``time_matmul``, ``alignment_demo`` - why matrix
+  dimensions should be multiples of 8 for FP16, measured with CUDA events when a GPU is present.
+
+The arithmetic model: inputs rounded to ``inputs`` (as ``formats.round_to`` does), every
+product exact, then added one at a time in ``k`` order, each addition rounded once (to nearest,
+ties to even) to the accumulator format.  Real Tensor Cores add several products at once and,
+as Fasi, Higham, Mikaitis and Pranesh measured ("Numerical behavior of NVIDIA tensor cores",
+PeerJ CS 2021), align and truncate the addends, so their last bits can differ from this model;
+the lesson (the accumulator's precision decides how the error grows with ``K``) does not.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from . import formats
+from ._checks import check_choice, check_int
+from .device import amp_dtype, get_device, parse_dtype
+
+__all__ = [
+    "INPUT_FORMATS",
+    "ACCUMULATE_FORMATS",
+    "TENSOR_CORE_DETAILS",
+    "ARCHITECTURE_DETAILS",
+    "mma",
+    "reference_mma",
+    "running_sum",
+    "first_stall",
+    "AccumulationCurve",
+    "accumulation_curve",
+    "AccumulationExplorer",
+    "accumulation_explorer",
+    "generations_table",
+    "alignment_multiple",
+    "pad_to_multiple",
+    "time_matmul",
+    "AlignmentDemo",
+    "alignment_demo",
+]
+
+# Inputs whose pairwise products fit float64 exactly (at most 26 significant bits each).
+INPUT_FORMATS = ("fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2")
+ACCUMULATE_FORMATS = ("fp32", "fp16", "bf16")
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``s = fl(a + b)`` and the exact error ``e`` with ``a + b == s + e`` (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _add_rounded(acc: np.ndarray, p: np.ndarray, f: formats.FloatFormat) -> np.ndarray:
+    """``acc + p`` rounded once to ``f`` (correctly: the float64 sum plus its exact error)."""
+    with np.errstate(all="ignore"):
+        s, err = _two_sum(acc, p)
+    return formats._round_array(s, f, err)
+
+
+def _matrix(name: str, x, dev: torch.device) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        try:
+            x = torch.as_tensor(x, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{name} must be a 2-D tensor or nested list of numbers, got {x!r}") from None
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-D (a matrix), got shape {tuple(x.shape)}")
+    return x.detach().to(dev).float()
+
+
+def _operands(A, B, C, inputs, accumulate, device):
+    dev = get_device(device)
+    work = torch.device("cpu")
+    check_choice("inputs", formats.get_format(inputs).name, INPUT_FORMATS)
+    check_choice("accumulate", formats.get_format(accumulate).name, ACCUMULATE_FORMATS)
+    A = _matrix("A", A, work)
+    B = _matrix("B", B, work)
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(
+            f"A's columns must match B's rows (inner dimension K), got {tuple(A.shape)} and {tuple(B.shape)}"
+        )
+    M, N = A.shape[0], B.shape[1]
+    if C is None:
+        C = torch.zeros(M, N, device=work)
+    else:
+        C = _matrix("C", C, work)
+        if tuple(C.shape) != (M, N):
+            raise ValueError(f"C must have shape {(M, N)} (rows of A, columns of B), got {tuple(C.shape)}")
+    Ar = formats.round_to(A, inputs).double().numpy()
+    Br = formats.round_to(B, inputs).double().numpy()
+    return dev, Ar, Br, C.double().numpy()
+
+
+def mma(A, B, C=None, *, inputs="fp16", accumulate="fp32", device=None) -> torch.Tensor:
+    """Emulate a Tensor Core's ``D = A·B + C``; returns float32 ``D`` on ``device``.
+
+    ``A`` (M×K) and ``B`` (K×N) are rounded to ``inputs`` (one of ``INPUT_FORMATS``), ``C`` (M×N,
+    default zeros) to the accumulator format ``accumulate`` (``"fp32"``, ``"fp16"``, ``"bf16"``).
+    Starting from ``C``, the exact products ``A[:, k] * B[k, :]`` are added for ``k = 0 .. K-1``,
+    each addition rounded once to the accumulator (see the module docstring for how this models
+    real Tensor Cores).
+    """
+    dev, Ar, Br, C = _operands(A, B, C, inputs, accumulate, device)
+    facc = formats.get_format(accumulate)
+    acc = formats._round_array(C, facc)
+    for k in range(Ar.shape[1]):
+        acc = _add_rounded(acc, Ar[:, k : k + 1] * Br[k : k + 1, :], facc)  # products exact in float64
+    return torch.from_numpy(acc).float().to(dev)
+
+
+def reference_mma(A, B, C=None, *, inputs="fp16", device=None) -> torch.Tensor:
+    """``A·B + C`` in float64 from the same rounded inputs: the reference ``mma`` is compared with."""
+    dev, Ar, Br, C = _operands(A, B, C, inputs, "fp32", device)
+    return torch.from_numpy(Ar @ Br + C).to(dev)
+
+
+def running_sum(values, accumulate="fp16", *, device=None) -> torch.Tensor:
+    """Every partial sum of ``values`` added in order along the last dimension (float32 result).
+
+    Each addition is rounded once to ``accumulate`` (any ``formats.FORMATS`` name); the values are
+    used exactly as float32.  ``running_sum(torch.ones(3000), "fp16")`` stalls at 2048.
+    """
+    dev = get_device(device)
+    f = formats.get_format(accumulate)
+    if not isinstance(values, torch.Tensor):
+        try:
+            values = torch.as_tensor(values, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"values must be a tensor or a list of numbers, got {values!r}") from None
+    if values.dim() == 0 or values.shape[-1] == 0:
+        raise ValueError(
+            f"values must have at least one element along the last dimension, got shape {tuple(values.shape)}"
+        )
+    v = values.detach().cpu().float().double().numpy()
+    out = _accumulate(v, f)
+    return torch.from_numpy(out).float().to(dev)
+
+
+def _accumulate(p: np.ndarray, f: formats.FloatFormat) -> np.ndarray:
+    """All partial sums of ``p`` along its last axis, each addition rounded once to ``f``."""
+    if f.name == "fp32":
+        p32 = p.astype(np.float32)
+        if np.array_equal(p32, p, equal_nan=True):
+            # Terms exact in float32 (products of FP16/BF16/TF32/FP8 inputs are): numpy's
+            # accumulate adds them in order in IEEE float32, which is this model exactly.
+            return np.add.accumulate(p32, axis=-1, dtype=np.float32).astype(np.float64)
+    p = np.ascontiguousarray(np.moveaxis(p, -1, 0))  # one row per addition
+    out = np.empty_like(p)
+    acc = np.zeros(p.shape[1:], dtype=np.float64)
+    for k in range(p.shape[0]):
+        acc = _add_rounded(acc, p[k], f)
+        out[k] = acc
+    return np.moveaxis(out, 0, -1)
+
+
+def first_stall(partial_sums) -> tuple[int, float] | None:
+    """``(index, value)`` of the first addition that left a 1-D running sum unchanged, or None.
+
+    The index counts additions from 1, so ``first_stall(running_sum(torch.ones(3000), "fp16"))``
+    is ``(2049, 2048.0)``: the 2049th ``+ 1.0`` no longer changes the sum.
+    """
+    s = torch.as_tensor(partial_sums).detach().cpu().double().flatten()
+    if s.numel() < 2:
+        return None
+    same = torch.nonzero(s[1:] == s[:-1]).flatten()
+    if same.numel() == 0:
+        return None
+    i = int(same[0]) + 1
+    return i + 1, float(s[i])
+
+
+# --------------------------------------------------------------------------------------------
+# Error against K
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class AccumulationCurve:
+    """Dot products of length 1..k_max accumulated in several formats (see ``accumulation_curve``).
+
+    ``reference`` and ``partial[fmt]`` are (batch, k_max) float64 partial sums; ``errors[fmt]`` is
+    the median over the batch of the relative error against ``reference``, for every ``K``.
+    """
+
+    inputs: str
+    accumulators: tuple[str, ...]
+    k_max: int
+    reference: torch.Tensor
+    partial: dict[str, torch.Tensor]
+    errors: dict[str, torch.Tensor]
+    low: float = 0.0
+    high: float = 1.0
+
+    def at(self, k: int) -> dict:
+        """Numbers at ``K = k``: first dot product's values and median relative errors."""
+        k = check_int("k", k, minimum=1, maximum=self.k_max)
+        row = {"K": k, "reference": float(self.reference[0, k - 1])}
+        for name in self.accumulators:
+            row[f"{name}_value"] = float(self.partial[name][0, k - 1])
+            row[f"{name}_error"] = float(self.errors[name][k - 1])
+        return row
+
+
+def accumulation_curve(
+    k_max: int = 4096,
+    *,
+    inputs="fp16",
+    accumulators=("fp32", "fp16"),
+    batch: int = 32,
+    seed: int = 0,
+    low: float = 0.0,
+    high: float = 1.0,
+    device=None,
+) -> AccumulationCurve:
+    """Accumulate ``batch`` random dot products of length ``k_max`` in each accumulator format.
+
+    Inputs are uniform in ``[low, high)`` rounded to ``inputs``; the run is sequential in ``K``, so
+    the partial sum after ``K`` terms *is* the length-``K`` dot product and one pass gives the
+    whole curve.  The float64 reference is the cumulative sum of the exact products (its own
+    rounding error, about ``K * 2**-53``, is far below anything plotted).
+    """
+    k_max = check_int("k_max", k_max, minimum=1, maximum=1 << 16)
+    batch = check_int("batch", batch, minimum=1, maximum=4096)
+    check_choice("inputs", formats.get_format(inputs).name, INPUT_FORMATS)
+    accs = tuple(
+        check_choice("accumulators", formats.get_format(a).name, ACCUMULATE_FORMATS) for a in accumulators
+    )
+    if not accs:
+        raise ValueError("accumulators must name at least one of: " + ", ".join(ACCUMULATE_FORMATS))
+    if not high > low:
+        raise ValueError(f"high must be > low, got low={low}, high={high}")
+    get_device(device)  # validated for a uniform API; the emulation is exact float64 work on the CPU
+    g = torch.Generator().manual_seed(seed)
+    a = low + (high - low) * torch.rand(batch, k_max, generator=g)
+    b = low + (high - low) * torch.rand(batch, k_max, generator=g)
+    p = formats.round_to(a, inputs).double() * formats.round_to(b, inputs).double()  # exact products
+    reference = torch.cumsum(p, dim=1)
+    partial, errors = {}, {}
+    for name in accs:
+        out = torch.from_numpy(_accumulate(p.numpy(), formats.get_format(name)))
+        partial[name] = out
+        rel = (out - reference).abs() / reference.abs().clamp_min(torch.finfo(torch.float64).tiny)
+        errors[name] = rel.median(dim=0).values
+    return AccumulationCurve(
+        inputs=formats.get_format(inputs).name,
+        accumulators=accs,
+        k_max=k_max,
+        reference=reference.cpu(),
+        partial=partial,
+        errors=errors,
+        low=float(low),
+        high=float(high),
+    )
+
+
+_ACC_COLOURS = {"fp32": "#1f77b4", "fp16": "#d62728", "bf16": "#ff7f0e"}
+
+
+def plot_accumulation(curve: AccumulationCurve, ax, k: int | None = None):
+    """Draw ``curve``'s median relative error against K on ``ax`` (log-log); returns the K marker line."""
+    # ~400 log-spaced K values are indistinguishable from all of them on log axes, and keep a
+    # slider's redraw fast
+    idx = np.unique(np.geomspace(1, curve.k_max, num=min(curve.k_max, 400)).round().astype(int)) - 1
+    ks = idx + 1
+    for name in curve.accumulators:
+        err = curve.errors[name].clamp_min(1e-12).numpy()[idx]
+        label = f"{formats.FORMATS[name].label} accumulator"
+        ax.loglog(ks, err, color=_ACC_COLOURS.get(name), label=label)
+    ax.axhline(1e-12, color="0.8", lw=0.5)
+    unit = {name: formats.FORMATS[name].eps / 2 for name in curve.accumulators}
+    for name, u in unit.items():
+        ax.axhline(u, color=_ACC_COLOURS.get(name), ls=":", lw=1)
+    ax.set_xlabel("inner dimension K (terms in each dot product)")
+    ax.set_ylabel("median relative error vs float64")
+    ax.set_title(f"{formats.FORMATS[curve.inputs].label} inputs, exact products: error grows with K")
+    ax.set_ylim(1e-12, 1.0)
+    # plain tick labels: log axes' default mathtext labels are slow to lay out on every redraw
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0e}"))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_formatter(NullFormatter())
+    ax.legend(loc="upper left", fontsize=8)
+    marker = ax.axvline(k if k is not None else 1, color="0.3", ls="--", lw=1)
+    return marker
+
+
+class AccumulationExplorer:
+    """Slide K and compare accumulators; build it with :func:`accumulation_explorer`.
+
+    Attributes: ``slider`` (``IntSlider`` for K), ``readout`` (``HTML`` table at the current K),
+    ``pane`` (a ``FigurePane`` with the error curves and a K marker), ``curve`` (the
+    :class:`AccumulationCurve` shown) and ``widget`` (the layout).
+    """
+
+    def __init__(self, curve: AccumulationCurve, k: int):
+        import ipywidgets as widgets
+
+        from .widgets import FigurePane
+
+        self.curve = curve
+        self.slider = widgets.IntSlider(
+            value=k,
+            min=1,
+            max=curve.k_max,
+            description="K",
+            continuous_update=False,
+            layout=widgets.Layout(width="40em"),
+        )
+        self.slider.add_class("amp-accumulation-k")
+        self.readout = widgets.HTML()
+        self.readout.add_class("amp-accumulation-readout")
+        self.pane = FigurePane(figsize=(7.0, 3.8), dpi=80)
+        ax = self.pane.figure.add_subplot()
+        self._ax = ax
+        self._marker = plot_accumulation(curve, ax, k)
+        self.pane.figure.tight_layout()
+        self._background = None
+        self.slider.observe(self._on_k, names="value")
+        self.widget = widgets.VBox([self.slider, self.readout, self.pane.image])
+        self.widget.add_class("amp-accumulation-explorer")
+        self._on_k({"new": k})
+
+    def readout_html(self, k: int) -> str:
+        row = self.curve.at(k)
+        lines = [("exact (float64)", f"{row['reference']!r}", "")]
+        for name in self.curve.accumulators:
+            lines.append(
+                (
+                    f"{formats.FORMATS[name].label} accumulator",
+                    f"{row[f'{name}_value']!r}",
+                    f"{row[f'{name}_error']:.2e}",
+                )
+            )
+        cell = "padding:2px 10px;font-family:monospace;text-align:left"
+        body = "".join(
+            f"<tr><td style='{cell}'>{html.escape(a)}</td><td style='{cell}' class='amp-acc-value'>{html.escape(b)}</td>"
+            f"<td style='{cell}' class='amp-acc-error'>{html.escape(c)}</td></tr>"
+            for a, b, c in lines
+        )
+        head = (
+            f"<tr><th style='{cell}'>K = {k}</th><th style='{cell}'>dot product #0</th>"
+            f"<th style='{cell}'>median rel. error (batch of {self.curve.reference.shape[0]})</th></tr>"
+        )
+        return f"<table style='border-collapse:collapse'>{head}{body}</table>"
+
+    def _redraw(self) -> None:
+        """Re-render the pane's figure with the marker moved.
+
+        Only the marker changes, so after one full render the static part is kept as an Agg
+        background and the marker is blitted onto it (matplotlib's own blitting); the PNG put in
+        ``pane.image`` is the same figure a full redraw would give.
+        """
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        fig = self.pane.figure
+        if not isinstance(fig.canvas, FigureCanvasAgg):
+            FigureCanvasAgg(fig)
+        canvas = fig.canvas
+        if self._background is None:
+            self._marker.set_visible(False)
+            canvas.draw()
+            self._background = canvas.copy_from_bbox(fig.bbox)
+            self._marker.set_visible(True)
+        canvas.restore_region(self._background)
+        self._ax.draw_artist(self._marker)
+        from PIL import Image
+
+        buf = io.BytesIO()
+        Image.fromarray(np.asarray(canvas.buffer_rgba())).save(buf, format="png")
+        self.pane.image.value = buf.getvalue()
+        self.pane.renders += 1
+
+    def _on_k(self, change) -> None:
+        k = int(change["new"])
+        self.readout.value = self.readout_html(k)
+        self._marker.set_xdata([k, k])
+        self._redraw()
+
+
+def accumulation_explorer(
+    k: int = 256,
+    k_max: int = 4096,
+    *,
+    inputs="fp16",
+    accumulators=("fp32", "fp16"),
+    batch: int = 32,
+    seed: int = 0,
+    device=None,
+) -> AccumulationExplorer:
+    """The K slider of notebook 02: error of FP32 vs FP16 accumulation against float64.
+
+    The curve is computed once (``accumulation_curve``); the slider only moves a marker and
+    refreshes a readout, so it responds instantly.
+    """
+    curve = accumulation_curve(
+        k_max, inputs=inputs, accumulators=accumulators, batch=batch, seed=seed, device=device
+    )
+    k = check_int("k", k, minimum=1, maximum=curve.k_max)
+    return AccumulationExplorer(curve, k)
+
+
+# --------------------------------------------------------------------------------------------
+# Generations
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Details:
+    reference_part: str
+    fma_per_tensor_core_per_clock: int | None
+    tensor_cores_per_sm: int | None
+    per_clock: str
+    instruction: str
+    note: str
+
+
+# Keyed by Tensor Core generation (hardware.tensor_core_generation(...).generation).  Dense
+# FP16 rates of each generation's data-centre part, from NVIDIA's architecture whitepapers
+# (Volta: 64 FMA per Tensor Core per clock, 8 per SM; A100: 256, 4 per SM; H100: twice A100 per
+# SM).  Consumer parts of the same generation can be slower per SM.
+TENSOR_CORE_DETAILS: dict[int, _Details] = {
+    1: _Details(
+        "V100",
+        64,
+        8,
+        "4×4×4 FP16 MMA per clock (D = A·B + C, 64 FMA)",
+        "mma.sync m8n8k4",
+        "FP16 inputs, FP16 or FP32 accumulator",
+    ),
+    2: _Details(
+        "T4",
+        64,
+        8,
+        "4×4×4 FP16 MMA per clock (64 FMA); INT8/INT4 at 2×/4× that",
+        "mma.sync m16n8k8",
+        "adds integer inputs for inference",
+    ),
+    3: _Details(
+        "A100",
+        256,
+        4,
+        "256 FP16 FMA per clock (4× a Volta Tensor Core)",
+        "mma.sync m16n8k16",
+        "BF16 at the FP16 rate, TF32 at half of it; 2:4 sparsity doubles both",
+    ),
+    4: _Details(
+        "H100",
+        512,
+        4,
+        "512 FP16 FMA per clock; FP8 at twice the FP16 rate",
+        "wgmma.mma_async m64nNk16",
+        "FP8 (E4M3/E5M2) with FP32 accumulation; Ada parts are 4th generation too, slower per SM",
+    ),
+    5: _Details(
+        "B200",
+        None,
+        None,
+        "not listed here",
+        "tcgen05.mma",
+        "FP6/FP4 and block-scaled (microscaling) formats",
+    ),
+}
+
+# Architectures whose figures differ from their generation's data-centre part.
+ARCHITECTURE_DETAILS: dict[str, _Details] = {
+    "Ada Lovelace": _Details(
+        "L4 / RTX 40",
+        None,
+        4,
+        "FP8 added as on Hopper; lower per-SM rates than H100",
+        "mma.sync (FP8: m16n8k32)",
+        "4th generation like Hopper, without Hopper's warp-group MMA",
+    ),
+}
+
+DEFAULT_CAPABILITIES = ((6, 0), (7, 0), (7, 5), (8, 0), (8, 9), (9, 0), (10, 0))
+
+
+def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
+    """One row per compute capability: architecture, Tensor Core generation, precisions (from
+    ``amp_lab.hardware.tensor_core_generation``) and per-clock throughput (``TENSOR_CORE_DETAILS`` by
+    generation, ``ARCHITECTURE_DETAILS`` where an architecture differs from its generation's data-centre part)."""
+    from .hardware import tensor_core_generation
+
+    rows = []
+    for cap in capabilities:
+        tc = tensor_core_generation(cap)
+        d = None
+        if tc.generation is not None:
+            d = ARCHITECTURE_DETAILS.get(tc.architecture, TENSOR_CORE_DETAILS.get(tc.generation))
+        per_sm = (
+            d.fma_per_tensor_core_per_clock * d.tensor_cores_per_sm
+            if d and d.fma_per_tensor_core_per_clock and d.tensor_cores_per_sm
+            else None
+        )
+        rows.append(
+            {
+                "capability": f"{tc.capability[0]}.{tc.capability[1]}",
+                "architecture": tc.architecture,
+                "generation": tc.generation if tc.generation is not None else "-",
+                "precisions": ", ".join(tc.precisions).upper() if tc.precisions else "(no Tensor Cores)",
+                "per clock (per Tensor Core)": d.per_clock if d else "-",
+                "dense FP16 FMA/clock/SM": per_sm if per_sm else "-",
+                "reference part": d.reference_part if d else "-",
+                "MMA instruction": d.instruction if d else "-",
+                "note": d.note if d else "FP16 runs on ordinary CUDA cores",
+            }
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Alignment
+# --------------------------------------------------------------------------------------------
+
+
+def alignment_multiple(fmt="fp16") -> int:
+    """The dimension multiple that keeps rows 16-byte aligned for ``fmt``: 8 for FP16/BF16, 4 for
+    TF32/FP32, 16 for FP8.  cuBLAS picks its fastest Tensor Core kernels when M, N and K (and the
+    leading dimensions) are multiples of it."""
+    f = formats.get_format(fmt)
+    nbytes = 4 if f.torch_dtype is None else torch.empty(0, dtype=f.torch_dtype).element_size()
+    return 16 // nbytes
+
+
+def pad_to_multiple(n: int, multiple: int = 8) -> int:
+    """The smallest multiple of ``multiple`` that is ``>= n`` (e.g. a vocabulary of 50257 -> 50264)."""
+    n = check_int("n", n, minimum=0)
+    multiple = check_int("multiple", multiple, minimum=1)
+    return -(-n // multiple) * multiple
+
+
+def time_matmul(
+    n: int, *, dtype=None, device=None, repeats: int = 20, warmup: int = 5, inner: int = 1
+) -> dict:
+    """Median time of an ``n×n @ n×n`` matmul in ``dtype`` (default ``amp_dtype(device)``).
+
+    On CUDA it uses CUDA events around ``inner`` back-to-back matmuls after ``warmup`` untimed
+    ones, ``repeats`` samples, median; elsewhere ``time.perf_counter``.  Returns ``n``, ``dtype``,
+    ``median_ms`` (per matmul), ``tflops`` and ``samples_ms``.
+    """
+    dev = get_device(device)
+    n = check_int("n", n, minimum=1, maximum=1 << 15)
+    repeats = check_int("repeats", repeats, minimum=1)
+    warmup = check_int("warmup", warmup, minimum=0)
+    inner = check_int("inner", inner, minimum=1)
+    dtype = (
+        amp_dtype(dev)
+        if dtype is None
+        else parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16, torch.float32))
+    )
+    g = torch.Generator(device=dev).manual_seed(0) if dev.type == "cuda" else torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g, device=dev).to(dtype)
+    b = torch.randn(n, n, generator=g, device=dev).to(dtype)
+    samples = []
+    with torch.inference_mode():
+        for _ in range(warmup):
+            a @ b
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+            for _ in range(repeats):
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(inner):
+                    a @ b
+                end.record()
+                end.synchronize()
+                samples.append(start.elapsed_time(end) / inner)
+        else:
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    a @ b
+                samples.append((time.perf_counter() - t0) * 1e3 / inner)
+    median = statistics.median(samples)
+    return {
+        "n": n,
+        "dtype": str(dtype).removeprefix("torch."),
+        "median_ms": median,
+        "tflops": 2.0 * n**3 / (median * 1e-3) / 1e12,
+        "samples_ms": samples,
+    }
+
+
+@dataclass
+class AlignmentDemo:
+    """Result of :func:`alignment_demo`: ``measured`` is False where no CUDA GPU was used."""
+
+    measured: bool
+    message: str
+    rows: list[dict] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        if not self.measured:
+            return self.message
+        lines = [self.message, f"{'n':>6}  {'multiple of 8':>13}  {'median ms':>9}  {'TFLOP/s':>8}"]
+        for r in self.rows:
+            lines.append(
+                f"{r['n']:>6}  {('yes' if r['n'] % 8 == 0 else 'no'):>13}  {r['median_ms']:>9.3f}  {r['tflops']:>8.1f}"
+            )
+        a, b = self.rows[0], self.rows[1]
+        lines.append(
+            f"n = {b['n']} does {b['n'] ** 3 / a['n'] ** 3:.4f}x the work of n = {a['n']} "
+            f"and takes {b['median_ms'] / a['median_ms']:.2f}x the time"
+        )
+        return "\n".join(lines)
+
+
+def alignment_demo(
+    n: int = 4096, *, dtype=None, device=None, repeats: int = 20, warmup: int = 5
+) -> AlignmentDemo:
+    """Time ``n×n`` against ``(n-1)×(n-1)`` matmuls on CUDA (CUDA events, warm-up, median).
+
+    Without a CUDA device nothing is timed (CPU matmuls say nothing about Tensor Cores): the
+    result's message says what the measurement would show and why it is skipped.
+    """
+    dev = get_device(device)
+    n = check_int("n", n, minimum=9, maximum=1 << 15)
+    if dev.type != "cuda":
+        dtype_name = str(amp_dtype("cuda") if torch.cuda.is_available() else torch.float16).removeprefix(
+            "torch."
+        )
+        return AlignmentDemo(
+            measured=False,
+            message=(
+                f"No CUDA GPU here (device: {dev.type}), so this cell is skipped: it needs a CUDA GPU.\n"
+                f"On one it times a {n}x{n} {dtype_name} matmul against {n - 1}x{n - 1} with CUDA events "
+                f"(warm-up, {repeats} samples, median) and prints milliseconds and TFLOP/s for each.\n"
+                f"{n} is a multiple of {alignment_multiple('fp16')}, {n - 1} is not: cuBLAS must fall back to "
+                "slower kernels for the unaligned size (on old cuBLAS, to no Tensor Cores at all), so the "
+                "smaller matrix usually takes longer and delivers fewer TFLOP/s.\n"
+                "Timing CPU matmuls instead would say nothing about Tensor Cores."
+            ),
+        )
+    dtype = torch.float16 if dtype is None else parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16))
+    rows = [
+        time_matmul(m, dtype=dtype, device=dev, repeats=repeats, warmup=warmup, inner=3) for m in (n, n - 1)
+    ]
+    name = torch.cuda.get_device_name(dev)
+    return AlignmentDemo(
+        measured=True,
+        message=f"{name}: {str(dtype).removeprefix('torch.')} matmuls, CUDA events, median of {repeats}",
+        rows=rows,
+    )

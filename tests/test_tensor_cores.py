@@ -1,0 +1,329 @@
+"""amp_lab.tensor_cores against torch's IEEE arithmetic, exact rationals and published peaks."""
+
+import math
+import re
+from fractions import Fraction
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_lab import formats as F
+from amp_lab import tensor_cores as T
+from amp_lab.hardware import tensor_core_generation
+
+# --------------------------------------------------------------------------------------------
+# an independent oracle: exact rational arithmetic, rounded by hand
+# --------------------------------------------------------------------------------------------
+
+
+def round_fraction(q: Fraction, name: str) -> Fraction | float:
+    """Correctly round an exact rational to a format (ties to even; IEEE overflow to inf)."""
+    f = F.FORMATS[name]
+    if q == 0:
+        return Fraction(0)
+    sign = -1 if q < 0 else 1
+    a = abs(q)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    assert Fraction(2) ** e <= a < Fraction(2) ** (e + 1)
+    e = max(e, f.emin)
+    quantum = Fraction(2) ** (e - f.mantissa_bits)
+    v = a / quantum
+    n = v.numerator // v.denominator
+    rem = v - n
+    if rem > Fraction(1, 2) or (rem == Fraction(1, 2) and n % 2 == 1):
+        n += 1
+    r = n * quantum
+    if r > Fraction(f.max):
+        return sign * math.inf
+    return sign * r
+
+
+def oracle_mma(A, B, C, inputs, accumulate):
+    Ar = F.round_to(A, inputs).tolist()
+    Br = F.round_to(B, inputs).tolist()
+    Cr = F.round_to(C, "fp32").tolist()
+    M, K, N = len(Ar), len(Br), len(Br[0])
+    out = []
+    for i in range(M):
+        row = []
+        for j in range(N):
+            acc = round_fraction(Fraction(Cr[i][j]), accumulate)
+            for k in range(K):
+                if isinstance(acc, float):  # already infinite: stays so (same signs only here)
+                    break
+                acc = round_fraction(acc + Fraction(Ar[i][k]) * Fraction(Br[k][j]), accumulate)
+            row.append(float(acc))
+        out.append(row)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def test_round_fraction_agrees_with_torch_casts():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, generator=g) * torch.exp2(torch.randint(-30, 18, (2000,), generator=g).float())
+    for name in ("fp16", "bf16", "fp32"):
+        expected = x.to(F.FORMATS[name].torch_dtype).double()
+        got = torch.tensor(
+            [float(round_fraction(Fraction(v), name)) for v in x.tolist()], dtype=torch.float64
+        )
+        assert torch.equal(got, expected)
+
+
+# --------------------------------------------------------------------------------------------
+# mma
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("inputs", ["fp16", "bf16", "fp8_e4m3"])
+def test_mma_fp32_accumulation_equals_torch_float32_loop(inputs):
+    # products of these inputs are exact in float32, and float32 addition rounds correctly, so a
+    # sequential torch float32 loop *is* the model, bit for bit
+    g = torch.Generator().manual_seed(1)
+    A = torch.randn(8, 64, generator=g) * 3
+    B = torch.randn(64, 8, generator=g)
+    C = torch.randn(8, 8, generator=g)
+    Ar, Br = F.round_to(A, inputs), F.round_to(B, inputs)
+    acc = C.clone()
+    for k in range(64):
+        acc = acc + Ar[:, k : k + 1] * Br[k : k + 1, :]
+    D = T.mma(A, B, C, inputs=inputs, accumulate="fp32")
+    assert D.dtype == torch.float32 and D.shape == (8, 8)
+    assert torch.equal(D, acc)
+
+
+@pytest.mark.parametrize("accumulate", ["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("inputs", ["fp16", "bf16", "tf32", "fp8_e5m2"])
+def test_mma_equals_exact_rational_oracle(inputs, accumulate):
+    g = torch.Generator().manual_seed(2)
+    A = torch.rand(3, 24, generator=g) * 4
+    B = torch.rand(24, 3, generator=g) * 4
+    C = torch.randn(3, 3, generator=g)
+    D = T.mma(A, B, C, inputs=inputs, accumulate=accumulate)
+    assert torch.equal(D.double(), oracle_mma(A, B, C, inputs, accumulate))
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(st.floats(-300, 300, width=16), min_size=8, max_size=8),
+    st.lists(st.floats(-300, 300, width=16), min_size=8, max_size=8),
+    st.sampled_from(["fp16", "bf16"]),
+)
+def test_mma_property_against_rationals(a, b, accumulate):
+    A = torch.tensor([a])
+    B = torch.tensor([b]).T
+    C = torch.zeros(1, 1)
+    D = T.mma(A, B, C, inputs="fp16", accumulate=accumulate)
+    assert torch.equal(D.double(), oracle_mma(A, B, C, "fp16", accumulate))
+
+
+def test_mma_breaks_ties_with_the_part_float64_cannot_hold():
+    # 2**-60 + (1 + 2**-8) is just above a bf16 tie; float64 alone would lose 2**-60 and round to even
+    tie_lo = 1 + 2**-8  # halfway between 1 and 1 + 2**-7
+    tie_hi = 1 + 3 * 2**-8  # halfway between 1 + 2**-7 and 1 + 2**-6
+    cases = [
+        (tie_lo, 2.0**-60, 1 + 2**-7),
+        (tie_lo, -(2.0**-60), 1.0),
+        (tie_lo, 0.0, 1.0),
+        (tie_hi, -(2.0**-60), 1 + 2**-7),
+        (tie_hi, 0.0, 1 + 2**-6),
+    ]
+    for a, c, expected in cases:
+        D = T.mma([[a]], [[1.0]], [[c]], inputs="fp16", accumulate="bf16")
+        assert D.item() == expected, (a, c)
+        assert float(round_fraction(Fraction(a) + Fraction(c), "bf16")) == expected
+
+
+def test_mma_default_c_and_reference():
+    A = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    B = torch.eye(2)
+    assert torch.equal(T.mma(A, B), A)
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(4, 16, generator=g)
+    B = torch.randn(16, 4, generator=g)
+    ref = T.reference_mma(A, B, inputs="fp16")
+    assert ref.dtype == torch.float64
+    expected = F.round_to(A, "fp16").double() @ F.round_to(B, "fp16").double()
+    assert torch.allclose(ref, expected, rtol=0, atol=1e-12)
+    err32 = (T.mma(A, B, accumulate="fp32").double() - ref).abs().max()
+    err16 = (T.mma(A, B, accumulate="fp16").double() - ref).abs().max()
+    assert err32 < err16
+
+
+def test_mma_bad_arguments():
+    A, B = torch.ones(2, 3), torch.ones(3, 2)
+    with pytest.raises(ValueError, match="inner dimension"):
+        T.mma(A, torch.ones(2, 2))
+    with pytest.raises(ValueError, match="C must have shape"):
+        T.mma(A, B, torch.ones(3, 3))
+    with pytest.raises(ValueError, match="inputs"):
+        T.mma(A, B, inputs="fp32")
+    with pytest.raises(ValueError, match="accumulate"):
+        T.mma(A, B, accumulate="fp8_e4m3")
+    with pytest.raises(ValueError, match="fmt"):
+        T.mma(A, B, accumulate="fp64")
+    with pytest.raises(ValueError, match="2-D"):
+        T.mma(torch.ones(3), B)
+    with pytest.raises(ValueError, match="device"):
+        T.mma(A, B, device="tpu")
+
+
+# --------------------------------------------------------------------------------------------
+# running sums and the stall
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
+def test_running_sum_of_ones_stalls_like_torch(name, dtype):
+    n = 2100 if name == "fp16" else 300
+    ours = T.running_sum(torch.ones(n), name)
+    acc = torch.zeros((), dtype=dtype)
+    one = torch.ones((), dtype=dtype)
+    expected = []
+    for _ in range(n):
+        acc = acc + one  # torch's own low-precision addition
+        expected.append(acc.item())
+    assert ours.tolist() == expected
+    p = F.FORMATS[name].precision
+    assert T.first_stall(ours) == (2**p + 1, float(2**p))  # 2048 for fp16, 256 for bf16
+    assert T.first_stall(T.running_sum(torch.ones(n), "fp32")) is None
+
+
+def test_running_sum_fp32_equals_torch_float32_loop():
+    g = torch.Generator().manual_seed(4)
+    v = torch.randn(3, 200, generator=g) * 100
+    acc = torch.zeros(3)
+    expected = torch.empty_like(v)
+    for k in range(200):
+        acc = acc + v[:, k]
+        expected[:, k] = acc
+    assert torch.equal(T.running_sum(v, "fp32"), expected)
+    with pytest.raises(ValueError, match="values"):
+        T.running_sum(torch.ones(0), "fp16")
+
+
+# --------------------------------------------------------------------------------------------
+# error against K, and its widget
+# --------------------------------------------------------------------------------------------
+
+
+def test_accumulation_curve():
+    curve = T.accumulation_curve(128, batch=4, seed=0)
+    assert curve.reference.shape == (4, 128) and set(curve.errors) == {"fp32", "fp16"}
+    # oracle: a torch float32 loop over the same exact products
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(4, 128, generator=g)
+    b = torch.rand(4, 128, generator=g)
+    p = F.round_to(a, "fp16") * F.round_to(b, "fp16")  # exact in float32
+    acc = torch.zeros(4)
+    for k in range(128):
+        acc = acc + p[:, k]
+        assert torch.equal(curve.partial["fp32"][:, k], acc.double())
+    assert torch.allclose(curve.reference[:, -1], p.double().sum(1), rtol=1e-15)
+    assert curve.errors["fp32"][0] == 0  # one exact product
+    assert curve.errors["fp16"][-1] > 10 * curve.errors["fp32"][-1]
+    row = curve.at(128)
+    assert row["fp16_value"] == curve.partial["fp16"][0, -1].item()
+    with pytest.raises(ValueError, match="k"):
+        curve.at(129)
+    with pytest.raises(ValueError, match="accumulators"):
+        T.accumulation_curve(8, accumulators=("fp8_e5m2",))
+
+
+def test_accumulation_explorer_headless():
+    ex = T.accumulation_explorer(k=16, k_max=256, batch=4)
+    renders = ex.pane.renders
+    assert "amp-accumulation-k" in ex.slider._dom_classes
+    ex.slider.value = 200
+    row = ex.curve.at(200)
+    cells = re.findall(r"class='amp-acc-value'>([^<]*)<", ex.readout.value)
+    assert [float(c) for c in cells] == [row["reference"], row["fp32_value"], row["fp16_value"]]
+    assert "K = 200" in ex.readout.value
+    assert ex.pane.renders == renders + 1
+    assert list(ex._marker.get_xdata()) == [200, 200]
+    assert ex.pane.image.value[:4] == b"\x89PNG"
+    # the blitted update shows what a full redraw of the figure shows (a few antialiased pixels
+    # where the marker crosses the axes frame are drawn in the other order)
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    blitted = np.asarray(Image.open(io.BytesIO(ex.pane.image.value)).convert("RGBA"))
+    full = np.asarray(Image.open(io.BytesIO(ex.pane.refresh())).convert("RGBA"))
+    assert blitted.shape == full.shape
+    differ = (blitted != full).any(axis=-1)
+    assert differ.sum() <= 10, differ.sum()
+    ex.slider.value = 20
+    moved = np.asarray(Image.open(io.BytesIO(ex.pane.image.value)).convert("RGBA"))
+    assert (moved != blitted).any(axis=-1).sum() > 50  # the marker really moved
+
+
+# --------------------------------------------------------------------------------------------
+# generations and alignment
+# --------------------------------------------------------------------------------------------
+
+
+def test_generations_table_reuses_hardware():
+    rows = T.generations_table()
+    caps = [tuple(int(p) for p in r["capability"].split(".")) for r in rows]
+    for r, cap in zip(rows, caps, strict=True):
+        tc = tensor_core_generation(cap)
+        assert r["architecture"] == tc.architecture
+        assert r["generation"] == (tc.generation if tc.has_tensor_cores else "-")
+    volta = rows[caps.index((7, 0))]
+    assert "4×4×4" in volta["per clock (per Tensor Core)"] and volta["precisions"] == "FP16"
+    assert rows[caps.index((6, 0))]["precisions"] == "(no Tensor Cores)"
+    assert "FP8" in rows[caps.index((9, 0))]["precisions"]
+    # Ada shares Hopper's generation number but not its per-SM rates or its warp-group MMA
+    ada = rows[caps.index((8, 9))]
+    assert ada["reference part"] != "H100" and "wgmma" not in ada["MMA instruction"]
+
+
+@pytest.mark.parametrize(
+    "generation, sms, boost_ghz, published_tflops",
+    [(1, 80, 1.530, 125.0), (3, 108, 1.410, 312.0), (4, 132, 1.830, 989.4)],  # V100, A100, H100 SXM
+)
+def test_per_clock_figures_reproduce_published_peaks(generation, sms, boost_ghz, published_tflops):
+    d = T.TENSOR_CORE_DETAILS[generation]
+    per_sm = d.fma_per_tensor_core_per_clock * d.tensor_cores_per_sm
+    tflops = 2 * per_sm * sms * boost_ghz * 1e9 / 1e12
+    assert tflops == pytest.approx(published_tflops, rel=0.01)
+
+
+def test_alignment_helpers():
+    for name in ("fp16", "bf16", "fp8_e4m3", "fp32"):
+        bytes_per = torch.finfo(F.FORMATS[name].torch_dtype).bits // 8
+        assert T.alignment_multiple(name) * bytes_per == 16
+    assert T.alignment_multiple("tf32") == 4
+    assert T.pad_to_multiple(4095, 8) == 4096
+    assert T.pad_to_multiple(4096, 8) == 4096
+    assert T.pad_to_multiple(50257, 64) == 50304
+    with pytest.raises(ValueError, match="multiple"):
+        T.pad_to_multiple(10, 0)
+
+
+def test_alignment_demo_on_cpu_says_it_needs_cuda():
+    demo = T.alignment_demo(4096, device="cpu")
+    assert not demo.measured and demo.rows == []
+    text = str(demo)
+    assert "CUDA GPU" in text and "4096" in text and "4095" in text
+
+
+def test_time_matmul_cpu():
+    r = T.time_matmul(16, dtype="fp32", device="cpu", repeats=3, warmup=1)
+    assert r["n"] == 16 and r["dtype"] == "float32" and len(r["samples_ms"]) == 3
+    assert r["median_ms"] > 0 and r["tflops"] > 0
+    with pytest.raises(ValueError, match="dtype"):
+        T.time_matmul(16, dtype="int8", device="cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_alignment_demo_on_cuda():
+    demo = T.alignment_demo(1024, device="cuda", repeats=5, warmup=2)
+    assert demo.measured and [r["n"] for r in demo.rows] == [1024, 1023]
+    assert all(r["median_ms"] > 0 for r in demo.rows)
+    D = T.mma(torch.ones(2, 3), torch.ones(3, 2), device="cuda")
+    assert D.device.type == "cuda" and D.tolist() == [[3.0, 3.0], [3.0, 3.0]]
