@@ -1,0 +1,201 @@
+"""amp_lab.gradients against autograd itself (retain_grad, .backward(), float64)."""
+
+import pytest
+import torch
+from torch import nn
+
+from amp_lab import gradients as G
+from amp_lab import ranges as R
+
+
+@pytest.fixture(scope="module")
+def digits_record():
+    # the notebook's default configuration: trained for 300 steps, gradients of 512 examples
+    return G.digits_gradients()
+
+
+def small_batch(n=32, features=64, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, features, generator=gen), torch.randint(0, 10, (n,), generator=gen)
+
+
+def manual_pass(model, X, y, scale=1.0):
+    """The oracle: run the Sequential by hand, retain every Linear output's grad, call backward."""
+    outputs = {}
+    h = X
+    for name, layer in model.named_children():
+        h = layer(h)
+        if isinstance(layer, nn.Linear):
+            h.retain_grad()
+            outputs[name] = h
+    loss = nn.functional.cross_entropy(h, y)
+    model.zero_grad(set_to_none=True)
+    (loss * scale).backward()
+    acts = {k: v.grad for k, v in outputs.items()}
+    weights = {name: layer.weight.grad.clone() for name, layer in model.named_children() if isinstance(layer, nn.Linear)}
+    model.zero_grad(set_to_none=True)
+    return loss.item(), acts, weights, {k: v.detach() for k, v in outputs.items()}
+
+
+def test_collect_gradients_matches_autograd():
+    model = G.make_mlp(depth=4, width=16, seed=3)
+    X, y = small_batch()
+    loss, acts, weights, outs = manual_pass(model, X, y)
+    rec = G.collect_gradients(model, X, y)
+    assert rec.names == list(acts) == ["0", "2", "4", "6"]
+    assert rec.loss == pytest.approx(loss, rel=1e-6)
+    # same float32 arithmetic up to summation order (thread count): a few eps of the largest value
+    def close(a, b):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * b.abs().max().item())
+
+    for name in acts:
+        close(rec.activation_grads[name], acts[name])
+        close(rec.weight_grads[name], weights[name])
+        close(rec.outputs[name], outs[name])
+    assert [layer.kind for layer in rec.layers] == ["Linear"] * 4
+    assert rec.bias_grads["0"].shape == (16,)
+
+
+def test_collect_gradients_close_to_float64():
+    model = G.make_mlp(depth=3, width=16, seed=1)
+    X, y = small_batch(seed=1)
+    rec = G.collect_gradients(model, X, y)
+    model64 = G.make_mlp(depth=3, width=16, seed=1).double()
+    rec64 = G.collect_gradients(model64, X.double(), y)
+    for name in rec.names:
+        torch.testing.assert_close(rec.weight_grads[name].double(), rec64.weight_grads[name], rtol=1e-4, atol=1e-9)
+
+
+def test_loss_scale_multiplies_every_gradient_exactly():
+    model = G.make_mlp(depth=3, width=16)
+    X, y = small_batch()
+    rec = G.collect_gradients(model, X, y)
+    scaled = G.collect_gradients(model, X, y, loss_scale=1024.0)
+    assert scaled.loss == rec.loss and scaled.loss_scale == 1024.0
+    for name in rec.names:  # a power-of-two scale is exact in float32
+        assert torch.equal(scaled.activation_grads[name], rec.activation_grads[name] * 1024)
+        assert torch.equal(scaled.weight_grads[name], rec.weight_grads[name] * 1024)
+
+
+def test_collect_gradients_leaves_the_model_alone():
+    model = G.make_mlp(depth=3, width=8)
+    X, y = small_batch()
+    G.collect_gradients(model, X, y)
+    assert all(p.grad is None for p in model.parameters())
+    assert all(not m._forward_hooks for m in model.modules())
+    with pytest.raises((RuntimeError, IndexError)):
+        G.collect_gradients(model, X, torch.full_like(y, 99))  # a bad target fails inside torch ...
+    assert all(not m._forward_hooks for m in model.modules())  # ... and the hooks are still removed
+
+
+def test_thread_count_is_restored_and_results_do_not_depend_on_it():
+    before = torch.get_num_threads()
+    model = G.make_mlp(depth=3, width=16)
+    X, y = small_batch()
+    G.train_steps(model, (X, y), num_steps=3)
+    rec = G.collect_gradients(model, X, y)
+    assert torch.get_num_threads() == before
+    torch.set_num_threads(max(2, before))
+    try:
+        again = G.collect_gradients(model, X, y)
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(rec.weight_grads[n], again.weight_grads[n]) for n in rec.names)
+
+
+def test_flat_concatenates_layers():
+    model = G.make_mlp(depth=3, width=8)
+    X, y = small_batch(n=5)
+    rec = G.collect_gradients(model, X, y)
+    assert rec.flat("activation").shape == (5 * (8 + 8 + 10),)
+    assert rec.flat("weight").numel() == 64 * 8 + 8 * 8 + 8 * 10
+    assert rec.flat("bias").numel() == 8 + 8 + 10
+    assert rec.flat("output").dtype == torch.float32
+    with pytest.raises(ValueError, match="kind"):
+        rec.flat("gradients")
+
+
+def test_autocast_fp16_really_computes_in_fp16():
+    model = G.make_mlp(depth=3, width=16)
+    X, y = small_batch()
+    rec = G.collect_gradients(model, X, y, autocast_dtype="fp16")
+    assert rec.autocast_dtype == torch.float16
+    assert all(t.dtype == torch.float16 for t in rec.activation_grads.values())
+    assert all(t.dtype == torch.float16 for t in rec.outputs.values())
+    assert all(t.dtype == torch.float32 for t in rec.weight_grads.values())
+    ref = G.collect_gradients(model, X, y)
+    assert rec.loss == pytest.approx(ref.loss, rel=1e-2)
+
+
+def test_make_mlp_default_init_and_seeding():
+    state = torch.random.get_rng_state()
+    a = G.make_mlp(depth=5, width=32, seed=7)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the global RNG is not consumed
+    b = G.make_mlp(depth=5, width=32, seed=7)
+    linears = [m for m in a if isinstance(m, nn.Linear)]
+    assert len(linears) == 5 and sum(isinstance(m, nn.ReLU) for m in a) == 4
+    assert linears[0].in_features == 64 and linears[-1].out_features == 10
+    for m in linears:  # nn.Linear's default: uniform in +-1/sqrt(fan_in)
+        assert m.weight.abs().max() <= m.in_features**-0.5
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def test_train_steps_learns():
+    from amp_lab.data import load_digits
+
+    data = load_digits()
+    model = G.make_mlp(depth=3, width=32)
+    losses = G.train_steps(model, data.train, num_steps=60, lr=3e-3)
+    assert len(losses) == 60
+    assert sum(losses[-10:]) / 10 < 0.6 * sum(losses[:10]) / 10
+    assert G.train_steps(model, (data.train.X, data.train.y), num_steps=0) == []
+
+
+def test_bad_arguments_raise():
+    model = G.make_mlp(depth=2, width=4)
+    X, y = small_batch(n=4)
+    with pytest.raises(ValueError, match="loss_scale"):
+        G.collect_gradients(model, X, y, loss_scale=0.0)
+    with pytest.raises(ValueError, match="loss_scale"):
+        G.collect_gradients(model, X, y, loss_scale=float("nan"))
+    with pytest.raises(ValueError, match="autocast_dtype"):
+        G.collect_gradients(model, X, y, autocast_dtype="fp8")
+    with pytest.raises(ValueError, match="layer_types"):
+        G.collect_gradients(model, X, y, layer_types=(nn.Conv2d,))
+    with pytest.raises(ValueError, match="layer_types"):
+        G.collect_gradients(model, X, y, layer_types=[nn.Linear])
+    with pytest.raises(ValueError, match="depth"):
+        G.make_mlp(depth=0)
+    with pytest.raises(ValueError, match="data"):
+        G.train_steps(model, X, num_steps=1)
+    with pytest.raises(ValueError, match="device"):
+        G.collect_gradients(model, X, y, device="tpu")
+
+
+def test_digits_gradients_really_underflow_in_fp16(digits_record):
+    """The point of the model: a sizeable share of its activation gradients are zero in FP16.
+
+    Oracle: torch's own float16 cast of the FP32 gradients, and a real FP16 backward pass.
+    """
+    rec = digits_record
+    assert rec.model is not None and len(rec.names) == 8
+    assert rec.loss < 0.2  # trained: confident on most examples
+    g = rec.flat("activation")
+    nz = g[g != 0]
+    cast_zero = (nz.half() == 0).double().mean().item()
+    assert cast_zero > 0.15
+    assert R.range_report(rec.activation_grads, "fp16").underflow == pytest.approx(cast_zero, abs=0)
+    assert R.range_report(rec.activation_grads, "bf16").underflow < 1e-4  # BF16 has FP32's range
+    # run the same backward in FP16 under autocast: gradients really vanish
+    from amp_lab.data import load_digits
+
+    data = load_digits()
+    X, y = data.train.X[:512], data.train.y[:512]
+    fp16 = G.collect_gradients(rec.model, X, y, autocast_dtype="fp16")
+    zeros32 = (g == 0).double().mean().item()
+    zeros16 = (fp16.flat("activation") == 0).double().mean().item()
+    assert zeros16 > zeros32 + 0.1
+    # loss scaling rescues them: at the suggested scale almost nothing is lost
+    k = R.suggest_log2_scale(rec.activation_grads, "fp16")
+    assert k >= 10
+    assert R.range_report(rec.activation_grads, "fp16", 2.0**k).underflow < 0.05
