@@ -1,0 +1,1098 @@
+"""Self-check helpers for the exercises at the end of every notebook.
+
+A learner calls one of these on their answer.  Each prints its feedback and returns a
+:class:`CheckResult` with ``.ok``, ``.verdict`` (``"exact"``, ``"close"`` or ``"wrong"``) and
+``.message``.  The feedback is never just "wrong":
+
+* numbers and tensors are judged **by the precision they live in**: equal bit for bit
+  (``"exact"``), within that dtype's tolerance (``"close"``: the same value once rounded to the
+  dtype, or within a few of its ulps), or how far off, in ulps of the dtype, with a hint that
+  names the usual mistake (a loss scale left in, a sign flipped, values that underflowed to
+  zero, the right value in the wrong format, a transposed result, ...);
+* bit patterns are compared field by field (sign, exponent, mantissa) and the learner's bits
+  are decoded, so an exponent off by one or a truncated mantissa is named as such;
+* dtypes, multiple-choice answers and orderings of steps say which part is right.
+
+``"close"`` counts as right (``.ok`` is True).  An unanswered exercise (``None`` or ``...``)
+gets a friendly "no answer yet" and never raises, so notebooks execute cleanly before anyone
+has answered.  Expected answers are not shown unless the call passes ``reveal=True``.
+
+Used by the ``## Exercises`` sections of notebooks ``01_float_formats`` to
+``07_amp_training_recipe``.  Helpers: :func:`check_value`, :func:`check_tensor`,
+:func:`check_bits`, :func:`check_dtype`, :func:`check_dtypes`, :func:`check_choice`,
+:func:`check_set`, :func:`check_between`, :func:`check_sequence`, :func:`check_function`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from numbers import Number
+
+import torch
+
+from . import formats
+from ._checks import check_choice as _check_arg_choice
+from ._checks import check_float
+
+__all__ = [
+    "CheckResult",
+    "check_value",
+    "check_tensor",
+    "check_bits",
+    "check_dtype",
+    "check_dtypes",
+    "check_choice",
+    "check_set",
+    "check_between",
+    "check_sequence",
+    "check_function",
+    "VERDICTS",
+]
+
+VERDICTS = ("exact", "close", "wrong")
+_MARK = {"exact": "✓ exact", "close": "≈ close", "wrong": "✗ not yet"}
+
+
+# --------------------------------------------------------------------------------------------
+# The result
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckResult:
+    """What a check found: ``verdict`` is ``"exact"``, ``"close"`` or ``"wrong"``.
+
+    ``ok`` is True for ``"exact"`` and ``"close"``; ``bool(result)`` is ``ok``, so tests and
+    solutions can ``assert check_value(...)``.  ``details`` holds the numbers behind the
+    message (errors, ulps, positions) for anyone who wants them.
+    """
+
+    verdict: str
+    message: str
+    details: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        _check_arg_choice("verdict", self.verdict, VERDICTS)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict != "wrong"
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return f"CheckResult(verdict={self.verdict!r}, ok={self.ok})"
+
+
+def _finish(verdict: str, headline: str, notes: Sequence[str] = (), *, show: bool, details=None) -> CheckResult:
+    lines = [f"{_MARK[verdict]}: {headline}"]
+    lines += [f"  {n}" for n in notes if n]
+    result = CheckResult(verdict, "\n".join(lines), dict(details or {}))
+    if show:
+        print(result.message)
+    return result
+
+
+def _body(result: CheckResult) -> list[str]:
+    """The lines of a nested result's message, without its verdict mark."""
+    lines = result.message.splitlines()
+    first = lines[0]
+    for mark in _MARK.values():
+        if first.startswith(mark + ": "):
+            first = first[len(mark) + 2 :]
+    return [first] + [line.strip() and "  " + line.strip() for line in lines[1:]]
+
+
+def _is_placeholder(answer) -> bool:
+    return answer is None or answer is Ellipsis
+
+
+def _no_answer(name: str, show: bool, what: str = "an answer") -> CheckResult:
+    return _finish(
+        "wrong",
+        f"no answer yet: set `{name}` to {what} and run this cell again.",
+        show=show,
+        details={"answered": False},
+    )
+
+
+def _hint_lines(hint: str | None) -> list[str]:
+    return [f"hint: {hint}"] if hint else []
+
+
+# --------------------------------------------------------------------------------------------
+# Precisions: what "within the dtype's tolerance" means
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Precision:
+    """A precision to judge numbers in: its name, epsilon, and how to round to it."""
+
+    name: str
+    eps: float
+    min_normal: float
+    fmt: formats.FloatFormat | None  # None: float64 (no rounding needed)
+
+    def round(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` (float64) rounded to this precision, back in float64."""
+        if self.fmt is None:
+            return t
+        if self.fmt.torch_dtype is not None:
+            return t.to(self.fmt.torch_dtype).double()
+        return formats.round_to(t, self.fmt).double()
+
+    def ulp(self, value: float) -> float:
+        if self.fmt is None:
+            return math.ulp(max(abs(value), 2.2250738585072014e-308))
+        return formats.format_ulp(value, self.fmt)
+
+
+_FLOAT64 = _Precision("float64", 2.0**-52, 2.0**-1022, None)
+
+
+def _precision(dtype) -> _Precision:
+    """A precision from a torch dtype, a name (``"fp16"``, ``"tf32"``, ...) or a FloatFormat."""
+    if isinstance(dtype, str) and dtype.strip().lower().removeprefix("torch.") in ("float64", "double", "fp64"):
+        return _FLOAT64
+    if dtype is torch.float64:
+        return _FLOAT64
+    try:
+        f = formats.get_format(dtype)
+    except ValueError:
+        raise ValueError(
+            f"dtype={dtype!r} is not allowed; use a floating torch dtype or one of: "
+            + ", ".join(repr(n) for n in (*formats.FORMAT_NAMES, "fp64"))
+        ) from None
+    name = str(f.torch_dtype).removeprefix("torch.") if f.torch_dtype is not None else f.name
+    return _Precision(name, f.eps, f.min_normal, f)
+
+
+def _infer_precision(answer, expected, dtype) -> _Precision:
+    if dtype is not None:
+        return _precision(dtype)
+    for t in (answer, expected):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            try:
+                return _precision(t.dtype)
+            except ValueError:
+                continue
+    return _FLOAT64
+
+
+def _tolerances(prec: _Precision, rtol, atol) -> tuple[float, float]:
+    rtol = prec.eps if rtol is None else check_float("rtol", rtol, ge=0)
+    atol = 0.0 if atol is None else check_float("atol", atol, ge=0)
+    return rtol, atol
+
+
+def _num(x: float) -> str:
+    """A number as a learner reads it: exact for short binary fractions, 6 significant digits otherwise."""
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    if x == int(x) and abs(x) < 1e16:
+        return str(int(x)) if x != 0 or math.copysign(1, x) > 0 else "-0.0"
+    text = f"{x:.6g}"
+    return text
+
+
+def _as_float64(x, name: str):
+    """``x`` as a float64 tensor, or an error string a learner can read."""
+    if isinstance(x, torch.Tensor):
+        if x.is_complex():
+            return None, f"`{name}` is a complex tensor; the answer is real"
+        return x.detach().to("cpu", torch.float64), None
+    if isinstance(x, str):
+        return None, f"`{name}` is text ({x!r}); write it as a number, without quotes"
+    if isinstance(x, bool):
+        return None, f"`{name}` is {x}, a yes/no value; this exercise wants a number"
+    try:
+        return torch.as_tensor(x, dtype=torch.float64), None
+    except (TypeError, ValueError, RuntimeError):
+        return None, f"`{name}` is a {type(x).__name__}, which is not a number or a tensor"
+
+
+# --------------------------------------------------------------------------------------------
+# Comparing numbers
+# --------------------------------------------------------------------------------------------
+
+
+def _power_of_two(r: float) -> int | None:
+    if not math.isfinite(r) or r <= 0:
+        return None
+    m, e = math.frexp(r)
+    return e - 1 if m == 0.5 else None
+
+
+def _diagnose(a: torch.Tensor, e: torch.Tensor, prec: _Precision, rtol: float, atol: float) -> list[str]:
+    """Hints for a wrong numeric answer, most specific first."""
+    notes: list[str] = []
+    a_bad = ~torch.isfinite(a)
+    e_bad = ~torch.isfinite(e)
+    new_bad = a_bad & ~e_bad
+    if new_bad.any():
+        n = int(new_bad.sum())
+        kinds = "NaN" if torch.isnan(a[new_bad]).all() else "inf/NaN"
+        where = "" if a.numel() == 1 else f"{n} element{'s' if n > 1 else ''} "
+        notes.append(
+            f"{where}{kinds} where the expected answer is finite: did something overflow "
+            f"(beyond {prec.name}'s largest value) or divide 0 by 0?"
+        )
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    zeros = finite & (a == 0) & (e != 0)
+    if zeros.any() and not (a == 0).all():
+        n = int(zeros.sum())
+        notes.append(
+            f"{n} value{'s are' if n > 1 else ' is'} 0 where the expected is not: "
+            "an underflow (too small for the format) or a missing term?"
+        )
+    elif zeros.any():
+        notes.append("your answer is all zeros: did every value underflow, or is the computation not filled in yet?")
+    both = finite & (e != 0) & (a != 0)
+    if both.any() and bool(both.all() | ~finite.all()):
+        ratio = a[both] / e[both]
+        r0 = float(ratio.flatten()[0])
+        constant = bool(((ratio - r0).abs() <= 1e-5 * abs(r0)).all())
+        if constant and abs(r0 - 1.0) > 1e-5:
+            k = round(math.log2(abs(r0)))
+            exactly = "exactly" if _power_of_two(abs(r0)) is not None else "about"
+            sign = "-" if r0 < 0 else ""
+            what = "every value of your answer is" if a.numel() > 1 else "your answer is"
+            if abs(r0 + 1.0) <= 1e-5:
+                notes.append("every value has the right size but the opposite sign: a sign flipped?")
+            elif k != 0 and abs(abs(r0) / 2.0**k - 1.0) <= 1e-5:
+                if k > 0:
+                    notes.append(
+                        f"{what} {exactly} {sign}2**{k} = {sign}{_num(2.0**k)} times the expected one: "
+                        f"a (loss) scale left in, or an exponent too large by {k}?"
+                    )
+                else:
+                    notes.append(
+                        f"{what} {exactly} {sign}2**{k} times the expected one: divided by a scale once too "
+                        f"often, or an exponent too small by {-k}?"
+                    )
+            elif a.numel() > 1:
+                notes.append(f"every value is {r0:.4g} times the expected one: a constant factor is off")
+    # The right value in another precision (or not rounded at all).
+    if e.numel() and bool(finite.all()):
+        for other in ("fp32", "bf16", "fp16", "tf32", "fp8_e4m3", "fp8_e5m2"):
+            p = _precision(other)
+            if p.name == prec.name:
+                continue
+            if bool((a == p.round(e)).all()) and not bool((a == e).all()):
+                notes.append(
+                    f"your answer is the expected value rounded to {p.name}: this exercise is about {prec.name}"
+                )
+                break
+        else:
+            for other in ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2"):
+                p = _precision(other)
+                if bool((p.round(a) == e).all()):
+                    notes.append(
+                        f"rounded to {p.name}, your answer becomes the expected value: "
+                        f"the exercise asks for the value {p.name} actually stores"
+                    )
+                    return notes
+            if prec.fmt is not None and not bool((a == prec.round(a)).all()):
+                notes.append(
+                    f"your answer is not a {prec.name} number (it changes when rounded to {prec.name}): "
+                    f"round it to {prec.name} first?"
+                )
+    return notes
+
+
+def _compare(a, e, prec: _Precision, rtol: float, atol: float, name: str, reveal: bool):
+    """(verdict, headline, notes, details) for float64 tensors ``a`` and ``e`` of equal shape."""
+    same = (a == e) | (torch.isnan(a) & torch.isnan(e))
+    scalar = e.numel() == 1
+    if bool(same.all()):
+        signs_differ = (torch.signbit(a) != torch.signbit(e)) & (a == 0)
+        if bool(signs_differ.any()):
+            return (
+                "close",
+                f"`{name}` equals the expected value, except for the sign of zero (-0.0 versus +0.0).",
+                ["+0.0 == -0.0 is True, but their bit patterns differ in the sign bit."],
+                {"max_abs_error": 0.0},
+            )
+        what = "the expected value" if scalar else f"the expected tensor, all {e.numel()} elements"
+        return "exact", f"`{name}` equals {what} bit for bit.", [], {"max_abs_error": 0.0}
+
+    nan_mismatch = torch.isnan(a) ^ torch.isnan(e)
+    inf_mismatch = (torch.isinf(a) | torch.isinf(e)) & ~(a == e)
+    with torch.no_grad():
+        diff = (a - e).abs()
+        diff = torch.where(same, torch.zeros_like(diff), diff)
+        diff = torch.where(nan_mismatch | inf_mismatch, torch.full_like(diff, math.inf), diff)
+    worst = int(torch.argmax(diff.flatten().nan_to_num(nan=math.inf)))
+    a_w, e_w = float(a.flatten()[worst]), float(e.flatten()[worst])
+    max_abs = float(diff.flatten()[worst])
+    rel = max_abs / abs(e_w) if e_w != 0 else math.inf
+    ulp = prec.ulp(e_w) if math.isfinite(e_w) else math.nan
+    ulps = max_abs / ulp if (math.isfinite(max_abs) and ulp > 0) else math.inf
+    rounds_same = bool(((prec.round(a) == prec.round(e)) | (torch.isnan(a) & torch.isnan(e))).all())
+    within = bool(((diff <= atol + rtol * e.abs()) | same).all())
+    n_off = int((~same).sum())
+    details = {
+        "max_abs_error": max_abs,
+        "max_rel_error": rel,
+        "ulps": ulps,
+        "elements_off": n_off,
+        "precision": prec.name,
+        "rtol": rtol,
+        "atol": atol,
+    }
+    size = f"{_num(max_abs)} off" if math.isfinite(max_abs) else "not finite where the expected value is"
+    if math.isfinite(ulps) and ulps < 2**20:
+        size += f", {ulps:.3g} ulp{'s' if ulps != 1 else ''} of {prec.name}"
+    worst_text = ""
+    if not scalar:
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), e.shape))
+        details["worst_index"] = idx
+        versus = f" (expected {_num(e_w)})" if reveal else ""
+        worst_text = f"worst at index {idx}: {_num(a_w)}{versus}, which is {size}"
+    if rounds_same or within:
+        why = (
+            f"it rounds to the same {prec.name} number as the expected value"
+            if rounds_same
+            else f"within {prec.name}'s tolerance (|error| <= {atol:g} + {rtol:.3g} x |expected|)"
+        )
+        head = f"`{name}` is right to {prec.name} precision: {why}."
+        notes = [f"not bit for bit: {worst_text if not scalar else size}."]
+        if reveal:
+            notes.append(f"expected: {_show(e)}")
+        return "close", head, notes, details
+    if scalar:
+        if math.isfinite(a_w) and math.isfinite(e_w) and e_w != 0 and (a_w > 0) == (e_w > 0) and a_w != 0:
+            ratio = a_w / e_w
+            if ratio > 2 or ratio < 0.5:
+                how = f"about {ratio:.3g} times the expected value" if ratio > 2 else f"about 1/{1 / ratio:.3g} of it"
+                head = f"`{name}` is too {'large' if ratio > 1 else 'small'}: {how} ({size})."
+            else:
+                head = f"`{name}` is too {'large' if ratio > 1 else 'small'} by {abs(ratio - 1) * 100:.3g}% ({size})."
+        elif math.isfinite(a_w) and math.isfinite(e_w) and a_w * e_w < 0:
+            head = f"`{name}` has the wrong sign ({size})."
+        else:
+            head = f"`{name}` = {_num(a_w)} is off ({size})."
+    else:
+        head = f"{n_off} of {e.numel()} elements of `{name}` are off; {worst_text}."
+    notes = _diagnose(a, e, prec, rtol, atol)
+    if reveal:
+        notes.append(f"expected: {_show(e)}")
+    return "wrong", head, notes, details
+
+
+def _show(t: torch.Tensor) -> str:
+    if t.numel() == 1:
+        return _num(float(t.reshape(())))
+    return str(t)
+
+
+def check_value(
+    answer,
+    expected,
+    *,
+    dtype=None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    name: str = "answer",
+    hint: str | None = None,
+    reveal: bool = False,
+    show: bool = True,
+) -> CheckResult:
+    """Check a number against the expected one, judged in the precision ``dtype``.
+
+    ``dtype`` (a torch dtype or a format name such as ``"fp16"``, ``"tf32"``, ``"fp8_e4m3"``)
+    is the precision the answer lives in; default: the dtype of a tensor argument, else float64.
+    ``"exact"``: bit for bit.  ``"close"``: the same number once rounded to ``dtype``, or
+    ``|answer - expected| <= atol + rtol * |expected|`` with ``rtol`` defaulting to the dtype's
+    epsilon and ``atol`` to 0.  Otherwise ``"wrong"``, with how far off (relative, in ulps of
+    ``dtype``) and what the mistake probably is.  ``hint`` is added when the answer is not exact.
+
+    Taught with the exercises of ``01_float_formats`` onwards.
+    """
+    prec = _infer_precision(answer, expected, dtype)
+    rtol, atol = _tolerances(prec, rtol, atol)
+    if _is_placeholder(answer):
+        return _no_answer(name, show, "a number")
+    e, err = _as_float64(expected, "expected")
+    if err:
+        raise ValueError(f"expected must be a number, got {expected!r}")
+    if e.numel() != 1:
+        raise ValueError(f"expected must be a single number (use check_tensor for tensors), got shape {tuple(e.shape)}")
+    a, err = _as_float64(answer, name)
+    if err:
+        return _finish("wrong", err + ".", _hint_lines(hint), show=show)
+    if a.numel() != 1:
+        return _finish(
+            "wrong",
+            f"`{name}` has {a.numel()} numbers (shape {tuple(a.shape)}); this exercise wants a single number.",
+            _hint_lines(hint),
+            show=show,
+        )
+    verdict, head, notes, details = _compare(a.reshape(()), e.reshape(()), prec, rtol, atol, name, reveal)
+    if verdict != "exact":
+        notes = notes + _hint_lines(hint)
+    return _finish(verdict, head, notes, show=show, details=details)
+
+
+def _flatten_tensors(x):
+    if isinstance(x, (list, tuple)) and x and all(isinstance(t, torch.Tensor) for t in x):
+        return list(x)
+    return None
+
+
+def check_tensor(
+    answer,
+    expected,
+    *,
+    dtype=None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    name: str = "answer",
+    hint: str | None = None,
+    reveal: bool = False,
+    show: bool = True,
+) -> CheckResult:
+    """Check a tensor (or a list of tensors, e.g. gradients) against the expected one.
+
+    Tolerances as in :func:`check_value`, per element; ``dtype`` defaults to the answer's
+    floating dtype (a bfloat16 answer is judged with bfloat16's epsilon).  A wrong shape is
+    reported as such (with "transposed?" when the transpose would fit); a wrong answer says how
+    many elements are off, the worst one and its error in ulps, and names the usual mistakes.
+    """
+    if _is_placeholder(answer):
+        return _no_answer(name, show, "a tensor")
+    exp_list = _flatten_tensors(expected)
+    if exp_list is not None:
+        ans_list = _flatten_tensors(answer) if isinstance(answer, (list, tuple)) else None
+        if ans_list is None or len(ans_list) != len(exp_list):
+            got = f"{len(answer)} items" if isinstance(answer, (list, tuple)) else f"a {type(answer).__name__}"
+            return _finish(
+                "wrong",
+                f"`{name}` should be a list of {len(exp_list)} tensors; got {got}.",
+                _hint_lines(hint),
+                show=show,
+            )
+        results = [
+            check_tensor(a, e, dtype=dtype, rtol=rtol, atol=atol, name=f"{name}[{i}]", reveal=reveal, show=False)
+            for i, (a, e) in enumerate(zip(ans_list, exp_list, strict=True))
+        ]
+        verdict = _worst(r.verdict for r in results)
+        if verdict == "exact":
+            return _finish("exact", f"all {len(results)} tensors of `{name}` are right bit for bit.", show=show)
+        n_ok = sum(r.ok for r in results)
+        head = f"{n_ok} of {len(results)} tensors of `{name}` are right"
+        head += "." if verdict == "wrong" else ", within their dtype's tolerance."
+        notes = [line for r in results if r.verdict != "exact" for line in _body(r)]
+        return _finish(verdict, head, notes + _hint_lines(hint), show=show, details={"items": results})
+
+    e, err = _as_float64(expected, "expected")
+    if err:
+        raise ValueError(f"expected must be a tensor or numbers, got {type(expected).__name__}")
+    prec = _infer_precision(answer, expected, dtype)
+    rtol, atol = _tolerances(prec, rtol, atol)
+    a, err = _as_float64(answer, name)
+    if err:
+        return _finish("wrong", err + ".", _hint_lines(hint), show=show)
+    notes: list[str] = []
+    if a.shape != e.shape:
+        head = f"`{name}` has shape {tuple(a.shape)}; the expected shape is {tuple(e.shape)}."
+        if a.dim() == 2 and a.T.shape == e.shape:
+            notes.append("it has the transposed shape: is a matrix transposed, or are A and B swapped in A @ B?")
+        elif a.numel() == e.numel():
+            notes.append("the same number of elements: a reshape or flatten too many (or too few)?")
+        elif a.numel() == 1:
+            notes.append("a single number: did a reduction (sum/mean) run over everything?")
+        return _finish("wrong", head, notes + _hint_lines(hint), show=show)
+    if isinstance(answer, torch.Tensor) and isinstance(expected, torch.Tensor) and answer.dtype != expected.dtype:
+        notes.append(
+            f"(your tensor is {str(answer.dtype).removeprefix('torch.')}, "
+            f"the reference is {str(expected.dtype).removeprefix('torch.')}; values are compared, judged in {prec.name})"
+        )
+    verdict, head, more, details = _compare(a, e, prec, rtol, atol, name, reveal)
+    notes = more + (notes if verdict != "exact" else [])
+    if verdict != "exact":
+        notes += _hint_lines(hint)
+    return _finish(verdict, head, notes, show=show, details=details)
+
+
+def _worst(verdicts) -> str:
+    order = {"exact": 0, "close": 1, "wrong": 2}
+    return max(verdicts, key=order.__getitem__, default="exact")
+
+
+def check_between(
+    answer,
+    low: float,
+    high: float,
+    *,
+    name: str = "answer",
+    below: str | None = None,
+    above: str | None = None,
+    hint: str | None = None,
+    show: bool = True,
+) -> CheckResult:
+    """Check that a number lies in ``[low, high]`` (any value there is right: ``"exact"``).
+
+    For answers with a range of right values, such as "a loss scale that brings the gradients
+    into FP16's range without overflow".  ``below`` / ``above`` explain what goes wrong on each
+    side (e.g. "gradients still underflow" / "the largest gradient overflows").
+    """
+    low = check_float("low", low)
+    high = check_float("high", high, ge=low)
+    if _is_placeholder(answer):
+        return _no_answer(name, show, "a number")
+    a, err = _as_float64(answer, name)
+    if err or a.numel() != 1:
+        msg = err or f"`{name}` has {a.numel()} numbers; this exercise wants one"
+        return _finish("wrong", msg + ".", _hint_lines(hint), show=show)
+    x = float(a.reshape(()))
+    if math.isnan(x):
+        return _finish("wrong", f"`{name}` is NaN.", _hint_lines(hint), show=show)
+    if low <= x <= high:
+        return _finish("exact", f"`{name}` = {_num(x)} is in the right range.", show=show, details={"value": x})
+    if x < low:
+        k = math.log2(low / x) if x > 0 else math.inf
+        head = f"`{name}` = {_num(x)} is too small" + (f" (by a factor of about 2**{k:.1f})" if math.isfinite(k) else "")
+        notes = [below] if below else []
+    else:
+        k = math.log2(x / high) if high > 0 else math.inf
+        head = f"`{name}` = {_num(x)} is too large" + (f" (by a factor of about 2**{k:.1f})" if math.isfinite(k) else "")
+        notes = [above] if above else []
+    return _finish("wrong", head + ".", notes + _hint_lines(hint), show=show, details={"value": x})
+
+
+# --------------------------------------------------------------------------------------------
+# Bit patterns
+# --------------------------------------------------------------------------------------------
+
+
+def _clean_bits(answer) -> tuple[str | None, str | None]:
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        return None, "int"
+    if not isinstance(answer, str):
+        return None, f"`answer` is a {type(answer).__name__}; write the bits as a string such as '0 01111 0000000000'"
+    s = answer.strip()
+    if s.lower().startswith("0b"):
+        s = s[2:]
+    elif s.lower().startswith("0x"):
+        try:
+            return None, ("hex", int(s, 16))
+        except ValueError:
+            pass
+    s = s.replace(" ", "").replace("_", "").replace("|", "")
+    if not s or set(s) - {"0", "1"}:
+        return None, f"{answer!r} should contain only 0s and 1s (spaces, '_' and '|' between fields are fine)"
+    return s, None
+
+
+def check_bits(
+    answer,
+    expected: str | None = None,
+    *,
+    value=None,
+    fmt="fp16",
+    name: str = "answer",
+    hint: str | None = None,
+    reveal: bool = False,
+    show: bool = True,
+) -> CheckResult:
+    """Check a bit pattern (a ``"0 01111 0000000000"``-style string, or an int) in format ``fmt``.
+
+    Give either ``expected`` (the right bits) or ``value`` (the bits are those of ``value``
+    rounded to ``fmt``, from :func:`amp_lab.formats.decompose`).  Feedback goes field by field:
+    the sign, the exponent (with the power of two the learner's field means), the mantissa (how
+    many bits differ; off by one in the last place points at rounding).  Any NaN pattern is
+    accepted as ``"close"`` when the expected value is NaN.  Taught in ``01_float_formats``.
+    """
+    f = formats.get_format(fmt)
+    if (expected is None) == (value is None):
+        raise ValueError("give exactly one of expected= (a bit string) or value= (a number)")
+    if expected is None:
+        d = formats.decompose(value, f)
+        exp_bits = d.bits
+    else:
+        exp_bits, problem = _clean_bits(expected)
+        if problem or len(exp_bits) != f.total_bits:
+            raise ValueError(f"expected={expected!r} must be {f.total_bits} characters of 0/1 for {f.name}")
+    if _is_placeholder(answer):
+        return _no_answer(name, show, f"a string of {f.total_bits} bits")
+    bits, problem = _clean_bits(answer)
+    if isinstance(problem, tuple):  # a hex string such as "0x3c00"
+        problem, answer = "int", problem[1]
+    if problem == "int":
+        if not 0 <= answer < 2**f.total_bits:
+            return _finish(
+                "wrong",
+                f"`{name}` = {answer} does not fit in {f.total_bits} bits.",
+                _hint_lines(hint),
+                show=show,
+            )
+        bits, problem = f"{answer:0{f.total_bits}b}", None
+    layout = f"1 sign, {f.exponent_bits} exponent, {f.mantissa_bits} mantissa"
+    if problem:
+        return _finish("wrong", problem.replace("`answer`", f"`{name}`") + ".", _hint_lines(hint), show=show)
+    if len(bits) != f.total_bits:
+        return _finish(
+            "wrong",
+            f"`{name}` has {len(bits)} bits; {f.name} has {f.total_bits} ({layout}).",
+            _hint_lines(hint),
+            show=show,
+            details={"bits": bits},
+        )
+    if bits == exp_bits:
+        return _finish("exact", f"`{name}` is the right {f.name} bit pattern.", show=show, details={"bits": bits})
+
+    mine = formats.from_bits(bits, f)
+    target = formats.from_bits(exp_bits, f)
+    ne = f.exponent_bits
+    fields = {
+        "sign": (bits[0], exp_bits[0]),
+        "exponent": (bits[1 : 1 + ne], exp_bits[1 : 1 + ne]),
+        "mantissa": (bits[1 + ne :], exp_bits[1 + ne :]),
+    }
+    details = {"bits": bits, "your_value": mine}
+    shown = f"{bits[0]} {bits[1:1 + ne]} {bits[1 + ne:]}"
+    if math.isnan(mine) and math.isnan(target):
+        return _finish(
+            "close",
+            f"`{name}` is a NaN pattern, as expected, but not the canonical one torch produces.",
+            ["every pattern with an all-ones exponent and a non-zero mantissa is NaN in IEEE formats"]
+            + ([f"expected: {exp_bits}"] if reveal else []),
+            show=show,
+            details=details,
+        )
+    right = [k for k, (m, x) in fields.items() if m == x]
+    wrong = [k for k, (m, x) in fields.items() if m != x]
+    head = f"`{name}` ({shown}) encodes {_num(mine)} in {f.name}; {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} off"
+    if right:
+        head += f" ({' and '.join(right)} right)"
+    notes = []
+    if "sign" in wrong:
+        notes.append("sign: 0 means positive, 1 means negative.")
+    if "exponent" in wrong:
+        m_e, x_e = int(fields["exponent"][0], 2), int(fields["exponent"][1], 2)
+        all_ones = 2**ne - 1
+        if m_e == 0:
+            meaning = "0 (zero or a subnormal)"
+        elif m_e == all_ones and not f.finite_only:
+            meaning = "all ones (inf or NaN)"
+        else:
+            meaning = f"{m_e}, i.e. 2**({m_e} - {f.bias}) = 2**{m_e - f.bias}"
+        direction = "larger" if x_e > m_e else "smaller"
+        notes.append(
+            f"exponent: your field {fields['exponent'][0]} is {meaning}; the value needs a {direction} exponent "
+            f"(remember the bias, {f.bias}: stored field = power of two + {f.bias})."
+        )
+    if "mantissa" in wrong:
+        m_m, x_m = int(fields["mantissa"][0], 2), int(fields["mantissa"][1], 2)
+        n_diff = sum(p != q for p, q in zip(fields["mantissa"][0], fields["mantissa"][1], strict=True))
+        text = f"mantissa: {n_diff} of {f.mantissa_bits} bits differ"
+        if fields["exponent"][0] == fields["exponent"][1] and abs(m_m - x_m) == 1:
+            text += (
+                "; off by one in the last place: round to nearest (ties to even) "
+                "by looking at the first bit you drop, not truncate"
+            )
+        notes.append(text + ".")
+    if value is not None and math.isfinite(mine) and math.isfinite(target) and mine != 0:
+        rel = abs(mine - float(value)) / abs(float(value)) if float(value) != 0 else math.inf
+        notes.append(f"the value your bits encode is {rel:.3g} (relative) away from {_num(float(value))}.")
+    if reveal:
+        notes.append(f"expected: {exp_bits[0]} {exp_bits[1:1 + ne]} {exp_bits[1 + ne:]}")
+    return _finish("wrong", head + ".", notes + _hint_lines(hint), show=show, details=details)
+
+
+# --------------------------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------------------------
+
+_DTYPE_ALIASES = {
+    "fp64": torch.float64, "float64": torch.float64, "double": torch.float64,
+    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+    "fp8_e4m3": torch.float8_e4m3fn, "float8_e4m3fn": torch.float8_e4m3fn, "e4m3": torch.float8_e4m3fn,
+    "fp8_e5m2": torch.float8_e5m2, "float8_e5m2": torch.float8_e5m2, "e5m2": torch.float8_e5m2,
+    "int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
+    "bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
+}  # fmt: skip
+
+
+def _parse_dtype(x) -> torch.dtype | None:
+    if isinstance(x, torch.dtype):
+        return x
+    if isinstance(x, torch.Tensor):
+        return x.dtype
+    if isinstance(x, str):
+        return _DTYPE_ALIASES.get(x.strip().lower().removeprefix("torch."))
+    return None
+
+
+def _dtype_name(d: torch.dtype) -> str:
+    return str(d).removeprefix("torch.")
+
+
+def _dtype_facts(d: torch.dtype) -> str:
+    if d.is_floating_point:
+        fi = torch.finfo(d)
+        mant = {torch.float64: 52, torch.float32: 23}.get(d)
+        if mant is None:
+            mant = formats.get_format(d).mantissa_bits
+        exp = fi.bits - 1 - mant
+        return f"{fi.bits} bits, {exp} exponent and {mant} mantissa bits"
+    if d == torch.bool:
+        return "a boolean"
+    return f"an integer type of {torch.iinfo(d).bits} bits"
+
+
+def check_dtype(
+    answer,
+    expected,
+    *,
+    name: str = "answer",
+    hint: str | None = None,
+    reveal: bool = False,
+    show: bool = True,
+) -> CheckResult:
+    """Check a predicted dtype: a torch dtype, a name (``"bf16"``, ``"torch.float16"``, ``"half"``) or a tensor.
+
+    A wrong answer is told how the expected dtype differs from it (bits, exponent bits), so the
+    learner can reason their way to it.  Taught in ``05_autocast_op_lists`` and ``07``.
+    """
+    exp = _parse_dtype(expected)
+    if exp is None:
+        raise ValueError(f"expected={expected!r} is not a dtype or a dtype name")
+    if _is_placeholder(answer):
+        return _no_answer(name, show, "a dtype such as torch.float32 or 'bf16'")
+    got = _parse_dtype(answer)
+    if got is None:
+        return _finish(
+            "wrong",
+            f"`{name}` = {answer!r} is not a dtype; write e.g. torch.bfloat16, torch.float16, torch.float32 "
+            "(or 'bf16', 'fp16', 'fp32').",
+            _hint_lines(hint),
+            show=show,
+        )
+    if got == exp:
+        return _finish("exact", f"`{name}` is {_dtype_name(exp)}.", show=show)
+    notes = [f"{_dtype_name(got)} has {_dtype_facts(got)}; the expected dtype has {_dtype_facts(exp)}."]
+    if {got, exp} == {torch.float16, torch.bfloat16}:
+        notes.append(
+            "both are 16-bit: which does this device's autocast use (CUDA: float16 by default; CPU: bfloat16)?"
+        )
+    elif exp == torch.float32 and got in (torch.float16, torch.bfloat16):
+        notes.append("is this an op autocast keeps in float32 for accuracy, or one outside the autocast region?")
+    elif got == torch.float32 and exp in (torch.float16, torch.bfloat16):
+        notes.append("inside an autocast region, matmul-like ops run in the low-precision dtype.")
+    if reveal:
+        notes.append(f"expected: {_dtype_name(exp)}")
+    return _finish("wrong", f"`{name}` is {_dtype_name(got)}, not the expected dtype.", notes + _hint_lines(hint), show=show)
+
+
+def check_dtypes(
+    answers: Mapping,
+    expected: Mapping,
+    *,
+    name: str = "answers",
+    hint: str | None = None,
+    reveal: bool = False,
+    show: bool = True,
+) -> CheckResult:
+    """Check a dict of predicted dtypes (e.g. ``{"mm": torch.bfloat16, "softmax": torch.float32}``).
+
+    Every key of ``expected`` is judged; unanswered keys (``None``) are listed separately.
+    """
+    if not isinstance(expected, Mapping) or not expected:
+        raise ValueError("expected must be a non-empty dict of dtypes")
+    if _is_placeholder(answers):
+        return _no_answer(name, show, "a dict of dtypes")
+    if not isinstance(answers, Mapping):
+        return _finish("wrong", f"`{name}` should be a dict such as {{'mm': torch.bfloat16, ...}}.", show=show)
+    right, wrong, missing = [], [], []
+    notes = []
+    for key, exp in expected.items():
+        ans = answers.get(key)
+        if _is_placeholder(ans):
+            missing.append(key)
+            continue
+        r = check_dtype(ans, exp, name=f"{name}[{key!r}]", reveal=reveal, show=False)
+        (right if r.ok else wrong).append(key)
+        if not r.ok:
+            notes.extend(_body(r))
+    extra = [k for k in answers if k not in expected]
+    details = {"right": right, "wrong": wrong, "missing": missing}
+    if not wrong and not missing:
+        return _finish("exact", f"all {len(right)} dtypes in `{name}` are right.", show=show, details=details)
+    head = f"{len(right)} of {len(expected)} dtypes in `{name}` are right"
+    if missing:
+        notes.append("not answered yet: " + ", ".join(repr(k) for k in missing))
+    if extra:
+        notes.append("not asked (ignored): " + ", ".join(repr(k) for k in extra))
+    return _finish("wrong", head + ".", notes + _hint_lines(hint), show=show, details=details)
+
+
+# --------------------------------------------------------------------------------------------
+# Choices and orderings
+# --------------------------------------------------------------------------------------------
+
+
+def _norm(x):
+    if isinstance(x, str):
+        return " ".join(x.strip().casefold().split())
+    return x
+
+
+def check_choice(
+    answer,
+    expected,
+    *,
+    options: Sequence | Mapping | None = None,
+    explanations: Mapping | None = None,
+    name: str = "answer",
+    hint: str | None = None,
+    reveal: bool = False,
+    show: bool = True,
+) -> CheckResult:
+    """Check a multiple-choice answer.  ``expected`` is the right option or a set/list of right ones.
+
+    Strings compare case- and space-insensitively (``"B"`` == ``" b"``).  ``options`` (a list, or
+    a dict of option -> text) rejects answers that are not options; ``explanations`` maps an
+    option to why it is right or wrong, and the learner's option's explanation is shown.
+    """
+    accepted = expected if isinstance(expected, (set, frozenset, list, tuple)) else [expected]
+    accepted_n = {_norm(x) for x in accepted}
+    if not accepted_n:
+        raise ValueError("expected must name at least one right option")
+    expl = {_norm(k): v for k, v in (explanations or {}).items()}
+    if _is_placeholder(answer):
+        shown = ""
+        if options is not None:
+            shown = " (one of " + ", ".join(repr(o) for o in options) + ")"
+        return _no_answer(name, show, "your choice" + shown)
+    a = _norm(answer)
+    if options is not None and a not in {_norm(o) for o in options}:
+        allowed = ", ".join(repr(o) for o in options)
+        return _finish("wrong", f"`{name}` = {answer!r} is not one of the options: {allowed}.", show=show)
+    notes = [expl[a]] if a in expl else []
+    if a in accepted_n:
+        return _finish("exact", f"`{name}` = {answer!r} is right.", notes, show=show)
+    if reveal:
+        notes.append("right: " + ", ".join(repr(x) for x in accepted))
+    if not notes and not hint:
+        notes.append("re-read the cell above this exercise: the measured numbers decide it.")
+    return _finish("wrong", f"`{name}` = {answer!r} is not the right choice.", notes + _hint_lines(hint), show=show)
+
+
+def check_set(
+    answer,
+    expected,
+    *,
+    options=None,
+    explanations: Mapping | None = None,
+    name: str = "answer",
+    hint: str | None = None,
+    reveal: bool = False,
+    show: bool = True,
+) -> CheckResult:
+    """Check an answer that is a set of items ("which of these ...?"), order irrelevant.
+
+    Says how many right items are missing (without naming them unless ``reveal``), names the
+    items that do not belong, and shows ``explanations`` for the wrong ones picked.  Strings
+    compare case- and space-insensitively; a single string is read as a one-item set.
+    """
+    exp = {_norm(x) for x in expected}
+    if not exp:
+        raise ValueError("expected must hold at least one item")
+    expl = {_norm(k): v for k, v in (explanations or {}).items()}
+    if _is_placeholder(answer):
+        return _no_answer(name, show, "a set such as {'a', 'b'}")
+    if isinstance(answer, (str, Number)):
+        answer = [answer]
+    try:
+        items = list(answer)
+    except TypeError:
+        return _finish("wrong", f"`{name}` should be a set such as {{'a', 'b'}}.", _hint_lines(hint), show=show)
+    got = {_norm(x) for x in items}
+    notes = []
+    if options is not None:
+        allowed = {_norm(o) for o in options}
+        unknown = [x for x in items if _norm(x) not in allowed]
+        if unknown:
+            notes.append("not among the options: " + ", ".join(repr(x) for x in unknown))
+    if got == exp:
+        return _finish("exact", f"`{name}` holds exactly the {len(exp)} right items.", show=show)
+    extra = [x for x in items if _norm(x) not in exp]
+    missing = exp - got
+    right = len(got & exp)
+    head = f"`{name}` has {right} of the {len(exp)} right items"
+    head += f" and {len(extra)} that do not belong." if extra else "."
+    if extra:
+        notes.append("do not belong: " + ", ".join(repr(x) for x in extra))
+        notes += [f"{x!r}: {expl[_norm(x)]}" for x in extra if _norm(x) in expl]
+    if missing:
+        n = len(missing)
+        notes.append(f"{n} right item{'s are' if n > 1 else ' is'} missing.")
+        if reveal:
+            notes.append("missing: " + ", ".join(repr(x) for x in expected if _norm(x) in missing))
+    return _finish("wrong", head, notes + _hint_lines(hint), show=show, details={"missing": len(missing), "extra": extra})
+
+
+def check_sequence(
+    answer,
+    expected: Sequence,
+    *,
+    name: str = "answer",
+    hint: str | None = None,
+    reveal: bool = False,
+    show: bool = True,
+) -> CheckResult:
+    """Check an ordering (e.g. the steps of a mixed-precision training step).
+
+    Says which items are missing or extra, and the first position where the order goes wrong.
+    Strings compare case- and space-insensitively.
+    """
+    exp = [_norm(x) for x in expected]
+    if not exp:
+        raise ValueError("expected must be a non-empty sequence")
+    if _is_placeholder(answer):
+        return _no_answer(name, show, "a list in the right order")
+    if isinstance(answer, str) or not isinstance(answer, Sequence):
+        return _finish("wrong", f"`{name}` should be a list, e.g. ['a', 'b', ...].", _hint_lines(hint), show=show)
+    ans = [_norm(x) for x in answer]
+    if ans == exp:
+        return _finish("exact", f"`{name}` has all {len(exp)} items in the right order.", show=show)
+    missing = [x for x in expected if _norm(x) not in ans]
+    extra = [x for x in answer if _norm(x) not in exp]
+    dupes = sorted({x for x in ans if ans.count(x) > 1 and exp.count(x) < ans.count(x)}, key=str)
+    notes = []
+    if missing:
+        notes.append("missing: " + ", ".join(repr(x) for x in missing))
+    if extra:
+        notes.append("not part of the answer: " + ", ".join(repr(x) for x in extra))
+    if dupes:
+        notes.append("listed more than once: " + ", ".join(repr(x) for x in dupes))
+    head = f"`{name}` is not in the right order."
+    if not missing and not extra and not dupes:
+        first = next(i for i, (p, q) in enumerate(zip(ans, exp, strict=True)) if p != q)
+        head = f"`{name}` has the right items, but not in the right order" + (
+            f" (the first {first} are right)." if first else "."
+        )
+        later = exp.index(ans[first]) > first
+        notes.append(
+            f"position {first + 1}: {answer[first]!r} "
+            + ("must come later: something else has to happen first." if later else "must come earlier.")
+        )
+    if reveal:
+        notes.append("right order: " + " -> ".join(str(x) for x in expected))
+    return _finish("wrong", head, notes + _hint_lines(hint), show=show)
+
+
+# --------------------------------------------------------------------------------------------
+# Functions the learner writes
+# --------------------------------------------------------------------------------------------
+
+
+def check_function(
+    fn: Callable,
+    reference: Callable,
+    cases: Sequence,
+    *,
+    dtype=None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    name: str = "your function",
+    hint: str | None = None,
+    show: bool = True,
+) -> CheckResult:
+    """Run the learner's ``fn`` and ``reference`` on each case and compare the results.
+
+    ``cases`` is a list of argument tuples (a single non-tuple argument is wrapped).  Each call
+    gets its own deep copy of the arguments.  When both functions return ``None`` they are
+    in-place (like ``unscale_``): then the arguments after the call are compared instead.
+    Exceptions from ``fn`` are reported, not raised.  Results are compared with
+    :func:`check_tensor` / :func:`check_value` rules (``dtype``, ``rtol``, ``atol``).
+    """
+    if not callable(reference):
+        raise ValueError("reference must be a function")
+    if not isinstance(cases, Sequence) or isinstance(cases, str) or not cases:
+        raise ValueError("cases must be a non-empty list of argument tuples")
+    if _is_placeholder(fn):
+        return _no_answer(name, show, "a function")
+    if not callable(fn):
+        return _finish("wrong", f"`{name}` is a {type(fn).__name__}, not a function.", show=show)
+    verdicts, notes = [], []
+    for i, case in enumerate(cases, 1):
+        args = case if isinstance(case, tuple) else (case,)
+        ref_args, my_args = copy.deepcopy(args), copy.deepcopy(args)
+        expected = reference(*ref_args)
+        try:
+            got = fn(*my_args)
+        except Exception as exc:  # the learner's code: report, never raise
+            verdicts.append("wrong")
+            notes.append(f"case {i}: {name} raised {type(exc).__name__}: {exc}")
+            continue
+        if expected is None and got is None:
+            # In place (like unscale_): compare each argument after the call.
+            parts = [
+                _compare_any(m, r_, dtype=dtype, rtol=rtol, atol=atol, name=f"argument {j} after the call")
+                for j, (m, r_) in enumerate(zip(my_args, ref_args, strict=True), 1)
+            ]
+            verdict_i = _worst(p.verdict for p in parts)
+            lines = [line for p in parts if p.verdict != "exact" for line in _body(p)]
+            r = CheckResult(verdict_i, "\n".join(lines) or "matches")
+        elif got is None:
+            verdicts.append("wrong")
+            notes.append(f"case {i}: {name} returned None: is a `return` missing?")
+            continue
+        elif expected is None:
+            verdicts.append("wrong")
+            notes.append(
+                f"case {i}: {name} returned a value, but the reference changes its arguments in place and "
+                "returns None (a trailing _ in a name, as in unscale_, means in place): modify the tensors, "
+                "e.g. with g.mul_(...)"
+            )
+            continue
+        else:
+            r = _compare_any(got, expected, dtype=dtype, rtol=rtol, atol=atol, name="result")
+        verdicts.append(r.verdict)
+        if r.verdict != "exact":
+            notes.extend(f"case {i}: {line}" if j == 0 else f"  {line}" for j, line in enumerate(_body(r)))
+    verdict = _worst(verdicts)
+    n_ok = sum(v != "wrong" for v in verdicts)
+    if verdict == "exact":
+        head = f"{name} matches the reference bit for bit on all {len(cases)} cases."
+    elif verdict == "close":
+        head = f"{name} matches the reference within tolerance on all {len(cases)} cases."
+    else:
+        head = f"{name} matches the reference on {n_ok} of {len(cases)} cases."
+    if verdict != "exact":
+        notes += _hint_lines(hint)
+    return _finish(verdict, head, notes, show=show, details={"verdicts": verdicts})
+
+
+def _compare_any(got, expected, *, dtype, rtol, atol, name) -> CheckResult:
+    if isinstance(expected, (list, tuple)) and not _flatten_tensors(expected):
+        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
+            return CheckResult("wrong", f"{_MARK['wrong']}: `{name}` should have {len(expected)} items.")
+        parts = [
+            _compare_any(g, e, dtype=dtype, rtol=rtol, atol=atol, name=f"{name}[{k}]")
+            for k, (g, e) in enumerate(zip(got, expected, strict=True))
+        ]
+        verdict = _worst(p.verdict for p in parts)
+        lines = [line for p in parts if p.verdict != "exact" for line in _body(p)]
+        head = f"{_MARK[verdict]}: " + (lines[0] if lines else f"`{name}` matches.")
+        return CheckResult(verdict, "\n".join([head, *lines[1:]]))
+    if isinstance(expected, torch.Tensor) or _flatten_tensors(expected):
+        return check_tensor(got, expected, dtype=dtype, rtol=rtol, atol=atol, name=name, show=False)
+    if isinstance(expected, Number) and not isinstance(expected, bool):
+        return check_value(got, expected, dtype=dtype, rtol=rtol, atol=atol, name=name, show=False)
+    if got == expected:
+        return CheckResult("exact", f"{_MARK['exact']}: `{name}` matches.")
+    return CheckResult("wrong", f"{_MARK['wrong']}: `{name}` = {got!r} differs from the reference.")

@@ -1,0 +1,559 @@
+"""amp_lab.check: every helper accepts right answers and rejects the typical wrong ones.
+
+Oracles: torch's own casts (``x.to(dtype)``), the bit patterns torch stores (``view`` as an
+integer), ``torch.finfo``, and ``torch.amp.GradScaler`` for the in-place function check.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_lab import check
+from amp_lab.check import (
+    CheckResult,
+    check_between,
+    check_bits,
+    check_choice,
+    check_dtype,
+    check_dtypes,
+    check_function,
+    check_sequence,
+    check_set,
+    check_tensor,
+    check_value,
+)
+
+FP16_BITS = {torch.float16: (torch.int16, 16), torch.bfloat16: (torch.int16, 16), torch.float32: (torch.int32, 32)}
+
+
+def torch_bits(value: float, dtype: torch.dtype) -> str:
+    """The bit pattern torch stores for ``value`` cast to ``dtype`` (the oracle for check_bits)."""
+    int_dtype, n = FP16_BITS[dtype]
+    pattern = int(torch.tensor(value, dtype=torch.float64).to(dtype).view(int_dtype).item()) & (2**n - 1)
+    return f"{pattern:0{n}b}"
+
+
+def next_up(x: float, dtype: torch.dtype) -> float:
+    """The next representable value above positive ``x`` in ``dtype``, from its stored bits."""
+    int_dtype, _ = FP16_BITS[dtype]
+    t = torch.tensor(x, dtype=dtype)
+    return float((t.view(int_dtype) + 1).view(dtype).item())
+
+
+# --------------------------------------------------------------------------------------------
+# The result object and printing
+# --------------------------------------------------------------------------------------------
+
+
+def test_result_prints_its_message_and_is_truthy_when_ok(capsys):
+    r = check_value(1.5, 1.5)
+    out = capsys.readouterr().out
+    assert isinstance(r, CheckResult)
+    assert r.ok and bool(r) and r.verdict == "exact"
+    assert out.strip() == r.message
+    assert r.message.startswith("✓ exact")
+    assert repr(r) == "CheckResult(verdict='exact', ok=True)"
+
+
+def test_show_false_prints_nothing(capsys):
+    r = check_value(2.0, 1.0, show=False)
+    assert capsys.readouterr().out == ""
+    assert r.verdict == "wrong" and not r
+
+
+def test_verdict_must_be_known():
+    with pytest.raises(ValueError, match="verdict"):
+        CheckResult("maybe", "?")
+
+
+@pytest.mark.parametrize(
+    "helper, args",
+    [
+        (check_value, (1.0,)),
+        (check_tensor, (torch.ones(2),)),
+        (check_bits, ()),
+        (check_dtype, (torch.float32,)),
+        (check_dtypes, ({"mm": torch.bfloat16},)),
+        (check_choice, ("a",)),
+        (check_between, (1.0, 2.0)),
+        (check_sequence, (["a", "b"],)),
+        (check_set, ({"a", "b"},)),
+    ],
+)
+@pytest.mark.parametrize("placeholder", [None, ...])
+def test_unanswered_exercise_never_raises(helper, args, placeholder, capsys):
+    kwargs = {"value": 1.0} if helper is check_bits else {}
+    r = helper(placeholder, *args, **kwargs)
+    assert r.verdict == "wrong"
+    assert "no answer yet" in r.message
+    assert r.details == {"answered": False}
+    assert "no answer yet" in capsys.readouterr().out
+
+
+def test_unanswered_function():
+    r = check_function(None, abs, [(1.0,)], show=False)
+    assert "no answer yet" in r.message
+
+
+# --------------------------------------------------------------------------------------------
+# check_value: judged in the answer's precision
+# --------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200)
+@given(
+    x=st.floats(min_value=-6e4, max_value=6e4, allow_nan=False, allow_infinity=False),
+    dtype=st.sampled_from([torch.float16, torch.bfloat16]),
+)
+def test_value_rounded_by_torch_is_exact_and_the_unrounded_input_is_close(x, dtype):
+    stored = torch.tensor(x, dtype=torch.float64).to(dtype).item()
+    assert check_value(stored, stored, dtype=dtype, show=False).verdict == "exact"
+    # The unrounded input is the right dtype value, just not written exactly: "close".
+    r = check_value(x, stored, dtype=dtype, show=False)
+    assert r.verdict == ("exact" if x == stored else "close")
+    assert r.ok
+
+
+@settings(max_examples=200)
+@given(
+    x=st.floats(min_value=1e-3, max_value=1e4),
+    dtype=st.sampled_from([torch.float16, torch.bfloat16]),
+    ulps=st.integers(min_value=3, max_value=1000),
+)
+def test_value_several_ulps_away_is_wrong_with_the_distance_in_ulps(x, dtype, ulps):
+    stored = torch.tensor(x, dtype=torch.float64).to(dtype).item()
+    if stored == 0:
+        return
+    off = stored
+    for _ in range(ulps):
+        off = next_up(off, dtype)
+    if not math.isfinite(off):
+        return
+    r = check_value(off, stored, dtype=dtype, show=False)
+    assert r.verdict == "wrong"
+    # One ulp of the dtype at the expected value, from torch's own spacing at that binade.
+    assert r.details["ulps"] >= ulps - 1e-9
+    assert "too large" in r.message
+
+
+def test_value_one_ulp_away_is_close_within_eps():
+    # float16 eps = 2**-10, so one ulp above 1.0 is within rtol = eps * |expected|.
+    up = next_up(1.0, torch.float16)
+    r = check_value(up, 1.0, dtype=torch.float16, show=False)
+    assert r.verdict == "close"
+    assert r.details["ulps"] == 1.0
+    assert check_value(next_up(up, torch.float16), 1.0, dtype="fp16", show=False).verdict == "wrong"
+
+
+def test_value_tolerance_comes_from_the_dtype():
+    # 1 + 2**-9 is 2 float16 ulps away (wrong) but far less than a bfloat16 ulp (close).
+    x = 1.0 + 2.0**-9
+    assert torch.finfo(torch.bfloat16).eps > 2.0**-9 > torch.finfo(torch.float16).eps
+    assert check_value(x, 1.0, dtype=torch.float16, show=False).verdict == "wrong"
+    assert check_value(x, 1.0, dtype=torch.bfloat16, show=False).verdict == "close"
+
+
+def test_fp16_max_written_roughly_is_close_because_it_rounds_to_it():
+    r = check_value(65500, torch.finfo(torch.float16).max, dtype="fp16", show=False)
+    assert r.verdict == "close" and "rounds to the same float16 number" in r.message
+    assert check_value(65000, torch.finfo(torch.float16).max, dtype="fp16", show=False).verdict == "wrong"
+
+
+@pytest.mark.parametrize(
+    "answer, expected, phrase",
+    [
+        (-0.25, 0.25, "opposite sign"),
+        (0.25 * 2**16, 0.25, "2**16"),
+        (0.25 / 8, 0.25, "2**-3"),
+        (math.inf, 0.25, "overflow"),
+        (math.nan, 0.25, "NaN"),
+        (0.0, 0.25, "all zeros"),
+        ("0.25", 0.25, "without quotes"),
+        (True, 1.0, "yes/no"),
+        ([0.25, 0.25], 0.25, "single number"),
+    ],
+)
+def test_value_names_the_typical_mistake(answer, expected, phrase):
+    r = check_value(answer, expected, show=False)
+    assert r.verdict == "wrong"
+    assert phrase in r.message
+
+
+def test_value_in_the_wrong_format_is_named():
+    x = 0.1
+    fp16 = torch.tensor(x).half().item()
+    bf16 = torch.tensor(x).bfloat16().item()
+    r = check_value(bf16, fp16, dtype="fp16", show=False)
+    assert r.verdict == "wrong" and "rounded to bfloat16" in r.message
+    # The unrounded input, judged in float64: the hint says to round to the stored value.
+    r = check_value(x, fp16, show=False)
+    assert r.verdict == "wrong" and "rounded to float16, your answer becomes the expected value" in r.message
+
+
+def test_value_signed_zero_is_close_not_exact():
+    r = check_value(-0.0, 0.0, show=False)
+    assert r.verdict == "close" and "sign of zero" in r.message
+
+
+def test_value_nan_equals_nan():
+    assert check_value(math.nan, math.nan, show=False).verdict == "exact"
+
+
+def test_value_hint_and_reveal():
+    r = check_value(3.0, 2.0, hint="count the bits", show=False)
+    assert "hint: count the bits" in r.message and "expected" not in r.message
+    r = check_value(3.0, 2.0, reveal=True, show=False)
+    assert "expected: 2" in r.message
+    # A hint is not shown for an exact answer.
+    assert "hint" not in check_value(2.0, 2.0, hint="count the bits", show=False).message
+
+
+def test_value_bad_author_arguments_raise():
+    with pytest.raises(ValueError, match="dtype"):
+        check_value(1.0, 1.0, dtype="fp12")
+    with pytest.raises(ValueError, match="rtol"):
+        check_value(1.0, 1.0, rtol=-1)
+    with pytest.raises(ValueError, match="single number"):
+        check_value(1.0, torch.ones(3))
+
+
+def test_value_accepts_tf32_and_fp8_precisions():
+    # TF32 keeps 10 mantissa bits: 1 + 2**-11 rounds to 1.0 (ties to even) -> close.
+    assert check_value(1.0 + 2.0**-11, 1.0, dtype="tf32", show=False).verdict == "close"
+    # float8_e4m3fn: 448 is the max; 440 rounds to 448.
+    e4m3 = torch.tensor(440.0).to(torch.float8_e4m3fn).float().item()
+    assert e4m3 == 448.0
+    assert check_value(440.0, 448.0, dtype="fp8_e4m3", show=False).verdict == "close"
+
+
+# --------------------------------------------------------------------------------------------
+# check_tensor
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def g():
+    return torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+
+
+def test_tensor_exact_and_low_precision_answer_close(g):
+    assert check_tensor(g.clone(), g, show=False).verdict == "exact"
+    for dtype in (torch.float16, torch.bfloat16):
+        r = check_tensor(g.to(dtype), g, show=False)
+        assert r.verdict == "close", r.message
+        assert r.details["precision"] == str(dtype).removeprefix("torch.")
+
+
+def test_tensor_bf16_answer_judged_in_fp16_is_wrong(g):
+    r = check_tensor(g.bfloat16(), g, dtype=torch.float16, show=False)
+    assert r.verdict == "wrong"
+    assert "rounded to bfloat16" in r.message
+
+
+def test_tensor_loss_scale_left_in(g):
+    r = check_tensor(g * 2.0**16, g, show=False)
+    assert r.verdict == "wrong"
+    assert "2**16" in r.message and "scale" in r.message
+    assert r.details["elements_off"] == g.numel()
+
+
+def test_tensor_shape_mistakes(g):
+    r = check_tensor(g.T, g, show=False)
+    assert r.verdict == "wrong" and "transposed" in r.message
+    r = check_tensor(g.flatten(), g, show=False)
+    assert "reshape" in r.message
+    r = check_tensor(g.sum(), g, show=False)
+    assert "reduction" in r.message
+
+
+def test_tensor_underflowed_elements_and_worst_index(g):
+    a = g.clone()
+    a[2, 3] = 0.0
+    r = check_tensor(a, g, show=False)
+    assert r.verdict == "wrong"
+    assert r.details["worst_index"] == (2, 3)
+    assert r.details["elements_off"] == 1
+    assert "1 value is 0" in r.message and "underflow" in r.message
+
+
+def test_tensor_overflow_to_inf(g):
+    a = g.clone()
+    a[0, 0] = math.inf
+    r = check_tensor(a, g, show=False)
+    assert r.verdict == "wrong" and "overflow" in r.message and r.details["worst_index"] == (0, 0)
+
+
+def test_tensor_lists_of_gradients(g):
+    grads = [g, g[:2]]
+    assert check_tensor([t.clone() for t in grads], grads, show=False).verdict == "exact"
+    r = check_tensor([g.clone(), g[:2] * 2], grads, show=False)
+    assert r.verdict == "wrong" and "1 of 2 tensors" in r.message
+    assert check_tensor([g], grads, show=False).verdict == "wrong"
+
+
+def test_tensor_explicit_tolerances(g):
+    noisy = g + 1e-3
+    assert check_tensor(noisy, g, show=False).verdict == "wrong"
+    assert check_tensor(noisy, g, atol=2e-3, show=False).verdict == "close"
+
+
+def test_tensor_answer_as_nested_list(g):
+    assert check_tensor(g.tolist(), g, show=False).verdict == "exact"
+
+
+# --------------------------------------------------------------------------------------------
+# check_between
+# --------------------------------------------------------------------------------------------
+
+
+def test_between_accepts_the_range_and_explains_each_side():
+    assert check_between(2**14, 2**12, 2**20, show=False).verdict == "exact"
+    assert check_between(2**12, 2**12, 2**20, show=False).ok
+    low = check_between(2**10, 2**12, 2**20, below="gradients still underflow", show=False)
+    assert low.verdict == "wrong" and "too small" in low.message and "underflow" in low.message
+    high = check_between(2**24, 2**12, 2**20, above="the largest gradient overflows", show=False)
+    assert "too large" in high.message and "overflows" in high.message and "2**4.0" in high.message
+    with pytest.raises(ValueError, match="high"):
+        check_between(1, 2, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# check_bits, against the bits torch stores
+# --------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200)
+@given(
+    x=st.floats(min_value=-6e4, max_value=6e4, allow_nan=False),
+    dtype=st.sampled_from([torch.float16, torch.bfloat16]),
+)
+def test_bits_torch_pattern_is_exact(x, dtype):
+    bits = torch_bits(x, dtype)
+    fmt = "fp16" if dtype == torch.float16 else "bf16"
+    assert check_bits(bits, value=x, fmt=fmt, show=False).verdict == "exact"
+    # Spaced between the fields, as learners write them.
+    ne = 5 if dtype == torch.float16 else 8
+    spaced = f"{bits[0]} {bits[1:1 + ne]} {bits[1 + ne:]}"
+    assert check_bits(spaced, value=x, fmt=fmt, show=False).verdict == "exact"
+    assert check_bits(int(bits, 2), value=x, fmt=fmt, show=False).verdict == "exact"
+
+
+@settings(max_examples=100)
+@given(
+    x=st.floats(min_value=1e-4, max_value=6e4, allow_nan=False),
+    position=st.integers(min_value=0, max_value=15),
+)
+def test_bits_any_flipped_bit_is_wrong_and_the_field_is_named(x, position):
+    bits = torch_bits(x, torch.float16)
+    flipped = bits[:position] + ("1" if bits[position] == "0" else "0") + bits[position + 1 :]
+    r = check_bits(flipped, value=x, fmt="fp16", show=False)
+    field = "sign" if position == 0 else ("exponent" if position <= 5 else "mantissa")
+    if r.verdict == "close":  # two NaN patterns
+        assert math.isnan(x)
+        return
+    assert r.verdict == "wrong"
+    assert f"{field} is off" in r.message
+
+
+def test_bits_typical_mistakes():
+    # 1.0 in fp16 is 0 01111 0000000000 (bias 15).
+    assert torch_bits(1.0, torch.float16) == "0011110000000000"
+    r = check_bits("0 01110 0000000000", value=1.0, show=False)
+    assert "exponent is off" in r.message and "2**-1" in r.message and "bias" in r.message
+    r = check_bits("0 1111 0000000000", value=1.0, show=False)
+    assert "15 bits" in r.message and "16" in r.message
+    r = check_bits("0 01111 000000000a", value=1.0, show=False)
+    assert "only 0s and 1s" in r.message
+    # Off by one in the last place: a rounding mistake.
+    r = check_bits("0 01111 0000000001", value=1.0, show=False)
+    assert "last place" in r.message and "round to nearest" in r.message
+    # Hex strings are read as integers.
+    assert check_bits("0x3c00", value=1.0, show=False).verdict == "exact"
+    assert check_bits(2**16, value=1.0, show=False).verdict == "wrong"
+
+
+def test_bits_truncation_instead_of_rounding_is_caught():
+    # 0.1 in bfloat16: the dropped bits of float32(0.1) round up, so truncating is one ulp low.
+    f32 = int(torch.tensor(0.1, dtype=torch.float32).view(torch.int32).item())
+    truncated = f"{f32 >> 16:016b}"
+    assert truncated != torch_bits(0.1, torch.bfloat16)
+    r = check_bits(truncated, value=0.1, fmt="bf16", show=False)
+    assert r.verdict == "wrong" and "last place" in r.message
+
+
+def test_bits_any_nan_pattern_is_close():
+    r = check_bits("0 11111 1111111111", value=math.nan, show=False)
+    assert r.verdict == "close" and r.ok
+
+
+def test_bits_expected_as_bits_and_argument_errors():
+    assert check_bits("0011110000000000", "0 01111 0000000000", show=False).verdict == "exact"
+    with pytest.raises(ValueError, match="exactly one"):
+        check_bits("0", show=False)
+    with pytest.raises(ValueError, match="16 characters"):
+        check_bits("0", "0101", show=False)
+    with pytest.raises(ValueError, match="fmt"):
+        check_bits("0", value=1.0, fmt="fp12")
+
+
+# --------------------------------------------------------------------------------------------
+# check_dtype / check_dtypes, against autocast itself
+# --------------------------------------------------------------------------------------------
+
+
+def test_dtype_names_and_tensors_accepted():
+    for answer in (torch.bfloat16, "bf16", "torch.bfloat16", " BFloat16 ", torch.ones(1, dtype=torch.bfloat16)):
+        assert check_dtype(answer, torch.bfloat16, show=False).verdict == "exact"
+
+
+def test_dtype_wrong_answers_explain_the_difference():
+    r = check_dtype(torch.float16, torch.bfloat16, show=False)
+    assert r.verdict == "wrong"
+    assert "8 exponent" in r.message and "5 exponent" in r.message
+    assert "bfloat16" not in r.message.split("float16 has")[0]  # the expected name is not revealed
+    assert "expected: bfloat16" in check_dtype(torch.float16, torch.bfloat16, reveal=True, show=False).message
+    assert "not a dtype" in check_dtype("banana", torch.float32, show=False).message
+    with pytest.raises(ValueError, match="expected"):
+        check_dtype("bf16", "banana")
+
+
+def test_dtypes_against_cpu_autocast():
+    a = torch.randn(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        truth = {"mm": (a @ a).dtype, "softmax": torch.softmax(a, -1).dtype, "add": (a + a).dtype}
+    assert check_dtypes(dict(truth), truth, show=False).verdict == "exact"
+    guess = {"mm": torch.bfloat16, "softmax": torch.bfloat16, "add": None, "relu": torch.float32}
+    r = check_dtypes(guess, truth, show=False)
+    assert r.verdict == "wrong"
+    assert r.details["right"] == ["mm"]
+    assert r.details["missing"] == ["add"]
+    assert ("softmax" in r.details["wrong"]) == (truth["softmax"] != torch.bfloat16)
+    assert "not asked" in r.message
+
+
+# --------------------------------------------------------------------------------------------
+# check_choice / check_sequence
+# --------------------------------------------------------------------------------------------
+
+
+def test_choice():
+    assert check_choice(" B ", "b", show=False).verdict == "exact"
+    assert check_choice("c", {"b", "c"}, show=False).ok
+    r = check_choice("a", "b", explanations={"a": "the CPU has no bf16 hardware"}, show=False)
+    assert r.verdict == "wrong" and "no bf16 hardware" in r.message
+    r = check_choice("e", "b", options=["a", "b", "c"], show=False)
+    assert "not one of the options" in r.message
+    assert check_choice(2, 2, show=False).ok and not check_choice(3, 2, show=False).ok
+    assert "right: 'b'" in check_choice("a", "b", reveal=True, show=False).message
+
+
+def test_set():
+    right = {"fp32", "tf32", "bf16"}
+    assert check_set({"BF16", "fp32", "tf32"}, right, show=False).verdict == "exact"
+    assert check_set(["bf16", "tf32", "fp32"], right, show=False).verdict == "exact"
+    r = check_set({"fp32", "bf16"}, right, show=False)
+    assert r.verdict == "wrong" and "1 right item is missing" in r.message and "tf32" not in r.message
+    assert "missing: 'tf32'" in check_set({"fp32", "bf16"}, right, reveal=True, show=False).message
+    r = check_set({"fp32", "bf16", "tf32", "fp16"}, right, explanations={"fp16": "5 exponent bits"}, show=False)
+    assert "do not belong: 'fp16'" in r.message and "5 exponent bits" in r.message
+    assert "not among the options" in check_set({"fp12"}, right, options=["fp32", "bf16"], show=False).message
+    assert check_set("fp32", {"fp32"}, show=False).ok
+    assert "should be a set" in check_set(object(), right, show=False).message
+
+
+RECIPE = ["autocast forward", "scale(loss).backward()", "unscale_", "clip_grad_norm_", "step", "update"]
+
+
+def test_sequence():
+    assert check_sequence(list(RECIPE), RECIPE, show=False).verdict == "exact"
+    swapped = [RECIPE[0], RECIPE[1], RECIPE[3], RECIPE[2], RECIPE[4], RECIPE[5]]
+    r = check_sequence(swapped, RECIPE, show=False)
+    assert r.verdict == "wrong" and "first 2 are right" in r.message and "position 3" in r.message
+    r = check_sequence([s for s in RECIPE if s != "unscale_"], RECIPE, show=False)
+    assert "missing: 'unscale_'" in r.message
+    r = check_sequence([*RECIPE, "zero_grad"], RECIPE, show=False)
+    assert "not part of the answer: 'zero_grad'" in r.message
+    assert "should be a list" in check_sequence("abc", RECIPE, show=False).message
+
+
+# --------------------------------------------------------------------------------------------
+# check_function: a learner's unscale_ against torch.amp.GradScaler
+# --------------------------------------------------------------------------------------------
+
+
+def gradscaler_unscale_(grads: list[torch.Tensor], scale: float) -> None:
+    """The oracle: GradScaler.unscale_ on parameters holding ``grads``."""
+    params = [torch.nn.Parameter(torch.zeros_like(t)) for t in grads]
+    for p, t in zip(params, grads, strict=True):
+        p.grad = t.clone()
+    opt = torch.optim.SGD(params, lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+    scaler.scale(torch.ones(()))  # creates the scale tensor, as scaling a loss does
+    scaler.unscale_(opt)
+    for p, t in zip(params, grads, strict=True):
+        t.copy_(p.grad)
+
+
+def make_cases():
+    gen = torch.Generator().manual_seed(1)
+    return [
+        ([torch.randn(3, generator=gen) * 2**10, torch.randn(2, 2, generator=gen)], 1024.0),
+        ([torch.randn(5, generator=gen) * 2**16], 2.0**16),
+    ]
+
+
+def test_function_right_unscale_is_exact():
+    def unscale_(grads, scale):
+        inv = 1.0 / scale
+        for t in grads:
+            t.mul_(inv)
+
+    assert check_function(unscale_, gradscaler_unscale_, make_cases(), show=False).verdict == "exact"
+
+
+def test_function_typical_mistakes():
+    def multiplies(grads, scale):
+        for t in grads:
+            t.mul_(scale)
+
+    r = check_function(multiplies, gradscaler_unscale_, make_cases(), name="unscale_", show=False)
+    assert r.verdict == "wrong" and "0 of 2 cases" in r.message and "scale" in r.message
+
+    def not_in_place(grads, scale):
+        return [t / scale for t in grads]
+
+    r = check_function(not_in_place, gradscaler_unscale_, make_cases(), show=False)
+    assert "in place" in r.message
+
+    def unfinished(grads, scale):
+        raise NotImplementedError("write me")
+
+    r = check_function(unfinished, gradscaler_unscale_, make_cases(), show=False)
+    assert "raised NotImplementedError: write me" in r.message
+
+    def no_return(x):
+        x * 2
+
+    r = check_function(no_return, lambda x: x * 2, [torch.ones(2)], show=False)
+    assert "return" in r.message
+    assert "not a function" in check_function(3, abs, [(1,)], show=False).message
+
+
+def test_function_compares_returned_values_in_their_precision():
+    x = torch.randn(8, generator=torch.Generator().manual_seed(2))
+    r = check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], show=False)
+    assert r.verdict == "close"
+    r = check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], dtype="fp16", show=False)
+    assert r.verdict == "wrong"
+    with pytest.raises(ValueError, match="cases"):
+        check_function(abs, abs, [])
+
+
+def test_all_exports_exist():
+    for name in check.__all__:
+        assert hasattr(check, name)
