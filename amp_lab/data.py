@@ -38,7 +38,7 @@ def load_digits(*, device=None, test_fraction: float = 0.25, seed: int = 0) -> D
     """The digits data set as standardised float32 tensors on ``device``.
 
     The split is a seeded permutation; features are standardised with the training split's
-    mean and standard deviation (pixels that are always zero stay zero).
+    mean and standard deviation (pixels blank in every training image are only centred).
     """
     from sklearn.datasets import load_digits as _sk_load_digits
 
@@ -53,7 +53,10 @@ def load_digits(*, device=None, test_fraction: float = 0.25, seed: int = 0) -> D
     n_test = int(round(len(y) * float(test_fraction)))
     test_idx, train_idx = order[:n_test], order[n_test:]
     mean = X[train_idx].mean(0)
-    std = X[train_idx].std(0).clamp_min(1e-6)
+    std = X[train_idx].std(0)
+    # A pixel that is blank in every training image keeps its raw scale: dividing by a tiny std
+    # would turn an occasional ink dot in a test image into a feature of a million.
+    std = torch.where(std > 0, std, torch.ones_like(std))
     X = (X - mean) / std
     return Dataset(
         train=Split(X[train_idx].to(dev), y[train_idx].to(dev)),
