@@ -17,13 +17,13 @@ class Lesson:
 
 LESSONS = (
     Lesson("00_setup_check.ipynb", "Setup check", 10, "pre-flight: machine report, widgets, plots"),
-    Lesson("01_float_formats.ipynb", "Floating-point formats", 30,
+    Lesson("01_float_formats.ipynb", "Floating-point formats", 25,
            "FP32, TF32, BF16, FP16 and FP8 bit by bit, with a bit explorer"),
     Lesson("02_tensor_cores.ipynb", "Tensor Cores", 25,
            "what a Tensor Core computes; FP32 versus FP16 accumulation; multiples of 8"),
-    Lesson("03_underflow_and_overflow.ipynb", "Underflow and overflow", 30,
+    Lesson("03_underflow_and_overflow.ipynb", "Underflow and overflow", 25,
            "your own model's gradients against FP16's range, with a loss-scale slider"),
-    Lesson("04_loss_scaling_from_scratch.ipynb", "Loss scaling from scratch", 45,
+    Lesson("04_loss_scaling_from_scratch.ipynb", "Loss scaling from scratch", 30,
            "write static and dynamic loss scaling, prove it equals torch.amp.GradScaler"),
     Lesson("05_autocast_op_lists.ipynb", "Autocast op lists", 30,
            "which ops autocast runs in which precision, asked of autocast itself"),
