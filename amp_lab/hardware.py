@@ -267,6 +267,20 @@ def verdict_for(
     )
 
 
+def tf32_setting() -> tuple[bool, str]:
+    """(TF32 used for FP32 CUDA matmuls?, float32 matmul precision), under either torch API.
+
+    torch 2.9+ adds ``torch.backends.cuda.matmul.fp32_precision`` ("ieee"/"tf32"); once a program
+    sets it, reading the older ``allow_tf32`` / ``get_float32_matmul_precision()`` raises.
+    """
+    matmul = torch.backends.cuda.matmul
+    try:
+        return bool(matmul.allow_tf32), torch.get_float32_matmul_precision()
+    except RuntimeError:
+        precision = str(getattr(matmul, "fp32_precision", "unknown"))
+        return precision == "tf32", precision
+
+
 def describe(device=None) -> MachineReport:
     """Describe this machine for mixed precision.
 
@@ -288,6 +302,7 @@ def describe(device=None) -> MachineReport:
     verdict, race_device, race_dtype = verdict_for(
         cuda_available=cuda, tensor_cores=tensor_cores, flags=flags, device_type=dev.type
     )
+    tf32_matmul, matmul_precision = tf32_setting()
     notes = []
     if dev.type == "cpu" and os.environ.get("AMP_LAB_DEVICE") == "cpu" and cuda:
         notes.append("AMP_LAB_DEVICE=cpu: the course runs on the CPU although a GPU is present")
@@ -301,8 +316,8 @@ def describe(device=None) -> MachineReport:
         capability=capability,
         tensor_cores=tensor_cores,
         bf16_supported=bf16,
-        tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
-        float32_matmul_precision=torch.get_float32_matmul_precision(),
+        tf32_matmul=tf32_matmul,
+        float32_matmul_precision=matmul_precision,
         cpu_model=cpu_model(),
         cpu_flags=flags,
         cpu_capability=str(torch.backends.cpu.get_cpu_capability()),

@@ -156,3 +156,18 @@ def test_setup_banner_prints_device_and_verdict(capsys):
     assert hardware.setup_banner("cpu") is None
     out = capsys.readouterr().out
     assert "device: cpu" in out and "verdict:" in out and torch.__version__ in out
+
+
+def test_tf32_setting_survives_the_new_api():
+    # Once a program sets the new fp32_precision flag, torch refuses reads through the old API;
+    # describe() must still report the setting.
+    matmul = torch.backends.cuda.matmul
+    if not hasattr(matmul, "fp32_precision"):
+        pytest.skip("this torch has only the old TF32 API")
+    before = matmul.fp32_precision
+    try:
+        matmul.fp32_precision = "tf32"
+        assert hardware.tf32_setting() == (True, "tf32")
+        assert describe("cpu").tf32_matmul is True
+    finally:
+        matmul.fp32_precision = before
