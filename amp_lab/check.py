@@ -187,6 +187,13 @@ def _infer_precision(answer, expected, dtype) -> _Precision:
     return _FLOAT64
 
 
+def _about_format(expected, dtype) -> bool:
+    """Is the exercise about a format: a ``dtype`` is given, or ``expected`` is a low-precision tensor?"""
+    if dtype is not None:
+        return True
+    return isinstance(expected, torch.Tensor) and expected.is_floating_point() and expected.dtype != torch.float64
+
+
 def _tolerances(prec: _Precision, rtol, atol) -> tuple[float, float]:
     rtol = prec.eps if rtol is None else check_float("rtol", rtol, ge=0)
     atol = 0.0 if atol is None else check_float("atol", atol, ge=0)
@@ -231,8 +238,15 @@ def _power_of_two(r: float) -> int | None:
     return e - 1 if m == 0.5 else None
 
 
-def _diagnose(a: torch.Tensor, e: torch.Tensor, prec: _Precision, rtol: float, atol: float) -> list[str]:
-    """Hints for a wrong numeric answer, most specific first."""
+def _diagnose(
+    a: torch.Tensor, e: torch.Tensor, prec: _Precision, rtol: float, atol: float, *, about_format: bool = True
+) -> list[str]:
+    """Hints for a wrong numeric answer, most specific first.
+
+    The notes about rounding to another format are only offered when ``about_format``: the
+    exercise names a dtype, or its expected value is itself a low-precision tensor.  For a plain
+    number (255 versus 256, 0.0156 versus 2**-6) "rounded to bfloat16 it is right" would mislead.
+    """
     notes: list[str] = []
     a_bad = ~torch.isfinite(a)
     e_bad = ~torch.isfinite(e)
@@ -281,7 +295,7 @@ def _diagnose(a: torch.Tensor, e: torch.Tensor, prec: _Precision, rtol: float, a
             elif a.numel() > 1:
                 notes.append(f"every value is {r0:.4g} times the expected one: a constant factor is off")
     # The right value in another precision (or not rounded at all).
-    if e.numel() and bool(finite.all()):
+    if about_format and e.numel() and bool(finite.all()):
         for other in ("fp32", "bf16", "fp16", "tf32", "fp8_e4m3", "fp8_e5m2"):
             p = _precision(other)
             if p.name == prec.name:
@@ -308,8 +322,23 @@ def _diagnose(a: torch.Tensor, e: torch.Tensor, prec: _Precision, rtol: float, a
     return notes
 
 
-def _compare(a, e, prec: _Precision, rtol: float, atol: float, name: str, reveal: bool):
-    """(verdict, headline, notes, details) for float64 tensors ``a`` and ``e`` of equal shape."""
+def _compare(
+    a,
+    e,
+    prec: _Precision,
+    rtol: float,
+    atol: float,
+    name: str,
+    reveal: bool,
+    *,
+    explicit_tol: bool = False,
+    about_format: bool = True,
+):
+    """(verdict, headline, notes, details) for float64 tensors ``a`` and ``e`` of equal shape.
+
+    ``explicit_tol``: ``rtol``/``atol`` were given by the exercise (not the dtype's defaults), so
+    a "close" answer is within *the exercise's* tolerance.  ``about_format``: see :func:`_diagnose`.
+    """
     same = (a == e) | (torch.isnan(a) & torch.isnan(e))
     scalar = e.numel() == 1
     if bool(same.all()):
@@ -358,12 +387,13 @@ def _compare(a, e, prec: _Precision, rtol: float, atol: float, name: str, reveal
         versus = f" (expected {_num(e_w)})" if reveal else ""
         worst_text = f"worst at index {idx}: {_num(a_w)}{versus}, which is {size}"
     if rounds_same or within:
-        why = (
-            f"it rounds to the same {prec.name} number as the expected value"
-            if rounds_same
-            else f"within {prec.name}'s tolerance (|error| <= {atol:g} + {rtol:.3g} x |expected|)"
-        )
-        head = f"`{name}` is right to {prec.name} precision: {why}."
+        bound = f"|error| <= {atol:g} + {rtol:.3g} x |expected|"
+        if rounds_same:
+            head = f"`{name}` is right to {prec.name} precision: it rounds to the same {prec.name} number as the expected value."
+        elif explicit_tol:
+            head = f"`{name}` is right within the exercise's tolerance ({bound})."
+        else:
+            head = f"`{name}` is right to {prec.name} precision: within {prec.name}'s tolerance ({bound})."
         notes = [f"not bit for bit: {worst_text if not scalar else size}."]
         if reveal:
             notes.append(f"expected: {_show(e)}")
@@ -382,7 +412,7 @@ def _compare(a, e, prec: _Precision, rtol: float, atol: float, name: str, reveal
             head = f"`{name}` = {_num(a_w)} is off ({size})."
     else:
         head = f"{n_off} of {e.numel()} elements of `{name}` are off; {worst_text}."
-    notes = _diagnose(a, e, prec, rtol, atol)
+    notes = _diagnose(a, e, prec, rtol, atol, about_format=about_format)
     if reveal:
         notes.append(f"expected: {_show(e)}")
     return "wrong", head, notes, details
@@ -413,11 +443,15 @@ def check_value(
     ``"exact"``: bit for bit.  ``"close"``: the same number once rounded to ``dtype``, or
     ``|answer - expected| <= atol + rtol * |expected|`` with ``rtol`` defaulting to the dtype's
     epsilon and ``atol`` to 0.  Otherwise ``"wrong"``, with how far off (relative, in ulps of
-    ``dtype``) and what the mistake probably is.  ``hint`` is added when the answer is not exact.
+    ``dtype``) and what the mistake probably is.  ``hint`` is added only to a ``"wrong"`` verdict.
+    With an explicit ``rtol``/``atol`` a ``"close"`` answer is "within the exercise's tolerance".
+    Notes about rounding to another format are offered only when the exercise is about a format
+    (``dtype`` given, or ``expected`` a tensor of a dtype other than float64).
 
     Taught with the exercises of ``01_float_formats`` onwards.
     """
     prec = _infer_precision(answer, expected, dtype)
+    rtol_given, atol_given = rtol is not None, atol is not None
     rtol, atol = _tolerances(prec, rtol, atol)
     if _is_placeholder(answer):
         return _no_answer(name, show, "a number")
@@ -436,8 +470,12 @@ def check_value(
             _hint_lines(hint),
             show=show,
         )
-    verdict, head, notes, details = _compare(a.reshape(()), e.reshape(()), prec, rtol, atol, name, reveal)
-    if verdict != "exact":
+    explicit = rtol_given or atol_given
+    verdict, head, notes, details = _compare(
+        a.reshape(()), e.reshape(()), prec, rtol, atol, name, reveal,
+        explicit_tol=explicit, about_format=_about_format(expected, dtype),
+    )  # fmt: skip
+    if verdict == "wrong":
         notes = notes + _hint_lines(hint)
     return _finish(verdict, head, notes, show=show, details=details)
 
@@ -491,12 +529,15 @@ def check_tensor(
         head = f"{n_ok} of {len(results)} tensors of `{name}` are right"
         head += "." if verdict == "wrong" else ", within their dtype's tolerance."
         notes = [line for r in results if r.verdict != "exact" for line in _body(r)]
-        return _finish(verdict, head, notes + _hint_lines(hint), show=show, details={"items": results})
+        if verdict == "wrong":
+            notes += _hint_lines(hint)
+        return _finish(verdict, head, notes, show=show, details={"items": results})
 
     e, err = _as_float64(expected, "expected")
     if err:
         raise ValueError(f"expected must be a tensor or numbers, got {type(expected).__name__}")
     prec = _infer_precision(answer, expected, dtype)
+    explicit = rtol is not None or atol is not None
     rtol, atol = _tolerances(prec, rtol, atol)
     a, err = _as_float64(answer, name)
     if err:
@@ -516,9 +557,11 @@ def check_tensor(
             f"(your tensor is {str(answer.dtype).removeprefix('torch.')}, "
             f"the reference is {str(expected.dtype).removeprefix('torch.')}; values are compared, judged in {prec.name})"
         )
-    verdict, head, more, details = _compare(a, e, prec, rtol, atol, name, reveal)
+    verdict, head, more, details = _compare(
+        a, e, prec, rtol, atol, name, reveal, explicit_tol=explicit, about_format=_about_format(expected, dtype)
+    )
     notes = more + (notes if verdict != "exact" else [])
-    if verdict != "exact":
+    if verdict == "wrong":
         notes += _hint_lines(hint)
     return _finish(verdict, head, notes, show=show, details=details)
 
@@ -790,7 +833,11 @@ def check_dtype(
     elif exp == torch.float32 and got in (torch.float16, torch.bfloat16):
         notes.append("is this an op autocast keeps in float32 for accuracy, or one outside the autocast region?")
     elif got == torch.float32 and exp in (torch.float16, torch.bfloat16):
-        notes.append("inside an autocast region, matmul-like ops run in the low-precision dtype.")
+        notes.append(
+            "inside an autocast region, an op on autocast's lower-precision list (matmul, linear, conv, ...) "
+            "runs in the low-precision dtype, and an op on no list (relu, max_pool2d, view, ...) keeps its "
+            "input's dtype, so a low-precision input gives a low-precision output."
+        )
     if reveal:
         notes.append(f"expected: {_dtype_name(exp)}")
     return _finish("wrong", f"`{name}` is {_dtype_name(got)}, not the expected dtype.", notes + _hint_lines(hint), show=show)
@@ -1008,6 +1055,7 @@ def check_function(
     rtol: float | None = None,
     atol: float | None = None,
     name: str = "your function",
+    variable: str = "answer",
     hint: str | None = None,
     show: bool = True,
 ) -> CheckResult:
@@ -1018,25 +1066,36 @@ def check_function(
     in-place (like ``unscale_``): then the arguments after the call are compared instead.
     Exceptions from ``fn`` are reported, not raised.  Results are compared with
     :func:`check_tensor` / :func:`check_value` rules (``dtype``, ``rtol``, ``atol``).
+    ``name`` is the function's name in the feedback; ``variable`` is the variable the learner sets
+    to their function (``answer = my_function``), named when it is unset or not a function.
+    ``hint`` is added only to a ``"wrong"`` verdict.
     """
     if not callable(reference):
         raise ValueError("reference must be a function")
     if not isinstance(cases, Sequence) or isinstance(cases, str) or not cases:
         raise ValueError("cases must be a non-empty list of argument tuples")
     if _is_placeholder(fn):
-        return _no_answer(name, show, "a function")
+        what = "your function" if name in ("your function", variable) else f"your function (`{name}`)"
+        return _no_answer(variable, show, what)
     if not callable(fn):
-        return _finish("wrong", f"`{name}` is a {type(fn).__name__}, not a function.", show=show)
+        kind = type(fn).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        return _finish("wrong", f"`{variable}` is {article} {kind}, not a function.", show=show)
     verdicts, notes = [], []
+    shown_cases = 0
     for i, case in enumerate(cases, 1):
         args = case if isinstance(case, tuple) else (case,)
+        if shown_cases >= _MAX_CASES_SHOWN:  # keep the feedback short: count the rest, do not list them
+            label = None
+        else:
+            label = f"case {i}{_args_text(args)}"
         ref_args, my_args = copy.deepcopy(args), copy.deepcopy(args)
         expected = reference(*ref_args)
         try:
             got = fn(*my_args)
         except Exception as exc:  # the learner's code: report, never raise
             verdicts.append("wrong")
-            notes.append(f"case {i}: {name} raised {type(exc).__name__}: {exc}")
+            shown_cases += _note_case(notes, label, [f"{name} raised {type(exc).__name__}: {exc}"])
             continue
         if expected is None and got is None:
             # In place (like unscale_): compare each argument after the call.
@@ -1049,22 +1108,25 @@ def check_function(
             r = CheckResult(verdict_i, "\n".join(lines) or "matches")
         elif got is None:
             verdicts.append("wrong")
-            notes.append(f"case {i}: {name} returned None: is a `return` missing?")
+            shown_cases += _note_case(notes, label, [f"{name} returned None: is a `return` missing?"])
             continue
         elif expected is None:
             verdicts.append("wrong")
-            notes.append(
-                f"case {i}: {name} returned a value, but the reference changes its arguments in place and "
+            shown_cases += _note_case(notes, label, [
+                f"{name} returned a value, but the reference changes its arguments in place and "
                 "returns None (a trailing _ in a name, as in unscale_, means in place): modify the tensors, "
                 "e.g. with g.mul_(...)"
-            )
+            ])  # fmt: skip
             continue
         else:
             r = _compare_any(got, expected, dtype=dtype, rtol=rtol, atol=atol, name="result")
         verdicts.append(r.verdict)
         if r.verdict != "exact":
-            notes.extend(f"case {i}: {line}" if j == 0 else f"  {line}" for j, line in enumerate(_body(r)))
+            shown_cases += _note_case(notes, label, _body(r))
     verdict = _worst(verdicts)
+    n_hidden = sum(v != "exact" for v in verdicts) - shown_cases
+    if n_hidden > 0:
+        notes.append(f"... and {n_hidden} more case{'s' if n_hidden > 1 else ''} not shown.")
     n_ok = sum(v != "wrong" for v in verdicts)
     if verdict == "exact":
         head = f"{name} matches the reference bit for bit on all {len(cases)} cases."
@@ -1072,9 +1134,42 @@ def check_function(
         head = f"{name} matches the reference within tolerance on all {len(cases)} cases."
     else:
         head = f"{name} matches the reference on {n_ok} of {len(cases)} cases."
-    if verdict != "exact":
+    if verdict == "wrong":
         notes += _hint_lines(hint)
     return _finish(verdict, head, notes, show=show, details={"verdicts": verdicts})
+
+
+_MAX_CASES_SHOWN = 5
+
+
+def _note_case(notes: list[str], label: str | None, lines: Sequence[str]) -> int:
+    """Add a case's feedback lines under ``label`` (skipped when ``label`` is None); 1 if added."""
+    if label is None:
+        return 0
+    notes.extend(f"{label}: {line}" if j == 0 else f"  {line}" for j, line in enumerate(lines))
+    return 1
+
+
+def _args_text(args: tuple) -> str:
+    """`` (args 1024, 2, False)`` for short arguments, so the learner can rerun the failing case."""
+    parts = []
+    for x in args:
+        if isinstance(x, bool) or x is None:
+            parts.append(repr(x))
+        elif isinstance(x, float):
+            k = _power_of_two(abs(x))
+            big = k is not None and abs(k) >= 10
+            parts.append(f"{'-' if x < 0 else ''}2.0**{k}" if big else _num(x))
+        elif isinstance(x, Number):
+            parts.append(repr(x))
+        elif isinstance(x, torch.Tensor):
+            parts.append(f"a tensor of shape {tuple(x.shape)}" if x.dim() else _num(float(x)))
+        elif _flatten_tensors(x):
+            parts.append(f"a list of {len(x)} tensors")
+        else:
+            return ""
+    text = ", ".join(parts)
+    return f" (arguments {text})" if len(text) <= 80 else ""
 
 
 def _compare_any(got, expected, *, dtype, rtol, atol, name) -> CheckResult:

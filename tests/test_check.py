@@ -95,9 +95,16 @@ def test_unanswered_exercise_never_raises(helper, args, placeholder, capsys):
     assert "no answer yet" in capsys.readouterr().out
 
 
-def test_unanswered_function():
+def test_unanswered_function_names_the_variable_the_learner_sets():
     r = check_function(None, abs, [(1.0,)], show=False)
-    assert "no answer yet" in r.message
+    assert "no answer yet" in r.message and "set `answer` to your function" in r.message
+    r = check_function(None, abs, [(1.0,)], name="unscale_and_clip_", show=False)
+    assert "set `answer` to your function (`unscale_and_clip_`)" in r.message
+    assert "set `unscale_and_clip_`" not in r.message
+    r = check_function(..., abs, [(1.0,)], name="my_update", variable="my_update", show=False)
+    assert "set `my_update` to your function and" in r.message
+    r = check_function(3, abs, [(1.0,)], variable="fn", show=False)
+    assert "`fn` is an int, not a function" in r.message
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,9 +197,32 @@ def test_value_in_the_wrong_format_is_named():
     bf16 = torch.tensor(x).bfloat16().item()
     r = check_value(bf16, fp16, dtype="fp16", show=False)
     assert r.verdict == "wrong" and "rounded to bfloat16" in r.message
-    # The unrounded input, judged in float64: the hint says to round to the stored value.
-    r = check_value(x, fp16, show=False)
+    # The unrounded input, in an exercise about formats: the note says to round to the stored value.
+    r = check_value(x, fp16, dtype=torch.float64, show=False)
     assert r.verdict == "wrong" and "rounded to float16, your answer becomes the expected value" in r.message
+    r = check_value(x, torch.tensor(fp16, dtype=torch.float32), show=False)  # the expected value's own dtype
+    assert r.verdict == "wrong" and "rounded to float16, your answer becomes the expected value" in r.message
+
+
+@pytest.mark.parametrize("answer, expected", [(255, 256), (0.0156, 2.0**-6), (0.1, torch.tensor(0.1).half().item())])
+def test_value_plain_numbers_get_no_format_notes(answer, expected):
+    # Rounded to bfloat16 (or fp8) these answers become the expected value, but a plain number
+    # exercise is not about a format: saying so would mislead.
+    low = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
+    assert any(torch.tensor(float(answer)).to(d).item() == expected for d in low)
+    r = check_value(answer, expected, show=False)
+    assert r.verdict == "wrong"
+    assert "rounded to" not in r.message and "this exercise is about" not in r.message
+
+
+def test_value_format_notes_when_the_exercise_names_a_dtype():
+    assert torch.tensor(0.0156).bfloat16().item() == 2.0**-6
+    r = check_value(0.0156, 2.0**-6, dtype="fp16", show=False)
+    assert r.verdict == "wrong" and "rounded to bfloat16, your answer becomes the expected value" in r.message
+    r = check_tensor([0.0156], torch.tensor([2.0**-6], dtype=torch.float16), show=False)
+    assert r.verdict == "wrong" and "rounded to bfloat16, your answer becomes the expected value" in r.message
+    r = check_tensor([0.0156], [2.0**-6], show=False)
+    assert r.verdict == "wrong" and "rounded to" not in r.message
 
 
 def test_value_signed_zero_is_close_not_exact():
@@ -211,6 +241,34 @@ def test_value_hint_and_reveal():
     assert "expected: 2" in r.message
     # A hint is not shown for an exact answer.
     assert "hint" not in check_value(2.0, 2.0, hint="count the bits", show=False).message
+
+
+def test_hint_only_under_a_wrong_verdict(g):
+    close = check_value(1.0 + 2.0**-11, 1.0, dtype="fp16", hint="count the bits", show=False)
+    assert close.verdict == "close" and "hint" not in close.message
+    close = check_value(1.0005, 1.0, rtol=1e-3, hint="count the bits", show=False)
+    assert close.verdict == "close" and "hint" not in close.message
+    close = check_tensor(g.bfloat16(), g, hint="mind the scale", show=False)
+    assert close.verdict == "close" and "hint" not in close.message
+    close = check_tensor([g.bfloat16()], [g], hint="mind the scale", show=False)
+    assert close.verdict == "close" and "hint" not in close.message
+    wrong = check_tensor([g * 2], [g], hint="mind the scale", show=False)
+    assert wrong.verdict == "wrong" and "hint: mind the scale" in wrong.message
+    x = torch.randn(8, generator=torch.Generator().manual_seed(2))
+    close = check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], hint="round last", show=False)
+    assert close.verdict == "close" and "hint" not in close.message
+    wrong = check_function(lambda t: t * 2, lambda t: t, [(x,)], hint="round last", show=False)
+    assert wrong.verdict == "wrong" and "hint: round last" in wrong.message
+
+
+def test_explicit_tolerance_is_the_exercises_not_float64s():
+    r = check_value(1.0005, 1.0, rtol=1e-3, show=False)
+    assert r.verdict == "close"
+    assert "within the exercise's tolerance" in r.message and "float64" not in r.message
+    r = check_value(1.0 + 2.0**-52, 1.0, show=False)  # 1 ulp: within float64's own tolerance
+    assert r.verdict == "close" and "within float64's tolerance" in r.message
+    assert "exercise" not in r.message
+    assert "within the exercise's tolerance" in check_tensor(torch.ones(3) + 1e-4, torch.ones(3), atol=1e-3, show=False).message
 
 
 def test_value_bad_author_arguments_raise():
@@ -418,6 +476,9 @@ def test_dtype_wrong_answers_explain_the_difference():
     assert "bfloat16" not in r.message.split("float16 has")[0]  # the expected name is not revealed
     assert "expected: bfloat16" in check_dtype(torch.float16, torch.bfloat16, reveal=True, show=False).message
     assert "not a dtype" in check_dtype("banana", torch.float32, show=False).message
+    # A float32 guess for a low-precision result: both causes are named.
+    r = check_dtype(torch.float32, torch.bfloat16, show=False)
+    assert "lower-precision list" in r.message and "keeps its input's dtype" in r.message
     with pytest.raises(ValueError, match="expected"):
         check_dtype("bf16", "banana")
 
@@ -542,6 +603,29 @@ def test_function_typical_mistakes():
     r = check_function(no_return, lambda x: x * 2, [torch.ones(2)], show=False)
     assert "return" in r.message
     assert "not a function" in check_function(3, abs, [(1,)], show=False).message
+
+
+def test_function_names_each_failing_case_and_lists_at_most_five():
+    cases = [(2.0**k, k, k % 2 == 0) for k in range(12, 20)]
+
+    def reference(scale, tracker, flag):
+        return scale / 2, tracker
+
+    def no_return(scale, tracker, flag):
+        scale / 2
+
+    r = check_function(no_return, reference, cases, show=False)
+    assert r.verdict == "wrong" and r.details["verdicts"] == ["wrong"] * 8
+    assert "case 1 (arguments 2.0**12, 12, True): your function returned None" in r.message
+    assert "case 5 (arguments 2.0**16, 16, True)" in r.message and "case 6" not in r.message
+    assert "... and 3 more cases not shown." in r.message
+
+    def one_off(scale, tracker, flag):
+        return (scale / 2, tracker + (tracker == 15))
+
+    r = check_function(one_off, reference, cases, show=False)
+    assert "7 of 8 cases" in r.message and "case 4 (arguments 2.0**15, 15, False)" in r.message
+    assert "not shown" not in r.message
 
 
 def test_function_compares_returned_values_in_their_precision():
