@@ -21,7 +21,7 @@ ROOT_FLAG  := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 help:
 	@echo "make lab        open the course in JupyterLab (http://$(LAB_IP):$(LAB_PORT), token login)"
-	@echo "make test       every check: ruff, package tests, nbval on every notebook, browser test"
+	@echo "make test       every check: ruff, package tests, nbval on every notebook, browser tests"
 	@echo "make notebooks  re-execute every notebook in place on CPU"
 	@echo "make doctor     check this machine and environment for the course"
 	@echo "make gpu-check  on a CUDA machine: race, sweep and autocast probe -> docs/results/"
@@ -47,10 +47,12 @@ unit: $(STAMP)
 nbval: $(STAMP)
 	AMP_LAB_DEVICE=cpu $(BIN)/python -m pytest --nbval notebooks
 
+# tests/browser: real JupyterLab in headless Chromium (tests/browser/README.md). Skips with an install
+# hint when /usr/bin/chromium is missing; under CI=true that is an error.
 browser: $(STAMP)
 	$(BIN)/python -m pytest tests/browser
 
-test: lint unit nbval
+test: lint unit nbval browser
 
 notebooks: $(STAMP)
 	$(BIN)/python scripts/execute_notebooks.py

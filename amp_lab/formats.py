@@ -779,6 +779,16 @@ class BitExplorer:
     def _on_slider(self, change) -> None:
         if self._syncing:
             return
+        # The page snaps the slider to its 0.01-decade grid and sends the snapped value back: a
+        # value within half a step of the one shown is that echo, not a learner's move.
+        current = abs(getattr(self, "value", 0.0))
+        if (
+            math.isfinite(current)
+            and current > 0
+            and change["new"] > 0
+            and abs(math.log10(change["new"]) - math.log10(current)) <= self.slider.step / 2 + 1e-9
+        ):
+            return
         sign = -1.0 if self.value_input.value.strip().startswith("-") else 1.0
         x = float(f"{sign * change['new']:.6g}")
         self._syncing = True

@@ -444,3 +444,18 @@ def test_bit_explorer_headless():
     assert ex.decompositions["fp8_e4m3"].kind == (
         "normal" if F.FORMATS["fp8_e4m3"].overflow == "saturate" else "nan"
     )
+
+
+def test_bit_explorer_ignores_the_pages_snapped_echo():
+    # The front end snaps the log slider to its grid (65520 -> 10**4.82) and sends it back;
+    # that echo must not replace the value the learner typed.
+    explorer = F.bit_explorer(value=0.1)
+    explorer.value_input.value = "65520"
+    step = explorer.slider.step
+    snapped = 10 ** (round(math.log10(65520) / step) * step)
+    explorer.slider.value = snapped
+    assert explorer.value_input.value == "65520"
+    assert explorer.decompositions["fp16"].kind == "inf"
+    # A real move (several steps away) still drives the explorer.
+    explorer.slider.value = 100.0
+    assert float(explorer.value_input.value) == 100.0
