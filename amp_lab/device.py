@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import contextmanager
 
 import torch
 
@@ -116,3 +117,23 @@ def seed_everything(seed: int = 0) -> None:
     except ImportError:  # pragma: no cover - numpy is a dependency
         return
     np.random.seed(seed)
+
+
+@contextmanager
+def torch_threads(num_threads: int | None, device: str | torch.device | None = None):
+    """Run a block with ``num_threads`` torch intra-op CPU threads, then restore the count.
+
+    ``None`` keeps the current count.  With ``device`` given, only a CPU device changes it (a GPU
+    run keeps the host's threads).  The course's networks are tiny: a second thread has nothing to
+    split, on a busy machine threads that wait for each other make a step many times slower, and
+    one thread gives the same numbers whatever the core count, so stored outputs reproduce.
+    """
+    if num_threads is None or (device is not None and get_device(device).type != "cpu"):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -25,14 +25,13 @@ Everything is computed in float32 unless ``autocast_dtype`` is given; the FP32 v
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from ._checks import check_choice, check_float, check_int
-from .device import get_device, parse_dtype
+from .device import get_device, parse_dtype, torch_threads
 
 KINDS = ("activation", "weight", "bias", "output")
 
@@ -108,24 +107,9 @@ class GradientRecord:
         return torch.cat(parts)
 
 
-@contextmanager
 def _single_threaded_on_cpu(dev: torch.device):
-    """Run a block with one intra-op thread on the CPU, then restore the count.
-
-    The matmuls here are tiny (64 x 64): splitting them over threads costs more than it saves,
-    and on a busy machine waiting for a second thread can make a step 10-20x slower.  One thread
-    also gives the same numbers on every machine, whatever its core count, so the notebook's
-    stored outputs match what a learner gets.
-    """
-    if dev.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    """One intra-op thread on the CPU for the block (see ``device.torch_threads`` for why)."""
+    return torch_threads(1, dev)
 
 
 def make_mlp(

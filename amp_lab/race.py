@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_choice, check_float, check_int
-from .device import amp_dtype, get_device, parse_dtype
+from .device import amp_dtype, get_device, parse_dtype, torch_threads
 
 # The clock and the synchroniser are module attributes so tests can replace them with fakes and
 # check *when* they are called relative to the timed work.
@@ -385,17 +385,8 @@ def _sampler(dev: torch.device):
     return _CudaEventSampler(dev) if dev.type == "cuda" else _WallClockSampler(dev)
 
 
-@contextlib.contextmanager
 def _threads(num_threads: int | None):
-    if num_threads is None:
-        yield
-        return
-    old = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+    return torch_threads(num_threads)
 
 
 def _on_device(dev: torch.device):

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_float, check_int
-from .device import get_device, parse_dtype, synchronize
+from .device import get_device, parse_dtype, synchronize, torch_threads
 
 __all__ = [
     "AmpChoice",
@@ -546,16 +546,12 @@ def compare_precisions(
     dts = [_precision(d, name="dtypes") for d in dtypes]
     if threads is not None:
         threads = check_int("threads", threads, minimum=1)
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with torch_threads(threads):
             return compare_precisions(
                 data, dts, num_steps=num_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
                 hidden=hidden, depth=depth, lr=lr, warmup_steps=warmup_steps, seed=seed, threads=None,
                 device=dev, show_progress=show_progress,
             )  # fmt: skip
-        finally:
-            torch.set_num_threads(before)
     if not dts:
         raise ValueError("dtypes must name at least one of: float32, bfloat16, float16")
     warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)

@@ -20,7 +20,6 @@ interval and the backoff factor re-run a short training and redraw the scale tra
 
 from __future__ import annotations
 
-import contextlib
 import html
 import math
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ import torch
 from torch import nn
 
 from ._checks import check_float, check_int
-from .device import get_device, parse_dtype
+from .device import get_device, parse_dtype, torch_threads
 
 __all__ = [
     "ScalerExplorer",
@@ -88,22 +87,9 @@ def gradient_zero_fraction(parameters) -> float:
     return zeros / total if total else 0.0
 
 
-@contextlib.contextmanager
 def cpu_threads(num_threads: int | None, device: torch.device):
-    """Run the block with ``num_threads`` torch CPU threads (restored afterwards; no-op off CPU or for None).
-
-    The course's networks are tiny: a second thread has nothing to split, and on a shared
-    2-core machine threads that wait for each other make a step many times slower.
-    """
-    if num_threads is None or device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    """Run the block with ``num_threads`` torch CPU threads (restored afterwards; no-op off CPU or for None)."""
+    return torch_threads(num_threads, device)
 
 
 def _scale_of(scaler) -> float:

@@ -70,3 +70,15 @@ def test_no_device_snippets_outside_the_helper():
                 or '\\"cuda\\" if torch.cuda.is_available()' in text:
             offenders.append(path.name)
     assert offenders == []
+
+
+def test_torch_threads_sets_and_restores():
+    before = torch.get_num_threads()
+    with D.torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with D.torch_threads(None):
+        assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), D.torch_threads(1, "cpu"):
+        raise RuntimeError("restored even on error")
+    assert torch.get_num_threads() == before
