@@ -36,6 +36,7 @@ import torch
 from . import formats
 from ._checks import check_choice as _check_arg_choice
 from ._checks import check_float
+from .device import dtype_name
 
 __all__ = [
     "CheckResult",
@@ -778,10 +779,6 @@ def _parse_dtype(x) -> torch.dtype | None:
     return None
 
 
-def _dtype_name(d: torch.dtype) -> str:
-    return str(d).removeprefix("torch.")
-
-
 def _dtype_facts(d: torch.dtype) -> str:
     if d.is_floating_point:
         fi = torch.finfo(d)
@@ -824,8 +821,8 @@ def check_dtype(
             show=show,
         )
     if got == exp:
-        return _finish("exact", f"`{name}` is {_dtype_name(exp)}.", show=show)
-    notes = [f"{_dtype_name(got)} has {_dtype_facts(got)}; the expected dtype has {_dtype_facts(exp)}."]
+        return _finish("exact", f"`{name}` is {dtype_name(exp)}.", show=show)
+    notes = [f"{dtype_name(got)} has {_dtype_facts(got)}; the expected dtype has {_dtype_facts(exp)}."]
     if {got, exp} == {torch.float16, torch.bfloat16}:
         notes.append(
             "both are 16-bit: which does this device's autocast use (CUDA: float16 by default; CPU: bfloat16)?"
@@ -839,8 +836,8 @@ def check_dtype(
             "input's dtype, so a low-precision input gives a low-precision output."
         )
     if reveal:
-        notes.append(f"expected: {_dtype_name(exp)}")
-    return _finish("wrong", f"`{name}` is {_dtype_name(got)}, not the expected dtype.", notes + _hint_lines(hint), show=show)
+        notes.append(f"expected: {dtype_name(exp)}")
+    return _finish("wrong", f"`{name}` is {dtype_name(got)}, not the expected dtype.", notes + _hint_lines(hint), show=show)
 
 
 def check_dtypes(

@@ -85,6 +85,11 @@ def amp_dtype(device: str | torch.device | None = None) -> torch.dtype:
     return torch.float16 if get_device(device).type in ("cuda", "mps") else torch.bfloat16
 
 
+def dtype_name(dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``: how the course prints a dtype."""
+    return str(dtype).removeprefix("torch.")
+
+
 def parse_dtype(dtype, *, allowed=(torch.float16, torch.bfloat16), name: str = "dtype") -> torch.dtype:
     """Accept a torch dtype or a short name (``"bf16"``, ``"fp16"``, ...) from ``allowed``."""
     if isinstance(dtype, str):

@@ -107,9 +107,6 @@ class GradientRecord:
         return torch.cat(parts)
 
 
-def _single_threaded_on_cpu(dev: torch.device):
-    """One intra-op thread on the CPU for the block (see ``device.torch_threads`` for why)."""
-    return torch_threads(1, dev)
 
 
 def make_mlp(
@@ -181,7 +178,7 @@ def train_steps(
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
-    with _single_threaded_on_cpu(dev):
+    with torch_threads(1, dev):
         for _ in range(num_steps):
             idx = torch.randint(0, len(y), (min(batch_size, len(y)),), generator=gen).to(dev)
             loss = nn.functional.cross_entropy(model(X[idx]), y[idx])
@@ -271,7 +268,7 @@ def collect_gradients(
 
     params = [p for p in model.parameters() if p.requires_grad]
     try:
-        with _single_threaded_on_cpu(dev):
+        with torch_threads(1, dev):
             if autocast_dtype is not None:
                 with torch.autocast(device_type=dev.type, dtype=autocast_dtype):
                     out = model(X)

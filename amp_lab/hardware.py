@@ -267,18 +267,30 @@ def verdict_for(
     )
 
 
-def tf32_setting() -> tuple[bool, str]:
-    """(TF32 used for FP32 CUDA matmuls?, float32 matmul precision), under either torch API.
+def tf32_matmul_enabled() -> bool:
+    """Whether FP32 matmuls on CUDA may run on TF32 Tensor Cores right now.
 
-    torch 2.9+ adds ``torch.backends.cuda.matmul.fp32_precision`` ("ieee"/"tf32"); once a program
-    sets it, reading the older ``allow_tf32`` / ``get_float32_matmul_precision()`` raises.
+    torch 2.9+ has ``torch.backends.cuda.matmul.fp32_precision`` ("ieee"/"tf32"; "none" inherits
+    the generic ``torch.backends.fp32_precision``), which also reflects settings made through the
+    legacy ``allow_tf32``.  Reading it never trips torch's legacy/new mixing check, whereas reading
+    ``allow_tf32`` raises once a program has set the new flag.
     """
     matmul = torch.backends.cuda.matmul
+    if hasattr(torch.backends, "fp32_precision"):
+        value = matmul.fp32_precision
+        if value == "none":
+            value = torch.backends.fp32_precision
+        return value == "tf32"
+    return bool(matmul.allow_tf32)
+
+
+def tf32_setting() -> tuple[bool, str]:
+    """(TF32 used for FP32 CUDA matmuls?, float32 matmul precision), under either torch API."""
     try:
-        return bool(matmul.allow_tf32), torch.get_float32_matmul_precision()
-    except RuntimeError:
-        precision = str(getattr(matmul, "fp32_precision", "unknown"))
-        return precision == "tf32", precision
+        precision = torch.get_float32_matmul_precision()
+    except RuntimeError:  # the new API was set: the legacy getter refuses to answer
+        precision = str(torch.backends.cuda.matmul.fp32_precision)
+    return tf32_matmul_enabled(), precision
 
 
 def describe(device=None) -> MachineReport:

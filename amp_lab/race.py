@@ -43,7 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_choice, check_float, check_int
-from .device import amp_dtype, get_device, parse_dtype, torch_threads
+from .device import amp_dtype, dtype_name, get_device, parse_dtype, torch_threads
+from .hardware import tf32_matmul_enabled as _tf32_matmul_enabled
 
 # The clock and the synchroniser are module attributes so tests can replace them with fakes and
 # check *when* they are called relative to the timed work.
@@ -111,28 +112,11 @@ def format_bytes(nbytes: float | None) -> str:
     return f"{int(b)} B"
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 # ----------------------------------------------------------------------------------------------
 # Context: what a timing needs next to it to mean anything
 # ----------------------------------------------------------------------------------------------
 
 _NEW_TF32_API = hasattr(torch.backends, "fp32_precision")  # torch >= 2.9
-
-
-def _tf32_matmul_enabled() -> bool:
-    """Whether FP32 matmuls on CUDA may run on TF32 Tensor Cores right now."""
-    matmul = torch.backends.cuda.matmul
-    if _NEW_TF32_API:
-        # The new API's value wins; "none" means "inherit the generic setting", whose default
-        # is IEEE FP32.  Reading the new API never trips torch's legacy/new mixing check.
-        value = matmul.fp32_precision
-        if value == "none":
-            value = torch.backends.fp32_precision
-        return value == "tf32"
-    return bool(matmul.allow_tf32)
 
 
 @contextlib.contextmanager
@@ -385,10 +369,6 @@ def _sampler(dev: torch.device):
     return _CudaEventSampler(dev) if dev.type == "cuda" else _WallClockSampler(dev)
 
 
-def _threads(num_threads: int | None):
-    return torch_threads(num_threads)
-
-
 def _on_device(dev: torch.device):
     # CUDA events record on the current device's stream: make the race's device current.
     return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
@@ -445,7 +425,7 @@ def measure(
     numbers: dict[str, int] = {}
     untimed: dict[str, int] = {}
     contexts: dict[str, dict] = {}
-    with _threads(num_threads), _on_device(dev):
+    with torch_threads(num_threads), _on_device(dev):
         sampler = _sampler(dev)
         for name in names:
             c = contestants[name]
@@ -499,7 +479,7 @@ def _jsonable(value):
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, torch.dtype):
-        return _dtype_name(value)
+        return dtype_name(value)
     if isinstance(value, torch.device):
         return str(value)
     if isinstance(value, float) and not math.isfinite(value):
@@ -571,7 +551,7 @@ class RaceResult:
 
     def __str__(self) -> str:
         unit = "call" if self.kind == "matmul" else "step"
-        lines = [f"race {self.kind} {self.size}, AMP dtype {_dtype_name(self.dtype)} on {self.context['device']}"]
+        lines = [f"race {self.kind} {self.size}, AMP dtype {dtype_name(self.dtype)} on {self.context['device']}"]
         for name, t in self.timings.items():
             lines.append(
                 f"  {name:>4}: {format_seconds(t.median)}/{unit} (IQR {format_seconds(t.iqr)}), "
@@ -711,7 +691,7 @@ def race_matmul(
     if dev.type == "cuda":
         contestants["fp32"] = Contestant(fp32, lambda: _tf32_matmul(False))
         contestants["tf32"] = Contestant(fp32, lambda: _tf32_matmul(True))
-    extra = {"race": "matmul", "size": f"n={n}", "amp_dtype": _dtype_name(dtype)}
+    extra = {"race": "matmul", "size": f"n={n}", "amp_dtype": dtype_name(dtype)}
     timings = measure(
         contestants,
         device=dev,
@@ -895,7 +875,7 @@ def race_mlp(
         f"race_mlp(width={width}, batch={batch})",
         "choose a smaller width or batch",
     )
-    with _threads(num_threads):
+    with torch_threads(num_threads):
         X, y, model = _mlp_setup(width, batch, in_features, num_classes, dev)
 
         def trainer(d):
@@ -911,7 +891,7 @@ def race_mlp(
         mem = _measure_memory(make, dev, [X, y]) if memory else None
         trainers = {name: build.fn() for name, build in make.items()}
     contestants = {name: Contestant(trainers[name].step, make[name].context) for name in make}
-    extra = {"race": "mlp", "size": f"width={width}, batch={batch}", "amp_dtype": _dtype_name(dtype)}
+    extra = {"race": "mlp", "size": f"width={width}, batch={batch}", "amp_dtype": dtype_name(dtype)}
     timings = measure(
         contestants,
         device=dev,
@@ -1127,7 +1107,7 @@ def sweep(
         ceiling = Ceiling(
             vs_fp32=measured,
             vs_tf32=None,
-            source=f"measured on this {what}: raw {_dtype_name(dtype)} GEMM {shape[0]}x{shape[1]}x{shape[2]} "
+            source=f"measured on this {what}: raw {dtype_name(dtype)} GEMM {shape[0]}x{shape[1]}x{shape[2]} "
             "against FP32, inputs already cast",
         )
     ceiling = Ceiling(ceiling.vs_fp32, ceiling.vs_tf32, ceiling.source, measured_gemm=measured, gemm_shape=shape)
@@ -1145,7 +1125,7 @@ def sweep_summary(result: SweepResult) -> str:
     at = result.sizes[result.speedups.index(best)]
     if c.vs_fp32 < 1:
         second = (
-            f"The ceiling is {c.vs_fp32:.3g}x ({c.source}): below 1, so {_dtype_name(r0.dtype)} arithmetic itself is "
+            f"The ceiling is {c.vs_fp32:.3g}x ({c.source}): below 1, so {dtype_name(r0.dtype)} arithmetic itself is "
             f"slower than FP32 here and AMP cannot pay; best measured {best:.2f}x at {at}."
         )
     else:
@@ -1195,7 +1175,7 @@ def plot_sweep(result: SweepResult, ax=None):
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots(figsize=(6.4, 3.8))
-    dtype = _dtype_name(result.results[0].dtype)
+    dtype = dtype_name(result.results[0].dtype)
     ranges = [_speedup_range(r) for r in result.results]
     lower = [s - lo for s, (lo, _hi) in zip(result.speedups, ranges, strict=True)]
     upper = [hi - s for s, (_lo, hi) in zip(result.speedups, ranges, strict=True)]
@@ -1266,7 +1246,7 @@ def _cpu_has_fast(dtype: torch.dtype) -> bool | None:
 def explain(result: RaceResult) -> str:
     """A plain-language reading of a race result: who won, by how much, and the likely reason."""
     s = result.speedup
-    dtype = _dtype_name(result.dtype)
+    dtype = dtype_name(result.dtype)
     dev = result.context["device"]
     if s >= 1.1:
         verdict = f"AMP wins: {s:.2f}x the speed of FP32 ({dtype} on {dev})."
@@ -1360,13 +1340,13 @@ def reference_table_html(references: Sequence[dict], mine: SweepResult | None = 
         sweeps = {k: v for k, v in ref.get("sweeps", {}).items() if k.startswith("matmul_")}
         if not sweeps:
             continue
-        wanted = f"matmul_{_dtype_name(mine.results[0].dtype)}" if mine is not None else None
+        wanted = f"matmul_{dtype_name(mine.results[0].dtype)}" if mine is not None else None
         key = wanted if wanted in sweeps else sorted(sweeps)[0]
         gpu = ref.get("machine", {}).get("gpu_name") or ref.get("machine", {}).get("device", "?")
         columns.append((f"{gpu} ({key.removeprefix('matmul_')})", dict(zip(sweeps[key]["sizes"], sweeps[key]["speedups"], strict=True))))
     if mine is not None:
         columns.append(
-            (f"yours: {mine.context['device']} ({_dtype_name(mine.results[0].dtype)})", dict(zip(mine.sizes, mine.speedups, strict=True)))
+            (f"yours: {mine.context['device']} ({dtype_name(mine.results[0].dtype)})", dict(zip(mine.sizes, mine.speedups, strict=True)))
         )
     sizes = sorted({size for _, values in columns for size in values})
     rows = [[n, *(f"{values[n]:.2f}x" if n in values else "-" for _, values in columns)] for n in sizes]
@@ -1421,7 +1401,7 @@ class RaceWidget:
 
         self.width = widgets.Dropdown(options=widths, value=widths[0], description="width")
         self.batch = widgets.Dropdown(options=batches, value=batches[0], description="batch")
-        default = _dtype_name(amp_dtype(self.device))
+        default = dtype_name(amp_dtype(self.device))
         self.precision = widgets.ToggleButtons(
             options=[("bf16", "bfloat16"), ("fp16", "float16")], value=default, description="AMP dtype"
         )
@@ -1545,7 +1525,7 @@ def result_card_html(result: RaceResult) -> str:
     mem_note = f"<br>memory: {e(result.memory['method'])}" if result.memory else ""
     return (
         f"<div style='font-size:1.3em'>speedup <b class='amp-race-speedup'>{result.speedup:.2f}x</b> "
-        f"(AMP {e(_dtype_name(result.dtype))} vs FP32, {e(result.size)})</div>"
+        f"(AMP {e(dtype_name(result.dtype))} vs FP32, {e(result.size)})</div>"
         f"<p>{e(explain(result))}</p>"
         f"<table style='font-family:monospace;border-collapse:collapse'>{''.join(rows)}</table>"
         f"<small>{len(result.fp32.samples)} samples each, interleaved, after "

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from ._checks import check_float, check_int
+from .device import torch_threads
 from .formats import FloatFormat, get_format, round_to
-from .gradients import _single_threaded_on_cpu
 
 __all__ = [
     "CATEGORIES",
@@ -692,7 +692,7 @@ class ScaleExplorer:
         k = int(self.slider.value if log2_scale is None else log2_scale)
         # A few element-wise passes over ~1e5 values: one thread is plenty, and it never waits
         # for a second core that another process holds (that wait dominated on a busy machine).
-        with _single_threaded_on_cpu(self._sel.device):
+        with torch_threads(1, self._sel.device):
             report = _report(self._sel, self._zeros, self._nonfinite, self.fmt, math.ldexp(1.0, k))
         self.report = report
         self.readout.value = readout_html(report, self.suggested_log2)

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import check_float, check_int
-from .device import get_device, parse_dtype, synchronize, torch_threads
+from .device import dtype_name, get_device, parse_dtype, synchronize, torch_threads
 
 __all__ = [
     "AmpChoice",
@@ -66,11 +66,6 @@ def _precision(dtype, name: str = "dtype") -> torch.dtype:
     if dtype is None:
         return torch.float32
     return parse_dtype(dtype, allowed=_PRECISIONS, name=name)
-
-
-def dtype_name(dtype) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"``."""
-    return str(dtype).removeprefix("torch.")
 
 
 # --------------------------------------------------------------------------------------------

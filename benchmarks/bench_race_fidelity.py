@@ -33,7 +33,7 @@ import torch  # noqa: E402
 from torch.utils import benchmark  # noqa: E402
 
 from amp_lab import race  # noqa: E402
-from amp_lab.device import amp_dtype, get_device, parse_dtype  # noqa: E402
+from amp_lab.device import amp_dtype, dtype_name, get_device, parse_dtype  # noqa: E402
 
 AMP_STMT = "with torch.autocast(device_type, dtype=dtype):\n    A @ B"
 
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     sizes = args.sizes or ((1024, 2048, 4096) if dev.type == "cuda" else (64, 128, 256))
     ctx = race.timing_context(dev)
     print(
-        f"race_matmul fidelity on {dev} ({ctx['device_name']}), AMP dtype {race._dtype_name(dtype)}, "
+        f"race_matmul fidelity on {dev} ({ctx['device_name']}), AMP dtype {dtype_name(dtype)}, "
         f"{threads} threads for both harnesses, torch {torch.__version__}, load average {ctx['load_avg_1min']}"
     )
     print(f"{'n':>6} {'round':>5} {'race FP32':>11} {'race AMP':>11} {'race x':>9} "

@@ -184,6 +184,7 @@ def run_check(dev, sizes: dict, *, log=_log) -> dict:
     import torch
 
     from amp_lab import race
+    from amp_lab.device import dtype_name
 
     if dev.type == "cuda":
         dtypes = [torch.float16] + ([torch.bfloat16] if torch.cuda.is_bf16_supported() else [])
@@ -221,7 +222,7 @@ def run_check(dev, sizes: dict, *, log=_log) -> dict:
     a = race.race_matmul(aligned, dtype=dtypes[0], **common)
     u = race.race_matmul(unaligned, dtype=dtypes[0], **common)
     results["alignment"] = {
-        "dtype": race._dtype_name(dtypes[0]),
+        "dtype": dtype_name(dtypes[0]),
         "n_aligned": aligned,
         "n_unaligned": unaligned,
         "amp_tflops_aligned": a.tflops["amp"],
@@ -236,12 +237,12 @@ def run_check(dev, sizes: dict, *, log=_log) -> dict:
     results["sweeps"] = {}
     for dtype in dtypes:
         s = race.sweep(sizes["sweep_matmul"], kind="matmul", dtype=dtype, show_progress=False, **common)
-        results["sweeps"][f"matmul_{race._dtype_name(dtype)}"] = s.to_dict()
+        results["sweeps"][f"matmul_{dtype_name(dtype)}"] = s.to_dict()
         log(f"sweep matmul {dtype}: " + ", ".join(f"{n}: {x:.2f}x" for n, x in zip(s.sizes, s.speedups, strict=True)))
     s = race.sweep(
         sizes["sweep_mlp"], kind="mlp", batch=sizes["sweep_batch"], dtype=dtypes[0], show_progress=False, **common
     )
-    results["sweeps"][f"mlp_{race._dtype_name(dtypes[0])}"] = s.to_dict()
+    results["sweeps"][f"mlp_{dtype_name(dtypes[0])}"] = s.to_dict()
     log("sweep mlp: " + ", ".join(f"{n}: {x:.2f}x" for n, x in zip(s.sizes, s.speedups, strict=True)))
     durations["sweeps"] = time.perf_counter() - start
 
