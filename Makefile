@@ -17,11 +17,12 @@ LAB_ARGS   ?=
 # Jupyter refuses to start as root unless told; CI and containers run as root.
 ROOT_FLAG  := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test lint unit nbval notebooks browser gpu-check doctor clean help
+.PHONY: lab test lint unit nbval nbval-kernels nbval-one-thread nbval-matrix notebooks browser gpu-check doctor clean help
 
 help:
 	@echo "make lab        open the course in JupyterLab (http://$(LAB_IP):$(LAB_PORT), token login)"
-	@echo "make test       every check: ruff, package tests, nbval on every notebook, browser tests"
+	@echo "make test       every check: ruff, package tests, nbval on every notebook on three machines"
+	@echo "                (make nbval-matrix: this one, nbval-kernels, nbval-one-thread), browser tests"
 	@echo "make notebooks  re-execute every notebook in place on CPU"
 	@echo "make doctor     check this machine and environment for the course"
 	@echo "make gpu-check  on a CUDA machine: race, sweep and autocast probe -> docs/results/"
@@ -44,15 +45,67 @@ lint: $(STAMP)
 unit: $(STAMP)
 	AMP_LAB_DEVICE=cpu $(BIN)/python -m pytest tests --ignore=tests/browser
 
+# nbval compares every stored output that is deterministic (CONTRIBUTING.md, "Notebook outputs and nbval").
+# NOTEBOOKS narrows any nbval target, e.g. `make nbval-kernels NOTEBOOKS=notebooks/03_underflow_and_overflow.ipynb`.
+NOTEBOOKS  ?= notebooks
+NBVAL_RUN  := AMP_LAB_DEVICE=cpu $(BIN)/python -m pytest --nbval -p no:cacheprovider
+
+# The machine matrix: the same notebooks as if run on two other machines.  A cell whose stored digits
+# depend on the order in which the CPU's kernels add numbers up fails on one of them.
+#   other kernels: ATen's plain C++ kernels instead of AVX2/AVX512 (also changes torch.randn's values),
+#                  MKL's conditional-numerical-reproducibility GEMM (MKL_CBWR; MKL_ENABLE_INSTRUCTIONS
+#                  alone changed nothing on an AMD CPU), oneDNN capped at SSE4.1
+#   one thread:    torch, OpenMP and MKL on one thread (reductions split differently)
+KERNELS_ENV    := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
+ONE_THREAD_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
 nbval: $(STAMP)
-	AMP_LAB_DEVICE=cpu $(BIN)/python -m pytest --nbval notebooks
+	$(NBVAL_RUN) $(NOTEBOOKS)
+
+nbval-kernels: $(STAMP)
+	env $(KERNELS_ENV) $(NBVAL_RUN) $(NOTEBOOKS)
+
+nbval-one-thread: $(STAMP)
+	env $(ONE_THREAD_ENV) $(NBVAL_RUN) $(NOTEBOOKS)
+
+# The whole matrix at once: this machine and both simulated ones, in parallel.  An nbval run spends most of
+# its time in one kernel thread, so on 2 cores the three take about 1.5x one run instead of 3x.  Each log
+# goes to artifacts/nbval-<machine>.log; a failing one is printed whole, the others' last line.
+nbval-matrix: $(STAMP)
+	@mkdir -p artifacts
+	@echo "nbval on three machines in parallel (this one; other kernels; one thread): $(NOTEBOOKS) ..."
+	@start=$$(date +%s); \
+	$(NBVAL_RUN) -q --durations=10 $(NOTEBOOKS) > artifacts/nbval-native.log 2>&1 & native=$$!; \
+	env $(KERNELS_ENV) $(NBVAL_RUN) -q --durations=10 $(NOTEBOOKS) > artifacts/nbval-kernels.log 2>&1 & kernels=$$!; \
+	env $(ONE_THREAD_ENV) $(NBVAL_RUN) -q --durations=10 $(NOTEBOOKS) > artifacts/nbval-one-thread.log 2>&1 & one=$$!; \
+	failed=""; \
+	for run in native:$$native kernels:$$kernels one-thread:$$one; do \
+	  machine=$${run%%:*}; log=artifacts/nbval-$$machine.log; \
+	  if wait $${run#*:}; then echo "--- nbval, $$machine: $$(tail -n 1 $$log)"; \
+	  else echo "--- nbval, $$machine FAILED ($$log):"; cat $$log; failed="$$failed $$machine"; fi; \
+	done; \
+	echo "nbval-matrix: $$(( $$(date +%s) - start )) s$${failed:+; failed on:$$failed}"; \
+	test -z "$$failed"
 
 # tests/browser: real JupyterLab in headless Chromium (tests/browser/README.md). Skips with an install
 # hint when /usr/bin/chromium is missing; under CI=true that is an error.
 browser: $(STAMP)
 	$(BIN)/python -m pytest tests/browser
 
-test: lint unit nbval browser
+# Stages run in this order and stop at the first failure; each prints its wall time (the install is the
+# first stage on a fresh clone).  Targets joined by + run side by side (make -j): the package tests and the
+# nbval matrix each keep about one core busy, so on 2 cores they share well (the unit tests time nothing;
+# the notebooks' timing cells print volatile figures whose claims must hold on a busy machine anyway).
+# The browser tests wait on a real JupyterLab with timeouts: they run alone.
+TEST_STAGES := lint unit+nbval-matrix browser
+test:
+	@total=$$(date +%s); \
+	for stage in $(STAMP) $(TEST_STAGES); do \
+	  start=$$(date +%s); \
+	  $(MAKE) --no-print-directory -j2 $$(echo $$stage | tr + ' ') || exit $$?; \
+	  echo "== make test: $$stage took $$(( $$(date +%s) - start )) s"; \
+	done; \
+	echo "== make test: passed in $$(( $$(date +%s) - total )) s"
 
 notebooks: $(STAMP)
 	$(BIN)/python scripts/execute_notebooks.py

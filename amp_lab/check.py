@@ -825,7 +825,8 @@ def check_dtype(
     notes = [f"{dtype_name(got)} has {_dtype_facts(got)}; the expected dtype has {_dtype_facts(exp)}."]
     if {got, exp} == {torch.float16, torch.bfloat16}:
         notes.append(
-            "both are 16-bit: which does this device's autocast use (CUDA: float16 by default; CPU: bfloat16)?"
+            "both are 16-bit: which one did this autocast region ask for? (autocast's own default is float16 on CUDA "
+            "and bfloat16 on CPU; the course picks bfloat16 on Ampere and later GPUs, see amp_dtype)"
         )
     elif exp == torch.float32 and got in (torch.float16, torch.bfloat16):
         notes.append("is this an op autocast keeps in float32 for accuracy, or one outside the autocast region?")

@@ -1,10 +1,16 @@
-"""The course map: each notebook and what it will do on this machine (``00_setup_check``)."""
+"""The course map: each notebook and what it will do on this machine (``00_setup_check``).
+
+The sentences are composed from the machine report (``hardware.describe()``): its device, its
+dtype and its verdict, a prediction from hardware facts.  None of them states a measured outcome.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hardware import MachineReport, describe
+import torch
+
+from .hardware import MachineReport, cpu_has_native, cpu_native_labels, describe
 
 
 @dataclass(frozen=True)
@@ -33,32 +39,66 @@ LESSONS = (
 )
 
 
+_EXPECTATION = {
+    True: "the verdict expects AMP to beat FP32 on large matrices",
+    False: "the verdict expects AMP not to beat FP32 here",
+    None: "the verdict leaves the speed to the measurement",
+}
+
+
+def _where(report: MachineReport) -> str:
+    if report.race_device == "cuda":
+        return report.gpu_name or "the GPU"
+    if report.race_device == "mps":
+        return "the Apple GPU (MPS)"
+    return "the CPU"
+
+
 def on_this_machine(lesson: Lesson, report: MachineReport) -> str:
-    """One sentence: what ``lesson`` will do on the machine ``report`` describes."""
+    """One sentence: what ``lesson`` will do on the machine ``report`` describes.
+
+    Every statement about speed or memory is composed from the report's verdict (its dtype,
+    GradScaler and prediction), never typed as a fixed outcome, so each machine reads its own
+    story: a prediction that notebooks 06 and 07 then measure.
+    """
     cuda = report.race_device == "cuda"
-    gpu = report.gpu_name or "the GPU"
+    where = _where(report)
     dtype = str(report.race_dtype).removeprefix("torch.")
+    scaler = "with a GradScaler" if report.use_scaler else "without a GradScaler (bfloat16 needs none)"
     name = lesson.file
     if name.startswith(("00_", "01_")):
         return "runs the same on every machine"
     if name.startswith("02_"):
         if cuda:
-            return f"measures the multiple-of-8 alignment effect on {gpu}"
+            return f"measures the multiple-of-8 alignment effect on {where}"
         return "emulates Tensor Core arithmetic; the alignment timing needs a CUDA GPU and is skipped"
     if name.startswith("03_"):
-        return f"trains a small model on {report.race_device} and inspects its real gradients"
+        return f"trains a small model on {where} and inspects its real gradients"
     if name.startswith("04_"):
-        if cuda:
-            return f"trains in FP16 on {gpu} with your scaler and GradScaler"
-        return "trains in FP16 on the CPU (small model: CPU FP16 kernels are slow) with your scaler and GradScaler"
+        if report.race_device != "cpu":
+            return f"trains in FP16 on {where} with your scaler and GradScaler"
+        native = cpu_has_native(torch.float16, report.cpu_flags)
+        if native:
+            labels = " and ".join(cpu_native_labels(torch.float16, report.cpu_flags))
+            why = f"this CPU multiplies FP16 in hardware ({labels})"
+        elif native is False:
+            why = "this CPU has no FP16 matmul instructions, so FP16 is emulated and the model is kept small"
+        else:
+            why = "whether this CPU multiplies FP16 in hardware is unknown, so the model is kept small"
+        return f"trains in FP16 on the CPU with your scaler and GradScaler; {why}"
     if name.startswith("05_"):
         if cuda:
-            return "probes autocast on CUDA (float16) and on the CPU (bfloat16)"
+            return "probes autocast on CUDA (float16, autocast's default) and on the CPU (bfloat16)"
+        if report.race_device == "mps":
+            return "probes autocast on MPS (float16) and lists the CPU and CUDA rules for comparison"
         return "probes CPU autocast (bfloat16); the CUDA list is shown as documented"
     if name.startswith("06_"):
         return f"races FP32 against {dtype} autocast on {report.race_device}: {report.verdict}"
     if name.startswith("07_"):
-        return f"trains end to end in {dtype} on {report.race_device}"
+        return (
+            f"trains end to end in {dtype} on {where} {scaler}, then measures it against FP32; "
+            f"{_EXPECTATION[report.expect_speedup]}"
+        )
     return lesson.summary
 
 

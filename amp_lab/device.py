@@ -7,9 +7,10 @@ snippet.  (Taught in ``00_setup_check``.)
 * ``get_device()`` picks CUDA when a GPU is present, else the CPU.  The environment
   variable ``AMP_LAB_DEVICE`` overrides the choice (``make notebooks`` and ``make test`` set
   it to ``cpu`` so stored outputs are reproducible on any machine).
-* ``amp_dtype(device)`` is the low-precision dtype the course races on that device:
-  float16 on CUDA (Tensor Cores since Volta, and autocast's CUDA default), bfloat16 on CPU
-  (the only low-precision dtype CPU autocast is built for).
+* ``amp_dtype(device)`` is the low-precision dtype the course uses on that device, the one
+  decision ``hardware.amp_dtype_for`` makes (the machine report's ``race_dtype`` is the same):
+  bfloat16 on CUDA GPUs from Ampere (compute capability 8.0) on, float16 on Volta, Turing and
+  older GPUs and on Apple GPUs (MPS), bfloat16 on CPUs.
 """
 
 from __future__ import annotations
@@ -81,8 +82,17 @@ def device_type(device: str | torch.device | None = None) -> str:
 
 
 def amp_dtype(device: str | torch.device | None = None) -> torch.dtype:
-    """The low-precision dtype the course uses for autocast on ``device``."""
-    return torch.float16 if get_device(device).type in ("cuda", "mps") else torch.bfloat16
+    """The low-precision dtype the course uses for autocast on ``device`` (``00_setup_check``).
+
+    The decision is ``hardware.amp_dtype_for``'s, so it always agrees with the machine report's
+    ``race_dtype``.  Cheap enough to call in every cell: on CUDA it reads only the GPU's compute
+    capability (which torch caches), never the full machine report.
+    """
+    from .hardware import amp_dtype_for
+
+    dev = get_device(device)
+    capability = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+    return amp_dtype_for(dev.type, capability)
 
 
 def dtype_name(dtype) -> str:

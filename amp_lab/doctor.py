@@ -1,8 +1,9 @@
 """``python -m amp_lab doctor``: the workshop pre-flight.
 
-Prints the machine report (``hardware.describe()``), then checks each package the course
-needs, one line each: ``ok`` or ``problem`` with the fix.  Exits 0 when the course can run,
-1 (with the problems listed last) when it cannot.  Taught in ``00_setup_check``.
+Prints the machine report (``hardware.describe()``) with the reasons for its verdict, then
+checks each package the course needs, one line each: ``ok`` or ``problem`` with the fix.  Exits 0
+when the course can run, 1 (with the problems listed last) when it cannot.  Taught in
+``00_setup_check``.
 """
 
 from __future__ import annotations
@@ -130,7 +131,10 @@ def main(argv=None, *, version_of=metadata.version, out=None) -> int:
     try:
         from .hardware import describe
 
-        print(describe(), file=out)
+        report = describe()
+        print(report, file=out)
+        for reason in report.reasons:  # the facts behind the verdict: a prediction, measured in 06
+            print(f"  why: {reason}", file=out)
     except Exception as exc:  # the report needs torch; the checks below say how to fix it
         print(f"(machine report unavailable: {exc})", file=out)
     print("\nEnvironment", file=out)

@@ -2,9 +2,17 @@
 
 * ``tensor_core_generation(capability)`` maps a CUDA compute capability to its Tensor Core
   generation and the input types those cores accelerate (taught in ``02_tensor_cores``).
-* ``describe()`` reports torch, the GPU (if any), the CPU's bf16/fp16 instructions, threads,
-  the TF32 setting, and a verdict: which precision this machine should race
-  (``00_setup_check``, ``06_timing_race``, ``07_amp_training_recipe``).
+* ``cpu_flags()`` reads the CPU's bf16/fp16 instruction sets (x86 ``flags`` and ARM ``Features``
+  in ``/proc/cpuinfo``, ``sysctl`` on macOS); ``cpu_has_native(dtype)`` is the course's one answer
+  to "does this CPU multiply bf16/fp16 in hardware?".
+* ``amp_dtype_for(device_type, capability)`` is the course's one dtype decision: bfloat16 on CUDA
+  GPUs from Ampere (8.0) on and on CPUs, float16 on Volta/Turing and older GPUs and on Apple GPUs.
+* ``machine_verdict(...)`` / ``verdict_for(...)`` turn hardware facts into a *prediction*: which
+  dtype to race, whether it needs a GradScaler, and whether AMP should beat FP32 here.  Pure
+  functions, so tests and notebooks can feed any machine (``report_for`` builds another machine's
+  report).  Notebook 06 measures what they predict.
+* ``describe()`` reports torch, the GPU (if any), the CPU's instructions, threads, the TF32
+  setting and the verdict (``00_setup_check``, ``06_timing_race``, ``07_amp_training_recipe``).
 * ``setup_banner(device)`` is the one-line-per-fact summary every notebook's setup cell prints.
 """
 
@@ -12,8 +20,9 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from numbers import Integral
 
 import torch
@@ -112,51 +121,260 @@ def tensor_core_generation(capability) -> TensorCoreGeneration:
 # CPU features
 # --------------------------------------------------------------------------------------------
 
-CPU_FLAGS = {
-    "avx512_bf16": "AVX512-BF16",
-    "amx_bf16": "AMX-BF16",
-    "avx512_fp16": "AVX512-FP16",
+
+@dataclass(frozen=True)
+class CpuFeature:
+    """One CPU instruction set that multiplies a low-precision dtype in hardware.
+
+    ``token`` is its name in Linux ``/proc/cpuinfo`` (the ``flags`` line on x86, ``Features`` on
+    ARM); ``sysctl`` its name on macOS, where macOS reports it.
+    """
+
+    key: str
+    label: str
+    arch: str
+    dtype: torch.dtype
+    token: str
+    sysctl: str | None = None
+
+
+# Only instruction sets that torch's CPU matmuls actually use count as "native":
+# * x86: oneDNN (torch's mkldnn) runs bf16 matmuls on AVX512-BF16 dot products or AMX-BF16 tiles,
+#   fp16 matmuls on AVX512-FP16 or AMX-FP16.  A CPU without them still runs bf16 (oneDNN or ATen
+#   convert to FP32 and back), which is the emulation that makes AMP slower than FP32 there.
+# * ARM: FEAT_BF16 (``bf16``: BFDOT/BFMMLA; ``svebf16`` is the SVE form) is what torch checks
+#   (cpuinfo_has_arm_bf16) before sending bf16 matmuls to oneDNN + Arm Compute Library, on
+#   Neoverse V1 (Graviton 3) and later.
+# Deliberately *not* counted: ``i8mm`` (int8 matrix multiply: quantised inference, never a bf16 or
+# fp16 matmul), and ``fphp``/``asimdhp`` (FP16 arithmetic): which fp16 matmul kernel torch picks on
+# ARM has changed between releases and often accumulates through FP32 conversions, so claiming
+# "native fp16" there could be false.  fp16 on ARM is reported as unknown: the race measures it.
+CPU_FEATURES = (
+    CpuFeature("avx512_bf16", "AVX512-BF16", "x86", torch.bfloat16, "avx512_bf16"),
+    CpuFeature("amx_bf16", "AMX-BF16", "x86", torch.bfloat16, "amx_bf16"),
+    CpuFeature("avx512_fp16", "AVX512-FP16", "x86", torch.float16, "avx512_fp16"),
+    CpuFeature("amx_fp16", "AMX-FP16", "x86", torch.float16, "amx_fp16"),
+    CpuFeature("arm_bf16", "ARM BF16", "arm", torch.bfloat16, "bf16", "hw.optional.arm.FEAT_BF16"),
+    CpuFeature("arm_sve_bf16", "ARM SVE-BF16", "arm", torch.bfloat16, "svebf16"),
+)
+CPU_FLAGS = {f.key: f.label for f in CPU_FEATURES}
+
+# ARM cores by (CPU implementer, CPU part) from /proc/cpuinfo, for a readable CPU name.
+_ARM_PARTS = {
+    (0x41, 0xD03): "Cortex-A53",
+    (0x41, 0xD05): "Cortex-A55",
+    (0x41, 0xD08): "Cortex-A72",
+    (0x41, 0xD0B): "Cortex-A76",
+    (0x41, 0xD0C): "Neoverse-N1",
+    (0x41, 0xD40): "Neoverse-V1",
+    (0x41, 0xD41): "Cortex-A78",
+    (0x41, 0xD49): "Neoverse-N2",
+    (0x41, 0xD4F): "Neoverse-V2",
+    (0x41, 0xD84): "Neoverse-V3",
+    (0x41, 0xD8E): "Neoverse-N3",
+    (0xC0, 0xAC3): "AmpereOne",
 }
 
 
-def cpu_flags(cpuinfo: str | None = None) -> dict[str, bool | None]:
-    """Whether the CPU has each bf16/fp16 instruction set: True, False, or None (unknown).
+def read_cpuinfo() -> str | None:
+    """This machine's ``/proc/cpuinfo`` text, or None off Linux (or if it cannot be read)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
-    Reads ``/proc/cpuinfo`` on Linux; elsewhere the answer is None ("unknown").  ``cpuinfo``
-    may be given as text (tests use this).
+
+def read_sysctl() -> str | None:
+    """This Mac's ``sysctl machdep.cpu.brand_string hw.optional`` text, or None elsewhere.
+
+    Apple silicon lists its ARM features there (``hw.optional.arm.FEAT_BF16: 1`` from the M2 on);
+    :func:`cpu_flags` and :func:`cpu_model` take this text as ``sysctl=``, so tests feed any Mac's.
     """
-    if cpuinfo is None:
-        if not sys.platform.startswith("linux"):
-            return dict.fromkeys(CPU_FLAGS)
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-                cpuinfo = fh.read()
-        except OSError:
-            return dict.fromkeys(CPU_FLAGS)
-    flags: set[str] = set()
-    found = False
+    if sys.platform != "darwin":
+        return None
+    exe = "/usr/sbin/sysctl" if os.path.exists("/usr/sbin/sysctl") else "sysctl"
+    try:
+        done = subprocess.run(
+            [exe, "machdep.cpu.brand_string", "hw.optional"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout or None
+
+
+def _key_values(text: str) -> dict[str, str]:
+    pairs = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in pairs:
+            pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _flags_from_cpuinfo(cpuinfo: str) -> dict[str, bool | None]:
+    tokens: dict[str, set[str]] = {}
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags.update(value.split())
-            found = True
-    if not found:
-        return dict.fromkeys(CPU_FLAGS)
-    return {name: name in flags for name in CPU_FLAGS}
+        arch = {"flags": "x86", "Features": "arm"}.get(key.strip())
+        if arch:
+            tokens.setdefault(arch, set()).update(value.split())
+    # An instruction set of the other architecture is not "absent" but not applicable: None.
+    return {f.key: (f.token in tokens[f.arch] if f.arch in tokens else None) for f in CPU_FEATURES}
 
 
-def cpu_model(cpuinfo: str | None = None) -> str:
-    if cpuinfo is None and sys.platform.startswith("linux"):
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-                cpuinfo = fh.read()
-        except OSError:
-            cpuinfo = None
+def _flags_from_sysctl(sysctl: str) -> dict[str, bool | None]:
+    values = _key_values(sysctl)
+    apple_silicon = values.get("hw.optional.arm64") == "1" or any(k.startswith("hw.optional.arm.") for k in values)
+    flags: dict[str, bool | None] = dict.fromkeys(CPU_FLAGS)
+    if apple_silicon:
+        for f in CPU_FEATURES:
+            if f.sysctl and f.sysctl in values:  # older macOS versions do not list FEAT_*: unknown
+                flags[f.key] = values[f.sysctl] == "1"
+    # Intel Macs: macOS lists no bf16/fp16 instruction sets, so they stay unknown.
+    return flags
+
+
+def cpu_flags(cpuinfo: str | None = None, *, sysctl: str | None = None) -> dict[str, bool | None]:
+    """Whether the CPU has each bf16/fp16 instruction set in :data:`CPU_FLAGS`: True, False, or
+    None (unknown, or an instruction set of another architecture).
+
+    Reads ``/proc/cpuinfo`` on Linux (x86 ``flags`` and ARM ``Features``) and ``sysctl`` on macOS.
+    Tests pass the text instead: ``cpuinfo=`` (Linux) or ``sysctl=`` (macOS).
+    Taught in ``00_setup_check``.
+    """
+    if cpuinfo is None and sysctl is None:
+        cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
+    if cpuinfo is not None:
+        return _flags_from_cpuinfo(cpuinfo)
+    if sysctl is not None:
+        return _flags_from_sysctl(sysctl)
+    return dict.fromkeys(CPU_FLAGS)
+
+
+# What the environment lets torch's CPU matmuls use.  A CPU may have AVX512-BF16 while oneDNN or MKL is
+# told to stay below it (the course's own simulated machines do this: see CONTRIBUTING.md, "The machine
+# matrix"); then bf16 runs emulated, exactly as on a CPU without the instructions, and the course must
+# size and read its races that way.  Each ladder lists the levels from lowest; an instruction set is
+# usable when the cap is at or above the level that brings it.  Unknown values cap nothing.
+_ONEDNN_LADDER = (
+    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+    "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
+)  # fmt: skip
+_ONEDNN_ALIASES = {
+    "AVX10_1_512": "AVX512_CORE_FP16",
+    "AVX10_1_512_AMX": "AVX512_CORE_AMX",
+    "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16",
+}
+_ONEDNN_NEEDS = {
+    "avx512_bf16": "AVX512_CORE_BF16",
+    "amx_bf16": "AVX512_CORE_AMX",
+    "avx512_fp16": "AVX512_CORE_FP16",
+    "amx_fp16": "AVX512_CORE_AMX_FP16",
+}
+# MKL_ENABLE_INSTRUCTIONS / MKL_CBWR: AVX512_E3 adds BF16 (Cooper Lake), AVX512_E4 AMX and FP16
+# (Sapphire Rapids).  MKL_CBWR=COMPATIBLE selects MKL's SSE2-class reproducible code paths.
+_MKL_LADDER = ("COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2", "AVX2_E1",
+               "AVX512", "AVX512_E1", "AVX512_E2", "AVX512_E3", "AVX512_E4")  # fmt: skip
+_MKL_NEEDS = {"avx512_bf16": "AVX512_E3", "amx_bf16": "AVX512_E4", "avx512_fp16": "AVX512_E4", "amx_fp16": "AVX512_E4"}
+
+
+def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The x86 bf16/fp16 instruction sets that the environment keeps torch's CPU matmuls from using:
+    ``{flag key: "VARIABLE=value"}`` (empty when nothing is capped).  ``env`` defaults to
+    ``os.environ``; tests pass any mapping.  Reads ``ONEDNN_MAX_CPU_ISA`` (or the older
+    ``DNNL_MAX_CPU_ISA``), ``MKL_ENABLE_INSTRUCTIONS`` and ``MKL_CBWR``.  (``00_setup_check``)
+    """
+    env = os.environ if env is None else env
+    limits: dict[str, str] = {}
+    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        raw = str(env.get(var, "")).strip()
+        value = _ONEDNN_ALIASES.get(raw.upper(), raw.upper())
+        if value in _ONEDNN_LADDER:
+            level = _ONEDNN_LADDER.index(value)
+            for key, needed in _ONEDNN_NEEDS.items():
+                if level < _ONEDNN_LADDER.index(needed):
+                    limits.setdefault(key, f"{var}={raw}")
+            break
+    for var in ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR"):
+        raw = str(env.get(var, "")).strip()
+        value = raw.upper().split(",")[0].strip()
+        if value in _MKL_LADDER:
+            level = _MKL_LADDER.index(value)
+            for key, needed in _MKL_NEEDS.items():
+                if level < _MKL_LADDER.index(needed):
+                    limits.setdefault(key, f"{var}={raw}")
+    return limits
+
+
+def usable_cpu_flags(
+    flags: dict[str, bool | None] | None = None, env: dict[str, str] | None = None
+) -> dict[str, bool | None]:
+    """:func:`cpu_flags` with every instruction set the environment forbids torch to use
+    (:func:`cpu_isa_limits`) turned to False: what torch's matmuls can actually use here."""
+    flags = dict(cpu_flags() if flags is None else flags)
+    for key in cpu_isa_limits(env):
+        if flags.get(key):
+            flags[key] = False
+    return flags
+
+
+def cpu_has_native(dtype, flags: dict[str, bool | None] | None = None) -> bool | None:
+    """Whether this CPU multiplies ``dtype`` (bfloat16 or float16) in hardware: True, False, or None
+    (unknown).  ``flags`` defaults to :func:`cpu_flags` of this machine; tests pass any machine's.
+
+    The one place that decides "native or emulated" for the course: the verdict, the race's
+    sizes and its explanations all ask here.  True when any instruction set for ``dtype`` in
+    :data:`CPU_FEATURES` is present (x86 or ARM), False when none is and at least one is known to
+    be absent, None when nothing is known.
+    """
+    from .device import parse_dtype
+
+    dtype = parse_dtype(dtype)
+    flags = usable_cpu_flags() if flags is None else flags
+    values = [flags.get(f.key) for f in CPU_FEATURES if f.dtype == dtype]
+    if any(values):
+        return True
+    if all(v is None for v in values):
+        return None
+    return False
+
+
+def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tuple[str, ...]:
+    """The labels of the instruction sets for ``dtype`` this CPU has (``("AMX-BF16", ...)``), or
+    of those it is known to lack when it has none; empty when nothing is known.  For sentences
+    such as "this CPU has no AVX512-BF16 or AMX-BF16"."""
+    from .device import parse_dtype
+
+    dtype = parse_dtype(dtype)
+    flags = usable_cpu_flags() if flags is None else flags
+    features = [f for f in CPU_FEATURES if f.dtype == dtype]
+    present = tuple(f.label for f in features if flags.get(f.key))
+    return present or tuple(f.label for f in features if flags.get(f.key) is False)
+
+
+def cpu_model(cpuinfo: str | None = None, *, sysctl: str | None = None) -> str:
+    """A readable name of the CPU: x86 ``model name``, the ARM core from ``CPU implementer`` and
+    ``CPU part``, or macOS ``machdep.cpu.brand_string``.  Tests pass the text as for :func:`cpu_flags`."""
+    if cpuinfo is None and sysctl is None:
+        cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
     if cpuinfo:
-        for line in cpuinfo.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                return value.strip()
+        values = _key_values(cpuinfo)
+        if values.get("model name"):
+            return values["model name"]
+        try:
+            implementer, part = int(values["CPU implementer"], 16), int(values["CPU part"], 16)
+        except (KeyError, ValueError):
+            pass
+        else:
+            name = _ARM_PARTS.get((implementer, part))
+            return f"ARM {name}" if name else f"ARM CPU (implementer {implementer:#x}, part {part:#x})"
+    if sysctl:
+        brand = _key_values(sysctl).get("machdep.cpu.brand_string")
+        if brand:
+            return brand
     return platform.processor() or platform.machine() or "unknown"
 
 
@@ -164,10 +382,21 @@ def cpu_model(cpuinfo: str | None = None) -> str:
 # The machine report
 # --------------------------------------------------------------------------------------------
 
+_EXPECT = {
+    True: "AMP faster than FP32 on large matmuls",
+    False: "AMP not faster than FP32",
+    None: "no prediction, the measurement decides",
+}
+
 
 @dataclass
 class MachineReport:
-    """Everything the course needs to know about this machine (see ``describe``)."""
+    """Everything the course needs to know about this machine (see ``describe``).
+
+    ``race_dtype`` is the course's one recommended low-precision dtype for ``race_device``
+    (:func:`amp_dtype_for`); ``verdict``, ``use_scaler``, ``expect_speedup`` and ``reasons`` are
+    :func:`machine_verdict`'s prediction for it.
+    """
 
     torch_version: str
     python_version: str
@@ -188,6 +417,10 @@ class MachineReport:
     race_dtype: torch.dtype
     verdict: str
     notes: list[str] = field(default_factory=list)
+    mps_available: bool = False
+    use_scaler: bool = False
+    expect_speedup: bool | None = None
+    reasons: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -206,22 +439,40 @@ class MachineReport:
             ("CUDA available", yn(self.cuda_available)),
         ]
         if self.cuda_available:
+            cap = f"compute capability {self.capability[0]}.{self.capability[1]}" if self.capability else "capability unknown"
             rows += [
-                ("GPU", f"{self.gpu_name} (compute capability {self.capability[0]}.{self.capability[1]})"),
+                ("GPU", f"{self.gpu_name} ({cap})"),
                 ("CUDA (torch build)", str(self.cuda_version)),
                 ("Tensor Cores", self.tensor_cores.summary if self.tensor_cores else "unknown"),
                 ("bf16 supported on GPU", yn(self.bf16_supported)),
                 ("TF32 for FP32 matmuls", f"{yn(self.tf32_matmul)} (float32 matmul precision '{self.float32_matmul_precision}')"),
             ]
+        if self.mps_available:
+            rows += [("MPS (Apple GPU)", "yes")]
         rows += [("CPU", self.cpu_model)]
-        rows += [(f"CPU {label}", yn(self.cpu_flags.get(key))) for key, label in CPU_FLAGS.items()]
+        known = [(key, label) for key, label in CPU_FLAGS.items() if self.cpu_flags.get(key) is not None]
+        if known:
+            rows += [(f"CPU {label}", yn(self.cpu_flags[key])) for key, label in known]
+        else:
+            rows += [("CPU bf16/fp16 instructions", "unknown")]
+        scaler = "with a GradScaler" if self.use_scaler else "no GradScaler"
         rows += [
             ("torch CPU kernels", self.cpu_capability),
             ("CPU threads (torch)", str(self.threads)),
-            ("race", f"{self.race_device} {str(self.race_dtype).removeprefix('torch.')}"),
+            ("race", f"{self.race_device} {str(self.race_dtype).removeprefix('torch.')}, {scaler}"),
             ("verdict", self.verdict),
         ]
         return rows
+
+    def explain(self) -> str:
+        """The verdict, the facts behind it, and what it predicts (``00_setup_check`` prints this)."""
+        dtype = str(self.race_dtype).removeprefix("torch.")
+        scaler = "with a GradScaler" if self.use_scaler else "no GradScaler needed"
+        lines = [f"verdict: {self.verdict}", "why:"]
+        lines += [f"  - {r}" for r in self.reasons]
+        lines.append(f"so: autocast to {dtype} on {self.race_device}, {scaler}; expected before measuring: "
+                     f"{_EXPECT[self.expect_speedup]} (notebook 06 measures it)")
+        return "\n".join(lines)
 
     def __str__(self) -> str:
         rows = self.lines()
@@ -232,39 +483,201 @@ class MachineReport:
         return text
 
 
+# --------------------------------------------------------------------------------------------
+# The one dtype decision, and the verdict
+# --------------------------------------------------------------------------------------------
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+# GPUs without Tensor Cores whose FP16 units run at twice the FP32 rate (Jetson TX1/Nano, P100,
+# Jetson TX2); every other pre-Volta GPU runs FP16 no faster than FP32.
+_DOUBLE_RATE_FP16 = {(5, 3), (6, 0), (6, 2)}
+
+
+def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
+    """The course's one low-precision dtype decision, from facts alone (taught in ``00_setup_check``).
+
+    * ``"cuda"`` with compute capability >= 8.0 (Ampere, Ada, Hopper, Blackwell): bfloat16.  Their
+      Tensor Cores multiply it as fast as float16, and its FP32-sized exponent needs no GradScaler.
+    * ``"cuda"`` below 8.0 (Volta and Turing, e.g. the T4; pre-Volta GPUs), or capability unknown:
+      float16.  Volta/Turing Tensor Cores multiply only float16; before Volta float16 still halves
+      memory, while bfloat16 would run on emulation paths.  float16 runs on every CUDA GPU.
+    * ``"mps"`` (Apple GPUs): float16.  It is autocast's MPS default and every Apple GPU computes
+      it natively, while bfloat16 on MPS needs macOS 14 or later and is emulated on GPUs before
+      the M3's; float16 does need a GradScaler, which torch.amp supports on MPS.
+    * ``"cpu"``: bfloat16, the dtype CPU autocast is built for.  Whether it is *fast* is a separate
+      question (:func:`cpu_has_native`); the dtype stays the same so every CPU runs the same course.
+
+    ``device.amp_dtype(device)`` and :func:`verdict_for` both call this, so they cannot disagree.
+    """
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
+    if device_type == "cuda":
+        if capability is None:
+            return torch.float16
+        major, _ = _check_capability(capability)
+        return torch.bfloat16 if major >= 8 else torch.float16
+    if device_type == "mps":
+        return torch.float16
+    return torch.bfloat16
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What :func:`machine_verdict` predicts for one machine.
+
+    ``text`` is the one-line verdict; ``device`` and ``dtype`` what the course races;
+    ``use_scaler`` whether that dtype needs a GradScaler; ``expect_speedup`` whether AMP should
+    beat FP32 on large matmuls here (None: no prediction, measure it); ``reasons`` the facts behind
+    it, one sentence each.  A prediction from hardware facts, never a measurement.
+    """
+
+    text: str
+    device: str
+    dtype: torch.dtype
+    use_scaler: bool
+    expect_speedup: bool | None
+    reasons: tuple[str, ...]
+
+
+_MEASURES = "; the race measures it"
+
+
+def _cuda_verdict(tensor_cores: TensorCoreGeneration | None) -> Verdict:
+    if tensor_cores is None:
+        return Verdict(
+            "CUDA GPU of unknown compute capability: float16 with a GradScaler; whether AMP pays off "
+            "here is for the race to measure",
+            "cuda", torch.float16, True, None,
+            ("Without the compute capability the course cannot tell which Tensor Cores this GPU has; "
+             "float16 runs on every CUDA GPU.",),
+        )  # fmt: skip
+    tc = tensor_cores
+    gpu = f"CUDA {tc.architecture} GPU (sm_{tc.capability[0]}{tc.capability[1]})"
+    dtype = amp_dtype_for("cuda", tc.capability)
+    if not tc.has_tensor_cores:
+        if tc.capability in _DOUBLE_RATE_FP16:
+            expect, hope = None, "expect a modest speed-up at most, from its double-rate FP16 units"
+        else:
+            expect, hope = False, "expect little or no speed-up"
+        return Verdict(
+            f"{gpu} without Tensor Cores: float16 with a GradScaler, for the memory it saves; {hope}{_MEASURES}",
+            "cuda", dtype, True, expect,
+            ("GPUs before Volta have no Tensor Cores: float16 matmuls run on the ordinary CUDA cores.",
+             "float16 still halves the memory of activations, so larger batches fit.",
+             "float16's narrow range needs a GradScaler."),
+        )  # fmt: skip
+    if dtype == torch.bfloat16:
+        return Verdict(
+            f"{gpu}: bfloat16 on Tensor Cores, no GradScaler needed; expect AMP to be clearly faster than "
+            f"FP32 on large matmuls{_MEASURES}",
+            "cuda", dtype, False, True,
+            (f"{tc.architecture} Tensor Cores multiply bfloat16 as fast as float16.",
+             "bfloat16 keeps FP32's exponent range, so gradients do not underflow and no GradScaler is needed.",
+             "Small matmuls gain little: kernel launches and casts, not arithmetic, set their pace."),
+        )  # fmt: skip
+    return Verdict(
+        f"{gpu}: float16 on Tensor Cores, with a GradScaler; expect AMP to be clearly faster than FP32 "
+        f"on large matmuls{_MEASURES}",
+        "cuda", dtype, True, True,
+        (f"{tc.architecture} Tensor Cores multiply float16 but not bfloat16, which would run on the "
+         "ordinary CUDA cores here.",
+         "float16's narrow range needs a GradScaler.",
+         "Small matmuls gain little: kernel launches and casts, not arithmetic, set their pace."),
+    )  # fmt: skip
+
+
+def _cpu_verdict(flags: dict[str, bool | None], system: str | None) -> Verdict:
+    native = cpu_has_native(torch.bfloat16, flags)
+    labels = cpu_native_labels(torch.bfloat16, flags)
+    bf16 = torch.bfloat16
+    if native and system == "Darwin":
+        return Verdict(
+            f"Apple CPU with {' and '.join(labels)}: bfloat16, no GradScaler needed; expect AMP to be no "
+            f"faster than FP32, whose matmuls run on Apple's matrix units{_MEASURES}",
+            "cpu", bf16, False, False,
+            ("This CPU multiplies bfloat16 in its vector units.",
+             "torch's FP32 matmuls on a Mac go to Apple's Accelerate library, which runs them on the "
+             "chip's matrix units; bfloat16 matmuls cannot use that path.",
+             "bfloat16 needs no GradScaler."),
+        )  # fmt: skip
+    if native:
+        return Verdict(
+            f"CPU with {' and '.join(labels)}: bfloat16, no GradScaler needed; expect AMP to be faster than "
+            f"FP32 on large matrices and slower on small ones{_MEASURES}",
+            "cpu", bf16, False, True,
+            (f"{' and '.join(labels)} multiply bfloat16 in hardware, and torch's matmuls (oneDNN) use them.",
+             "On small matrices the casts to and from bfloat16 cost more than the faster multiply saves.",
+             "bfloat16 needs no GradScaler."),
+        )  # fmt: skip
+    if native is None:
+        return Verdict(
+            "CPU with unknown bf16 support: bfloat16, no GradScaler needed; whether AMP pays off here is "
+            "for the race to measure",
+            "cpu", bf16, False, None,
+            ("This system does not report the CPU's instruction sets, so the course cannot predict.",
+             "bfloat16 needs no GradScaler."),
+        )  # fmt: skip
+    lacking = " or ".join(labels)
+    return Verdict(
+        f"CPU without bf16 instructions (no {lacking}): bfloat16 is emulated here; expect AMP to be slower "
+        f"than FP32{_MEASURES}",
+        "cpu", bf16, False, False,
+        (f"Without {lacking}, torch converts bfloat16 to FP32 and back around every multiply.",
+         "The conversions are pure overhead, so FP32 should win at every size.",
+         "The course still runs bfloat16 here: the recipe is the same on every machine."),
+    )  # fmt: skip
+
+
+def machine_verdict(
+    *,
+    cuda_available: bool,
+    tensor_cores: TensorCoreGeneration | None,
+    flags: dict[str, bool | None],
+    device_type: str | None = None,
+    system: str | None = None,
+) -> Verdict:
+    """The :class:`Verdict` for the given facts; pure, so tests and notebooks can feed any machine.
+
+    ``device_type`` is the device the course runs on (default: ``"cuda"`` when available, else
+    ``"cpu"``); ``tensor_cores`` describes the GPU (:func:`tensor_core_generation`); ``flags`` the
+    CPU (:func:`cpu_flags`); ``system`` is ``platform.system()`` (``"Darwin"`` on a Mac).
+    Taught in ``00_setup_check``; ``06_timing_race`` measures what it predicts.
+    """
+    if device_type is None:
+        device_type = "cuda" if cuda_available else "cpu"
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
+    if device_type == "cuda":
+        return _cuda_verdict(tensor_cores)
+    if device_type == "mps":
+        return Verdict(
+            f"Apple GPU (MPS): float16, autocast's MPS default, with a GradScaler; expect a modest speed-up "
+            f"at most{_MEASURES}",
+            "mps", amp_dtype_for("mps"), True, None,
+            ("Apple GPUs have no Tensor Cores: float16 mainly halves the bytes moved, and small models "
+             "are limited by the time to launch each kernel.",
+             "float16's narrow range needs a GradScaler."),
+        )  # fmt: skip
+    return _cpu_verdict(flags, system)
+
+
 def verdict_for(
     *,
     cuda_available: bool,
     tensor_cores: TensorCoreGeneration | None,
     flags: dict[str, bool | None],
     device_type: str | None = None,
+    system: str | None = None,
 ) -> tuple[str, str, torch.dtype]:
-    """(verdict, race device, race dtype) for the given facts; pure, so tests can feed any machine."""
-    use_cuda = cuda_available if device_type is None else device_type == "cuda"
-    if use_cuda:
-        if tensor_cores is not None and tensor_cores.has_tensor_cores:
-            return (f"CUDA fp16 on Tensor Cores ({tensor_cores.architecture})", "cuda", torch.float16)
-        arch = tensor_cores.architecture if tensor_cores else "this GPU"
-        return (
-            f"CUDA fp16 without Tensor Cores ({arch}): AMP saves memory, expect little speed-up",
-            "cuda",
-            torch.float16,
-        )
-    if flags.get("amx_bf16"):
-        return ("CPU bf16 (AMX-BF16)", "cpu", torch.bfloat16)
-    if flags.get("avx512_bf16"):
-        return ("CPU bf16 (AVX512-BF16)", "cpu", torch.bfloat16)
-    if all(v is None for v in flags.values()):
-        return (
-            "CPU with unknown bf16 support: the race will show whether AMP pays here",
-            "cpu",
-            torch.bfloat16,
-        )
-    return (
-        "CPU without bf16 hardware: AMP will be slower here, and the race will show it",
-        "cpu",
-        torch.bfloat16,
+    """(verdict, race device, race dtype) for the given facts; pure, so tests can feed any machine.
+
+    The short form of :func:`machine_verdict` (same arguments); the dtype is :func:`amp_dtype_for`'s.
+    """
+    v = machine_verdict(
+        cuda_available=cuda_available, tensor_cores=tensor_cores, flags=flags, device_type=device_type, system=system
     )
+    return v.text, v.device, v.dtype
 
 
 def tf32_matmul_enabled() -> bool:
@@ -293,8 +706,29 @@ def tf32_setting() -> tuple[bool, str]:
     return tf32_matmul_enabled(), precision
 
 
+
+
+def _with_verdict(report: MachineReport, system: str | None) -> MachineReport:
+    v = machine_verdict(
+        cuda_available=report.cuda_available,
+        tensor_cores=report.tensor_cores,
+        flags=report.cpu_flags,
+        device_type=report.race_device,
+        system=system,
+    )
+    return replace(
+        report,
+        race_device=v.device,
+        race_dtype=v.dtype,
+        verdict=v.text,
+        use_scaler=v.use_scaler,
+        expect_speedup=v.expect_speedup,
+        reasons=v.reasons,
+    )
+
+
 def describe(device=None) -> MachineReport:
-    """Describe this machine for mixed precision.
+    """Describe this machine for mixed precision (taught in ``00_setup_check``).
 
     ``device`` (default: ``amp_lab.device.get_device()``) decides which device the verdict is
     for; the GPU facts are reported whenever CUDA is available.
@@ -303,6 +737,8 @@ def describe(device=None) -> MachineReport:
 
     dev = get_device(device)
     cuda = torch.cuda.is_available()
+    mps = getattr(torch.backends, "mps", None)
+    mps_ok = bool(mps is not None and mps.is_available())
     gpu_name = capability = tensor_cores = bf16 = None
     if cuda:
         idx = dev.index if (dev.type == "cuda" and dev.index is not None) else torch.cuda.current_device()
@@ -310,15 +746,20 @@ def describe(device=None) -> MachineReport:
         capability = tuple(torch.cuda.get_device_capability(idx))
         tensor_cores = tensor_core_generation(capability)
         bf16 = bool(torch.cuda.is_bf16_supported())
-    flags = cpu_flags()
-    verdict, race_device, race_dtype = verdict_for(
-        cuda_available=cuda, tensor_cores=tensor_cores, flags=flags, device_type=dev.type
-    )
+    cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
+    flags = cpu_flags(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else dict.fromkeys(CPU_FLAGS)
+    capped = {key: why for key, why in cpu_isa_limits().items() if flags.get(key)}
+    flags = usable_cpu_flags(flags)
+    model = cpu_model(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else cpu_model("")
+    if dev.type == "mps":
+        gpu_name = f"{model} GPU" if model.startswith("Apple") else "Apple GPU"
     tf32_matmul, matmul_precision = tf32_setting()
     notes = []
-    if dev.type == "cpu" and os.environ.get("AMP_LAB_DEVICE") == "cpu" and cuda:
+    if dev.type == "cpu" and os.environ.get("AMP_LAB_DEVICE") == "cpu" and (cuda or mps_ok):
         notes.append("AMP_LAB_DEVICE=cpu: the course runs on the CPU although a GPU is present")
-    return MachineReport(
+    for key, why in capped.items():
+        notes.append(f"{why} keeps torch's matmuls from using this CPU's {CPU_FLAGS[key]}: counted as absent")
+    report = MachineReport(
         torch_version=torch.__version__,
         python_version=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}",
@@ -330,15 +771,58 @@ def describe(device=None) -> MachineReport:
         bf16_supported=bf16,
         tf32_matmul=tf32_matmul,
         float32_matmul_precision=matmul_precision,
-        cpu_model=cpu_model(),
+        cpu_model=model,
         cpu_flags=flags,
         cpu_capability=str(torch.backends.cpu.get_cpu_capability()),
         threads=torch.get_num_threads(),
-        race_device=race_device,
-        race_dtype=race_dtype,
-        verdict=verdict,
+        race_device=dev.type,
+        race_dtype=torch.float32,  # set by the verdict below
+        verdict="",
         notes=notes,
+        mps_available=mps_ok,
     )
+    return _with_verdict(report, platform.system())
+
+
+def report_for(
+    device_type: str = "cpu",
+    *,
+    capability=None,
+    gpu_name: str | None = None,
+    flags: dict[str, bool | None] | None = None,
+    cpu: str | None = None,
+    system: str | None = None,
+    base: MachineReport | None = None,
+) -> MachineReport:
+    """The report of *another* machine: ``base`` (default ``describe("cpu")``) with the hardware
+    facts given here, and the verdict recomputed from them.
+
+    ``capability`` is a CUDA GPU's ``(major, minor)``; ``flags`` a CPU's :func:`cpu_flags` (for
+    example ``cpu_flags(text)`` of its ``/proc/cpuinfo``); ``system`` is ``"Darwin"`` for a Mac.
+    ``07_amp_training_recipe`` walks its decision flow over such machines; tests use it too.
+    """
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
+    base = describe("cpu") if base is None else base
+    cuda = device_type == "cuda"
+    tensor_cores = tensor_core_generation(capability) if (cuda and capability is not None) else None
+    cap = tensor_cores.capability if tensor_cores else None
+    report = replace(
+        base,
+        cuda_available=cuda,
+        gpu_name=(gpu_name or "a CUDA GPU") if cuda else (gpu_name if device_type == "mps" else None),
+        capability=cap,
+        tensor_cores=tensor_cores,
+        bf16_supported=(cap[0] >= 8) if cap else None,
+        cpu_model=base.cpu_model if cpu is None else cpu,
+        cpu_flags=base.cpu_flags if flags is None else dict(flags),
+        race_device=device_type,
+        mps_available=device_type == "mps",
+        notes=[],
+    )
+    if system is not None:
+        report = replace(report, platform=f"{system} {'arm64' if system == 'Darwin' else platform.machine()}")
+    return _with_verdict(report, system if system is not None else base.platform.split()[0])
 
 
 def setup_banner(device=None) -> None:
@@ -347,7 +831,7 @@ def setup_banner(device=None) -> None:
     from .device import get_device
 
     dev = get_device(device)
-    where = f"{dev}" + (f" ({report.gpu_name})" if dev.type == "cuda" else f" ({report.cpu_model})")
+    where = f"{dev} ({report.gpu_name})" if dev.type in ("cuda", "mps") else f"{dev} ({report.cpu_model})"
     print(f"amp_lab on torch {report.torch_version}, Python {report.python_version}")
     print(f"device: {where}, {report.threads} CPU threads")
     if dev.type == "cuda" and report.tensor_cores is not None:

@@ -1,26 +1,19 @@
-"""The race: FP32 against AMP, timed the way a performance engineer would.  (``06_timing_race``)
+"""The race: FP32 against AMP, timed honestly, and what the result means.  (``06_timing_race``)
 
-The seed's race timed one run of each contestant with ``time.time()``: no warm-up (the first
-contestant paid for start-up), no synchronisation (on CUDA the clock was read while kernels
-were still queued), one trial (no idea of the spread).  This module's timer fixes each of those:
+The timer itself (warm-up, synchronisation, interleaved samples, the interval of a speedup) lives in
+:mod:`amp_lab.timing`; this module races with it:
 
-* **warm-up**: every contestant runs ``warmup`` untimed calls first (kernel selection, allocator
-  growth, oneDNN primitive creation, the CUDA context and cuBLAS handles all happen there);
-* **synchronisation**: on CUDA each sample is bracketed by CUDA events and the stream is
-  synchronised before the clock is read; elsewhere the device is synchronised around a
-  ``time.perf_counter`` reading;
-* **repeated samples**: ``repeats`` samples per contestant, each averaging ``number`` calls (chosen
-  so one sample lasts at least ``min_sample_s``), reported as median and interquartile range;
-* **interleaving**: contestants take turns sample by sample (the order flips every round), so a
-  noisy neighbour or a frequency change hurts both instead of whichever ran second;
-* **context**: every result records the device, thread count, TF32 setting and versions, because
-  a number without them cannot be compared with anyone else's.
+* :func:`race_matmul` and :func:`race_mlp` race one configuration and return a :class:`RaceResult`, whose
+  ``speedup`` is the median of the per-round ratios FP32 / AMP and whose ``speedup_interval`` says how sure
+  that is (``outcome``: "faster", "slower" or "too close to call");
+* :func:`sweep` races a range of sizes (matmul size, MLP width, or batch) and finds the ceiling;
+* :func:`race_sizes` chooses the sizes from the machine's facts (a CPU that multiplies bf16 natively gets
+  sizes where bf16 can win; one that emulates it gets small ones);
+* :func:`explain`, :func:`sweep_summary`, :func:`memory_summary` and the widget's card compose every
+  sentence that interprets a result from the measurement and the machine's facts, so an AVX2 laptop, a
+  bf16 CPU and a GPU each read a true story.
 
-It builds on ``torch.utils.benchmark`` where that fits: :meth:`Timing.to_measurement` turns a
-timing into a ``torch.utils.benchmark.Measurement`` (so ``benchmark.Compare`` can tabulate it), and
-``benchmarks/bench_race_fidelity.py`` checks this timer against ``benchmark.Timer`` measuring the
-same kernels.  Mind that ``benchmark.Timer`` uses **one thread** unless given ``num_threads``:
-here the thread count is whatever torch uses (or ``num_threads=``) and is always recorded.
+Every public name of :mod:`amp_lab.timing` that this module used to define stays importable from here.
 """
 
 from __future__ import annotations
@@ -31,34 +24,52 @@ import html
 import json
 import math
 import os
-import platform
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from ._checks import check_choice, check_float, check_int
 from .device import amp_dtype, dtype_name, get_device, parse_dtype, torch_threads
-from .hardware import tf32_matmul_enabled as _tf32_matmul_enabled
-
-# The clock and the synchroniser are module attributes so tests can replace them with fakes and
-# check *when* they are called relative to the timed work.
-_clock = time.perf_counter
+from .hardware import cpu_has_native, tensor_core_generation
+from .timing import (  # noqa: F401  (re-exported: these lived here before amp_lab.timing existed)
+    Contestant,
+    RaceProgress,
+    SpeedupEstimate,
+    Timing,
+    _CudaEventSampler,
+    _jsonable,
+    _plural,
+    _quantile,
+    _sampler,
+    _tf32_matmul,
+    _tf32_matmul_enabled,
+    _tf32_text,
+    _WallClockSampler,
+    format_bytes,
+    format_ratio,
+    format_seconds,
+    measure,
+    speedup_estimate,
+    timing_context,
+)
 
 IN_FEATURES = 1024
 NUM_CLASSES = 10
+CONFIDENCE = 0.95
 
 __all__ = [
+    "CONFIDENCE",
     "Ceiling",
     "Contestant",
     "RaceProgress",
     "RaceResult",
+    "RaceSizes",
     "RaceWidget",
+    "SpeedupEstimate",
     "SweepResult",
     "Timing",
     "datasheet_ceiling",
@@ -69,16 +80,21 @@ __all__ = [
     "load_reference_results",
     "matmul_bytes",
     "measure",
+    "memory_summary",
     "mlp_bytes",
     "mlp_step_flops",
+    "native_arithmetic",
     "plot_memory",
     "plot_sweep",
     "race_matmul",
     "race_mlp",
+    "race_sizes",
     "race_widget",
     "reference_table_html",
     "result_card_html",
     "seed_model",
+    "sizes_for",
+    "speedup_estimate",
     "sweep",
     "sweep_summary",
     "timing_context",
@@ -86,412 +102,18 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------------------------
-# Formatting
-# ----------------------------------------------------------------------------------------------
-
-
-def format_seconds(seconds: float) -> str:
-    """``0.00123`` -> ``'1.23 ms'``: three significant figures in s, ms, µs or ns."""
-    s = float(seconds)
-    if not math.isfinite(s):
-        return str(s)
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
-
-
-def format_bytes(nbytes: float | None) -> str:
-    """``3 * 2**20`` -> ``'3.00 MiB'``."""
-    if nbytes is None:
-        return "n/a"
-    b = float(nbytes)
-    for unit, scale in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
-        if abs(b) >= scale:
-            return f"{b / scale:.2f} {unit}"
-    return f"{int(b)} B"
-
-
-# ----------------------------------------------------------------------------------------------
-# Context: what a timing needs next to it to mean anything
-# ----------------------------------------------------------------------------------------------
-
-_NEW_TF32_API = hasattr(torch.backends, "fp32_precision")  # torch >= 2.9
-
-
-@contextlib.contextmanager
-def _tf32_matmul(enabled: bool):
-    """Temporarily allow (or forbid) TF32 for CUDA FP32 matmuls, then restore the setting."""
-    matmul = torch.backends.cuda.matmul
-    if _NEW_TF32_API:
-        old = matmul.fp32_precision
-        matmul.fp32_precision = "tf32" if enabled else "ieee"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision = old
-    else:  # pragma: no cover - torch < 2.9
-        old = matmul.allow_tf32
-        matmul.allow_tf32 = enabled
-        try:
-            yield
-        finally:
-            matmul.allow_tf32 = old
-
-
-def _cpu_fp32_matmul_precision() -> str:
-    mkldnn = getattr(torch.backends, "mkldnn", None)
-    try:
-        return str(mkldnn.matmul.fp32_precision)
-    except AttributeError:  # pragma: no cover - older torch
-        return "n/a"
-
-
-def _device_name(dev: torch.device) -> str:
-    if dev.type == "cuda":
-        return torch.cuda.get_device_name(dev)
-    if dev.type == "cpu":
-        from .hardware import cpu_model
-
-        return cpu_model()
-    return dev.type
-
-
-def _sync_method(dev: torch.device) -> str:
-    if dev.type == "cuda":
-        return "CUDA events; stream synchronised before each reading"
-    if dev.type == "mps":
-        return "perf_counter; torch.mps.synchronize() before each reading"
-    return "perf_counter (CPU ops return when done: nothing to synchronise)"
-
-
-def timing_context(device=None) -> dict:
-    """What a timing on ``device`` depends on: device, threads, TF32, versions, how it was synchronised."""
-    dev = get_device(device)
-    ctx = {
-        "device": str(dev),
-        "device_name": _device_name(dev),
-        "threads": torch.get_num_threads(),
-        "tf32_matmul": _tf32_matmul_enabled() if dev.type == "cuda" else None,
-        "fp32_matmul_precision": (
-            ("tf32" if _tf32_matmul_enabled() else "ieee") if dev.type == "cuda" else _cpu_fp32_matmul_precision()
-        ),
-        "sync": _sync_method(dev),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        # Other programs competing for the cores stall multi-threaded kernels: record how busy it was.
-        "load_avg_1min": _load_average(),
-    }
-    return ctx
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _tf32_text(ctx: dict) -> str:
-    value = ctx.get("tf32_matmul")
-    return "n/a (CPU)" if value is None else ("on" if value else "off")
-
-
-def _load_average() -> float | None:
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-# ----------------------------------------------------------------------------------------------
-# The timer
-# ----------------------------------------------------------------------------------------------
-
-
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's and torch's default method)."""
-    n = len(sorted_values)
-    pos = q * (n - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Repeated samples of one contestant.  ``samples`` are seconds **per call**, one per sample."""
-
-    label: str
-    samples: tuple[float, ...]
-    number: int  # calls averaged into each sample
-    warmup: int  # untimed calls made before the first sample
-    context: dict = field(default_factory=dict, compare=False)
-
-    @property
-    def median(self) -> float:
-        return _quantile(sorted(self.samples), 0.5)
-
-    @property
-    def q1(self) -> float:
-        return _quantile(sorted(self.samples), 0.25)
-
-    @property
-    def q3(self) -> float:
-        return _quantile(sorted(self.samples), 0.75)
-
-    @property
-    def iqr(self) -> float:
-        """Interquartile range: the spread of the middle half of the samples."""
-        return self.q3 - self.q1
-
-    @property
-    def rel_iqr(self) -> float:
-        return self.iqr / self.median if self.median > 0 else math.inf
-
-    @property
-    def mean(self) -> float:
-        return sum(self.samples) / len(self.samples)
-
-    @property
-    def min(self) -> float:
-        return min(self.samples)
-
-    @property
-    def calls(self) -> int:
-        """Every call made: warm-up plus timed."""
-        return self.warmup + self.number * len(self.samples)
-
-    def to_measurement(self):
-        """The same samples as a ``torch.utils.benchmark.Measurement`` (for ``benchmark.Compare``)."""
-        from torch.utils import benchmark
-
-        task = benchmark.TaskSpec(
-            stmt=self.label,
-            setup="",
-            label=self.context.get("race", "amp_lab race"),
-            sub_label=self.context.get("size", ""),
-            description=self.label,
-            num_threads=int(self.context.get("threads", torch.get_num_threads())),
-        )
-        raw = [s * self.number for s in self.samples]
-        return benchmark.Measurement(number_per_run=self.number, raw_times=raw, task_spec=task)
-
-    def to_dict(self) -> dict:
-        return {
-            "label": self.label,
-            "median_s": self.median,
-            "iqr_s": self.iqr,
-            "samples_s": list(self.samples),
-            "number": self.number,
-            "warmup": self.warmup,
-            "context": _jsonable(self.context),
-        }
-
-    def __str__(self) -> str:
-        return (
-            f"{self.label}: median {format_seconds(self.median)}, IQR {format_seconds(self.iqr)} "
-            f"({100 * self.rel_iqr:.0f}%), {len(self.samples)} samples x {self.number} calls "
-            f"after {self.warmup} warm-up calls, {self.context.get('threads', '?')} threads"
-        )
-
-
-@dataclass(frozen=True)
-class Contestant:
-    """A function to time, and a context manager factory entered around each of its samples
-    (used to switch TF32 on for the TF32 contestant only, without paying the switch per call)."""
-
-    fn: Callable[[], Any]
-    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-
-
-class RaceProgress(NamedTuple):
-    """What :func:`measure` tells its ``callback`` after each warm-up and each sample."""
-
-    phase: str  # "warmup" or "sample"
-    label: str
-    done: int  # samples done by this contestant (0 during warm-up)
-    total: int  # samples each contestant will take
-    samples: dict  # label -> list of per-call seconds so far
-
-
-def _no_sync() -> None:
-    return None
-
-
-def _synchronizer(dev: torch.device) -> Callable[[], None]:
-    """The function that waits for ``dev`` to finish its queued work."""
-    if dev.type == "cuda":
-        return lambda: torch.cuda.synchronize(dev)
-    if dev.type == "mps":
-        return torch.mps.synchronize
-    return _no_sync
-
-
-class _WallClockSampler:
-    """Seconds for ``number`` calls: synchronise, read the clock, call, synchronise, read the clock."""
-
-    def __init__(self, dev: torch.device):
-        self.sync = _synchronizer(dev)
-
-    def __call__(self, fn: Callable[[], Any], number: int) -> float:
-        self.sync()
-        start = _clock()
-        for _ in range(number):
-            fn()
-        self.sync()
-        return _clock() - start
-
-
-class _CudaEventSampler:
-    """Seconds for ``number`` calls, measured on the GPU's own timeline with two CUDA events.
-
-    The stream is synchronised first (so earlier work is not counted), the end event is waited
-    for before its time is read (so queued work *is* counted).
-    """
-
-    def __init__(self, dev: torch.device, event_factory: Callable[[], Any] | None = None):
-        self.sync = _synchronizer(dev)
-        self.event = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
-
-    def __call__(self, fn: Callable[[], Any], number: int) -> float:
-        start, end = self.event(), self.event()
-        self.sync()
-        start.record()
-        for _ in range(number):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
-
-
-def _sampler(dev: torch.device):
-    return _CudaEventSampler(dev) if dev.type == "cuda" else _WallClockSampler(dev)
-
-
-def _on_device(dev: torch.device):
-    # CUDA events record on the current device's stream: make the race's device current.
-    return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
-
-
-def _as_contestant(name: str, value) -> Contestant:
-    if isinstance(value, Contestant):
-        return value
-    if callable(value):
-        return Contestant(value)
-    raise ValueError(f"contestant {name!r} must be a callable or a Contestant, got {type(value).__name__}")
-
-
-def measure(
-    fns,
-    *,
-    device=None,
-    warmup: int = 3,
-    repeats: int = 10,
-    number: int | None = None,
-    min_sample_s: float = 0.01,
-    num_threads: int | None = None,
-    callback: Callable[[RaceProgress], None] | None = None,
-    label: str = "fn",
-    extra_context: dict | None = None,
-):
-    """Time one function, or race several, honestly.  (Taught in ``06_timing_race``.)
-
-    ``fns`` is a callable (returns one :class:`Timing`) or a dict ``label -> callable or
-    Contestant`` (returns a dict of timings).  Each contestant first makes ``warmup`` untimed
-    calls (at least one when ``number`` is not given: the fastest warm-up call sets how many calls
-    make a sample last ``min_sample_s``).  Then the contestants take turns, ``repeats`` samples
-    each, the order reversed every round.  ``num_threads`` sets torch's CPU threads for the measurement
-    (default: leave them as they are); the count used is recorded in each timing's context.
-    """
-    single = callable(fns) or isinstance(fns, Contestant)
-    if single:
-        contestants = {str(label): _as_contestant(str(label), fns)}
-    elif isinstance(fns, dict) and fns:
-        contestants = {str(k): _as_contestant(str(k), v) for k, v in fns.items()}
-    else:
-        raise ValueError(f"fns must be a callable or a non-empty dict of callables, got {fns!r}")
-    warmup = check_int("warmup", warmup, minimum=0)
-    repeats = check_int("repeats", repeats, minimum=1)
-    if number is not None:
-        number = check_int("number", number, minimum=1)
-    min_sample_s = check_float("min_sample_s", min_sample_s, gt=0)
-    if num_threads is not None:
-        num_threads = check_int("num_threads", num_threads, minimum=1)
-    dev = get_device(device)
-
-    names = list(contestants)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    numbers: dict[str, int] = {}
-    untimed: dict[str, int] = {}
-    contexts: dict[str, dict] = {}
-    with torch_threads(num_threads), _on_device(dev):
-        sampler = _sampler(dev)
-        for name in names:
-            c = contestants[name]
-            with c.context():
-                contexts[name] = {**timing_context(dev), **(extra_context or {})}
-                if number is None:
-                    # Calibrate on the *fastest* warm-up call: a call that was slowed down (start-up,
-                    # another program) would make samples too short, and short samples pay per-sample
-                    # costs (waking the thread pool, refilling caches) that a training loop does not.
-                    times = [sampler(c.fn, 1) for _ in range(max(warmup, 1))]
-                    untimed[name] = len(times)
-                    numbers[name] = max(1, min(10**6, math.ceil(min_sample_s / max(min(times), 1e-9))))
-                else:
-                    for _ in range(warmup):
-                        c.fn()
-                    untimed[name] = warmup
-                    numbers[name] = number
-            if callback is not None:
-                callback(RaceProgress("warmup", name, 0, repeats, {k: list(v) for k, v in samples.items()}))
-        for r in range(repeats):
-            for name in names if r % 2 == 0 else names[::-1]:
-                c = contestants[name]
-                with c.context():
-                    seconds = sampler(c.fn, numbers[name])
-                samples[name].append(seconds / numbers[name])
-                if callback is not None:
-                    callback(
-                        RaceProgress("sample", name, r + 1, repeats, {k: list(v) for k, v in samples.items()})
-                    )
-    timings = {
-        name: Timing(
-            label=name,
-            samples=tuple(samples[name]),
-            number=numbers[name],
-            warmup=untimed[name],
-            context=contexts[name],
-        )
-        for name in names
-    }
-    return timings[names[0]] if single else timings
-
-
-# ----------------------------------------------------------------------------------------------
 # Results
 # ----------------------------------------------------------------------------------------------
 
 
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, torch.dtype):
-        return dtype_name(value)
-    if isinstance(value, torch.device):
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
-
-
 @dataclass(frozen=True)
 class RaceResult:
-    """One race: FP32 against AMP (and TF32 on CUDA), with everything needed to read it."""
+    """One race: FP32 against AMP (and TF32 on CUDA), with everything needed to read it.
+
+    ``speedup`` is the median of the per-round ratios FP32 time / AMP time (above 1: AMP is faster) and
+    ``speedup_interval`` the :class:`~amp_lab.timing.SpeedupEstimate` it comes from, so every number and
+    sentence about this race reads the same measurement.
+    """
 
     kind: str  # "matmul" or "mlp"
     params: dict  # {"n": ...} or {"width": ..., "batch": ..., "in_features": ..., "num_classes": ...}
@@ -500,6 +122,7 @@ class RaceResult:
     flops: float  # floating-point operations per call (matmul) or per training step (mlp)
     memory: dict | None  # {"fp32": bytes, "amp": bytes, ..., "method": str}
     context: dict
+    confidence: float = CONFIDENCE  # of the speedup's interval
 
     @property
     def fp32(self) -> Timing:
@@ -514,13 +137,28 @@ class RaceResult:
         return self.timings.get("tf32")
 
     @property
+    def speedup_interval(self) -> SpeedupEstimate:
+        """The speedup of AMP over FP32 with its interval, from the interleaved pairs of samples."""
+        return speedup_estimate(self.fp32, self.amp, confidence=self.confidence)
+
+    @property
+    def outcome(self) -> str:
+        """``"faster"``, ``"slower"`` or ``"too close to call"``: what the interval says about AMP."""
+        return self.speedup_interval.outcome
+
+    @property
     def speedup(self) -> float:
-        """FP32 median / AMP median: above 1, AMP is faster."""
-        return self.fp32.median / self.amp.median
+        """Median of the per-round ratios FP32 time / AMP time: above 1, AMP is faster."""
+        return self.speedup_interval.ratio
+
+    @property
+    def speedup_vs_tf32_interval(self) -> SpeedupEstimate | None:
+        return None if self.tf32 is None else speedup_estimate(self.tf32, self.amp, confidence=self.confidence)
 
     @property
     def speedup_vs_tf32(self) -> float | None:
-        return None if self.tf32 is None else self.tf32.median / self.amp.median
+        est = self.speedup_vs_tf32_interval
+        return None if est is None else est.ratio
 
     @property
     def tflops(self) -> dict:
@@ -533,6 +171,16 @@ class RaceResult:
             return f"n={self.params['n']}"
         return f"width={self.params['width']}, batch={self.params['batch']}"
 
+    def matches(self, kind: str, params: dict, dtype: torch.dtype, device, threads: int) -> bool:
+        """Whether this result raced exactly that configuration (kind, sizes, AMP dtype, device, threads)."""
+        return (
+            self.kind == kind
+            and all(self.params.get(k) == v for k, v in params.items())
+            and self.dtype == dtype
+            and self.context.get("device") == str(device)
+            and self.context.get("threads") == threads
+        )
+
     def to_dict(self) -> dict:
         return _jsonable(
             {
@@ -540,7 +188,12 @@ class RaceResult:
                 "params": self.params,
                 "dtype": self.dtype,
                 "speedup": self.speedup,
+                "speedup_interval": self.speedup_interval.to_dict(),
+                "outcome": self.outcome,
                 "speedup_vs_tf32": self.speedup_vs_tf32,
+                "speedup_vs_tf32_interval": (
+                    None if self.tf32 is None else self.speedup_vs_tf32_interval.to_dict()
+                ),
                 "tflops": self.tflops,
                 "flops": self.flops,
                 "memory": self.memory,
@@ -557,18 +210,43 @@ class RaceResult:
                 f"  {name:>4}: {format_seconds(t.median)}/{unit} (IQR {format_seconds(t.iqr)}), "
                 f"{self.tflops[name]:.3g} TFLOP/s"
             )
-        lines.append(f"  speedup (FP32 / AMP): {self.speedup:.2f}x")
-        if self.speedup_vs_tf32 is not None:
-            lines.append(f"  speedup (TF32 / AMP): {self.speedup_vs_tf32:.2f}x")
+        lines.append(f"  speedup (FP32 / AMP): {self.speedup_interval}: {self.outcome}")
+        if self.tf32 is not None:
+            lines.append(f"  speedup (TF32 / AMP): {self.speedup_vs_tf32_interval}")
         if self.memory:
             mem = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.memory.items() if k != "method")
             lines.append(f"  memory: {mem} ({self.memory['method']})")
         n = len(self.fp32.samples)
         lines.append(
-            f"  {n} samples each after {_plural(self.fp32.warmup, 'warm-up call')}, {self.context['threads']} threads, "
-            f"TF32 for FP32: {_tf32_text(self.context)}, torch {self.context['torch']}"
+            f"  {_plural(n, 'interleaved round')} after {_plural(self.fp32.warmup, 'warm-up call')}, "
+            f"{_plural(self.context['threads'], 'thread')}, TF32 for FP32: {_tf32_text(self.context)}, torch {self.context['torch']}"
         )
         return "\n".join(lines)
+
+
+def _reusable(reuse, kind: str, params: dict, dtype: torch.dtype, dev: torch.device, num_threads) -> RaceResult | None:
+    """The first result in ``reuse`` that raced this very configuration, or None."""
+    if reuse is None:
+        return None
+    if isinstance(reuse, RaceResult):
+        reuse = [reuse]
+    elif isinstance(reuse, SweepResult):
+        reuse = reuse.results
+    threads = num_threads or torch.get_num_threads()
+    for i, r in enumerate(reuse):
+        if isinstance(r, SweepResult):
+            found = _reusable(r, kind, params, dtype, dev, num_threads)
+            if found is not None:
+                return found
+            continue
+        if not isinstance(r, RaceResult):
+            raise ValueError(
+                f"reuse[{i}] must be a RaceResult or a SweepResult (from race_matmul, race_mlp or sweep), "
+                f"got {type(r).__name__}"
+            )
+        if r.matches(kind, params, dtype, dev, threads):
+            return r
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -642,7 +320,12 @@ def _operands(n: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return A, B
 
 
-def _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads):
+# A race samples until its speedup's interval is about +-5% wide, or this many seconds have passed.
+RACE_TARGET_REL_WIDTH = 0.1
+RACE_MAX_TIME_S = 20.0
+
+
+def _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width=None, max_time_s=None):
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
     check_int("warmup", warmup, minimum=0)
@@ -650,7 +333,18 @@ def _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads):
     check_float("min_sample_s", min_sample_s, gt=0)
     if num_threads is not None:
         check_int("num_threads", num_threads, minimum=1)
+    if target_rel_width is not None:
+        check_float("target_rel_width", target_rel_width, gt=0)
+    if max_time_s is not None:
+        check_float("max_time_s", max_time_s, gt=0)
     return dev, dtype
+
+
+def _sampling(target_rel_width, max_time_s) -> dict:
+    """measure's arguments for "sample until the interval is narrow or the budget is spent"."""
+    if target_rel_width is None:
+        return {}
+    return {"target_rel_width": target_rel_width, "max_time_s": max_time_s, "baseline": "fp32"}
 
 
 def race_matmul(
@@ -663,15 +357,27 @@ def race_matmul(
     min_sample_s: float = 0.01,
     num_threads: int | None = None,
     callback: Callable[[RaceProgress], None] | None = None,
+    target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
+    max_time_s: float | None = RACE_MAX_TIME_S,
+    reuse=None,
 ) -> RaceResult:
     """Race ``C = A @ B`` (n x n, FP32 inputs) without and with autocast.  (``06_timing_race``)
 
     The AMP contestant includes autocast's casts of A and B, as a model's matmuls do.  ``dtype``
     is float16 or bfloat16 (default: ``amp_dtype(device)``).  On CUDA the FP32 contestant runs with
     TF32 off and a third contestant, ``"tf32"``, runs the FP32 matmul with TF32 on.
+
+    At least ``repeats`` interleaved rounds; then, while the speedup's interval is wider than
+    ``target_rel_width`` (0.1: about +-5%), more rounds, until ``max_time_s`` seconds have passed
+    (``target_rel_width=None``: exactly ``repeats`` rounds).  ``reuse``: results already measured
+    (RaceResults or SweepResults); one that raced this very configuration is returned instead of racing
+    again, so a notebook that refers to one configuration twice reads one measurement.
     """
     n = check_int("n", n, minimum=1)
-    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads)
+    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
+    found = _reusable(reuse, "matmul", {"n": n}, dtype, dev, num_threads)
+    if found is not None:
+        return found
     _check_fits(
         matmul_bytes(n, dtype),
         dev,
@@ -701,6 +407,7 @@ def race_matmul(
         num_threads=num_threads,
         callback=callback,
         extra_context=extra,
+        **_sampling(target_rel_width, max_time_s),
     )
     return RaceResult(
         kind="matmul",
@@ -853,6 +560,9 @@ def race_mlp(
     num_threads: int | None = None,
     callback: Callable[[RaceProgress], None] | None = None,
     memory: bool = True,
+    target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
+    max_time_s: float | None = RACE_MAX_TIME_S,
+    reuse=None,
 ) -> RaceResult:
     """Race training steps of the seed's model in FP32 against autocast.  (``06_timing_race``)
 
@@ -861,13 +571,18 @@ def race_mlp(
     initial weights.  The AMP step uses ``torch.autocast`` and, for float16, a
     ``torch.amp.GradScaler``.  On CUDA a ``"tf32"`` contestant runs the FP32 step with TF32 on.
     ``memory=True`` adds each contestant's peak memory for one step (measured on CUDA; an estimate
-    elsewhere, and the result says which).
+    elsewhere, and the result says which).  Sampling (``repeats``, ``target_rel_width``, ``max_time_s``)
+    and ``reuse`` work as in :func:`race_matmul`; a reused result must have memory if ``memory=True``.
     """
     width = check_int("width", width, minimum=1)
     batch = check_int("batch", batch, minimum=1)
     in_features = check_int("in_features", in_features, minimum=1)
     num_classes = check_int("num_classes", num_classes, minimum=2)
-    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads)
+    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
+    params = {"width": width, "batch": batch, "in_features": in_features, "num_classes": num_classes}
+    found = _reusable(reuse, "mlp", params, dtype, dev, num_threads)
+    if found is not None and (found.memory is not None or not memory):
+        return found
     n_contestants = 3 if dev.type == "cuda" else 2
     _check_fits(
         mlp_bytes(width, batch, dtype, in_features=in_features, num_classes=num_classes, contestants=n_contestants),
@@ -901,10 +616,11 @@ def race_mlp(
         num_threads=num_threads,
         callback=callback,
         extra_context=extra,
+        **_sampling(target_rel_width, max_time_s),
     )
     return RaceResult(
         kind="mlp",
-        params={"width": width, "batch": batch, "in_features": in_features, "num_classes": num_classes},
+        params=params,
         dtype=dtype,
         timings=timings,
         flops=mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes),
@@ -947,6 +663,7 @@ class Ceiling:
     source: str
     measured_gemm: float | None = None  # FP32 GEMM time / low-precision GEMM time, inputs already cast
     gemm_shape: tuple[int, int, int] | None = None
+    measured_interval: SpeedupEstimate | None = None  # of measured_gemm
 
 
 def datasheet_ceiling(gpu_name: str | None, dtype=torch.float16) -> Ceiling | None:
@@ -963,7 +680,8 @@ def datasheet_ceiling(gpu_name: str | None, dtype=torch.float16) -> Ceiling | No
     return None
 
 
-def _raw_gemm_ratio(m, k, n, *, device, dtype, warmup, repeats, min_sample_s, num_threads) -> float:
+def _raw_gemm_ratio(m, k, n, *, device, dtype, warmup, repeats, min_sample_s, num_threads,
+                    target_rel_width=None, max_time_s=None) -> SpeedupEstimate:  # fmt: skip
     """FP32 GEMM time over low-precision GEMM time with inputs already in ``dtype`` (no casts)."""
     dev = device
     gen = torch.Generator(device=dev).manual_seed(1)
@@ -972,19 +690,155 @@ def _raw_gemm_ratio(m, k, n, *, device, dtype, warmup, repeats, min_sample_s, nu
     A_low, B_low = A.to(dtype), B.to(dtype)
     fp32 = Contestant(lambda: A @ B, (lambda: _tf32_matmul(False)) if dev.type == "cuda" else contextlib.nullcontext)
     t = measure(
-        {"fp32": fp32, "low": lambda: A_low @ B_low},
+        {"fp32": fp32, "amp": lambda: A_low @ B_low},
         device=dev,
         warmup=warmup,
         repeats=repeats,
         min_sample_s=min_sample_s,
         num_threads=num_threads,
+        **_sampling(target_rel_width, max_time_s),
     )
-    return t["fp32"].median / t["low"].median
+    return speedup_estimate(t["fp32"], t["amp"], confidence=CONFIDENCE)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sizes: a pure function of the machine's facts
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RaceSizes:
+    """Every size and sampling budget notebook 06 (``06_timing_race``) races with, chosen from the machine's facts.
+
+    Built by :func:`race_sizes` (pure: give it any machine's facts) or :func:`sizes_for` (this machine).
+    """
+
+    case: str  # "gpu", "cpu-native", "cpu-emulated" or "cpu-unknown"
+    device_type: str
+    dtype: torch.dtype
+    width: int  # the MLP race (race_mlp(width, batch))
+    batch: int
+    matmul_sizes: tuple[int, ...]  # the matmul sweep
+    mlp_widths: tuple[int, ...]  # the MLP sweep, at ``batch``
+    batches: tuple[int, ...]  # the batch sweep, at ``width``
+    aligned_n: int  # the multiples-of-8 race: n against n - 1
+    widget_widths: tuple[int, ...]
+    widget_batches: tuple[int, ...]
+    budget: dict  # warmup, repeats, min_sample_s, target_rel_width, max_time_s (and num_threads) per race
+    description: str
+
+    def __str__(self) -> str:
+        return self.description
+
+
+# CPU races run on one thread: the ratio AMP / FP32 is what the races are for, and on a machine whose cores
+# other programs also use, threads that wait for each other make a step many times slower at random (on a
+# busy 2-core machine a width-256 step went from 2 ms to 30-150 ms with two threads), which no interval
+# can average away.  One thread is also the same on every machine.
+_SIZES = {
+    # A CUDA GPU: big enough to keep Tensor Cores busy.
+    "gpu": dict(
+        width=4096, batch=1024, matmul_sizes=(256, 512, 1024, 2048, 4096, 8192), mlp_widths=(256, 1024, 4096, 8192),
+        batches=(256, 1024, 4096), aligned_n=4096, widget_widths=(1024, 2048, 4096, 8192),
+        widget_batches=(256, 1024, 4096),
+        budget={"warmup": 3, "repeats": 10, "min_sample_s": 0.01, "target_rel_width": 0.1, "max_time_s": 10.0},
+    ),
+    # A CPU that multiplies the dtype natively (AVX512-BF16, AMX, ARM bf16): sizes where it wins.  On an
+    # AVX512-BF16 CPU race_matmul gave 1.97x at n = 512 and 2.2x at 1024, race_mlp(2048, 1024) 2.11x.
+    "cpu-native": dict(
+        width=2048, batch=1024, matmul_sizes=(128, 256, 512, 1024), mlp_widths=(256, 512, 1024, 2048),
+        batches=(64, 256, 1024), aligned_n=1024, widget_widths=(256, 512, 1024, 2048, 4096),
+        widget_batches=(64, 256, 1024, 2048),
+        budget={"warmup": 2, "repeats": 8, "min_sample_s": 0.01, "target_rel_width": 0.1, "max_time_s": 4.0,
+                "num_threads": 1},
+    ),
+    # A CPU that emulates it (AVX2 only): bf16 matmuls run tens of times slower than FP32, so stay small.
+    "cpu-emulated": dict(
+        width=256, batch=64, matmul_sizes=(32, 64, 128, 256), mlp_widths=(64, 128, 256, 512),
+        batches=(16, 64, 256), aligned_n=128, widget_widths=(64, 128, 256, 512, 1024),
+        widget_batches=(16, 32, 64, 128, 256),
+        budget={"warmup": 1, "repeats": 8, "min_sample_s": 0.005, "target_rel_width": 0.1, "max_time_s": 2.0,
+                "num_threads": 1},
+    ),
+}
+_SIZES["cpu-unknown"] = _SIZES["cpu-emulated"]  # when in doubt, the sizes that are quick everywhere
+
+
+def race_sizes(device_type: str, dtype=torch.bfloat16, *, native: bool | None = None) -> RaceSizes:
+    """The sizes and budgets to race on a machine with these facts.  (``06_timing_race``)
+
+    ``device_type`` is ``"cpu"``, ``"cuda"`` or ``"mps"``; ``native`` says whether the CPU multiplies
+    ``dtype`` in hardware (``hardware.cpu_has_native``: True, False or None for unknown; ignored on a
+    GPU).  A CPU with native ``dtype`` arithmetic gets sizes where it wins; one without (or unknown) gets
+    small sizes, because there every low-precision matmul is tens of times slower than FP32.
+    """
+    device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
+    dtype = parse_dtype(dtype)
+    if native not in (True, False, None):
+        raise ValueError(f"native must be True, False or None (unknown), got {native!r}")
+    low = dtype_name(dtype)
+    if device_type == "cpu":
+        case = {True: "cpu-native", False: "cpu-emulated", None: "cpu-unknown"}[native]
+    else:
+        case = "gpu"
+    s = _SIZES[case]
+    if case == "gpu" and device_type == "mps":  # an Apple GPU: no Tensor Cores, shared memory
+        s = {**_SIZES["cpu-native"], "budget": dict(_SIZES["gpu"]["budget"])}
+    shown = (
+        f"matmul n from {s['matmul_sizes'][0]} to {s['matmul_sizes'][-1]}, "
+        f"MLP width {s['width']} with batch {s['batch']}"
+    )
+    threads = " on one CPU thread" if s["budget"].get("num_threads") == 1 else ""
+    description = {
+        "gpu": f"A GPU ({device_type}): sizes large enough to keep its matrix units busy ({shown}).",
+        "cpu-native": (
+            f"This CPU multiplies {low} in hardware, so the races go up to sizes where {low} can beat FP32 "
+            f"({shown}{threads})."
+        ),
+        "cpu-emulated": (
+            f"This CPU has no {low} instructions: it emulates {low} matmuls with conversions, tens of times "
+            f"slower than FP32, so the races stay small ({shown}{threads})."
+        ),
+        "cpu-unknown": (
+            f"Whether this CPU multiplies {low} in hardware is unknown, so the races stay as small as on a "
+            f"CPU without it ({shown}{threads})."
+        ),
+    }[case]
+    return RaceSizes(
+        case=case,
+        device_type=device_type,
+        dtype=dtype,
+        width=s["width"],
+        batch=s["batch"],
+        matmul_sizes=tuple(s["matmul_sizes"]),
+        mlp_widths=tuple(s["mlp_widths"]),
+        batches=tuple(s["batches"]),
+        aligned_n=s["aligned_n"],
+        widget_widths=tuple(s["widget_widths"]),
+        widget_batches=tuple(s["widget_batches"]),
+        budget=dict(s["budget"]),
+        description=description,
+    )
+
+
+def sizes_for(device=None, dtype=None) -> RaceSizes:
+    """:func:`race_sizes` for this machine: its device, and whether its CPU multiplies ``dtype`` natively
+    (``dtype`` defaults to ``amp_dtype(device)``).  (``06_timing_race``)"""
+    dev = get_device(device)
+    dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
+    native = cpu_has_native(dtype) if dev.type == "cpu" else None
+    return race_sizes(dev.type, dtype, native=native)
+
+
+# ----------------------------------------------------------------------------------------------
+# The sweep
+# ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class SweepResult:
-    """Speedup against size, with the ceiling."""
+    """Speedup against size, with the ceiling.  ``kind``: ``"matmul"`` (n), ``"mlp"`` (width at a fixed
+    batch) or ``"batch"`` (batch at a fixed width)."""
 
     kind: str
     sizes: tuple[int, ...]
@@ -997,14 +851,29 @@ class SweepResult:
         return [r.speedup for r in self.results]
 
     @property
+    def intervals(self) -> list[SpeedupEstimate]:
+        return [r.speedup_interval for r in self.results]
+
+    @property
+    def outcomes(self) -> list[str]:
+        return [r.outcome for r in self.results]
+
+    @property
     def first_paying_size(self) -> int | None:
-        """The smallest size from which AMP is faster at every larger size (None: never)."""
+        """The smallest size from which AMP is measurably faster (its interval above 1) at every larger
+        size; None when it is not at the largest ("slower" and "too close to call" do not pay)."""
         paying = None
-        for size, s in zip(reversed(self.sizes), reversed(self.speedups), strict=True):
-            if s <= 1.0:
+        for size, outcome in zip(reversed(self.sizes), reversed(self.outcomes), strict=True):
+            if outcome != "faster":
                 break
             paying = size
         return paying
+
+    def result_for(self, size: int) -> RaceResult:
+        """The race of one size of this sweep."""
+        if size not in self.sizes:
+            raise ValueError(f"size={size!r} was not raced in this sweep; its sizes are {list(self.sizes)}")
+        return self.results[self.sizes.index(size)]
 
     def to_dict(self) -> dict:
         return _jsonable(
@@ -1012,6 +881,7 @@ class SweepResult:
                 "kind": self.kind,
                 "sizes": self.sizes,
                 "speedups": self.speedups,
+                "intervals": [e.to_dict() for e in self.intervals],
                 "speedups_vs_tf32": [r.speedup_vs_tf32 for r in self.results],
                 "ceiling": {
                     "vs_fp32": self.ceiling.vs_fp32,
@@ -1019,6 +889,9 @@ class SweepResult:
                     "source": self.ceiling.source,
                     "measured_gemm": self.ceiling.measured_gemm,
                     "gemm_shape": self.ceiling.gemm_shape,
+                    "measured_interval": (
+                        None if self.ceiling.measured_interval is None else self.ceiling.measured_interval.to_dict()
+                    ),
                 },
                 "results": [r.to_dict() for r in self.results],
                 "context": self.context,
@@ -1026,57 +899,61 @@ class SweepResult:
         )
 
 
-def _default_sizes(kind: str, dev: torch.device) -> tuple[int, ...]:
-    if dev.type == "cuda":
-        return (256, 512, 1024, 2048, 4096, 8192) if kind == "matmul" else (256, 512, 1024, 2048, 4096, 8192)
-    return (32, 64, 128, 256) if kind == "matmul" else (64, 128, 256, 512)
-
-
 def sweep(
     sizes: Sequence[int] | None = None,
     *,
     kind: str = "matmul",
     batch: int | None = None,
+    width: int | None = None,
     device=None,
     dtype=None,
     warmup: int = 2,
-    repeats: int = 7,
+    repeats: int = 8,
     min_sample_s: float = 0.01,
     num_threads: int | None = None,
+    target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
+    max_time_s: float | None = RACE_MAX_TIME_S,
+    reuse=None,
     show_progress: bool = True,
 ) -> SweepResult:
     """Speedup against size, and the ceiling it is heading for.  (``06_timing_race``)
 
     ``kind="matmul"``: ``race_matmul(n)`` for each ``n`` in ``sizes``; ``kind="mlp"``:
-    ``race_mlp(width, batch)`` for each width (memory included).  Sizes default to small ones on
-    the CPU (low precision is slow on CPUs without bf16/fp16 instructions) and larger ones on
-    CUDA.  The ceiling is the datasheet ratio for a known GPU; otherwise (every CPU) it is the
-    measured ratio of raw GEMMs with inputs already in low precision, at the largest size.
+    ``race_mlp(width, batch)`` for each width (memory included); ``kind="batch"``: ``race_mlp(width, b)``
+    for each batch ``b``.  Sizes, ``batch`` and ``width`` default to :func:`sizes_for` this machine (small
+    on a CPU that emulates the AMP dtype, larger on one that multiplies it natively, large on a GPU).
+    Each race samples as :func:`race_matmul` does (``max_time_s`` is per race); ``reuse`` hands earlier
+    results of the same configurations back instead of racing them again.  The ceiling is the datasheet
+    ratio for a known GPU; otherwise (every CPU) it is the measured ratio of raw GEMMs with inputs already
+    in low precision, at the largest size.
     """
-    kind = check_choice("kind", kind, ["matmul", "mlp"])
-    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads)
+    kind = check_choice("kind", kind, ["matmul", "mlp", "batch"])
+    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
+    defaults = sizes_for(dev, dtype)
     if sizes is None:
-        sizes = _default_sizes(kind, dev)
+        sizes = {"matmul": defaults.matmul_sizes, "mlp": defaults.mlp_widths, "batch": defaults.batches}[kind]
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
         raise ValueError(f"sizes must be a sequence of positive integers, got {sizes!r}")
-    sizes = tuple(check_int("sizes[i]", s, minimum=1) for s in sizes)
+    sizes = tuple(check_int(f"sizes[{i}]", s, minimum=1) for i, s in enumerate(sizes))
     if not sizes:
         raise ValueError("sizes must contain at least one size, got an empty sequence")
-    if batch is None:
-        batch = 1024 if dev.type == "cuda" else 64
-    batch = check_int("batch", batch, minimum=1)
+    batch = check_int("batch", defaults.batch if batch is None else batch, minimum=1)
+    width = check_int("width", defaults.width if width is None else width, minimum=1)
     # Refuse the whole sweep up front rather than after minutes of racing.
     largest = max(sizes)
     if kind == "matmul":
         _check_fits(matmul_bytes(largest, dtype), dev, f"sweep size n={largest}", "choose smaller sizes")
-    else:
+    elif kind == "mlp":
         _check_fits(mlp_bytes(largest, batch, dtype), dev, f"sweep width={largest}", "choose smaller sizes")
+    else:
+        _check_fits(mlp_bytes(width, largest, dtype), dev, f"sweep batch={largest}", "choose smaller sizes")
 
     from .progress import progress
 
     common = dict(
-        device=dev, dtype=dtype, warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads
-    )
+        device=dev, dtype=dtype, warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads,
+        target_rel_width=target_rel_width, max_time_s=max_time_s,
+    )  # fmt: skip
     results = []
     bar = progress(total=len(sizes) + 1, desc=f"sweep {kind}") if show_progress else None
     try:
@@ -1084,15 +961,18 @@ def sweep(
             if bar is not None:
                 bar.set_postfix_str(f"size {size}")
             if kind == "matmul":
-                results.append(race_matmul(size, **common))
+                results.append(race_matmul(size, reuse=reuse, **common))
+            elif kind == "mlp":
+                results.append(race_mlp(size, batch, reuse=reuse, **common))
             else:
-                results.append(race_mlp(size, batch, **common))
+                results.append(race_mlp(width, size, reuse=reuse, **common))
             if bar is not None:
                 bar.update(1)
-        if kind == "matmul":
-            shape = (largest, largest, largest)
-        else:
-            shape = (batch, IN_FEATURES, largest)
+        shape = {
+            "matmul": (largest, largest, largest),
+            "mlp": (batch, IN_FEATURES, largest),
+            "batch": (largest, IN_FEATURES, width),
+        }[kind]
         measured = _raw_gemm_ratio(*shape, **common)
         if bar is not None:
             bar.update(1)
@@ -1105,48 +985,174 @@ def sweep(
     if ceiling is None:
         what = "GPU without a datasheet entry" if dev.type == "cuda" else dev.type
         ceiling = Ceiling(
-            vs_fp32=measured,
+            vs_fp32=measured.ratio,
             vs_tf32=None,
             source=f"measured on this {what}: raw {dtype_name(dtype)} GEMM {shape[0]}x{shape[1]}x{shape[2]} "
             "against FP32, inputs already cast",
         )
-    ceiling = Ceiling(ceiling.vs_fp32, ceiling.vs_tf32, ceiling.source, measured_gemm=measured, gemm_shape=shape)
+    ceiling = Ceiling(
+        ceiling.vs_fp32, ceiling.vs_tf32, ceiling.source, measured_gemm=measured.ratio, gemm_shape=shape,
+        measured_interval=measured,
+    )  # fmt: skip
     return SweepResult(kind=kind, sizes=sizes, results=tuple(results), ceiling=ceiling, context=results[-1].context)
 
 
+def _size_name(kind: str) -> str:
+    return {"matmul": "n", "mlp": "width", "batch": "batch"}[kind]
+
+
+def _what(result: SweepResult) -> str:
+    p = result.results[0].params
+    if result.kind == "matmul":
+        return "n x n matmul"
+    if result.kind == "mlp":
+        return f"training step of the seed's model at batch {p['batch']}, by width"
+    return f"training step of the seed's model at width {p['width']}, by batch"
+
+
+def _est_text(e: SpeedupEstimate) -> str:
+    """``'1.32x (1.25x to 1.40x): faster'``: a speedup, its interval and what the interval says."""
+    if not math.isfinite(e.high):
+        return f"{format_ratio(e.ratio)} (too few pairs for an interval): {e.outcome}"
+    return f"{format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}"
+
+
+def _trend(result: SweepResult) -> str:
+    """Whether the speedup grew or shrank from the smallest size to the largest, judged by the intervals."""
+    name = _size_name(result.kind)
+    first, last = result.intervals[0], result.intervals[-1]
+    a, b = result.sizes[0], result.sizes[-1]
+    span = f"from {format_ratio(first.ratio)} at {name} {a} to {format_ratio(last.ratio)} at {name} {b}"
+    if len(result.sizes) < 2:
+        return ""
+    if last.low > first.high:
+        return f"The speedup grew with the {name}: {span}, with intervals that do not overlap."
+    if last.high < first.low:
+        return f"The speedup shrank as the {name} grew: {span}, with intervals that do not overlap."
+    return (
+        f"The speedup did not change measurably between {name} {a} and {name} {b} ({span}): "
+        "their intervals overlap."
+    )
+
+
+def _noise_note(results: Sequence[RaceResult], context: dict) -> str:
+    """A warning when the samples were noisy: "race again" when an interval is too wide to read, a remark
+    when the interleaved pairs kept the interval narrow all the same."""
+    worst_iqr = max(t.rel_iqr for r in results for t in r.timings.values())
+    # An interval that is infinite for want of pairs says "too few samples", not "noisy".
+    widest = max((w for r in results if math.isfinite(w := r.speedup_interval.rel_width)), default=0.0)
+    load, cores = context.get("load_avg_1min"), context.get("cpu_count")
+    busy = f", load average {load} on {cores} cores" if load is not None and cores else ""
+    if widest > 0.25:
+        return (
+            f"Noisy: an interval up to {100 * widest:.0f}% of its speedup wide, IQR up to {100 * worst_iqr:.0f}% "
+            f"of a median{busy}. Something else was probably using the machine; race again when it is quiet "
+            "(or allow more time, max_time_s) before reading the numbers."
+        )
+    if worst_iqr > 0.2:
+        return (
+            f"The samples were noisy (IQR up to {100 * worst_iqr:.0f}% of a median{busy}), but the interleaved "
+            "pairs kept the interval narrow enough to read."
+        )
+    return ""
+
+
 def sweep_summary(result: SweepResult) -> str:
-    """A few lines reading a sweep: the speedups, where AMP pays and how close it gets to the ceiling,
-    and a warning when the measurements were too noisy to read."""
+    """The sweep, read: each size's speedup with its interval, where AMP is measurably faster, whether the
+    speedup grew with the size, how close it gets to the ceiling, and a warning when it was too noisy.
+    (``06_timing_race``)"""
     r0 = result.results[0]
-    what = "n x n matmul, n" if result.kind == "matmul" else f"training step (batch {r0.params['batch']}), width"
-    pairs = ", ".join(f"{s}: {x:.2f}x" for s, x in zip(result.sizes, result.speedups, strict=True))
+    name = _size_name(result.kind)
+    lines = [f"{_what(result)}, AMP {dtype_name(r0.dtype)} vs FP32 ({r0.speedup_interval.confidence_text} intervals):"]
+    lines += [f"  {name} {s}: {_est_text(e)}" for s, e in zip(result.sizes, result.intervals, strict=True)]
+    pays = result.first_paying_size
+    largest = result.sizes[-1]
+    if pays is not None:
+        lines.append(f"AMP is measurably faster from {name} {pays} on.")
+    else:
+        lines.append(
+            f"AMP is not measurably faster at the largest {name} raced ({largest}: {result.outcomes[-1]})."
+        )
+    trend = _trend(result)
+    if trend:
+        lines.append(trend)
     c = result.ceiling
     best = max(result.speedups)
     at = result.sizes[result.speedups.index(best)]
-    if c.vs_fp32 < 1:
-        second = (
-            f"The ceiling is {c.vs_fp32:.3g}x ({c.source}): below 1, so {dtype_name(r0.dtype)} arithmetic itself is "
-            f"slower than FP32 here and AMP cannot pay; best measured {best:.2f}x at {at}."
+    measured = c.measured_interval
+    if "datasheet" not in c.source and measured is not None and measured.outcome == "slower":
+        lines.append(
+            f"The ceiling is {measured} ({c.source}): below 1, so {dtype_name(r0.dtype)} arithmetic itself is "
+            f"slower than FP32 here and AMP cannot pay; best measured {format_ratio(best)} at {name} {at}."
         )
     else:
-        pays = result.first_paying_size
-        start = f"AMP pays from {pays} on" if pays is not None else "AMP does not pay at the largest size measured"
-        second = f"{start}; best {best:.2f}x at {at}, {best / c.vs_fp32:.0%} of the ceiling {c.vs_fp32:.3g}x ({c.source})."
-    lines = [f"{what}: {pairs}", second]
-    worst = max(t.rel_iqr for r in result.results for t in r.timings.values())
-    if worst > 0.2:
-        load, cores = result.context.get("load_avg_1min"), result.context.get("cpu_count")
-        busy = f", load average {load} on {cores} cores" if load is not None and cores else ""
         lines.append(
-            f"Noisy: IQR up to {100 * worst:.0f}% of a median{busy}. Something else was using the machine; "
-            "sweep again when it is quiet before reading the numbers."
+            f"Best {format_ratio(best)} at {name} {at}, {best / c.vs_fp32:.0%} of the ceiling {c.vs_fp32:.3g}x "
+            f"({c.source})."
         )
+    note = _noise_note(result.results, result.context)
+    if note:
+        lines.append(note)
     return "\n".join(lines)
 
 
+def memory_summary(result) -> str:
+    """What AMP did to the memory of a training step, read from a ``race_mlp`` result (or an MLP/batch
+    sweep: its smallest and largest sizes), with the mechanism that explains it.  (``06_timing_race``)"""
+    if isinstance(result, SweepResult):
+        if result.kind not in ("mlp", "batch") or result.results[0].memory is None:
+            raise ValueError("result must be a race_mlp result or an MLP/batch sweep with memory measured")
+        first, last = result.results[0], result.results[-1]
+        name = _size_name(result.kind)
+        return (
+            f"{memory_summary(last)}\nAcross the sweep, against FP32, AMP {_saving_text(_saving(first))} at {name} "
+            f"{result.sizes[0]} and {_saving_text(_saving(last))} at {name} {result.sizes[-1]}."
+        )
+    if not isinstance(result, RaceResult) or result.memory is None:
+        raise ValueError("result must be a race_mlp result with memory measured (race_mlp(..., memory=True))")
+    m = result.memory
+    saving = _saving(result)
+    how = "measured" if m["method"].startswith("measured") else "estimated"
+    head = (
+        f"At {result.size} one training step needs {format_bytes(m['fp32'])} in FP32 and "
+        f"{format_bytes(m['amp'])} under AMP ({how}): AMP {_saving_text(saving)}."
+    )
+    low = dtype_name(result.dtype)
+    if saving >= 0.1:
+        why = (
+            f"The activations saved for backward are stored in {low}, half the bytes, and at this size they "
+            "outweigh the FP32 weights, gradients and optimizer state that AMP keeps."
+        )
+    elif saving > -0.1:
+        why = (
+            "AMP keeps FP32 weights, gradients and optimizer state and adds low-precision copies of the weights; "
+            f"it saves only on the activations saved for backward ({low}, half the bytes), which are a small "
+            "part of this step."
+        )
+    else:
+        why = (
+            "AMP keeps FP32 weights, gradients and optimizer state, and its low-precision copies of the weights "
+            "cost more here than it saves on the activations."
+        )
+    return f"{head} {why}"
+
+
+def _saving(result: RaceResult) -> float:
+    return 1 - result.memory["amp"] / result.memory["fp32"]
+
+
+def _saving_text(saving: float) -> str:
+    if abs(saving) < 0.005:
+        return "saves nothing"
+    return f"saves {saving:.0%}" if saving > 0 else f"uses {-saving:.0%} more"
+
+
 def _speedup_range(result: RaceResult) -> tuple[float, float]:
-    """Speedup from the quartiles: FP32 Q1 / AMP Q3 to FP32 Q3 / AMP Q1."""
-    return result.fp32.q1 / result.amp.q3, result.fp32.q3 / result.amp.q1
+    """The speedup's interval, clipped to the speedup itself where there are too few pairs for one."""
+    e = result.speedup_interval
+    if not math.isfinite(e.high):
+        return e.ratio, e.ratio
+    return e.low, e.high
 
 
 def _size_axis(ax, sizes, label):
@@ -1169,8 +1175,15 @@ def _plain_log_y(ax):
     ax.yaxis.set_minor_formatter(plain if ax.get_ylim()[1] / ax.get_ylim()[0] < 10 else NullFormatter())
 
 
+def _axis_label(result: SweepResult) -> str:
+    p = result.results[0].params
+    if result.kind == "matmul":
+        return "n (n x n matmul)"
+    return f"width (batch {p['batch']})" if result.kind == "mlp" else f"batch (width {p['width']})"
+
+
 def plot_sweep(result: SweepResult, ax=None):
-    """Speedup (FP32 / AMP) against size on log-log axes, with its spread, break-even and the ceiling."""
+    """Speedup (FP32 / AMP) against size on log-log axes, with its interval, break-even and the ceiling."""
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -1179,11 +1192,12 @@ def plot_sweep(result: SweepResult, ax=None):
     ranges = [_speedup_range(r) for r in result.results]
     lower = [s - lo for s, (lo, _hi) in zip(result.speedups, ranges, strict=True)]
     upper = [hi - s for s, (_lo, hi) in zip(result.speedups, ranges, strict=True)]
+    conf = result.results[0].speedup_interval.confidence_text
     ax.errorbar(result.sizes, result.speedups, yerr=[lower, upper], fmt="o-", color="C0", capsize=3,
-                label=f"AMP ({dtype}) vs FP32, median (bars: quartiles)")  # fmt: skip
+                label=f"AMP ({dtype}) vs FP32 (bars: {conf} interval)")  # fmt: skip
     tf32 = [r.speedup_vs_tf32 for r in result.results]
     if all(s is not None for s in tf32):
-        ax.plot(result.sizes, tf32, "s--", color="C2", label=f"AMP ({dtype}) vs TF32, median")
+        ax.plot(result.sizes, tf32, "s--", color="C2", label=f"AMP ({dtype}) vs TF32")
     c = result.ceiling
     is_datasheet = "datasheet" in c.source
     kind = "datasheet" if is_datasheet else "raw GEMM, measured"
@@ -1193,8 +1207,7 @@ def plot_sweep(result: SweepResult, ax=None):
     if is_datasheet and c.measured_gemm is not None:
         ax.axhline(c.measured_gemm, color="C1", ls=":", label=f"raw GEMM, measured: {c.measured_gemm:.3g}x")
     ax.axhline(1.0, color="0.3", lw=1, label="break-even")
-    unit = "n (n x n matmul)" if result.kind == "matmul" else f"width (batch {result.results[0].params['batch']})"
-    _size_axis(ax, result.sizes, unit)
+    _size_axis(ax, result.sizes, _axis_label(result))
     _plain_log_y(ax)
     ax.set_ylabel("speedup (FP32 time / AMP time)")
     ax.set_title(f"Where AMP starts to pay on {result.context['device']}")
@@ -1204,9 +1217,9 @@ def plot_sweep(result: SweepResult, ax=None):
 
 
 def plot_memory(result: SweepResult, ax=None):
-    """Peak memory per training step, FP32 against AMP, for an ``kind="mlp"`` sweep."""
-    if result.kind != "mlp" or result.results[0].memory is None:
-        raise ValueError("plot_memory needs a sweep with kind='mlp' (memory is measured for training steps)")
+    """Peak memory per training step, FP32 against AMP, for a ``kind="mlp"`` or ``kind="batch"`` sweep."""
+    if result.kind not in ("mlp", "batch") or result.results[0].memory is None:
+        raise ValueError("plot_memory needs a sweep with kind='mlp' or 'batch' (memory is measured for training steps)")
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -1215,7 +1228,7 @@ def plot_memory(result: SweepResult, ax=None):
     names = [k for k in result.results[0].memory if k != "method"]
     for i, name in enumerate(names):
         ax.plot(result.sizes, [r.memory[name] / mib for r in result.results], "o-", color=f"C{i}", label=name.upper())
-    _size_axis(ax, result.sizes, f"width (batch {result.results[0].params['batch']})")
+    _size_axis(ax, result.sizes, _axis_label(result))
     _plain_log_y(ax)
     ax.set_ylabel("MiB")
     method = result.results[0].memory["method"]
@@ -1229,66 +1242,132 @@ def plot_memory(result: SweepResult, ax=None):
 # What a result means
 # ----------------------------------------------------------------------------------------------
 
+_CPU_INSTRUCTIONS = {torch.bfloat16: "AVX512-BF16, AMX-BF16 or ARM BF16", torch.float16: "AVX512-FP16 or AMX-FP16"}
+_SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
-def _cpu_has_fast(dtype: torch.dtype) -> bool | None:
-    from .hardware import cpu_flags
 
-    flags = cpu_flags()
-    keys = ("avx512_bf16", "amx_bf16") if dtype == torch.bfloat16 else ("avx512_fp16",)
-    values = [flags.get(k) for k in keys]
-    if any(values):
-        return True
-    if all(v is None for v in values):
+def _tensor_cores(result: RaceResult):
+    cap = result.context.get("capability")
+    if not cap:
         return None
-    return False
+    return tensor_core_generation(tuple(cap))
+
+
+def native_arithmetic(result: RaceResult) -> bool | None:
+    """Whether the hardware that ran ``result`` multiplies its AMP dtype natively: True, False, or None
+    (unknown).  On a CPU: ``hardware.cpu_has_native`` with the CPU flags recorded in the result (this
+    machine's when none were recorded); on CUDA: whether the recorded compute capability's Tensor Cores
+    take that dtype.  (``06_timing_race``, exercise 4)"""
+    dev = str(result.context.get("device", ""))
+    if dev.startswith("cuda"):
+        tc = _tensor_cores(result)
+        if tc is None:
+            return None
+        return tc.has_tensor_cores and _SHORT[result.dtype] in tc.precisions
+    if dev.startswith("cpu"):
+        flags = result.context.get("cpu_flags")
+        return cpu_has_native(result.dtype, flags=flags) if flags is not None else cpu_has_native(result.dtype)
+    return None
+
+
+def _verdict(result: RaceResult) -> str:
+    e = result.speedup_interval
+    low = dtype_name(result.dtype)
+    dev = result.context.get("device", "?")
+    basis = (
+        f"{_plural(e.pairs, 'interleaved pair')}: too few for a {e.confidence_text} interval"
+        if not math.isfinite(e.high)
+        else f"{e.confidence_text} interval {e.ends_text()}, {_plural(e.pairs, 'interleaved pair')}"
+    )
+    unit = "call" if result.kind == "matmul" else "step"
+    if e.outcome == "faster":
+        return f"AMP is faster: {format_ratio(e.ratio)} the speed of FP32 ({basis}), {low} on {dev}."
+    if e.outcome == "slower":
+        return (
+            f"AMP is slower: {format_ratio(e.ratio)} the speed of FP32 ({basis}), so each {unit} takes "
+            f"{1 / e.ratio:.2f}x as long ({low} on {dev})."
+        )
+    return (
+        f"Too close to call: {format_ratio(e.ratio)} ({basis}); the interval straddles 1, so this race cannot "
+        f"tell AMP ({low} on {dev}) from FP32."
+    )
+
+
+def _reason(result: RaceResult) -> str:
+    """Why the race came out as it did, from the hardware's facts and the outcome."""
+    outcome = result.outcome
+    low = dtype_name(result.dtype)
+    dev = str(result.context.get("device", ""))
+    native = native_arithmetic(result)
+    if dev.startswith("cpu"):
+        insn = _CPU_INSTRUCTIONS[result.dtype]
+        if native is False:
+            base = f"This CPU has no {insn} instructions, so {low} matmuls are emulated with conversions"
+            if outcome == "slower":
+                return f"{base} and autocast's casts are pure overhead: that is why AMP is slower here."
+            if outcome == "too close to call":
+                return f"{base}: AMP cannot gain here; at this size per-op overhead, not arithmetic, sets the pace."
+            return (
+                f"{base}: a win is not expected here, so suspect noise or an FP32 kernel that is poor at this "
+                "size, and race again."
+            )
+        if native is True:
+            if outcome == "faster":
+                return (
+                    f"This CPU multiplies {low} in hardware ({insn}), and the work is large enough for the "
+                    "faster arithmetic to outweigh autocast's casts."
+                )
+            return (
+                f"This CPU multiplies {low} in hardware, so the size is the likely reason: casts and per-op "
+                "overhead outweigh the faster matmul. Try a larger width and batch."
+            )
+        return f"Whether this CPU multiplies {low} in hardware is unknown; the measurement is the answer."
+    if dev.startswith("cuda"):
+        tc = _tensor_cores(result)
+        if tc is None:
+            return "The GPU's compute capability was not recorded, so only the measurement speaks."
+        cap = f"sm_{tc.capability[0]}{tc.capability[1]}"
+        if not tc.has_tensor_cores:
+            return (
+                f"{tc.architecture} ({cap}) has no Tensor Cores: {low} runs on ordinary CUDA cores, so AMP can "
+                "save memory but little time."
+            )
+        if not native:
+            return (
+                f"{tc.architecture} ({cap}) Tensor Cores multiply {', '.join(tc.precisions).upper()} but not "
+                f"{_SHORT[result.dtype].upper()}: {low} runs without them here. Race float16 on this GPU."
+            )
+        if outcome == "faster":
+            return (
+                f"{tc.architecture} ({cap}) Tensor Cores multiply {low}, and this work is large enough to keep "
+                "them busy."
+            )
+        return (
+            f"Too small to keep {tc.architecture}'s Tensor Cores busy: launches, casts and the optimizer "
+            "dominate. Try a larger width and batch (multiples of 8)."
+        )
+    return "The measurement is the answer on this device."
+
+
+def _tf32_sentence(result: RaceResult) -> str:
+    est = result.speedup_vs_tf32_interval
+    if est is None:
+        return ""
+    tc = _tensor_cores(result)
+    if tc is not None and "tf32" not in tc.precisions:
+        return (
+            f"{tc.architecture} has no TF32, so the TF32 contestant ran plain FP32: AMP against it {est}."
+        )
+    return f"Against TF32 (FP32 on Tensor Cores) the speedup is {est}: {est.outcome}."
 
 
 def explain(result: RaceResult) -> str:
-    """A plain-language reading of a race result: who won, by how much, and the likely reason."""
-    s = result.speedup
-    dtype = dtype_name(result.dtype)
-    dev = result.context["device"]
-    if s >= 1.1:
-        verdict = f"AMP wins: {s:.2f}x the speed of FP32 ({dtype} on {dev})."
-    elif s > 1 / 1.1:
-        verdict = f"A tie: AMP and FP32 are within 10% ({s:.2f}x)."
-    else:
-        verdict = f"AMP loses: it runs at {s:.2f}x the speed of FP32, so each step takes {1 / s:.2f}x as long."
-    reasons = []
-    if dev.startswith("cpu"):
-        fast = _cpu_has_fast(result.dtype)
-        if fast is False:
-            insn = "AVX512-BF16 or AMX" if result.dtype == torch.bfloat16 else "AVX512-FP16 or AMX-FP16"
-            base = f"This CPU has no {insn} instructions, so {dtype} matmuls are emulated with conversions"
-            if s <= 1 / 1.1:
-                reasons.append(f"{base} and the casts are pure overhead: on such a CPU AMP is slower, and the race shows it.")
-            elif s < 1.1:
-                reasons.append(f"{base}: AMP cannot be faster here; at this size per-op overhead, not arithmetic, sets the pace.")
-            else:
-                reasons.append(f"{base}: AMP should not win here, so suspect noise (see the spread) and race again.")
-        elif fast is True and s < 1.1:
-            reasons.append(
-                "This CPU has the instructions, so a small size is the likely reason: casts and "
-                "per-op overhead outweigh the faster matmul. Try a larger width and batch."
-            )
-        elif fast is None:
-            reasons.append("Whether this CPU has bf16/fp16 instructions is unknown; the measurement is the answer.")
-    elif s < 1.1:
-        reasons.append(
-            "Too small to keep the Tensor Cores busy: launches, casts and the optimizer dominate. "
-            "Try a larger width and batch (multiples of 8)."
-        )
-    if result.speedup_vs_tf32 is not None:
-        reasons.append(f"Against TF32 (FP32 on Tensor Cores) the speedup is {result.speedup_vs_tf32:.2f}x.")
-    worst = max(t.rel_iqr for t in result.timings.values())
-    if worst > 0.2:
-        load, cores = result.context.get("load_avg_1min"), result.context.get("cpu_count")
-        busy = f" (load average {load} on {cores} cores)" if load is not None and cores else ""
-        reasons.append(
-            f"The measurement is noisy (IQR up to {100 * worst:.0f}% of the median): other programs "
-            f"are probably competing for the machine{busy}; race again."
-        )
-    return " ".join([verdict, *reasons])
+    """A plain-language reading of a race result, composed from the measurement and the machine's facts:
+    the outcome with its interval ("too close to call" when it straddles 1), the likely reason (native or
+    emulated arithmetic, Tensor Cores, size), TF32, and a warning when the measurement was noisy.
+    (``06_timing_race``; the race widget's card shows it.)"""
+    parts = [_verdict(result), _reason(result), _tf32_sentence(result), _noise_note([result], result.context)]
+    return " ".join(p for p in parts if p)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1368,9 +1447,10 @@ class RaceWidget:
     """Width, batch and precision controls, a Race button, two racing lanes and a result card.
 
     Built by :func:`race_widget`.  Pressing Race (or calling :meth:`run`) races ``race_mlp`` with the
-    chosen settings.  During the race each lane's bar shows how far that contestant would have got
-    when the faster one (by running median) has done all the samples taken so far: the winner's
-    bar advances one sample per round, the loser's ``1/speedup`` of one.
+    chosen settings, sampling until the speedup's interval is narrow or the time budget is spent.  During
+    the race each lane's bar shows how far that contestant would have got when the faster one (by running
+    median) has done all the samples taken so far: the winner's bar advances one sample per round, the
+    loser's ``1/speedup`` of one.  The widths, batches and budget default to :func:`sizes_for` the device.
     """
 
     def __init__(
@@ -1380,24 +1460,35 @@ class RaceWidget:
         widths: Sequence[int] | None = None,
         batches: Sequence[int] | None = None,
         in_features: int = IN_FEATURES,
-        warmup: int = 2,
-        repeats: int = 5,
-        min_sample_s: float = 0.005,
+        warmup: int | None = None,
+        repeats: int | None = None,
+        min_sample_s: float | None = None,
+        target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
+        max_time_s: float | None = None,
+        num_threads: int | None = None,
     ):
         import ipywidgets as widgets
 
         self.device = get_device(device)
-        cuda = self.device.type == "cuda"
-        widths = tuple(widths or ((1024, 2048, 4096, 8192) if cuda else (64, 128, 256, 512, 1024)))
-        batches = tuple(batches or ((256, 1024, 4096) if cuda else (16, 32, 64, 128, 256)))
+        sizes = sizes_for(self.device)
+        budget = sizes.budget
+        widths = tuple(widths or sizes.widget_widths)
+        batches = tuple(batches or sizes.widget_batches)
         for i, w in enumerate(widths):
             check_int(f"widths[{i}]", w, minimum=1)
         for i, b in enumerate(batches):
             check_int(f"batches[{i}]", b, minimum=1)
         self.in_features = check_int("in_features", in_features, minimum=1)
-        self.warmup = check_int("warmup", warmup, minimum=0)
-        self.repeats = check_int("repeats", repeats, minimum=1)
-        self.min_sample_s = check_float("min_sample_s", min_sample_s, gt=0)
+        self.warmup = check_int("warmup", budget["warmup"] if warmup is None else warmup, minimum=0)
+        self.repeats = check_int("repeats", budget["repeats"] if repeats is None else repeats, minimum=1)
+        self.min_sample_s = check_float(
+            "min_sample_s", budget["min_sample_s"] if min_sample_s is None else min_sample_s, gt=0
+        )
+        self.target_rel_width = (
+            None if target_rel_width is None else check_float("target_rel_width", target_rel_width, gt=0)
+        )
+        self.max_time_s = check_float("max_time_s", budget["max_time_s"] if max_time_s is None else max_time_s, gt=0)
+        self.num_threads = budget.get("num_threads") if num_threads is None else check_int("num_threads", num_threads, minimum=1)
 
         self.width = widgets.Dropdown(options=widths, value=widths[0], description="width")
         self.batch = widgets.Dropdown(options=batches, value=batches[0], description="batch")
@@ -1447,34 +1538,51 @@ class RaceWidget:
             f"{flops / 1e6:,.1f} MFLOP of matmuls per training step. Press <b>Race</b>.",
         )
 
-    def _on_settings(self, _change) -> None:
+    def _reset_bars(self) -> None:
         self.fp32_bar.value = self.amp_bar.value = 0
+        self.fp32_bar.max = self.amp_bar.max = self.repeats
         self.fp32_bar.bar_style = self.amp_bar.bar_style = "info"
+
+    def _on_settings(self, _change) -> None:
+        self._reset_bars()
         self.fp32_time.value = self.amp_time.value = ""
         self._ready()
+
+    def _set_lanes(self, fp32: Sequence[float], amp: Sequence[float]) -> int:
+        """Move both lanes for the rounds both contestants have finished; returns that number of rounds."""
+        rounds = min(len(fp32), len(amp))
+        if rounds == 0:
+            return 0
+        med = {k: Timing(k, tuple(v[:rounds]), 1, 0).median for k, v in (("fp32", fp32), ("amp", amp))}
+        fastest = min(med.values())
+        for bar in (self.fp32_bar, self.amp_bar):  # sampling may go on past `repeats` rounds
+            bar.max = max(bar.max, rounds)
+        self.fp32_bar.value = rounds * fastest / med["fp32"]
+        self.amp_bar.value = rounds * fastest / med["amp"]
+        self.fp32_time.value = f"{format_seconds(med['fp32'])}/step"
+        self.amp_time.value = f"{format_seconds(med['amp'])}/step"
+        return rounds
 
     def _on_progress(self, event: RaceProgress) -> None:
         if event.phase == "warmup":
             self.result.value = _card("running", f"Warming up {html.escape(event.label)} ...")
             return
-        fp32, amp = event.samples["fp32"], event.samples["amp"]
-        rounds = min(len(fp32), len(amp))
+        rounds = self._set_lanes(event.samples["fp32"], event.samples["amp"])
         if rounds == 0:
             self.result.value = _card("running", "Racing ...")
             return
-        med = {k: Timing(k, tuple(v[:rounds]), 1, 0).median for k, v in (("fp32", fp32), ("amp", amp))}
-        fastest = min(med.values())
-        self.fp32_bar.value = rounds * fastest / med["fp32"]
-        self.amp_bar.value = rounds * fastest / med["amp"]
-        self.fp32_time.value = f"{format_seconds(med['fp32'])}/step"
-        self.amp_time.value = f"{format_seconds(med['amp'])}/step"
-        self.result.value = _card("running", f"Racing ... round {rounds} of {event.total}")
+        more = (
+            f" (at least {event.total}; then until the interval is within about "
+            f"+-{50 * self.target_rel_width:.0f}% or {self.max_time_s:g} s have passed)"
+            if self.target_rel_width is not None
+            else f" of {event.total}"
+        )
+        self.result.value = _card("running", f"Racing ... round {rounds}{more}")
 
     def run(self) -> RaceResult | None:
         """Race with the current settings; updates the lanes and the result card."""
         self.button.disabled = True
-        self.fp32_bar.value = self.amp_bar.value = 0
-        self.fp32_bar.bar_style = self.amp_bar.bar_style = "info"
+        self._reset_bars()
         self.result.value = _card("running", "Starting ...")
         try:
             result = race_mlp(
@@ -1486,6 +1594,9 @@ class RaceWidget:
                 warmup=self.warmup,
                 repeats=self.repeats,
                 min_sample_s=self.min_sample_s,
+                target_rel_width=self.target_rel_width,
+                max_time_s=self.max_time_s,
+                num_threads=self.num_threads,
                 callback=self._on_progress,
             )
         except Exception as exc:  # shown in the card: a callback has nowhere else to report
@@ -1498,19 +1609,17 @@ class RaceWidget:
         return result
 
     def _show(self, result: RaceResult) -> None:
-        fastest = min(result.fp32.median, result.amp.median)
-        self.fp32_bar.value = self.repeats * fastest / result.fp32.median
-        self.amp_bar.value = self.repeats * fastest / result.amp.median
-        amp_wins = result.amp.median < result.fp32.median
-        self.amp_bar.bar_style, self.fp32_bar.bar_style = ("success", "warning") if amp_wins else ("warning", "success")
-        self.fp32_time.value = f"{format_seconds(result.fp32.median)}/step"
-        self.amp_time.value = f"{format_seconds(result.amp.median)}/step"
+        self._set_lanes(result.fp32.samples, result.amp.samples)
+        styles = {"faster": ("warning", "success"), "slower": ("success", "warning")}
+        self.fp32_bar.bar_style, self.amp_bar.bar_style = styles.get(result.outcome, ("info", "info"))
         self.result.value = _card("done", result_card_html(result))
 
 
 def result_card_html(result: RaceResult) -> str:
-    """The body of the race widget's result card."""
+    """The body of the race widget's result card: the speedup with its interval and outcome, the reading
+    :func:`explain` composes, the timings, and the context."""
     e = html.escape
+    est = result.speedup_interval
     unit = "call" if result.kind == "matmul" else "step"
     cell = "padding:1px 10px 1px 0;text-align:right"
     header = ["", f"median per {unit}", "spread (IQR)", "TFLOP/s"] + (["memory"] if result.memory else [])
@@ -1522,15 +1631,22 @@ def result_card_html(result: RaceResult) -> str:
         rows.append("<tr>" + "".join(f"<td style='{cell}'>{e(v)}</td>" for v in values) + "</tr>")
     ctx = result.context
     tf32 = _tf32_text(ctx)
-    mem_note = f"<br>memory: {e(result.memory['method'])}" if result.memory else ""
+    mem_note = f"<br>memory: {e(memory_summary(result))}" if result.memory else ""
+    interval = (
+        f"{est.confidence_text} interval {est.ends_text()}"
+        if math.isfinite(est.high)
+        else f"too few pairs for a {est.confidence_text} interval"
+    )
     return (
-        f"<div style='font-size:1.3em'>speedup <b class='amp-race-speedup'>{result.speedup:.2f}x</b> "
-        f"(AMP {e(dtype_name(result.dtype))} vs FP32, {e(result.size)})</div>"
+        f"<div style='font-size:1.3em'>speedup <b class='amp-race-speedup'>{format_ratio(est.ratio)}</b> "
+        f"(<span class='amp-race-interval'>{e(interval)}</span>): "
+        f"<b class='amp-race-outcome' data-outcome='{e(est.outcome)}'>{e(est.outcome)}</b></div>"
+        f"<div>AMP {e(dtype_name(result.dtype))} vs FP32, {e(result.size)}</div>"
         f"<p>{e(explain(result))}</p>"
         f"<table style='font-family:monospace;border-collapse:collapse'>{''.join(rows)}</table>"
-        f"<small>{len(result.fp32.samples)} samples each, interleaved, after "
-        f"{_plural(result.fp32.warmup, 'untimed warm-up ' + unit)}; {ctx['threads']} threads; TF32 for FP32: {tf32}; timed with {e(ctx['sync'])}; "
-        f"torch {e(ctx['torch'])}{mem_note}</small>"
+        f"<small>{_plural(est.pairs, 'interleaved round')} after "
+        f"{_plural(result.fp32.warmup, 'untimed warm-up ' + unit)}; {_plural(ctx['threads'], 'thread')}; TF32 for FP32: {tf32}; "
+        f"timed with {e(ctx['sync'])}; torch {e(ctx['torch'])}{mem_note}</small>"
     )
 
 

@@ -3,7 +3,9 @@
 Everything the capstone notebook runs, written to be read:
 
 * :func:`choose_amp_dtype` walks a decision flow over ``hardware.describe()``: bfloat16 or
-  float16, whether a ``GradScaler`` is needed, and whether AMP should be faster here at all.
+  float16, whether a ``GradScaler`` is needed, and whether AMP should be faster here at all.  The
+  answer is the course's one decision (``hardware.machine_verdict``); :func:`example_machines` and
+  :func:`choice_rows` show it for other machines.
 * :func:`train_step` is one optimizer step of the modern recipe: the forward pass under
   ``torch.autocast``, ``scaler.scale(loss).backward()`` for each micro-batch (gradient
   accumulation), ``scaler.unscale_(opt)`` *before* ``clip_grad_norm_`` so the threshold is in
@@ -13,7 +15,12 @@ Everything the capstone notebook runs, written to be read:
   scaler, scheduler and RNG state) continues bit for bit like the uninterrupted one.
 * :func:`evaluate` runs inference under autocast in ``torch.inference_mode()``.
 * :func:`compare_precisions` trains the same model in FP32 and under AMP and measures time per
-  step, the bytes autograd saves for backward, peak CUDA memory and test accuracy.
+  step (with the speed-up's interval, from paired steps), the bytes autograd saves for backward,
+  peak CUDA memory and test accuracy.
+* :func:`read_comparison` turns those numbers and the decision flow's expectation into sentences:
+  faster, slower or too close to call; whether that matches the flow; memory; accuracy.  The
+  notebook prints them rather than asserting an outcome in markdown, so every machine reads a
+  true story.
 
 The scaler is a ``torch.amp.GradScaler(device, enabled=...)``: enabled for float16 (whose
 narrow range needs loss scaling), disabled for bfloat16 and float32, where all its calls pass
@@ -23,7 +30,6 @@ through.  One loop therefore serves all three precisions.
 from __future__ import annotations
 
 import functools
-import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -34,8 +40,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import hardware
 from ._checks import check_float, check_int
+from .claims import Claim, claim
 from .device import dtype_name, get_device, parse_dtype, synchronize, torch_threads
+from .timing import SpeedupEstimate, format_ratio, speedup_estimate, timing_context
 
 __all__ = [
     "AmpChoice",
@@ -56,6 +65,11 @@ __all__ = [
     "compare_precisions",
     "comparison_rows",
     "COMPARISON_HEADER",
+    "ComparisonReading",
+    "read_comparison",
+    "example_machines",
+    "choice_rows",
+    "CHOICE_HEADER",
     "dtype_name",
 ]
 
@@ -78,8 +92,11 @@ class AmpChoice:
     """The outcome of :func:`choose_amp_dtype`.
 
     ``dtype`` is the autocast dtype, ``use_scaler`` whether a ``GradScaler`` must be enabled,
-    ``expect_speedup`` whether AMP should beat FP32 on this hardware (None: unknown, measure
-    it), and ``steps`` the questions asked on the way, as ``(question, answer)`` pairs.
+    ``expect_speedup`` whether AMP should beat FP32 on large matmuls on this hardware (None:
+    unknown, measure it), ``steps`` the questions asked on the way, as ``(question, answer)``
+    pairs, and ``advice`` what to do with the answer.  ``basis`` is the hardware fact the
+    expectation rests on (a phrase such as "this CPU has no AVX512-BF16 or AMX-BF16"), and
+    ``verdict`` the machine's one-line verdict from ``hardware.machine_verdict``.
     """
 
     device: str
@@ -88,6 +105,8 @@ class AmpChoice:
     expect_speedup: bool | None
     steps: tuple[tuple[str, str], ...]
     advice: str
+    basis: str = ""
+    verdict: str = ""
 
     def __str__(self) -> str:
         lines = [f"{i}. {q} {a}" for i, (q, a) in enumerate(self.steps, 1)]
@@ -97,71 +116,191 @@ class AmpChoice:
         return "\n".join(lines)
 
 
+def _report_system(report) -> str | None:
+    """``platform.system()`` of the machine a report describes (its ``platform`` is "System machine")."""
+    return report.platform.split()[0] if getattr(report, "platform", "") else None
+
+
 def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
     """Walk the decision flow for this machine (or for ``report``, a ``hardware.MachineReport``).
 
-    * CUDA with Tensor Cores that do bfloat16 (Ampere and later): bfloat16, no scaler.  It keeps
-      FP32's exponent range, so gradients do not underflow.
-    * CUDA with Tensor Cores but no bfloat16 (Volta, Turing): float16 with a GradScaler.
-    * CUDA without Tensor Cores (before Volta): float16 with a GradScaler, for memory; expect
-      little or no speed-up.
-    * CPU: bfloat16, the dtype CPU autocast is built for, no scaler.  It is fast only with bf16
-      instructions (AMX-BF16, AVX512-BF16); without them AMP is slower than FP32, and the
-      choice says so.
+    Taught in ``07_amp_training_recipe``.  The dtype, the scaler and the expectation are the
+    course's one decision, ``hardware.machine_verdict`` (the same as ``device.amp_dtype`` and the
+    machine report's ``race_dtype``); whether a CPU multiplies the dtype in hardware is
+    ``hardware.cpu_has_native``'s answer.  This function adds the questions a learner would ask
+    on the way, so the decision can be read:
+
+    * CUDA, compute capability 8.0 or later (Ampere, Ada, Hopper, Blackwell): bfloat16, no scaler.
+      Its Tensor Cores multiply it, and it keeps FP32's exponent range, so gradients do not underflow.
+    * CUDA Volta and Turing (e.g. the T4): float16 with a GradScaler; their Tensor Cores multiply
+      only float16.  Before Volta: float16 with a GradScaler, for memory, with little or no speed-up.
+    * Apple GPUs (MPS): float16 with a GradScaler.
+    * CPU: bfloat16, the dtype CPU autocast is built for, no scaler.  It is fast only where the CPU
+      multiplies bfloat16 in hardware (AMX-BF16, AVX512-BF16, ARM BF16); without that, AMP is
+      expected to be slower than FP32, and the choice says so.
+
+    The facts are read from ``report`` itself (not from its stored verdict), so a report whose
+    hardware facts were replaced (``hardware.report_for``, ``dataclasses.replace``) gets its own flow.
     """
     if report is None:
-        from .hardware import describe
-
-        report = describe(device)
+        report = hardware.describe(device)
+    system = _report_system(report)
+    v = hardware.machine_verdict(
+        cuda_available=report.cuda_available,
+        tensor_cores=report.tensor_cores,
+        flags=report.cpu_flags or {},
+        device_type=report.race_device,
+        system=system,
+    )
+    dtype, name = v.dtype, dtype_name(v.dtype)
     steps: list[tuple[str, str]] = []
-    if report.race_device == "cuda":
+
+    def choice(basis: str, advice: str) -> AmpChoice:
+        return AmpChoice(v.device, dtype, v.use_scaler, v.expect_speedup, tuple(steps), advice, basis, v.text)
+
+    if v.device == "cuda":
         gpu = report.gpu_name or "the GPU"
         steps.append(("Is the course running on a CUDA GPU?", f"yes: {gpu}."))
         tc = report.tensor_cores
-        if tc is None or not tc.has_tensor_cores:
-            arch = tc.architecture if tc is not None else "this GPU"
-            steps.append(("Does it have Tensor Cores?", f"no ({arch})."))
-            return AmpChoice(
-                "cuda", torch.float16, True, False, tuple(steps),
-                "float16 halves activation memory, but without Tensor Cores expect little or no speed-up.",
-            )  # fmt: skip
-        steps.append(("Does it have Tensor Cores?", f"yes, generation {tc.generation} ({tc.architecture})."))
-        bf16 = bool(report.bf16_supported) and "bf16" in tc.precisions
-        if bf16:
-            steps.append(
-                ("Do they multiply bfloat16?", "yes: bfloat16 has FP32's exponent range, so gradients do not underflow.")
+        if tc is None:
+            steps.append(("Does it have Tensor Cores?", "unknown: the GPU's compute capability is not known."))
+            return choice(
+                "the GPU's compute capability is unknown",
+                f"{name} runs on every CUDA GPU and needs a GradScaler; measure whether it is faster here.",
             )
-            return AmpChoice(
-                "cuda", torch.bfloat16, False, True, tuple(steps),
-                "Expect a speed-up on large matmuls; the FP32 baseline may already use TF32 on these Tensor Cores.",
-            )  # fmt: skip
-        steps.append(("Do they multiply bfloat16?", "no: float16, whose small range needs loss scaling."))
-        return AmpChoice(
-            "cuda", torch.float16, True, True, tuple(steps),
-            "Expect a speed-up on large matmuls with dimensions that are multiples of 8.",
-        )  # fmt: skip
+        sm = f"sm_{tc.capability[0]}{tc.capability[1]}"
+        if not tc.has_tensor_cores:
+            steps.append(("Does it have Tensor Cores?", f"no ({tc.architecture}, {sm})."))
+            hope = "a modest speed-up at most" if v.expect_speedup is None else "little or no speed-up"
+            return choice(
+                f"{tc.architecture} has no Tensor Cores",
+                f"{name} halves activation memory, but without Tensor Cores expect {hope}; measure it.",
+            )
+        steps.append(("Does it have Tensor Cores?", f"yes, generation {tc.generation} ({tc.architecture}, {sm})."))
+        question = "Do they multiply bfloat16 (compute capability 8.0 or later)?"
+        if dtype == torch.bfloat16:
+            steps.append((question, "yes: bfloat16 has FP32's exponent range, so gradients do not underflow."))
+            return choice(
+                f"{tc.architecture} Tensor Cores multiply bfloat16",
+                "Expect a speed-up on large matmuls (small ones gain little); the FP32 baseline may "
+                "already use TF32 on these Tensor Cores.",
+            )
+        steps.append((question, "no: float16, whose small range needs loss scaling."))
+        return choice(
+            f"{tc.architecture} Tensor Cores multiply float16",
+            "Expect a speed-up on large matmuls with dimensions that are multiples of 8; small ones gain little.",
+        )
 
-    steps.append(("Is the course running on a CUDA GPU?", "no: the CPU, where autocast uses bfloat16."))
+    if v.device == "mps":
+        steps.append(("Is the course running on a CUDA GPU?", f"no: an Apple GPU (MPS), where autocast uses {name}."))
+        steps.append(("Does it have Tensor Cores?", f"no: {name} mainly halves the bytes moved, and needs loss scaling."))
+        return choice(
+            "Apple GPUs have no Tensor Cores",
+            "Expect a modest speed-up at most, on large models; measure it.",
+        )
+
+    steps.append(("Is the course running on a CUDA GPU?", f"no: the CPU, where autocast uses {name}."))
     flags = report.cpu_flags or {}
-    if flags.get("amx_bf16") or flags.get("avx512_bf16"):
-        which = "AMX-BF16" if flags.get("amx_bf16") else "AVX512-BF16"
-        steps.append(("Does the CPU have bfloat16 instructions?", f"yes: {which}."))
-        return AmpChoice(
-            "cpu", torch.bfloat16, False, True, tuple(steps),
-            "Expect a speed-up once matrices are large enough; bfloat16 needs no GradScaler.",
-        )  # fmt: skip
-    if all(v is None for v in flags.values()):
-        steps.append(("Does the CPU have bfloat16 instructions?", "unknown on this system."))
-        return AmpChoice(
-            "cpu", torch.bfloat16, False, None, tuple(steps),
-            "Measure before you decide: the comparison at the end of this notebook will tell.",
-        )  # fmt: skip
-    steps.append(("Does the CPU have bfloat16 instructions?", "no (no AMX-BF16, no AVX512-BF16)."))
-    return AmpChoice(
-        "cpu", torch.bfloat16, False, False, tuple(steps),
-        "bfloat16 is emulated here, so AMP is slower than FP32: use it to learn the recipe (or to save "
-        "memory), and train in FP32 when speed matters on this machine.",
-    )  # fmt: skip
+    native = hardware.cpu_has_native(dtype, flags)
+    labels = hardware.cpu_native_labels(dtype, flags)
+    question = f"Does the CPU multiply {name} in hardware?"
+    if native is None:
+        steps.append((question, "unknown on this system."))
+        return choice(
+            f"this system does not report the CPU's {name} instructions",
+            "Measure before you decide: the comparison in section 7 tells.",
+        )
+    if not native:
+        lacking = " or ".join(labels)
+        steps.append((question, f"no (no {lacking}): torch converts to FP32 and back around every multiply."))
+        return choice(
+            f"this CPU has no {lacking}",
+            f"{name} is emulated here, so expect AMP to be slower than FP32: use it to learn the recipe "
+            "(or to save memory), and train in FP32 when speed matters on this machine.",
+        )
+    having = " and ".join(labels)
+    steps.append((question, f"yes: {having}."))
+    if v.expect_speedup is False:  # a Mac: FP32 matmuls run on Apple's matrix units
+        steps.append(
+            ("Do FP32 matmuls have faster hardware?", "yes: on a Mac they run on Apple's matrix units (Accelerate).")
+        )
+        return choice(
+            f"this CPU has {having}, but its FP32 matmuls run on Apple's matrix units",
+            f"Expect AMP to be no faster than FP32 here; {name} still halves activation memory.",
+        )
+    return choice(
+        f"this CPU has {having}",
+        f"Expect a speed-up on large matrices; on small ones the casts cost more than the faster multiply "
+        f"saves. {name} needs no GradScaler.",
+    )
+
+
+# Excerpts of real /proc/cpuinfo text: hardware.cpu_flags reads them as it reads this machine's.
+_AVX2_LAPTOP_CPUINFO = (
+    "model name\t: Intel(R) Core(TM) i7-10510U CPU @ 1.80GHz\n"
+    "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
+    "sse sse2 ht syscall nx pdpe1gb rdtscp lm pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes "
+    "xsave avx f16c rdrand lahf_lm abm 3dnowprefetch fsgsbase bmi1 avx2 smep bmi2 erms invpcid adx "
+    "clflushopt xsaveopt xsavec xgetbv1 xsaves\n"
+)
+_SAPPHIRE_RAPIDS_CPUINFO = (
+    "model name\t: Intel(R) Xeon(R) Platinum 8480+\n"
+    "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
+    "sse sse2 ss ht syscall nx pdpe1gb rdtscp lm pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt "
+    "aes xsave avx f16c rdrand avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 "
+    "avx512vbmi avx512_vnni avx512_bitalg avx512_vpopcntdq avx512_fp16 amx_bf16 amx_tile amx_int8\n"
+)
+_GRAVITON3_CPUINFO = (
+    "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt "
+    "fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg "
+    "dcpodp svei8mm svebf16 i8mm bf16 dgh rng\n"
+    "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\nCPU part\t: 0xd40\nCPU revision\t: 1\n"
+)
+
+
+def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
+    """``(name, hardware.MachineReport)`` for machines a learner may meet, for 07's table.
+
+    GPUs are described by their compute capability, CPUs by an excerpt of their own
+    ``/proc/cpuinfo`` (read by ``hardware.cpu_flags``, as this machine's is), so the table shows
+    what :func:`choose_amp_dtype` decides for each, whatever machine runs the notebook.
+    ``base`` is the report whose other facts (versions, threads) they share (default: this CPU's).
+    """
+    if base is None:
+        base = hardware.describe("cpu")
+
+    def gpu(name, capability):
+        return name, hardware.report_for("cuda", capability=capability, gpu_name=name, base=base, system="Linux")
+
+    def cpu(name, cpuinfo):
+        return name, hardware.report_for(
+            "cpu", flags=hardware.cpu_flags(cpuinfo), cpu=hardware.cpu_model(cpuinfo), base=base, system="Linux"
+        )
+
+    return [
+        gpu("NVIDIA H100 (sm_90)", (9, 0)),
+        gpu("NVIDIA A100 (sm_80)", (8, 0)),
+        gpu("NVIDIA T4 (sm_75)", (7, 5)),
+        gpu("NVIDIA V100 (sm_70)", (7, 0)),
+        gpu("GeForce GTX 1080 (sm_61)", (6, 1)),
+        cpu("Intel Xeon 8480+ (AMX-BF16)", _SAPPHIRE_RAPIDS_CPUINFO),
+        cpu("AWS Graviton 3 (ARM BF16)", _GRAVITON3_CPUINFO),
+        cpu("laptop with AVX2 only", _AVX2_LAPTOP_CPUINFO),
+    ]
+
+
+def choice_rows(machines) -> list[list[str]]:
+    """Table rows (for ``widgets.table_html``, header :data:`CHOICE_HEADER`): the decision flow's
+    answer for each ``(name, report)`` of ``machines`` (e.g. :func:`example_machines`)."""
+    rows = []
+    for name, report in machines:
+        c = choose_amp_dtype(report)
+        speed = {True: "yes, on large matmuls", False: "no", None: "measure it"}[c.expect_speedup]
+        rows.append([name, dtype_name(c.dtype), "yes" if c.use_scaler else "no", speed, c.basis])
+    return rows
+
+
+CHOICE_HEADER = ["machine", "autocast dtype", "GradScaler", "faster than FP32?", "because"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -489,7 +628,13 @@ def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
 
 @dataclass(frozen=True)
 class PrecisionResult:
-    """One row of :func:`compare_precisions`."""
+    """One row of :func:`compare_precisions`.
+
+    ``step_seconds`` are the timed steps (after the warm-up), in the lockstep rounds all dtypes took
+    together, so round ``i`` of every row belongs together; ``speedup`` is this row's
+    ``timing.SpeedupEstimate`` against the first row (FP32) from those rounds (None for the first
+    row); ``context`` is ``timing.timing_context`` at the time (device, threads, CPU instructions).
+    """
 
     dtype: torch.dtype
     seconds_per_step: float
@@ -501,6 +646,9 @@ class PrecisionResult:
     num_skipped: int
     losses: tuple[float, ...] = ()
     threads: int = 0
+    step_seconds: tuple[float, ...] = ()
+    speedup: SpeedupEstimate | None = None
+    context: dict = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:
@@ -525,13 +673,17 @@ def compare_precisions(
 ) -> list[PrecisionResult]:
     """Train the same seeded model once per dtype, on the same batches, and measure what AMP changes.
 
-    The runs advance in lockstep (step 0 of every dtype, then step 1, ...), so a machine that
-    gets busier halfway through slows every dtype alike.  ``seconds_per_step`` is the median
-    over steps after ``warmup_steps`` (device synchronised around each step); ``saved_bytes``
-    comes from :func:`saved_activation_bytes` on one batch; ``peak_memory_bytes`` is
-    ``torch.cuda.max_memory_allocated`` during one extra training step of a fresh model on CUDA,
-    and None on the CPU, where no allocator statistic is reliable; accuracy and loss come from
-    :func:`evaluate` under the same dtype.
+    Taught in ``07_amp_training_recipe``.  The runs advance in lockstep (step 0 of every dtype,
+    then step 1, ...), and the order within a step flips every step, so a machine that gets busier
+    halfway through slows every dtype alike and no dtype always goes first.  Each step is timed
+    with the device synchronised around it; ``seconds_per_step`` is the median over the steps after
+    ``warmup_steps``, and ``speedup`` (every row after the first) is ``timing.speedup_estimate`` of
+    the first dtype's step times against this one's, paired step by step: a speed-up with a
+    confidence interval, which says "too close to call" when the interval straddles 1.
+    ``saved_bytes`` comes from :func:`saved_activation_bytes` on one batch;
+    ``peak_memory_bytes`` is ``torch.cuda.max_memory_allocated`` during one extra training step of a
+    fresh model on CUDA, and None elsewhere, where no allocator statistic is reliable; accuracy and
+    loss come from :func:`evaluate` under the same dtype.
 
     ``threads`` sets torch's CPU thread count for the comparison (restored afterwards; None keeps
     the current one).  A model this small runs fastest on one thread, and on a machine shared with
@@ -569,6 +721,7 @@ def compare_precisions(
             peaks[dtype] = int(torch.cuda.max_memory_allocated(dev))
             del model, opt, scaler
 
+    context = timing_context(dev)
     runs = [(dtype, *fresh(dtype), History()) for dtype in dts]
     steps = range(num_steps)
     if show_progress:
@@ -576,18 +729,22 @@ def compare_precisions(
 
         steps = progress(steps, desc="FP32 vs AMP")
     for step in steps:
-        for dtype, model, opt, scaler, history in runs:
+        # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked
+        # down), and that should not always favour the same dtype.
+        for dtype, model, opt, scaler, history in runs if step % 2 == 0 else runs[::-1]:
             one = train(model, opt, scaler, data.train, dtype=dtype, num_steps=1, start_step=step, device=dev, **batch_kw)
             history.append(step, StepResult(one.losses[0], one.grad_norms[0], one.scales[0], one.skipped[0]), one.seconds[0])
 
     rows = []
     X, y = micro_batches(data.train, step=0, batch_size=batch_size, seed=seed)[0]
-    for dtype, model, _opt, _scaler, history in runs:
+    base_seconds = tuple(runs[0][4].seconds[warmup_steps:])
+    for i, (dtype, model, _opt, _scaler, history) in enumerate(runs):
         ev = evaluate(model, data.test, dtype=dtype, device=dev)
+        timed = tuple(history.seconds[warmup_steps:])
         rows.append(
             PrecisionResult(
                 dtype=dtype,
-                seconds_per_step=statistics.median(history.seconds[warmup_steps:]),
+                seconds_per_step=statistics.median(timed),
                 saved_bytes=saved_activation_bytes(model, X, y, dtype=dtype, device=dev),
                 peak_memory_bytes=peaks[dtype],
                 test_accuracy=ev.accuracy,
@@ -596,25 +753,34 @@ def compare_precisions(
                 num_skipped=history.num_skipped,
                 losses=tuple(history.losses),
                 threads=torch.get_num_threads(),
+                step_seconds=timed,
+                speedup=speedup_estimate(base_seconds, timed) if i > 0 else None,
+                context=context,
             )
         )
     return rows
 
 
 def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
-    """Table rows (for ``widgets.table_html``) with ratios against the first result (FP32).
+    """Table rows (for ``widgets.table_html``, header :data:`COMPARISON_HEADER`), against the first
+    result (FP32).
 
-    The speed-up is FP32 time / AMP time: above 1 AMP is faster, below 1 it is slower."""
+    The speed-up is FP32 time / AMP time, with its 95% interval from the paired steps: above 1 AMP
+    is faster, below 1 it is slower."""
     base = results[0]
     rows = []
-    for r in results:
-        speed = base.seconds_per_step / r.seconds_per_step if r.seconds_per_step > 0 else math.nan
-        peak = "n/a on CPU" if r.peak_memory_bytes is None else f"{r.peak_memory_bytes / 2**20:.1f} MiB"
+    for i, r in enumerate(results):
+        if i == 0:
+            speed = "1 (baseline)"
+        else:
+            est = r.speedup if r.speedup is not None else _speedup_of(base, r)
+            speed = f"{format_ratio(est.ratio)} ({est.ends_text()})" if est is not None else "n/a"
+        peak = "n/a" if r.peak_memory_bytes is None else f"{r.peak_memory_bytes / 2**20:.1f} MiB"
         rows.append(
             [
                 r.name,
                 f"{r.seconds_per_step * 1e3:.2f} ms",
-                f"{speed:.2f}x",
+                speed,
                 f"{r.saved_bytes / 1024:.0f} KiB ({r.saved_bytes / base.saved_bytes:.2f}x)",
                 peak,
                 f"{r.test_accuracy:.1%}",
@@ -627,9 +793,188 @@ def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
 COMPARISON_HEADER = [
     "precision",
     "time per step (median)",
-    "speed-up vs FP32",
+    "speed-up vs FP32 (95% interval)",
     "saved for backward (one batch)",
-    "peak memory",
+    "peak CUDA memory",
     "test accuracy",
     "skipped steps",
 ]
+
+
+def _speedup_of(base: PrecisionResult, r: PrecisionResult) -> SpeedupEstimate | None:
+    if not base.step_seconds or len(base.step_seconds) != len(r.step_seconds):
+        return None
+    return speedup_estimate(base.step_seconds, r.step_seconds)
+
+
+# --------------------------------------------------------------------------------------------
+# 7. What the comparison says, read from the numbers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComparisonReading:
+    """What :func:`read_comparison` concludes, one sentence (or claim) per topic.
+
+    ``speed`` says whether AMP was faster, slower or too close to call, with the interval;
+    ``expectation`` whether that matches the decision flow's expectation, and what to do if not;
+    ``memory`` reads the saved-for-backward (and, on CUDA, peak) memory ratios; ``accuracy`` is a
+    ``claims.Claim`` that AMP's test accuracy is within the tolerance of FP32's.  ``outcome`` is the
+    speed-up's ``"faster"``, ``"slower"`` or ``"too close to call"``; ``matches_expectation`` is True or
+    False, or None where the flow made no prediction or the measurement cannot decide.
+
+    The speed sentences rest on timings and belong in a cell marked volatile; the memory sentence
+    rests on tensor sizes and the accuracy claim on a tolerance, so those hold on every machine.
+    """
+
+    speed: str
+    expectation: str
+    memory: str
+    accuracy: Claim
+    outcome: str
+    matches_expectation: bool | None
+
+    def __str__(self) -> str:
+        return "\n".join([self.speed, self.expectation, self.memory, str(self.accuracy)])
+
+
+def _small_model_reason(device: str) -> str:
+    if device == "cuda":
+        return (
+            "A model this small is bound by kernel launches and Python, not by arithmetic, so faster matmuls "
+            "change little while autocast's casts still cost time."
+        )
+    if device == "cpu":
+        return (
+            "Matrices this small keep the CPU's 16-bit units busy only briefly, so the casts autocast adds "
+            "cost about as much as the faster multiply saves."
+        )
+    return "A model this small is bound by per-op overhead, not by arithmetic."
+
+
+def _expectation_sentence(choice: AmpChoice, outcome: str) -> tuple[str, bool | None]:
+    """The sentence comparing ``outcome`` with ``choice.expect_speedup``, and whether they agree."""
+    basis = f" ({choice.basis})" if choice.basis else ""
+    small = _small_model_reason(choice.device)
+    race = "Notebook 06's race, at larger sizes, shows where AMP starts to pay on this machine."
+    expect = choice.expect_speedup
+    if expect is None:
+        then = {
+            "faster": "AMP pays here at this size.",
+            "slower": "For speed at this size, train in FP32 here; AMP still saves memory.",
+            "too close to call": "At this size the difference is within the noise: decide by memory, not speed. "
+            + race,
+        }[outcome]
+        return f"The decision flow could not predict the speed here{basis}: this measurement is the answer. {then}", None
+    if expect:
+        if outcome == "faster":
+            return f"That matches the decision flow, which expected AMP to pay here{basis}.", True
+        if outcome == "slower":
+            return (
+                f"The decision flow expected AMP to pay here{basis}, on large matmuls, and this model is small: "
+                f"the measurement does not match. {small} What to do: trust the measurement for this model "
+                f"(train it in FP32, or keep AMP for the memory it saves), and race larger sizes. {race}",
+                False,
+            )
+        return (
+            f"The decision flow expected AMP to pay here{basis}, on large matmuls; at this size the "
+            f"measurement cannot tell, so it neither confirms nor contradicts the flow. {small} {race}",
+            None,
+        )
+    if outcome == "slower":
+        return (
+            f"That matches the decision flow, which expected no speed-up here{basis}. For speed on this "
+            "machine train in FP32; use AMP to learn the recipe or to save memory.",
+            True,
+        )
+    if outcome == "faster":
+        return (
+            f"The decision flow expected no speed-up here{basis}, yet AMP was faster: the measurement does "
+            "not match. What to do: run the comparison again; if AMP stays faster, trust the measurement "
+            "(the flow's facts about this machine may be incomplete) and confirm it at larger sizes in "
+            "notebook 06.",
+            False,
+        )
+    return (
+        f"The decision flow expected no speed-up here{basis}; at this size the difference is within the "
+        f"noise, so the measurement neither confirms nor contradicts the flow. {small} {race}",
+        None,
+    )
+
+
+def _memory_sentence(base: PrecisionResult, amp: PrecisionResult) -> str:
+    ratio = amp.saved_bytes / base.saved_bytes
+    name = amp.name
+    if ratio <= 0.6:
+        what = "about half: most of the tensors kept for backward are 16-bit now"
+    elif ratio < 0.95:
+        what = "less, but not half: some of the tensors kept for backward stayed float32"
+    elif ratio <= 1.05:
+        what = "about the same: the tensors kept for backward stayed float32"
+    else:
+        what = "more: autocast kept 16-bit copies next to float32 tensors"
+    text = (
+        f"Under {name}, autograd saved {ratio:.2f}x the bytes FP32 saved for backward "
+        f"({amp.saved_bytes / 1024:.0f} KiB against {base.saved_bytes / 1024:.0f} KiB for one batch), {what}. "
+        "The float32 weights, their gradients and the optimizer state do not shrink."
+    )
+    if base.peak_memory_bytes and amp.peak_memory_bytes:
+        peak = amp.peak_memory_bytes / base.peak_memory_bytes
+        text += (
+            f" Peak CUDA memory during one training step: {amp.peak_memory_bytes / 2**20:.1f} MiB against "
+            f"{base.peak_memory_bytes / 2**20:.1f} MiB ({peak:.2f}x)."
+        )
+    return text
+
+
+def read_comparison(
+    results: Sequence[PrecisionResult], choice: AmpChoice, *, accuracy_tolerance: float = 0.03
+) -> ComparisonReading:
+    """Read :func:`compare_precisions`' ``results`` for the machine ``choice`` describes.
+
+    Taught in ``07_amp_training_recipe``.  Returns a :class:`ComparisonReading`: every sentence is
+    composed from the measured numbers and the decision flow's expectation
+    (``choice.expect_speedup``), so an AVX2 laptop, a bf16 CPU and a GPU each read a true story.
+    ``results[0]`` must be the float32 baseline; the AMP row read is the one in ``choice.dtype``.
+    ``accuracy_tolerance`` is the largest difference in test accuracy (a fraction: 0.03 is 3 points)
+    that counts as "the same accuracy".
+    """
+    if not isinstance(choice, AmpChoice):
+        raise TypeError(f"choice must be an AmpChoice (from recipe.choose_amp_dtype), got {type(choice).__name__}")
+    results = list(results)
+    if len(results) < 2 or not all(isinstance(r, PrecisionResult) for r in results):
+        raise ValueError("results must be compare_precisions' list: the float32 baseline, then at least one AMP row")
+    base = results[0]
+    if base.dtype != torch.float32:
+        raise ValueError(f"results[0] must be the float32 baseline, got {base.name}")
+    amp = next((r for r in results[1:] if r.dtype == choice.dtype), None)
+    if amp is None:
+        raise ValueError(
+            f"results holds no {dtype_name(choice.dtype)} row (choice.dtype); it holds: "
+            + ", ".join(r.name for r in results)
+        )
+    accuracy_tolerance = check_float("accuracy_tolerance", accuracy_tolerance, ge=0, lt=1)
+    est = amp.speedup if amp.speedup is not None else _speedup_of(base, amp)
+    if est is None:
+        raise ValueError("results carry no paired step times (step_seconds): run compare_precisions to get them")
+
+    name = amp.name
+    rounds = f"from {est.pairs} pairs of FP32 and {name} steps taken in turn"
+    if est.outcome == "faster":
+        speed = f"AMP ({name}) was faster than FP32 here: speed-up {est}, {rounds}."
+    elif est.outcome == "slower":
+        speed = (
+            f"AMP ({name}) was slower than FP32 here: speed-up {est}, {rounds}; a {name} step took "
+            f"{1 / est.ratio:.2f}x as long as an FP32 step."
+        )
+    else:
+        speed = f"AMP ({name}) and FP32 were too close to call here: speed-up {est}, {rounds}."
+    expectation, matches = _expectation_sentence(choice, est.outcome)
+    points = round(accuracy_tolerance * 100, 6)
+    accuracy = claim(
+        f"test accuracy under {name} is within {points:g} points of FP32's",
+        # 1e-12: a difference of exactly the tolerance counts as within it, whatever the float rounding.
+        abs(amp.test_accuracy - base.test_accuracy) <= accuracy_tolerance + 1e-12,
+        show=False,
+    )
+    return ComparisonReading(speed, expectation, _memory_sentence(base, amp), accuracy, est.outcome, matches)

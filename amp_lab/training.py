@@ -65,15 +65,33 @@ class TrainingRun:
         """Indices of the steps whose optimizer step was skipped."""
         return [i for i, s in enumerate(self.stepped) if not s]
 
-    def summary(self, last: int = 20) -> str:
-        """One line: mean loss over the ``last`` steps, zero-gradient fraction, skips, accuracy."""
+    def recent_loss(self, last: int = 20) -> float:
+        """Mean training loss over the ``last`` steps (NaN if there are none or one is NaN)."""
+        last = check_int("last", last, minimum=1)
         tail = self.losses[-last:]
-        loss = sum(tail) / len(tail) if tail else math.nan
-        zeros = self.zero_fraction[-last:]
-        zero = sum(zeros) / len(zeros) if zeros else math.nan
+        return sum(tail) / len(tail) if tail else math.nan
+
+    def recent_zero_fraction(self, last: int = 20) -> float:
+        """Mean fraction of exactly-zero gradient elements over the ``last`` steps."""
+        last = check_int("last", last, minimum=1)
+        tail = self.zero_fraction[-last:]
+        return sum(tail) / len(tail) if tail else math.nan
+
+    @property
+    def first_nonfinite_step(self) -> int | None:
+        """Index of the first step whose loss is inf or NaN, or None if every loss is finite."""
+        return next((i for i, value in enumerate(self.losses) if not math.isfinite(value)), None)
+
+    def summary(self, last: int = 20) -> str:
+        """One line: mean loss over the ``last`` steps, zero-gradient fraction, skips, accuracy.
+
+        Its digits depend on the CPU's kernels (summation order), so notebooks print it in cells
+        marked volatile and state what it shows as claims (``amp_lab.claims``).
+        """
+        tail = self.losses[-last:]
         return (
-            f"{self.label:<22} loss (last {len(tail)} steps) {loss:7.4f}   "
-            f"zero gradients {100 * zero:5.1f}%   skipped {len(self.skipped_steps):3d}   "
+            f"{self.label:<22} loss (last {len(tail)} steps) {self.recent_loss(last):7.4f}   "
+            f"zero gradients {100 * self.recent_zero_fraction(last):5.1f}%   skipped {len(self.skipped_steps):3d}   "
             f"test accuracy {100 * self.test_accuracy:5.1f}%"
         )
 

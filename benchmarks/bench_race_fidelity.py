@@ -8,8 +8,9 @@ For each size, in one run, this script measures the same two kernels twice:
   ``A @ B`` in FP32, and ``A @ B`` under ``torch.autocast`` (casts included).  The two Timers take
   turns in short runs whose samples are merged, so a change of load hits both.
 
-It prints both speedups (FP32 median / AMP median) and their ratio, and passes when they agree
-within the tolerance (default +-10%).  Each size is measured in ``--rounds`` alternating rounds
+It prints both speedups (race_matmul: the median of its per-round FP32/AMP ratios, sampled until the
+95% interval is about +-5% wide or ``--max-time-s`` is spent; Timer: FP32 median / AMP median) and their
+ratio, and passes when they agree within the tolerance (default +-10%).  Each size is measured in ``--rounds`` alternating rounds
 and the medians over rounds are compared, so a burst of noise from other programs lands on both
 harnesses.  Exit status 0 when every size agrees, 1 otherwise.
 
@@ -32,7 +33,7 @@ os.environ.setdefault("AMP_LAB_PROGRESS", "0")
 import torch  # noqa: E402
 from torch.utils import benchmark  # noqa: E402
 
-from amp_lab import race  # noqa: E402
+from amp_lab import race, timing  # noqa: E402
 from amp_lab.device import amp_dtype, dtype_name, get_device, parse_dtype  # noqa: E402
 
 AMP_STMT = "with torch.autocast(device_type, dtype=dtype):\n    A @ B"
@@ -51,7 +52,7 @@ def timer_speedup(n, dev, dtype, threads, min_run_time, chunks) -> tuple[float, 
     amp = benchmark.Timer(AMP_STMT, globals=env, num_threads=threads, label="amp", sub_label=f"n={n}")
     runs = {"fp32": [], "amp": []}
     for _ in range(chunks):
-        tf32_off = race._tf32_matmul(False) if dev.type == "cuda" else contextlib.nullcontext()
+        tf32_off = timing._tf32_matmul(False) if dev.type == "cuda" else contextlib.nullcontext()
         with tf32_off:  # race_matmul's FP32 contestant runs with TF32 off as well
             runs["fp32"].append(fp32.blocked_autorange(min_run_time=min_run_time / chunks))
         runs["amp"].append(amp.blocked_autorange(min_run_time=min_run_time / chunks))
@@ -61,14 +62,21 @@ def timer_speedup(n, dev, dtype, threads, min_run_time, chunks) -> tuple[float, 
 
 
 def main(argv=None) -> int:
+    return 1 if any(not ok for *_, ok in run(argv)) else 0
+
+
+def run(argv=None) -> list[tuple[int, float, float, float, bool]]:
+    """Measure, print, and return ``(n, race speedup, Timer speedup, ratio, within tolerance)`` per size."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None, help="bf16 or fp16 (default: the device's AMP dtype)")
     parser.add_argument("--threads", type=int, default=None, help="default: torch.get_num_threads()")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=15, help="race_matmul samples per contestant")
+    parser.add_argument("--repeats", type=int, default=15, help="race_matmul: at least this many rounds")
     parser.add_argument("--min-sample-s", type=float, default=0.02, help="race_matmul: shortest sample (s)")
+    parser.add_argument("--target-rel-width", type=float, default=0.1, help="race_matmul: interval to sample down to")
+    parser.add_argument("--max-time-s", type=float, default=5.0, help="race_matmul: time budget per race (s)")
     parser.add_argument("--min-run-time", type=float, default=0.5, help="Timer.blocked_autorange per kernel (s)")
     parser.add_argument("--chunks", type=int, default=5, help="alternating Timer runs per kernel and round")
     parser.add_argument("--tolerance", type=float, default=0.10)
@@ -78,46 +86,45 @@ def main(argv=None) -> int:
     dtype = amp_dtype(dev) if args.dtype is None else parse_dtype(args.dtype)
     threads = args.threads or torch.get_num_threads()
     sizes = args.sizes or ((1024, 2048, 4096) if dev.type == "cuda" else (64, 128, 256))
-    ctx = race.timing_context(dev)
+    ctx = timing.timing_context(dev)
     print(
         f"race_matmul fidelity on {dev} ({ctx['device_name']}), AMP dtype {dtype_name(dtype)}, "
         f"{threads} threads for both harnesses, torch {torch.__version__}, load average {ctx['load_avg_1min']}"
     )
     print(f"{'n':>6} {'round':>5} {'race FP32':>11} {'race AMP':>11} {'race x':>9} "
           f"{'Timer FP32':>11} {'Timer AMP':>11} {'Timer x':>9}")  # fmt: skip
-    failures = 0
     rows = []
     for n in sizes:
         ours, theirs = [], []
         for rnd in range(args.rounds):
             r = race.race_matmul(
-                n, device=dev, dtype=dtype, num_threads=threads, repeats=args.repeats, min_sample_s=args.min_sample_s
-            )
+                n, device=dev, dtype=dtype, num_threads=threads, repeats=args.repeats, min_sample_s=args.min_sample_s,
+                target_rel_width=args.target_rel_width, max_time_s=args.max_time_s,
+            )  # fmt: skip
             t_fp32, t_amp, s_timer = timer_speedup(n, dev, dtype, threads, args.min_run_time, args.chunks)
             ours.append(r.speedup)
             theirs.append(s_timer)
             print(
-                f"{n:>6} {rnd + 1:>5} {race.format_seconds(r.fp32.median):>11} {race.format_seconds(r.amp.median):>11} "
-                f"{r.speedup:>8.4g}x {race.format_seconds(t_fp32):>11} {race.format_seconds(t_amp):>11} {s_timer:>8.4g}x",
+                f"{n:>6} {rnd + 1:>5} {timing.format_seconds(r.fp32.median):>11} {timing.format_seconds(r.amp.median):>11} "
+                f"{r.speedup:>8.4g}x {timing.format_seconds(t_fp32):>11} {timing.format_seconds(t_amp):>11} {s_timer:>8.4g}x",
                 flush=True,
             )
         a, b = statistics.median(ours), statistics.median(theirs)
         ratio = a / b
         ok = abs(ratio - 1) <= args.tolerance
-        failures += not ok
         rows.append((n, a, b, ratio, ok))
     print()
     print(f"{'n':>6} {'race_matmul':>12} {'Timer':>10} {'ratio':>7}  verdict (within +-{100 * args.tolerance:.0f}%)")
     for n, a, b, ratio, ok in rows:
         print(f"{n:>6} {a:>11.4g}x {b:>9.4g}x {ratio:>7.3f}  {'PASS' if ok else 'FAIL'}")
-    load = race.timing_context(dev)["load_avg_1min"]
+    load = timing.timing_context(dev)["load_avg_1min"]
     if dev.type == "cpu" and load is not None and load > (os.cpu_count() or 1):
         print(
             f"note: load average {load} on {os.cpu_count()} cores: other programs compete for the CPU, so both "
             "harnesses are noisy (multi-threaded kernels stall when their threads are descheduled); "
             "compare on a quiet machine, or with --threads 1."
         )
-    return 1 if failures else 0
+    return rows
 
 
 if __name__ == "__main__":

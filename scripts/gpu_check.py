@@ -48,6 +48,9 @@ FULL = {
     "repeats": 10,
     "warmup": 3,
     "min_sample_s": 0.01,
+    # sample until each speedup's 95% interval is about +-5% wide, or 20 s per race
+    "target_rel_width": 0.1,
+    "max_time_s": 20.0,
 }
 QUICK = {
     "matmul_n": (64, 256),
@@ -56,9 +59,11 @@ QUICK = {
     "sweep_mlp": (64, 128),
     "sweep_batch": 64,
     "align": (256, 255),
-    "repeats": 5,
+    "repeats": 6,
     "warmup": 2,
     "min_sample_s": 0.01,
+    "target_rel_width": 0.1,
+    "max_time_s": 5.0,
 }
 TINY = {  # --device cpu: low precision is slow on CPUs without bf16/fp16 instructions
     "matmul_n": (32,),
@@ -70,6 +75,8 @@ TINY = {  # --device cpu: low precision is slow on CPUs without bf16/fp16 instru
     "repeats": 3,
     "warmup": 1,
     "min_sample_s": 0.001,
+    "target_rel_width": None,  # a test of the script: fixed, few rounds
+    "max_time_s": None,
 }
 
 
@@ -139,7 +146,7 @@ def machine_info(dev) -> dict:
 
 def _plain(value):
     """JSON-ready form of whatever the autocast probe returns."""
-    from amp_lab.race import _jsonable
+    from amp_lab.timing import _jsonable
 
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _jsonable(dataclasses.asdict(value))
@@ -195,6 +202,8 @@ def run_check(dev, sizes: dict, *, log=_log) -> dict:
         "warmup": sizes["warmup"],
         "repeats": sizes["repeats"],
         "min_sample_s": sizes["min_sample_s"],
+        "target_rel_width": sizes["target_rel_width"],
+        "max_time_s": sizes["max_time_s"],
     }
     durations = {}
     results: dict = {}
@@ -204,7 +213,7 @@ def run_check(dev, sizes: dict, *, log=_log) -> dict:
     for dtype in dtypes:
         for n in sizes["matmul_n"]:
             r = race.race_matmul(n, dtype=dtype, **common)
-            log(f"race_matmul n={n} {dtype}: speedup {r.speedup:.2f}x")
+            log(f"race_matmul n={n} {dtype}: speedup {r.speedup_interval}: {r.outcome}")
             results["race_matmul"].append(r.to_dict())
     durations["race_matmul"] = time.perf_counter() - start
 
@@ -213,7 +222,7 @@ def run_check(dev, sizes: dict, *, log=_log) -> dict:
     for dtype in dtypes:
         for width, batch in sizes["mlp"]:
             r = race.race_mlp(width, batch, dtype=dtype, **common)
-            log(f"race_mlp width={width} batch={batch} {dtype}: speedup {r.speedup:.2f}x")
+            log(f"race_mlp width={width} batch={batch} {dtype}: speedup {r.speedup_interval}: {r.outcome}")
             results["race_mlp"].append(r.to_dict())
     durations["race_mlp"] = time.perf_counter() - start
 
@@ -261,7 +270,7 @@ def slug(text: str) -> str:
 
 
 def markdown(report: dict) -> str:
-    from amp_lab.race import format_seconds
+    from amp_lab.timing import format_seconds
 
     m = report["machine"]
     lines = [
@@ -275,7 +284,7 @@ def markdown(report: dict) -> str:
         "",
         "## race_matmul (C = A @ B, n x n, FP32 inputs)",
         "",
-        "| n | AMP dtype | FP32 | TF32 | AMP | speedup vs FP32 | vs TF32 | AMP TFLOP/s |",
+        "| n | AMP dtype | FP32 | TF32 | AMP | speedup vs FP32 (95% interval) | vs TF32 | AMP TFLOP/s |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
 
@@ -286,25 +295,34 @@ def markdown(report: dict) -> str:
     def x(value):
         return "-" if value is None else f"{value:.2f}x"
 
+    def xi(r):
+        """The speedup with its interval and outcome (files written before intervals existed: the speedup)."""
+        iv = r.get("speedup_interval")
+        if not iv:
+            return x(r["speedup"])
+        if iv["high"] == "inf":
+            return f"{iv['ratio']:.2f}x (too few pairs)"
+        return f"{iv['ratio']:.2f}x ({iv['low']:.2f}-{iv['high']:.2f}, {iv['outcome']})"
+
     for r in report["race_matmul"]:
         lines.append(
             f"| {r['params']['n']} | {r['dtype']} | {t(r, 'fp32')} | {t(r, 'tf32')} | {t(r, 'amp')} | "
-            f"{x(r['speedup'])} | {x(r['speedup_vs_tf32'])} | {r['tflops']['amp']:.3g} |"
+            f"{xi(r)} | {x(r['speedup_vs_tf32'])} | {r['tflops']['amp']:.3g} |"
         )
     lines += [
         "",
         "## race_mlp (training steps of the seed's model)",
         "",
-        "| width | batch | AMP dtype | FP32 | TF32 | AMP | speedup vs FP32 | vs TF32 | memory FP32 | memory AMP |",
+        "| width | batch | AMP dtype | FP32 | TF32 | AMP | speedup vs FP32 (95% interval) | vs TF32 | memory FP32 | memory AMP |",
         "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    from amp_lab.race import format_bytes
+    from amp_lab.timing import format_bytes
 
     for r in report["race_mlp"]:
         mem = r.get("memory") or {}
         lines.append(
             f"| {r['params']['width']} | {r['params']['batch']} | {r['dtype']} | {t(r, 'fp32')} | {t(r, 'tf32')} | "
-            f"{t(r, 'amp')} | {x(r['speedup'])} | {x(r['speedup_vs_tf32'])} | "
+            f"{t(r, 'amp')} | {xi(r)} | {x(r['speedup_vs_tf32'])} | "
             f"{format_bytes(mem.get('fp32'))} | {format_bytes(mem.get('amp'))} |"
         )
     al = report["alignment"]

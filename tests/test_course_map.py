@@ -1,12 +1,15 @@
-"""The course map (amp_lab.course), the notebooks' own headers and README's table must agree."""
+"""The course map (amp_lab.course): it agrees with the notebooks' headers and README's table, and tells each
+machine (faked from real cpuinfo, sysctl and GPU facts) a story composed from its own verdict."""
 
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
+import torch
 
-from amp_lab.course import LESSONS
+from amp_lab import hardware
+from amp_lab.course import LESSONS, course_map
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,3 +44,122 @@ def test_every_notebook_with_exercises_has_executed_solutions():
         assert solution.exists(), f"missing {solution.relative_to(ROOT)}"
         sol = nbformat.read(solution, as_version=4)
         assert all(c.execution_count is not None for c in sol.cells if c.cell_type == "code"), solution.name
+
+
+# ---------------------------------------------------------------------------------------------
+# What each notebook will do on *other* machines: the sentences follow the verdict
+# ---------------------------------------------------------------------------------------------
+
+AVX2 = "model name\t: AMD EPYC\nflags\t\t: fpu sse sse2 ssse3 fma sse4_1 sse4_2 avx f16c avx2 bmi2 sha_ni vaes\n"
+SAPPHIRE_RAPIDS = (
+    "model name\t: Intel(R) Xeon(R) Platinum 8488C\nflags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512vl "
+    "avx512_vnni avx_vnni avx512_bf16 amx_bf16 avx512_fp16 amx_tile amx_int8\n"
+)
+ZEN4 = "model name\t: AMD EPYC 9R14\nflags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512vl avx512_bf16 avx512_vnni\n"
+GRAVITON3 = (
+    "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm "
+    "jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg dcpodp "
+    "svei8mm svebf16 i8mm bf16 dgh rng\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\n"
+    "CPU part\t: 0xd40\nCPU revision\t: 1\n"
+)
+GRAVITON2 = (
+    "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm "
+    "lrcpc dcpop asimddp ssbs\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\n"
+    "CPU part\t: 0xd0c\nCPU revision\t: 1\n"
+)
+M2 = "machdep.cpu.brand_string: Apple M2\nhw.optional.arm.FEAT_BF16: 1\nhw.optional.arm.FEAT_FP16: 1\nhw.optional.arm64: 1\n"
+
+
+@pytest.fixture(scope="module")
+def here():
+    return hardware.describe("cpu")
+
+
+def machine(here, kind, arg=None):
+    if kind == "cuda":
+        return hardware.report_for("cuda", capability=arg[1], gpu_name=arg[0], base=here)
+    if kind == "mac":
+        return hardware.report_for("cpu", flags=hardware.cpu_flags(sysctl=arg), system="Darwin", base=here)
+    if kind == "mps":
+        return hardware.report_for("mps", flags=hardware.cpu_flags(sysctl=M2), system="Darwin", base=here)
+    return hardware.report_for("cpu", flags=hardware.cpu_flags(arg), cpu=hardware.cpu_model(arg), system="Linux",
+                               base=here)  # fmt: skip
+
+
+# name: (kind, facts, dtype, words in 06's sentence, words in 07's sentence)
+MACHINES = {
+    "AVX2 laptop": ("cpu", AVX2, torch.bfloat16, ["bfloat16 autocast on cpu", "expect AMP to be slower than FP32"],
+                    ["bfloat16 on the CPU without a GradScaler", "expects AMP not to beat FP32"]),
+    "Zen 4 (AVX512-BF16)": ("cpu", ZEN4, torch.bfloat16, ["AVX512-BF16", "expect AMP to be faster than FP32"],
+                            ["bfloat16 on the CPU", "expects AMP to beat FP32 on large matrices"]),
+    "Sapphire Rapids": ("cpu", SAPPHIRE_RAPIDS, torch.bfloat16, ["AMX-BF16", "expect AMP to be faster than FP32"],
+                        ["bfloat16 on the CPU", "expects AMP to beat FP32 on large matrices"]),
+    "Graviton 3 (ARM bf16)": ("cpu", GRAVITON3, torch.bfloat16, ["ARM BF16", "expect AMP to be faster than FP32"],
+                              ["bfloat16 on the CPU", "expects AMP to beat FP32 on large matrices"]),
+    "Graviton 2 (no bf16)": ("cpu", GRAVITON2, torch.bfloat16, ["no ARM BF16", "expect AMP to be slower than FP32"],
+                             ["bfloat16 on the CPU", "expects AMP not to beat FP32"]),
+    "Mac M2 CPU": ("mac", M2, torch.bfloat16, ["Apple CPU with ARM BF16", "no faster than FP32"],
+                   ["bfloat16 on the CPU", "expects AMP not to beat FP32"]),
+    "Mac M2 GPU": ("mps", None, torch.float16, ["float16 autocast on mps", "modest speed-up at most"],
+                   ["float16 on the Apple GPU (MPS) with a GradScaler", "leaves the speed to the measurement"]),
+    "V100 (Volta)": ("cuda", ("Tesla V100", (7, 0)), torch.float16,
+                     ["float16 autocast on cuda", "Volta", "with a GradScaler", "clearly faster"],
+                     ["float16 on Tesla V100 with a GradScaler", "expects AMP to beat FP32"]),
+    "T4 (Turing)": ("cuda", ("Tesla T4", (7, 5)), torch.float16,
+                    ["float16 autocast on cuda", "Turing", "with a GradScaler", "clearly faster"],
+                    ["float16 on Tesla T4 with a GradScaler", "expects AMP to beat FP32"]),
+    "A100 (Ampere)": ("cuda", ("NVIDIA A100", (8, 0)), torch.bfloat16,
+                      ["bfloat16 autocast on cuda", "Ampere", "no GradScaler needed", "clearly faster"],
+                      ["bfloat16 on NVIDIA A100 without a GradScaler", "expects AMP to beat FP32"]),
+    "H100 (Hopper)": ("cuda", ("NVIDIA H100", (9, 0)), torch.bfloat16,
+                      ["bfloat16 autocast on cuda", "Hopper", "no GradScaler needed", "clearly faster"],
+                      ["bfloat16 on NVIDIA H100 without a GradScaler", "expects AMP to beat FP32"]),
+    "GTX 1080 (Pascal)": ("cuda", ("GeForce GTX 1080", (6, 1)), torch.float16,
+                          ["float16 autocast on cuda", "without Tensor Cores", "little or no speed-up"],
+                          ["float16 on GeForce GTX 1080 with a GradScaler", "expects AMP not to beat FP32"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_course_map_tells_each_machine_its_own_story(here, name):
+    kind, facts, dtype, race_words, recipe_words = MACHINES[name]
+    report = machine(here, kind, facts)
+    assert report.race_dtype is dtype
+    rows = dict((file, text) for file, _, text in course_map(report))
+    race, recipe = rows["06_timing_race.ipynb"], rows["07_amp_training_recipe.ipynb"]
+    assert report.verdict in race
+    for w in race_words:
+        assert w in race, (w, race)
+    for w in recipe_words:
+        assert w in recipe, (w, recipe)
+    # Both sentences name the one dtype the machine's decision picked.
+    assert str(dtype).removeprefix("torch.") in race and str(dtype).removeprefix("torch.") in recipe
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_course_map_states_predictions_not_results(here, name):
+    kind, facts, *_ = MACHINES[name]
+    for _, _, text in course_map(machine(here, kind, facts)):
+        for claim in ("AMP wins", "AMP loses", "AMP is slower", "AMP is faster", "will be faster", "will be slower"):
+            assert claim not in text
+
+
+@pytest.mark.parametrize(
+    "facts, words",
+    [
+        (SAPPHIRE_RAPIDS, "multiplies FP16 in hardware (AVX512-FP16)"),
+        (ZEN4, "no FP16 matmul instructions"),
+        (AVX2, "no FP16 matmul instructions"),
+        (GRAVITON3, "unknown"),  # ARM FP16 arithmetic is not counted as a native fp16 matmul
+    ],
+)
+def test_fp16_training_on_a_cpu_follows_its_instructions(here, facts, words):
+    text = dict((f, t) for f, _, t in course_map(machine(here, "cpu", facts)))["04_loss_scaling_from_scratch.ipynb"]
+    assert text.startswith("trains in FP16 on the CPU") and words in text
+
+
+def test_course_map_on_this_machine_follows_describe():
+    report = hardware.describe("cpu")
+    rows = course_map()
+    assert [(f, m) for f, m, _ in rows] == [(lesson.file, lesson.minutes) for lesson in LESSONS]
+    assert rows == course_map(report)

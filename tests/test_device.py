@@ -34,6 +34,36 @@ def test_amp_dtype_per_device():
     assert torch.get_autocast_dtype("cpu") is torch.bfloat16
 
 
+# (GPU, compute capability, dtype): bfloat16 from Ampere on, float16 before.
+GPUS = [("GTX 1080", (6, 1), torch.float16), ("V100", (7, 0), torch.float16), ("T4", (7, 5), torch.float16),
+        ("A100", (8, 0), torch.bfloat16), ("RTX 3090", (8, 6), torch.bfloat16), ("L4", (8, 9), torch.bfloat16),
+        ("H200", (9, 0), torch.bfloat16), ("B200", (10, 0), torch.bfloat16)]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, cap, dtype", GPUS, ids=[g[0] for g in GPUS])
+def test_amp_dtype_on_cuda_reads_only_the_capability(monkeypatch, name, cap, dtype):
+    # No GPU here: pretend one, and make the full machine report unusable, so amp_dtype must
+    # decide from the compute capability alone (it runs in many cells; describe() is slow).
+    from amp_lab import hardware
+
+    asked = []
+    monkeypatch.setattr(D, "get_device", lambda device=None: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: asked.append(device) or cap)
+    monkeypatch.setattr(hardware, "describe", lambda *a, **k: pytest.fail("amp_dtype called describe()"))
+    assert D.amp_dtype("cuda") is dtype
+    assert asked == [torch.device("cuda", 0)]
+    # The same decision the machine report makes for that GPU.
+    assert hardware.verdict_for(cuda_available=True, tensor_cores=hardware.tensor_core_generation(cap), flags={})[2] is dtype
+
+
+def test_amp_dtype_on_mps(monkeypatch):
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert D.get_device("mps") == torch.device("mps")
+    assert D.amp_dtype("mps") is torch.float16
+    # autocast's own MPS default agrees.
+    assert torch.get_autocast_dtype("mps") is torch.float16
+
+
 @pytest.mark.parametrize(
     "given, expected",
     [("bf16", torch.bfloat16), ("BFloat16", torch.bfloat16), ("fp16", torch.float16), ("torch.float16", torch.float16),

@@ -61,10 +61,17 @@ def test_old_python_is_a_problem():
     assert doctor.check_python((3, 11, 7)).ok
 
 
-def test_report_names_cpu_features():
+def test_report_names_cpu_features_and_the_verdicts_reasons():
+    from amp_lab.hardware import CPU_FLAGS, cpu_flags, describe
+
     _, text = run()
-    for label in ("CPU AVX512-BF16", "CPU AMX-BF16", "CPU AVX512-FP16", "verdict"):
+    known = [f"CPU {CPU_FLAGS[k]}" for k, v in cpu_flags().items() if v is not None]
+    for label in [*known, "verdict"]:
         assert label in text
+    report = describe()
+    assert report.verdict in text
+    for reason in report.reasons:
+        assert f"  why: {reason}" in text
 
 
 def test_command_line_exit_codes():

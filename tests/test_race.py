@@ -8,6 +8,8 @@ numpy's percentiles, byte counts derived by hand from the autograd formulas).
 
 from __future__ import annotations
 
+import dataclasses
+import html
 import json
 import math
 import sys
@@ -17,197 +19,42 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from amp_lab import race
+from amp_lab import race, timing
 
 # The real functions, kept before any test replaces them with refusals.
 real_race_matmul, real_race_mlp, real_sweep = race.race_matmul, race.race_mlp, race.sweep
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = {"warmup": 1, "repeats": 2, "min_sample_s": 1e-4}
+FAST = {"warmup": 1, "repeats": 2, "min_sample_s": 1e-4, "target_rel_width": None}
 
 
 # ------------------------------------------------------------------------------------------
-# The timer, with a fake clock
+# The timer moved to amp_lab.timing; every name stays importable from here
 # ------------------------------------------------------------------------------------------
 
-
-class FakeClock:
-    def __init__(self, log):
-        self.now = 0.0
-        self.log = log
-
-    def __call__(self):
-        self.log.append("clock")
-        return self.now
+OLD_NAMES = [
+    "Contestant", "RaceProgress", "Timing", "measure", "timing_context", "format_seconds", "format_bytes",
+    "_quantile", "_WallClockSampler", "_CudaEventSampler", "_sampler", "_tf32_matmul", "_tf32_matmul_enabled",
+    "_jsonable", "_plural", "_tf32_text",
+]  # fmt: skip
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    log: list[str] = []
-    clock = FakeClock(log)
-    monkeypatch.setattr(race, "_clock", clock)
-    monkeypatch.setattr(race, "_synchronizer", lambda dev: (lambda: log.append("sync")))
-    return log, clock
+@pytest.mark.parametrize("name", OLD_NAMES)
+def test_names_that_moved_to_timing_are_still_importable_from_race(name):
+    assert getattr(race, name) is getattr(timing, name)
 
 
-def test_timer_warms_up_then_synchronises_before_every_clock_reading(fake):
-    log, clock = fake
-
-    def fn():
-        log.append("call")
-        clock.now += 0.5
-
-    t = race.measure(fn, warmup=3, repeats=4, number=2)
-    first = log.index("clock")
-    # the three warm-up calls happen before the clock is ever read ...
-    assert log[:first] == ["call", "call", "call", "sync"]
-    # ... and every sample is: synchronise, read, calls, synchronise, read
-    assert log[first - 1 :] == ["sync", "clock", "call", "call", "sync", "clock"] * 4
-    assert t.samples == (0.5,) * 4  # seconds per call
-    assert (t.number, t.warmup, t.calls) == (2, 3, 3 + 4 * 2)
-
-
-def test_warm_up_keeps_start_up_cost_out_of_the_samples(fake):
-    log, clock = fake
-    calls = []
-
-    def fn():  # the first call pays a start-up cost, as CUDA context creation or kernel selection does
-        calls.append(1)
-        clock.now += 1.0 if len(calls) == 1 else 0.001
-
-    warm = race.measure(fn, warmup=1, repeats=5, number=1)
-    assert warm.samples == pytest.approx((0.001,) * 5)
-    calls.clear()
-    cold = race.measure(fn, warmup=0, repeats=5, number=1)  # the seed's mistake: the first call is timed
-    assert cold.samples[0] == pytest.approx(1.0)
-    assert cold.median == pytest.approx(0.001)  # the median resists one cold sample; a single trial would not
-
-
-def test_number_per_sample_is_calibrated_on_the_fastest_warm_up_call(fake):
-    log, clock = fake
-    costs = iter([0.05, 0.004, 0.006] + [0.004] * 100)  # a slow first call must not shorten the samples
-
-    def fn():
-        log.append("call")
-        clock.now += next(costs)
-
-    t = race.measure(fn, warmup=3, repeats=3, min_sample_s=0.01)
-    assert t.number == math.ceil(0.01 / 0.004)
-    assert t.warmup == 3
-    assert log.count("call") == t.calls == 3 + 3 * t.number
-    assert t.samples == pytest.approx((0.004,) * 3)
-    # warmup=0 still needs one call to calibrate, and it is not counted as a sample
-    t0 = race.measure(fn, warmup=0, repeats=2, min_sample_s=0.01)
-    assert t0.warmup == 1 and len(t0.samples) == 2
-
-
-def test_contestants_are_interleaved_and_the_order_flips_every_round(fake):
-    log, clock = fake
-    order = []
-    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
-    timings = race.measure(fns, warmup=1, repeats=4, number=1)
-    assert order[:2] == ["a", "b"]  # warm-up
-    assert order[2:] == ["a", "b", "b", "a", "a", "b", "b", "a"]
-    assert set(timings) == {"a", "b"}
-    assert all(len(t.samples) == 4 for t in timings.values())
-
-
-def test_callback_reports_warm_up_and_every_sample(fake):
-    events = []
-    race.measure({"fp32": lambda: None, "amp": lambda: None}, warmup=1, repeats=3, number=1, callback=events.append)
-    phases = [(e.phase, e.label, e.done) for e in events]
-    assert phases[:2] == [("warmup", "fp32", 0), ("warmup", "amp", 0)]
-    assert [p for p in phases if p[0] == "sample"] == [
-        ("sample", "fp32", 1), ("sample", "amp", 1), ("sample", "amp", 2),
-        ("sample", "fp32", 2), ("sample", "fp32", 3), ("sample", "amp", 3),
-    ]  # fmt: skip
-    assert len(events[-1].samples["fp32"]) == 3 and events[-1].total == 3
-
-
-class FakeEvent:
-    def __init__(self, log, clock):
-        self.log, self.clock, self.t = log, clock, None
-
-    def record(self):
-        self.log.append("record")
-        self.t = self.clock.now
-
-    def synchronize(self):
-        self.log.append("event-sync")
-
-    def elapsed_time(self, end):
-        return (end.t - self.t) * 1e3  # milliseconds, as torch.cuda.Event does
-
-
-def test_cuda_event_sampler_brackets_the_calls_with_events_and_waits_for_the_end(fake):
-    log, clock = fake
-    sampler = race._CudaEventSampler(torch.device("cpu"), event_factory=lambda: FakeEvent(log, clock))
-
-    def fn():
-        log.append("call")
-        clock.now += 0.25
-
-    seconds = sampler(fn, 3)
-    assert log == ["sync", "record", "call", "call", "call", "record", "event-sync"]
-    assert seconds == pytest.approx(0.75)
-
-
-def test_cuda_uses_the_event_sampler_and_the_cpu_the_wall_clock():
-    assert isinstance(race._sampler(torch.device("cpu")), race._WallClockSampler)
-    assert isinstance(race._sampler(torch.device("cuda")), race._CudaEventSampler)
-
-
-# ------------------------------------------------------------------------------------------
-# Statistics and context
-# ------------------------------------------------------------------------------------------
-
-
-@settings(max_examples=60)
-@given(st.lists(st.floats(min_value=1e-7, max_value=10.0, allow_nan=False), min_size=1, max_size=40))
-def test_median_and_iqr_match_numpy_and_torch_benchmark(samples):
-    t = race.Timing("x", tuple(samples), number=3, warmup=0, context={"threads": 1})
-    q1, med, q3 = np.percentile(samples, [25, 50, 75])
-    assert t.median == pytest.approx(med, rel=1e-12)
-    assert t.iqr == pytest.approx(q3 - q1, rel=1e-9, abs=1e-15)
-    m = t.to_measurement()
-    assert m.median == pytest.approx(t.median, rel=1e-9)
-    assert m.iqr == pytest.approx(t.iqr, rel=1e-6, abs=1e-12)
-    assert m.number_per_run == 3 and m.num_threads == 1
-
-
-def test_context_records_threads_tf32_and_versions_and_threads_are_restored():
-    seen = []
-    before = torch.get_num_threads()
-    t = race.measure(lambda: seen.append(torch.get_num_threads()), num_threads=1, warmup=1, repeats=2, number=1)
-    assert set(seen) == {1} and t.context["threads"] == 1
-    assert torch.get_num_threads() == before
-    ctx = t.context
-    assert ctx["device"] == "cpu" and ctx["torch"] == torch.__version__ and ctx["cuda"] == torch.version.cuda
-    assert ctx["tf32_matmul"] is None  # TF32 is a CUDA setting
-    assert "synchronise" in ctx["sync"]
-    assert ctx["cpu_count"] >= 1
-
-
-def test_tf32_switch_sets_torch_flag_and_restores_it_without_breaking_the_legacy_api():
-    matmul = torch.backends.cuda.matmul
-    old = matmul.fp32_precision
-    try:
-        with race._tf32_matmul(True):
-            assert matmul.fp32_precision == "tf32" and race._tf32_matmul_enabled()
-        with race._tf32_matmul(False):
-            assert matmul.fp32_precision == "ieee" and not race._tf32_matmul_enabled()
-        assert matmul.fp32_precision == old
-        # a learner who used the legacy API before a race can still read it afterwards
-        torch.set_float32_matmul_precision("high")
-        with race._tf32_matmul(False):
-            pass
-        assert torch.get_float32_matmul_precision() == "high"
-        assert race._tf32_matmul_enabled()
-    finally:
-        torch.set_float32_matmul_precision("highest")
+def test_every_public_name_before_the_move_is_still_in_race_all():
+    before = {
+        "Ceiling", "Contestant", "RaceProgress", "RaceResult", "RaceWidget", "SweepResult", "Timing",
+        "datasheet_ceiling", "describe_reference", "explain", "format_bytes", "format_seconds",
+        "load_reference_results", "matmul_bytes", "measure", "mlp_bytes", "mlp_step_flops", "plot_memory",
+        "plot_sweep", "race_matmul", "race_mlp", "race_widget", "reference_table_html", "result_card_html",
+        "seed_model", "sweep", "sweep_summary", "timing_context",
+    }  # fmt: skip
+    assert before <= set(race.__all__)
+    assert all(hasattr(race, name) for name in race.__all__)
 
 
 # ------------------------------------------------------------------------------------------
@@ -233,7 +80,10 @@ def test_race_matmul_races_fp32_against_autocast_and_carries_its_context(monkeyp
     torch.testing.assert_close(seen["fp32"], A @ B)
     torch.testing.assert_close(seen["amp"], A.to(dtype) @ B.to(dtype))
     assert set(r.timings) == {"fp32", "amp"} and r.tf32 is None  # no TF32 contestant on the CPU
-    assert r.speedup == r.fp32.median / r.amp.median
+    # the speedup is the median of the per-round ratios, and its interval comes with it
+    ratios = np.array(r.fp32.samples) / np.array(r.amp.samples)
+    assert r.speedup == pytest.approx(float(np.median(ratios)), rel=1e-12)
+    assert r.speedup_interval == timing.speedup_estimate(r.fp32, r.amp) and r.outcome == r.speedup_interval.outcome
     assert r.tflops["amp"] == pytest.approx(2 * n**3 / r.amp.median / 1e12)
     assert r.dtype == dtype and r.params == {"n": n} and r.kind == "matmul"
     assert r.context["device"] == "cpu" and r.context["amp_dtype"] == str(dtype).removeprefix("torch.")
@@ -241,6 +91,7 @@ def test_race_matmul_races_fp32_against_autocast_and_carries_its_context(monkeyp
     assert r.fp32.warmup >= 1 and len(r.amp.samples) == 2
     data = json.loads(json.dumps(r.to_dict()))
     assert data["speedup"] == pytest.approx(r.speedup) and data["context"]["torch"] == torch.__version__
+    assert data["outcome"] == r.outcome and data["speedup_interval"]["pairs"] == 2
     assert "speedup (FP32 / AMP)" in str(r)
 
 
@@ -348,6 +199,9 @@ def test_unknown_or_missing_device_raises_value_error(device):
         ({"width": 4, "batch": 4, "warmup": -1}, "warmup"),
         ({"width": 4, "batch": 4, "min_sample_s": 0}, "min_sample_s"),
         ({"width": 4, "batch": 4, "num_threads": 0}, "num_threads"),
+        ({"width": 4, "batch": 4, "target_rel_width": 0}, "target_rel_width"),
+        ({"width": 4, "batch": 4, "max_time_s": -1.0}, "max_time_s"),
+        ({"width": 4, "batch": 4, "reuse": ["not a result"]}, r"reuse\[0\]"),
     ],
 )
 def test_bad_mlp_arguments_raise_value_error_naming_them(kwargs, name):
@@ -361,13 +215,13 @@ def test_bad_sweep_sizes(sizes):
         race.sweep(sizes, device="cpu")
 
 
-def test_bad_sweep_kind_and_measure_input():
+def test_bad_sweep_kind_width_and_batch():
     with pytest.raises(ValueError, match="kind"):
         race.sweep((8,), kind="conv", device="cpu")
-    with pytest.raises(ValueError, match="fns"):
-        race.measure({})
-    with pytest.raises(ValueError, match="callable"):
-        race.measure({"a": 3})
+    with pytest.raises(ValueError, match="width"):
+        race.sweep((8,), kind="batch", width=0, device="cpu")
+    with pytest.raises(ValueError, match="batch"):
+        race.sweep((8,), kind="mlp", batch=-2, device="cpu")
 
 
 @pytest.fixture
@@ -449,7 +303,8 @@ def test_sweep_matmul_on_cpu_uses_the_measured_gemm_ratio_as_ceiling():
     assert s.speedups == [r.speedup for r in s.results]
     assert "measured" in s.ceiling.source and s.ceiling.vs_fp32 == s.ceiling.measured_gemm > 0
     assert s.ceiling.gemm_shape == (16, 16, 16)
-    expected = next((size for i, size in enumerate(s.sizes) if all(x > 1 for x in s.speedups[i:])), None)
+    assert s.ceiling.measured_interval.ratio == s.ceiling.measured_gemm
+    expected = next((size for i, size in enumerate(s.sizes) if all(o == "faster" for o in s.outcomes[i:])), None)
     assert s.first_paying_size == expected
     ax = race.plot_sweep(s)
     ys = [tuple(line.get_ydata()) for line in ax.get_lines()]
@@ -472,53 +327,291 @@ def test_sweep_mlp_includes_memory_and_plots_it():
     assert tuple(r.memory["amp"] / mib for r in s.results) in ys
 
 
-def test_first_paying_size_needs_every_larger_size_to_pay():
-    def fake_result(speedup):
-        t = race.Timing("x", (1.0,), 1, 0)
-        return race.RaceResult(
-            "matmul", {"n": 1}, torch.bfloat16, {"fp32": race.Timing("fp32", (speedup,), 1, 0), "amp": t}, 1.0, None, {}
-        )
+# ------------------------------------------------------------------------------------------
+# Faked results: chosen samples, chosen machines
+# ------------------------------------------------------------------------------------------
 
-    def sw(speedups):
-        results = tuple(fake_result(s) for s in speedups)
+FASTER = [2.0, 2.1, 1.9, 2.0, 2.05, 1.95, 2.0, 2.02]  # per-round FP32/AMP ratios, interval well above 1
+SLOWER = [0.25, 0.26, 0.24, 0.25, 0.25, 0.27, 0.23, 0.25]  # well below 1
+CLOSE = [0.9, 1.1, 0.95, 1.05, 1.0, 0.92, 1.08, 1.02]  # straddles 1
+
+NO_BF16 = {"avx512_bf16": False, "amx_bf16": False, "avx512_fp16": False}
+AVX512_BF16 = {"avx512_bf16": True, "amx_bf16": False, "avx512_fp16": False}
+UNKNOWN = {"avx512_bf16": None, "amx_bf16": None, "avx512_fp16": None}
+GPUS = {"volta": ("Tesla V100-SXM2-32GB", (7, 0)), "ampere": ("NVIDIA A100-SXM4-80GB", (8, 0)),
+        "hopper": ("NVIDIA H100 80GB HBM3", (9, 0))}  # fmt: skip
+
+
+def _timing(name, seconds, spread=0.0):
+    # spread puts a zig-zag on the samples (same on every contestant, so the ratios keep their values)
+    return race.Timing(name, tuple(s * (1 + spread * (-1) ** i) for i, s in enumerate(seconds)), 1, 1)
+
+
+def _result(ratios, *, device="cpu", dtype=torch.bfloat16, flags=NO_BF16, gpu=None, tf32_ratios=None, spread=0.0,
+            kind="mlp", params=None, memory=None):  # fmt: skip
+    """A RaceResult whose per-round FP32/AMP ratios are ``ratios`` (AMP: 1 ms per step)."""
+    amp = [1e-3] * len(ratios)
+    timings = {"fp32": _timing("fp32", [r * a for r, a in zip(ratios, amp, strict=True)], spread),
+               "amp": _timing("amp", amp, spread)}  # fmt: skip
+    if tf32_ratios is not None:
+        timings["tf32"] = _timing("tf32", [r * 1e-3 for r in tf32_ratios], spread)
+    ctx = {"device": device, "threads": 2, "tf32_matmul": None, "load_avg_1min": 3.5, "cpu_count": 2,
+           "cpu_flags": flags, "sync": "perf_counter", "torch": torch.__version__}  # fmt: skip
+    if gpu is not None:
+        ctx.update(device="cuda:0", device_name=GPUS[gpu][0], capability=GPUS[gpu][1], tf32_matmul=False)
+    params = params or {"width": 8, "batch": 4}
+    return race.RaceResult(kind, params, dtype, timings, 1e6, memory, ctx)
+
+
+def test_faked_results_have_the_outcomes_they_were_built_for():
+    assert _result(FASTER).outcome == "faster" and _result(SLOWER).outcome == "slower"
+    assert _result(CLOSE).outcome == "too close to call"
+    assert _result(FASTER).speedup == pytest.approx(float(np.median(FASTER)))
+
+
+def test_first_paying_size_needs_every_larger_size_to_be_measurably_faster():
+    def sw(kinds):
+        results = tuple(_result({"f": FASTER, "s": SLOWER, "c": CLOSE}[k], kind="matmul", params={"n": n})
+                        for n, k in zip((1, 2, 3, 4), kinds, strict=True))  # fmt: skip
         return race.SweepResult("matmul", (1, 2, 3, 4), results, race.Ceiling(2.0, None, "x"), {})
 
-    assert sw([0.5, 1.5, 0.9, 2.0]).first_paying_size == 4
-    assert sw([0.5, 1.5, 1.2, 2.0]).first_paying_size == 2
-    assert sw([0.5, 0.6, 0.7, 0.8]).first_paying_size is None
+    assert sw("sfcf").first_paying_size == 4
+    assert sw("sfff").first_paying_size == 2
+    assert sw("ssss").first_paying_size is None
+    assert sw("fffc").first_paying_size is None  # too close to call at the largest size does not pay
+    assert sw("sfcf").outcomes == ["slower", "faster", "too close to call", "faster"]
 
 
 # ------------------------------------------------------------------------------------------
-# explain, results files
+# explain: sentences composed from the measurement and the machine's facts
 # ------------------------------------------------------------------------------------------
 
 
-def _result(fp32_s, amp_s, device="cpu", dtype=torch.bfloat16, tf32_s=None, spread=0.0):
-    def timing(name, s):
-        return race.Timing(name, (s * (1 - spread), s, s * (1 + spread)), 1, 1)
+@pytest.mark.parametrize(
+    "ratios, flags, starts, reason",
+    [
+        (SLOWER, NO_BF16, "AMP is slower: 0.25x", "emulated with conversions and autocast's casts are pure overhead"),
+        (CLOSE, NO_BF16, "Too close to call: 1.01x", "AMP cannot gain here"),
+        (FASTER, NO_BF16, "AMP is faster: 2.00x", "a win is not expected here, so suspect noise"),
+        (FASTER, AVX512_BF16, "AMP is faster: 2.00x", "This CPU multiplies bfloat16 in hardware"),
+        (SLOWER, AVX512_BF16, "AMP is slower: 0.25x", "so the size is the likely reason"),
+        (CLOSE, AVX512_BF16, "Too close to call", "so the size is the likely reason"),
+        (CLOSE, UNKNOWN, "Too close to call", "is unknown; the measurement is the answer"),
+    ],
+)
+def test_explain_on_a_cpu_with_and_without_bf16(ratios, flags, starts, reason):
+    r = _result(ratios, flags=flags)
+    text = race.explain(r)
+    assert text.startswith(starts), text
+    assert reason in text, text
+    assert str(r.speedup_interval.ends_text()) in text and "8 interleaved pairs" in text
+    if r.outcome == "slower":
+        assert f"{1 / r.speedup:.2f}x as long" in text
+    if r.outcome == "too close to call":
+        assert "straddles 1" in text
+    assert race.native_arithmetic(r) is race.cpu_has_native(torch.bfloat16, flags=flags)
 
-    timings = {"fp32": timing("fp32", fp32_s), "amp": timing("amp", amp_s)}
-    if tf32_s is not None:
-        timings["tf32"] = timing("tf32", tf32_s)
-    ctx = {"device": device, "threads": 2, "tf32_matmul": None, "load_avg_1min": 3.5, "cpu_count": 2}
-    return race.RaceResult("mlp", {"width": 8, "batch": 4}, dtype, timings, 1e6, None, ctx)
+
+def test_explain_reads_the_recorded_flags_not_this_machines(monkeypatch):
+    monkeypatch.setattr(race, "cpu_has_native", lambda dtype, flags=None: None if flags is None else flags["x"])
+    assert "no AVX512-BF16" in race.explain(_result(SLOWER, flags={"x": False}))
+    assert "multiplies bfloat16 in hardware" in race.explain(_result(FASTER, flags={"x": True}))
 
 
-def test_explain_reads_the_result(monkeypatch):
-    monkeypatch.setattr(race, "_cpu_has_fast", lambda dtype: False)
-    slow = race.explain(_result(1.0, 4.0))
-    assert slow.startswith("AMP loses") and "0.25x" in slow and "4.00x as long" in slow
-    assert "no AVX512-BF16 or AMX" in slow and "AMP is slower" in slow
-    assert "cannot be faster" in race.explain(_result(1.0, 1.02))
-    assert "suspect noise" in race.explain(_result(3.0, 1.0))
-    assert "AVX512-FP16" in race.explain(_result(1.0, 4.0, dtype=torch.float16))
-    monkeypatch.setattr(race, "_cpu_has_fast", lambda dtype: True)
-    assert race.explain(_result(2.0, 1.0)).startswith("AMP wins: 2.00x")
-    assert race.explain(_result(1.0, 1.02)).startswith("A tie")
-    gpu = race.explain(_result(8.0, 1.0, device="cuda:0", dtype=torch.float16, tf32_s=2.0))
-    assert "Against TF32" in gpu and "2.00x" in gpu
-    noisy = race.explain(_result(1.0, 1.0, spread=0.5))
-    assert "noisy" in noisy and "load average 3.5 on 2 cores" in noisy
+def test_explain_names_the_fp16_instructions_for_fp16():
+    text = race.explain(_result(SLOWER, dtype=torch.float16))
+    assert "no AVX512-FP16 or AMX-FP16 instructions, so float16 matmuls are emulated" in text
+
+
+@pytest.mark.parametrize(
+    "gpu, dtype, ratios, expected",
+    [
+        ("volta", torch.float16, FASTER, "Volta (sm_70) Tensor Cores multiply float16"),
+        ("volta", torch.bfloat16, SLOWER, "Tensor Cores multiply FP16 but not BF16: bfloat16 runs without them"),
+        ("volta", torch.float16, CLOSE, "Too small to keep Volta's Tensor Cores busy"),
+        ("ampere", torch.bfloat16, FASTER, "Ampere (sm_80) Tensor Cores multiply bfloat16"),
+        ("ampere", torch.float16, SLOWER, "Too small to keep Ampere's Tensor Cores busy"),
+        ("hopper", torch.bfloat16, FASTER, "Hopper (sm_90) Tensor Cores multiply bfloat16"),
+        ("hopper", torch.float16, CLOSE, "Too small to keep Hopper's Tensor Cores busy"),
+    ],
+)
+def test_explain_on_cuda_volta_ampere_hopper(gpu, dtype, ratios, expected):
+    r = _result(ratios, gpu=gpu, dtype=dtype, tf32_ratios=[x / 2 for x in ratios])
+    text = race.explain(r)
+    assert expected in text, text
+    assert text.startswith({"faster": "AMP is faster", "slower": "AMP is slower", "too close to call": "Too close"}[r.outcome])
+    tf32 = r.speedup_vs_tf32_interval
+    if gpu == "volta":
+        assert f"Volta has no TF32, so the TF32 contestant ran plain FP32: AMP against it {tf32}" in text
+    else:
+        assert f"Against TF32 (FP32 on Tensor Cores) the speedup is {tf32}: {tf32.outcome}" in text
+    assert race.native_arithmetic(r) is (not (gpu == "volta" and dtype == torch.bfloat16))
+
+
+def test_explain_warns_when_the_measurement_is_noisy():
+    # noisy samples whose pairs still agree (the zig-zag hits both contestants alike): a remark only
+    paired = race.explain(_result(FASTER, spread=0.5, flags=AVX512_BF16))
+    assert "The samples were noisy (IQR up to" in paired and "load average 3.5 on 2 cores" in paired
+    assert "kept the interval narrow enough to read" in paired and "race again" not in paired
+    # pairs that disagree: the interval is wide, and the reading says to race again
+    wide = race.explain(_result([0.5, 1.6, 0.7, 1.4, 0.6, 1.5, 0.8, 1.3]))
+    assert "Noisy: an interval up to" in wide and "race again when it is quiet" in wide
+    assert "noisy" not in race.explain(_result(FASTER, flags=AVX512_BF16)).lower()
+
+
+def test_too_few_pairs_is_too_close_to_call_and_says_why():
+    r = _result([3.0, 3.0, 3.0])
+    assert r.outcome == "too close to call"
+    text = race.explain(r)
+    assert "3 interleaved pairs: too few for a 95% interval" in text and "Noisy" not in text
+
+
+# ------------------------------------------------------------------------------------------
+# Sizes from facts; one measurement per configuration
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "device_type, native, case, largest_n, mlp",
+    [
+        ("cpu", False, "cpu-emulated", 256, (256, 64)),  # AVX2 laptop: stays small
+        ("cpu", None, "cpu-unknown", 256, (256, 64)),  # unknown: as small as without
+        ("cpu", True, "cpu-native", 1024, (2048, 1024)),  # AVX512-BF16 / AMX / ARM bf16: where bf16 wins
+        ("cuda", None, "gpu", 8192, (4096, 1024)),
+        ("cuda", False, "gpu", 8192, (4096, 1024)),  # "native" is a CPU fact: ignored on a GPU
+    ],
+)
+def test_race_sizes_are_a_pure_function_of_the_machines_facts(device_type, native, case, largest_n, mlp):
+    s = race.race_sizes(device_type, torch.bfloat16, native=native)
+    assert s.case == case and s.device_type == device_type
+    assert max(s.matmul_sizes) == largest_n and (s.width, s.batch) == mlp
+    assert s.width in s.mlp_widths and s.batch in s.batches  # the main race is one point of each sweep
+    assert s.aligned_n in s.matmul_sizes
+    for sizes in (s.matmul_sizes, s.mlp_widths, s.batches, s.widget_widths, s.widget_batches):
+        assert list(sizes) == sorted(set(sizes))
+    assert s.budget["target_rel_width"] > 0 and s.budget["max_time_s"] > 0
+    assert s.budget.get("num_threads") == (1 if device_type == "cpu" else None)
+    assert str(s) == s.description and f"MLP width {s.width} with batch {s.batch}" in s.description
+    # the same facts give the same sizes; other facts may not
+    assert race.race_sizes(device_type, torch.bfloat16, native=native) == s
+
+
+def test_race_sizes_say_which_case_they_are():
+    assert "has no bfloat16 instructions" in race.race_sizes("cpu", native=False).description
+    assert "multiplies bfloat16 in hardware" in race.race_sizes("cpu", native=True).description
+    assert "is unknown" in race.race_sizes("cpu", native=None).description
+    assert race.race_sizes("cpu", "fp16", native=False).dtype == torch.float16
+    # a native CPU races sizes an emulating one never reaches; an emulating one only small ones
+    native, emulated = race.race_sizes("cpu", native=True), race.race_sizes("cpu", native=False)
+    assert max(native.matmul_sizes) >= 4 * max(emulated.matmul_sizes)
+    assert native.width * native.batch >= 64 * emulated.width * emulated.batch
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [({"device_type": "tpu"}, "device_type"), ({"device_type": "cpu", "native": "yes"}, "native"),
+     ({"device_type": "cpu", "dtype": "fp32"}, "dtype")],  # fmt: skip
+)
+def test_race_sizes_bad_facts(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        race.race_sizes(**kwargs)
+
+
+def test_sizes_for_reads_this_machine(monkeypatch):
+    monkeypatch.setattr(race, "cpu_has_native", lambda dtype, flags=None: True)
+    assert race.sizes_for("cpu").case == "cpu-native"
+    monkeypatch.setattr(race, "cpu_has_native", lambda dtype, flags=None: False)
+    assert race.sizes_for("cpu").case == "cpu-emulated"
+
+
+def test_default_sweep_sizes_follow_the_verdict(monkeypatch):
+    seen = []
+    monkeypatch.setattr(race, "race_matmul", lambda n, **kw: seen.append(n) or _result(FASTER, kind="matmul", params={"n": n}))
+    monkeypatch.setattr(race, "_raw_gemm_ratio", lambda *a, **kw: timing.speedup_estimate(FASTER, [1.0] * 8))
+    monkeypatch.setattr(race, "_check_fits", lambda *a: None)
+    for native in (True, False):
+        monkeypatch.setattr(race, "cpu_has_native", lambda dtype, flags=None, native=native: native)
+        seen.clear()
+        s = race.sweep(device="cpu", show_progress=False)
+        assert tuple(seen) == s.sizes == race.race_sizes("cpu", native=native).matmul_sizes
+
+
+def test_reuse_returns_the_same_measurement_instead_of_racing_again(monkeypatch):
+    first = race.race_matmul(8, device="cpu", **FAST)
+    mlp = race.race_mlp(8, 4, in_features=16, device="cpu", **FAST)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("raced a configuration that had been measured already")
+
+    monkeypatch.setattr(race, "measure", refuse)
+    assert race.race_matmul(8, device="cpu", reuse=[mlp, first], **FAST) is first
+    assert race.race_mlp(8, 4, in_features=16, device="cpu", reuse=[first, mlp], **FAST) is mlp
+    s = race.SweepResult("matmul", (8,), (first,), race.Ceiling(1.0, None, "x"), first.context)
+    assert race.race_matmul(8, device="cpu", reuse=s, **FAST) is first  # a sweep's results count too
+    with pytest.raises(AssertionError, match="measured already"):  # another size, dtype or thread count races
+        race.race_matmul(16, device="cpu", reuse=[first], **FAST)
+    with pytest.raises(AssertionError, match="measured already"):
+        race.race_matmul(8, device="cpu", dtype="fp16", reuse=[first], **FAST)
+    with pytest.raises(AssertionError, match="measured already"):
+        race.race_matmul(8, device="cpu", num_threads=first.context["threads"] + 1, reuse=[first], **FAST)
+    without_memory = dataclasses.replace(mlp, memory=None)
+    assert race.race_mlp(8, 4, in_features=16, device="cpu", memory=False, reuse=[without_memory], **FAST) is without_memory
+    with pytest.raises(AssertionError, match="measured already"):  # memory asked for but not measured: race again
+        race.race_mlp(8, 4, in_features=16, device="cpu", reuse=[without_memory], **FAST)
+
+
+def test_batch_sweep_races_batches_at_one_width_and_reuses_the_main_race():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    main = race.race_mlp(16, 8, device="cpu", **FAST)
+    s = race.sweep((4, 8), kind="batch", width=16, device="cpu", show_progress=False, reuse=[main], **FAST)
+    assert [r.params["batch"] for r in s.results] == [4, 8] and all(r.params["width"] == 16 for r in s.results)
+    assert s.results[1] is main and s.result_for(8) is main
+    assert s.ceiling.gemm_shape == (8, race.IN_FEATURES, 16)
+    with pytest.raises(ValueError, match="size"):
+        s.result_for(3)
+    ax = race.plot_memory(s)
+    assert "batch (width 16)" in ax.get_xlabel()
+    text = race.sweep_summary(s)
+    assert text.startswith("training step of the seed's model at width 16, by batch")
+
+
+# ------------------------------------------------------------------------------------------
+# memory_summary
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fp32, amp, says, why",
+    [
+        (100.0, 60.0, "AMP saves 40%", "they outweigh the FP32 weights"),
+        (100.0, 102.0, "AMP uses 2% more", "which are a small part of this step"),
+        (100.0, 97.0, "AMP saves 3%", "which are a small part of this step"),
+        (100.0, 130.0, "AMP uses 30% more", "cost more here than it saves"),
+    ],
+)
+def test_memory_summary_reads_the_measured_memory(fp32, amp, says, why):
+    mib = 2**20
+    r = _result(FASTER, memory={"fp32": fp32 * mib, "amp": amp * mib, "method": "measured: max_memory_allocated"})
+    text = race.memory_summary(r)
+    assert says in text and why in text and f"{fp32:.2f} MiB in FP32" in text and "(measured)" in text
+
+
+def test_memory_summary_of_a_sweep_and_bad_input():
+    mib = 2**20
+    rs = tuple(_result(FASTER, params={"width": w, "batch": 4}, memory={"fp32": 100 * mib, "amp": a * mib, "method": "estimate"})
+               for w, a in ((8, 101), (16, 70)))  # fmt: skip
+    s = race.SweepResult("mlp", (8, 16), rs, race.Ceiling(1.0, None, "x"), {})
+    text = race.memory_summary(s)
+    assert "Across the sweep, against FP32, AMP uses 1% more at width 8 and saves 30% at width 16" in text
+    with pytest.raises(ValueError, match="memory"):
+        race.memory_summary(_result(FASTER))
+
+
+# ------------------------------------------------------------------------------------------
+# Results files
+# ------------------------------------------------------------------------------------------
 
 
 def test_load_reference_results(tmp_path):
@@ -587,7 +680,7 @@ def test_gpu_check_records_a_missing_probe_instead_of_failing(monkeypatch):
 @pytest.fixture
 def racer():
     return race.race_widget(device="cpu", widths=(8, 16), batches=(4, 8), in_features=16, warmup=1, repeats=3,
-                            min_sample_s=1e-4)  # fmt: skip
+                            min_sample_s=1e-4, target_rel_width=None)  # fmt: skip
 
 
 def test_widget_has_the_stable_css_classes_and_starts_ready(racer):
@@ -595,6 +688,13 @@ def test_widget_has_the_stable_css_classes_and_starts_ready(racer):
     assert "amp-race-result" in racer.result._dom_classes
     assert 'data-race-state="ready"' in racer.result.value
     assert racer.precision.value == "bfloat16" and racer.dtype == torch.bfloat16
+
+
+def test_widget_defaults_come_from_the_sizes_for_this_machine():
+    w = race.race_widget(device="cpu")
+    s = race.sizes_for("cpu")
+    assert tuple(w.width.options) == s.widget_widths and tuple(w.batch.options) == s.widget_batches
+    assert (w.repeats, w.max_time_s, w.num_threads) == (s.budget["repeats"], s.budget["max_time_s"], s.budget.get("num_threads"))
 
 
 def test_changing_a_control_updates_the_card_with_the_packages_flop_count(racer):
@@ -615,14 +715,37 @@ def test_pressing_race_runs_the_race_moves_both_lanes_and_fills_the_card(racer):
     r = racer.last
     assert isinstance(r, race.RaceResult) and r.dtype == torch.float16 and r.params["width"] == 8
     assert 'data-race-state="done"' in racer.result.value
-    assert f"{r.speedup:.2f}x" in racer.result.value
+    assert f"<b class='amp-race-speedup'>{timing.format_ratio(r.speedup)}</b>" in racer.result.value
+    assert f"data-outcome='{r.outcome}'" in racer.result.value
+    assert html.escape(race.explain(r)) in racer.result.value
     assert "TF32 for FP32: n/a (CPU)" in racer.result.value and "spread (IQR)" in racer.result.value
+    assert f"{r.context['threads']} thread" in racer.result.value
     assert len(moves) >= racer.repeats  # the lane moved during the race, not only at the end
+    rounds = len(r.fp32.samples)
     fastest = min(r.fp32.median, r.amp.median)
-    assert racer.fp32_bar.value == pytest.approx(racer.repeats * fastest / r.fp32.median)
-    assert racer.amp_bar.value == pytest.approx(racer.repeats * fastest / r.amp.median)
-    assert max(racer.fp32_bar.value, racer.amp_bar.value) == pytest.approx(racer.repeats)
+    assert racer.fp32_bar.value == pytest.approx(rounds * fastest / r.fp32.median)
+    assert racer.amp_bar.value == pytest.approx(rounds * fastest / r.amp.median)
+    assert max(racer.fp32_bar.value, racer.amp_bar.value) == pytest.approx(rounds)
     assert not racer.button.disabled
+
+
+def test_lanes_grow_when_sampling_goes_past_the_minimum_and_colours_follow_the_outcome():
+    w = race.race_widget(device="cpu", widths=(8,), batches=(4,), in_features=16, warmup=1, repeats=3)
+    w._show(_result(FASTER))
+    assert w.fp32_bar.max == w.amp_bar.max == 8 and w.amp_bar.value == pytest.approx(8)
+    assert (w.fp32_bar.bar_style, w.amp_bar.bar_style) == ("warning", "success")
+    w._show(_result(SLOWER))
+    assert (w.fp32_bar.bar_style, w.amp_bar.bar_style) == ("success", "warning")
+    w._show(_result(CLOSE))
+    assert (w.fp32_bar.bar_style, w.amp_bar.bar_style) == ("info", "info")
+    assert "too close to call" in w.result.value and "95% interval" in w.result.value
+
+
+def test_the_card_says_too_close_to_call_and_reads_the_memory():
+    mib = 2**20
+    card = race.result_card_html(_result(CLOSE, memory={"fp32": 4 * mib, "amp": 4.1 * mib, "method": "estimate"}))
+    assert "data-outcome='too close to call'" in card and "straddles 1" in card
+    assert "AMP uses 2% more" in card
 
 
 def test_a_failed_race_is_shown_in_the_card(racer, monkeypatch):
@@ -635,31 +758,55 @@ def test_a_failed_race_is_shown_in_the_card(racer, monkeypatch):
     assert not racer.button.disabled
 
 
-def _sweep_of(speedups, ceiling, spread=0.0):
-    results = tuple(_result(s, 1.0, spread=spread) for s in speedups)
-    sizes = tuple(2 ** (5 + i) for i in range(len(speedups)))
-    results = tuple(
-        race.RaceResult("matmul", {"n": n}, r.dtype, r.timings, r.flops, None, r.context)
-        for n, r in zip(sizes, results, strict=True)
-    )
+# ------------------------------------------------------------------------------------------
+# sweep_summary
+# ------------------------------------------------------------------------------------------
+
+
+def _sweep_of(kinds, ceiling, spread=0.0, flags=NO_BF16):
+    series = {"f": FASTER, "s": SLOWER, "c": CLOSE, "F": [4 * x for x in FASTER], "S": [x / 4 for x in SLOWER]}
+    sizes = tuple(2 ** (5 + i) for i in range(len(kinds)))
+    results = tuple(_result(series[k], kind="matmul", params={"n": n}, spread=spread, flags=flags)
+                    for n, k in zip(sizes, kinds, strict=True))  # fmt: skip
     return race.SweepResult("matmul", sizes, results, ceiling, results[0].context)
 
 
-def test_sweep_summary_reads_the_sweep():
+def test_sweep_summary_reads_the_sweep_with_intervals():
     datasheet = race.datasheet_ceiling("NVIDIA A100-SXM4-80GB", torch.float16)
-    text = race.sweep_summary(_sweep_of([0.5, 0.9, 2.0, 8.0], datasheet))
-    assert "32: 0.50x, 64: 0.90x, 128: 2.00x, 256: 8.00x" in text
-    assert "AMP pays from 128 on" in text and "best 8.00x at 256, 50% of the ceiling 16x" in text
+    s = _sweep_of("scfF", datasheet)
+    text = race.sweep_summary(s)
+    lines = text.splitlines()
+    assert lines[0] == "n x n matmul, AMP bfloat16 vs FP32 (95% intervals):"
+    for n, e in zip(s.sizes, s.intervals, strict=True):
+        assert f"  n {n}: {timing.format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}" in lines
+    assert "AMP is measurably faster from n 128 on." in text
+    assert "The speedup grew with the n: from 0.25x at n 32 to 8.00x at n 256" in text
+    assert "Best 8.00x at n 256, 50% of the ceiling 16x" in text
     assert "Noisy" not in text
-    cpu = race.Ceiling(0.05, None, "measured on this cpu")
-    text = race.sweep_summary(_sweep_of([0.9, 0.3, 0.06], cpu))
-    assert "below 1" in text and "AMP cannot pay" in text and "best measured 0.90x at 32" in text
-    noisy = race.sweep_summary(_sweep_of([0.9, 0.3], cpu, spread=0.5))
-    assert "Noisy: IQR up to 50% of a median, load average 3.5 on 2 cores" in noisy
 
 
-def test_speedup_spread_comes_from_the_quartiles():
-    r = _result(2.0, 1.0, spread=0.1)
-    lo, hi = race._speedup_range(r)
-    assert lo == pytest.approx(r.fp32.q1 / r.amp.q3) and hi == pytest.approx(r.fp32.q3 / r.amp.q1)
-    assert lo < r.speedup < hi
+def test_sweep_summary_too_close_at_the_top_and_a_ceiling_below_one():
+    cpu = race.Ceiling(0.05, None, "measured on this cpu", measured_interval=timing.speedup_estimate([0.05] * 8, [1.0] * 8))
+    text = race.sweep_summary(_sweep_of("Ssc", cpu))
+    assert "AMP is not measurably faster at the largest n raced (128: too close to call)." in text
+    assert "The ceiling is 0.05x (95% interval 0.05x to 0.05x)" in text and "AMP cannot pay" in text
+    assert "The speedup grew with the n" in text  # 0.06x -> 1.0x: intervals apart
+    flat = race.sweep_summary(_sweep_of("cc", cpu))
+    assert "did not change measurably between n 32 and n 64" in flat and "their intervals overlap" in flat
+    shrank = race.sweep_summary(_sweep_of("fs", cpu))
+    assert "The speedup shrank as the n grew" in shrank
+    noisy = race.sweep_summary(_sweep_of("cs", cpu, spread=0.5))
+    assert "The samples were noisy (IQR up to 100% of a median, load average 3.5 on 2 cores)" in noisy
+
+
+def test_the_plot_draws_the_interval():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    s = _sweep_of("scf", race.Ceiling(2.0, None, "x"))
+    lo, hi = race._speedup_range(s.results[1])
+    e = s.intervals[1]
+    assert (lo, hi) == (e.low, e.high) and lo < 1 < hi
+    assert race._speedup_range(_result([3.0, 3.0])) == (3.0, 3.0)  # too few pairs: no bar rather than 0..inf
+    ax = race.plot_sweep(s)
+    assert "95% interval" in " ".join(t.get_text() for t in ax.get_legend().get_texts())

@@ -140,3 +140,19 @@ def test_widget_reruns_training_and_redraws(data):
     assert explorer.run.scales == expected.scales
     assert explorer.readout.value == _readout_html(expected, scaler.get_scale())
     assert explorer.pane.renders == renders + 3
+
+
+def test_recent_figures_and_first_nonfinite_step_read_the_run():
+    from amp_lab.training import TrainingRun
+
+    run = TrainingRun(label="x", losses=[4.0, 3.0, 2.0, 1.0], zero_fraction=[0.5, 0.25, 0.25, 0.0])
+    assert run.recent_loss(2) == 1.5 and run.recent_loss(10) == 2.5
+    assert run.recent_zero_fraction(2) == 0.125
+    assert run.first_nonfinite_step is None
+    assert math.isnan(TrainingRun(label="empty").recent_loss())
+    poisoned = TrainingRun(label="nan", losses=[2.0, 2.1, math.inf, math.nan])
+    assert poisoned.first_nonfinite_step == 2 and math.isnan(poisoned.recent_loss(2))
+    with pytest.raises(ValueError, match="last"):
+        run.recent_loss(0)
+    # summary() prints exactly these figures
+    assert f"{run.recent_loss():7.4f}" in run.summary() and "zero gradients  25.0%" in run.summary()

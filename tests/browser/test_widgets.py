@@ -266,7 +266,8 @@ def check_scale_readouts(before: str, after: str, k: int, k_new: int) -> None:
 @needs(RACE_NB)
 def test_race_button_smallest_settings(runs):
     """Choose the smallest width and batch in the dropdowns, press Race: the card must first read
-    the MFLOP count ``race.mlp_step_flops`` gives, then show a finished race for those settings."""
+    the MFLOP count ``race.mlp_step_flops`` gives, then show a finished race for those settings: a
+    speedup, its interval, and an outcome consistent with that interval."""
     from amp_lab import race
 
     nb, _ = runs.get_clean(RACE_NB)
@@ -305,5 +306,18 @@ def test_race_button_smallest_settings(runs):
         done = card.locator("[data-race-state='done']")
         expect()(done).to_be_visible(timeout=90_000)
         expect()(done).to_contain_text(f"width={width}, batch={batch}")
-        expect()(done.locator(".amp-race-speedup")).to_have_text(re.compile(r"^\d+\.\d\dx$"))
+        expect()(done.locator(".amp-race-speedup")).to_have_text(re.compile(r"^\d+\.\d+x$"))
+        # The outcome follows from the interval shown next to it (the package's rule, recomputed here).
+        interval = done.locator(".amp-race-interval").text_content()
+        outcome = done.locator(".amp-race-outcome").get_attribute("data-outcome")
+        assert outcome in ("faster", "slower", "too close to call"), outcome
+        ends = re.fullmatch(r"95% interval (\d+\.\d+)x to (\d+\.\d+)x", interval)
+        if ends is None:
+            assert interval == "too few pairs for a 95% interval" and outcome == "too close to call", interval
+        else:
+            low, high = float(ends.group(1)), float(ends.group(2))
+            assert low <= high
+            want = "faster" if low > 1 else ("slower" if high < 1 else "too close to call")
+            assert outcome == want, (interval, outcome)
+        expect()(done).to_contain_text(outcome)
         expect()(button).to_be_enabled()

@@ -1,0 +1,781 @@
+"""The honest timer, and how sure a speedup is.  (``02_tensor_cores``, ``06_timing_race``, ``07_amp_training_recipe``)
+
+A naive timing (one run of each contestant with ``time.time()``) has no warm-up (the first contestant pays
+for start-up), no synchronisation (on CUDA the clock is read while kernels are still queued) and one trial
+(no idea of the spread).  :func:`measure` fixes each of those:
+
+* **warm-up**: every contestant runs ``warmup`` untimed calls first (kernel selection, allocator growth,
+  oneDNN primitive creation, the CUDA context and cuBLAS handles all happen there);
+* **synchronisation**: on CUDA each sample is bracketed by CUDA events and the stream is synchronised
+  before the clock is read; elsewhere the device is synchronised around a ``time.perf_counter`` reading;
+* **repeated samples**: at least ``repeats`` samples per contestant, each averaging ``number`` calls
+  (chosen so one sample lasts at least ``min_sample_s``), reported as median and interquartile range;
+* **interleaving**: contestants take turns sample by sample (the order flips every round), so a noisy
+  neighbour or a frequency change hurts both instead of whichever ran second.  Round ``i`` of two
+  contestants is therefore a *pair* measured under the same conditions;
+* **an interval, not just a number**: :func:`speedup_estimate` turns the pairs into a speedup with a
+  confidence interval, and ``measure(..., target_rel_width=...)`` keeps sampling until that interval is
+  narrow or a time budget is spent;
+* **context**: every timing records the device, thread count, TF32 setting, CPU instructions and versions,
+  because a number without them cannot be compared with anyone else's.
+
+It builds on ``torch.utils.benchmark`` where that fits: :meth:`Timing.to_measurement` turns a timing into a
+``torch.utils.benchmark.Measurement`` (so ``benchmark.Compare`` can tabulate it), and
+``benchmarks/bench_race_fidelity.py`` checks this timer against ``benchmark.Timer`` measuring the same
+kernels.  Mind that ``benchmark.Timer`` uses **one thread** unless given ``num_threads``: here the thread
+count is whatever torch uses (or ``num_threads=``) and is always recorded.
+
+The interval
+------------
+Each round ``i`` gives a ratio ``r_i = baseline_i / contender_i`` (above 1: the contender is faster).  The
+speedup is the median of those ratios, and its interval is the distribution-free interval for a median
+(the inverted sign test): with the ratios sorted, ``[r_(k), r_(n+1-k)]`` contains the true median ratio
+with probability ``1 - 2 P(B <= k-1)``, ``B ~ Binomial(n, 1/2)``, whatever the distribution of the ratios,
+as long as the rounds are independent.  ``k`` is the largest that keeps that probability at or above the
+confidence asked for.  Order statistics do not care whether the ratios are on a log scale or not, so the
+interval is the same for ``log r`` (and swapping the contestants gives exactly ``1/high .. 1/low``).  No
+normality is assumed, and a sample slowed down by another program moves the interval by one rank at most
+(a t-interval would be dragged by it).  The price: at 95% at least six pairs are needed; with fewer the
+interval is ``0 .. inf`` ("too close to call").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from numbers import Real
+from typing import Any, NamedTuple
+
+import torch
+
+from ._checks import check_float, check_int
+from .device import dtype_name, get_device, torch_threads
+from .hardware import tf32_matmul_enabled as _tf32_matmul_enabled
+
+# The clocks and the synchroniser are module attributes so tests can replace them with fakes and check
+# *when* they are called relative to the timed work.  ``_clock`` times samples; ``_budget_clock`` only
+# decides whether another round fits in ``max_time_s``.
+_clock = time.perf_counter
+_budget_clock = time.perf_counter
+
+# The time budget of a measurement that samples until its interval is narrow, when none is given.
+DEFAULT_MAX_TIME_S = 30.0
+# The most rounds such a measurement takes, when no ``max_repeats`` is given.
+DEFAULT_MAX_REPEATS = 1000
+
+__all__ = [
+    "DEFAULT_MAX_REPEATS",
+    "DEFAULT_MAX_TIME_S",
+    "Contestant",
+    "RaceProgress",
+    "SpeedupEstimate",
+    "Timing",
+    "describe_context",
+    "format_bytes",
+    "format_ratio",
+    "format_seconds",
+    "measure",
+    "min_pairs",
+    "speedup_estimate",
+    "sync_summary",
+    "timing_context",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# Formatting
+# ----------------------------------------------------------------------------------------------
+
+
+def format_seconds(seconds: float) -> str:
+    """``0.00123`` -> ``'1.23 ms'``: three significant figures in s, ms, µs or ns."""
+    s = float(seconds)
+    if not math.isfinite(s):
+        return str(s)
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(s) >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def format_bytes(nbytes: float | None) -> str:
+    """``3 * 2**20`` -> ``'3.00 MiB'``."""
+    if nbytes is None:
+        return "n/a"
+    b = float(nbytes)
+    for unit, scale in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
+        if abs(b) >= scale:
+            return f"{b / scale:.2f} {unit}"
+    return f"{int(b)} B"
+
+
+def format_ratio(x: float, digits: int = 2) -> str:
+    """``1.3217`` -> ``'1.32x'``; below 0.1, ``digits + 1`` significant figures (``0.01234`` -> ``'0.0123x'``).
+    How every speedup in ``06_timing_race`` is printed."""
+    if not math.isfinite(x):
+        return f"{x}x"
+    if 0 < abs(x) < 0.1:
+        return f"{x:.{digits + 1}g}x"
+    return f"{x:.{digits}f}x"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Context: what a timing needs next to it to mean anything
+# ----------------------------------------------------------------------------------------------
+
+_NEW_TF32_API = hasattr(torch.backends, "fp32_precision")  # torch >= 2.9
+
+
+@contextlib.contextmanager
+def _tf32_matmul(enabled: bool):
+    """Temporarily allow (or forbid) TF32 for CUDA FP32 matmuls, then restore the setting."""
+    matmul = torch.backends.cuda.matmul
+    if _NEW_TF32_API:
+        old = matmul.fp32_precision
+        matmul.fp32_precision = "tf32" if enabled else "ieee"
+        try:
+            yield
+        finally:
+            matmul.fp32_precision = old
+    else:  # pragma: no cover - torch < 2.9
+        old = matmul.allow_tf32
+        matmul.allow_tf32 = enabled
+        try:
+            yield
+        finally:
+            matmul.allow_tf32 = old
+
+
+def _cpu_fp32_matmul_precision() -> str:
+    mkldnn = getattr(torch.backends, "mkldnn", None)
+    try:
+        return str(mkldnn.matmul.fp32_precision)
+    except AttributeError:  # pragma: no cover - older torch
+        return "n/a"
+
+
+def _device_name(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return torch.cuda.get_device_name(dev)
+    if dev.type == "cpu":
+        from .hardware import cpu_model
+
+        return cpu_model()
+    return dev.type
+
+
+def _sync_method(dev: torch.device) -> str:
+    if dev.type == "cuda":
+        return "CUDA events; stream synchronised before each reading"
+    if dev.type == "mps":
+        return "perf_counter; torch.mps.synchronize() before each reading"
+    return "perf_counter (CPU ops return when done: nothing to synchronise)"
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def timing_context(device=None) -> dict:
+    """What a timing on ``device`` depends on: device, threads, TF32, CPU instructions, versions, how it
+    was synchronised, and how busy the machine was.  (``06_timing_race``)"""
+    from .hardware import usable_cpu_flags
+
+    dev = get_device(device)
+    ctx = {
+        "device": str(dev),
+        "device_name": _device_name(dev),
+        "threads": torch.get_num_threads(),
+        "tf32_matmul": _tf32_matmul_enabled() if dev.type == "cuda" else None,
+        "fp32_matmul_precision": (
+            ("tf32" if _tf32_matmul_enabled() else "ieee") if dev.type == "cuda" else _cpu_fp32_matmul_precision()
+        ),
+        "sync": _sync_method(dev),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
+        # The CPU's bf16/fp16 instructions: whether a CPU race can be won at all (``hardware.cpu_has_native``).
+        "cpu_flags": usable_cpu_flags(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        # Other programs competing for the cores stall multi-threaded kernels: record how busy it was.
+        "load_avg_1min": _load_average(),
+    }
+    if dev.type == "cuda":
+        ctx["capability"] = tuple(torch.cuda.get_device_capability(dev))
+    return ctx
+
+
+def _tf32_text(ctx: dict) -> str:
+    value = ctx.get("tf32_matmul")
+    return "n/a (CPU)" if value is None else ("on" if value else "off")
+
+
+def describe_context(context: dict) -> str:
+    """One sentence naming the machine a timing was made on, from its :func:`timing_context`.
+
+    Notebooks print it in a cell marked volatile, so a reader knows which machine produced the stored
+    outputs (``06_timing_race``, ``07_amp_training_recipe``)::
+
+        measured on cpu (AMD EPYC), 2 CPU threads, torch CPU kernels AVX2, CPU bfloat16 arithmetic emulated, ...
+    """
+    from .hardware import cpu_has_native
+
+    device = context.get("device", "?")
+    parts = [f"measured on {device} ({context.get('device_name', '?')})"]
+    if str(device).startswith("cuda"):
+        cap = context.get("capability")
+        if cap:
+            parts.append(f"compute capability {cap[0]}.{cap[1]}")
+        parts.append(f"TF32 for FP32 matmuls {_tf32_text(context)}")
+    parts.append(_plural(int(context.get("threads", 0) or 0), "CPU thread"))
+    parts.append(f"torch CPU kernels {context.get('cpu_capability', '?')}")
+    flags = context.get("cpu_flags")
+    if flags:
+        for dtype in (torch.bfloat16, torch.float16):
+            native = cpu_has_native(dtype, flags=flags)
+            how = {True: "native", False: "emulated", None: "unknown"}[native]
+            parts.append(f"CPU {dtype_name(dtype)} arithmetic {how}")
+    parts.append(f"torch {context.get('torch', '?')}")
+    load = context.get("load_avg_1min")
+    if load is not None:
+        parts.append(f"load average {load} on {context.get('cpu_count', '?')} cores")
+    return ", ".join(parts)
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, torch.dtype):
+        return dtype_name(value)
+    if isinstance(value, torch.device):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, SpeedupEstimate):
+        return value.to_dict()
+    return str(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# Samples
+# ----------------------------------------------------------------------------------------------
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's and torch's default method)."""
+    n = len(sorted_values)
+    pos = q * (n - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Repeated samples of one contestant.  ``samples`` are seconds **per call**, one per sample."""
+
+    label: str
+    samples: tuple[float, ...]
+    number: int  # calls averaged into each sample
+    warmup: int  # untimed calls made before the first sample
+    context: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def median(self) -> float:
+        return _quantile(sorted(self.samples), 0.5)
+
+    @property
+    def q1(self) -> float:
+        return _quantile(sorted(self.samples), 0.25)
+
+    @property
+    def q3(self) -> float:
+        return _quantile(sorted(self.samples), 0.75)
+
+    @property
+    def iqr(self) -> float:
+        """Interquartile range: the spread of the middle half of the samples."""
+        return self.q3 - self.q1
+
+    @property
+    def rel_iqr(self) -> float:
+        return self.iqr / self.median if self.median > 0 else math.inf
+
+    @property
+    def mean(self) -> float:
+        return sum(self.samples) / len(self.samples)
+
+    @property
+    def min(self) -> float:
+        return min(self.samples)
+
+    @property
+    def calls(self) -> int:
+        """Every call made: warm-up plus timed."""
+        return self.warmup + self.number * len(self.samples)
+
+    def to_measurement(self):
+        """The same samples as a ``torch.utils.benchmark.Measurement`` (for ``benchmark.Compare``)."""
+        from torch.utils import benchmark
+
+        task = benchmark.TaskSpec(
+            stmt=self.label,
+            setup="",
+            label=self.context.get("race", "amp_lab race"),
+            sub_label=self.context.get("size", ""),
+            description=self.label,
+            num_threads=int(self.context.get("threads", torch.get_num_threads())),
+        )
+        raw = [s * self.number for s in self.samples]
+        return benchmark.Measurement(number_per_run=self.number, raw_times=raw, task_spec=task)
+
+    def to_dict(self) -> dict:
+        return {
+            "label": self.label,
+            "median_s": self.median,
+            "iqr_s": self.iqr,
+            "samples_s": list(self.samples),
+            "number": self.number,
+            "warmup": self.warmup,
+            "context": _jsonable(self.context),
+        }
+
+    def __str__(self) -> str:
+        return (
+            f"{self.label}: median {format_seconds(self.median)}, IQR {format_seconds(self.iqr)} "
+            f"({100 * self.rel_iqr:.0f}%), {len(self.samples)} samples x {self.number} calls "
+            f"after {self.warmup} warm-up calls, {self.context.get('threads', '?')} threads"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# How sure a speedup is: the interval from interleaved pairs
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpeedupEstimate:
+    """A speedup (baseline time / contender time) with its confidence interval.  (``06_timing_race``)
+
+    ``ratio`` is the median of the per-round ratios; ``low`` and ``high`` bound the true median ratio with
+    probability at least ``confidence`` (see the module docstring); ``pairs`` is how many interleaved
+    rounds it rests on.  Above 1 the contender (AMP, in a race) is faster.
+    """
+
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    pairs: int
+
+    @property
+    def outcome(self) -> str:
+        """``"faster"`` (the whole interval above 1), ``"slower"`` (below 1), else ``"too close to call"``."""
+        if self.low > 1:
+            return "faster"
+        if self.high < 1:
+            return "slower"
+        return "too close to call"
+
+    @property
+    def rel_width(self) -> float:
+        """The interval's width relative to the speedup: 0.1 means about +-5%; infinite with too few pairs."""
+        if not math.isfinite(self.high) or self.ratio <= 0:
+            return math.inf
+        return (self.high - self.low) / self.ratio
+
+    @property
+    def confidence_text(self) -> str:
+        return f"{100 * self.confidence:g}%"
+
+    def ends_text(self) -> str:
+        """``'1.25x to 1.40x'``, with a third decimal where two would hide which side of 1 an end is on."""
+        if not math.isfinite(self.high):
+            return "0x to infx"
+        for digits in (2, 3, 4):
+            ends = [format_ratio(self.low, digits), format_ratio(self.high, digits)]
+            one = format_ratio(1.0, digits)
+            if not any(text == one and value != 1 for text, value in zip(ends, (self.low, self.high), strict=True)):
+                break
+        return f"{ends[0]} to {ends[1]}"
+
+    def __str__(self) -> str:
+        if not math.isfinite(self.high):
+            return (
+                f"{format_ratio(self.ratio)} ({_plural(self.pairs, 'pair')}: too few for a "
+                f"{self.confidence_text} interval)"
+            )
+        return f"{format_ratio(self.ratio)} ({self.confidence_text} interval {self.ends_text()})"
+
+    def to_dict(self) -> dict:
+        return {
+            "ratio": self.ratio,
+            "low": self.low,
+            "high": _jsonable(self.high),
+            "confidence": self.confidence,
+            "pairs": self.pairs,
+            "outcome": self.outcome,
+        }
+
+
+def min_pairs(confidence: float = 0.95) -> int:
+    """The fewest pairs for which :func:`speedup_estimate` can give a finite interval: 6 at 95%, 8 at 99%.
+    (``06_timing_race``)"""
+    confidence = check_float("confidence", confidence, gt=0, lt=1)
+    n = 1
+    while _order_statistic(n, confidence) == 0:
+        n += 1
+    return n
+
+
+@functools.lru_cache(maxsize=4096)
+def _order_statistic(n: int, confidence: float) -> int:
+    """The largest ``k`` (1-based, ``k <= n/2`` rounded up) with ``1 - 2 P(B <= k-1) >= confidence``,
+    ``B ~ Binomial(n, 1/2)``; 0 when even ``[min, max]`` falls short of ``confidence``."""
+    tail = Fraction(1 - Fraction(confidence)) / 2  # exact: the allowed probability in each tail
+    total = 2**n
+    k, cdf = 0, 0  # cdf = sum_{j < k+1} C(n, j), as an integer count of the 2**n outcomes
+    while k < (n + 1) // 2:
+        cdf += math.comb(n, k)
+        if Fraction(cdf, total) > tail:
+            break
+        k += 1
+    return k
+
+
+def _per_call_samples(name: str, value) -> tuple[float, ...]:
+    if isinstance(value, Timing):
+        value = value.samples
+    elif hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # a numpy array or a torch tensor
+        value = value.tolist()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ValueError(
+            f"{name} must be a Timing or a sequence of per-call seconds, got {type(value).__name__}"
+        )
+    if len(value) == 0:
+        raise ValueError(f"{name} must hold at least one sample, got an empty sequence")
+    out = []
+    for i, x in enumerate(value):
+        if isinstance(x, bool) or not isinstance(x, Real) or not math.isfinite(float(x)) or float(x) <= 0:
+            raise ValueError(f"{name}[{i}] must be a positive, finite number of seconds, got {x!r}")
+        out.append(float(x))
+    return tuple(out)
+
+
+def speedup_estimate(baseline, contender, *, confidence: float = 0.95) -> SpeedupEstimate:
+    """How much faster ``contender`` is than ``baseline``, with an interval.  (``06_timing_race``)
+
+    ``baseline`` and ``contender`` are :class:`Timing` objects or equal-length sequences of per-call
+    seconds taken in interleaved rounds (round ``i`` of each belongs together, as :func:`measure` takes
+    them).  The speedup is the median of the per-round ratios ``baseline[i] / contender[i]``; the interval
+    is the distribution-free interval for that median (order statistics of the ratios, see the module
+    docstring), so it holds whatever shape the timing noise has.  With fewer pairs than
+    :func:`min_pairs` the interval is ``0 .. inf``.
+
+    >>> e = speedup_estimate([2.0, 2.1, 1.9, 2.0, 2.2, 2.0], [1.0] * 6)
+    >>> str(e), e.outcome
+    ('2.00x (95% interval 1.90x to 2.20x)', 'faster')
+    """
+    b = _per_call_samples("baseline", baseline)
+    c = _per_call_samples("contender", contender)
+    if len(b) != len(c):
+        raise ValueError(
+            f"contender has {len(c)} samples but baseline has {len(b)}: the speedup pairs round i of one "
+            "with round i of the other, so both need the same number of interleaved rounds"
+        )
+    confidence = check_float("confidence", confidence, gt=0, lt=1)
+    ratios = sorted(x / y for x, y in zip(b, c, strict=True))
+    n = len(ratios)
+    ratio = statistics.median(ratios)
+    k = _order_statistic(n, confidence)
+    if k == 0:
+        return SpeedupEstimate(ratio=ratio, low=0.0, high=math.inf, confidence=confidence, pairs=n)
+    return SpeedupEstimate(ratio=ratio, low=ratios[k - 1], high=ratios[n - k], confidence=confidence, pairs=n)
+
+
+# ----------------------------------------------------------------------------------------------
+# The timer
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contestant:
+    """A function to time, and a context manager factory entered around each of its samples
+    (used to switch TF32 on for the TF32 contestant only, without paying the switch per call)."""
+
+    fn: Callable[[], Any]
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+
+class RaceProgress(NamedTuple):
+    """What :func:`measure` tells its ``callback`` after each warm-up and each sample."""
+
+    phase: str  # "warmup" or "sample"
+    label: str
+    done: int  # samples done by this contestant (0 during warm-up)
+    total: int  # samples each contestant takes at least (more when sampling until an interval is narrow)
+    samples: dict  # label -> list of per-call seconds so far
+
+
+def _no_sync() -> None:
+    return None
+
+
+def _synchronizer(dev: torch.device) -> Callable[[], None]:
+    """The function that waits for ``dev`` to finish its queued work."""
+    if dev.type == "cuda":
+        return lambda: torch.cuda.synchronize(dev)
+    if dev.type == "mps":
+        return torch.mps.synchronize
+    return _no_sync
+
+
+class _WallClockSampler:
+    """Seconds for ``number`` calls: synchronise, read the clock, call, synchronise, read the clock."""
+
+    def __init__(self, dev: torch.device):
+        self.sync = _synchronizer(dev)
+
+    def __call__(self, fn: Callable[[], Any], number: int) -> float:
+        self.sync()
+        start = _clock()
+        for _ in range(number):
+            fn()
+        self.sync()
+        return _clock() - start
+
+
+class _CudaEventSampler:
+    """Seconds for ``number`` calls, measured on the GPU's own timeline with two CUDA events.
+
+    The stream is synchronised first (so earlier work is not counted), the end event is waited
+    for before its time is read (so queued work *is* counted).
+    """
+
+    def __init__(self, dev: torch.device, event_factory: Callable[[], Any] | None = None):
+        self.sync = _synchronizer(dev)
+        self.event = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
+
+    def __call__(self, fn: Callable[[], Any], number: int) -> float:
+        start, end = self.event(), self.event()
+        self.sync()
+        start.record()
+        for _ in range(number):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+
+def _sampler(dev: torch.device):
+    return _CudaEventSampler(dev) if dev.type == "cuda" else _WallClockSampler(dev)
+
+
+def _on_device(dev: torch.device):
+    # CUDA events record on the current device's stream: make the race's device current.
+    return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
+
+
+def _as_contestant(name: str, value) -> Contestant:
+    if isinstance(value, Contestant):
+        return value
+    if callable(value):
+        return Contestant(value)
+    raise ValueError(f"contestant {name!r} must be a callable or a Contestant, got {type(value).__name__}")
+
+
+def _narrow_enough(samples: dict, baseline: str, target: float, confidence: float) -> bool:
+    """Whether every contestant's speedup over ``baseline`` has an interval at most ``target`` wide."""
+    base = samples[baseline]
+    return all(
+        speedup_estimate(base, s, confidence=confidence).rel_width <= target
+        for name, s in samples.items()
+        if name != baseline
+    )
+
+
+def measure(
+    fns,
+    *,
+    device=None,
+    warmup: int = 3,
+    repeats: int = 10,
+    number: int | None = None,
+    min_sample_s: float = 0.01,
+    num_threads: int | None = None,
+    callback: Callable[[RaceProgress], None] | None = None,
+    label: str = "fn",
+    extra_context: dict | None = None,
+    target_rel_width: float | None = None,
+    max_time_s: float | None = None,
+    max_repeats: int | None = None,
+    baseline: str | None = None,
+    confidence: float = 0.95,
+):
+    """Time one function, or race several, honestly.  (Taught in ``06_timing_race``.)
+
+    ``fns`` is a callable (returns one :class:`Timing`) or a dict ``label -> callable or Contestant``
+    (returns a dict of timings).  Each contestant first makes ``warmup`` untimed calls (at least one when
+    ``number`` is not given: the fastest warm-up call sets how many calls make a sample last
+    ``min_sample_s``).  Then the contestants take turns, one sample each per round, the order reversed
+    every round.  ``num_threads`` sets torch's CPU threads for the measurement (default: leave them as
+    they are); the count used is recorded in each timing's context.
+
+    **How many rounds.**  ``repeats`` rounds at least.  With ``target_rel_width`` (a race of two or more
+    contestants) it keeps going, round after round, until every contestant's :func:`speedup_estimate`
+    over ``baseline`` (default: the first contestant) has an interval no wider than ``target_rel_width``
+    times the speedup (0.1: about +-5%), or the time budget is spent: no round starts that would, if it
+    took as long as the slowest round so far, end more than ``max_time_s`` after the measurement began
+    (warm-up included; default
+    ``DEFAULT_MAX_TIME_S`` with a target), and never more than ``max_repeats`` rounds (default
+    ``DEFAULT_MAX_REPEATS``).  The minimum ``repeats`` rounds are always taken, so a budget shorter than
+    they need is overrun by them.  Without ``target_rel_width`` exactly ``repeats`` rounds are taken.
+    """
+    single = callable(fns) or isinstance(fns, Contestant)
+    if single:
+        contestants = {str(label): _as_contestant(str(label), fns)}
+    elif isinstance(fns, dict) and fns:
+        contestants = {str(k): _as_contestant(str(k), v) for k, v in fns.items()}
+    else:
+        raise ValueError(f"fns must be a callable or a non-empty dict of callables, got {fns!r}")
+    warmup = check_int("warmup", warmup, minimum=0)
+    repeats = check_int("repeats", repeats, minimum=1)
+    if number is not None:
+        number = check_int("number", number, minimum=1)
+    min_sample_s = check_float("min_sample_s", min_sample_s, gt=0)
+    if num_threads is not None:
+        num_threads = check_int("num_threads", num_threads, minimum=1)
+    confidence = check_float("confidence", confidence, gt=0, lt=1)
+    names = list(contestants)
+    if target_rel_width is not None:
+        target_rel_width = check_float("target_rel_width", target_rel_width, gt=0)
+        if len(names) < 2:
+            raise ValueError(
+                "target_rel_width needs a race of at least two contestants (a dict of callables): "
+                "it is the width of a speedup's interval"
+            )
+    adaptive = target_rel_width is not None
+    if max_time_s is not None:
+        max_time_s = check_float("max_time_s", max_time_s, gt=0)
+        if not adaptive:
+            raise ValueError(
+                f"max_time_s={max_time_s} bounds sampling until an interval is narrow: give target_rel_width "
+                "too (without it measure takes exactly `repeats` rounds)"
+            )
+    elif adaptive:
+        max_time_s = DEFAULT_MAX_TIME_S
+    if max_repeats is not None:
+        max_repeats = check_int("max_repeats", max_repeats, minimum=repeats)
+        if not adaptive:
+            raise ValueError(f"max_repeats={max_repeats} only applies with target_rel_width")
+    else:
+        max_repeats = max(repeats, DEFAULT_MAX_REPEATS) if adaptive else repeats
+    if baseline is None:
+        baseline = names[0]
+    elif baseline not in contestants:
+        raise ValueError(f"baseline={baseline!r} is not a contestant; choose one of: {', '.join(map(repr, names))}")
+    dev = get_device(device)
+
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    numbers: dict[str, int] = {}
+    untimed: dict[str, int] = {}
+    contexts: dict[str, dict] = {}
+    began = _budget_clock()
+    with torch_threads(num_threads), _on_device(dev):
+        sampler = _sampler(dev)
+        for name in names:
+            c = contestants[name]
+            with c.context():
+                contexts[name] = {**timing_context(dev), **(extra_context or {})}
+                if number is None:
+                    # Calibrate on the *fastest* warm-up call: a call that was slowed down (start-up,
+                    # another program) would make samples too short, and short samples pay per-sample
+                    # costs (waking the thread pool, refilling caches) that a training loop does not.
+                    times = [sampler(c.fn, 1) for _ in range(max(warmup, 1))]
+                    untimed[name] = len(times)
+                    numbers[name] = max(1, min(10**6, math.ceil(min_sample_s / max(min(times), 1e-9))))
+                else:
+                    for _ in range(warmup):
+                        c.fn()
+                    untimed[name] = warmup
+                    numbers[name] = number
+            if callback is not None:
+                callback(RaceProgress("warmup", name, 0, repeats, {k: list(v) for k, v in samples.items()}))
+        r, round_s = 0, 0.0
+        while r < max_repeats:
+            if r >= repeats:
+                if _narrow_enough(samples, baseline, target_rel_width, confidence):
+                    break
+                if _budget_clock() + round_s > began + max_time_s:
+                    break
+            round_start = _budget_clock()
+            for name in names if r % 2 == 0 else names[::-1]:
+                c = contestants[name]
+                with c.context():
+                    seconds = sampler(c.fn, numbers[name])
+                samples[name].append(seconds / numbers[name])
+                if callback is not None:
+                    callback(RaceProgress("sample", name, r + 1, repeats, {k: list(v) for k, v in samples.items()}))
+            round_s = max(round_s, _budget_clock() - round_start)  # the slowest round so far
+            r += 1
+    timings = {
+        name: Timing(
+            label=name,
+            samples=tuple(samples[name]),
+            number=numbers[name],
+            warmup=untimed[name],
+            context=contexts[name],
+        )
+        for name in names
+    }
+    return timings[names[0]] if single else timings
+
+
+def sync_summary(queued_s: float, finished_s: float, device=None) -> str:
+    """Read a synchronisation experiment: the clock read right after queueing work (``queued_s``) and
+    after waiting for the device (``finished_s``), both from the same start.  (``06_timing_race``)"""
+    queued_s = check_float("queued_s", queued_s, gt=0)
+    finished_s = check_float("finished_s", finished_s, gt=0)
+    if finished_s < queued_s:
+        raise ValueError(f"finished_s={finished_s} must be >= queued_s={queued_s}: it is read later")
+    dev = get_device(device)
+    ratio = finished_s / queued_s
+    if dev.type in ("cuda", "mps"):
+        if ratio >= 2:
+            return (
+                f"The first reading caught only the queueing: finishing took {ratio:.1f}x as long. A timing "
+                f"without synchronisation measures how fast Python queued the work, not how fast the {dev.type.upper()} did it."
+            )
+        return (
+            f"The two readings are close ({ratio:.2f}x): the queue filled up and Python had to wait, so this time "
+            "the missing synchronisation hid little; with less work per call it hides almost everything."
+        )
+    if ratio < 1.2:
+        return (
+            f"The two readings nearly agree ({ratio:.2f}x): CPU ops return when they are done, so there is nothing "
+            "to wait for; on a GPU the first reading would be far smaller."
+        )
+    return (
+        f"The readings differ ({ratio:.2f}x) although CPU ops return when they are done: something else (another "
+        "program, the operating system) ran between the two clock readings."
+    )
