@@ -45,7 +45,7 @@ def test_old_versions_are_problems():
     code, text = run(ipywidgets="7.8.1", torch="2.3.1")
     assert code == 1
     assert "ipywidgets: 7.8.1 is older than 8.0" in text
-    assert "torch: 2.3.1 is older than 2.4" in text
+    assert "torch: 2.3.1 is older than 2.13" in text
     assert "2 problem(s)" in text
 
 
@@ -80,3 +80,12 @@ def test_command_line_exit_codes():
     assert "verdict" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "amp_lab", "nonsense"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def test_torch_minimum_is_pyprojects_bound():
+    import re
+    from pathlib import Path
+
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    bound = re.search(r'"torch>=([0-9.]+)"', pyproject).group(1)
+    assert next(r.minimum for r in doctor.REQUIREMENTS if r.distribution == "torch") == bound
