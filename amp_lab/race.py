@@ -749,7 +749,9 @@ _SIZES = {
         width=2048, batch=1024, matmul_sizes=(128, 256, 512, 1024), mlp_widths=(256, 512, 1024, 2048),
         batches=(64, 256, 1024), aligned_n=1024, widget_widths=(256, 512, 1024, 2048, 4096),
         widget_batches=(64, 256, 1024, 2048),
-        budget={"warmup": 2, "repeats": 8, "min_sample_s": 0.01, "target_rel_width": 0.1, "max_time_s": 4.0,
+        # 2 s per race keeps notebook 06 near a minute on such a CPU (about 15 races, the largest a
+        # 0.1-0.2 s step on one thread), where compute-bound sizes have little noise to average away.
+        budget={"warmup": 2, "repeats": 8, "min_sample_s": 0.01, "target_rel_width": 0.1, "max_time_s": 2.0,
                 "num_threads": 1},
     ),
     # A CPU that emulates it (AVX2 only): bf16 matmuls run tens of times slower than FP32, so stay small.
