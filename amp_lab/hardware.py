@@ -422,6 +422,11 @@ class MachineReport:
     expect_speedup: bool | None = None
     reasons: tuple[str, ...] = ()
 
+    @property
+    def system(self) -> str | None:
+        """``platform.system()`` of the machine described (``"Darwin"`` on a Mac), read from ``platform``."""
+        return self.platform.split()[0] if self.platform else None
+
     def as_dict(self) -> dict:
         d = asdict(self)
         d["race_dtype"] = str(self.race_dtype).removeprefix("torch.")
@@ -706,15 +711,13 @@ def tf32_setting() -> tuple[bool, str]:
     return tf32_matmul_enabled(), precision
 
 
-
-
-def _with_verdict(report: MachineReport, system: str | None) -> MachineReport:
+def _with_verdict(report: MachineReport) -> MachineReport:
     v = machine_verdict(
         cuda_available=report.cuda_available,
         tensor_cores=report.tensor_cores,
         flags=report.cpu_flags,
         device_type=report.race_device,
-        system=system,
+        system=report.system,
     )
     return replace(
         report,
@@ -781,7 +784,7 @@ def describe(device=None) -> MachineReport:
         notes=notes,
         mps_available=mps_ok,
     )
-    return _with_verdict(report, platform.system())
+    return _with_verdict(report)
 
 
 def report_for(
@@ -822,7 +825,7 @@ def report_for(
     )
     if system is not None:
         report = replace(report, platform=f"{system} {'arm64' if system == 'Darwin' else platform.machine()}")
-    return _with_verdict(report, system if system is not None else base.platform.split()[0])
+    return _with_verdict(report)
 
 
 def setup_banner(device=None) -> None:

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from ._checks import check_choice, check_float, check_int
 from .device import amp_dtype, dtype_name, get_device, parse_dtype, torch_threads
-from .hardware import cpu_has_native, tensor_core_generation
+from .hardware import CPU_FEATURES, cpu_has_native, cpu_native_labels, tensor_core_generation
 from .timing import (  # noqa: F401  (re-exported: these lived here before amp_lab.timing existed)
     Contestant,
     RaceProgress,
@@ -1244,7 +1244,15 @@ def plot_memory(result: SweepResult, ax=None):
 # What a result means
 # ----------------------------------------------------------------------------------------------
 
-_CPU_INSTRUCTIONS = {torch.bfloat16: "AVX512-BF16, AMX-BF16 or ARM BF16", torch.float16: "AVX512-FP16 or AMX-FP16"}
+def _cpu_instructions(result: RaceResult, native: bool | None) -> str:
+    """The instruction sets for the result's dtype, named by ``hardware``: those the recorded CPU has
+    when it multiplies the dtype natively, else every one that would have counted."""
+    flags = result.context.get("cpu_flags")
+    labels = cpu_native_labels(result.dtype, flags) if native and flags else ()
+    labels = labels or tuple(f.label for f in CPU_FEATURES if f.dtype == result.dtype)
+    return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} or {labels[-1]}"
+
+
 _SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -1302,7 +1310,7 @@ def _reason(result: RaceResult) -> str:
     dev = str(result.context.get("device", ""))
     native = native_arithmetic(result)
     if dev.startswith("cpu"):
-        insn = _CPU_INSTRUCTIONS[result.dtype]
+        insn = _cpu_instructions(result, native)
         if native is False:
             base = f"This CPU has no {insn} instructions, so {low} matmuls are emulated with conversions"
             if outcome == "slower":

@@ -116,11 +116,6 @@ class AmpChoice:
         return "\n".join(lines)
 
 
-def _report_system(report) -> str | None:
-    """``platform.system()`` of the machine a report describes (its ``platform`` is "System machine")."""
-    return report.platform.split()[0] if getattr(report, "platform", "") else None
-
-
 def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
     """Walk the decision flow for this machine (or for ``report``, a ``hardware.MachineReport``).
 
@@ -144,13 +139,12 @@ def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
     """
     if report is None:
         report = hardware.describe(device)
-    system = _report_system(report)
     v = hardware.machine_verdict(
         cuda_available=report.cuda_available,
         tensor_cores=report.tensor_cores,
         flags=report.cpu_flags or {},
         device_type=report.race_device,
-        system=system,
+        system=report.system,
     )
     dtype, name = v.dtype, dtype_name(v.dtype)
     steps: list[tuple[str, str]] = []
