@@ -5,8 +5,11 @@ PYTHON     ?= python3
 VENV       ?= .venv
 BIN        := $(VENV)/bin
 # torch 2.13.0 from PyPI: CUDA build on Linux x86-64 learners' machines, CPU build on CI's mirror.
-# Override for another build, e.g. `make lab TORCH_SPEC=torch`.
+# Override for another build, e.g. `make lab TORCH_SPEC=torch`.  PyPI's CUDA builds (CUDA 13.0) have no
+# kernels for Volta (V100) and older GPUs: TORCH_INDEX installs torch from another index, e.g. PyTorch's
+# CUDA 12.6 builds (`make lab TORCH_INDEX=https://download.pytorch.org/whl/cu126`; `make doctor` checks).
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 STAMP      := $(VENV)/.amp-lab-installed
 
 # JupyterLab stays on the loopback interface with token authentication on.  Extra flags
@@ -25,11 +28,12 @@ help:
 	@echo "                (make nbval-matrix: this one, nbval-kernels, nbval-one-thread), browser tests"
 	@echo "make notebooks  re-execute every notebook in place on CPU"
 	@echo "make doctor     check this machine and environment for the course"
-	@echo "make gpu-check  on a CUDA machine: race, sweep and autocast probe -> docs/results/"
+	@echo "make gpu-check  on a CUDA machine: precision table, races, sweeps, autocast probe -> docs/results/"
+	@echo "                (GPU_CHECK_ARGS=--quick: a one-shot run, under 3 minutes on an H100)"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 	@touch $@
 
@@ -111,7 +115,7 @@ notebooks: $(STAMP)
 	$(BIN)/python scripts/execute_notebooks.py
 
 gpu-check: $(STAMP)
-	$(BIN)/python scripts/gpu_check.py
+	$(BIN)/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis artifacts

@@ -55,6 +55,7 @@ import torch.nn.functional as F
 
 from ._checks import check_choice
 from .device import get_device, parse_dtype
+from .hardware import bf16_hardware
 
 __all__ = [
     "POLICIES",
@@ -597,7 +598,9 @@ def autocast_dtype(device=None, dtype=None) -> torch.dtype:
     """
     dev = get_device(device)
     allowed = [torch.bfloat16, torch.float16]
-    if dev.type == "cuda" and not torch.cuda.is_bf16_supported():
+    # bf16 Tensor Cores on this very GPU (torch.cuda.is_bf16_supported() counts emulation and asks about
+    # the current device, not ``dev``): before Ampere the course does not race or probe bfloat16 on CUDA.
+    if dev.type == "cuda" and not bf16_hardware(torch.cuda.get_device_capability(dev)):
         allowed = [torch.float16]
     if dtype is None:
         dtype = torch.get_autocast_dtype(dev.type)

@@ -36,7 +36,7 @@ import torch
 from . import formats
 from ._checks import check_choice as _check_arg_choice
 from ._checks import check_float
-from .device import dtype_name
+from .device import dtype_name, float64_on_cpu
 
 __all__ = [
     "CheckResult",
@@ -147,8 +147,8 @@ class _Precision:
         if self.fmt is None:
             return t
         if self.fmt.torch_dtype is not None:
-            return t.to(self.fmt.torch_dtype).double()
-        return formats.round_to(t, self.fmt).double()
+            return float64_on_cpu(t.to(self.fmt.torch_dtype))
+        return float64_on_cpu(formats.round_to(t, self.fmt))
 
     def ulp(self, value: float) -> float:
         if self.fmt is None:
@@ -216,13 +216,13 @@ def _as_float64(x, name: str):
     if isinstance(x, torch.Tensor):
         if x.is_complex():
             return None, f"`{name}` is a complex tensor; the answer is real"
-        return x.detach().to("cpu", torch.float64), None
+        return float64_on_cpu(x), None
     if isinstance(x, str):
         return None, f"`{name}` is text ({x!r}); write it as a number, without quotes"
     if isinstance(x, bool):
         return None, f"`{name}` is {x}, a yes/no value; this exercise wants a number"
     try:
-        return torch.as_tensor(x, dtype=torch.float64), None
+        return torch.as_tensor(x, dtype=torch.float64, device="cpu"), None
     except (TypeError, ValueError, RuntimeError):
         return None, f"`{name}` is a {type(x).__name__}, which is not a number or a tensor"
 

@@ -95,9 +95,16 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> str:
     if name.startswith("06_"):
         return f"races FP32 against {dtype} autocast on {report.race_device}: {report.verdict}"
     if name.startswith("07_"):
+        # 07 trains in what its decision flow picks from the report's hardware facts (not from a verdict
+        # stored in the report, which a report with replaced facts may carry stale): say the same.
+        from .recipe import choose_amp_dtype
+
+        choice = choose_amp_dtype(report)
+        dtype = str(choice.dtype).removeprefix("torch.")
+        scaler = "with a GradScaler" if choice.use_scaler else "without a GradScaler (bfloat16 needs none)"
         return (
             f"trains end to end in {dtype} on {where} {scaler}, then measures it against FP32; "
-            f"{_EXPECTATION[report.expect_speedup]}"
+            f"{_EXPECTATION[choice.expect_speedup]}"
         )
     return lesson.summary
 

@@ -134,6 +134,37 @@ def seed_everything(seed: int = 0) -> None:
     np.random.seed(seed)
 
 
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def _rng_devices() -> list[int]:
+    """The CUDA devices whose generators ``torch.manual_seed`` reseeds (none without CUDA)."""
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+@contextmanager
+def seeded(seed: int):
+    """Run a block with torch's generators seeded to ``seed``, then give the learner's generators back
+    exactly as they were: the CPU's *and* every CUDA device's (``torch.manual_seed`` reseeds them all,
+    so forking only the CPU's would silently reseed a learner's GPU).  (``make_model``, ``make_mlp``,
+    the race's model.)"""
+    from ._checks import check_int
+
+    seed = check_int("seed", seed, minimum=0, maximum=2**64 - 1)
+    mps = getattr(torch, "mps", None)
+    # torch.manual_seed reseeds an Apple GPU's generator too, and fork_rng forks one device type only.
+    mps_state = mps.get_rng_state() if mps is not None and _mps_available() else None
+    try:
+        with torch.random.fork_rng(devices=_rng_devices()):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        if mps_state is not None:
+            mps.set_rng_state(mps_state)
+
+
 @contextmanager
 def torch_threads(num_threads: int | None, device: str | torch.device | None = None):
     """Run a block with ``num_threads`` torch intra-op CPU threads, then restore the count.
@@ -152,3 +183,48 @@ def torch_threads(num_threads: int | None, device: str | torch.device | None = N
         yield
     finally:
         torch.set_num_threads(before)
+
+
+# Apple GPUs (MPS) have no float64: a float64 tensor cannot exist there.  Exact float64 work on a
+# learner's tensor therefore happens on the CPU, through the two helpers below, which
+# ``tests/test_mps_paths.py`` makes the only float64 conversions of the package's numerical modules.
+
+
+def _as_device(device, name: str = "device") -> torch.device:
+    """``device`` as a ``torch.device``, available here or not (a ``ValueError`` naming ``name``)."""
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"{name} must be a device name or torch.device, got {type(device).__name__}")
+    try:
+        return torch.device(device.strip())
+    except RuntimeError:
+        raise ValueError(
+            f"{name}={device!r} is not a device name; use 'cpu', 'cuda', 'cuda:N' or 'mps'"
+        ) from None
+
+
+def supports_float64(device: str | torch.device) -> bool:
+    """Can ``device`` hold float64 tensors?  CPUs and CUDA GPUs can; Apple GPUs (MPS) cannot."""
+    return _as_device(device).type != "mps"
+
+
+def float64_on_cpu(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (detached) as a float64 tensor on the CPU, whatever device it lives on.
+
+    Copied to the CPU *first*, in its own dtype, then widened there: an MPS tensor never meets
+    float64 on the GPU.  Every float16, bfloat16 and float32 value is exact in float64, so the
+    result is the same to the bit as ``t.double()`` on a device that has float64.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
+    return t.detach().cpu().to(torch.float64)
+
+
+def float64_to(t: torch.Tensor, device: str | torch.device) -> torch.Tensor:
+    """A float64 result ``t`` moved to ``device`` where that device has float64 (CPU, CUDA);
+    on an Apple GPU (MPS) it stays on the CPU, since float64 cannot live there."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
+    dev = _as_device(device)
+    return t.to(dev) if supports_float64(dev) else t.cpu()

@@ -103,6 +103,31 @@ def check_amp_api() -> Check:
     return Check("torch.amp", True, "torch.autocast and torch.amp.GradScaler(device) available")
 
 
+def check_gpu_kernels(capability=None, arch_list=None, cuda_version=None, *, gpu_name: str = "this GPU") -> Check | None:
+    """Whether the installed torch has kernels for the GPU (None without a CUDA GPU).
+
+    On a GPU the wheel was not built for, ``torch.cuda.is_available()`` is still True and the first kernel
+    fails with "no kernel image is available": the CUDA 13 wheels, for one, have no Volta or Pascal
+    kernels.  The facts default to this machine's; tests pass other GPUs' and wheels'.
+    """
+    import torch
+
+    from .hardware import arch_advice
+
+    if capability is None:
+        if not torch.cuda.is_available() or torch.version.hip is not None:
+            return None
+        capability = tuple(torch.cuda.get_device_capability())
+        arch_list = list(torch.cuda.get_arch_list())
+        cuda_version = torch.version.cuda
+        gpu_name = torch.cuda.get_device_name()
+    advice = arch_advice(capability, list(arch_list or []), cuda_version)
+    cap = f"sm_{capability[0]}{capability[1]}"
+    if advice is None:
+        return Check("GPU kernels", True, f"this torch has kernels for {gpu_name} ({cap})")
+    return Check("GPU kernels", False, f"{gpu_name} ({cap}): {advice}", "install the torch build named above")
+
+
 def check_plotting() -> Check:
     try:
         import io
@@ -122,6 +147,9 @@ def run_checks(version_of=metadata.version) -> list[Check]:
     checks += [check_requirement(r, version_of) for r in REQUIREMENTS]
     if all(c.ok for c in checks if c.name == "torch"):
         checks.append(check_amp_api())
+        gpu = check_gpu_kernels()
+        if gpu is not None:
+            checks.append(gpu)
     if all(c.ok for c in checks if c.name == "matplotlib"):
         checks.append(check_plotting())
     return checks

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from ._checks import check_choice
+from .device import float64_on_cpu
 
 __all__ = [
     "FloatFormat",
@@ -223,7 +224,7 @@ def _as_float32(x) -> torch.Tensor:
         t = x.detach()
     else:
         try:
-            t = torch.as_tensor(x, dtype=torch.float64)
+            t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
         except (TypeError, ValueError, RuntimeError):
             raise ValueError(f"x must be a number, a list of numbers or a tensor, got {x!r}") from None
     if t.is_complex():
@@ -305,10 +306,10 @@ def _round_array(x: np.ndarray, f: FloatFormat, residual: np.ndarray | None = No
 
 
 def _round_float64(x: torch.Tensor, f: FloatFormat, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`_round_array` for a float64 tensor (computed on the CPU, returned on ``x``'s device)."""
-    res = None if residual is None else residual.detach().cpu().numpy()
-    out = _round_array(x.detach().cpu().double().numpy(), f, res)
-    return torch.from_numpy(out).to(x.device)
+    """:func:`_round_array` for a tensor's values, computed in float64 on the CPU; returns a float64
+    tensor on the CPU (an Apple GPU has no float64, so the result cannot go back as it is)."""
+    res = None if residual is None else float64_on_cpu(residual).numpy()
+    return torch.from_numpy(_round_array(float64_on_cpu(x).numpy(), f, res))
 
 
 def emulate_round(x, fmt) -> torch.Tensor:
@@ -320,7 +321,8 @@ def emulate_round(x, fmt) -> torch.Tensor:
     """
     f = get_format(fmt)
     t = _as_float32(x)
-    return _round_float64(t.double(), f).float()
+    # narrowed to float32 on the CPU, then moved: float64 never reaches the device (MPS has none)
+    return _round_float64(t, f).float().to(t.device)
 
 
 # --------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from ._checks import check_choice, check_float, check_int
-from .device import get_device, parse_dtype, torch_threads
+from .device import get_device, parse_dtype, seeded, torch_threads
 
 KINDS = ("activation", "weight", "bias", "output")
 
@@ -122,7 +122,8 @@ def make_mlp(
 
     No normalisation layers, no special init: ``nn.Linear``'s default (uniform with bound
     1/sqrt(fan_in)) shrinks the signal at every layer, forward and backward, which is part of
-    why its gradients are small.  The global RNG is left untouched (``seed`` seeds a fork).
+    why its gradients are small.  The learner's generators are left untouched: ``seed`` seeds a
+    fork of the CPU's and every CUDA device's (:func:`amp_lab.device.seeded`).
     """
     num_features = check_int("num_features", num_features, minimum=1)
     num_classes = check_int("num_classes", num_classes, minimum=2)
@@ -130,8 +131,7 @@ def make_mlp(
     width = check_int("width", width, minimum=1, maximum=4096)
     seed = check_int("seed", seed, minimum=0)
     dev = get_device(device)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         layers: list[nn.Module] = []
         fan_in = num_features
         for _ in range(depth - 1):

@@ -18,8 +18,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
+import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field, replace
@@ -421,6 +423,8 @@ class MachineReport:
     use_scaler: bool = False
     expect_speedup: bool | None = None
     reasons: tuple[str, ...] = ()
+    arch_supported: bool | None = None  # does this torch build have kernels for the GPU (None: no GPU)
+    arch_list: tuple[str, ...] = ()  # torch.cuda.get_arch_list()
 
     @property
     def system(self) -> str | None:
@@ -449,7 +453,8 @@ class MachineReport:
                 ("GPU", f"{self.gpu_name} ({cap})"),
                 ("CUDA (torch build)", str(self.cuda_version)),
                 ("Tensor Cores", self.tensor_cores.summary if self.tensor_cores else "unknown"),
-                ("bf16 supported on GPU", yn(self.bf16_supported)),
+                ("GPU kernels in this torch", self._kernels_text()),
+                ("bf16 Tensor Cores", yn(self.bf16_supported)),
                 ("TF32 for FP32 matmuls", f"{yn(self.tf32_matmul)} (float32 matmul precision '{self.float32_matmul_precision}')"),
             ]
         if self.mps_available:
@@ -468,6 +473,12 @@ class MachineReport:
             ("verdict", self.verdict),
         ]
         return rows
+
+    def _kernels_text(self) -> str:
+        listed = ", ".join(self.arch_list) or "none"
+        if self.arch_supported is None:
+            return f"unknown (built for {listed})"
+        return f"{'yes' if self.arch_supported else 'NO: no kernels for this GPU'} (built for {listed})"
 
     def explain(self) -> str:
         """The verdict, the facts behind it, and what it predicts (``00_setup_check`` prints this)."""
@@ -688,18 +699,182 @@ def verdict_for(
 def tf32_matmul_enabled() -> bool:
     """Whether FP32 matmuls on CUDA may run on TF32 Tensor Cores right now.
 
-    torch 2.9+ has ``torch.backends.cuda.matmul.fp32_precision`` ("ieee"/"tf32"; "none" inherits
-    the generic ``torch.backends.fp32_precision``), which also reflects settings made through the
-    legacy ``allow_tf32``.  Reading it never trips torch's legacy/new mixing check, whereas reading
-    ``allow_tf32`` raises once a program has set the new flag.
+    Reads ``torch.backends.cuda.matmul.fp32_precision`` ("ieee"/"tf32"; torch resolves "none" through
+    the generic ``torch.backends.fp32_precision``).  Reading it never trips torch's legacy/new mixing
+    check, whereas reading ``allow_tf32`` raises once a program has set only the new flag.
     """
-    matmul = torch.backends.cuda.matmul
-    if hasattr(torch.backends, "fp32_precision"):
-        value = matmul.fp32_precision
-        if value == "none":
-            value = torch.backends.fp32_precision
-        return value == "tf32"
-    return bool(matmul.allow_tf32)
+    return torch.backends.cuda.matmul.fp32_precision == "tf32"
+
+
+# --------------------------------------------------------------------------------------------
+# TF32: one switch that cuBLAS can always read
+# --------------------------------------------------------------------------------------------
+#
+# torch >= 2.9 keeps two records of "may FP32 matmuls use TF32": the legacy float32 matmul
+# precision ("highest"/"high"/"medium", set by torch.set_float32_matmul_precision and by
+# torch.backends.cuda.matmul.allow_tf32) and the new per-backend fp32_precision ("none"/"ieee"/
+# "tf32"/"bf16", for (backend, op) pairs that inherit "none" from (backend, "all") and then from
+# ("generic", "all")).  cuBLAS reads both on every FP32 matmul and raises when they disagree, so
+# setting only the new flag to "tf32" makes the first FP32 matmul on a GPU fail.  tf32_matmul keeps
+# them in agreement, and restores the raw values (including an inherited "none") on the way out.
+
+_PARENT = {("cuda", "matmul"): ("cuda", "all"), ("mkldnn", "matmul"): ("mkldnn", "all"),
+           ("cuda", "all"): ("generic", "all"), ("mkldnn", "all"): ("generic", "all")}  # fmt: skip
+
+
+def _fp32_get(backend: str, op: str) -> str:
+    return str(torch._C._get_fp32_precision_getter(backend, op))
+
+
+def _fp32_set(backend: str, op: str, value: str) -> None:
+    torch._C._set_fp32_precision_setter(backend, op, value)
+
+
+def _raw_fp32_precision(backend: str, op: str) -> str:
+    """The value set on (backend, op) itself, "none" when it inherits.  torch's getter resolves
+    inheritance, so an inherited value is told from a set one by briefly changing the parent."""
+    seen = _fp32_get(backend, op)
+    parent = _PARENT.get((backend, op))
+    if parent is None or seen == "none":
+        return seen
+    parent_raw = _raw_fp32_precision(*parent)
+    probe = "ieee" if seen != "ieee" else "tf32"
+    _fp32_set(*parent, probe)
+    try:
+        inherits = _fp32_get(backend, op) == probe
+    finally:
+        _fp32_set(*parent, parent_raw)
+    return "none" if inherits else seen
+
+
+@dataclass(frozen=True)
+class Fp32MatmulState:
+    """Every setting torch keeps for FP32 matmul precision, raw: the legacy precision and the new
+    fp32_precision of CUDA and oneDNN (CPU) matmuls.  ``read`` and ``write`` never trip torch's
+    legacy/new mixing checks, whatever mix a program has set."""
+
+    legacy: str  # "highest", "high" or "medium"
+    cuda_matmul: str  # "none" (inherit), "ieee" or "tf32"
+    mkldnn_matmul: str  # "none" (inherit), "ieee", "tf32" or "bf16"
+
+    @classmethod
+    def read(cls) -> Fp32MatmulState:
+        cuda, mkldnn = _raw_fp32_precision("cuda", "matmul"), _raw_fp32_precision("mkldnn", "matmul")
+        # The legacy getter refuses to answer while the two records disagree; with both matmul
+        # precisions briefly "ieee" nothing can disagree, and the legacy value is readable.
+        _fp32_set("cuda", "matmul", "ieee")
+        _fp32_set("mkldnn", "matmul", "ieee")
+        try:
+            legacy = torch.get_float32_matmul_precision()
+        finally:
+            _fp32_set("cuda", "matmul", cuda)
+            _fp32_set("mkldnn", "matmul", mkldnn)
+        return cls(legacy, cuda, mkldnn)
+
+    def write(self) -> None:
+        # set_float32_matmul_precision also sets both matmul precisions: put the raw ones back after it.
+        torch.set_float32_matmul_precision(self.legacy)
+        _fp32_set("cuda", "matmul", self.cuda_matmul)
+        _fp32_set("mkldnn", "matmul", self.mkldnn_matmul)
+
+
+@contextlib.contextmanager
+def tf32_matmul(enabled: bool):
+    """Allow (``True``) or forbid (``False``) TF32 for CUDA FP32 matmuls inside the block, then restore
+    exactly what was set before.  (``02_tensor_cores``, ``06_timing_race``)
+
+    Both of torch's records (the legacy float32 matmul precision and the new
+    ``torch.backends.cuda.matmul.fp32_precision``) are set to agree, so cuBLAS can read the setting:
+    setting only the new flag makes every FP32 matmul on a GPU raise "you have used mix of the legacy
+    and new APIs".  The CPU's (oneDNN's) matmul precision is left as it is.  The race runs its FP32
+    contestant inside ``tf32_matmul(False)`` and its TF32 contestant inside ``tf32_matmul(True)``.
+    """
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be True or False, got {enabled!r}")
+    before = Fp32MatmulState.read()
+    if enabled:
+        # "high" and "medium" both allow TF32 in the legacy record; keep the one the program chose.
+        legacy = before.legacy if before.legacy != "highest" else "high"
+    else:
+        legacy = "highest"
+    Fp32MatmulState(legacy, "tf32" if enabled else "ieee", before.mkldnn_matmul).write()
+    try:
+        yield
+    finally:
+        before.write()
+
+
+def bf16_hardware(capability) -> bool:
+    """Whether a CUDA GPU of compute ``capability`` multiplies bfloat16 on Tensor Cores: True from
+    Ampere (8.0) on; before that torch *emulates* bfloat16 (``torch.cuda.is_bf16_supported()`` still
+    says True on a T4, because it counts emulation), slowly and on ordinary CUDA cores."""
+    major, _ = _check_capability(capability)
+    return major >= 8
+
+
+_ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
+
+
+def _parse_arch(entry) -> tuple[str, tuple[int, int], str]:
+    m = _ARCH.match(entry) if isinstance(entry, str) else None
+    if m is None or len(m.group(2)) < 2:
+        raise ValueError(
+            f"arch_list entries must look like 'sm_86', 'sm_90a' or 'compute_90' "
+            f"(torch.cuda.get_arch_list()), got {entry!r}"
+        )
+    digits = m.group(2)
+    return m.group(1), (int(digits[:-1]), int(digits[-1])), m.group(3)
+
+
+def arch_supported(capability, arch_list) -> bool:
+    """Whether a torch build with ``torch.cuda.get_arch_list() == arch_list`` runs kernels on a GPU
+    of compute ``capability``.  Pure, so tests feed it real wheels' lists.
+
+    * ``sm_XY``: a cubin; runs on the same major version with an equal or higher minor
+      (``sm_86`` runs on 8.9, not on 9.0 nor on 8.0).
+    * ``sm_XYf``: family-specific (CUDA 12.9+): the same rule.
+    * ``sm_XYa``: architecture-specific: exactly X.Y.
+    * ``compute_XY``: PTX, compiled by the driver for X.Y and anything newer.
+
+    An empty list (a CPU-only build) supports nothing.
+    """
+    cap = _check_capability(capability)
+    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
+        raise ValueError(f"arch_list must be a list of strings such as ['sm_80', 'sm_90'], got {arch_list!r}")
+    for entry in arch_list:
+        kind, (major, minor), suffix = _parse_arch(entry)
+        if kind == "compute" and cap >= (major, minor):
+            return True
+        if kind == "sm" and suffix == "a" and cap == (major, minor):
+            return True
+        if kind == "sm" and suffix != "a" and cap[0] == major and cap[1] >= minor:
+            return True
+    return False
+
+
+def arch_advice(capability, arch_list, cuda_version: str | None = None) -> str | None:
+    """None when this torch build has kernels for ``capability``; else what to install instead.
+
+    The doctor and :func:`describe` print it: ``torch.cuda.is_available()`` is True on such a GPU,
+    and the first kernel fails with "no kernel image is available for execution on the device".
+    """
+    if arch_supported(capability, arch_list):
+        return None
+    cap = _check_capability(capability)
+    listed = sorted({_parse_arch(e)[1] for e in arch_list})
+    build = f"this torch (CUDA {cuda_version})" if cuda_version else "this torch"
+    have = ", ".join(f"sm_{a}{b}" for a, b in listed) or "no GPU kernels at all (a CPU-only build)"
+    text = f"{build} has kernels for {have}, none of which runs on this GPU (sm_{cap[0]}{cap[1]}). "
+    if listed and cap < listed[0]:
+        return text + (
+            "Newer CUDA builds dropped older GPUs: install a torch built for CUDA 12.6, e.g. "
+            "`make lab TORCH_INDEX=https://download.pytorch.org/whl/cu126`, then check that "
+            "`python -m amp_lab doctor` reports this GPU as supported."
+        )
+    return text + (
+        "This GPU is newer than the build: install a newer torch (or one built for a newer CUDA), then "
+        "check that `python -m amp_lab doctor` reports this GPU as supported."
+    )
 
 
 def tf32_setting() -> tuple[bool, str]:
@@ -742,13 +917,22 @@ def describe(device=None) -> MachineReport:
     cuda = torch.cuda.is_available()
     mps = getattr(torch.backends, "mps", None)
     mps_ok = bool(mps is not None and mps.is_available())
-    gpu_name = capability = tensor_cores = bf16 = None
+    gpu_name = capability = tensor_cores = bf16 = supported = None
+    arch_list: tuple[str, ...] = ()
+    notes = []
     if cuda:
         idx = dev.index if (dev.type == "cuda" and dev.index is not None) else torch.cuda.current_device()
         gpu_name = torch.cuda.get_device_name(idx)
         capability = tuple(torch.cuda.get_device_capability(idx))
         tensor_cores = tensor_core_generation(capability)
-        bf16 = bool(torch.cuda.is_bf16_supported())
+        # Hardware, not torch.cuda.is_bf16_supported(): that counts emulation, and says True on a T4.
+        bf16 = bf16_hardware(capability)
+        if torch.version.hip is None:  # ROCm builds list gfx targets, not sm_XY
+            arch_list = tuple(torch.cuda.get_arch_list())
+            supported = arch_supported(capability, list(arch_list))
+            advice = arch_advice(capability, list(arch_list), torch.version.cuda)
+            if advice:
+                notes.append(advice)
     cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
     flags = cpu_flags(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else dict.fromkeys(CPU_FLAGS)
     capped = {key: why for key, why in cpu_isa_limits().items() if flags.get(key)}
@@ -757,7 +941,6 @@ def describe(device=None) -> MachineReport:
     if dev.type == "mps":
         gpu_name = f"{model} GPU" if model.startswith("Apple") else "Apple GPU"
     tf32_matmul, matmul_precision = tf32_setting()
-    notes = []
     if dev.type == "cpu" and os.environ.get("AMP_LAB_DEVICE") == "cpu" and (cuda or mps_ok):
         notes.append("AMP_LAB_DEVICE=cpu: the course runs on the CPU although a GPU is present")
     for key, why in capped.items():
@@ -783,6 +966,8 @@ def describe(device=None) -> MachineReport:
         verdict="",
         notes=notes,
         mps_available=mps_ok,
+        arch_supported=supported,
+        arch_list=arch_list,
     )
     return _with_verdict(report)
 
@@ -816,7 +1001,9 @@ def report_for(
         gpu_name=(gpu_name or "a CUDA GPU") if cuda else (gpu_name if device_type == "mps" else None),
         capability=cap,
         tensor_cores=tensor_cores,
-        bf16_supported=(cap[0] >= 8) if cap else None,
+        bf16_supported=bf16_hardware(cap) if cap else None,
+        arch_supported=None,
+        arch_list=(),
         cpu_model=base.cpu_model if cpu is None else cpu,
         cpu_flags=base.cpu_flags if flags is None else dict(flags),
         race_device=device_type,

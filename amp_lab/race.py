@@ -33,11 +33,19 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_choice, check_float, check_int
-from .device import amp_dtype, dtype_name, get_device, parse_dtype, torch_threads
-from .hardware import CPU_FEATURES, cpu_has_native, cpu_native_labels, tensor_core_generation
+from .device import amp_dtype, dtype_name, get_device, parse_dtype, seeded, torch_threads
+from .hardware import (
+    CPU_FEATURES,
+    bf16_hardware,
+    cpu_has_native,
+    cpu_native_labels,
+    tensor_core_generation,
+    tf32_matmul,
+)
 from .timing import (  # noqa: F401  (re-exported: these lived here before amp_lab.timing existed)
     Contestant,
     RaceProgress,
+    Regime,
     SpeedupEstimate,
     Timing,
     _CudaEventSampler,
@@ -49,6 +57,7 @@ from .timing import (  # noqa: F401  (re-exported: these lived here before amp_l
     _tf32_matmul_enabled,
     _tf32_text,
     _WallClockSampler,
+    classify_regime,
     format_bytes,
     format_ratio,
     format_seconds,
@@ -72,7 +81,18 @@ __all__ = [
     "SpeedupEstimate",
     "SweepResult",
     "Timing",
+    "DATASHEETS",
+    "GpuDatasheet",
     "datasheet_ceiling",
+    "datasheet_entry",
+    "regime_for",
+    "contestant_names",
+    "precision_choices",
+    "DATASHEET_HEADER",
+    "datasheet_rows",
+    "tf32_summary",
+    "precision_warning",
+    "cuda_available_bytes",
     "describe_reference",
     "explain",
     "format_bytes",
@@ -118,7 +138,7 @@ class RaceResult:
     kind: str  # "matmul" or "mlp"
     params: dict  # {"n": ...} or {"width": ..., "batch": ..., "in_features": ..., "num_classes": ...}
     dtype: torch.dtype
-    timings: dict  # "fp32", "amp" and on CUDA "tf32" -> Timing
+    timings: dict  # "fp32", "amp" and on CUDA GPUs with TF32 "tf32" -> Timing
     flops: float  # floating-point operations per call (matmul) or per training step (mlp)
     memory: dict | None  # {"fp32": bytes, "amp": bytes, ..., "method": str}
     context: dict
@@ -164,6 +184,22 @@ class RaceResult:
     def tflops(self) -> dict:
         """Achieved TFLOP/s of each contestant (from its median)."""
         return {name: self.flops / t.median / 1e12 for name, t in self.timings.items()}
+
+    def bytes_moved(self, name: str) -> int:
+        """At least how many bytes contestant ``name`` moves through memory per call or step
+        (:func:`step_bytes`): what a roofline compares with the bandwidth."""
+        return step_bytes(self.kind, self.params, self.dtype if name == "amp" else None)
+
+    @property
+    def regimes(self) -> dict:
+        """Contestant name -> :class:`~amp_lab.timing.Regime`: whether its median call was compute-,
+        memory- or launch-bound, from the datasheet of the GPU that ran it ("unknown" elsewhere)."""
+        peak = {"fp32": torch.float32, "tf32": "tf32", "amp": self.dtype}
+        return {
+            name: regime_for(t.median, self.flops, self.bytes_moved(name), peak[name], self.context,
+                             unit="call" if self.kind == "matmul" else "step")
+            for name, t in self.timings.items()
+        }
 
     @property
     def size(self) -> str:
@@ -254,11 +290,24 @@ def _reusable(reuse, kind: str, params: dict, dtype: torch.dtype, dev: torch.dev
 # ----------------------------------------------------------------------------------------------
 
 
+def cuda_available_bytes(free: int, reserved: int, allocated: int) -> int:
+    """Bytes a new allocation on a GPU can have: what the driver reports free (``torch.cuda.mem_get_info``)
+    plus what torch's caching allocator holds reserved but not in use (``memory_reserved`` minus
+    ``memory_allocated``), which it hands out again without asking the driver.  Counting only the driver's
+    free memory would refuse a race on a 10 GB card after an earlier one left 5 GB cached."""
+    free = check_int("free", free, minimum=0)
+    reserved = check_int("reserved", reserved, minimum=0)
+    allocated = check_int("allocated", allocated, minimum=0)
+    return free + max(0, reserved - allocated)
+
+
 def _available_bytes(dev: torch.device) -> int | None:
-    """Free memory on ``dev`` (None when this platform cannot say)."""
+    """Memory a new allocation on ``dev`` can have (None when this platform cannot say)."""
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
-        return int(free)
+        return cuda_available_bytes(
+            int(free), int(torch.cuda.memory_reserved(dev)), int(torch.cuda.memory_allocated(dev))
+        )
     if dev.type == "cpu":
         try:
             with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
@@ -279,6 +328,30 @@ def matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
     the low-precision ``dtype`` (autocast's casts of the inputs and its result)."""
     low = torch.finfo(dtype).bits // 8
     return n * n * (3 * 4 + 3 * low)
+
+
+def step_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
+    """A lower bound on the bytes one call of a race moves through memory: ``dtype`` None is the FP32
+    (or TF32) contestant, a 16-bit dtype the AMP one, casts included.  (The roofline in :func:`explain`.)
+
+    * ``"matmul"`` (``params["n"]``): FP32 reads A and B and writes C (12 n² bytes); AMP also reads A and
+      B in FP32, writes their 16-bit copies, reads those and writes a 16-bit C (8 n² + 10 n²).
+    * ``"mlp"`` (``params`` of :func:`race_mlp`): Adam reads each parameter, its gradient and two moments
+      and writes three of them back (28 bytes per parameter), forward and backward read the weights
+      (FP32, or a 16-bit copy made from them) and backward writes the FP32 gradient; every activation is
+      written once and read once forward and backward, in the contestant's dtype.
+    """
+    kind = check_choice("kind", kind, ["matmul", "mlp"])
+    low = 4 if dtype is None else torch.finfo(dtype).bits // 8
+    if kind == "matmul":
+        n = params["n"]
+        return 12 * n * n if dtype is None else 8 * n * n + 5 * low * n * n
+    i, c = params.get("in_features", IN_FEATURES), params.get("num_classes", NUM_CLASSES)
+    w, b = params["width"], params["batch"]
+    n_params = i * w + w + w * c + c
+    weights = 8 * n_params if dtype is None else 4 * n_params + 3 * low * n_params
+    activations = b * (i + 2 * w + c)  # input, pre- and post-ReLU hidden, logits
+    return 28 * n_params + weights + 4 * n_params + 4 * low * activations
 
 
 def mlp_bytes(
@@ -318,6 +391,40 @@ def _operands(n: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     A = torch.randn(n, n, device=dev, generator=gen)
     B = torch.randn(n, n, device=dev, generator=gen)
     return A, B
+
+
+def contestant_names(device_type: str, capability=None) -> tuple[str, ...]:
+    """Who races on a device: ``("fp32", "amp")`` everywhere, plus ``"tf32"`` on CUDA GPUs whose Tensor
+    Cores take TF32 (Ampere, compute capability 8.0, and later).  Before Ampere an FP32 matmul "with TF32
+    on" is plain FP32, so a TF32 contestant there would only race FP32 against itself."""
+    device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
+    if device_type == "cuda" and capability is not None and "tf32" in tensor_core_generation(capability).precisions:
+        return ("fp32", "amp", "tf32")
+    return ("fp32", "amp")
+
+
+def _device_facts(dev: torch.device) -> tuple[str, tuple[int, int] | None]:
+    """(device type, CUDA compute capability or None): the facts the contestants are chosen from.  One
+    function, so a CPU test can hand a race a GPU's facts and run the CUDA race's contestant logic."""
+    return dev.type, (tuple(torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else None)
+
+
+def _tf32_context(device_type: str, enabled: bool):
+    """The context a contestant runs in: on CUDA a defined TF32 setting (torch's two records agreeing,
+    so cuBLAS can read it), elsewhere nothing (TF32 is a CUDA setting)."""
+    if device_type != "cuda":
+        return contextlib.nullcontext
+    return lambda: tf32_matmul(enabled)
+
+
+def _contestants(run: dict, device_type: str, capability) -> dict:
+    """The race's contestants from ``run`` (name -> callable or factory): those :func:`contestant_names`
+    picks for the device, each with its TF32 context.  On CUDA every contestant runs with a defined TF32
+    setting: FP32 and AMP with TF32 off (so an FP32 matmul left in AMP's step is plain FP32 too), TF32 on."""
+    return {
+        name: Contestant(run[name], _tf32_context(device_type, name == "tf32"))
+        for name in contestant_names(device_type, capability)
+    }
 
 
 # A race samples until its speedup's interval is about +-5% wide, or this many seconds have passed.
@@ -364,8 +471,9 @@ def race_matmul(
     """Race ``C = A @ B`` (n x n, FP32 inputs) without and with autocast.  (``06_timing_race``)
 
     The AMP contestant includes autocast's casts of A and B, as a model's matmuls do.  ``dtype``
-    is float16 or bfloat16 (default: ``amp_dtype(device)``).  On CUDA the FP32 contestant runs with
-    TF32 off and a third contestant, ``"tf32"``, runs the FP32 matmul with TF32 on.
+    is float16 or bfloat16 (default: ``amp_dtype(device)``).  On CUDA the FP32 and AMP contestants run
+    with TF32 off and, on GPUs with TF32 Tensor Cores (Ampere and later, :func:`contestant_names`), a
+    third contestant, ``"tf32"``, runs the FP32 matmul with TF32 on (``hardware.tf32_matmul``).
 
     At least ``repeats`` interleaved rounds; then, while the speedup's interval is wider than
     ``target_rel_width`` (0.1: about +-5%), more rounds, until ``max_time_s`` seconds have passed
@@ -393,10 +501,7 @@ def race_matmul(
         with torch.autocast(dev.type, dtype=dtype):
             return A @ B
 
-    contestants = {"fp32": Contestant(fp32), "amp": Contestant(amp)}
-    if dev.type == "cuda":
-        contestants["fp32"] = Contestant(fp32, lambda: _tf32_matmul(False))
-        contestants["tf32"] = Contestant(fp32, lambda: _tf32_matmul(True))
+    contestants = _contestants({"fp32": fp32, "amp": amp, "tf32": fp32}, *_device_facts(dev))
     extra = {"race": "matmul", "size": f"n={n}", "amp_dtype": dtype_name(dtype)}
     timings = measure(
         contestants,
@@ -454,7 +559,10 @@ class _Trainer:
 
     def __init__(self, model, X, y, dev, dtype: torch.dtype | None):
         self.model = copy.deepcopy(model).to(dev)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        # Fused Adam on CUDA: one kernel for the whole update, and with a GradScaler it reads the inf/NaN
+        # flag on the GPU; the default (foreach) Adam makes GradScaler.step call found_inf.item(), a host
+        # sync in every float16 step that the FP32 and bfloat16 steps do not pay.
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3, **({"fused": True} if dev.type == "cuda" else {}))
         self.X, self.y, self.dtype, self.dev = X, y, dtype, dev
         # float16 needs loss scaling to keep small gradients; bfloat16 has FP32's range and does not.
         self.scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 else None
@@ -569,7 +677,8 @@ def race_mlp(
     Model ``Linear(in_features -> width) -> ReLU -> Linear(width -> num_classes)``, Adam,
     cross-entropy, one fixed random batch.  Each contestant trains its own copy of the same
     initial weights.  The AMP step uses ``torch.autocast`` and, for float16, a
-    ``torch.amp.GradScaler``.  On CUDA a ``"tf32"`` contestant runs the FP32 step with TF32 on.
+    ``torch.amp.GradScaler``.  On CUDA GPUs from Ampere on a ``"tf32"`` contestant runs the FP32 step with
+    TF32 on; on CUDA every optimizer is fused Adam (no host sync in GradScaler's step).
     ``memory=True`` adds each contestant's peak memory for one step (measured on CUDA; an estimate
     elsewhere, and the result says which).  Sampling (``repeats``, ``target_rel_width``, ``max_time_s``)
     and ``reuse`` work as in :func:`race_matmul`; a reused result must have memory if ``memory=True``.
@@ -583,7 +692,8 @@ def race_mlp(
     found = _reusable(reuse, "mlp", params, dtype, dev, num_threads)
     if found is not None and (found.memory is not None or not memory):
         return found
-    n_contestants = 3 if dev.type == "cuda" else 2
+    facts = _device_facts(dev)
+    n_contestants = len(contestant_names(*facts))
     _check_fits(
         mlp_bytes(width, batch, dtype, in_features=in_features, num_classes=num_classes, contestants=n_contestants),
         dev,
@@ -596,13 +706,7 @@ def race_mlp(
         def trainer(d):
             return lambda: _Trainer(model, X, y, dev, d)
 
-        make = {"fp32": Contestant(trainer(None)), "amp": Contestant(trainer(dtype))}
-        if dev.type == "cuda":
-            make = {
-                "fp32": Contestant(trainer(None), lambda: _tf32_matmul(False)),
-                "amp": Contestant(trainer(dtype)),
-                "tf32": Contestant(trainer(None), lambda: _tf32_matmul(True)),
-            }
+        make = _contestants({"fp32": trainer(None), "amp": trainer(dtype), "tf32": trainer(None)}, *facts)
         mem = _measure_memory(make, dev, [X, y]) if memory else None
         trainers = {name: build.fn() for name, build in make.items()}
     contestants = {name: Contestant(trainers[name].step, make[name].context) for name in make}
@@ -630,9 +734,8 @@ def race_mlp(
 
 
 def _mlp_setup(width, batch, in_features, num_classes, dev):
-    # Seeded without touching the learner's global RNG state.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+    # Seeded without touching the learner's global RNG state (CPU and every GPU's).
+    with seeded(0):
         model = seed_model(width, in_features=in_features, num_classes=num_classes)
         X = torch.randn(batch, in_features)
         y = torch.randint(0, num_classes, (batch,))
@@ -643,15 +746,110 @@ def _mlp_setup(width, batch, in_features, num_classes, dev):
 # The ceiling, and the sweep
 # ----------------------------------------------------------------------------------------------
 
-# Dense peak TFLOP/s from NVIDIA's datasheets: low-precision Tensor Core rate over the FP32 (CUDA
-# core) rate, and over the TF32 Tensor Core rate.  (name fragment, fp16 ratio, bf16 ratio, ratio
-# over TF32, source)
-DATASHEET = (
-    ("H200", 14.8, 14.8, 2.0, "H200 datasheet (H100 SXM's Tensor Cores): 989 TFLOP/s FP16/BF16, 495 TF32, 67 FP32"),
-    ("H100", 14.8, 14.8, 2.0, "H100 SXM datasheet: 989 TFLOP/s FP16/BF16 Tensor, 495 TF32, 67 FP32"),
-    ("A100", 16.0, 16.0, 2.0, "A100 datasheet: 312 TFLOP/s FP16/BF16 Tensor, 156 TF32, 19.5 FP32"),
-    ("V100", 8.0, None, None, "V100 datasheet: 125 TFLOP/s FP16 Tensor, 15.7 FP32 (no BF16, no TF32)"),
-)
+# Peak rates from NVIDIA's datasheets, dense (datasheets print Tensor Core rates "with sparsity", twice
+# the dense rate: halved here), FP16/BF16 with FP32 accumulation (what cuBLAS uses for torch's matmuls).
+# Matched by the exact name torch.cuda.get_device_name() gives, never by a fragment: "NVIDIA RTX A1000"
+# must not get the A100's numbers, nor an H100 NVL the SXM's.  A GPU missing here gets no datasheet
+# ceiling: the sweep measures the raw GEMM ratio instead, and the regime is left unknown.
+
+
+@dataclass(frozen=True)
+class GpuDatasheet:
+    """One GPU model's peak rates (dense TFLOP/s) and memory bandwidth (GB/s), from its datasheet."""
+
+    model: str
+    names: tuple[str, ...]  # torch.cuda.get_device_name() of this model
+    fp32_tflops: float  # CUDA cores
+    tf32_tflops: float | None  # Tensor Cores; None: no TF32
+    fp16_tflops: float  # Tensor Cores (CUDA cores before Volta), FP32 accumulation
+    bf16_tflops: float | None  # None: no bf16 Tensor Cores
+    bandwidth_gbs: float
+    source: str
+
+    def tflops(self, dtype=torch.float32) -> float | None:
+        """Peak dense TFLOP/s for matmuls in ``dtype`` (``"tf32"`` for FP32 on TF32 Tensor Cores)."""
+        if dtype == "tf32":
+            return self.tf32_tflops
+        dtype = parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
+        return {torch.float32: self.fp32_tflops, torch.float16: self.fp16_tflops, torch.bfloat16: self.bf16_tflops}[dtype]
+
+
+def _hopper(model: str, name: str, fp32: float, tf32_sparse: float, fp16_sparse: float, tb_s: float) -> GpuDatasheet:
+    """An H100/H200 row from its datasheet, which prints Tensor Core rates with sparsity (halved here)."""
+    chip, form = model.split()
+    return GpuDatasheet(
+        model, (name,), fp32, tf32_sparse / 2, fp16_sparse / 2, fp16_sparse / 2, tb_s * 1000,
+        f"NVIDIA {chip} datasheet ({form}): {fp32:g} TFLOPS FP32; {tf32_sparse:,g} TF32, {fp16_sparse:,g} FP16/BF16 "
+        f"Tensor TFLOPS with sparsity; {tb_s:g} TB/s",
+    )  # fmt: skip
+
+
+def _a100(model: str, name: str, gb_s: float) -> GpuDatasheet:
+    """An A100 row: every A100 has the same Tensor Cores; the memory differs."""
+    return GpuDatasheet(
+        model, (name,), 19.5, 156, 312, 312, gb_s,
+        f"NVIDIA A100 datasheet: 19.5 TFLOPS FP32; 156 TF32, 312 FP16/BF16 Tensor TFLOPS dense; {gb_s:,g} GB/s ({model})",
+    )  # fmt: skip
+
+
+DATASHEETS = (
+    _hopper("H200 SXM", "NVIDIA H200", 67, 989, 1979, 4.8),
+    _hopper("H200 NVL", "NVIDIA H200 NVL", 60, 835, 1671, 4.8),
+    _hopper("H100 SXM", "NVIDIA H100 80GB HBM3", 67, 989, 1979, 3.35),
+    _hopper("H100 NVL", "NVIDIA H100 NVL", 60, 835, 1671, 3.9),
+    _hopper("H100 PCIe", "NVIDIA H100 PCIe", 51, 756, 1513, 2.0),
+    _a100("A100 SXM4 80GB", "NVIDIA A100-SXM4-80GB", 2039),
+    _a100("A100 SXM4 40GB", "NVIDIA A100-SXM4-40GB", 1555),
+    _a100("A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 1935),
+    _a100("A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 1555),
+    GpuDatasheet("RTX 4090", ("NVIDIA GeForce RTX 4090",), 82.6, 82.6, 165.2, 165.2, 1008,
+                 "GeForce RTX 4090 datasheet figures (NVIDIA Ada Lovelace architecture whitepaper): 82.6 TFLOPS FP32; 82.6 TF32, "
+                 "165.2 FP16/BF16 Tensor TFLOPS dense with FP32 accumulation (330.3 with FP16 accumulation); 1,008 GB/s"),
+    GpuDatasheet("V100 SXM2", ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), 15.7, None, 125, None, 900,
+                 "NVIDIA V100 datasheet (SXM2): 15.7 TFLOPS FP32, 125 FP16 Tensor TFLOPS; no BF16, no TF32; 900 GB/s"),
+    GpuDatasheet("V100 PCIe", ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"), 14, None, 112, None, 900,
+                 "NVIDIA V100 datasheet (PCIe): 14 TFLOPS FP32, 112 FP16 Tensor TFLOPS; no BF16, no TF32; 900 GB/s"),
+    GpuDatasheet("T4", ("Tesla T4",), 8.1, None, 65, None, 320,
+                 "NVIDIA T4 datasheet: 8.1 TFLOPS FP32, 65 FP16 (mixed precision) Tensor TFLOPS; no BF16, no TF32; 320 GB/s"),
+)  # fmt: skip
+
+
+def _model_name(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+_BY_NAME = {_model_name(n): entry for entry in DATASHEETS for n in entry.names}
+
+
+def datasheet_entry(gpu_name: str | None) -> GpuDatasheet | None:
+    """The datasheet of the GPU ``torch.cuda.get_device_name()`` calls ``gpu_name`` (case and spacing
+    aside, the exact name), or None for a GPU the table does not know (e.g. "NVIDIA RTX A1000")."""
+    if gpu_name is None:
+        return None
+    if not isinstance(gpu_name, str):
+        raise TypeError(f"gpu_name must be a string such as 'NVIDIA H100 80GB HBM3', got {type(gpu_name).__name__}")
+    return _BY_NAME.get(_model_name(gpu_name))
+
+
+DATASHEET_HEADER = ["GPU", "FP32", "TF32", "FP16", "BF16", "memory", "FP16 / FP32", "BF16 / TF32"]
+
+
+def datasheet_rows() -> list[list[str]]:
+    """The datasheet table as rows for ``widgets.table_html`` (header :data:`DATASHEET_HEADER`): dense
+    TFLOP/s per precision, bandwidth, and the two ceilings a race is measured against, computed from the
+    rates.  (``06_timing_race``)"""
+
+    def rate(x):
+        return "-" if x is None else f"{x:g}"
+
+    def ratio(a, b):
+        return "-" if a is None or b is None else f"{a / b:.3g}x"
+
+    return [
+        [e.model, rate(e.fp32_tflops), rate(e.tf32_tflops), rate(e.fp16_tflops), rate(e.bf16_tflops),
+         f"{e.bandwidth_gbs:g} GB/s", ratio(e.fp16_tflops, e.fp32_tflops), ratio(e.bf16_tflops, e.tf32_tflops)]
+        for e in DATASHEETS
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -667,17 +865,37 @@ class Ceiling:
 
 
 def datasheet_ceiling(gpu_name: str | None, dtype=torch.float16) -> Ceiling | None:
-    """The datasheet ceiling for a known GPU (V100, A100, H100, H200), else None."""
+    """The datasheet ceiling of AMP in ``dtype`` on the GPU named exactly ``gpu_name`` (see
+    :func:`datasheet_entry`): its Tensor Core rate over the FP32 rate and over the TF32 rate.  None for a
+    GPU the table does not know, or a dtype its Tensor Cores do not multiply (bf16 on a V100 or T4)."""
     dtype = parse_dtype(dtype)
-    if not gpu_name:
+    entry = datasheet_entry(gpu_name)
+    if entry is None:
         return None
-    for fragment, fp16, bf16, over_tf32, source in DATASHEET:
-        if fragment.lower() in gpu_name.lower():
-            ratio = fp16 if dtype == torch.float16 else bf16
-            if ratio is None:
-                return None
-            return Ceiling(vs_fp32=ratio, vs_tf32=over_tf32, source=source)
-    return None
+    low = entry.tflops(dtype)
+    if low is None:
+        return None
+    over_tf32 = None if entry.tf32_tflops is None else round(low / entry.tf32_tflops, 2)
+    return Ceiling(vs_fp32=round(low / entry.fp32_tflops, 2), vs_tf32=over_tf32, source=entry.source)
+
+
+def regime_for(seconds: float, flops: float, bytes_moved: float, dtype, context: dict, *, unit: str = "step") -> Regime:
+    """:func:`amp_lab.timing.classify_regime` for a step measured on the device a timing ``context``
+    names (``context["device"]``, ``context["device_name"]``): the datasheet's peak rate for ``dtype``
+    (``torch.float32``, ``"tf32"``, ``torch.float16`` or ``torch.bfloat16``) and bandwidth.  "unknown" on
+    a CPU, an Apple GPU, or a GPU the datasheet table does not know."""
+    if not isinstance(context, dict):
+        raise TypeError(f"context must be a timing context dict (timing_context()), got {type(context).__name__}")
+    entry = datasheet_entry(context.get("device_name")) if str(context.get("device", "")).startswith("cuda") else None
+    peak = entry.tflops(dtype) if entry is not None else None
+    return classify_regime(
+        seconds,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        peak_flops=None if peak is None else peak * 1e12,
+        peak_bytes_per_s=None if entry is None else entry.bandwidth_gbs * 1e9,
+        unit=unit,
+    )
 
 
 def _raw_gemm_ratio(m, k, n, *, device, dtype, warmup, repeats, min_sample_s, num_threads,
@@ -688,9 +906,10 @@ def _raw_gemm_ratio(m, k, n, *, device, dtype, warmup, repeats, min_sample_s, nu
     A = torch.randn(m, k, device=dev, generator=gen)
     B = torch.randn(k, n, device=dev, generator=gen)
     A_low, B_low = A.to(dtype), B.to(dtype)
-    fp32 = Contestant(lambda: A @ B, (lambda: _tf32_matmul(False)) if dev.type == "cuda" else contextlib.nullcontext)
+    device_type = _device_facts(dev)[0]
+    fp32 = Contestant(lambda: A @ B, _tf32_context(device_type, False))
     t = measure(
-        {"fp32": fp32, "amp": lambda: A_low @ B_low},
+        {"fp32": fp32, "amp": Contestant(lambda: A_low @ B_low, _tf32_context(device_type, False))},
         device=dev,
         warmup=warmup,
         repeats=repeats,
@@ -1343,18 +1562,42 @@ def _reason(result: RaceResult) -> str:
                 "save memory but little time."
             )
         if not native:
+            if result.dtype == torch.bfloat16 and not bf16_hardware(tc.capability):
+                return (
+                    f"bfloat16 is emulated on {tc.architecture} ({cap}): its Tensor Cores multiply "
+                    f"{', '.join(tc.precisions).upper()} but not BF16, so torch computes bfloat16 on ordinary CUDA "
+                    "cores (torch.cuda.is_bf16_supported() still says True, because it counts emulation). AMP in "
+                    "bfloat16 cannot pay here: race float16, which these Tensor Cores multiply."
+                )
             return (
                 f"{tc.architecture} ({cap}) Tensor Cores multiply {', '.join(tc.precisions).upper()} but not "
                 f"{_SHORT[result.dtype].upper()}: {low} runs without them here. Race float16 on this GPU."
             )
+        regime = result.regimes["amp"]
+        known = regime.name != "unknown"
         if outcome == "faster":
+            text = f"{tc.architecture} ({cap}) Tensor Cores multiply {low}, and this work keeps them busy enough to pay."
+            return f"{text} For AMP, {regime}." if known else text
+        if regime.name == "launch-bound":
             return (
-                f"{tc.architecture} ({cap}) Tensor Cores multiply {low}, and this work is large enough to keep "
-                "them busy."
+                f"{tc.architecture} ({cap}) Tensor Cores multiply {low}, but this race does not keep them busy. "
+                f"For AMP, {regime}. Try a larger width and batch (multiples of 8)."
+            )
+        if regime.name == "memory-bound":
+            return (
+                f"For AMP, {regime}; the FP32 contestant moves twice the bytes, so a memory-bound race should "
+                "still favour AMP at larger sizes."
+            )
+        if regime.name == "compute-bound":
+            return (
+                f"For AMP, {regime}; yet AMP was not faster than FP32, which the datasheet does not explain: "
+                "suspect another program on the GPU, or a kernel that is poor at this size, and race again."
             )
         return (
-            f"Too small to keep {tc.architecture}'s Tensor Cores busy: launches, casts and the optimizer "
-            "dominate. Try a larger width and batch (multiples of 8)."
+            f"{tc.architecture} ({cap}) Tensor Cores multiply {low}; this GPU has no entry in the course's "
+            "datasheet table, so whether launches, memory traffic or arithmetic set the pace cannot be "
+            "computed. Small races are usually bound by launches, casts and the optimizer: try a larger width "
+            "and batch (multiples of 8)."
         )
     return "The measurement is the answer on this device."
 
@@ -1369,6 +1612,30 @@ def _tf32_sentence(result: RaceResult) -> str:
             f"{tc.architecture} has no TF32, so the TF32 contestant ran plain FP32: AMP against it {est}."
         )
     return f"Against TF32 (FP32 on Tensor Cores) the speedup is {est}: {est.outcome}."
+
+
+def tf32_summary(result: RaceResult) -> str:
+    """What TF32 did in a race, composed from its facts: on a GPU with TF32 Tensor Cores the TF32
+    contestant against IEEE FP32 and AMP against TF32; on an older GPU or a CPU why there is none.
+    (``06_timing_race``)"""
+    dev = str(result.context.get("device", ""))
+    if result.tf32 is not None:
+        vs = speedup_estimate(result.fp32, result.tf32, confidence=result.confidence)
+        amp = result.speedup_vs_tf32_interval
+        return f"TF32 against IEEE FP32: {vs}: {vs.outcome}. AMP against TF32: {amp}: {amp.outcome}."
+    if dev.startswith("cuda"):
+        tc = _tensor_cores(result)
+        if tc is not None:
+            return (
+                f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]}) has no TF32 Tensor Cores: its FP32 "
+                "matmuls are IEEE FP32 whatever the TF32 setting, so the race has no TF32 contestant."
+            )
+        return "The GPU's compute capability was not recorded, so the race raced no TF32 contestant."
+    return (
+        f"TF32 is a feature of NVIDIA GPUs from Ampere on; there is none on {dev or 'this device'}. This CPU's FP32 "
+        f"matmul precision setting (oneDNN): {result.context.get('fp32_matmul_precision')!r}; the race's context "
+        f"records tf32_matmul = {result.context.get('tf32_matmul')} (not applicable)."
+    )
 
 
 def explain(result: RaceResult) -> str:
@@ -1453,6 +1720,33 @@ def _card(state: str, body: str) -> str:
     return f'<div class="amp-race-card" data-race-state="{state}" style="{_CARD_STYLE}">{body}</div>'
 
 
+def precision_choices(device_type: str, capability=None) -> list[tuple[str, str]]:
+    """The race widget's AMP dtype buttons, (label, dtype name), for a device's facts: the course's dtype
+    first; on a CUDA GPU without bf16 Tensor Cores (before Ampere) bfloat16 is labelled as emulated."""
+    device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
+    from .hardware import amp_dtype_for
+
+    first = dtype_name(amp_dtype_for(device_type, capability))
+    emulated = device_type == "cuda" and capability is not None and not bf16_hardware(capability)
+    labels = {"bfloat16": "bf16 (emulated)" if emulated else "bf16", "float16": "fp16"}
+    order = [first] + [d for d in ("bfloat16", "float16") if d != first]
+    return [(labels[d], d) for d in order]
+
+
+def precision_warning(device_type: str, capability, dtype) -> str | None:
+    """A warning for racing ``dtype`` on a device, or None: bfloat16 on a CUDA GPU before Ampere is
+    emulated, so AMP in bfloat16 cannot win there (the widget shows this before the race)."""
+    device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
+    dtype = parse_dtype(dtype)
+    if device_type == "cuda" and capability is not None and dtype == torch.bfloat16 and not bf16_hardware(capability):
+        tc = tensor_core_generation(capability)
+        return (
+            f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]}) has no bf16 Tensor Cores: torch emulates "
+            "bfloat16 here, so expect AMP in bf16 to lose. Race fp16 to see what these Tensor Cores do."
+        )
+    return None
+
+
 class RaceWidget:
     """Width, batch and precision controls, a Race button, two racing lanes and a result card.
 
@@ -1502,10 +1796,9 @@ class RaceWidget:
 
         self.width = widgets.Dropdown(options=widths, value=widths[0], description="width")
         self.batch = widgets.Dropdown(options=batches, value=batches[0], description="batch")
-        default = dtype_name(amp_dtype(self.device))
-        self.precision = widgets.ToggleButtons(
-            options=[("bf16", "bfloat16"), ("fp16", "float16")], value=default, description="AMP dtype"
-        )
+        self._facts = _device_facts(self.device)
+        choices = precision_choices(*self._facts)
+        self.precision = widgets.ToggleButtons(options=choices, value=choices[0][1], description="AMP dtype")
         self.button = widgets.Button(description="Race", button_style="primary", icon="flag-checkered")
         self.button.add_class("amp-race-button")
         bar_layout = widgets.Layout(width="420px")
@@ -1542,10 +1835,12 @@ class RaceWidget:
     def _ready(self) -> None:
         w, b = self.width.value, self.batch.value
         flops = mlp_step_flops(w, b, in_features=self.in_features)
+        warning = precision_warning(*self._facts, self.precision.value)
+        note = f"<br><b>Note:</b> {html.escape(warning)}" if warning else ""
         self.result.value = _card(
             "ready",
             f"Ready: width {w}, batch {b}, AMP in {self.precision.value} on {self.device}: "
-            f"{flops / 1e6:,.1f} MFLOP of matmuls per training step. Press <b>Race</b>.",
+            f"{flops / 1e6:,.1f} MFLOP of matmuls per training step. Press <b>Race</b>.{note}",
         )
 
     def _reset_bars(self) -> None:

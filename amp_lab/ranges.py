@@ -77,7 +77,7 @@ def _flat_float32(x, name: str = "x") -> torch.Tensor:
         parts = list(x)
     else:
         try:
-            parts = [torch.as_tensor(x, dtype=torch.float64)]
+            parts = [torch.as_tensor(x, dtype=torch.float64, device="cpu")]
         except (TypeError, ValueError, RuntimeError):
             raise ValueError(
                 f"{name} must be a tensor, a dict or list of tensors, a GradientRecord or a list of numbers, "
@@ -139,10 +139,30 @@ def log2_limits(fmt) -> dict[str, float]:
     }
 
 
+def _float32_threshold(fmt) -> tuple[float, bool]:
+    """:func:`overflow_threshold` as a test on float32 magnitudes: ``(t, inclusive)`` with ``t``
+    a float32 value, such that a float32 ``a`` overflows ``fmt`` exactly when ``a > t`` (or
+    ``a >= t`` when ``inclusive``).
+
+    Where the threshold is a float32 value (every course format's is, FP32's aside) this is the
+    threshold itself.  Otherwise no float32 lies between ``t``, the largest float32 below it, and
+    the threshold, so ``a`` exceeds (or reaches) the threshold exactly when it exceeds ``t``.  The
+    test then needs no float64, which an Apple GPU (MPS) does not have.
+    """
+    thr, inclusive = overflow_threshold(fmt)
+    with np.errstate(over="ignore"):
+        t = np.float32(thr)  # round to nearest; inf beyond float32's range
+    if float(t) == thr:
+        return thr, inclusive
+    if float(t) > thr:
+        t = np.nextafter(t, np.float32(-np.inf))
+    return float(t), False
+
+
 def _overflow_mask(y: torch.Tensor, r: torch.Tensor, f: FloatFormat) -> torch.Tensor:
-    thr, inclusive = overflow_threshold(f)
-    a = y.abs().double()
-    over = (a >= thr) if inclusive else (a > thr)
+    t, inclusive = _float32_threshold(f)
+    a = y.float().abs()  # exact; compared in float32 with the float32 value t, on y's device
+    over = (a >= t) if inclusive else (a > t)
     # A cast that returns inf/NaN has overflowed whatever the threshold says (e.g. an older torch
     # whose E4M3 cast gives NaN).
     return over | ~torch.isfinite(r)
@@ -368,7 +388,7 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
     sel = prod[~flushed & ~blown]
     zeros = int((finite & ~nonzero).sum()) + int(flushed.sum())
     nonfinite = int((~finite).sum()) + int(blown.sum())
-    e = _log2_floor(sel).cpu()
+    e = _log2_floor(sel.cpu())  # on the CPU: the counting happens there anyway
     if lo is None:
         lo = int(e.min()) if e.numel() else 0
     if hi is None:
@@ -391,7 +411,7 @@ def _bin_categories(lefts: np.ndarray, f: FloatFormat) -> list[str]:
     """Category of each binade ``[2**k, 2**(k+1))``, judged at its geometric middle with the
     same :func:`_categorize` as :func:`range_report` (a bin straddling a boundary gets one colour;
     the readouts, not the colours, are exact)."""
-    mids = torch.tensor([math.ldexp(math.sqrt(2.0), int(k)) for k in lefts], dtype=torch.float64)
+    mids = torch.tensor([math.ldexp(math.sqrt(2.0), int(k)) for k in lefts], dtype=torch.float64, device="cpu")
     mids = mids.clamp(max=3.0e38).float()  # beyond float32: overflow anyway
     masks = _categorize(mids, f)
     out = []
@@ -519,7 +539,9 @@ def lost_update_fraction(weight, update, fmt="fp16") -> float:
     w, d = w[keep], d[keep]
     w_f = round_to(w, f)
     new = round_to(w_f + round_to(d, f), f)
-    return float((new == w_f).double().mean())
+    # a count over a count, one correctly rounded division: the value a float64 mean of the 0/1
+    # values gives on the CPU, with no float64 tensor (an Apple GPU has none)
+    return int((new == w_f).sum()) / int(w.numel())
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,10 +15,12 @@ Everything the capstone notebook runs, written to be read:
   scaler, scheduler and RNG state) continues bit for bit like the uninterrupted one.
 * :func:`evaluate` runs inference under autocast in ``torch.inference_mode()``.
 * :func:`compare_precisions` trains the same model in FP32 and under AMP and measures time per
-  step (with the speed-up's interval, from paired steps), the bytes autograd saves for backward,
-  peak CUDA memory and test accuracy.
+  step (with the speed-up's interval, from paired steps, timed without a host sync inside), the bytes
+  autograd saves for backward, the peak CUDA memory of one step and test accuracy.
 * :func:`read_comparison` turns those numbers and the decision flow's expectation into sentences:
-  faster, slower or too close to call; whether that matches the flow; memory; accuracy.  The
+  faster, slower or too close to call; whether that matches the flow, and why (on a GPU whose
+  datasheet the course knows, from the step's regime: :func:`step_flops` and :func:`step_bytes`
+  against the measured time); memory; accuracy.  The
   notebook prints them rather than asserting an outcome in markdown, so every machine reads a
   true story.
 
@@ -32,7 +34,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,8 +45,8 @@ from torch import nn
 from . import hardware
 from ._checks import check_float, check_int
 from .claims import Claim, claim
-from .device import dtype_name, get_device, parse_dtype, synchronize, torch_threads
-from .timing import SpeedupEstimate, format_ratio, speedup_estimate, timing_context
+from .device import dtype_name, get_device, parse_dtype, seeded, synchronize, torch_threads
+from .timing import Regime, SpeedupEstimate, format_bytes, format_ratio, speedup_estimate, timing_context
 
 __all__ = [
     "AmpChoice",
@@ -53,6 +55,7 @@ __all__ = [
     "make_scaler",
     "micro_batches",
     "StepResult",
+    "PendingStep",
     "train_step",
     "History",
     "train",
@@ -61,6 +64,8 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "saved_activation_bytes",
+    "step_flops",
+    "step_bytes",
     "PrecisionResult",
     "compare_precisions",
     "comparison_rows",
@@ -307,16 +312,19 @@ def make_model(
 ) -> nn.Sequential:
     """An MLP ``num_features -> hidden (x depth, ReLU) -> num_classes`` with seeded initialisation.
 
-    Its parameters stay float32: autocast casts copies for each op, and the optimizer updates
-    the float32 "master" weights.
+    The weights are those ``torch.manual_seed(seed)`` followed by the construction gives, but the
+    learner's generators (CPU and CUDA) are left as they were (``device.seeded``).  Its parameters
+    stay float32: autocast casts copies for each op, and the optimizer updates the float32 "master"
+    weights.
     """
     num_features = check_int("num_features", num_features, minimum=1)
     num_classes = check_int("num_classes", num_classes, minimum=2)
     hidden = check_int("hidden", hidden, minimum=1)
     depth = check_int("depth", depth, minimum=1)
-    gen_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    dev = get_device(device)
+    # seeded() forks the CPU's generator *and* every CUDA device's: a bare torch.manual_seed would
+    # reseed a learner's GPU generators as a side effect of building a model.
+    with seeded(seed):
         layers: list[nn.Module] = []
         width = num_features
         for _ in range(depth):
@@ -324,9 +332,7 @@ def make_model(
             width = hidden
         layers.append(nn.Linear(width, num_classes))
         model = nn.Sequential(*layers)
-    finally:
-        torch.random.set_rng_state(gen_state)
-    return model.to(get_device(device))
+    return model.to(dev)
 
 
 def make_scaler(dtype, device=None, *, init_scale: float = 2.0**16, growth_interval: int = 2000):
@@ -389,12 +395,53 @@ class StepResult:
     skipped: bool
 
 
-def train_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None) -> StepResult:
+@dataclass(frozen=True)
+class PendingStep:
+    """What one optimizer step did, still on the device (``train_step(..., non_blocking=True)``).
+
+    ``loss`` and ``grad_norm`` are 0-d tensors, ``scale`` the scale the step used and ``scale_after``
+    the scale after ``scaler.update()`` (0-d tensors, or ``1.0`` and None when the scaler is
+    disabled).  Turning a GPU tensor into a Python number (``float()``, ``.item()``,
+    ``scaler.get_scale()``) makes the host wait until the GPU has caught up, so :meth:`result` does it
+    once, after the timer has stopped.
+    """
+
+    loss: torch.Tensor
+    grad_norm: torch.Tensor
+    scale: torch.Tensor | float
+    scale_after: torch.Tensor | None
+
+    def result(self) -> StepResult:
+        """The step as Python numbers (this waits for the device)."""
+        scale = float(self.scale)
+        # update() halves the scale after a step with inf/NaN gradients: a smaller scale means "skipped".
+        skipped = self.scale_after is not None and float(self.scale_after) < scale
+        return StepResult(float(self.loss), float(self.grad_norm), scale, bool(skipped))
+
+
+def _current_scale(scaler) -> torch.Tensor | float:
+    """The scaler's scale without a host sync: ``get_scale()`` calls ``.item()``, so copy its scale
+    tensor instead (a copy, because ``update()`` changes that tensor in place)."""
+    if not scaler.is_enabled():
+        return 1.0
+    scale = scaler._get_scale_async()  # the tensor get_scale() reads; None before the first scale()
+    return scaler.get_scale() if scale is None else scale.detach().clone()
+
+
+def train_step(
+    model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None, non_blocking: bool = False
+) -> StepResult | PendingStep:
     """One optimizer step of mixed-precision training over ``batches`` (micro-batches).
 
     The whole recipe, in order: autocast forward, scaled backward per micro-batch (gradients
     accumulate), unscale_ before clipping, step (skipped on inf/NaN), update the scale.
+    Returns a :class:`StepResult` of Python numbers; with ``non_blocking=True`` a
+    :class:`PendingStep` of device tensors instead, so the step never waits for the GPU (a timer
+    reads it after it stops).  With a non-fused optimizer, ``scaler.step`` of an enabled scaler
+    still reads the inf check on the host; ``torch.optim.Adam(..., fused=True)`` does not.
     """
+    if not isinstance(non_blocking, bool):
+        raise TypeError(f"non_blocking must be True or False, got {non_blocking!r}")
     dev = get_device(device)
     dtype = _precision(dtype)
     amp = dtype != torch.float32
@@ -407,8 +454,8 @@ def train_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float | Non
             # of the mean loss over the whole step, exactly as one big batch would give.
             loss = F.cross_entropy(logits, y) / len(batches)
         scaler.scale(loss).backward()  # backward runs outside autocast, in the forward's dtypes
-        total += loss.detach().float()
-    scale = scaler.get_scale()
+        total += loss.detach().float()  # stays on the device: float(loss) here would wait for the GPU
+    scale = _current_scale(scaler)  # a copy on the device: scaler.get_scale() would wait for the GPU
     scaler.unscale_(opt)  # gradients back to true size, so max_grad_norm means what it says
     if max_grad_norm is not None:
         grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -418,8 +465,26 @@ def train_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float | Non
         )
     scaler.step(opt)  # skips opt.step() if any gradient is inf or NaN
     scaler.update()  # a skipped step halves the scale, so a smaller scale afterwards means "skipped"
-    skipped = scaler.is_enabled() and scaler.get_scale() < scale
-    return StepResult(float(total), float(grad_norm), float(scale), bool(skipped))
+    after = _current_scale(scaler) if scaler.is_enabled() else None  # a disabled scaler never skips
+    pending = PendingStep(total, grad_norm.detach(), scale, after)
+    return pending if non_blocking else pending.result()  # result() reads the numbers: it waits
+
+
+# The clock the step timer reads (a module attribute so that a test can see where timing starts and stops).
+_clock = time.perf_counter
+
+
+def _timed_step(model, opt, scaler, batches, *, dtype, max_grad_norm, dev) -> tuple[StepResult, float]:
+    """One step of :func:`train_step`, timed with the device synchronised around it and no host sync
+    inside: the numbers are read only after the clock stopped (on a GPU a tiny model's step is short
+    enough that a ``.item()`` or two inside it would be much of what the timer measures)."""
+    synchronize(dev)
+    t0 = _clock()
+    pending = train_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, device=dev,
+                         non_blocking=True)  # fmt: skip
+    synchronize(dev)  # the step is done on the device: stop the clock
+    seconds = _clock() - t0
+    return pending.result(), seconds
 
 
 @dataclass
@@ -489,11 +554,8 @@ def train(
         batches = micro_batches(
             split, step=step, batch_size=batch_size, accumulation_steps=accumulation_steps, seed=seed
         )
-        synchronize(dev)
-        t0 = time.perf_counter()
-        result = train_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, device=dev)
-        synchronize(dev)
-        history.append(step, result, time.perf_counter() - t0)
+        result, seconds = _timed_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, dev=dev)
+        history.append(step, result, seconds)
         if scheduler is not None and not result.skipped:
             scheduler.step()
     return history
@@ -520,22 +582,29 @@ def evaluate(model, split, *, dtype, batch_size: int = 512, device=None) -> Eval
     dev = get_device(device)
     dtype = _precision(dtype)
     batch_size = check_int("batch_size", batch_size, minimum=1)
+    if len(split) == 0:
+        raise ValueError("split must hold at least one example, got an empty split")
     was_training = model.training
     model.eval()
-    loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
-    correct = 0
+    sums, hits = [], []
     try:
         with torch.inference_mode(), torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
             for start in range(0, len(split), batch_size):
                 X = split.X[start : start + batch_size]
                 y = split.y[start : start + batch_size]
                 logits = model(X)
-                loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
-                correct += int((logits.argmax(dim=1) == y).sum())
+                sums.append(F.cross_entropy(logits.float(), y, reduction="sum"))
+                hits.append((logits.argmax(dim=1) == y).sum())
     finally:
         model.train(was_training)
+    # The per-batch sums are added up in float64 on the host, one after another: Apple GPUs (MPS) have
+    # no float64, and a Python float is one.  (Not sum(): since Python 3.12 it compensates rounding.)
+    loss_sum = 0.0
+    for batch_sum in torch.stack(sums).cpu().double().tolist():
+        loss_sum += batch_sum
+    correct = int(torch.stack(hits).sum())
     n = len(split)
-    return Evaluation(float(loss_sum) / n, correct / n, n)
+    return Evaluation(loss_sum / n, correct / n, n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -620,6 +689,137 @@ def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
     return sum(seen.values())
 
 
+def _linear_shapes(num_features: int, num_classes: int, hidden: int, depth: int) -> list[tuple[int, int]]:
+    """``(in, out)`` of each Linear of :func:`make_model`'s MLP, in order."""
+    widths = [num_features] + [hidden] * depth + [num_classes]
+    return list(zip(widths[:-1], widths[1:], strict=True))
+
+
+def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation_steps):
+    return (
+        check_int("num_features", num_features, minimum=1),
+        check_int("num_classes", num_classes, minimum=2),
+        check_int("hidden", hidden, minimum=1),
+        check_int("depth", depth, minimum=1),
+        check_int("batch_size", batch_size, minimum=1) * check_int("accumulation_steps", accumulation_steps, minimum=1),
+    )
+
+
+def step_flops(
+    num_features: int = 64,
+    num_classes: int = 10,
+    *,
+    hidden: int = 64,
+    depth: int = 2,
+    batch_size: int = 64,
+    accumulation_steps: int = 1,
+) -> float:
+    """Matmul FLOPs of one optimizer step of :func:`make_model`'s MLP (``07_amp_training_recipe``).
+
+    A Linear with ``in`` inputs and ``out`` outputs on ``b`` examples costs ``2*b*in*out`` FLOPs
+    forward (a multiply and an add per weight and example), as much again backward for its weight's
+    gradient, and as much again for its input's gradient, except the first Linear, whose input (the
+    data) needs no gradient.  ``b`` is every example of the step, ``batch_size * accumulation_steps``.
+    Bias additions, ReLU, the loss and Adam are elementwise and left out: they are memory traffic,
+    which :func:`step_bytes` counts.
+    """
+    num_features, num_classes, hidden, depth, b = _mlp_args(
+        num_features, num_classes, hidden, depth, batch_size, accumulation_steps
+    )
+    total = 0
+    for i, (n_in, n_out) in enumerate(_linear_shapes(num_features, num_classes, hidden, depth)):
+        total += 2 * b * n_in * n_out * (2 if i == 0 else 3)
+    return float(total)
+
+
+def step_bytes(
+    num_features: int = 64,
+    num_classes: int = 10,
+    *,
+    hidden: int = 64,
+    depth: int = 2,
+    batch_size: int = 64,
+    accumulation_steps: int = 1,
+    dtype=torch.float32,
+) -> float:
+    """A lower bound on the bytes one optimizer step of :func:`make_model`'s MLP moves to and from memory
+    (``07_amp_training_recipe``).
+
+    Counted once each: the float32 parameters and their gradients, each read once and written once
+    (16 bytes per parameter), Adam's two float32 moments, read once and written once (16 more); the
+    float32 inputs, read once; and each Linear's output, written in the forward pass and read once in
+    the backward pass, in ``dtype`` (2 bytes under bfloat16 or float16 autocast, 4 in float32).
+    Real kernels move more (autocast's 16-bit copies of the weights, the loss, extra passes over
+    the gradients for clipping and the inf check), so a step can only be slower than these bytes at
+    the peak bandwidth: that makes it a lower bound, not an estimate.
+    """
+    num_features, num_classes, hidden, depth, b = _mlp_args(
+        num_features, num_classes, hidden, depth, batch_size, accumulation_steps
+    )
+    itemsize = _precision(dtype).itemsize
+    shapes = _linear_shapes(num_features, num_classes, hidden, depth)
+    params = sum(n_in * n_out + n_out for n_in, n_out in shapes)
+    activations = sum(b * n_out for _, n_out in shapes)
+    return float(32 * params + 4 * b * num_features + 2 * itemsize * activations)
+
+
+def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:
+    """Adam for the comparison: fused on CUDA, the default elsewhere.
+
+    On CUDA the fused kernel is one launch for all parameters, and with an enabled GradScaler it takes
+    the inf check as a tensor: a non-fused optimizer makes ``scaler.step`` call ``found_inf.item()``, a
+    host sync in every float16 step.  The CPU has a fused Adam too, but it rounds differently in the
+    last bit (so every stored CPU loss would change), and a CPU ``.item()`` waits for nothing.
+    """
+    return torch.optim.Adam(params, lr=lr, fused=device.type == "cuda")
+
+
+@dataclass(frozen=True)
+class _MemoryCounters:
+    """The allocator statistics :func:`_step_memory` reads (CUDA's, or a test's fakes)."""
+
+    synchronize: Callable[[], None]
+    allocated: Callable[[], int]
+    reset_peak: Callable[[], None]
+    peak: Callable[[], int]
+
+
+def _memory_counters(dev: torch.device) -> _MemoryCounters | None:
+    """CUDA's allocator counters for ``dev``; None elsewhere, where no allocator statistic is reliable."""
+    if dev.type != "cuda":
+        return None
+    return _MemoryCounters(
+        synchronize=lambda: torch.cuda.synchronize(dev),
+        allocated=lambda: torch.cuda.memory_allocated(dev),
+        reset_peak=lambda: torch.cuda.reset_peak_memory_stats(dev),
+        peak=lambda: torch.cuda.max_memory_allocated(dev),
+    )
+
+
+def _numbered_step(model, opt, scaler, split, step: int, *, dtype, dev, **batch_kw) -> PendingStep:
+    """Optimizer step ``step`` of a run on ``split`` (untimed, and without reading anything back)."""
+    batches = micro_batches(split, step=step, **batch_kw)
+    return train_step(model, opt, scaler, batches, dtype=dtype, device=dev, non_blocking=True)
+
+
+def _step_memory(step: Callable[[int], object], counters: _MemoryCounters) -> int:
+    """Peak bytes one training step allocates above what was already allocated before it.
+
+    ``step(k)`` runs optimizer step ``k`` of a fresh model.  Step 0 is a warm-up, not measured: first
+    steps create cuBLAS workspaces, the gradients and Adam's state, which then stay.  The baseline
+    taken after it holds everything alive (the dataset, the model, its gradients, Adam's state), so the
+    difference is what a step itself needs on top: activations kept for backward, autocast's copies,
+    temporaries (as ``race._measure_memory`` measures a race's contestants).
+    """
+    step(0)
+    counters.synchronize()
+    base = int(counters.allocated())
+    counters.reset_peak()
+    step(1)
+    counters.synchronize()
+    return int(counters.peak()) - base
+
+
 @dataclass(frozen=True)
 class PrecisionResult:
     """One row of :func:`compare_precisions`.
@@ -628,6 +828,9 @@ class PrecisionResult:
     together, so round ``i`` of every row belongs together; ``speedup`` is this row's
     ``timing.SpeedupEstimate`` against the first row (FP32) from those rounds (None for the first
     row); ``context`` is ``timing.timing_context`` at the time (device, threads, CPU instructions).
+    ``peak_memory_bytes`` is what one training step allocated on the GPU above what was already
+    allocated (None off CUDA); ``step_flops`` and ``step_bytes`` are :func:`step_flops` and the lower
+    bound :func:`step_bytes` for one step, from which :attr:`regime` reads what limited the step.
     """
 
     dtype: torch.dtype
@@ -643,10 +846,27 @@ class PrecisionResult:
     step_seconds: tuple[float, ...] = ()
     speedup: SpeedupEstimate | None = None
     context: dict = field(default_factory=dict, compare=False)
+    step_flops: float | None = None
+    step_bytes: float | None = None
 
     @property
     def name(self) -> str:
         return dtype_name(self.dtype)
+
+    @property
+    def regime(self) -> Regime | None:
+        """What limited this row's median step on its device (``race.regime_for``: launch-bound,
+        memory-bound, compute-bound, or unknown where the device's datasheet is not known, as on a
+        CPU); None when the row carries no FLOP and byte counts."""
+        if self.step_flops is None or self.step_bytes is None or self.seconds_per_step <= 0:
+            return None
+        from .race import regime_for
+
+        dtype = self.dtype
+        ctx = self.context or {}
+        if dtype == torch.float32 and ctx.get("tf32_matmul") and tuple(ctx.get("capability") or (0, 0)) >= (8, 0):
+            dtype = "tf32"  # with TF32 on, the "FP32" baseline's matmuls run at the TF32 Tensor Core rate
+        return regime_for(self.seconds_per_step, self.step_flops, self.step_bytes, dtype, ctx, unit=f"{self.name} step")
 
 
 def compare_precisions(
@@ -670,14 +890,22 @@ def compare_precisions(
     Taught in ``07_amp_training_recipe``.  The runs advance in lockstep (step 0 of every dtype,
     then step 1, ...), and the order within a step flips every step, so a machine that gets busier
     halfway through slows every dtype alike and no dtype always goes first.  Each step is timed
-    with the device synchronised around it; ``seconds_per_step`` is the median over the steps after
+    with the device synchronised around it and no host sync inside (the loss, gradient norm and scale
+    are read after the clock stops; on CUDA Adam is fused, so a float16 step does not read its inf
+    check on the host either); ``seconds_per_step`` is the median over the steps after
     ``warmup_steps``, and ``speedup`` (every row after the first) is ``timing.speedup_estimate`` of
     the first dtype's step times against this one's, paired step by step: a speed-up with a
     confidence interval, which says "too close to call" when the interval straddles 1.
     ``saved_bytes`` comes from :func:`saved_activation_bytes` on one batch;
-    ``peak_memory_bytes`` is ``torch.cuda.max_memory_allocated`` during one extra training step of a
-    fresh model on CUDA, and None elsewhere, where no allocator statistic is reliable; accuracy and
-    loss come from :func:`evaluate` under the same dtype.
+    ``peak_memory_bytes`` is the peak memory of one training step on CUDA: a fresh model takes an
+    untimed warm-up step (which creates cuBLAS workspaces, gradients and Adam's state), then one
+    more step, and the row reports ``torch.cuda.max_memory_allocated`` during that step minus
+    ``torch.cuda.memory_allocated`` just before it.  Without the subtraction the number would be
+    mostly the dataset, the weights and Adam's state, which every dtype shares, and FP32 and AMP
+    would look alike.  Elsewhere it is None: no allocator statistic is reliable there.  Accuracy and
+    loss come from :func:`evaluate` under the same dtype; ``step_flops`` and ``step_bytes`` from
+    :func:`step_flops` and :func:`step_bytes`, so that ``PrecisionResult.regime`` can say what
+    limited a step.
 
     ``threads`` sets torch's CPU thread count for the comparison (restored afterwards; None keeps
     the current one).  A model this small runs fastest on one thread, and on a machine shared with
@@ -701,19 +929,17 @@ def compare_precisions(
 
     def fresh(dtype):
         model = make_model(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
-        return model, torch.optim.Adam(model.parameters(), lr=lr), make_scaler(dtype, dev)
+        return model, _adam(model.parameters(), lr=lr, device=dev), make_scaler(dtype, dev)
 
     batch_kw = dict(batch_size=batch_size, accumulation_steps=accumulation_steps, seed=seed)
     peaks: dict[torch.dtype, int | None] = dict.fromkeys(dts)
-    if dev.type == "cuda":
+    counters = _memory_counters(dev)
+    if counters is not None:
         for dtype in dts:
             model, opt, scaler = fresh(dtype)
-            synchronize(dev)
-            torch.cuda.reset_peak_memory_stats(dev)
-            train_step(model, opt, scaler, micro_batches(data.train, step=0, **batch_kw), dtype=dtype, device=dev)
-            synchronize(dev)
-            peaks[dtype] = int(torch.cuda.max_memory_allocated(dev))
-            del model, opt, scaler
+            step = functools.partial(_numbered_step, model, opt, scaler, data.train, dtype=dtype, dev=dev, **batch_kw)
+            peaks[dtype] = _step_memory(step, counters)
+            del model, opt, scaler, step
 
     context = timing_context(dev)
     runs = [(dtype, *fresh(dtype), History()) for dtype in dts]
@@ -723,12 +949,15 @@ def compare_precisions(
 
         steps = progress(steps, desc="FP32 vs AMP")
     for step in steps:
+        batches = micro_batches(data.train, step=step, **batch_kw)
         # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked
         # down), and that should not always favour the same dtype.
         for dtype, model, opt, scaler, history in runs if step % 2 == 0 else runs[::-1]:
-            one = train(model, opt, scaler, data.train, dtype=dtype, num_steps=1, start_step=step, device=dev, **batch_kw)
-            history.append(step, StepResult(one.losses[0], one.grad_norms[0], one.scales[0], one.skipped[0]), one.seconds[0])
+            result, seconds = _timed_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=1.0, dev=dev)
+            history.append(step, result, seconds)
 
+    flops = step_flops(data.num_features, data.num_classes, hidden=hidden, depth=depth, batch_size=batch_size,
+                       accumulation_steps=accumulation_steps)  # fmt: skip
     rows = []
     X, y = micro_batches(data.train, step=0, batch_size=batch_size, seed=seed)[0]
     base_seconds = tuple(runs[0][4].seconds[warmup_steps:])
@@ -750,7 +979,10 @@ def compare_precisions(
                 step_seconds=timed,
                 speedup=speedup_estimate(base_seconds, timed) if i > 0 else None,
                 context=context,
-            )
+                step_flops=flops,
+                step_bytes=step_bytes(data.num_features, data.num_classes, hidden=hidden, depth=depth,
+                                      batch_size=batch_size, accumulation_steps=accumulation_steps, dtype=dtype),
+            )  # fmt: skip
         )
     return rows
 
@@ -769,7 +1001,7 @@ def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
         else:
             est = r.speedup if r.speedup is not None else _speedup_of(base, r)
             speed = f"{format_ratio(est.ratio)} ({est.ends_text()})" if est is not None else "n/a"
-        peak = "n/a" if r.peak_memory_bytes is None else f"{r.peak_memory_bytes / 2**20:.1f} MiB"
+        peak = "n/a" if r.peak_memory_bytes is None else format_bytes(r.peak_memory_bytes)
         rows.append(
             [
                 r.name,
@@ -789,7 +1021,7 @@ COMPARISON_HEADER = [
     "time per step (median)",
     "speed-up vs FP32 (95% interval)",
     "saved for backward (one batch)",
-    "peak CUDA memory",
+    "peak CUDA memory per step",
     "test accuracy",
     "skipped steps",
 ]
@@ -811,7 +1043,8 @@ class ComparisonReading:
     """What :func:`read_comparison` concludes, one sentence (or claim) per topic.
 
     ``speed`` says whether AMP was faster, slower or too close to call, with the interval;
-    ``expectation`` whether that matches the decision flow's expectation, and what to do if not;
+    ``expectation`` whether that matches the decision flow's expectation, and what to do if not (with
+    the AMP step's regime as the reason, where the GPU's datasheet is known: ``PrecisionResult.regime``);
     ``memory`` reads the saved-for-backward (and, on CUDA, peak) memory ratios; ``accuracy`` is a
     ``claims.Claim`` that AMP's test accuracy is within the tolerance of FP32's.  ``outcome`` is the
     speed-up's ``"faster"``, ``"slower"`` or ``"too close to call"``; ``matches_expectation`` is True or
@@ -832,7 +1065,11 @@ class ComparisonReading:
         return "\n".join([self.speed, self.expectation, self.memory, str(self.accuracy)])
 
 
-def _small_model_reason(device: str) -> str:
+def _small_model_reason(device: str, regime: Regime | None = None) -> str:
+    """Why a small model's speed-up is not a large matmul's: the measured regime where the device's
+    datasheet is known, else what is typical of ``device``."""
+    if regime is not None and regime.name != "unknown":
+        return f"{regime.text[:1].upper()}{regime.text[1:]}."
     if device == "cuda":
         return (
             "A model this small is bound by kernel launches and Python, not by arithmetic, so faster matmuls "
@@ -846,18 +1083,24 @@ def _small_model_reason(device: str) -> str:
     return "A model this small is bound by per-op overhead, not by arithmetic."
 
 
-def _expectation_sentence(choice: AmpChoice, outcome: str) -> tuple[str, bool | None]:
-    """The sentence comparing ``outcome`` with ``choice.expect_speedup``, and whether they agree."""
+def _expectation_sentence(choice: AmpChoice, outcome: str, regime: Regime | None = None) -> tuple[str, bool | None]:
+    """The sentence comparing ``outcome`` with ``choice.expect_speedup``, and whether they agree.
+
+    ``regime`` is what limited the AMP step (``PrecisionResult.regime``): where it is known, it is
+    the explanation, composed from the measured step time and the datasheet's rates."""
     basis = f" ({choice.basis})" if choice.basis else ""
-    small = _small_model_reason(choice.device)
+    small = _small_model_reason(choice.device, regime)
+    known = regime is not None and regime.name != "unknown"
+    # Without a regime, "noise" is all the course can say; with one, the interval is what straddles 1.
+    noise = "within the interval of the paired steps" if known else "within the noise"
     race = "Notebook 06's race, at larger sizes, shows where AMP starts to pay on this machine."
     expect = choice.expect_speedup
     if expect is None:
         then = {
             "faster": "AMP pays here at this size.",
             "slower": "For speed at this size, train in FP32 here; AMP still saves memory.",
-            "too close to call": "At this size the difference is within the noise: decide by memory, not speed. "
-            + race,
+            "too close to call": f"At this size the difference is {noise}: decide by memory, not speed. "
+            + (f"{small} {race}" if known else race),
         }[outcome]
         return f"The decision flow could not predict the speed here{basis}: this measurement is the answer. {then}", None
     if expect:
@@ -890,8 +1133,8 @@ def _expectation_sentence(choice: AmpChoice, outcome: str) -> tuple[str, bool | 
             False,
         )
     return (
-        f"The decision flow expected no speed-up here{basis}; at this size the difference is within the "
-        f"noise, so the measurement neither confirms nor contradicts the flow. {small} {race}",
+        f"The decision flow expected no speed-up here{basis}; at this size the difference is {noise}, "
+        f"so the measurement neither confirms nor contradicts the flow. {small} {race}",
         None,
     )
 
@@ -915,8 +1158,9 @@ def _memory_sentence(base: PrecisionResult, amp: PrecisionResult) -> str:
     if base.peak_memory_bytes and amp.peak_memory_bytes:
         peak = amp.peak_memory_bytes / base.peak_memory_bytes
         text += (
-            f" Peak CUDA memory during one training step: {amp.peak_memory_bytes / 2**20:.1f} MiB against "
-            f"{base.peak_memory_bytes / 2**20:.1f} MiB ({peak:.2f}x)."
+            f" Peak CUDA memory per step (what one training step allocated on top of the data, weights, "
+            f"gradients and Adam's state already allocated): {format_bytes(amp.peak_memory_bytes)} under {name} "
+            f"against {format_bytes(base.peak_memory_bytes)} in FP32 ({peak:.2f}x)."
         )
     return text
 
@@ -963,7 +1207,7 @@ def read_comparison(
         )
     else:
         speed = f"AMP ({name}) and FP32 were too close to call here: speed-up {est}, {rounds}."
-    expectation, matches = _expectation_sentence(choice, est.outcome)
+    expectation, matches = _expectation_sentence(choice, est.outcome, amp.regime)
     points = round(accuracy_tolerance * 100, 6)
     accuracy = claim(
         f"test accuracy under {name} is within {points:g} points of FP32's",

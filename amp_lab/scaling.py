@@ -64,7 +64,7 @@ def to_float32(x: float) -> float:
     Overflow gives ``inf``.  GradScaler keeps its scale in a float32 tensor, so every scale
     we store goes through this function.
     """
-    return torch.tensor(x, dtype=torch.float64).float().item()
+    return torch.tensor(x, dtype=torch.float64, device="cpu").float().item()
 
 
 def _check_scale(name: str, value) -> float:

@@ -26,6 +26,7 @@ the lesson (the accumulator's precision decides how the error grows with ``K``) 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import io
 import statistics
@@ -37,7 +38,7 @@ import torch
 
 from . import formats
 from ._checks import check_choice, check_int
-from .device import amp_dtype, get_device, parse_dtype
+from .device import amp_dtype, float64_on_cpu, float64_to, get_device, parse_dtype
 
 __all__ = [
     "INPUT_FORMATS",
@@ -108,9 +109,9 @@ def _operands(A, B, C, inputs, accumulate, device):
         C = _matrix("C", C, work)
         if tuple(C.shape) != (M, N):
             raise ValueError(f"C must have shape {(M, N)} (rows of A, columns of B), got {tuple(C.shape)}")
-    Ar = formats.round_to(A, inputs).double().numpy()
-    Br = formats.round_to(B, inputs).double().numpy()
-    return dev, Ar, Br, C.double().numpy()
+    Ar = float64_on_cpu(formats.round_to(A, inputs)).numpy()
+    Br = float64_on_cpu(formats.round_to(B, inputs)).numpy()
+    return dev, Ar, Br, float64_on_cpu(C).numpy()
 
 
 def mma(A, B, C=None, *, inputs="fp16", accumulate="fp32", device=None) -> torch.Tensor:
@@ -131,9 +132,13 @@ def mma(A, B, C=None, *, inputs="fp16", accumulate="fp32", device=None) -> torch
 
 
 def reference_mma(A, B, C=None, *, inputs="fp16", device=None) -> torch.Tensor:
-    """``A·B + C`` in float64 from the same rounded inputs: the reference ``mma`` is compared with."""
+    """``A·B + C`` in float64 from the same rounded inputs: the reference ``mma`` is compared with.
+
+    Returned on ``device``, except on an Apple GPU (MPS), which has no float64: there it stays on
+    the CPU.  Compare with ``D.cpu().double()``, which works on every device.
+    """
     dev, Ar, Br, C = _operands(A, B, C, inputs, "fp32", device)
-    return torch.from_numpy(Ar @ Br + C).to(dev)
+    return float64_to(torch.from_numpy(Ar @ Br + C), dev)
 
 
 def running_sum(values, accumulate="fp16", *, device=None) -> torch.Tensor:
@@ -153,7 +158,7 @@ def running_sum(values, accumulate="fp16", *, device=None) -> torch.Tensor:
         raise ValueError(
             f"values must have at least one element along the last dimension, got shape {tuple(values.shape)}"
         )
-    v = values.detach().cpu().float().double().numpy()
+    v = float64_on_cpu(values.detach().cpu().float()).numpy()
     out = _accumulate(v, f)
     return torch.from_numpy(out).float().to(dev)
 
@@ -181,7 +186,7 @@ def first_stall(partial_sums) -> tuple[int, float] | None:
     The index counts additions from 1, so ``first_stall(running_sum(torch.ones(3000), "fp16"))``
     is ``(2049, 2048.0)``: the 2049th ``+ 1.0`` no longer changes the sum.
     """
-    s = torch.as_tensor(partial_sums).detach().cpu().double().flatten()
+    s = float64_on_cpu(torch.as_tensor(partial_sums)).flatten()
     if s.numel() < 2:
         return None
     same = torch.nonzero(s[1:] == s[:-1]).flatten()
@@ -255,7 +260,8 @@ def accumulation_curve(
     g = torch.Generator().manual_seed(seed)
     a = low + (high - low) * torch.rand(batch, k_max, generator=g)
     b = low + (high - low) * torch.rand(batch, k_max, generator=g)
-    p = formats.round_to(a, inputs).double() * formats.round_to(b, inputs).double()  # exact products
+    a64, b64 = float64_on_cpu(formats.round_to(a, inputs)), float64_on_cpu(formats.round_to(b, inputs))
+    p = a64 * b64  # exact products
     reference = torch.cumsum(p, dim=1)
     partial, errors = {}, {}
     for name in accs:
@@ -554,15 +560,56 @@ def pad_to_multiple(n: int, multiple: int = 8) -> int:
     return -(-n // multiple) * multiple
 
 
+def _generator_device(dev: torch.device) -> torch.device:
+    """Where ``time_matmul`` draws its random operands: on a CUDA device itself (a CUDA generator
+    draws there), anywhere else on the CPU, then moved (a CPU generator cannot draw on an Apple
+    GPU, and torch's MPS generator gives other numbers than the CPU's)."""
+    return dev if dev.type == "cuda" else torch.device("cpu")
+
+
+def _matmul_operands(n: int, dtype: torch.dtype, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two seeded ``n×n`` operands of ``time_matmul``, in ``dtype`` on ``dev``."""
+    where = _generator_device(dev)
+    g = torch.Generator(device=where).manual_seed(0)
+    a = torch.randn(n, n, generator=g, device=where).to(dev, dtype)
+    b = torch.randn(n, n, generator=g, device=where).to(dev, dtype)
+    return a, b
+
+
+def _time_matmul_bytes(n: int, dtype: torch.dtype) -> int:
+    """Bytes ``time_matmul(n)`` needs at its peak: the two operands and the product in ``dtype``,
+    plus the FP32 draw each operand is made from."""
+    low = torch.empty(0, dtype=dtype).element_size()
+    return n * n * (4 + 3 * low)
+
+
+def _synchronizer(dev: torch.device):
+    """Waits for the work queued on ``dev``: the CPU runs a matmul before returning, an Apple GPU
+    (MPS) only queues it, so its clock must wait for ``torch.mps.synchronize()``."""
+    if dev.type == "mps":
+        return lambda: torch.mps.synchronize()
+    return lambda: None
+
+
+def _on_device(dev: torch.device):
+    """Make ``dev`` the current CUDA device for a block: ``torch.cuda.Event.record()`` records on the
+    *current* device's stream, which is not ``dev`` when ``dev`` is ``cuda:1``."""
+    return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
+
+
 def time_matmul(
     n: int, *, dtype=None, device=None, repeats: int = 20, warmup: int = 5, inner: int = 1
 ) -> dict:
     """Median time of an ``n×n @ n×n`` matmul in ``dtype`` (default ``amp_dtype(device)``).
 
     On CUDA it uses CUDA events around ``inner`` back-to-back matmuls after ``warmup`` untimed
-    ones, ``repeats`` samples, median; elsewhere ``time.perf_counter``.  Returns ``n``, ``dtype``,
-    ``median_ms`` (per matmul), ``tflops`` and ``samples_ms``.
+    ones, ``repeats`` samples, median; elsewhere ``time.perf_counter`` (on an Apple GPU after
+    waiting for the queued work).  Returns ``n``, ``dtype``, ``median_ms`` (per matmul),
+    ``tflops`` and ``samples_ms``.  A size the device's free memory cannot hold is refused with
+    a ``ValueError`` before anything is allocated.
     """
+    from .race import _check_fits
+
     dev = get_device(device)
     n = check_int("n", n, minimum=1, maximum=1 << 15)
     repeats = check_int("repeats", repeats, minimum=1)
@@ -573,11 +620,15 @@ def time_matmul(
         if dtype is None
         else parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16, torch.float32))
     )
-    g = torch.Generator(device=dev).manual_seed(0) if dev.type == "cuda" else torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g, device=dev).to(dtype)
-    b = torch.randn(n, n, generator=g, device=dev).to(dtype)
+    _check_fits(
+        _time_matmul_bytes(n, dtype),
+        dev,
+        f"time_matmul(n={n}) in {str(dtype).removeprefix('torch.')}",
+        "choose a smaller n",
+    )
     samples = []
-    with torch.inference_mode():
+    with _on_device(dev), torch.inference_mode():
+        a, b = _matmul_operands(n, dtype, dev)
         for _ in range(warmup):
             a @ b
         if dev.type == "cuda":
@@ -592,10 +643,13 @@ def time_matmul(
                 end.synchronize()
                 samples.append(start.elapsed_time(end) / inner)
         else:
+            sync = _synchronizer(dev)
             for _ in range(repeats):
+                sync()
                 t0 = time.perf_counter()
                 for _ in range(inner):
                     a @ b
+                sync()
                 samples.append((time.perf_counter() - t0) * 1e3 / inner)
     median = statistics.median(samples)
     return {

@@ -82,6 +82,8 @@ __all__ = [
     "format_bytes",
     "format_ratio",
     "format_seconds",
+    "Regime",
+    "classify_regime",
     "measure",
     "min_pairs",
     "speedup_estimate",
@@ -135,27 +137,11 @@ def _plural(count: int, noun: str) -> str:
 # Context: what a timing needs next to it to mean anything
 # ----------------------------------------------------------------------------------------------
 
-_NEW_TF32_API = hasattr(torch.backends, "fp32_precision")  # torch >= 2.9
-
-
-@contextlib.contextmanager
 def _tf32_matmul(enabled: bool):
-    """Temporarily allow (or forbid) TF32 for CUDA FP32 matmuls, then restore the setting."""
-    matmul = torch.backends.cuda.matmul
-    if _NEW_TF32_API:
-        old = matmul.fp32_precision
-        matmul.fp32_precision = "tf32" if enabled else "ieee"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision = old
-    else:  # pragma: no cover - torch < 2.9
-        old = matmul.allow_tf32
-        matmul.allow_tf32 = enabled
-        try:
-            yield
-        finally:
-            matmul.allow_tf32 = old
+    """Kept for older callers: :func:`amp_lab.hardware.tf32_matmul`, the one TF32 switch."""
+    from .hardware import tf32_matmul
+
+    return tf32_matmul(enabled)
 
 
 def _cpu_fp32_matmul_precision() -> str:
@@ -511,6 +497,88 @@ def speedup_estimate(baseline, contender, *, confidence: float = 0.95) -> Speedu
     if k == 0:
         return SpeedupEstimate(ratio=ratio, low=0.0, high=math.inf, confidence=confidence, pairs=n)
     return SpeedupEstimate(ratio=ratio, low=ratios[k - 1], high=ratios[n - k], confidence=confidence, pairs=n)
+
+
+# ----------------------------------------------------------------------------------------------
+# What limits a step: arithmetic, memory traffic, or launching and waiting
+# ----------------------------------------------------------------------------------------------
+
+# A step that takes this many times longer than its arithmetic and its memory traffic would at the
+# device's peak rates is limited by neither: by kernel launches, host synchronisation and Python.
+OVERHEAD_FACTOR = 4.0
+REGIMES = ("launch-bound", "memory-bound", "compute-bound", "unknown")
+
+
+@dataclass(frozen=True)
+class Regime:
+    """What limited a measured step, from a roofline: ``compute_s`` is the step's FLOPs at the device's
+    peak rate, ``memory_s`` its bytes at the peak bandwidth (both lower bounds, from the datasheet), and
+    ``seconds`` what it took.  ``name`` is one of :data:`REGIMES`; ``text`` one sentence composed from
+    those numbers.  (``06_timing_race``, ``07_amp_training_recipe``)"""
+
+    name: str
+    seconds: float
+    compute_s: float | None
+    memory_s: float | None
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def classify_regime(
+    seconds: float,
+    *,
+    flops: float,
+    bytes_moved: float,
+    peak_flops: float | None = None,
+    peak_bytes_per_s: float | None = None,
+    overhead_factor: float = OVERHEAD_FACTOR,
+    unit: str = "step",
+) -> Regime:
+    """Which regime a step of ``seconds`` was in, given its ``flops`` and ``bytes_moved`` and the device's
+    peak rates (``None``: unknown, and so is the regime).  Pure: tests feed it any GPU's numbers.
+
+    * **launch-bound** (launch/sync-bound): the step took more than ``overhead_factor`` times the longer
+      of its two lower bounds, so neither arithmetic nor memory set its pace: launching kernels, waiting
+      for the host and Python did.  A faster dtype cannot help much here.
+    * **memory-bound**: otherwise, when moving the bytes takes longer than the arithmetic: a smaller dtype
+      helps by moving fewer bytes.
+    * **compute-bound**: otherwise: the arithmetic sets the pace, and faster Tensor Cores pay.
+
+    ``unit`` names what took ``seconds`` in the sentence ("step", "call").
+    """
+    seconds = check_float("seconds", seconds, gt=0)
+    flops = check_float("flops", flops, ge=0)
+    bytes_moved = check_float("bytes_moved", bytes_moved, ge=0)
+    overhead_factor = check_float("overhead_factor", overhead_factor, gt=1)
+    if peak_flops is not None:
+        peak_flops = check_float("peak_flops", peak_flops, gt=0)
+    if peak_bytes_per_s is not None:
+        peak_bytes_per_s = check_float("peak_bytes_per_s", peak_bytes_per_s, gt=0)
+    if not isinstance(unit, str) or not unit.strip():
+        raise ValueError(f"unit must be a non-empty string such as 'step' or 'call', got {unit!r}")
+    took = f"a {unit} took {format_seconds(seconds)}"
+    if peak_flops is None or peak_bytes_per_s is None:
+        return Regime("unknown", seconds, None, None,
+                      f"{took}; without this device's peak rates the course cannot tell whether arithmetic, "
+                      "memory traffic or launch overhead set its pace")  # fmt: skip
+    compute_s, memory_s = flops / peak_flops, bytes_moved / peak_bytes_per_s
+    bounds = (f"at the datasheet's peak rates its arithmetic needs {format_seconds(compute_s)} and its memory "
+              f"traffic at least {format_seconds(memory_s)}")  # fmt: skip
+    if seconds > overhead_factor * max(compute_s, memory_s):
+        share = max(compute_s, memory_s) / seconds
+        text = (f"{took}, while {bounds}: launch/sync-bound. Arithmetic and memory traffic explain at most "
+                f"{100 * share:.2g}% of the {unit}; the rest went to launching kernels, waiting on the host and "
+                "Python, which a faster dtype does not shorten")  # fmt: skip
+        return Regime("launch-bound", seconds, compute_s, memory_s, text)
+    if memory_s > compute_s:
+        text = (f"{took}, while {bounds}: memory-bound. Moving the bytes sets the pace, so a 16-bit dtype helps "
+                "by moving half as many, not by multiplying faster")  # fmt: skip
+        return Regime("memory-bound", seconds, compute_s, memory_s, text)
+    text = (f"{took}, while {bounds}: compute-bound. The arithmetic sets the pace, which is where faster "
+            "Tensor Core dtypes pay")  # fmt: skip
+    return Regime("compute-bound", seconds, compute_s, memory_s, text)
 
 
 # ----------------------------------------------------------------------------------------------

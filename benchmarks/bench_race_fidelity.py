@@ -33,7 +33,7 @@ os.environ.setdefault("AMP_LAB_PROGRESS", "0")
 import torch  # noqa: E402
 from torch.utils import benchmark  # noqa: E402
 
-from amp_lab import race, timing  # noqa: E402
+from amp_lab import hardware, race, timing  # noqa: E402
 from amp_lab.device import amp_dtype, dtype_name, get_device, parse_dtype  # noqa: E402
 
 AMP_STMT = "with torch.autocast(device_type, dtype=dtype):\n    A @ B"
@@ -52,7 +52,7 @@ def timer_speedup(n, dev, dtype, threads, min_run_time, chunks) -> tuple[float, 
     amp = benchmark.Timer(AMP_STMT, globals=env, num_threads=threads, label="amp", sub_label=f"n={n}")
     runs = {"fp32": [], "amp": []}
     for _ in range(chunks):
-        tf32_off = timing._tf32_matmul(False) if dev.type == "cuda" else contextlib.nullcontext()
+        tf32_off = hardware.tf32_matmul(False) if dev.type == "cuda" else contextlib.nullcontext()
         with tf32_off:  # race_matmul's FP32 contestant runs with TF32 off as well
             runs["fp32"].append(fp32.blocked_autorange(min_run_time=min_run_time / chunks))
         runs["amp"].append(amp.blocked_autorange(min_run_time=min_run_time / chunks))

@@ -1,21 +1,59 @@
 """Measure the course's races on a real CUDA GPU and write reference results.  (``make gpu-check``)
 
-Runs, on CUDA:
+Runs, on CUDA, one *section* after another:
 
-* ``race_matmul`` (FP32 with TF32 off, TF32, and AMP in float16 and, where supported, bfloat16),
-* ``race_mlp`` (training steps of the seed's model, with peak memory),
-* the alignment rule (n = 4096 against 4095),
-* two sweeps (matmul sizes; MLP widths with memory) with the datasheet ceiling,
-* the autocast probe (``amp_lab.autocast_ops.probe``) on CUDA and on the CPU,
+* ``precision_table``: one large matmul (n = 8192, inputs already in each dtype) timed in FP32 with
+  TF32 off, FP32 with TF32 on, bfloat16 and float16: time and TFLOP/s per precision;
+* ``race_matmul``: FP32 (TF32 off), TF32 and AMP at n = 1024, 4096, 8192, for each AMP dtype the GPU
+  multiplies in hardware (:func:`amp_dtypes`: float16 everywhere, bfloat16 from Ampere, sm_80, on);
+* ``race_mlp``: training steps of the seed's model, with peak memory;
+* ``alignment``: the float16 matmul at n = 4096 against 4095;
+* ``autocast_probe``: ``amp_lab.autocast_ops.probe`` on CUDA and on the CPU;
+* ``sweeps``: matmul sizes (each AMP dtype) and, in the full run, MLP widths with memory, each with
+  its ceiling.
 
-and writes ``gpu-check_<gpu>_<YYYYMMDD>.json`` (plus a ``.md`` summary) into ``--out``
-(default ``docs/results/``).  Notebook ``06_timing_race`` shows committed files as reference
-numbers next to the learner's own.  ``docs/results/README.md`` describes the format.
+Races that an earlier section already ran (the sweep's n = 4096, the alignment's aligned n) are reused,
+not raced again.  Before anything runs, the script checks that this torch build has kernels for the GPU
+(``torch.cuda.get_arch_list()``, :func:`amp_lab.hardware.arch_supported`) and prints the worst-case
+time of every section.
 
-The full run takes about a minute on an H100-class GPU (well under five anywhere that CUDA
-runs).  ``--quick`` shrinks every size (a smoke test); ``--device cpu`` runs the script on the
-CPU with tiny sizes so the script itself can be tested without a GPU; such a file says
-``"device": "cpu"`` and is not reference material.
+**Files.**  ``gpu-check_<gpu>_<YYYYMMDD>-<HHMMSS>[_quick].json`` (UTC; plus a ``.md`` summary) in
+``--out`` (default ``docs/results/``), written at the start and again after every race and every
+section (to a temporary file, then renamed), so a failure, a memory refusal or a kill loses at most the
+race in progress.  Each section records ``status``: ``"ok"``, ``"error"`` (exception type and message),
+``"skipped"`` (with why) or, while it runs or if the run was killed, ``"pending"``/``"running"``.  One
+section's failure never stops the next; the CUDA cache is emptied between sections.
+
+**Exit status.**  0: every section ok (or skipped by design); 1: some section failed (listed on
+stderr; the file holds the rest); 2: cannot run (no CUDA GPU, a bad device or arguments); 3: this torch
+build has no kernels for this GPU (the advice what to install is printed; no file is written).
+
+**Worst-case time** (:func:`plan`, printed at the start): every adaptive race samples until its
+speedup's interval is +-5% wide or ``max_time_s`` has passed, so the worst case is ``max_time_s`` per
+race (or the minimum rounds, if longer), plus one round of slack and ``RACE_SETUP_S``; the sweep adds
+one raw-GEMM measurement per sweep.  Assuming an H100-class GPU (two AMP dtypes, FP32 at no less than
+``ASSUMED_FP32_TFLOPS``):
+
+======================  ====================================================  =========  =========
+section                 what                                                  quick (s)  full (s)
+======================  ====================================================  =========  =========
+start-up                import torch, CUDA context, machine facts                    15         15
+precision_table         4 precisions x 10 rounds at n = 8192 (fixed rounds)           4          4
+race_matmul             n = 1024, 4096, 8192 x 2 dtypes: 6 races                     37        127
+race_mlp                quick: (4096, 1024) in bf16; full: 3 shapes x 2 dtypes        6        126
+alignment               n = 4095 (n = 4096 is reused)                                 6         21
+autocast_probe          CUDA and CPU                                                 15         15
+sweeps                  quick: n = 256 ... 8192, 3 new sizes + raw GEMM per dtype    48        340
+                        full: n up to 16384 per dtype, MLP widths 256 ... 8192
+total                   (``python scripts/gpu_check.py [--quick]`` prints it)       131        648
+======================  ====================================================  =========  =========
+
+(``tests/test_gpu_check.py`` checks the quick total stays under 180 s.)  In practice races on a GPU
+reach their +-5% long before ``max_time_s``, so both finish well within these bounds.  On a slower
+GPU the minimum rounds of the largest sizes can take longer than ``max_time_s`` (a T4's FP32 n = 16384
+matmul takes about a second), which the model counts with the rate it is given.  ``--device
+cpu`` runs the script with tiny sizes so it can be tested without a GPU; such a file says ``"device":
+"cpu"`` and is not reference material.
 
 Usage::
 
@@ -25,53 +63,60 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import gc
 import json
 import os
 import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Sizes: what the GPU run measures, and what --quick / --device cpu shrink them to.
+# Sizes and sampling limits: the full GPU run, --quick (a one-shot run: under 3 minutes on an H100, worst
+# case), and --device cpu (a test of this script: tiny sizes, fixed rounds).
 FULL = {
     "matmul_n": (1024, 4096, 8192),
     "mlp": ((1024, 256), (4096, 1024), (8192, 4096)),
+    "mlp_every_dtype": True,  # race_mlp in each AMP dtype (False: the course's dtype only)
+    "align": (4096, 4095),
     "sweep_matmul": (256, 512, 1024, 2048, 4096, 8192, 16384),
     "sweep_mlp": (256, 512, 1024, 2048, 4096, 8192),
     "sweep_batch": 1024,
-    "align": (4096, 4095),
+    "table_n": 8192,
+    "table_repeats": 10,
     "repeats": 10,
     "warmup": 3,
     "min_sample_s": 0.01,
-    # sample until each speedup's 95% interval is about +-5% wide, or 20 s per race
+    # sample until each speedup's 95% interval is about +-5% wide, or max_time_s per race
     "target_rel_width": 0.1,
     "max_time_s": 20.0,
 }
 QUICK = {
-    "matmul_n": (64, 256),
-    "mlp": ((128, 64),),
-    "sweep_matmul": (64, 128, 256),
-    "sweep_mlp": (64, 128),
-    "sweep_batch": 64,
-    "align": (256, 255),
-    "repeats": 6,
-    "warmup": 2,
-    "min_sample_s": 0.01,
-    "target_rel_width": 0.1,
+    **FULL,
+    "mlp": ((4096, 1024),),
+    "mlp_every_dtype": False,
+    "sweep_matmul": (256, 512, 1024, 2048, 4096, 8192),
+    "sweep_mlp": (),  # no MLP sweep in --quick
     "max_time_s": 5.0,
 }
 TINY = {  # --device cpu: low precision is slow on CPUs without bf16/fp16 instructions
     "matmul_n": (32,),
     "mlp": ((32, 16),),
+    "mlp_every_dtype": True,
+    "align": (32, 31),
     "sweep_matmul": (16, 32),
     "sweep_mlp": (16, 32),
     "sweep_batch": 16,
-    "align": (32, 31),
+    "table_n": 64,
+    "table_repeats": 3,
     "repeats": 3,
     "warmup": 1,
     "min_sample_s": 0.001,
@@ -79,9 +124,167 @@ TINY = {  # --device cpu: low precision is slow on CPUs without bf16/fp16 instru
     "max_time_s": None,
 }
 
+# The worst-case model (see the module docstring).  An H100 PCIe's datasheet FP32 rate is 51 TFLOP/s;
+# assume half of it is reached, and time every contestant (TF32 and AMP too) at that FP32 rate.
+ASSUMED_FP32_TFLOPS = 25.0
+CPU_ASSUMED_FP32_TFLOPS = 0.005  # --device cpu: emulated bf16 on an AVX2 laptop
+MLP_OVERHEAD = 3.0  # an MLP training step takes longer than its matmul FLOPs say (Adam, ReLU, loss)
+RACE_SETUP_S = 1.0  # operands, first autocast call, cuBLAS heuristics, memory measurement
+STARTUP_S = 15.0  # import torch, CUDA context, machine facts
+PROBE_S = {"cuda": 10.0, "cpu": 5.0}  # the autocast probe: tiny tensors, about 0.5 s on a CPU
+QUICK_BUDGET_S = 180.0
+
+SECTIONS = ("precision_table", "race_matmul", "race_mlp", "alignment", "autocast_probe", "sweeps")
+
+EXIT_OK, EXIT_FAILED, EXIT_CANNOT_RUN, EXIT_NO_KERNELS = 0, 1, 2, 3
+
 
 def _log(msg: str) -> None:
     print(msg, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Facts and decisions (pure, so tests feed any GPU)
+# --------------------------------------------------------------------------------------------
+
+
+class CudaFacts(NamedTuple):
+    """What the arch check and the dtype choice need to know about one CUDA GPU and this torch build.
+    :func:`cuda_facts` reads them; tests pass their own to :func:`main`.  (A NamedTuple, not a
+    dataclass: loading this script by path, as tests do, leaves it out of ``sys.modules``.)"""
+
+    index: int
+    capability: tuple[int, int]
+    arch_list: tuple[str, ...]  # torch.cuda.get_arch_list()
+    cuda_version: str | None  # torch.version.cuda
+
+
+def cuda_facts(index: int) -> CudaFacts:
+    import torch
+
+    return CudaFacts(
+        index=index,
+        capability=tuple(torch.cuda.get_device_capability(index)),
+        arch_list=tuple(torch.cuda.get_arch_list()),
+        cuda_version=torch.version.cuda,
+    )
+
+
+def amp_dtypes(capability) -> list:
+    """The AMP dtypes to race on a GPU of compute ``capability``: float16 on every CUDA GPU, and
+    bfloat16 too where its Tensor Cores multiply it (``hardware.bf16_hardware``: sm_80 and later).
+    ``torch.cuda.is_bf16_supported()`` is not asked: it is True on a T4, where bfloat16 is emulated,
+    minutes-slow at large sizes and no reference for anyone.  ``None`` (the CPU test): bfloat16, CPU
+    autocast's dtype."""
+    import torch
+
+    from amp_lab.hardware import bf16_hardware
+
+    if capability is None:
+        return [torch.bfloat16]
+    return [torch.float16] + ([torch.bfloat16] if bf16_hardware(capability) else [])
+
+
+def tf32_hardware(capability) -> bool:
+    """Whether FP32 matmuls can run on TF32 Tensor Cores (Ampere and later)."""
+    from amp_lab.hardware import tensor_core_generation
+
+    return capability is not None and "tf32" in tensor_core_generation(capability).precisions
+
+
+def mlp_dtypes(dtypes: list, capability, sizes: dict) -> list:
+    """The dtypes race_mlp runs in: every AMP dtype, or only the course's (``amp_dtype_for``)."""
+    from amp_lab.hardware import amp_dtype_for
+
+    if sizes["mlp_every_dtype"]:
+        return list(dtypes)
+    course = amp_dtype_for("cuda", capability) if capability is not None else dtypes[0]
+    return [course if course in dtypes else dtypes[0]]
+
+
+# --------------------------------------------------------------------------------------------
+# The worst-case plan
+# --------------------------------------------------------------------------------------------
+
+
+def measure_worst_s(call_s: float, contestants: int, sizes: dict, *, repeats: int | None = None,
+                    adaptive: bool = True) -> float:  # fmt: skip
+    """The longest one ``amp_lab.timing.measure`` can take: warm-up, then at least ``repeats`` rounds;
+    adaptive, it starts no round that would end past ``max_time_s`` (by the slowest round so far), so
+    it ends by ``max_time_s`` plus one round of slack, unless the minimum rounds alone take longer."""
+    repeats = sizes["repeats"] if repeats is None else repeats
+    sample = sizes["min_sample_s"] + call_s  # calls per sample: ceil(min_sample_s / call_s)
+    warm = contestants * max(sizes["warmup"], 1) * call_s
+    round_s = contestants * sample
+    minimum = warm + repeats * round_s
+    if not adaptive or sizes["target_rel_width"] is None or sizes["max_time_s"] is None:
+        return minimum
+    return max(minimum, sizes["max_time_s"]) + round_s
+
+
+def plan(sizes: dict, dtypes: list, *, device_type: str = "cuda", capability=None,
+         fp32_tflops: float | None = None) -> dict:  # fmt: skip
+    """Worst-case seconds per section (and ``"total"``) for these sizes and AMP dtypes: pure, so tests
+    check the budget of any GPU's plan.  Races that an earlier section ran are counted once, as the
+    script reuses them."""
+    from amp_lab.race import mlp_step_flops
+
+    if fp32_tflops is None:
+        fp32_tflops = ASSUMED_FP32_TFLOPS if device_type == "cuda" else CPU_ASSUMED_FP32_TFLOPS
+    rate = fp32_tflops * 1e12
+    racers = 3 if device_type == "cuda" else 2  # fp32, amp (+ tf32 on CUDA)
+    seen: set = set()
+    races: dict[str, int] = {}
+
+    def race_s(kind: str, size, dtype) -> float:
+        key = (kind, size, str(dtype))
+        if key in seen:
+            return 0.0
+        seen.add(key)
+        flops = 2.0 * size**3 if kind == "matmul" else MLP_OVERHEAD * mlp_step_flops(*size)
+        return measure_worst_s(flops / rate, racers, sizes) + RACE_SETUP_S
+
+    def gemm_s(m: int, k: int, n: int) -> float:
+        return measure_worst_s(2.0 * m * k * n / rate, 2, sizes) + RACE_SETUP_S
+
+    s: dict[str, float] = {"start-up": STARTUP_S if device_type == "cuda" else 1.0}
+    n = sizes["table_n"]
+    precisions = 2 + len(amp_dtypes(capability)) if device_type == "cuda" else 3
+    s["precision_table"] = (
+        measure_worst_s(2.0 * n**3 / rate, precisions, sizes, repeats=sizes["table_repeats"], adaptive=False)
+        + RACE_SETUP_S
+    )
+    s["race_matmul"] = sum(race_s("matmul", n, d) for d in dtypes for n in sizes["matmul_n"])
+    races["race_matmul"] = len(dtypes) * len(sizes["matmul_n"])
+    mdt = mlp_dtypes(dtypes, capability, sizes)
+    s["race_mlp"] = sum(race_s("mlp", wb, d) for d in mdt for wb in sizes["mlp"])
+    races["race_mlp"] = len(mdt) * len(sizes["mlp"])
+    s["alignment"] = sum(race_s("matmul", n, dtypes[0]) for n in sizes["align"])
+    s["autocast_probe"] = PROBE_S[device_type] + (PROBE_S["cpu"] if device_type == "cuda" else 0.0)
+    sweeps = 0.0
+    for d in dtypes:
+        sweeps += sum(race_s("matmul", n, d) for n in sizes["sweep_matmul"])
+        if sizes["sweep_matmul"]:
+            big = max(sizes["sweep_matmul"])
+            sweeps += gemm_s(big, big, big)
+    if sizes["sweep_mlp"]:
+        batch = sizes["sweep_batch"]
+        sweeps += sum(race_s("mlp", (w, batch), dtypes[0]) for w in sizes["sweep_mlp"])
+        sweeps += gemm_s(batch, 1024, max(sizes["sweep_mlp"]))
+    s["sweeps"] = sweeps
+    s = {k: round(v, 1) for k, v in s.items()}
+    s["total"] = round(sum(s.values()), 1)
+    return s
+
+
+def plan_text(p: dict, assumption: str) -> str:
+    parts = ", ".join(f"{k} {v:.0f} s" for k, v in p.items() if k != "total")
+    return f"planned worst case {p['total']:.0f} s ({assumption}): {parts}"
+
+
+# --------------------------------------------------------------------------------------------
+# Machine facts
+# --------------------------------------------------------------------------------------------
 
 
 def driver_version(index: int) -> str | None:
@@ -110,11 +313,16 @@ def driver_version(index: int) -> str | None:
         return None
 
 
-def machine_info(dev) -> dict:
+def machine_info(dev, facts: CudaFacts | None = None) -> dict:
     import torch
 
-    from amp_lab.hardware import cpu_model
+    from amp_lab.device import dtype_name
+    from amp_lab.hardware import arch_supported, bf16_hardware, cpu_model
 
+    try:
+        arch_list = list(facts.arch_list) if facts is not None else list(torch.cuda.get_arch_list())
+    except Exception:  # a build without CUDA may answer nothing
+        arch_list = []
     info = {
         "device": str(dev),
         "torch": torch.__version__,
@@ -128,18 +336,30 @@ def machine_info(dev) -> dict:
         "capability": None,
         "gpu_memory_gib": None,
         "driver": None,
-        "bf16_supported": None,
+        "arch_list": arch_list,
+        "arch_supported": None,
+        "bf16_hardware": None,
+        "bf16_supported": None,  # since issue 13: the same as bf16_hardware (emulation does not count)
+        "bf16_torch_supported": None,  # torch.cuda.is_bf16_supported(): True on a T4 (emulation)
+        "amp_dtypes": [dtype_name(d) for d in amp_dtypes(facts.capability if facts else None)],
     }
-    if dev.type == "cuda":
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        props = torch.cuda.get_device_properties(index)
+    if dev.type == "cuda" and facts is not None:
+        props = torch.cuda.get_device_properties(facts.index)
+        try:
+            with torch.cuda.device(facts.index):
+                torch_bf16 = bool(torch.cuda.is_bf16_supported())
+        except Exception:
+            torch_bf16 = None
         info.update(
             gpu_name=props.name,
-            capability=f"{props.major}.{props.minor}",
+            capability=f"{facts.capability[0]}.{facts.capability[1]}",
             gpu_memory_gib=round(props.total_memory / 2**30, 1),
             multiprocessors=props.multi_processor_count,
-            driver=driver_version(index),
-            bf16_supported=bool(torch.cuda.is_bf16_supported()),
+            driver=driver_version(facts.index),
+            arch_supported=arch_supported(facts.capability, arch_list),
+            bf16_hardware=bf16_hardware(facts.capability),
+            bf16_supported=bf16_hardware(facts.capability),
+            bf16_torch_supported=torch_bf16,
         )
     return info
 
@@ -187,51 +407,206 @@ def run_probe(device_type: str) -> dict:
     return out
 
 
-def run_check(dev, sizes: dict, *, log=_log) -> dict:
+# --------------------------------------------------------------------------------------------
+# Files: written atomically after every race and section
+# --------------------------------------------------------------------------------------------
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def file_stem(gpu: str, date: str, quick: bool) -> str:
+    """``gpu-check_<gpu>_<YYYYMMDD>-<HHMMSS>[_quick]`` from an ISO 8601 UTC ``date``."""
+    day, clock = date[:10].replace("-", ""), date[11:19].replace(":", "")
+    return f"gpu-check_{slug(gpu)}_{day}-{clock}" + ("_quick" if quick else "")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a results file is for everyone
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Results:
+    """The report, and the two files it is written to (again after every race and section)."""
+
+    def __init__(self, out: Path, stem: str, report: dict):
+        self.report = report
+        self.json_path = out / f"{stem}.json"
+        self.md_path = out / f"{stem}.md"
+
+    def save(self) -> None:
+        text = json.dumps(self.report, indent=1, allow_nan=False) + "\n"
+        _write_atomic(self.json_path, text)
+        try:
+            md = markdown(self.report)
+        except Exception as exc:  # the summary must never cost the data
+            md = f"# GPU check\n\nThe summary could not be written ({type(exc).__name__}: {exc}); see the JSON.\n"
+        _write_atomic(self.md_path, md)
+
+
+def _error(exc: BaseException) -> dict:
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
+# --------------------------------------------------------------------------------------------
+# The sections
+# --------------------------------------------------------------------------------------------
+
+
+class Section:
+    """What a section function gets: the report to fill, sub-item failures to record, ``save``."""
+
+    def __init__(self, name: str, results: Results, log: Callable[[str], None]):
+        self.name, self.results, self.log = name, results, log
+        self.errors: list[dict] = []
+        self.skipped: str | None = None
+
+    @property
+    def report(self) -> dict:
+        return self.results.report
+
+    def failed(self, what: str, exc: Exception) -> None:
+        """One race of the section failed: record it, and let the section go on with the next."""
+        self.errors.append({"item": what, **_error(exc)})
+        self.log(f"{self.name}: {what} FAILED: {type(exc).__name__}: {exc}")
+
+    def save(self) -> None:
+        self.results.save()
+
+
+class Check:
+    """Everything the sections share: device, sizes, dtypes, and the races run so far (for reuse)."""
+
+    def __init__(self, dev, sizes: dict, capability):
+        from amp_lab.device import dtype_name
+
+        self.dev, self.sizes, self.capability = dev, sizes, capability
+        self.dtypes = amp_dtypes(capability) if dev.type == "cuda" else [amp_dtypes(None)[0]]
+        self.mlp_dtypes = mlp_dtypes(self.dtypes, capability, sizes)
+        self.races: list = []  # RaceResults, handed to later races as ``reuse``
+        self.common = {
+            "device": dev,
+            "warmup": sizes["warmup"],
+            "repeats": sizes["repeats"],
+            "min_sample_s": sizes["min_sample_s"],
+            "target_rel_width": sizes["target_rel_width"],
+            "max_time_s": sizes["max_time_s"],
+        }
+        self.dtype_name = dtype_name
+
+
+def section_precision_table(check: Check, sec: Section) -> None:
     import torch
 
+    from amp_lab.hardware import tf32_matmul
+    from amp_lab.timing import Contestant, measure
+
+    dev, n = check.dev, check.sizes["table_n"]
+    cuda = dev.type == "cuda"
+    gen = torch.Generator(device=dev).manual_seed(2)
+    A = torch.randn(n, n, device=dev, generator=gen)
+    B = torch.randn(n, n, device=dev, generator=gen)
+    rows: dict = {}
+    contestants: dict = {}
+    contestants["fp32"] = Contestant(lambda: A @ B, (lambda: tf32_matmul(False)) if cuda else contextlib.nullcontext)
+    rows["fp32"] = {"dtype": "float32", "tf32": False}
+    if cuda and tf32_hardware(check.capability):
+        contestants["tf32"] = Contestant(lambda: A @ B, lambda: tf32_matmul(True))
+        rows["tf32"] = {"dtype": "float32", "tf32": True}
+    else:
+        why = "TF32 is a CUDA Tensor Core format (Ampere, sm_80, and later)"
+        rows["tf32"] = {"dtype": "float32", "tf32": True, "status": "skipped", "reason": why}
+    lows = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    for key, dtype in lows.items():
+        if cuda and dtype not in check.dtypes:
+            cap = check.capability
+            rows[key] = {
+                "dtype": check.dtype_name(dtype),
+                "status": "skipped",
+                "reason": f"no {check.dtype_name(dtype)} Tensor Cores on sm_{cap[0]}{cap[1]}: torch would emulate it",
+            }
+            continue
+        A_low, B_low = A.to(dtype), B.to(dtype)
+        contestants[key] = Contestant(lambda a=A_low, b=B_low: a @ b)
+        rows[key] = {"dtype": check.dtype_name(dtype)}
+    flops = 2.0 * n**3
+    table = {"n": n, "flops": flops, "inputs": "already in each dtype (no casts timed)", "rows": rows}
+    sec.report["precision_table"] = table
+    timings = measure(
+        contestants,
+        device=dev,
+        warmup=check.sizes["warmup"],
+        repeats=check.sizes["table_repeats"],
+        min_sample_s=check.sizes["min_sample_s"],
+        extra_context={"race": "precision_table", "size": f"n={n}"},
+    )
+    for key, t in timings.items():
+        rows[key].update(status="ok", median_s=t.median, iqr_s=t.iqr, tflops=flops / t.median / 1e12, timing=t.to_dict())
+    table["context"] = timings["fp32"].context
+    sec.log(
+        f"precision table n={n}: "
+        + ", ".join(f"{k} {r['tflops']:.3g} TFLOP/s" if r.get("status") == "ok" else f"{k} skipped" for k, r in rows.items())
+    )
+
+
+def section_race_matmul(check: Check, sec: Section) -> None:
     from amp_lab import race
-    from amp_lab.device import dtype_name
 
-    if dev.type == "cuda":
-        dtypes = [torch.float16] + ([torch.bfloat16] if torch.cuda.is_bf16_supported() else [])
-    else:  # a test of the script: CPU autocast's dtype only
-        dtypes = [torch.bfloat16]
-    common = {
-        "device": dev,
-        "warmup": sizes["warmup"],
-        "repeats": sizes["repeats"],
-        "min_sample_s": sizes["min_sample_s"],
-        "target_rel_width": sizes["target_rel_width"],
-        "max_time_s": sizes["max_time_s"],
-    }
-    durations = {}
-    results: dict = {}
+    results = sec.report.setdefault("race_matmul", [])
+    for dtype in check.dtypes:
+        for n in check.sizes["matmul_n"]:
+            try:
+                r = race.race_matmul(n, dtype=dtype, reuse=check.races, **check.common)
+            except Exception as exc:
+                sec.failed(f"n={n} {check.dtype_name(dtype)}", exc)
+                continue
+            check.races.append(r)
+            results.append(r.to_dict())
+            sec.log(f"race_matmul n={n} {check.dtype_name(dtype)}: speedup {r.speedup_interval}: {r.outcome}")
+            sec.save()
 
-    start = time.perf_counter()
-    results["race_matmul"] = []
-    for dtype in dtypes:
-        for n in sizes["matmul_n"]:
-            r = race.race_matmul(n, dtype=dtype, **common)
-            log(f"race_matmul n={n} {dtype}: speedup {r.speedup_interval}: {r.outcome}")
-            results["race_matmul"].append(r.to_dict())
-    durations["race_matmul"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    results["race_mlp"] = []
-    for dtype in dtypes:
-        for width, batch in sizes["mlp"]:
-            r = race.race_mlp(width, batch, dtype=dtype, **common)
-            log(f"race_mlp width={width} batch={batch} {dtype}: speedup {r.speedup_interval}: {r.outcome}")
-            results["race_mlp"].append(r.to_dict())
-    durations["race_mlp"] = time.perf_counter() - start
+def section_race_mlp(check: Check, sec: Section) -> None:
+    from amp_lab import race
 
-    start = time.perf_counter()
-    aligned, unaligned = sizes["align"]
-    a = race.race_matmul(aligned, dtype=dtypes[0], **common)
-    u = race.race_matmul(unaligned, dtype=dtypes[0], **common)
-    results["alignment"] = {
-        "dtype": dtype_name(dtypes[0]),
+    results = sec.report.setdefault("race_mlp", [])
+    for dtype in check.mlp_dtypes:
+        for width, batch in check.sizes["mlp"]:
+            try:
+                r = race.race_mlp(width, batch, dtype=dtype, reuse=check.races, **check.common)
+            except Exception as exc:
+                sec.failed(f"width={width} batch={batch} {check.dtype_name(dtype)}", exc)
+                continue
+            check.races.append(r)
+            results.append(r.to_dict())
+            sec.log(
+                f"race_mlp width={width} batch={batch} {check.dtype_name(dtype)}: "
+                f"speedup {r.speedup_interval}: {r.outcome}"
+            )
+            sec.save()
+
+
+def section_alignment(check: Check, sec: Section) -> None:
+    from amp_lab import race
+
+    aligned, unaligned = check.sizes["align"]
+    dtype = check.dtypes[0]
+    a = race.race_matmul(aligned, dtype=dtype, reuse=check.races, **check.common)
+    check.races.append(a)
+    u = race.race_matmul(unaligned, dtype=dtype, reuse=check.races, **check.common)
+    check.races.append(u)
+    sec.report["alignment"] = {
+        "dtype": check.dtype_name(dtype),
         "n_aligned": aligned,
         "n_unaligned": unaligned,
         "amp_tflops_aligned": a.tflops["amp"],
@@ -239,54 +614,128 @@ def run_check(dev, sizes: dict, *, log=_log) -> dict:
         "aligned": a.to_dict(),
         "unaligned": u.to_dict(),
     }
-    log(f"alignment: AMP {a.tflops['amp']:.3g} TFLOP/s at n={aligned}, {u.tflops['amp']:.3g} at n={unaligned}")
-    durations["alignment"] = time.perf_counter() - start
+    sec.log(f"alignment: AMP {a.tflops['amp']:.3g} TFLOP/s at n={aligned}, {u.tflops['amp']:.3g} at n={unaligned}")
 
-    start = time.perf_counter()
-    results["sweeps"] = {}
-    for dtype in dtypes:
-        s = race.sweep(sizes["sweep_matmul"], kind="matmul", dtype=dtype, show_progress=False, **common)
-        results["sweeps"][f"matmul_{dtype_name(dtype)}"] = s.to_dict()
-        log(f"sweep matmul {dtype}: " + ", ".join(f"{n}: {x:.2f}x" for n, x in zip(s.sizes, s.speedups, strict=True)))
-    s = race.sweep(
-        sizes["sweep_mlp"], kind="mlp", batch=sizes["sweep_batch"], dtype=dtypes[0], show_progress=False, **common
-    )
-    results["sweeps"][f"mlp_{dtype_name(dtypes[0])}"] = s.to_dict()
-    log("sweep mlp: " + ", ".join(f"{n}: {x:.2f}x" for n, x in zip(s.sizes, s.speedups, strict=True)))
-    durations["sweeps"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    results["autocast_probe"] = {dev.type: run_probe(dev.type)}
+def section_autocast_probe(check: Check, sec: Section) -> None:
+    probes = sec.report.setdefault("autocast_probe", {})
+    for device_type in [check.dev.type] + (["cpu"] if check.dev.type == "cuda" else []):
+        probes[device_type] = p = run_probe(device_type)
+        sec.log(f"autocast probe {device_type}: {p.get('status')}" + (f" ({p['reason']})" if p.get("reason") else ""))
+        if p.get("status") == "error":
+            sec.errors.append({"item": device_type, "type": "ProbeError", "message": p.get("reason")})
+    if all(p.get("status") == "unavailable" for p in probes.values()):
+        sec.skipped = "; ".join(p.get("reason", "") for p in probes.values())
+
+
+def section_sweeps(check: Check, sec: Section) -> None:
+    from amp_lab import race
+
+    sweeps = sec.report.setdefault("sweeps", {})
+
+    def one(name: str, **kwargs) -> None:
+        try:
+            s = race.sweep(show_progress=False, reuse=check.races, **kwargs, **check.common)
+        except Exception as exc:
+            sec.failed(name, exc)
+            return
+        check.races.extend(s.results)
+        sweeps[name] = s.to_dict()
+        sec.log(f"sweep {name}: " + ", ".join(f"{n}: {x:.2f}x" for n, x in zip(s.sizes, s.speedups, strict=True)))
+        sec.save()
+
+    for dtype in check.dtypes:
+        if check.sizes["sweep_matmul"]:
+            one(f"matmul_{check.dtype_name(dtype)}", sizes=check.sizes["sweep_matmul"], kind="matmul", dtype=dtype)
+    if check.sizes["sweep_mlp"]:
+        dtype = check.dtypes[0]
+        one(f"mlp_{check.dtype_name(dtype)}", sizes=check.sizes["sweep_mlp"], kind="mlp",
+            batch=check.sizes["sweep_batch"], dtype=dtype)  # fmt: skip
+
+
+SECTION_FUNCTIONS = {
+    "precision_table": section_precision_table,
+    "race_matmul": section_race_matmul,
+    "race_mlp": section_race_mlp,
+    "alignment": section_alignment,
+    "autocast_probe": section_autocast_probe,
+    "sweeps": section_sweeps,
+}
+
+
+def _free_memory(dev) -> None:
+    """Give back what a section cached, so the next one's memory check sees it as free."""
+    gc.collect()
     if dev.type == "cuda":
-        results["autocast_probe"]["cpu"] = run_probe("cpu")
-    log("autocast probe: " + ", ".join(f"{k}: {v.get('status')}" for k, v in results["autocast_probe"].items()))
-    durations["autocast_probe"] = time.perf_counter() - start
-    results["durations_s"] = {k: round(v, 2) for k, v in durations.items()}
-    return results
+        import torch
+
+        torch.cuda.empty_cache()
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+def run_sections(check: Check, results: Results, *, log=_log) -> list[str]:
+    """Run every section, each caught on its own; returns the names of those that failed."""
+    report = results.report
+    failed = []
+    for name in SECTIONS:
+        status = report["sections"][name]
+        status["status"] = "running"
+        results.save()  # a run killed now says which section it was in
+        sec = Section(name, results, log)
+        start = time.perf_counter()
+        try:
+            SECTION_FUNCTIONS[name](check, sec)
+        except Exception as exc:
+            sec.failed("section", exc)
+        except BaseException as exc:  # Ctrl-C, SystemExit: keep what was measured, then stop
+            status.update(status="interrupted", error=_error(exc), duration_s=round(time.perf_counter() - start, 2))
+            report["durations_s"][name] = status["duration_s"]
+            results.save()
+            raise
+        status["duration_s"] = round(time.perf_counter() - start, 2)
+        report["durations_s"][name] = status["duration_s"]
+        if sec.errors:
+            status.update(status="error", error=sec.errors[0], errors=sec.errors)
+            failed.append(name)
+        elif sec.skipped:
+            status.update(status="skipped", reason=sec.skipped)
+        else:
+            status["status"] = "ok"
+        results.save()
+        _free_memory(check.dev)
+    return failed
+
+
+# --------------------------------------------------------------------------------------------
+# The summary
+# --------------------------------------------------------------------------------------------
 
 
 def markdown(report: dict) -> str:
-    from amp_lab.timing import format_seconds
+    from amp_lab.timing import format_bytes, format_seconds
 
     m = report["machine"]
+    mode = report.get("mode") or ("quick" if report.get("quick") else "full")
     lines = [
         f"# GPU check: {m['gpu_name'] or m['device']}",
         "",
         f"- date (UTC): {report['date']}",
-        f"- GPU: {m['gpu_name']} (compute capability {m['capability']}, {m['gpu_memory_gib']} GiB)",
+        f"- GPU: {m['gpu_name']} (compute capability {m['capability']}, {m['gpu_memory_gib']} GiB); "
+        f"AMP dtypes raced: {', '.join(m.get('amp_dtypes') or [])}",
         f"- driver {m['driver']}, CUDA runtime {m['cuda_runtime']}, cuDNN {m['cudnn']}, torch {m['torch']}, "
-        f"Python {m['python']}",
-        f"- sizes: {'quick' if report['quick'] else 'full'}; written by `scripts/gpu_check.py`",
+        f"Python {m['python']}; kernels for this GPU in this build: {m.get('arch_supported')}",
+        f"- sizes: {mode}; written by `scripts/gpu_check.py`",
         "",
-        "## race_matmul (C = A @ B, n x n, FP32 inputs)",
-        "",
-        "| n | AMP dtype | FP32 | TF32 | AMP | speedup vs FP32 (95% interval) | vs TF32 | AMP TFLOP/s |",
-        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| section | status | time (s) | planned worst case (s) |",
+        "| --- | --- | ---: | ---: |",
     ]
+    for name, s in report.get("sections", {}).items():
+        note = s["status"]
+        if s.get("error"):
+            note += f": {s['error'].get('type')}: {s['error'].get('message')}"
+        elif s.get("reason"):
+            note += f": {s['reason']}"
+        note = note.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {name} | {note} | {s.get('duration_s', '-')} | {s.get('planned_s', '-')} |")
 
     def t(r, name):
         timing = r["timings"].get(name)
@@ -304,109 +753,193 @@ def markdown(report: dict) -> str:
             return f"{iv['ratio']:.2f}x (too few pairs)"
         return f"{iv['ratio']:.2f}x ({iv['low']:.2f}-{iv['high']:.2f}, {iv['outcome']})"
 
-    for r in report["race_matmul"]:
-        lines.append(
-            f"| {r['params']['n']} | {r['dtype']} | {t(r, 'fp32')} | {t(r, 'tf32')} | {t(r, 'amp')} | "
-            f"{xi(r)} | {x(r['speedup_vs_tf32'])} | {r['tflops']['amp']:.3g} |"
-        )
-    lines += [
-        "",
-        "## race_mlp (training steps of the seed's model)",
-        "",
-        "| width | batch | AMP dtype | FP32 | TF32 | AMP | speedup vs FP32 (95% interval) | vs TF32 | memory FP32 | memory AMP |",
-        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    from amp_lab.timing import format_bytes
-
-    for r in report["race_mlp"]:
-        mem = r.get("memory") or {}
-        lines.append(
-            f"| {r['params']['width']} | {r['params']['batch']} | {r['dtype']} | {t(r, 'fp32')} | {t(r, 'tf32')} | "
-            f"{t(r, 'amp')} | {xi(r)} | {x(r['speedup_vs_tf32'])} | "
-            f"{format_bytes(mem.get('fp32'))} | {format_bytes(mem.get('amp'))} |"
-        )
-    al = report["alignment"]
-    lines += [
-        "",
-        "## Alignment",
-        "",
-        f"AMP ({al['dtype']}) matmul: {al['amp_tflops_aligned']:.3g} TFLOP/s at n = {al['n_aligned']}, "
-        f"{al['amp_tflops_unaligned']:.3g} TFLOP/s at n = {al['n_unaligned']}.",
-        "",
-        "## Sweeps",
-        "",
-    ]
-    for name, s in report["sweeps"].items():
-        pairs = ", ".join(f"{n}: {v:.2f}x" for n, v in zip(s["sizes"], s["speedups"], strict=True))
-        c = s["ceiling"]
-        lines.append(f"- {name}: {pairs}; ceiling {c['vs_fp32']:.3g}x ({c['source']})")
-    lines += ["", "## Autocast probe", ""]
-    for device_type, p in report["autocast_probe"].items():
-        if p.get("status") == "ok":
-            counts = ", ".join(f"{k}: {v}" for k, v in sorted(p["policy_counts"].items()))
-            lines.append(f"- {device_type} ({p.get('dtype')}): {len(p['ops'])} ops; {counts}")
-        else:
-            lines.append(f"- {device_type}: {p.get('status')} ({p.get('reason')})")
-    lines += ["", f"Durations (s): {report['durations_s']}", ""]
+    table = report.get("precision_table")
+    if table:
+        lines += [
+            "",
+            f"## FP32, TF32, bf16, fp16: one n = {table['n']} matmul, inputs already in each dtype",
+            "",
+            "| precision | dtype | time per matmul | TFLOP/s |",
+            "| --- | --- | ---: | ---: |",
+        ]
+        for key, r in table["rows"].items():
+            if r.get("status") == "ok":
+                lines.append(f"| {key} | {r['dtype']} | {format_seconds(r['median_s'])} | {r['tflops']:.3g} |")
+            else:
+                lines.append(f"| {key} | {r['dtype']} | {r.get('status', 'pending')}: {r.get('reason', '')} | - |")
+    if report.get("race_matmul"):
+        lines += [
+            "",
+            "## race_matmul (C = A @ B, n x n, FP32 inputs)",
+            "",
+            "| n | AMP dtype | FP32 | TF32 | AMP | speedup vs FP32 (95% interval) | vs TF32 | AMP TFLOP/s |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for r in report["race_matmul"]:
+            lines.append(
+                f"| {r['params']['n']} | {r['dtype']} | {t(r, 'fp32')} | {t(r, 'tf32')} | {t(r, 'amp')} | "
+                f"{xi(r)} | {x(r['speedup_vs_tf32'])} | {r['tflops']['amp']:.3g} |"
+            )
+    if report.get("race_mlp"):
+        lines += [
+            "",
+            "## race_mlp (training steps of the seed's model)",
+            "",
+            "| width | batch | AMP dtype | FP32 | TF32 | AMP | speedup vs FP32 (95% interval) | vs TF32 | memory FP32 | memory AMP |",
+            "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for r in report["race_mlp"]:
+            mem = r.get("memory") or {}
+            lines.append(
+                f"| {r['params']['width']} | {r['params']['batch']} | {r['dtype']} | {t(r, 'fp32')} | {t(r, 'tf32')} | "
+                f"{t(r, 'amp')} | {xi(r)} | {x(r['speedup_vs_tf32'])} | "
+                f"{format_bytes(mem.get('fp32'))} | {format_bytes(mem.get('amp'))} |"
+            )
+    al = report.get("alignment")
+    if al:
+        lines += [
+            "",
+            "## Alignment",
+            "",
+            f"AMP ({al['dtype']}) matmul: {al['amp_tflops_aligned']:.3g} TFLOP/s at n = {al['n_aligned']}, "
+            f"{al['amp_tflops_unaligned']:.3g} TFLOP/s at n = {al['n_unaligned']}.",
+        ]
+    if report.get("sweeps"):
+        lines += ["", "## Sweeps", ""]
+        for name, s in report["sweeps"].items():
+            pairs = ", ".join(f"{n}: {v:.2f}x" for n, v in zip(s["sizes"], s["speedups"], strict=True))
+            c = s["ceiling"]
+            lines.append(f"- {name}: {pairs}; ceiling {c['vs_fp32']:.3g}x ({c['source']})")
+    if report.get("autocast_probe"):
+        lines += ["", "## Autocast probe", ""]
+        for device_type, p in report["autocast_probe"].items():
+            if p.get("status") == "ok":
+                counts = ", ".join(f"{k}: {v}" for k, v in sorted(p["policy_counts"].items()))
+                lines.append(f"- {device_type} ({p.get('dtype')}): {len(p['ops'])} ops; {counts}")
+            else:
+                lines.append(f"- {device_type}: {p.get('status')} ({p.get('reason')})")
+    lines += ["", f"Durations (s): {report.get('durations_s')}; total {report.get('total_s')} s", ""]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+# --------------------------------------------------------------------------------------------
+# main
+# --------------------------------------------------------------------------------------------
+
+
+def _refuse(msg: str, code: int) -> int:
+    print(f"gpu_check: {msg}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None, *, facts: CudaFacts | None = None, log=_log) -> int:
+    """Run the check; returns the exit status (see the module docstring).  ``facts`` replaces what
+    :func:`cuda_facts` would read from torch (tests check the arch refusal on a machine without CUDA)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=None, help="directory for the results files (default: docs/results/)")
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu to test this script")
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test, not reference numbers")
-    args = parser.parse_args(argv)
+    parser.add_argument("--quick", action="store_true", help="a one-shot run: under 3 minutes on an H100")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed why
+        return EXIT_CANNOT_RUN if exc.code else EXIT_OK
 
     os.environ.setdefault("AMP_LAB_PROGRESS", "0")
     import torch
 
     from amp_lab.device import get_device
+    from amp_lab.hardware import arch_advice, arch_supported
     from amp_lab.race import RESULTS_SCHEMA, utc_now
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(
-            "gpu_check: no CUDA GPU here (torch.cuda.is_available() is False), so there is nothing to check. "
-            "Run it on a machine with an NVIDIA GPU, or pass --device cpu to test the script.",
-            file=sys.stderr,
-        )
-        return 2
     try:
-        dev = get_device(args.device)
-    except ValueError as exc:
-        print(f"gpu_check: {exc}", file=sys.stderr)
-        return 2
-    if dev.type != "cuda" and args.out is None:
-        print(
-            f"gpu_check: --device {dev} only tests this script, and its numbers are not reference material "
+        requested = torch.device(args.device)
+    except RuntimeError:
+        return _refuse(f"--device {args.device!r} is not a device name; use cuda, cuda:N or cpu", EXIT_CANNOT_RUN)
+    if requested.type not in ("cuda", "cpu"):
+        return _refuse(f"--device {args.device!r}: this script checks CUDA GPUs (or tests itself on the cpu)", EXIT_CANNOT_RUN)
+    if requested.type == "cuda":
+        if facts is None:
+            if not torch.cuda.is_available():
+                return _refuse(
+                    "no CUDA GPU here (torch.cuda.is_available() is False), so there is nothing to check. "
+                    "Run it on a machine with an NVIDIA GPU, or pass --device cpu to test the script.",
+                    EXIT_CANNOT_RUN,
+                )
+            index = requested.index if requested.index is not None else torch.cuda.current_device()
+            if not 0 <= index < torch.cuda.device_count():
+                return _refuse(f"--device {args.device}: this machine has {torch.cuda.device_count()} CUDA GPU(s)", EXIT_CANNOT_RUN)
+            facts = cuda_facts(index)
+        if not arch_supported(facts.capability, list(facts.arch_list)):
+            advice = arch_advice(facts.capability, list(facts.arch_list), facts.cuda_version)
+            return _refuse(f"nothing was measured: {advice}", EXIT_NO_KERNELS)
+    elif args.out is None:
+        return _refuse(
+            f"--device {args.device} only tests this script, and its numbers are not reference material "
             "for docs/results/: give --out DIR",
-            file=sys.stderr,
+            EXIT_CANNOT_RUN,
         )
-        return 2
+    try:
+        dev = get_device(requested if requested.type == "cpu" else torch.device("cuda", facts.index))
+    except ValueError as exc:
+        return _refuse(str(exc), EXIT_CANNOT_RUN)
+
+    cuda = dev.type == "cuda"
+    sizes = (QUICK if args.quick else FULL) if cuda else TINY
+    mode = ("quick" if args.quick else "full") if cuda else "cpu-test"
+    capability = facts.capability if cuda else None
     out = Path(args.out) if args.out is not None else ROOT / "docs" / "results"
-    sizes = TINY if dev.type == "cpu" else (QUICK if args.quick else FULL)
 
     began = time.perf_counter()
-    machine = machine_info(dev)
-    _log(f"gpu_check on {machine['gpu_name'] or dev} (torch {machine['torch']}, CUDA {machine['cuda_runtime']})")
+    machine = machine_info(dev, facts if cuda else None)
+    check = Check(dev, sizes, capability)
+    budget = plan(sizes, check.dtypes, device_type=dev.type, capability=capability)
+    assumption = (
+        f"{mode} sizes, FP32 at >= {ASSUMED_FP32_TFLOPS:g} TFLOP/s, {sizes['max_time_s']} s per race"
+        if cuda
+        else "tiny CPU-test sizes, fixed rounds"
+    )
+    log(f"gpu_check on {machine['gpu_name'] or dev} (torch {machine['torch']}, CUDA {machine['cuda_runtime']}, "
+        f"AMP dtypes {', '.join(machine['amp_dtypes'])})")  # fmt: skip
+    log(plan_text(budget, assumption))
+
+    date = utc_now()
+    quick = bool(args.quick or not cuda)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = file_stem(machine["gpu_name"] or dev.type, date, quick)
+    for k in range(2, 100):  # two runs in the same second must not overwrite each other either
+        if not (out / f"{stem}.json").exists():
+            break
+        stem = f"{file_stem(machine['gpu_name'] or dev.type, date, quick)}-{k}"
     report = {
         "schema": RESULTS_SCHEMA,
-        "date": utc_now(),
-        "quick": bool(args.quick or dev.type == "cpu"),
+        "date": date,
+        "quick": quick,
+        "mode": mode,
         "machine": machine,
-        **run_check(dev, sizes),
+        "plan": {"worst_case_s": budget, "assumption": assumption, "sizes": {k: v for k, v in sizes.items()}},
+        "sections": {name: {"status": "pending", "planned_s": budget.get(name)} for name in SECTIONS},
+        "durations_s": {},
+        "complete": False,
     }
-    report["total_s"] = round(time.perf_counter() - began, 1)
-
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"gpu-check_{slug(machine['gpu_name'] or dev.type)}_{report['date'][:10].replace('-', '')}"
-    if report["quick"]:
-        stem += "_quick"
-    json_path = out / f"{stem}.json"
-    json_path.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    (out / f"{stem}.md").write_text(markdown(report), encoding="utf-8")
-    _log(f"wrote {json_path} and {stem}.md in {report['total_s']} s")
-    return 0
+    results = Results(out, stem, report)
+    results.save()
+    log(f"writing {results.json_path} (and {stem}.md) after every race")
+    try:
+        failed = run_sections(check, results, log=log)
+    finally:
+        report["total_s"] = round(time.perf_counter() - began, 1)
+        results.save()
+    report["complete"] = True
+    results.save()
+    log(f"wrote {results.json_path} and {stem}.md in {report['total_s']} s")
+    if failed:
+        details = "; ".join(
+            f"{name} ({report['sections'][name]['error']['type']}: {report['sections'][name]['error']['message']})"
+            for name in failed
+        )
+        print(f"gpu_check: {len(failed)} section(s) failed: {details}. The file holds the others.", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 if __name__ == "__main__":

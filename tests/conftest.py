@@ -16,3 +16,24 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # Tests never pick a GPU by accident: they ask for one explicitly when they want it.
 os.environ.setdefault("AMP_LAB_DEVICE", "cpu")
 os.environ.setdefault("AMP_LAB_PROGRESS", "0")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Make this CPU build of torch report one CUDA GPU: ``fake_gpu(name, capability, arch_list)``.  Only
+    the facts torch.cuda reports are faked (name, capability, the build's arch list and CUDA version);
+    nothing can run on it."""
+    import torch
+
+    def install(name: str, capability: tuple[int, int], arch_list, cuda: str = "13.0") -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=None: name)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=None: capability)
+        monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(arch_list))
+        monkeypatch.setattr(torch.version, "cuda", cuda)
+
+    return install

@@ -163,3 +163,35 @@ def test_course_map_on_this_machine_follows_describe():
     rows = course_map()
     assert [(f, m) for f, m, _ in rows] == [(lesson.file, lesson.minutes) for lesson in LESSONS]
     assert rows == course_map(report)
+
+
+@pytest.mark.parametrize(
+    "kind, facts",
+    [("cuda", ("GPU", cap)) for cap in [(7, 5), (7, 0), (8, 0), (8, 9), (9, 0), (10, 0), (12, 0), (6, 1)]]
+    + [("cpu", AVX2), ("cpu", SAPPHIRE_RAPIDS), ("cpu", GRAVITON2), ("mac", M2), ("mps", None)],
+    ids=lambda v: str(v[1]) if isinstance(v, tuple) else None,
+)
+def test_07_names_the_dtype_and_scaler_its_decision_flow_picks(here, kind, facts):
+    """The course map's line for 07 and 07's own decision flow (recipe.choose_amp_dtype) name one dtype."""
+    from amp_lab.recipe import choose_amp_dtype
+
+    report = machine(here, kind, facts)
+    choice = choose_amp_dtype(report)
+    text = dict((f, t) for f, _, t in course_map(report))["07_amp_training_recipe.ipynb"]
+    named = re.match(r"trains end to end in (\w+) on ", text)
+    assert named and named.group(1) == str(choice.dtype).removeprefix("torch."), text
+    assert ("with a GradScaler" in text) == choice.use_scaler
+
+
+def test_07_follows_the_facts_of_a_report_whose_verdict_is_stale(here):
+    """A T4 made by replacing the GPU facts of this CPU's report keeps the CPU's stored verdict (bfloat16);
+    07's flow reads the facts (float16 with a GradScaler), and so must the course map."""
+    import dataclasses
+
+    from amp_lab.recipe import choose_amp_dtype
+
+    t4 = dataclasses.replace(here, race_device="cuda", cuda_available=True, gpu_name="Tesla T4", capability=(7, 5),
+                             tensor_cores=hardware.tensor_core_generation((7, 5)), bf16_supported=True)  # fmt: skip
+    assert t4.race_dtype == torch.bfloat16 and choose_amp_dtype(t4).dtype == torch.float16
+    text = dict((f, t) for f, _, t in course_map(t4))["07_amp_training_recipe.ipynb"]
+    assert text.startswith("trains end to end in float16 on Tesla T4 with a GradScaler"), text

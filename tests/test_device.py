@@ -112,3 +112,85 @@ def test_torch_threads_sets_and_restores():
     with pytest.raises(RuntimeError), D.torch_threads(1, "cpu"):
         raise RuntimeError("restored even on error")
     assert torch.get_num_threads() == before
+
+
+# --------------------------------------------------------------------------------------------
+# float64 on a device without it (Apple GPUs): amp_lab.device's helpers (issue 13, item 8)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device, ok", [("cpu", True), ("cuda", True), ("cuda:1", True), (torch.device("mps"), False),
+                                        ("mps", False), ("mps:0", False)])  # fmt: skip
+def test_supports_float64(device, ok):
+    # answered from the device's type alone: a machine without that device can still ask
+    assert D.supports_float64(device) is ok
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_float64_on_cpu_is_double_to_the_bit(dtype):
+    x = (torch.randn(257, generator=torch.Generator().manual_seed(0)) * 1e3).to(dtype)
+    x.requires_grad_(dtype is not torch.float16)
+    y = D.float64_on_cpu(x)
+    assert y.dtype == torch.float64 and y.device.type == "cpu" and not y.requires_grad
+    assert torch.equal(y, x.detach().double())
+
+
+def test_float64_to_keeps_float64_off_mps():
+    t = torch.arange(3, dtype=torch.float64)
+    assert D.float64_to(t, "cpu").device.type == "cpu"
+    assert D.float64_to(t, torch.device("mps")) is t  # already on the CPU: stays there
+    assert torch.equal(D.float64_to(t, "mps"), t)
+
+
+@pytest.mark.parametrize("bad, error", [("tpu:x", ValueError), ("gpu!", ValueError), (3, TypeError), (None, TypeError)])
+def test_float64_helpers_reject_bad_arguments(bad, error):
+    with pytest.raises(error, match="device"):
+        D.supports_float64(bad)
+    with pytest.raises(error, match="device"):
+        D.float64_to(torch.zeros(1, dtype=torch.float64), bad)
+    with pytest.raises(TypeError, match="t must be"):
+        D.float64_on_cpu([1.0])
+    with pytest.raises(TypeError, match="t must be"):
+        D.float64_to([1.0], "cpu")
+
+
+def test_amp_dtype_and_the_machine_verdict_agree_on_mps(monkeypatch):
+    # issue 13, item 4: the course's dtype for an Apple GPU is one decision (hardware.amp_dtype_for),
+    # whichever door a learner asks through: amp_dtype, the verdict, or the machine report.
+    from amp_lab import hardware
+
+    real = D._device_available
+    monkeypatch.setattr(D, "_device_available", lambda dev: dev.type == "mps" or real(dev))
+    dtype = D.amp_dtype("mps")
+    assert D.amp_dtype(torch.device("mps", 0)) is dtype
+    assert dtype is hardware.amp_dtype_for("mps")
+    facts = dict(cuda_available=False, tensor_cores=None, flags={}, device_type="mps", system="Darwin")
+    verdict = hardware.machine_verdict(**facts)
+    assert (verdict.device, verdict.dtype) == ("mps", dtype)
+    assert hardware.verdict_for(**facts)[1:] == ("mps", dtype)
+    assert hardware.report_for("mps", system="Darwin").race_dtype is dtype
+    report = hardware.describe("mps")
+    assert (report.race_device, report.race_dtype) == ("mps", dtype)
+
+
+def test_seeded_gives_an_apple_gpus_generator_back(monkeypatch):
+    """torch.manual_seed reseeds the MPS generator as well; seeded() must restore it like the CPU's."""
+    import torch
+
+    from amp_lab import device
+
+    state = {"mps": torch.tensor([7], dtype=torch.uint8)}
+    monkeypatch.setattr(device, "_mps_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "get_rng_state", lambda *a, **k: state["mps"].clone())
+    monkeypatch.setattr(torch.mps, "set_rng_state", lambda s, *a, **k: state.update(mps=s.clone()))
+    real_seed = torch.manual_seed
+
+    def manual_seed(seed):  # what torch does on a Mac: every generator, the MPS one included
+        state["mps"] = torch.tensor([seed % 256], dtype=torch.uint8)
+        return real_seed(seed)
+
+    monkeypatch.setattr(torch, "manual_seed", manual_seed)
+    cpu_before = torch.get_rng_state()
+    with device.seeded(3):
+        assert int(state["mps"][0]) == 3
+    assert int(state["mps"][0]) == 7 and torch.equal(torch.get_rng_state(), cpu_before)

@@ -89,3 +89,22 @@ def test_torch_minimum_is_pyprojects_bound():
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     bound = re.search(r'"torch>=([0-9.]+)"', pyproject).group(1)
     assert next(r.minimum for r in doctor.REQUIREMENTS if r.distribution == "torch") == bound
+
+
+CU130 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]  # torch 2.14.1+cu130's get_arch_list()
+
+
+def test_gpu_kernels_check_names_the_build_to_install():
+    v100 = doctor.check_gpu_kernels((7, 0), CU130, "13.0", gpu_name="Tesla V100-SXM2-16GB")
+    assert not v100.ok and "sm_70" in v100.detail and "cu126" in v100.detail
+    h100 = doctor.check_gpu_kernels((9, 0), CU130, "13.0", gpu_name="NVIDIA H100 80GB HBM3")
+    assert h100.ok and "sm_90" in h100.detail
+    assert doctor.check_gpu_kernels() is None  # no CUDA GPU on this machine: nothing to check
+
+
+def test_doctor_fails_on_a_gpu_the_wheel_has_no_kernels_for(fake_gpu):
+    fake_gpu("Tesla V100-SXM2-16GB", (7, 0), CU130)
+    out = io.StringIO()
+    assert doctor.main(out=out) == 1
+    text = out.getvalue()
+    assert "[PROBLEM] GPU kernels: Tesla V100-SXM2-16GB (sm_70)" in text and "cu126" in text

@@ -199,3 +199,54 @@ def test_digits_gradients_really_underflow_in_fp16(digits_record):
     k = R.suggest_log2_scale(rec.activation_grads, "fp16")
     assert k >= 10
     assert R.range_report(rec.activation_grads, "fp16", 2.0**k).underflow < 0.05
+
+
+# --------------------------------------------------------------------------------------------
+# make_mlp leaves every generator of the learner as it was (issue 13, item 9)
+# --------------------------------------------------------------------------------------------
+
+
+def old_make_mlp(seed, depth, width, num_features=64, num_classes=10):
+    """The construction make_mlp always used: reseed torch, then build (the weights must not change)."""
+    torch.manual_seed(seed)
+    layers, fan_in = [], num_features
+    for _ in range(depth - 1):
+        layers += [nn.Linear(fan_in, width), nn.ReLU()]
+        fan_in = width
+    layers.append(nn.Linear(fan_in, num_classes))
+    return nn.Sequential(*layers)
+
+
+@pytest.mark.parametrize("seed, depth, width", [(0, 8, 64), (7, 5, 32), (123, 1, 3)])
+def test_make_mlp_weights_are_those_of_manual_seed(seed, depth, width):
+    state = torch.random.get_rng_state()
+    try:
+        want = old_make_mlp(seed, depth, width)
+    finally:
+        torch.random.set_rng_state(state)
+    got = G.make_mlp(depth=depth, width=width, seed=seed, device="cpu")
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(p, q) for p, q in zip(got.parameters(), want.parameters(), strict=True))
+
+
+def test_make_mlp_gives_the_learners_gpu_generators_back(monkeypatch):
+    # torch.manual_seed reseeds every CUDA generator too; make_mlp must restore them, not only the
+    # CPU's.  Two pretend GPUs whose generator states are plain values:
+    states = {0: torch.tensor([11], dtype=torch.uint8), 1: torch.tensor([22], dtype=torch.uint8)}
+
+    def index(device):
+        return device if isinstance(device, int) else torch.device(device).index
+
+    def seed_all(seed):
+        for i in states:
+            states[i] = torch.tensor([seed % 256], dtype=torch.uint8)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", seed_all)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda:0": states[index(device)].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda:0": states.update({index(device): state}))
+    cpu = torch.random.get_rng_state()
+    G.make_mlp(depth=2, width=4, seed=5, device="cpu")
+    assert {i: int(s) for i, s in states.items()} == {0: 11, 1: 22}
+    assert torch.equal(torch.random.get_rng_state(), cpu)

@@ -346,3 +346,55 @@ def test_scale_explorer_shows_overflow_of_large_values():
     assert "suggested scale: 2^9" in ex.readout.value
     with pytest.raises(ValueError, match="log2_scale"):
         R.scale_explorer(x, "fp16", log2_scale=30)
+
+
+# ---------------------------------------------------------------------------------------------
+# Without float64 (Apple GPUs have none): the overflow test in float32 (issue 13, item 8)
+# ---------------------------------------------------------------------------------------------
+
+# Course formats, plus formats of one's own whose threshold float32 cannot hold: between two
+# float32 values (E5M30, with an odd and an even max), beyond float32's range (E8M30, E11M52).
+THRESHOLD_FORMATS = [F.FORMATS[n] for n in FMT_NAMES] + [
+    F.FloatFormat("e5m30", 5, 30),
+    F.FloatFormat("e5m30fn", 5, 30, finite_only=True, overflow="saturate"),
+    F.FloatFormat("e8m30", 8, 30),
+    F.FloatFormat("e11m52", 11, 52),
+    F.FloatFormat("e3m2fn", 3, 2, finite_only=True, overflow="nan"),
+]
+
+
+def float32_neighbours(v: float, k: int = 3) -> list[float]:
+    """The float32 values within ``k`` steps of ``v`` (rounded to float32), both ways."""
+    with np.errstate(over="ignore"):
+        c = np.float32(min(v, 3.4028234663852886e38))
+        out, lo, hi = [float(c)], c, c
+        for _ in range(k):
+            lo, hi = np.nextafter(lo, np.float32(0)), np.nextafter(hi, np.float32(np.inf))
+            out += [float(lo), float(hi)]
+    return out
+
+
+@pytest.mark.parametrize("f", THRESHOLD_FORMATS, ids=lambda f: f.name)
+def test_overflow_test_needs_no_float64(f):
+    thr, inclusive = R.overflow_threshold(f)
+    values = float32_neighbours(thr) + float32_neighbours(f.max) + float32_neighbours(thr / 2)
+    values += [3.4028234663852886e38, float("inf"), 1.0, f.min_subnormal]
+    y = torch.tensor(values, dtype=torch.float32)
+    y = torch.cat([y, -y, log_uniform(7, 2000, -140, 128)])
+    r = F.round_to(y, f)
+    a = y.double().abs()  # the oracle: the float64 comparison with the exact threshold
+    want = ((a >= thr) if inclusive else (a > thr)) | ~torch.isfinite(r)
+    assert torch.equal(R._overflow_mask(y, r, f), want)
+    t, _ = R._float32_threshold(f)
+    assert float(np.float32(t)) == t  # a float32 value: the comparison is exact in float32
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 10, 97, 1000, 4099, 65537])
+def test_lost_update_fraction_is_the_float64_mean_to_the_bit(n):
+    gen = torch.Generator().manual_seed(n)
+    w = torch.randn(n, generator=gen)
+    dw = torch.randn(n, generator=gen) * torch.exp2(torch.empty(n).uniform_(-16, -4, generator=gen))
+    w16, d16 = F.round_to(w, "fp16"), F.round_to(dw, "fp16")
+    keep = dw != 0
+    old = float((F.round_to(w16 + d16, "fp16")[keep] == w16[keep]).double().mean())  # the float64 mean it was
+    assert R.lost_update_fraction(w, dw, "fp16") == old

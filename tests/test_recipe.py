@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import statistics
 import warnings
 
@@ -527,3 +528,274 @@ def test_read_comparison_errors():
     bare = [dataclasses.replace(r, speedup=None, step_seconds=()) for r in results]
     with pytest.raises(ValueError, match="step_seconds"):
         recipe.read_comparison(bare, choice)
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 13: the CUDA paths, tested without a GPU
+# --------------------------------------------------------------------------------------------
+
+
+def test_make_model_weights_are_those_of_manual_seed():
+    """The oracle is the recipe before device.seeded: torch.manual_seed(seed), then the construction."""
+    for seed, depth in [(0, 2), (7, 3)]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            ref = torch.nn.Sequential(
+                *[m for _ in range(depth) for m in (torch.nn.Linear(64 if _ == 0 else 32, 32), torch.nn.ReLU())],
+                torch.nn.Linear(32, 10),
+            )
+        model = recipe.make_model(64, 10, hidden=32, depth=depth, seed=seed)
+        assert [n for n, _ in model.named_parameters()] == [n for n, _ in ref.named_parameters()]
+        assert all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters(), strict=True))
+    with pytest.raises(ValueError, match="seed"):
+        recipe.make_model(64, 10, seed=-1)
+
+
+def test_make_model_leaves_the_learners_cpu_and_cuda_generators_alone(monkeypatch):
+    """A fake CUDA device 0 whose generator torch.manual_seed reseeds (as it reseeds every real one):
+    after make_model, the CPU's generator and the GPU's are exactly where the learner left them."""
+    from amp_lab import device as device_module
+
+    gpu_rng = {}
+    monkeypatch.setattr(device_module, "_rng_devices", lambda: [0])
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=0: gpu_rng[int(device)])
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=0: gpu_rng.__setitem__(int(device), state))
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: gpu_rng.__setitem__(0, f"reseeded to {seed}"))
+    torch.manual_seed(1234)
+    gpu_rng[0] = "the learner's CUDA state"  # after the learner's own seeding
+    cpu_before = torch.random.get_rng_state()
+    recipe.make_model(64, 10, hidden=8, seed=5)
+    assert torch.equal(torch.random.get_rng_state(), cpu_before)
+    assert gpu_rng[0] == "the learner's CUDA state"
+    torch.manual_seed(5)  # the fake is live: a bare manual_seed does reseed it
+    assert gpu_rng[0] == "reseeded to 5"
+
+
+def test_evaluate_sums_losses_exactly_as_the_float64_device_sum_did(data):
+    """The loss is now summed in float64 on the host (MPS has no float64); the oracle is the old
+    formula, a float64 tensor on the device, and the result must be equal to the bit."""
+    model, opt, scaler, _ = fresh(torch.float32)
+    recipe.train(model, opt, scaler, data.train, dtype=torch.float32, num_steps=3)
+    for dtype, batch_size in [(torch.float32, 100), (torch.float32, 7), (torch.bfloat16, 64), (torch.float16, 449)]:
+        ev = recipe.evaluate(model, data.test, dtype=dtype, batch_size=batch_size)
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        correct = 0
+        with torch.inference_mode(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            for start in range(0, len(data.test), batch_size):
+                X, y = data.test.X[start : start + batch_size], data.test.y[start : start + batch_size]
+                logits = model(X)
+                loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
+                correct += int((logits.argmax(dim=1) == y).sum())
+        assert ev.loss == float(loss_sum) / len(data.test)
+        assert ev.accuracy == correct / len(data.test)
+
+
+def test_train_step_non_blocking_returns_the_same_step_on_the_device(data):
+    for dtype, kw in [(torch.float32, {}), (torch.bfloat16, {}), (torch.float16, {"init_scale": 2.0**24})]:
+        runs = [fresh(dtype, **kw) for _ in range(2)]
+        for step in range(3):
+            batches = recipe.micro_batches(data.train, step=step, batch_size=32, accumulation_steps=2)
+            model, opt, scaler, _ = runs[0]
+            now = recipe.train_step(model, opt, scaler, batches, dtype=dtype)
+            model, opt, scaler, _ = runs[1]
+            pending = recipe.train_step(model, opt, scaler, batches, dtype=dtype, non_blocking=True)
+            assert isinstance(pending, recipe.PendingStep) and isinstance(pending.loss, torch.Tensor)
+            # repr: a skipped float16 step's gradient norm is inf or NaN, and NaN != NaN
+            assert isinstance(now, recipe.StepResult) and repr(pending.result()) == repr(now)
+        if dtype == torch.float16:
+            assert now.scale < 2.0**24  # the float16 run really skipped steps
+    model, opt, scaler, _ = fresh(torch.float32)
+    with pytest.raises(TypeError, match="non_blocking"):
+        recipe.train_step(model, opt, scaler, batches, dtype=torch.float32, non_blocking="yes")
+
+
+SYNCS = ("item", "__float__", "__bool__", "__int__", "__index__", "tolist", "cpu", "numpy")
+
+
+def test_no_host_sync_inside_a_timed_step(data, monkeypatch):
+    """Every way a tensor's value reaches Python (each a host sync on a GPU) is counted, and the timer's
+    clock says when a step is being timed: between its start and stop nothing may be read.  Adam is made
+    fused, as compare_precisions makes it on CUDA, so the float16 run takes the GPU's path through
+    GradScaler.step too."""
+    state = {"timing": False, "regions": 0}
+    inside, outside = [], []
+    ticks = iter(range(10**6))
+
+    def clock():
+        state["timing"] = not state["timing"]
+        state["regions"] += state["timing"]
+        return next(ticks) * 1e-3
+
+    def counting(name, original):
+        def wrapper(self, *args, **kwargs):
+            (inside if state["timing"] else outside).append(name)
+            return original(self, *args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(recipe, "_clock", clock)
+    monkeypatch.setattr(recipe, "_adam", lambda params, *, lr, device: torch.optim.Adam(params, lr=lr, fused=True))
+    for name in SYNCS:
+        monkeypatch.setattr(torch.Tensor, name, counting(name, getattr(torch.Tensor, name)))
+    rows = recipe.compare_precisions(data, (torch.float32, "bf16", "fp16"), num_steps=4, warmup_steps=1, hidden=16)
+    assert state["regions"] == 3 * 4 and not state["timing"]
+    assert inside == []
+    assert "__float__" in outside  # the counter works: the numbers are read, after the clock stopped
+    assert all(len(r.losses) == 4 and all(math.isfinite(v) for v in r.losses) for r in rows)
+
+
+def test_compare_precisions_reports_the_memory_of_one_step_not_everything_alive(data, monkeypatch):
+    """Fake CUDA allocator counters: memory_allocated says ALIVE bytes (data, weights, Adam state) and the
+    peak is ALIVE + this dtype's step.  The row must report the step alone, measured after a warm-up
+    step (Adam's state exists at the baseline), with the peak reset after the baseline was read."""
+    ALIVE = 50 * 2**20
+    STEP = {torch.float32: 300_000, torch.bfloat16: 170_000}
+    events, current = [], {}
+    step = recipe._numbered_step
+
+    def numbered_step(model, opt, scaler, split, k, *, dtype, **kw):
+        events.append(f"step {k}")
+        current.update(opt=opt, dtype=dtype)
+        return step(model, opt, scaler, split, k, dtype=dtype, **kw)
+
+    def allocated():
+        events.append("allocated")
+        assert len(current["opt"].state) > 0, "the baseline was read before the warm-up step made Adam's state"
+        return ALIVE
+
+    counters = recipe._MemoryCounters(
+        synchronize=lambda: events.append("sync"),
+        allocated=allocated,
+        reset_peak=lambda: events.append("reset"),
+        peak=lambda: events.append("peak") or ALIVE + STEP[current["dtype"]],
+    )
+    monkeypatch.setattr(recipe, "_numbered_step", numbered_step)
+    monkeypatch.setattr(recipe, "_memory_counters", lambda dev: counters)
+    rows = recipe.compare_precisions(data, (torch.float32, "bf16"), num_steps=3, warmup_steps=1, hidden=16)
+    assert [r.peak_memory_bytes for r in rows] == [STEP[torch.float32], STEP[torch.bfloat16]]
+    one = ["step 0", "sync", "allocated", "reset", "step 1", "sync", "peak"]
+    assert events == one + one
+    table = recipe.comparison_rows(rows)
+    assert recipe.COMPARISON_HEADER[4] == "peak CUDA memory per step"
+    assert [row[4] for row in table] == ["292.97 KiB", "166.02 KiB"]
+    reading = recipe.read_comparison(rows, recipe.choose_amp_dtype(gpu((8, 0), "A100")))
+    assert "Peak CUDA memory per step" in reading.memory
+    assert f"({STEP[torch.bfloat16] / STEP[torch.float32]:.2f}x)" in reading.memory
+
+
+def test_compare_precisions_uses_fused_adam_only_on_cuda():
+    """Fused on CUDA (no found_inf.item() in GradScaler.step); on the CPU the default Adam, whose losses
+    the stored notebooks and the bit-for-bit tests hold (the CPU's fused Adam differs in the last bit)."""
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert recipe._adam(params, lr=1e-3, device=torch.device("cpu")).defaults["fused"] is False
+    # torch.device("cuda") is only a description here: the optimizer is built, never stepped.
+    assert recipe._adam(params, lr=1e-3, device=torch.device("cuda")).defaults["fused"] is True
+    assert recipe._memory_counters(torch.device("cpu")) is None
+
+
+def test_step_flops_counts_the_matmuls_autograd_runs(data):
+    """Oracle: torch's own FLOP counter over one real forward and backward (the data needs no
+    gradient, so the first Linear's input gradient is never computed)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    for hidden, depth, batch, acc in [(64, 2, 64, 1), (16, 3, 32, 2), (5, 1, 7, 3)]:
+        model = recipe.make_model(64, 10, hidden=hidden, depth=depth)
+        X, y = data.train.X[: batch * acc], data.train.y[: batch * acc]
+        with FlopCounterMode(display=False) as counter:
+            F.cross_entropy(model(X), y).backward()
+        expected = counter.get_total_flops()
+        got = recipe.step_flops(64, 10, hidden=hidden, depth=depth, batch_size=batch, accumulation_steps=acc)
+        assert got == expected, (hidden, depth, batch, acc)
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        recipe.step_flops(accumulation_steps=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_step_bytes_is_parameters_adam_inputs_and_activations(data, dtype):
+    """Oracle: the real model's parameter count, and the bytes of each Linear's output as autocast makes
+    it (captured by forward hooks), written once and read once."""
+    model = recipe.make_model(64, 10, hidden=24, depth=3)
+    outputs = []
+    hooks = [m.register_forward_hook(lambda m, i, o: outputs.append(o.numel() * o.element_size()))
+             for m in model if isinstance(m, torch.nn.Linear)]  # fmt: skip
+    X = data.train.X[:48]
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+        model(X)
+    for h in hooks:
+        h.remove()
+    params = sum(p.numel() for p in model.parameters())
+    expected = 4 * params * 2 + 4 * params * 2 + 2 * 4 * params * 2 + X.numel() * 4 + 2 * sum(outputs)
+    got = recipe.step_bytes(64, 10, hidden=24, depth=3, batch_size=16, accumulation_steps=3, dtype=dtype)
+    assert got == expected
+    with pytest.raises(ValueError, match="dtype"):
+        recipe.step_bytes(dtype=torch.float64)
+
+
+H100_CONTEXT = {"device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3", "tf32_matmul": False, "capability": (9, 0)}
+CPU_CONTEXT = {"device": "cpu", "device_name": "AMD EPYC", "tf32_matmul": None}
+
+
+def with_context(results, context, *, flops=2.5e6, nbytes=4e5):
+    return [dataclasses.replace(r, context=dict(context), step_flops=flops, step_bytes=nbytes) for r in results]
+
+
+@pytest.mark.parametrize("outcome", list(TIMES))
+def test_read_comparison_explains_a_gpu_step_by_its_regime(outcome):
+    """A step of about a millisecond on an H100, whose datasheet needs nanoseconds of arithmetic and a
+    fraction of a microsecond of memory traffic for it: launch/sync-bound, and the sentence says so with
+    the numbers, instead of blaming noise or a generic small model."""
+    from amp_lab.race import regime_for
+
+    choice = recipe.choose_amp_dtype(gpu((9, 0), "NVIDIA H100 80GB HBM3"))
+    results = with_context(fake_results(choice.dtype, outcome, peaks=(4 * 2**20, 3 * 2**20)), H100_CONTEXT)
+    amp = results[1]
+    oracle = regime_for(amp.seconds_per_step, 2.5e6, 4e5, torch.bfloat16, H100_CONTEXT, unit="bfloat16 step")
+    assert amp.regime == oracle and amp.regime.name == "launch-bound"
+    reading = recipe.read_comparison(results, choice)
+    if outcome == "faster":  # the flow's expectation holds: nothing to explain
+        assert "launch/sync-bound" not in reading.expectation
+        return
+    assert "launch/sync-bound" in reading.expectation
+    assert "A bfloat16 step took" in reading.expectation
+    assert oracle.text[1:] in reading.expectation  # the regime's own numbers, composed into the reading
+    assert "kernel launches and Python, not by arithmetic" not in reading.expectation  # not the generic text
+    assert "noise" not in reading.expectation
+
+
+def test_read_comparison_regime_follows_the_numbers():
+    """Give the same step enough arithmetic to fill it and the reading says compute-bound instead."""
+    choice = recipe.choose_amp_dtype(gpu((9, 0), "NVIDIA H100 80GB HBM3"))
+    results = with_context(fake_results(choice.dtype, "slower"), H100_CONTEXT, flops=3e12)
+    assert results[1].regime.name == "compute-bound"
+    reading = recipe.read_comparison(results, choice)
+    assert "compute-bound" in reading.expectation and "launch/sync-bound" not in reading.expectation
+
+
+@pytest.mark.parametrize("context", [CPU_CONTEXT, {"device": "cuda:0", "device_name": "NVIDIA RTX A1000"}, {}])
+def test_read_comparison_keeps_todays_text_where_the_regime_is_unknown(context):
+    """On a CPU, on a GPU the datasheet table does not know, and for rows without a context, the regime
+    is unknown and the reading is the one it was before regimes existed."""
+    machine = gpu((8, 0), "NVIDIA RTX A1000") if context.get("device", "").startswith("cuda") else cpu(AVX2_ONLY)
+    choice = recipe.choose_amp_dtype(machine)
+    for outcome in TIMES:
+        plain = fake_results(choice.dtype, outcome)
+        results = with_context(plain, context)
+        assert results[1].regime is not None and results[1].regime.name == "unknown"
+        assert recipe.read_comparison(results, choice) == recipe.read_comparison(plain, choice)
+        expectation = recipe.read_comparison(results, choice).expectation
+        if outcome == "too close to call":
+            assert recipe._small_model_reason(choice.device) in expectation
+            assert ("within the noise" in expectation) == (choice.expect_speedup is not True)
+
+
+def test_the_fp32_rows_regime_uses_the_tf32_rate_when_tf32_is_on():
+    """With TF32 on, an Ampere-or-later GPU's "FP32" matmuls run at the TF32 Tensor Core rate: the FP32
+    row's arithmetic bound must use that rate, and the plain FP32 rate with TF32 off."""
+    from amp_lab.race import datasheet_entry
+
+    entry = datasheet_entry(H100_CONTEXT["device_name"])
+    base = with_context(fake_results(torch.bfloat16, "slower"), H100_CONTEXT, flops=1e9)[0]
+    assert base.regime.compute_s == pytest.approx(1e9 / (entry.fp32_tflops * 1e12), rel=1e-12)
+    tf32 = dataclasses.replace(base, context={**H100_CONTEXT, "tf32_matmul": True})
+    assert tf32.regime.compute_s == pytest.approx(1e9 / (entry.tf32_tflops * 1e12), rel=1e-12)
+    assert entry.tf32_tflops != entry.fp32_tflops

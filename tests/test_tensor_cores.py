@@ -327,3 +327,95 @@ def test_alignment_demo_on_cuda():
     assert all(r["median_ms"] > 0 for r in demo.rows)
     D = T.mma(torch.ones(2, 3), torch.ones(3, 2), device="cuda")
     assert D.device.type == "cuda" and D.tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+# --------------------------------------------------------------------------------------------
+# time_matmul on other devices, without them (issue 13, items 8 and 9)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dev, where",
+    [(torch.device("cpu"), "cpu"), (torch.device("cuda"), "cuda"), (torch.device("cuda", 1), "cuda:1"),
+     (torch.device("mps"), "cpu"), (torch.device("mps", 0), "cpu")],
+)  # fmt: skip
+def test_time_matmul_draws_where_a_generator_can(dev, where):
+    # a CUDA generator draws on its own device; a CPU generator cannot draw onto an Apple GPU
+    assert T._generator_device(dev) == torch.device(where)
+
+
+def test_time_matmul_operands_are_the_cpu_draws_elsewhere():
+    g = torch.Generator().manual_seed(0)
+    want = torch.randn(6, 6, generator=g).to(torch.bfloat16), torch.randn(6, 6, generator=g).to(torch.bfloat16)
+    got = T._matmul_operands(6, torch.bfloat16, torch.device("cpu"))
+    assert all(torch.equal(a, b) and a.dtype == torch.bfloat16 for a, b in zip(got, want, strict=True))
+
+
+class _FakeCuda:
+    """Just enough of torch.cuda for time_matmul's CUDA branch on a CPU: a current device that
+    ``torch.cuda.device`` sets, and events that note which device was current when recorded."""
+
+    def __init__(self, monkeypatch, count=2):
+        self.current = 0
+        self.recorded_on = []
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.device = None
+
+            def record(self, stream=None):
+                fake.recorded_on.append(fake.current)
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return 1.0
+
+        class device:  # noqa: N801 - torch's name
+            def __init__(self, dev):
+                self.index = torch.device(dev).index if not isinstance(dev, int) else dev
+
+            def __enter__(self):
+                self.before, fake.current = fake.current, self.index
+                return self
+
+            def __exit__(self, *exc):
+                fake.current = self.before
+                return False
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (80 << 30, 80 << 30))
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "device", device)
+        # the operands on the CPU: this machine has no CUDA memory to put them in
+        monkeypatch.setattr(T, "_matmul_operands", lambda n, dtype, dev: (torch.ones(n, n, dtype=dtype),) * 2)
+
+
+def test_time_matmul_records_events_on_its_own_gpu(monkeypatch):
+    # torch.cuda.Event.record() uses the *current* device's stream: timing cuda:1 while cuda:0 is
+    # current would time nothing useful.  time_matmul must make its device current.
+    fake = _FakeCuda(monkeypatch)
+    r = T.time_matmul(8, dtype="fp32", device=torch.device("cuda", 1), repeats=3, warmup=1)
+    assert r["samples_ms"] == [1.0, 1.0, 1.0]
+    assert fake.recorded_on == [1] * 6
+    assert fake.current == 0  # and gives the learner's current device back
+
+
+def test_time_matmul_refuses_what_memory_cannot_hold(monkeypatch):
+    from amp_lab import race
+
+    fake = _FakeCuda(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 << 30, 16 << 30))
+    monkeypatch.setattr(T, "_matmul_operands", lambda *a: pytest.fail("allocated before the memory check"))
+    with pytest.raises(ValueError, match=r"time_matmul\(n=32768\).*refused before allocating"):
+        T.time_matmul(2**15, dtype="fp16", device="cuda:1")
+    assert fake.recorded_on == []
+    # on the CPU too, where the free memory is the machine's: n = 2**15 needs about 10 GiB in BF16
+    monkeypatch.setattr(race, "_available_bytes", lambda dev: 4 << 30)
+    with pytest.raises(ValueError, match="refused before allocating"):
+        T.time_matmul(2**15, device="cpu")
+    assert T._time_matmul_bytes(2**15, torch.bfloat16) == 2**30 * (4 + 3 * 2)

@@ -1,0 +1,263 @@
+"""scripts/gpu_check.py on the CPU: sections, files, exit statuses, the plan, the dtype and arch choices.
+
+(Two older checks of the script live in tests/test_race.py.)
+"""
+
+import importlib.util
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from amp_lab import hardware, race, timing
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    spec = importlib.util.spec_from_file_location("gpu_check_under_test", ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # not in sys.modules, as tests/test_race.py loads it too
+    return module
+
+
+def _report(tmp_path) -> dict:
+    (path,) = tmp_path.glob("*.json")
+    return json.loads(path.read_text())
+
+
+STEM = re.compile(r"^gpu-check_cpu_\d{8}-\d{6}_quick$")
+
+
+def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys):
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 2, names  # no temporary file left behind
+    stems = {name.rsplit(".", 1)[0] for name in names}
+    assert len(stems) == 1 and STEM.match(stems.pop())
+    report = _report(tmp_path)
+    assert report["schema"] == race.RESULTS_SCHEMA and report["complete"] is True
+    assert {k: v["status"] for k, v in report["sections"].items()} == dict.fromkeys(gpu_check.SECTIONS, "ok")
+    for key in ("precision_table", "race_matmul", "race_mlp", "alignment", "sweeps", "autocast_probe"):
+        assert report[key], key
+    rows = report["precision_table"]["rows"]
+    assert [rows[k]["status"] for k in ("fp32", "tf32", "bf16", "fp16")] == ["ok", "skipped", "ok", "ok"]
+    n = report["precision_table"]["n"]
+    assert n == gpu_check.TINY["table_n"]
+    for key in ("fp32", "bf16", "fp16"):
+        assert rows[key]["tflops"] == pytest.approx(2 * n**3 / rows[key]["median_s"] / 1e12)
+    m = report["machine"]
+    assert m["arch_list"] == torch.cuda.get_arch_list() and m["arch_supported"] is None
+    assert m["bf16_hardware"] is None and m["amp_dtypes"] == ["bfloat16"]
+    out = capsys.readouterr().out
+    assert "planned worst case" in out and out.count("race_matmul n=") == 1
+    # The notebook's loader finds the timestamped file.
+    assert race.load_reference_results(tmp_path)[0]["_file"] == names[0]
+
+
+def _fast(gpu_check, monkeypatch, **overrides):
+    """Replace every section by a quick stand-in (``overrides`` name -> function)."""
+
+    def noop(check, sec):
+        sec.report[sec.name] = {"stand-in": True}
+
+    table = {name: overrides.get(name, noop) for name in gpu_check.SECTIONS}
+    monkeypatch.setattr(gpu_check, "SECTION_FUNCTIONS", table)
+
+
+def test_a_failing_section_is_recorded_and_the_others_still_run(gpu_check, tmp_path, monkeypatch, capsys):
+    def boom(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(race, "sweep", boom)
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "sweeps" in err and "RuntimeError" in err and "race_matmul" not in err
+    report = _report(tmp_path)
+    s = report["sections"]
+    assert s["sweeps"]["status"] == "error" and s["sweeps"]["error"]["type"] == "RuntimeError"
+    assert "simulated" in s["sweeps"]["error"]["message"] and len(s["sweeps"]["errors"]) == 2  # matmul and mlp
+    assert all(s[k]["status"] == "ok" for k in gpu_check.SECTIONS if k != "sweeps")
+    assert report["race_matmul"] and report["alignment"] and report["complete"] is True
+    assert "| sweeps | error: RuntimeError" in (tmp_path / f"{tmp_path.glob('*.json').__next__().stem}.md").read_text()
+
+
+def test_a_failure_early_does_not_stop_the_later_sections(gpu_check, tmp_path, monkeypatch):
+    def refused(*args, **kwargs):
+        raise ValueError("race_mlp needs about 9 GiB (simulated refusal)")
+
+    monkeypatch.setattr(race, "race_mlp", refused)
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
+    report = _report(tmp_path)
+    status = {k: v["status"] for k, v in report["sections"].items()}
+    assert status["race_mlp"] == "error" and report["race_mlp"] == []
+    assert status["alignment"] == status["autocast_probe"] == status["precision_table"] == "ok"
+    assert status["sweeps"] == "error" and "matmul_bfloat16" in report["sweeps"]  # the MLP sweep failed alone
+    assert "mlp_bfloat16" not in report["sweeps"]
+
+
+def test_an_exception_that_escapes_a_section_is_caught_there(gpu_check, tmp_path, monkeypatch, capsys):
+    def oom(check, sec):
+        raise MemoryError("simulated")
+
+    _fast(gpu_check, monkeypatch, alignment=oom)
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
+    assert "alignment (MemoryError: simulated)" in capsys.readouterr().err
+    report = _report(tmp_path)
+    status = {k: v["status"] for k, v in report["sections"].items()}
+    assert status == {**dict.fromkeys(gpu_check.SECTIONS, "ok"), "alignment": "error"}
+    assert report["sweeps"] == {"stand-in": True}  # the sections after it ran
+
+
+def test_the_file_is_on_disk_after_the_first_section_and_survives_an_interrupt(gpu_check, tmp_path, monkeypatch):
+    seen = {}
+
+    def second(check, sec):
+        seen.update(_report(tmp_path))  # what is on disk while the second section runs
+
+    def interrupted(check, sec):
+        raise KeyboardInterrupt
+
+    _fast(gpu_check, monkeypatch, race_matmul=second, alignment=interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.main(["--device", "cpu", "--out", str(tmp_path)])
+    assert seen["sections"]["precision_table"]["status"] == "ok" and seen["precision_table"] == {"stand-in": True}
+    assert seen["sections"]["race_matmul"]["status"] == "running"
+    report = _report(tmp_path)
+    status = {k: v["status"] for k, v in report["sections"].items()}
+    assert status == {"precision_table": "ok", "race_matmul": "ok", "race_mlp": "ok", "alignment": "interrupted",
+                      "autocast_probe": "pending", "sweeps": "pending"}  # fmt: skip
+    assert report["complete"] is False and report["sections"]["alignment"]["error"]["type"] == "KeyboardInterrupt"
+    assert "total_s" in report
+
+
+def test_a_skipped_section_is_not_a_failure(gpu_check, tmp_path, monkeypatch):
+    def skipped(check, sec):
+        sec.skipped = "nothing to probe (simulated)"
+
+    _fast(gpu_check, monkeypatch, autocast_probe=skipped)
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
+    s = _report(tmp_path)["sections"]["autocast_probe"]
+    assert s["status"] == "skipped" and "simulated" in s["reason"]
+
+
+def test_file_stem_has_the_utc_time_and_same_second_runs_do_not_overwrite(gpu_check, tmp_path, monkeypatch):
+    assert (
+        gpu_check.file_stem("NVIDIA H100 80GB HBM3", "2025-03-04T05:06:07+00:00", True)
+        == "gpu-check_nvidia-h100-80gb-hbm3_20250304-050607_quick"
+    )
+    assert gpu_check.file_stem("Tesla T4", "2025-03-04T23:59:58+00:00", False) == "gpu-check_tesla-t4_20250304-235958"
+    monkeypatch.setattr(race, "utc_now", lambda: "2025-03-04T05:06:07+00:00")
+    _fast(gpu_check, monkeypatch)
+    for _ in range(2):
+        assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
+    jsons = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert jsons == ["gpu-check_cpu_20250304-050607_quick-2.json", "gpu-check_cpu_20250304-050607_quick.json"]
+    assert sorted(r["_file"] for r in race.load_reference_results(tmp_path)) == jsons
+
+
+# Real GPUs: (name, compute capability, AMP dtypes with Tensor Core support).  bf16 Tensor Cores
+# arrived with Ampere (A100 datasheet); Volta and Turing multiply only fp16.
+GPUS = [
+    ("T4", (7, 5), [torch.float16]),
+    ("V100", (7, 0), [torch.float16]),
+    ("A100", (8, 0), [torch.float16, torch.bfloat16]),
+    ("RTX 4090", (8, 9), [torch.float16, torch.bfloat16]),
+    ("H100 SXM", (9, 0), [torch.float16, torch.bfloat16]),
+    ("H100 NVL", (9, 0), [torch.float16, torch.bfloat16]),
+    ("H200", (9, 0), [torch.float16, torch.bfloat16]),
+    ("B200", (10, 0), [torch.float16, torch.bfloat16]),
+    ("RTX 5090", (12, 0), [torch.float16, torch.bfloat16]),
+]
+
+
+@pytest.mark.parametrize(("name", "capability", "expected"), GPUS, ids=[g[0] for g in GPUS])
+def test_amp_dtypes_race_bf16_only_where_the_gpu_multiplies_it(gpu_check, name, capability, expected):
+    assert gpu_check.amp_dtypes(capability) == expected
+    check = gpu_check.Check(torch.device("cuda"), gpu_check.QUICK, capability)  # what the run races
+    assert check.dtypes == expected
+    # --quick's one race_mlp runs in the course's dtype
+    assert check.mlp_dtypes == [hardware.amp_dtype_for("cuda", capability)]
+    budget = gpu_check.plan(gpu_check.QUICK, check.dtypes, capability=capability)
+    assert budget["total"] < gpu_check.QUICK_BUDGET_S == 180
+
+
+def test_quick_worst_case_is_under_three_minutes_and_full_is_longer(gpu_check):
+    h100 = (9, 0)
+    quick = gpu_check.plan(gpu_check.QUICK, gpu_check.amp_dtypes(h100), capability=h100)
+    full = gpu_check.plan(gpu_check.FULL, gpu_check.amp_dtypes(h100), capability=h100)
+    assert quick["total"] < 180 < full["total"]
+    assert quick["total"] == pytest.approx(sum(v for k, v in quick.items() if k != "total"), abs=0.5)
+    # The budget is made of max_time_s per race: the same sizes with the full run's 20 s would not fit.
+    slow = gpu_check.plan({**gpu_check.QUICK, "max_time_s": 20.0}, gpu_check.amp_dtypes(h100), capability=h100)
+    assert slow["total"] > 180
+    # Reused races are not counted twice: the quick sweep repeats three of race_matmul's sizes.
+    no_reuse = gpu_check.plan({**gpu_check.QUICK, "matmul_n": (1000, 4000, 8000)}, [torch.float16], capability=h100)
+    reuse = gpu_check.plan(gpu_check.QUICK, [torch.float16], capability=h100)
+    assert no_reuse["sweeps"] > reuse["sweeps"]
+    assert "15 s" in gpu_check.plan_text(quick, "x")
+    assert gpu_check.QUICK["sweep_matmul"][-1] == 8192 and 16384 not in gpu_check.QUICK["sweep_matmul"]
+    assert {4096, 8192} <= set(gpu_check.QUICK["matmul_n"]) and len(gpu_check.QUICK["mlp"]) == 1
+
+
+def test_the_worst_case_model_bounds_the_real_timer(gpu_check):
+    """measure_worst_s against amp_lab.timing.measure itself, with calls of a known length."""
+    sizes = {"warmup": 1, "repeats": 3, "min_sample_s": 0.01, "target_rel_width": 1e-9, "max_time_s": 0.3}
+    call_s = 0.002
+
+    def slow():
+        time.sleep(call_s)
+
+    began = time.perf_counter()
+    timing.measure({"a": slow, "b": slow}, warmup=1, repeats=3, min_sample_s=0.01,
+                   target_rel_width=1e-9, max_time_s=0.3)  # fmt: skip
+    took = time.perf_counter() - began
+    worst = gpu_check.measure_worst_s(call_s * 1.2, 2, sizes)  # sleep overshoots a little
+    assert 0.2 <= took <= worst + 0.05  # it stops when the next round would pass max_time_s
+    fixed = gpu_check.measure_worst_s(call_s * 1.2, 2, sizes, repeats=5, adaptive=False)
+    began = time.perf_counter()
+    timing.measure({"a": slow, "b": slow}, warmup=1, repeats=5, min_sample_s=0.01)
+    assert time.perf_counter() - began <= fixed + 0.05
+
+
+def _fake_cuda(monkeypatch, capability, arch_list):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(arch_list))
+
+
+def test_a_build_without_kernels_for_the_gpu_exits_3_with_the_advice(gpu_check, tmp_path, monkeypatch, capsys):
+    arch = ["sm_80", "sm_86", "sm_90"]
+    _fake_cuda(monkeypatch, (12, 0), arch)  # an RTX 5090 under a torch built before Blackwell
+    assert gpu_check.main(["--out", str(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert hardware.arch_advice((12, 0), arch, torch.version.cuda) in err
+    assert list(tmp_path.iterdir()) == []  # nothing raced, nothing written
+    # The same through injected facts: a V100 under a build that dropped Volta.
+    facts = gpu_check.CudaFacts(0, (7, 0), ("sm_80", "sm_90"), "12.8")
+    assert gpu_check.main(["--out", str(tmp_path)], facts=facts) == 3
+    assert hardware.arch_advice((7, 0), ["sm_80", "sm_90"], "12.8") in capsys.readouterr().err
+
+
+def test_a_build_with_kernels_passes_the_arch_check(gpu_check, tmp_path, monkeypatch, capsys):
+    facts = gpu_check.CudaFacts(0, (9, 0), ("sm_80", "sm_90"), "12.8")
+    code = gpu_check.main(["--out", str(tmp_path)], facts=facts)
+    if not torch.cuda.is_available():  # past the arch check, get_device finds no GPU here
+        assert code == 2 and "not available" in capsys.readouterr().err
+
+
+def test_cannot_run_exits_2(gpu_check, tmp_path, capsys):
+    if not torch.cuda.is_available():
+        assert gpu_check.main(["--out", str(tmp_path)]) == 2
+        assert "no CUDA GPU" in capsys.readouterr().err
+    assert gpu_check.main(["--device", "cpu"]) == 2  # CPU numbers never land in docs/results
+    assert gpu_check.main(["--device", "mps", "--out", str(tmp_path)]) == 2
+    assert gpu_check.main(["--device", "gpu0", "--out", str(tmp_path)]) == 2
+    assert gpu_check.main(["--bogus"]) == 2
+    assert list(tmp_path.iterdir()) == []
