@@ -134,6 +134,62 @@ def seed_everything(seed: int = 0) -> None:
     np.random.seed(seed)
 
 
+# --------------------------------------------------------------------------------------------
+# Memory: refuse what cannot fit, before anything is allocated (the one helper every size goes through)
+# --------------------------------------------------------------------------------------------
+
+
+def cuda_available_bytes(free: int, reserved: int, allocated: int) -> int:
+    """Bytes a new allocation on a GPU can have: what the driver reports free (``torch.cuda.mem_get_info``)
+    plus what torch's caching allocator holds reserved but not in use (``memory_reserved`` minus
+    ``memory_allocated``), which it hands out again without asking the driver.  Counting only the driver's
+    free memory would refuse a race on a 10 GB card after an earlier one left 5 GB cached."""
+    from ._checks import check_int
+
+    free = check_int("free", free, minimum=0)
+    reserved = check_int("reserved", reserved, minimum=0)
+    allocated = check_int("allocated", allocated, minimum=0)
+    return free + max(0, reserved - allocated)
+
+
+def available_bytes(device: str | torch.device | None = None) -> int | None:
+    """Memory a new allocation on ``device`` can have (None where this platform cannot say)."""
+    dev = device if isinstance(device, torch.device) else get_device(device)
+    if dev.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(dev)
+        return cuda_available_bytes(
+            int(free), int(torch.cuda.memory_reserved(dev)), int(torch.cuda.memory_allocated(dev))
+        )
+    if dev.type == "cpu":
+        try:
+            with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_AVPHYS_PAGES"))
+        except (AttributeError, ValueError, OSError):
+            return None
+    return None
+
+
+def check_fits(needed: int, device, what: str, hint: str) -> None:
+    """Raise ValueError, before anything is allocated, when ``needed`` bytes are more than 90% of what
+    ``device`` has available (:func:`available_bytes`; no check where that is unknown).  ``what`` names
+    the request in the message and ``hint`` says what to choose instead."""
+    dev = device if isinstance(device, torch.device) else get_device(device)
+    available = available_bytes(dev)
+    if available is not None and needed > 0.9 * available:
+        from .timing import format_bytes
+
+        raise ValueError(
+            f"{what} needs about {format_bytes(needed)}, but {dev} has about {format_bytes(available)} "
+            f"available: refused before allocating anything; {hint}"
+        )
+
+
 def _mps_available() -> bool:
     backend = getattr(torch.backends, "mps", None)
     return bool(backend is not None and backend.is_available())

@@ -23,7 +23,6 @@ import copy
 import html
 import json
 import math
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,7 +32,16 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import check_choice, check_float, check_int
-from .device import amp_dtype, dtype_name, get_device, parse_dtype, seeded, torch_threads
+from .device import (
+    amp_dtype,
+    check_fits,
+    cuda_available_bytes,
+    dtype_name,
+    get_device,
+    parse_dtype,
+    seeded,
+    torch_threads,
+)
 from .hardware import (
     CPU_FEATURES,
     bf16_hardware,
@@ -290,37 +298,12 @@ def _reusable(reuse, kind: str, params: dict, dtype: torch.dtype, dev: torch.dev
 # ----------------------------------------------------------------------------------------------
 
 
-def cuda_available_bytes(free: int, reserved: int, allocated: int) -> int:
-    """Bytes a new allocation on a GPU can have: what the driver reports free (``torch.cuda.mem_get_info``)
-    plus what torch's caching allocator holds reserved but not in use (``memory_reserved`` minus
-    ``memory_allocated``), which it hands out again without asking the driver.  Counting only the driver's
-    free memory would refuse a race on a 10 GB card after an earlier one left 5 GB cached."""
-    free = check_int("free", free, minimum=0)
-    reserved = check_int("reserved", reserved, minimum=0)
-    allocated = check_int("allocated", allocated, minimum=0)
-    return free + max(0, reserved - allocated)
-
-
 def _available_bytes(dev: torch.device) -> int | None:
-    """Memory a new allocation on ``dev`` can have (None when this platform cannot say)."""
-    if dev.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(dev)
-        return cuda_available_bytes(
-            int(free), int(torch.cuda.memory_reserved(dev)), int(torch.cuda.memory_allocated(dev))
-        )
-    if dev.type == "cpu":
-        try:
-            with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
-                for line in fh:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        try:
-            return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_AVPHYS_PAGES"))
-        except (AttributeError, ValueError, OSError):
-            return None
-    return None
+    """Memory a new allocation on ``dev`` can have: :func:`amp_lab.device.available_bytes` (looked up at
+    call time, so the one helper is the one a test replaces)."""
+    from . import device
+
+    return device.available_bytes(dev)
 
 
 def matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
@@ -372,13 +355,7 @@ def mlp_bytes(
     return contestants * per_contestant + 4 * batch * in_features
 
 
-def _check_fits(needed: int, dev: torch.device, what: str, hint: str) -> None:
-    available = _available_bytes(dev)
-    if available is not None and needed > 0.9 * available:
-        raise ValueError(
-            f"{what} needs about {format_bytes(needed)}, but {dev} has about {format_bytes(available)} "
-            f"available: refused before allocating anything; {hint}"
-        )
+_check_fits = check_fits  # the one memory check (amp_lab.device), under the name this module used
 
 
 # ----------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ import torch
 
 from . import formats
 from ._checks import check_choice, check_int
-from .device import amp_dtype, float64_on_cpu, float64_to, get_device, parse_dtype
+from .device import amp_dtype, check_fits, float64_on_cpu, float64_to, get_device, parse_dtype
 
 __all__ = [
     "INPUT_FORMATS",
@@ -608,8 +608,6 @@ def time_matmul(
     ``tflops`` and ``samples_ms``.  A size the device's free memory cannot hold is refused with
     a ``ValueError`` before anything is allocated.
     """
-    from .race import _check_fits
-
     dev = get_device(device)
     n = check_int("n", n, minimum=1, maximum=1 << 15)
     repeats = check_int("repeats", repeats, minimum=1)
@@ -620,7 +618,7 @@ def time_matmul(
         if dtype is None
         else parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16, torch.float32))
     )
-    _check_fits(
+    check_fits(
         _time_matmul_bytes(n, dtype),
         dev,
         f"time_matmul(n={n}) in {str(dtype).removeprefix('torch.')}",

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amp_lab import hardware, race, timing
+from amp_lab import device, hardware, race, timing
 
 # torch.cuda.get_arch_list() of the CUDA wheels: cu130 read from torch 2.14.1+cu130's libtorch_cuda.so
 # (its -gencode flags); cu126 is the older CUDA 12 variant that still builds Volta and Pascal.
@@ -151,6 +151,7 @@ def test_available_bytes_on_cuda_reads_the_allocator(monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 5 * gib)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 1 * gib)
     assert race._available_bytes(torch.device("cuda", 0)) == 8 * gib
+    assert race.cuda_available_bytes is device.cuda_available_bytes  # one helper, re-exported
 
 
 # ------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from amp_lab import device as device_module
 from amp_lab import race, timing
 
 # The real functions, kept before any test replaces them with refusals.
@@ -256,7 +257,7 @@ def test_refusal_threshold_follows_the_byte_estimate(monkeypatch):
     def allocate(*args):
         raise Allocated
 
-    monkeypatch.setattr(race, "_available_bytes", lambda dev: 10**9)
+    monkeypatch.setattr(device_module, "available_bytes", lambda dev=None: 10**9)
     monkeypatch.setattr(race, "_operands", allocate)
     dtype = torch.bfloat16
     per_element = 3 * 4 + 3 * torch.finfo(dtype).bits // 8  # A, B, C in FP32 and in bf16

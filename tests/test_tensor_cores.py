@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_lab import device as device_module
 from amp_lab import formats as F
 from amp_lab import tensor_cores as T
 from amp_lab.hardware import tensor_core_generation
@@ -406,7 +407,6 @@ def test_time_matmul_records_events_on_its_own_gpu(monkeypatch):
 
 
 def test_time_matmul_refuses_what_memory_cannot_hold(monkeypatch):
-    from amp_lab import race
 
     fake = _FakeCuda(monkeypatch)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 << 30, 16 << 30))
@@ -415,7 +415,7 @@ def test_time_matmul_refuses_what_memory_cannot_hold(monkeypatch):
         T.time_matmul(2**15, dtype="fp16", device="cuda:1")
     assert fake.recorded_on == []
     # on the CPU too, where the free memory is the machine's: n = 2**15 needs about 10 GiB in BF16
-    monkeypatch.setattr(race, "_available_bytes", lambda dev: 4 << 30)
+    monkeypatch.setattr(device_module, "available_bytes", lambda dev=None: 4 << 30)
     with pytest.raises(ValueError, match="refused before allocating"):
         T.time_matmul(2**15, device="cpu")
     assert T._time_matmul_bytes(2**15, torch.bfloat16) == 2**30 * (4 + 3 * 2)
