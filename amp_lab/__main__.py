@@ -6,12 +6,25 @@ USAGE = "usage: python -m amp_lab doctor\n\n  doctor   check this machine and en
 
 
 def main(argv=None) -> int:
+    """``python -m amp_lab COMMAND [ARGS]``: 0 or 1 from the command, 2 (with the usage on stderr) for a
+    command line it does not understand, 0 for ``-h``/``--help``."""
     argv = sys.argv[1:] if argv is None else argv
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        from ._checks import ArgumentTypeError
+
+        raise ArgumentTypeError(f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}")
+    argv = list(argv)
     if argv[:1] == ["doctor"]:
         from .doctor import main as doctor
 
         return doctor(argv[1:])
-    print(USAGE, file=sys.stderr)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
+    if argv:
+        print(f"{USAGE}\n\namp_lab: error: unknown command {argv[0]!r}", file=sys.stderr)
+    else:
+        print(USAGE, file=sys.stderr)
     return 2
 
 

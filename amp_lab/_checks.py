@@ -106,3 +106,90 @@ def check_instance(name: str, value, types, what: str):
     if not isinstance(value, types):
         raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}")
     return value
+
+
+# More bounds (issue 14), documented where they are used.
+MAX_THREADS = 1024  # torch CPU threads: torch.set_num_threads starts that many on the next parallel op
+MAX_CALLS_PER_SAMPLE = 10**6  # calls a timing sample averages (measure's ``number``)
+
+
+def check_bool(name: str, value) -> bool:
+    """Return ``value`` as a bool if it is True or False (a NumPy bool too); anything else, a truthy
+    string such as ``"no"`` or the number 1, raises :class:`ArgumentTypeError`."""
+    if isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):  # NumPy 2 and 1
+        return bool(value)
+    raise ArgumentTypeError(f"{name} must be True or False, got {type(value).__name__}: {value!r:.80}")
+
+
+def check_optional_str(name: str, value, what: str = "a string") -> str | None:
+    """Return ``value`` if it is None or a string, else raise :class:`ArgumentTypeError`."""
+    if value is not None and not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be {what} or None, got {type(value).__name__}: {value!r:.80}")
+    return value
+
+
+def check_callable(name: str, value, *, optional: bool = False):
+    """Return ``value`` if it is callable (or None when ``optional``), else raise :class:`ArgumentTypeError`."""
+    if (value is None and optional) or callable(value):
+        return value
+    raise ArgumentTypeError(
+        f"{name} must be a function (a callable){' or None' if optional else ''}, "
+        f"got {type(value).__name__}: {value!r:.80}"
+    )
+
+
+def check_int_sequence(
+    name: str, value, *, minimum: int | None = None, maximum: int | None = None, max_length: int | None = None
+) -> tuple[int, ...]:
+    """Return ``value`` as a non-empty tuple of ints, each checked by :func:`check_int` (named
+    ``name[i]``).  A list, tuple, range or 1-D NumPy array is accepted; a dict (its keys would be
+    used), a set (no order), a string or a number raises :class:`ArgumentTypeError`."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 1:
+        value = list(value)
+    if not isinstance(value, (list, tuple, range)):
+        raise ArgumentTypeError(
+            f"{name} must be a list or tuple of integers such as [64, 128], got {type(value).__name__}: {value!r:.80}"
+        )
+    if len(value) == 0:
+        raise ValueError(f"{name} must hold at least one integer, got an empty {type(value).__name__}")
+    if max_length is not None and len(value) > max_length:
+        raise ValueError(f"{name} may hold at most {max_length} integers, got {len(value)}")
+    return tuple(check_int(f"{name}[{i}]", v, minimum=minimum, maximum=maximum) for i, v in enumerate(value))
+
+
+def check_axes(name: str, value, *, optional: bool = True):
+    """Return ``value`` if it is a matplotlib ``Axes`` (or None when ``optional``), else raise
+    :class:`ArgumentTypeError`; a plot function checks this before it draws anything."""
+    if value is None and optional:
+        return value
+    from matplotlib.axes import Axes
+
+    what = "a matplotlib Axes (such as plt.subplots()[1])" + (" or None" if optional else "")
+    return check_instance(name, value, Axes, what)
+
+
+def check_bounded_list(name: str, value, *, max_length: int, what: str = "a list") -> list:
+    """``value`` (any iterable but a string, bytes or a dict) as a list of at most ``max_length`` items.
+    The length is checked *before* anything is copied (``len()`` where the object has one, else by reading
+    at most ``max_length + 1`` items), so ``range(10**12)`` is refused at once, not materialised."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
+        raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}")
+    try:
+        n = len(value)
+    except OverflowError:  # range(10**20): longer than len() can say
+        raise ValueError(f"{name} may hold at most {max_length} items, got more") from None
+    except TypeError:  # an iterator or a generator: read one item past the bound, no more
+        from itertools import islice
+
+        try:
+            items = list(islice(value, max_length + 1))
+        except TypeError:  # iter() refused it (a 0-d tensor, say)
+            raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}") from None
+        if len(items) > max_length:
+            raise ValueError(f"{name} may hold at most {max_length} items, got more") from None
+        return items
+    if n > max_length:
+        raise ValueError(f"{name} may hold at most {max_length} items, got {n}")
+    return list(value)

@@ -49,12 +49,21 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from numbers import Integral
 
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_choice
-from .device import get_device, parse_dtype
+from ._checks import (
+    ArgumentTypeError,
+    check_bool,
+    check_bounded_list,
+    check_callable,
+    check_choice,
+    check_instance,
+    check_int,
+)
+from .device import check_fits, get_device, parse_dtype
 from .hardware import bf16_hardware
 
 __all__ = [
@@ -202,6 +211,8 @@ def documented_policy(op: str, device_type: str = "cpu", documented: dict | None
     Ops on no list are documented as running in their input dtype (``"unchanged"``); an op
     the docs say autocast refuses (``binary_cross_entropy`` on CUDA) is ``"n/a"``.
     """
+    if not isinstance(op, str):
+        raise ArgumentTypeError(f"op must be an op name such as 'mm', got {type(op).__name__}: {op!r:.80}")
     lists = _device_lists(documented, device_type)
     for policy in ("lower", "fp32", "promote"):
         if op in {_DOC_ALIASES.get(name, name) for name in lists[policy]}:
@@ -211,12 +222,42 @@ def documented_policy(op: str, device_type: str = "cpu", documented: dict | None
     return "unchanged"
 
 
+_LIST_KEYS = ("lower", "fp32", "promote")
+
+
 def _device_lists(documented: dict | None, device_type: str) -> dict:
     documented = DOCUMENTED if documented is None else documented
-    if "lower" in documented:  # already one device's lists
-        return documented
-    check_choice("device_type", device_type, [k for k in documented if isinstance(documented[k], dict)])
-    return documented[device_type]
+    if not isinstance(documented, dict):
+        raise ArgumentTypeError(
+            f"documented must be a dict like DOCUMENTED (or one device's entry of it), got "
+            f"{type(documented).__name__}: {documented!r:.80}"
+        )
+    if any(key in documented for key in _LIST_KEYS):  # already one device's lists
+        lists = documented
+    else:
+        devices = [k for k in documented if isinstance(documented[k], dict)]
+        if not devices:
+            raise ValueError(
+                "documented must be DOCUMENTED-like ({'cpu': {...}, 'cuda': {...}}) or one device's lists "
+                f"({{'lower': [...], 'fp32': [...], 'promote': [...]}}), got keys {list(documented)!r:.120}"
+            )
+        if not isinstance(device_type, str):
+            raise ArgumentTypeError(f"device_type must be a string such as 'cpu', got {type(device_type).__name__}")
+        check_choice("device_type", device_type, devices)
+        lists = documented[device_type]
+    missing = [key for key in _LIST_KEYS if key not in lists]
+    if missing:
+        raise ValueError(
+            f"documented lists must give {', '.join(map(repr, _LIST_KEYS))} (and may give 'refused'), each a list of "
+            f"op names; missing {', '.join(map(repr, missing))}"
+        )
+    for key in (*_LIST_KEYS, "refused"):
+        names = lists.get(key, ())
+        if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)) or not all(
+            isinstance(n, str) for n in names
+        ):
+            raise ArgumentTypeError(f"documented[{key!r}] must be a list of op names (strings), got {names!r:.80}")
+    return lists
 
 
 # ---------------------------------------------------------------------------------------
@@ -513,9 +554,13 @@ def dispatch_trace(
     ``cache_enabled=False`` turns off autocast's weight-cast cache.  Used in
     ``05_autocast_op_lists`` to show casts at op boundaries and the weight-cast cache.
     """
+    check_callable("fn", fn)
+    enabled = check_bool("enabled", enabled)
+    if cache_enabled is not None:
+        cache_enabled = check_bool("cache_enabled", cache_enabled)
     dev = get_device(device)
     low = autocast_dtype(dev, dtype)
-    return _run(fn, args, dev.type, low, bool(enabled), cache_enabled)
+    return _run(fn, args, dev.type, low, enabled, cache_enabled)
 
 
 # ---------------------------------------------------------------------------------------
@@ -550,13 +595,23 @@ class ProbeTable(dict):
     low-precision dtype autocast used) and ``torch_version``."""
 
     def __init__(self, results: Iterable[OpResult], *, device_type: str, dtype: torch.dtype):
+        # Checked before anything is stored, so a learner's mistake is named here, not as an
+        # AttributeError from inside dict (and range(10**12) is refused by its length, not read).
+        results = check_bounded_list(
+            "results", results, max_length=MAX_OP_NAMES, what="a list of OpResult (as probe() builds)"
+        )
+        for i, r in enumerate(results):
+            check_instance(f"results[{i}]", r, OpResult, "an OpResult (as probe() builds)")
+        check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
+        check_instance("dtype", dtype, torch.dtype, "a torch dtype such as torch.bfloat16")
         super().__init__((r.op, r) for r in results)
         self.device_type = device_type
         self.dtype = dtype
         self.torch_version = torch.__version__
 
     def policy(self, op: str) -> str:
-        return self[op].policy
+        """The policy probed for ``op`` (a ValueError naming the probed ops when it was not probed)."""
+        return _probed(self, op, "op").policy
 
     def by_policy(self) -> dict[str, list[str]]:
         """Op names grouped by policy, in the order of :data:`POLICIES`."""
@@ -752,26 +807,75 @@ def _probe_one(op: _Op, index: int, dev: torch.device, low: torch.dtype) -> OpRe
     )  # fmt: skip
 
 
+# The most op names a list of ops (or results) may hold: the catalogue has about a hundred, so a longer
+# list can only repeat them; checked by length before the list is read.
+MAX_OP_NAMES = 1000
+
+# The most elements classify's inputs may hold together: the probe reads dtypes, so tiny tensors suffice.
+MAX_CLASSIFY_ELEMENTS = 2**20
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _probed(probed: ProbeTable, op, name: str) -> OpResult:
+    """``probed[op]``, or a ValueError naming what was probed."""
+    if not isinstance(op, str):
+        raise ArgumentTypeError(f"{name} must be an op name such as 'mm', got {type(op).__name__}: {op!r:.80}")
+    if op not in probed:
+        shown = ", ".join(list(probed)[:12]) + (", ..." if len(probed) > 12 else "")
+        raise ValueError(f"{name}={op!r} was not probed; this table holds {len(probed)} ops: {shown}")
+    return probed[op]
+
+
+def _check_probe_table(name: str, value) -> ProbeTable:
+    return check_instance(name, value, ProbeTable, "the ProbeTable that probe() returns")
+
+
+def _op_list(name: str, ops) -> list[str]:
+    """``ops`` as a list of at most :data:`MAX_OP_NAMES` op names: a string is one name, not its letters."""
+    if isinstance(ops, str):
+        raise ArgumentTypeError(f"{name} must be a list of op names such as ['mm', 'softmax'], got {ops!r:.80}")
+    return check_bounded_list(name, ops, max_length=MAX_OP_NAMES, what="a list of op names such as ['mm', 'softmax']")
+
+
 def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=None) -> OpResult:
     """Classify any callable the way :func:`probe` classifies its catalogue.
 
     ``fn`` takes one floating-point tensor per entry of ``shapes`` (each a tuple of positive
     ints); integer arguments such as class labels go inside ``fn``.  For example
     ``classify(F.pairwise_distance, [(3, 4), (3, 4)])``.
+
+    The probe needs tiny tensors only: all inputs together may hold at most
+    :data:`MAX_CLASSIFY_ELEMENTS` elements (about a million), and they must fit in the device's
+    free memory (``device.check_fits``), checked before anything is allocated.
     """
-    if callable(shapes) or not isinstance(shapes, (list, tuple)) or not shapes:
-        raise ValueError(f"shapes must be a non-empty list of shapes such as [(3, 4)], got {shapes!r}")
+    if not isinstance(shapes, (list, tuple)):
+        raise ArgumentTypeError(f"shapes must be a non-empty list of shapes such as [(3, 4)], got {shapes!r:.80}")
+    if not shapes:
+        raise ValueError("shapes must be a non-empty list of shapes such as [(3, 4)], got an empty list")
     clean = []
-    for shape in shapes:
-        shape = (shape,) if isinstance(shape, int) else shape
-        if not isinstance(shape, (list, tuple)) or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape
-        ):
-            raise ValueError(f"shapes must hold tuples of positive ints, got {shape!r}")
-        clean.append(tuple(shape))
-    if not callable(fn):
-        raise ValueError(f"fn must be callable, got {fn!r}")
+    for i, shape in enumerate(shapes):
+        shape = (shape,) if isinstance(shape, Integral) and not isinstance(shape, bool) else shape
+        if not isinstance(shape, (list, tuple)):
+            raise ArgumentTypeError(f"shapes[{i}] must be a tuple of positive ints such as (3, 4), got {shape!r:.80}")
+        clean.append(tuple(check_int(f"shapes[{i}][{j}]", n, minimum=1) for j, n in enumerate(shape)))
+    check_callable("fn", fn)
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"name must be a string, got {type(name).__name__}: {name!r:.80}")
+    elements = sum(_numel(s) for s in clean)
+    if elements > MAX_CLASSIFY_ELEMENTS:
+        raise ValueError(
+            f"shapes={clean!r:.120} hold {elements:,} elements in all; classify needs tiny tensors and allows at most "
+            f"{MAX_CLASSIFY_ELEMENTS:,} (the probe only looks at dtypes): choose shapes such as [(3, 4)]"
+        )
     dev = get_device(device)
+    # float32 inputs, their low-precision copies and outputs: a generous 16 bytes per element.
+    check_fits(16 * elements, dev, f"classify(shapes={clean!r:.80})", "choose smaller shapes such as [(3, 4)]")
     low = autocast_dtype(dev, dtype)
     return _probe_one(_Op(str(name), "custom", tuple(clean), fn), 999, dev, low)
 
@@ -792,7 +896,7 @@ def probe(device=None, dtype=None, *, ops: Iterable[str] | None = None) -> Probe
     low = autocast_dtype(dev, dtype)
     catalogue = _ops()
     if ops is not None:
-        wanted = list(ops)
+        wanted = _op_list("ops", ops)
         known = [op.name for op in catalogue]
         for name in wanted:
             check_choice("ops", name, known)
@@ -857,11 +961,10 @@ def compare(probed: ProbeTable, documented: dict | None = None) -> Comparison:
     used) or one device's entry of it.  An op on no documented list counts as documented
     ``"unchanged"`` (the docs: "ops not listed below do not go through autocasting").
     """
-    if not isinstance(probed, ProbeTable):
-        raise ValueError(f"probed must be the ProbeTable that probe() returns, got {type(probed).__name__}")
+    _check_probe_table("probed", probed)
     full = DOCUMENTED if documented is None else documented
     lists = _device_lists(full, probed.device_type)
-    version = str(full.get("torch_version", DOCUMENTED["torch_version"]))
+    version = str(full.get("torch_version", DOCUMENTED["torch_version"]))  # full is a dict: lists were checked
     agree, differ = [], []
     for name, result in probed.items():
         doc = documented_policy(name, probed.device_type, lists)
@@ -894,9 +997,14 @@ def format_table(
 ) -> str:
     """One line per op: policy, output dtypes for float32 / low / mixed inputs, and the
     documented policy of the same device type."""
+    _check_probe_table("probed", probed)
     lo = _short(probed.dtype)
-    names = list(probed) if ops is None else list(ops)
+    names = list(probed) if ops is None else _op_list("ops", ops)
+    for i, name in enumerate(names):
+        _probed(probed, name, f"ops[{i}]")
     full = DOCUMENTED if documented is None else documented
+    if not isinstance(full, dict):
+        raise ArgumentTypeError(f"documented must be a dict like DOCUMENTED or None, got {type(full).__name__}")
     header = f"{'op':<34}{'family':<16}{'policy':<11}{'fp32 in':<10}{lo + ' in':<12}{'mixed in':<10}docs"
     lines = [header, "-" * len(header)]
     has_docs = "lower" in full or probed.device_type in full
@@ -915,6 +1023,8 @@ def format_groups(probed: ProbeTable, *, width: int = 100) -> str:
     """The probe as one paragraph per policy: ``policy (n): op, op, ...``."""
     import textwrap
 
+    _check_probe_table("probed", probed)
+    width = check_int("width", width, minimum=20, maximum=10_000)
     out = []
     for policy, names in probed.by_policy().items():
         if not names:
@@ -961,6 +1071,23 @@ def _quiz_namespace(dev: torch.device, low: torch.dtype) -> dict:
     return {"torch": torch, "F": F, "a": a, "b": b, "h": h}
 
 
+def _quiz_lines(lines) -> tuple:
+    if isinstance(lines, (str, dict)) or not isinstance(lines, (list, tuple)):
+        raise ArgumentTypeError(f"lines must be a list of (code, op, hint) triples like QUIZ_LINES, got {lines!r:.80}")
+    known = op_names()
+    for i, line in enumerate(lines):
+        if not isinstance(line, (list, tuple)) or len(line) != 3:
+            raise ValueError(f"lines[{i}] must be a (code, op, hint) triple, got {line!r:.80}")
+        code, op, hint = line
+        if not isinstance(code, str) or not isinstance(hint, str) or not (op is None or isinstance(op, str)):
+            raise ArgumentTypeError(
+                f"lines[{i}] must be (code: str, op: str or None, hint: str), got {line!r:.80}"
+            )
+        if op is not None:
+            check_choice(f"lines[{i}]'s op", op, known)
+    return tuple(tuple(line) for line in lines)
+
+
 def quiz_items(device=None, dtype=None, lines=None) -> list[QuizItem]:
     """Run each quiz line under ``torch.autocast`` and record the dtype it produced.
 
@@ -970,7 +1097,7 @@ def quiz_items(device=None, dtype=None, lines=None) -> list[QuizItem]:
     """
     dev = get_device(device)
     low = autocast_dtype(dev, dtype)
-    lines = QUIZ_LINES if lines is None else tuple(lines)
+    lines = QUIZ_LINES if lines is None else _quiz_lines(lines)
     ops = [op for _, op, _ in lines if op is not None]
     policies = probe(dev, low, ops=list(dict.fromkeys(ops))) if ops else {}
     items = []
@@ -1006,6 +1133,12 @@ class DtypeQuiz:
     def __init__(self, items: list[QuizItem], device_type: str, dtype: torch.dtype):
         import ipywidgets as widgets
 
+        if not isinstance(items, (list, tuple)) or not items:
+            raise ArgumentTypeError(f"items must be a non-empty list of QuizItem (quiz_items()), got {items!r:.80}")
+        for i, item in enumerate(items):
+            check_instance(f"items[{i}]", item, QuizItem, "a QuizItem (quiz_items())")
+        check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
+        dtype = parse_dtype(dtype)
         self.items = list(items)
         self.device_type = device_type
         self.dtype = dtype

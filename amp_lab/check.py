@@ -29,13 +29,14 @@ import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from numbers import Number
+from numbers import Integral, Number
 
+import numpy as np
 import torch
 
 from . import formats
+from ._checks import ArgumentTypeError, check_float, check_instance
 from ._checks import check_choice as _check_arg_choice
-from ._checks import check_float
 from .device import dtype_name, float64_on_cpu
 
 __all__ = [
@@ -122,6 +123,18 @@ def _no_answer(name: str, show: bool, what: str = "an answer") -> CheckResult:
         show=show,
         details={"answered": False},
     )
+
+
+def _check_options(name, hint, reveal=False, show=True, **more) -> None:
+    """The arguments a notebook's author passes with every check: ``name`` (a string), ``hint`` (a
+    string or None), ``reveal`` and ``show`` (True/False); ``more`` are further name arguments."""
+    check_instance("name", name, str, "a string (the variable's name in the feedback)")
+    for key, value in more.items():
+        check_instance(key, value, str, "a string")
+    if hint is not None:
+        check_instance("hint", hint, str, "a string or None")
+    check_instance("reveal", reveal, (bool, np.bool_), "True or False")
+    check_instance("show", show, (bool, np.bool_), "True or False")
 
 
 def _hint_lines(hint: str | None) -> list[str]:
@@ -211,20 +224,44 @@ def _num(x: float) -> str:
     return text
 
 
-def _as_float64(x, name: str):
-    """``x`` as a float64 tensor, or an error string a learner can read."""
+def _as_float64(x, name: str, *, allow_bool: bool = False):
+    """``x`` as a float64 tensor, or an error string a learner can read.
+
+    Bools (Python, numpy, and bool tensors) are yes/no values, not numbers, unless ``allow_bool``
+    (the expected answer is itself a bool tensor, e.g. a "found inf" flag)."""
     if isinstance(x, torch.Tensor):
         if x.is_complex():
             return None, f"`{name}` is a complex tensor; the answer is real"
+        if x.dtype == torch.bool and not allow_bool:
+            return None, f"`{name}` is a bool tensor (True/False values); this exercise wants numbers"
         return float64_on_cpu(x), None
-    if isinstance(x, str):
-        return None, f"`{name}` is text ({x!r}); write it as a number, without quotes"
-    if isinstance(x, bool):
+    if isinstance(x, (str, bytes)):
+        return None, f"`{name}` is text ({x!r:.60}); write it as a number, without quotes"
+    if isinstance(x, (bool, np.bool_)):
         return None, f"`{name}` is {x}, a yes/no value; this exercise wants a number"
+    if isinstance(x, Integral):
+        try:
+            float(x)
+        except OverflowError:
+            return None, (
+                f"`{name}` is an integer of {int(x).bit_length()} bits, too large for any float "
+                "(float64 ends near 1.8e308)"
+            )
     try:
-        return torch.as_tensor(x, dtype=torch.float64, device="cpu"), None
-    except (TypeError, ValueError, RuntimeError):
+        t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
+    except (TypeError, ValueError, RuntimeError, OverflowError):
         return None, f"`{name}` is a {type(x).__name__}, which is not a number or a tensor"
+    if not allow_bool and isinstance(x, (np.ndarray, list, tuple)):
+        try:
+            if np.asarray(x).dtype == np.bool_:
+                return None, f"`{name}` holds True/False values; this exercise wants numbers"
+        except (TypeError, ValueError):
+            pass
+    return t, None
+
+
+def _is_bool_tensor(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype == torch.bool
 
 
 # --------------------------------------------------------------------------------------------
@@ -451,14 +488,15 @@ def check_value(
 
     Taught with the exercises of ``01_float_formats`` onwards.
     """
+    _check_options(name, hint, reveal, show)
     prec = _infer_precision(answer, expected, dtype)
     rtol_given, atol_given = rtol is not None, atol is not None
     rtol, atol = _tolerances(prec, rtol, atol)
-    if _is_placeholder(answer):
-        return _no_answer(name, show, "a number")
     e, err = _as_float64(expected, "expected")
     if err:
-        raise ValueError(f"expected must be a number, got {expected!r}")
+        raise ValueError(f"expected must be a number, but {err.removeprefix('`expected` ')}")
+    if _is_placeholder(answer):
+        return _no_answer(name, show, "a number")
     if e.numel() != 1:
         raise ValueError(f"expected must be a single number (use check_tensor for tensors), got shape {tuple(e.shape)}")
     a, err = _as_float64(answer, name)
@@ -506,6 +544,7 @@ def check_tensor(
     reported as such (with "transposed?" when the transpose would fit); a wrong answer says how
     many elements are off, the worst one and its error in ulps, and names the usual mistakes.
     """
+    _check_options(name, hint, reveal, show)
     if _is_placeholder(answer):
         return _no_answer(name, show, "a tensor")
     exp_list = _flatten_tensors(expected)
@@ -534,13 +573,13 @@ def check_tensor(
             notes += _hint_lines(hint)
         return _finish(verdict, head, notes, show=show, details={"items": results})
 
-    e, err = _as_float64(expected, "expected")
+    e, err = _as_float64(expected, "expected", allow_bool=True)
     if err:
-        raise ValueError(f"expected must be a tensor or numbers, got {type(expected).__name__}")
+        raise ValueError(f"expected must be a tensor or numbers, but {err.removeprefix('`expected` ')}")
     prec = _infer_precision(answer, expected, dtype)
     explicit = rtol is not None or atol is not None
     rtol, atol = _tolerances(prec, rtol, atol)
-    a, err = _as_float64(answer, name)
+    a, err = _as_float64(answer, name, allow_bool=_is_bool_tensor(expected))
     if err:
         return _finish("wrong", err + ".", _hint_lines(hint), show=show)
     notes: list[str] = []
@@ -589,6 +628,10 @@ def check_between(
     into FP16's range without overflow".  ``below`` / ``above`` explain what goes wrong on each
     side (e.g. "gradients still underflow" / "the largest gradient overflows").
     """
+    _check_options(name, hint, show=show)
+    for key, text in (("below", below), ("above", above)):
+        if text is not None:
+            check_instance(key, text, str, "a string or None")
     low = check_float("low", low)
     high = check_float("high", high, ge=low)
     if _is_placeholder(answer):
@@ -619,7 +662,7 @@ def check_between(
 
 
 def _clean_bits(answer) -> tuple[str | None, str | None]:
-    if isinstance(answer, int) and not isinstance(answer, bool):
+    if isinstance(answer, Integral) and not isinstance(answer, (bool, np.bool_)):  # numpy integers too
         return None, "int"
     if not isinstance(answer, str):
         return None, f"`answer` is a {type(answer).__name__}; write the bits as a string such as '0 01111 0000000000'"
@@ -656,6 +699,7 @@ def check_bits(
     many bits differ; off by one in the last place points at rounding).  Any NaN pattern is
     accepted as ``"close"`` when the expected value is NaN.  Taught in ``01_float_formats``.
     """
+    _check_options(name, hint, reveal, show)
     f = formats.get_format(fmt)
     if (expected is None) == (value is None):
         raise ValueError("give exactly one of expected= (a bit string) or value= (a number)")
@@ -679,7 +723,7 @@ def check_bits(
                 _hint_lines(hint),
                 show=show,
             )
-        bits, problem = f"{answer:0{f.total_bits}b}", None
+        bits, problem = f"{int(answer):0{f.total_bits}b}", None
     layout = f"1 sign, {f.exponent_bits} exponent, {f.mantissa_bits} mantissa"
     if problem:
         return _finish("wrong", problem.replace("`answer`", f"`{name}`") + ".", _hint_lines(hint), show=show)
@@ -782,14 +826,25 @@ def _parse_dtype(x) -> torch.dtype | None:
 def _dtype_facts(d: torch.dtype) -> str:
     if d.is_floating_point:
         fi = torch.finfo(d)
-        mant = {torch.float64: 52, torch.float32: 23}.get(d)
-        if mant is None:
-            mant = formats.get_format(d).mantissa_bits
-        exp = fi.bits - 1 - mant
+        # the mantissa's width from the spacing at 1 (eps = 2**-mantissa_bits), for every float dtype
+        mant = round(-math.log2(fi.eps))
+        exp = fi.bits - (0 if fi.min > 0 else 1) - mant  # float8_e8m0fnu has no sign bit
         return f"{fi.bits} bits, {exp} exponent and {mant} mantissa bits"
     if d == torch.bool:
         return "a boolean"
-    return f"an integer type of {torch.iinfo(d).bits} bits"
+    bits = d.itemsize * 8
+    if d.is_complex:
+        return f"a complex type of {bits} bits (two floats: real and imaginary part)"
+    if d in _INTEGER_DTYPES:
+        return f"an integer type of {bits} bits"
+    return f"{bits} bits"  # quantized and other special dtypes: torch.iinfo/finfo know nothing of them
+
+
+_INTEGER_DTYPES = {
+    getattr(torch, n)
+    for n in ("uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64")
+    if hasattr(torch, n)
+}
 
 
 def check_dtype(
@@ -806,6 +861,7 @@ def check_dtype(
     A wrong answer is told how the expected dtype differs from it (bits, exponent bits), so the
     learner can reason their way to it.  Taught in ``05_autocast_op_lists`` and ``07``.
     """
+    _check_options(name, hint, reveal, show)
     exp = _parse_dtype(expected)
     if exp is None:
         raise ValueError(f"expected={expected!r} is not a dtype or a dtype name")
@@ -854,6 +910,7 @@ def check_dtypes(
 
     Every key of ``expected`` is judged; unanswered keys (``None``) are listed separately.
     """
+    _check_options(name, hint, reveal, show)
     if not isinstance(expected, Mapping) or not expected:
         raise ValueError("expected must be a non-empty dict of dtypes")
     if _is_placeholder(answers):
@@ -894,6 +951,31 @@ def _norm(x):
     return x
 
 
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+# An exercise's options, right items and steps: a list a learner reads, checked before it is read.
+MAX_ITEMS = 1_000
+MAX_CASES = 1_000  # check_function's cases
+
+
+def _options_of(name: str, items) -> list:
+    """The items of an author's list of options/answers (at most :data:`MAX_ITEMS`), each one
+    hashable (a ValueError otherwise); a dict gives its keys."""
+    if isinstance(items, Mapping):
+        items = items.keys()
+    items = formats._bounded_list(name, items, MAX_ITEMS, "a list of options")
+    for x in items:
+        if not _hashable(x):
+            raise ValueError(f"{name} must hold single options (text, numbers), got {x!r:.60}")
+    return items
+
+
 def check_choice(
     answer,
     expected,
@@ -911,16 +993,30 @@ def check_choice(
     a dict of option -> text) rejects answers that are not options; ``explanations`` maps an
     option to why it is right or wrong, and the learner's option's explanation is shown.
     """
+    _check_options(name, hint, reveal, show)
     accepted = expected if isinstance(expected, (set, frozenset, list, tuple)) else [expected]
-    accepted_n = {_norm(x) for x in accepted}
+    accepted_n = {_norm(x) for x in _options_of("expected", accepted)}
     if not accepted_n:
         raise ValueError("expected must name at least one right option")
+    if options is not None:
+        if isinstance(options, (str, bytes)) or not isinstance(options, (Sequence, Mapping, set, frozenset)):
+            raise ArgumentTypeError(f"options must be a list (or dict) of options, got {type(options).__name__}")
+        options = _options_of("options", options)
+    if explanations is not None:
+        check_instance("explanations", explanations, Mapping, "a dict of option -> text")
     expl = {_norm(k): v for k, v in (explanations or {}).items()}
     if _is_placeholder(answer):
         shown = ""
         if options is not None:
             shown = " (one of " + ", ".join(repr(o) for o in options) + ")"
         return _no_answer(name, show, "your choice" + shown)
+    if not _hashable(answer):
+        return _finish(
+            "wrong",
+            f"`{name}` is a {type(answer).__name__}; this exercise wants one option, e.g. 'a'.",
+            _hint_lines(hint),
+            show=show,
+        )
     a = _norm(answer)
     if options is not None and a not in {_norm(o) for o in options}:
         allowed = ", ".join(repr(o) for o in options)
@@ -952,18 +1048,37 @@ def check_set(
     items that do not belong, and shows ``explanations`` for the wrong ones picked.  Strings
     compare case- and space-insensitively; a single string is read as a one-item set.
     """
-    exp = {_norm(x) for x in expected}
+    _check_options(name, hint, reveal, show)
+    if isinstance(expected, (str, bytes)) or not isinstance(expected, (set, frozenset, list, tuple)):
+        raise ArgumentTypeError(f"expected must be a set or list of items, got {type(expected).__name__}")
+    exp = {_norm(x) for x in _options_of("expected", expected)}
     if not exp:
         raise ValueError("expected must hold at least one item")
+    if options is not None:
+        options = _options_of("options", options)
+    if explanations is not None:
+        check_instance("explanations", explanations, Mapping, "a dict of item -> text")
     expl = {_norm(k): v for k, v in (explanations or {}).items()}
     if _is_placeholder(answer):
         return _no_answer(name, show, "a set such as {'a', 'b'}")
     if isinstance(answer, (str, Number)):
         answer = [answer]
+    if isinstance(answer, Mapping):  # `{}` is how many write an empty set: a dict's keys are its items
+        answer = answer.keys()
     try:
-        items = list(answer)
-    except TypeError:
+        items = formats._bounded_list(name, answer, MAX_ITEMS, "a set")
+    except TypeError:  # ArgumentTypeError: not a collection
         return _finish("wrong", f"`{name}` should be a set such as {{'a', 'b'}}.", _hint_lines(hint), show=show)
+    except ValueError:
+        return _too_many(name, len(exp), hint, show)
+    odd = [x for x in items if not _hashable(x)]
+    if odd:
+        return _finish(
+            "wrong",
+            f"`{name}` holds {odd[0]!r:.40}, a {type(odd[0]).__name__}; each item should be one option, e.g. {{'a', 'b'}}.",
+            _hint_lines(hint),
+            show=show,
+        )
     got = {_norm(x) for x in items}
     notes = []
     if options is not None:
@@ -989,6 +1104,17 @@ def check_set(
     return _finish("wrong", head, notes + _hint_lines(hint), show=show, details={"missing": len(missing), "extra": extra})
 
 
+def _too_many(name: str, n_right: int, hint, show: bool) -> CheckResult:
+    """The verdict on a learner's collection too long to read (more than :data:`MAX_ITEMS`)."""
+    return _finish(
+        "wrong",
+        f"`{name}` holds more than {MAX_ITEMS:,} items; this exercise has {n_right} right one"
+        f"{'s' if n_right != 1 else ''}.",
+        _hint_lines(hint),
+        show=show,
+    )
+
+
 def check_sequence(
     answer,
     expected: Sequence,
@@ -1003,6 +1129,10 @@ def check_sequence(
     Says which items are missing or extra, and the first position where the order goes wrong.
     Strings compare case- and space-insensitively.
     """
+    _check_options(name, hint, reveal, show)
+    if isinstance(expected, (str, bytes)) or not isinstance(expected, Sequence):
+        raise ArgumentTypeError(f"expected must be a list of items in order, got {type(expected).__name__}")
+    expected = formats._bounded_list("expected", expected, MAX_ITEMS, "a list of items in order")
     exp = [_norm(x) for x in expected]
     if not exp:
         raise ValueError("expected must be a non-empty sequence")
@@ -1010,12 +1140,20 @@ def check_sequence(
         return _no_answer(name, show, "a list in the right order")
     if isinstance(answer, str) or not isinstance(answer, Sequence):
         return _finish("wrong", f"`{name}` should be a list, e.g. ['a', 'b', ...].", _hint_lines(hint), show=show)
+    try:
+        answer = formats._bounded_list(name, answer, MAX_ITEMS, "a list")
+    except ValueError:
+        return _too_many(name, len(exp), hint, show)
     ans = [_norm(x) for x in answer]
     if ans == exp:
         return _finish("exact", f"`{name}` has all {len(exp)} items in the right order.", show=show)
     missing = [x for x in expected if _norm(x) not in ans]
     extra = [x for x in answer if _norm(x) not in exp]
-    dupes = sorted({x for x in ans if ans.count(x) > 1 and exp.count(x) < ans.count(x)}, key=str)
+    dupes = []  # a list, not a set: items may be unhashable (lists)
+    for x in ans:
+        if ans.count(x) > 1 and exp.count(x) < ans.count(x) and x not in dupes:
+            dupes.append(x)
+    dupes.sort(key=str)
     notes = []
     if missing:
         notes.append("missing: " + ", ".join(repr(x) for x in missing))
@@ -1068,10 +1206,14 @@ def check_function(
     to their function (``answer = my_function``), named when it is unset or not a function.
     ``hint`` is added only to a ``"wrong"`` verdict.
     """
+    _check_options(name, hint, show=show, variable=variable)
     if not callable(reference):
-        raise ValueError("reference must be a function")
-    if not isinstance(cases, Sequence) or isinstance(cases, str) or not cases:
-        raise ValueError("cases must be a non-empty list of argument tuples")
+        raise ArgumentTypeError(f"reference must be a function, got {type(reference).__name__}")
+    if not isinstance(cases, Sequence) or isinstance(cases, str):
+        raise ArgumentTypeError(f"cases must be a non-empty list of argument tuples, got {type(cases).__name__}")
+    cases = formats._bounded_list("cases", cases, MAX_CASES, "a non-empty list of argument tuples")
+    if not cases:
+        raise ValueError("cases must be a non-empty list of argument tuples, got an empty one")
     if _is_placeholder(fn):
         what = "your function" if name in ("your function", variable) else f"your function (`{name}`)"
         return _no_answer(variable, show, what)
@@ -1087,8 +1229,16 @@ def check_function(
             label = None
         else:
             label = f"case {i}{_args_text(args)}"
-        ref_args, my_args = copy.deepcopy(args), copy.deepcopy(args)
-        expected = reference(*ref_args)
+        # The reference and the cases are the author's: a case the reference cannot run (or that cannot
+        # be copied) is a mistake in the exercise, reported as cases'; the learner's fn is never blamed.
+        try:
+            ref_args, my_args = copy.deepcopy(args), copy.deepcopy(args)
+            expected = reference(*ref_args)
+        except Exception as exc:
+            raise ValueError(
+                f"cases[{i - 1}] = {case!r:.80} is not a case the reference can run: it raised "
+                f"{type(exc).__name__}: {str(exc):.200}; each case must be a tuple of the reference's arguments"
+            ) from exc
         try:
             got = fn(*my_args)
         except Exception as exc:  # the learner's code: report, never raise
@@ -1171,6 +1321,29 @@ def _args_text(args: tuple) -> str:
 
 
 def _compare_any(got, expected, *, dtype, rtol, atol, name) -> CheckResult:
+    """Compare a result with the reference's: tensors and numbers by :func:`check_tensor` /
+    :func:`check_value`, dicts key by key and lists/tuples item by item (recursively), anything
+    else with ``==``."""
+    if isinstance(expected, Mapping):
+        if not isinstance(got, Mapping):
+            return CheckResult("wrong", f"{_MARK['wrong']}: `{name}` should be a dict, got a {type(got).__name__}.")
+        missing = [k for k in expected if k not in got]
+        extra = [k for k in got if k not in expected]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append("missing keys " + ", ".join(repr(k) for k in missing))
+            if extra:
+                parts.append("unexpected keys " + ", ".join(repr(k) for k in extra))
+            return CheckResult("wrong", f"{_MARK['wrong']}: `{name}` has " + " and ".join(parts) + ".")
+        parts = [
+            _compare_any(got[k], e, dtype=dtype, rtol=rtol, atol=atol, name=f"{name}[{k!r}]")
+            for k, e in expected.items()
+        ]
+        verdict = _worst(p.verdict for p in parts)
+        lines = [line for p in parts if p.verdict != "exact" for line in _body(p)]
+        head = f"{_MARK[verdict]}: " + (lines[0] if lines else f"`{name}` matches.")
+        return CheckResult(verdict, "\n".join([head, *lines[1:]]))
     if isinstance(expected, (list, tuple)) and not _flatten_tensors(expected):
         if not isinstance(got, (list, tuple)) or len(got) != len(expected):
             return CheckResult("wrong", f"{_MARK['wrong']}: `{name}` should have {len(expected)} items.")
@@ -1186,6 +1359,10 @@ def _compare_any(got, expected, *, dtype, rtol, atol, name) -> CheckResult:
         return check_tensor(got, expected, dtype=dtype, rtol=rtol, atol=atol, name=name, show=False)
     if isinstance(expected, Number) and not isinstance(expected, bool):
         return check_value(got, expected, dtype=dtype, rtol=rtol, atol=atol, name=name, show=False)
-    if got == expected:
+    try:
+        same = bool(got == expected)
+    except Exception:  # e.g. a tensor or array compared with something else: not equal
+        same = False
+    if same:
         return CheckResult("exact", f"{_MARK['exact']}: `{name}` matches.")
-    return CheckResult("wrong", f"{_MARK['wrong']}: `{name}` = {got!r} differs from the reference.")
+    return CheckResult("wrong", f"{_MARK['wrong']}: `{name}` = {got!r:.80} differs from the reference.")

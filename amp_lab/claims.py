@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._checks import ArgumentTypeError
+
 __all__ = ["Claim", "claim"]
 
 
@@ -47,18 +49,27 @@ def claim(statement: str, holds, *, show: bool = True) -> Claim:
     A notebook cell may end with ``claim(...)``: the returned :class:`Claim` does not show its line a
     second time as the cell's value.
 
-    ``holds`` must be a bool (numpy and torch booleans are accepted); anything else is a
-    ``TypeError``, so a claim cannot silently print the truthiness of a number or a tensor.
+    ``holds`` must be a bool (numpy and torch booleans with one value are accepted); anything else is
+    a ``TypeError`` (:class:`~amp_lab._checks.ArgumentTypeError`), so a claim cannot silently print
+    the truthiness of a number or a tensor.  ``show`` must be True or False.
     """
-    if not isinstance(statement, str) or not statement.strip():
+    if not isinstance(statement, str):
+        raise ArgumentTypeError(f"statement must be a non-empty string, got {type(statement).__name__}: {statement!r:.80}")
+    if not statement.strip():
         raise ValueError(f"statement must be a non-empty string, got {statement!r}")
+    if not isinstance(show, bool) and type(show).__name__ != "bool_":
+        raise ArgumentTypeError(f"show must be True or False, got {type(show).__name__}: {show!r:.80}")
     if not isinstance(holds, bool):
         item = getattr(holds, "item", None)
         shape = getattr(holds, "shape", None)
         dtype = str(getattr(holds, "dtype", ""))
         if item is None or shape not in ((), None) or "bool" not in dtype:
-            raise TypeError(f"holds must be a bool (the outcome of a comparison), got {type(holds).__name__}")
+            what = f"{type(holds).__name__} of shape {tuple(shape)}" if shape not in ((), None) else type(holds).__name__
+            raise ArgumentTypeError(
+                f"holds must be a bool (the outcome of a comparison), got {what}: {holds!r:.60}"
+            )
         holds = bool(item())
+    show = bool(show)
     c = Claim(statement.strip(), holds, printed=show)
     if show:
         print(c)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ._checks import check_instance
 from .hardware import MachineReport, cpu_has_native, cpu_native_labels, describe
 
 
@@ -61,6 +62,8 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> str:
     GradScaler and prediction), never typed as a fixed outcome, so each machine reads its own
     story: a prediction that notebooks 06 and 07 then measure.
     """
+    check_instance("lesson", lesson, Lesson, "a Lesson (one of course.LESSONS)")
+    check_instance("report", report, MachineReport, "a MachineReport (hardware.describe() or hardware.report_for())")
     cuda = report.race_device == "cuda"
     where = _where(report)
     dtype = str(report.race_dtype).removeprefix("torch.")
@@ -111,5 +114,7 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> str:
 
 def course_map(report: MachineReport | None = None) -> list[tuple[str, int, str]]:
     """(notebook, minutes, what it does on this machine) for every lesson."""
+    if report is not None:
+        check_instance("report", report, MachineReport, "a MachineReport (hardware.describe()) or None")
     report = report or describe()
     return [(lesson.file, lesson.minutes, on_this_machine(lesson, report)) for lesson in LESSONS]

@@ -11,15 +11,40 @@ from dataclasses import dataclass
 
 import torch
 
+from ._checks import check_float, check_instance, check_int, check_seed
 from .device import get_device
+
+
+def _shape(t: torch.Tensor) -> tuple[int, ...]:
+    return tuple(t.shape)
 
 
 @dataclass(frozen=True)
 class Split:
-    """Tensors of one split: ``X`` (float32 features) and ``y`` (int64 class labels)."""
+    """Tensors of one split: ``X`` (float32 features) and ``y`` (int64 class labels).
+
+    Checked when built: ``X`` a 2-D floating-point tensor (examples, features), ``y`` a 1-D int64
+    tensor with one label per row of ``X``, both on one device (a mismatch would otherwise surface
+    later as a shape error from inside torch)."""
 
     X: torch.Tensor
     y: torch.Tensor
+
+    def __post_init__(self):
+        check_instance("X", self.X, torch.Tensor, "a tensor of features")
+        check_instance("y", self.y, torch.Tensor, "a tensor of class labels")
+        if self.X.ndim != 2 or not self.X.is_floating_point():
+            raise ValueError(
+                f"X must be a 2-D floating-point tensor (examples, features), got {self.X.dtype} of shape {_shape(self.X)}"
+            )
+        if self.y.ndim != 1 or self.y.dtype != torch.int64:
+            raise ValueError(
+                f"y must be a 1-D int64 tensor of class labels (use y.long()), got {self.y.dtype} of shape {_shape(self.y)}"
+            )
+        if len(self.X) != len(self.y):
+            raise ValueError(f"X has {len(self.X)} rows but y has {len(self.y)} labels: one label per example")
+        if self.X.device != self.y.device:
+            raise ValueError(f"X is on {self.X.device} but y is on {self.y.device}: put both on one device")
 
     def __len__(self) -> int:
         return len(self.y)
@@ -27,33 +52,66 @@ class Split:
 
 @dataclass(frozen=True)
 class Dataset:
+    """Two :class:`Split` objects and what describes them (checked when built: both splits have
+    ``num_features`` columns)."""
+
     train: Split
     test: Split
     num_features: int
     num_classes: int
     name: str
 
+    def __post_init__(self):
+        check_instance("train", self.train, Split, "a data.Split")
+        check_instance("test", self.test, Split, "a data.Split")
+        check_int("num_features", self.num_features, minimum=1)
+        check_int("num_classes", self.num_classes, minimum=2)
+        check_instance("name", self.name, str, "a string")
+        for which, split in (("train", self.train), ("test", self.test)):
+            if split.X.shape[1] != self.num_features:
+                raise ValueError(
+                    f"{which}.X has {split.X.shape[1]} features per example, but num_features={self.num_features}"
+                )
+
+
+def _split_sizes(n: int, test_fraction: float) -> tuple[int, int]:
+    """(test, train) example counts for ``test_fraction`` of ``n`` examples."""
+    n_test = int(round(n * test_fraction))
+    return n_test, n - n_test
+
 
 def load_digits(*, device=None, test_fraction: float = 0.25, seed: int = 0) -> Dataset:
     """The digits data set as standardised float32 tensors on ``device``.
 
-    The split is a seeded permutation; features are standardised with the training split's
-    mean and standard deviation (pixels blank in every training image are only centred).
+    The split is a seeded permutation (``seed``: an integer from 0 to ``_checks.MAX_SEED``);
+    ``round(1797 * test_fraction)`` examples go to the test split.  Both splits must hold at least one
+    example: ``test_fraction`` from 1/1797 to 1796/1797 (an empty training split has no mean to
+    standardise with, an empty test split no accuracy).  Features are standardised with the training
+    split's mean and standard deviation (pixels blank in every training image are only centred).
     """
+    test_fraction = check_float("test_fraction", test_fraction, gt=0.0, lt=1.0)
+    seed = check_seed("seed", seed)
+    dev = get_device(device)
     from sklearn.datasets import load_digits as _sk_load_digits
 
-    if not 0.0 < float(test_fraction) < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-    dev = get_device(device)
     raw = _sk_load_digits()
+    n = len(raw.target)
+    n_test, n_train = _split_sizes(n, test_fraction)
+    if n_test < 1 or n_train < 1:
+        empty = "test" if n_test < 1 else "training"
+        raise ValueError(
+            f"test_fraction={test_fraction!r} leaves the {empty} split empty ({n_test} test and {n_train} training "
+            f"examples of {n}); choose test_fraction from 1/{n} ({1 / n:.6f}) to {n - 1}/{n} ({(n - 1) / n:.6f}) "
+            "so that both splits hold at least one example"
+        )
     X = torch.tensor(raw.data, dtype=torch.float32)
     y = torch.tensor(raw.target, dtype=torch.int64)
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(y), generator=gen)
-    n_test = int(round(len(y) * float(test_fraction)))
     test_idx, train_idx = order[:n_test], order[n_test:]
     mean = X[train_idx].mean(0)
-    std = X[train_idx].std(0)
+    # (One training example has no spread: torch's std would warn and give NaN; it counts as blank.)
+    std = X[train_idx].std(0) if n_train > 1 else torch.zeros(X.shape[1])
     # A pixel that is blank in every training image keeps its raw scale: dividing by a tiny std
     # would turn an occasional ink dot in a test image into a feature of a million.
     std = torch.where(std > 0, std, torch.ones_like(std))
@@ -65,3 +123,4 @@ def load_digits(*, device=None, test_fraction: float = 0.25, seed: int = 0) -> D
         num_classes=10,
         name="scikit-learn digits (8x8)",
     )
+

@@ -15,13 +15,14 @@ snippet.  (Taught in ``00_setup_check``.)
 
 from __future__ import annotations
 
+import math
 import os
 import random
 from contextlib import contextmanager
 
 import torch
 
-from ._checks import check_choice
+from ._checks import MAX_THREADS, ArgumentTypeError, check_choice, check_int, check_seed
 
 ENV_VAR = "AMP_LAB_DEVICE"
 
@@ -54,23 +55,38 @@ def get_device(device: str | torch.device | None = None) -> torch.device:
     """Return the device the course runs on.
 
     ``device=None`` means: ``$AMP_LAB_DEVICE`` if set, else ``cuda`` when available, else
-    ``cpu``.  An explicit device that this machine lacks raises ``ValueError`` saying so.
+    ``cpu``.  An explicit device that this machine lacks raises ``ValueError`` saying so; so does a
+    CPU (or Apple GPU) index other than 0, since there is only one (``"cpu:5"`` is not a device here).
     """
+    name = "device"
     if device is None:
-        device = os.environ.get(ENV_VAR) or ("cuda" if torch.cuda.is_available() else "cpu")
+        from_env = os.environ.get(ENV_VAR)
+        if from_env:
+            name = f"${ENV_VAR}"
+        device = from_env or ("cuda" if torch.cuda.is_available() else "cpu")
     if isinstance(device, torch.device):
         dev = device
-    else:
+    elif isinstance(device, str):
         try:
-            dev = torch.device(str(device).strip())
+            dev = torch.device(device.strip())
         except RuntimeError:
             raise ValueError(
-                f"device={device!r} is not a device name; use 'cpu', 'cuda', 'cuda:N' or 'mps'"
+                f"{name}={device!r} is not a device name; use 'cpu', 'cuda', 'cuda:N' or 'mps'"
             ) from None
-    check_choice("device", dev.type, ["cpu", "cuda", "mps"])
+    else:
+        raise ArgumentTypeError(
+            f"{name} must be a device name such as 'cpu' or 'cuda', a torch.device or None, "
+            f"got {type(device).__name__}: {device!r:.80}"
+        )
+    check_choice(name, dev.type, ["cpu", "cuda", "mps"])
+    if dev.type in ("cpu", "mps") and dev.index not in (None, 0):
+        raise ValueError(
+            f"{name}={str(dev)!r} is not available: there is one {dev.type} device, so its index can only be 0 "
+            f"(or left out: {dev.type!r})"
+        )
     if not _device_available(dev):
         raise ValueError(
-            f"device={str(dev)!r} is not available on this machine "
+            f"{name}={str(dev)!r} is not available on this machine "
             f"(CUDA available: {torch.cuda.is_available()}); use 'cpu'"
         )
     return dev
@@ -100,15 +116,42 @@ def dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+# More entries than torch has dtypes: a longer ``allowed`` is a mistake, refused by its length.
+MAX_ALLOWED_DTYPES = 64
+
+
+def _check_allowed_dtypes(allowed) -> tuple[torch.dtype, ...]:
+    if not isinstance(allowed, (list, tuple, set, frozenset)):
+        raise ArgumentTypeError(
+            f"allowed must be a tuple of torch dtypes such as (torch.float16, torch.bfloat16), "
+            f"got {type(allowed).__name__}: {allowed!r:.80}"
+        )
+    if not 1 <= len(allowed) <= MAX_ALLOWED_DTYPES:
+        raise ValueError(f"allowed must hold 1 to {MAX_ALLOWED_DTYPES} torch dtypes, got {len(allowed)}")
+    for a in allowed:
+        if not isinstance(a, torch.dtype):
+            raise ArgumentTypeError(f"allowed must hold torch dtypes such as torch.float16, got {type(a).__name__}: {a!r:.80}")
+    return tuple(allowed)
+
+
 def parse_dtype(dtype, *, allowed=(torch.float16, torch.bfloat16), name: str = "dtype") -> torch.dtype:
-    """Accept a torch dtype or a short name (``"bf16"``, ``"fp16"``, ...) from ``allowed``."""
+    """Accept a torch dtype or a short name (``"bf16"``, ``"fp16"``, ...) from ``allowed``.
+
+    ``allowed`` is a non-empty list, tuple or set of torch dtypes (there are fewer than
+    :data:`MAX_ALLOWED_DTYPES`); anything else raises before ``dtype`` is looked at."""
+    allowed = _check_allowed_dtypes(allowed)
+    if not isinstance(dtype, (str, torch.dtype)):
+        shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
+        raise ArgumentTypeError(
+            f"{name} must be a torch dtype or its name, one of: {shown}; got {type(dtype).__name__}: {dtype!r:.80}"
+        )
     if isinstance(dtype, str):
         key = dtype.strip().lower().removeprefix("torch.")
         if key not in _DTYPE_NAMES:
             shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
             raise ValueError(f"{name}={dtype!r} is not allowed; choose one of: {shown}")
         dtype = _DTYPE_NAMES[key]
-    if dtype not in tuple(allowed):
+    if dtype not in allowed:
         shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
         raise ValueError(f"{name}={dtype!r} is not allowed; choose one of: {shown}")
     return dtype
@@ -124,7 +167,9 @@ def synchronize(device: str | torch.device | None = None) -> None:
 
 
 def seed_everything(seed: int = 0) -> None:
-    """Seed Python, NumPy (when installed) and torch (all devices)."""
+    """Seed Python, NumPy (when installed) and torch (all devices).  ``seed`` is an integer from 0 to
+    2**32 - 1, what all three accept."""
+    seed = check_seed("seed", seed)
     random.seed(seed)
     torch.manual_seed(seed)
     try:
@@ -179,13 +224,26 @@ def check_fits(needed: int, device, what: str, hint: str) -> None:
     """Raise ValueError, before anything is allocated, when ``needed`` bytes are more than 90% of what
     ``device`` has available (:func:`available_bytes`; no check where that is unknown).  ``what`` names
     the request in the message and ``hint`` says what to choose instead."""
+    from numbers import Real
+
+    if isinstance(needed, bool) or not isinstance(needed, Real):
+        raise ArgumentTypeError(f"needed must be a number of bytes, got {type(needed).__name__}: {needed!r:.80}")
+    if not needed >= 0:  # NaN too
+        raise ValueError(f"needed must be a number of bytes >= 0, got {needed!r}")
+    for arg, value in (("what", what), ("hint", hint)):
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"{arg} must be a string, got {type(value).__name__}: {value!r:.80}")
     dev = device if isinstance(device, torch.device) else get_device(device)
     available = available_bytes(dev)
     if available is not None and needed > 0.9 * available:
         from .timing import format_bytes
 
+        try:
+            shown = format_bytes(needed) if math.isfinite(float(needed)) else f"{float(needed)} bytes"
+        except OverflowError:  # an int beyond float64's range: more than any machine has
+            shown = f"at least 2**{int(needed).bit_length() - 1} bytes"
         raise ValueError(
-            f"{what} needs about {format_bytes(needed)}, but {dev} has about {format_bytes(available)} "
+            f"{what} needs about {shown}, but {dev} has about {format_bytes(available)} "
             f"available: refused before allocating anything; {hint}"
         )
 
@@ -221,7 +279,6 @@ def seeded(seed: int):
             mps.set_rng_state(mps_state)
 
 
-@contextmanager
 def torch_threads(num_threads: int | None, device: str | torch.device | None = None):
     """Run a block with ``num_threads`` torch intra-op CPU threads, then restore the count.
 
@@ -229,8 +286,17 @@ def torch_threads(num_threads: int | None, device: str | torch.device | None = N
     run keeps the host's threads).  The course's networks are tiny: a second thread has nothing to
     split, on a busy machine threads that wait for each other make a step many times slower, and
     one thread gives the same numbers whatever the core count, so stored outputs reproduce.
+    ``num_threads`` is an integer from 1 to ``MAX_THREADS`` (1024), checked when this is called.
     """
-    if num_threads is None or (device is not None and get_device(device).type != "cpu"):
+    if num_threads is not None:
+        num_threads = check_int("num_threads", num_threads, minimum=1, maximum=MAX_THREADS)
+    dev = None if device is None else get_device(device)
+    return _torch_threads(num_threads, dev)
+
+
+@contextmanager
+def _torch_threads(num_threads: int | None, dev: torch.device | None):
+    if num_threads is None or (dev is not None and dev.type != "cpu"):
         yield
         return
     before = torch.get_num_threads()
@@ -251,7 +317,7 @@ def _as_device(device, name: str = "device") -> torch.device:
     if isinstance(device, torch.device):
         return device
     if not isinstance(device, str):
-        raise TypeError(f"{name} must be a device name or torch.device, got {type(device).__name__}")
+        raise ArgumentTypeError(f"{name} must be a device name or torch.device, got {type(device).__name__}")
     try:
         return torch.device(device.strip())
     except RuntimeError:
@@ -273,7 +339,7 @@ def float64_on_cpu(t: torch.Tensor) -> torch.Tensor:
     result is the same to the bit as ``t.double()`` on a device that has float64.
     """
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
+        raise ArgumentTypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
     return t.detach().cpu().to(torch.float64)
 
 
@@ -281,6 +347,10 @@ def float64_to(t: torch.Tensor, device: str | torch.device) -> torch.Tensor:
     """A float64 result ``t`` moved to ``device`` where that device has float64 (CPU, CUDA);
     on an Apple GPU (MPS) it stays on the CPU, since float64 cannot live there."""
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
+        raise ArgumentTypeError(f"t must be a torch.Tensor, got {type(t).__name__}")
     dev = _as_device(device)
-    return t.to(dev) if supports_float64(dev) else t.cpu()
+    if not supports_float64(dev):
+        return t.cpu()
+    # get_device before moving: "cuda:0" on a machine without CUDA is a ValueError naming the device,
+    # never torch's AssertionError "Torch not compiled with CUDA enabled".
+    return t.to(get_device(dev))

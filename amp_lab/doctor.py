@@ -12,7 +12,16 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 
+from ._checks import ArgumentTypeError, check_callable, check_instance
+
 MIN_PYTHON = (3, 10)
+
+USAGE = (
+    "usage: python -m amp_lab doctor [-h]\n\n"
+    "Check this machine and environment for the course: prints the machine report, then one line per\n"
+    "package. Exits 0 when the course can run, 1 when something must be fixed first.\n\n"
+    "options:\n  -h, --help  show this message and exit"
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,8 @@ class Check:
 
 def version_tuple(text: str) -> tuple[int, ...]:
     """Leading numeric parts of a version string: '2.13.0+cpu' -> (2, 13, 0)."""
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"text must be a version string such as '2.13.0', got {type(text).__name__}: {text!r:.80}")
     parts = []
     for piece in text.replace("-", ".").replace("+", ".").split("."):
         digits = ""
@@ -74,6 +85,8 @@ def _at_least(found: str, minimum: str) -> bool:
 
 
 def check_requirement(req: Requirement, version_of=metadata.version) -> Check:
+    check_instance("req", req, Requirement, "a Requirement (see doctor.REQUIREMENTS)")
+    check_callable("version_of", version_of)
     install = f"make lab (or: pip install '{req.distribution}>={req.minimum}')"
     try:
         found = version_of(req.distribution)
@@ -85,6 +98,10 @@ def check_requirement(req: Requirement, version_of=metadata.version) -> Check:
 
 
 def check_python(version_info=sys.version_info) -> Check:
+    if isinstance(version_info, (str, bytes)) or not isinstance(version_info, tuple):
+        raise ArgumentTypeError(f"version_info must be a tuple such as (3, 12, 1), got {type(version_info).__name__}: {version_info!r:.80}")
+    if len(version_info) < 2 or not all(isinstance(p, int) and not isinstance(p, bool) for p in tuple(version_info)[:2]):
+        raise ValueError(f"version_info must start with two integers (major, minor), got {version_info!r:.80}")
     found = ".".join(str(p) for p in tuple(version_info)[:3])
     if tuple(version_info)[:2] < MIN_PYTHON:
         need = ".".join(map(str, MIN_PYTHON))
@@ -121,7 +138,15 @@ def check_gpu_kernels(capability=None, arch_list=None, cuda_version=None, *, gpu
         arch_list = list(torch.cuda.get_arch_list())
         cuda_version = torch.version.cuda
         gpu_name = torch.cuda.get_device_name()
-    advice = arch_advice(capability, list(arch_list or []), cuda_version)
+    if arch_list is None:
+        arch_list = []
+    # A list or tuple only (arch_supported's rule), checked here: list(5) or list(range(10**12)) never runs.
+    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
+        raise ArgumentTypeError(
+            f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] or None, "
+            f"got {type(arch_list).__name__}: {arch_list!r:.80}"
+        )
+    advice = arch_advice(capability, list(arch_list), cuda_version)
     cap = f"sm_{capability[0]}{capability[1]}"
     if advice is None:
         return Check("GPU kernels", True, f"this torch has kernels for {gpu_name} ({cap})")
@@ -143,6 +168,7 @@ def check_plotting() -> Check:
 
 
 def run_checks(version_of=metadata.version) -> list[Check]:
+    check_callable("version_of", version_of)
     checks = [check_python()]
     checks += [check_requirement(r, version_of) for r in REQUIREMENTS]
     if all(c.ok for c in checks if c.name == "torch"):
@@ -155,8 +181,40 @@ def run_checks(version_of=metadata.version) -> list[Check]:
     return checks
 
 
-def main(argv=None, *, version_of=metadata.version, out=None) -> int:
-    out = out or sys.stdout
+def _parse(argv, out, err) -> int | None:
+    """None when ``argv`` asks for the check; else the exit status after printing help (0) or an error (2)."""
+    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
+        raise ArgumentTypeError(f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}")
+    for arg in argv:
+        if arg in ("-h", "--help"):
+            print(USAGE, file=out)
+            return 0
+    if argv:
+        unknown = " ".join(str(a) for a in argv)
+        print(f"{USAGE}\n\namp_lab doctor: error: unrecognized arguments: {unknown}", file=err)
+        return 2
+    return None
+
+
+def _check_stream(name: str, value):
+    """``value`` if it is a text stream print() can write to (anything with a ``write`` method)."""
+    if not callable(getattr(value, "write", None)):
+        raise ArgumentTypeError(
+            f"{name} must be a text stream with a write() method, such as sys.stdout or io.StringIO(), or None; "
+            f"got {type(value).__name__}: {value!r:.80}"
+        )
+    return value
+
+
+def main(argv=None, *, version_of=metadata.version, out=None, err=None) -> int:
+    """Run the pre-flight; ``argv`` are the arguments after ``doctor`` (None: none).  Only ``-h``/``--help``
+    is understood: anything else prints the usage to ``err`` (default stderr) and returns 2, as argparse does."""
+    out = sys.stdout if out is None else _check_stream("out", out)
+    err = sys.stderr if err is None else _check_stream("err", err)
+    status = _parse([] if argv is None else argv, out, err)
+    if status is not None:
+        return status
+    check_callable("version_of", version_of)
     print("amp-lab doctor: is this machine ready for the course?\n", file=out)
     try:
         from .hardware import describe

@@ -29,13 +29,16 @@ name       exponent mantissa notes
 from __future__ import annotations
 
 import html
+import itertools
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 
-from ._checks import check_choice
+from ._checks import ArgumentTypeError, check_choice, check_instance, check_int
 from .device import float64_on_cpu
 
 __all__ = [
@@ -93,10 +96,19 @@ class FloatFormat:
     eps: float = field(init=False)
 
     def __post_init__(self):
-        e, m = self.exponent_bits, self.mantissa_bits
-        if not (2 <= e <= 11 and 1 <= m <= 52):
-            raise ValueError(f"exponent_bits must be in 2..11 and mantissa_bits in 1..52, got {e}, {m}")
+        check_instance("name", self.name, str, "a string such as 'fp16'")
+        e = check_int("exponent_bits", self.exponent_bits, minimum=2, maximum=11)
+        m = check_int("mantissa_bits", self.mantissa_bits, minimum=1, maximum=52)
+        if self.torch_dtype is not None:
+            check_instance("torch_dtype", self.torch_dtype, torch.dtype, "a torch.dtype (e.g. torch.float16) or None")
+        check_instance("finite_only", self.finite_only, (bool, np.bool_), "True or False")
+        check_instance("overflow", self.overflow, str, "one of 'inf', 'saturate', 'nan'")
         check_choice("overflow", self.overflow, ["inf", "saturate", "nan"])
+        check_instance("label", self.label, str, "a string")
+        check_instance("note", self.note, str, "a string")
+        object.__setattr__(self, "exponent_bits", e)
+        object.__setattr__(self, "mantissa_bits", m)
+        object.__setattr__(self, "finite_only", bool(self.finite_only))
         bias = 2 ** (e - 1) - 1
         if self.finite_only:
             # The top binade is ordinary; only its all-ones mantissa is NaN.
@@ -211,7 +223,25 @@ def get_format(fmt) -> FloatFormat:
         key = _ALIASES.get(key, key)
         if key in FORMATS:
             return FORMATS[key]
-    raise ValueError(f"fmt={fmt!r} is not allowed; choose one of: {', '.join(repr(n) for n in FORMAT_NAMES)}")
+        raise ValueError(f"fmt={fmt!r} is not allowed; choose one of: {', '.join(repr(n) for n in FORMAT_NAMES)}")
+    raise ArgumentTypeError(
+        f"fmt={fmt!r:.80} is a {type(fmt).__name__}, not a format: use a format name (one of: "
+        f"{', '.join(repr(n) for n in FORMAT_NAMES)}), a torch dtype or a FloatFormat"
+    )
+
+
+def _format_list(fmts, name: str = "fmts") -> tuple[FloatFormat, ...]:
+    """Formats from ``None`` (all of them), one format, or a non-empty list of them."""
+    if fmts is None:
+        return tuple(FORMATS.values())
+    if isinstance(fmts, (str, FloatFormat, torch.dtype)):
+        return (get_format(fmts),)
+    if not isinstance(fmts, Iterable) or isinstance(fmts, Mapping):
+        raise ArgumentTypeError(f"{name} must be a format name or a list of them, got {type(fmts).__name__}")
+    out = tuple(get_format(f) for f in fmts)
+    if not out:
+        raise ValueError(f"{name} must name at least one format, got an empty {type(fmts).__name__}")
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,17 +249,74 @@ def get_format(fmt) -> FloatFormat:
 # --------------------------------------------------------------------------------------------
 
 
-def _as_float32(x) -> torch.Tensor:
+def _real_tensor(x, name: str = "x", what: str | None = None) -> torch.Tensor:
+    """``x`` (a tensor, a number, a numpy array or a (nested) list of numbers) as a real, non-bool tensor.
+
+    The one rule every function that takes numbers follows: text is refused (write ``0.1``, not
+    ``"0.1"``: parsing text is the bit explorer's job), and so are booleans (``True`` is not the
+    number 1 here) and complex numbers (a format holds real numbers).  A Python int beyond float64
+    becomes ``±inf``, as it would in float32 anyway.  Tensors are returned detached, not copied.
+    """
+    what = what or f"{name} must be a real number, a list of numbers, a numpy array or a tensor"
     if isinstance(x, torch.Tensor):
         t = x.detach()
     else:
+        if isinstance(x, (str, bytes)):
+            raise ArgumentTypeError(f"{what}, got the text {x!r:.80}: write the number without quotes")
+        if isinstance(x, (bool, np.bool_)):
+            raise ArgumentTypeError(f"{what}, got the bool {x!r}")
+        if isinstance(x, Integral):
+            try:
+                float(x)
+            except OverflowError:  # a Python int beyond float64's range: ±inf, as float32 would store it
+                x = math.inf if x > 0 else -math.inf
         try:
-            t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"x must be a number, a list of numbers or a tensor, got {x!r}") from None
+            probe = torch.as_tensor(x, device="cpu")  # only to see what kind of numbers x holds
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            probe = None  # e.g. a list with an int beyond int64: float64 may still hold it
+        if probe is not None and (probe.dtype == torch.bool or probe.is_complex()):
+            t = probe
+        else:
+            try:
+                t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
+            except (TypeError, ValueError, RuntimeError, OverflowError):
+                raise ArgumentTypeError(f"{what}, got {type(x).__name__}: {x!r:.80}") from None
+    if t.dtype == torch.bool:
+        raise ArgumentTypeError(f"{name} must hold numbers, got a bool tensor (True/False values); use x.float()")
     if t.is_complex():
-        raise ValueError("x must be real, got a complex tensor")
-    return t.float()
+        raise ArgumentTypeError(f"{name} must be real, got a complex {'tensor' if t.dim() else 'number'}")
+    return t
+
+
+def _as_float32(x, name: str = "x") -> torch.Tensor:
+    return _real_tensor(x, name).float()
+
+
+def _real_scalar(value, name: str = "value") -> float:
+    """One real number (a Python or numpy number, or a one-element tensor) as a float, by the rule
+    of :func:`_real_tensor` (no text, no bools, no complex; huge ints become ±inf)."""
+    if isinstance(value, float):
+        return value
+    if isinstance(value, Real) and not isinstance(value, (bool, np.bool_)):
+        try:
+            return float(value)  # Python and numpy numbers, Fractions
+        except OverflowError:  # an int beyond float64's range
+            return math.inf if value > 0 else -math.inf
+    t = _real_tensor(value, name, f"{name} must be a real number (or a one-element tensor)")
+    if t.numel() != 1:
+        raise ValueError(f"{name} must be a single number, got a tensor of shape {tuple(t.shape)}")
+    return float(t.reshape(()).item())
+
+
+def _is_huge_int(value) -> bool:
+    """True for an integer beyond float64's range (which the rule above reads as ``±inf``)."""
+    if not isinstance(value, Integral) or isinstance(value, (bool, np.bool_)):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
 
 
 def _round_tf32_bits(t: torch.Tensor) -> torch.Tensor:
@@ -371,9 +458,17 @@ class Decomposition:
 def format_ulp(value: float, fmt) -> float:
     """Spacing of ``fmt`` at ``value``: ``2**(e - mantissa_bits)`` with ``e`` = the binade of ``|value|``
     (``emin`` for zero and subnormals).  It is the gap to the next value *away from zero*; NaN for
-    non-finite values."""
+    non-finite values.  An integer beyond float64's range is finite: its spacing is exact where
+    float64 can hold it and ``inf`` where it cannot (never NaN)."""
     f = get_format(fmt)
-    v = float(value)
+    v = _real_scalar(value, "value")
+    if _is_huge_int(value):
+        # finite, but beyond float64: its spacing 2**(e - mantissa_bits), exact while float64 holds it
+        e = abs(int(value)).bit_length() - 1
+        try:
+            return math.ldexp(1.0, e - f.mantissa_bits)
+        except OverflowError:
+            return math.inf
     if not math.isfinite(v):
         return math.nan
     e = f.emin if v == 0 else max(math.frexp(abs(v))[1] - 1, f.emin)
@@ -401,21 +496,12 @@ def decompose(value, fmt) -> Decomposition:
     float is float64, so even FP32 shows the error of storing ``0.1``).  ``error`` is 0 for exact
     results (zeros and infinities kept), ``inf`` when a finite input overflowed to inf or an
     infinite one saturated, and NaN for NaN input.  NaN is shown with its canonical pattern.
+    An integer beyond float64's range is read as ``±inf`` (:func:`round_to`'s rule; ``input`` is
+    ``±inf``), but it was finite, so its ``error`` is ``inf``.  ``value`` may also be a
+    one-element tensor, as for :func:`round_to`.
     """
     f = get_format(fmt)
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise ValueError(f"value must be a single number, got a tensor of shape {tuple(value.shape)}")
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"value must be a real number, got {value!r}") from None
-    try:
-        x = float(value)
-    except OverflowError:  # a Python int beyond float64's range
-        x = math.inf if value > 0 else -math.inf
+    x = _real_scalar(value, "value")  # the same rule as round_to's: no text, no bools, huge ints are ±inf
     r = float(round_to(x, f).item())
     kind = _kind(r, f)
     e_all = 2**f.exponent_bits - 1
@@ -438,6 +524,8 @@ def decompose(value, fmt) -> Decomposition:
     bits = f"{sign}{exponent:0{f.exponent_bits}b}{mantissa:0{f.mantissa_bits}b}"
     if math.isnan(x) or math.isnan(r):
         error = math.nan if math.isnan(x) else math.inf
+    elif _is_huge_int(value):  # finite, though read as ±inf: it overflowed
+        error = math.inf
     elif r == x:
         error = 0.0
     elif math.isinf(x) or math.isinf(r):
@@ -472,12 +560,12 @@ def from_bits(bits, fmt) -> float:
         if len(s) != n or set(s) - {"0", "1"}:
             raise ValueError(f"bits={bits!r} must be {n} characters of 0/1 for {f.name}")
         pattern = int(s, 2)
-    elif isinstance(bits, int) and not isinstance(bits, bool):
+    elif isinstance(bits, Integral) and not isinstance(bits, (bool, np.bool_)):  # numpy integers too
         if not 0 <= bits < 2**n:
             raise ValueError(f"bits={bits!r} must be in 0..{2**n - 1} for {f.name}")
-        pattern = bits
+        pattern = int(bits)
     else:
-        raise ValueError(f"bits must be an int or a 0/1 string, got {bits!r}")
+        raise ArgumentTypeError(f"bits must be an int or a 0/1 string, got {type(bits).__name__}: {bits!r:.80}")
     sign = -1.0 if pattern >> (n - 1) else 1.0
     exponent = (pattern >> f.mantissa_bits) & (2**f.exponent_bits - 1)
     mantissa = pattern & (2**f.mantissa_bits - 1)
@@ -494,10 +582,8 @@ def from_bits(bits, fmt) -> float:
 
 def formats_table(fmts=None) -> list[dict]:
     """One row per format: bit widths, bias, limits and decimal digits, computed from the formats."""
-    names = FORMAT_NAMES if fmts is None else fmts
     rows = []
-    for name in names:
-        f = get_format(name)
+    for f in _format_list(fmts):
         rows.append(
             {
                 "format": f.label,
@@ -518,9 +604,63 @@ def formats_table(fmts=None) -> list[dict]:
     return rows
 
 
+# A table for a notebook cell, not a data dump: at most this many rows and columns (text_table,
+# widgets.table_html), checked before any is read.
+MAX_TABLE_ROWS = 10_000
+MAX_TABLE_COLUMNS = 1_000
+
+
+def _bounded_list(name: str, value, max_length: int, what: str) -> list:
+    """The items of an iterable ``value`` as a list of at most ``max_length`` (a ValueError beyond),
+    checked by ``len()`` first where it has one and otherwise read no further than the bound, so a
+    ``range(10**12)`` or an endless generator is refused without being materialised.  Text, a dict, a
+    0-d tensor or a non-iterable raises :class:`ArgumentTypeError` saying ``name`` must be ``what``."""
+    if (
+        isinstance(value, (str, bytes, Mapping))
+        or not isinstance(value, Iterable)
+        or (isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0)
+    ):
+        raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}")
+    try:
+        n = len(value)
+    except OverflowError:  # len() of a range beyond sys.maxsize
+        n = math.inf
+    except TypeError:  # an iterator or generator: read at most one past the bound
+        n = None
+    if n is not None and n > max_length:
+        shown = f"{n:,}" if n != math.inf else "more than 2**63"
+        raise ValueError(f"{name} may hold at most {max_length:,} items, got {shown}")
+    items = list(itertools.islice(value, max_length + 1))
+    if len(items) > max_length:
+        raise ValueError(f"{name} may hold at most {max_length:,} items, got more")
+    return items
+
+
 def text_table(rows: list[dict], columns=None) -> str:
-    """Rows of dicts as an aligned plain-text table (numbers in ``%g``-style short form)."""
-    columns = list(columns if columns is not None else rows[0].keys())
+    """Rows of dicts as an aligned plain-text table (numbers in ``%g``-style short form).
+
+    ``columns`` (a list of keys) picks and orders the columns; default: the first row's keys.
+    Every row must have every column (a ``ValueError`` names the missing one).  At most
+    ``MAX_TABLE_ROWS`` rows and ``MAX_TABLE_COLUMNS`` columns.
+    """
+    rows = _bounded_list("rows", rows, MAX_TABLE_ROWS, "a list of dicts")
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise ArgumentTypeError(f"rows[{i}] must be a dict (column -> value), got {type(r).__name__}: {r!r:.80}")
+    if columns is None:
+        if not rows:
+            raise ValueError("rows is empty: there is no row to take the columns from (pass columns=[...])")
+        columns = list(rows[0].keys())
+    else:
+        columns = _bounded_list("columns", columns, MAX_TABLE_COLUMNS, "a list of column names")
+    if not columns:
+        raise ValueError("columns must name at least one column")
+    for i, r in enumerate(rows):
+        missing = [c for c in columns if c not in r]
+        if missing:
+            raise ValueError(
+                f"rows[{i}] has no column {missing[0]!r}; its columns are: {', '.join(repr(k) for k in r)}"
+            )
 
     def cell(v):
         if isinstance(v, float):
@@ -579,11 +719,18 @@ def ulp_curve(fmt) -> tuple[list[float], list[float]]:
 def plot_range_precision(fig=None, fmts=None):
     """Notebook 01's chart: ulp against magnitude (left) and relative spacing ``ulp/|x|`` (right),
     log-log, one staircase per format with its min subnormal (o), min normal (^) and max (s)."""
-    if fig is None:
-        from matplotlib.figure import Figure
+    from matplotlib.figure import Figure
 
+    names = [f.name for f in _format_list(fmts)]
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown:
+        raise ValueError(f"fmts may name only the course's formats ({', '.join(FORMAT_NAMES)}), got {unknown[0]!r}")
+    if fig is None:
         fig = Figure(figsize=(11, 4.2))
-    names = [get_format(n).name for n in (FORMAT_NAMES if fmts is None else fmts)]
+    else:
+        check_instance("fig", fig, Figure, "a matplotlib Figure or None")
+        if fig.axes:
+            raise ValueError("fig must be an empty Figure (this chart adds its own two axes); pass a new one")
     ax_ulp, ax_rel = fig.subplots(1, 2)
     for name in names:
         f = FORMATS[name]
@@ -654,6 +801,7 @@ def _fmt_error(v: float) -> str:
 
 def bits_html(d: Decomposition) -> str:
     """The bit pattern of a :class:`Decomposition` as colour-coded HTML spans."""
+    check_instance("d", d, Decomposition, "a Decomposition (from decompose(value, fmt))")
     return (
         f"<span class='amp-bits-sign' style='color:{SIGN_COLOUR};font-weight:bold'>{d.sign_bits}</span> "
         f"<span class='amp-bits-exponent' style='color:{EXPONENT_COLOUR};font-weight:bold'>{d.exponent_bits}</span> "
@@ -667,6 +815,7 @@ def readout_html(d: Decomposition) -> str:
     The plain rounded value appears as text in an element with class ``amp-value`` (browser
     tests read it); the other fields have ``amp-error``, ``amp-ulp`` and ``amp-kind``.
     """
+    check_instance("d", d, Decomposition, "a Decomposition (from decompose(value, fmt))")
     f = get_format(d.fmt)
     cell = "padding:1px 8px;font-family:monospace;white-space:nowrap"
 
@@ -698,10 +847,18 @@ class BitExplorer:
     def __init__(self, value: float = 0.1, fmts=None):
         import ipywidgets as widgets
 
-        self.fmts = tuple(get_format(f).name for f in (FORMAT_NAMES if fmts is None else fmts))
+        self.fmts = tuple(f.name for f in _format_list(fmts))
+        # The start value follows the numeric rule of decompose (no text, no bools, one number); text
+        # is what a learner types into the box afterwards (shown as "not a number" if it is not one).
+        if isinstance(value, (str, bytes)):
+            raise ArgumentTypeError(
+                f"value must be a number such as 0.1, got the text {value!r:.80}: write the number without quotes "
+                "(the explorer's text box reads typed text)"
+            )
+        text = repr(_real_scalar(value, "value"))
         self._syncing = False
         self.value_input = widgets.Text(
-            value=repr(float(value)) if not isinstance(value, str) else value,
+            value=text,
             description="value",
             continuous_update=False,
             layout=widgets.Layout(width="22em"),
@@ -745,14 +902,15 @@ class BitExplorer:
     @staticmethod
     def parse(text: str) -> float:
         """Read a typed value; raises ValueError for text that is not a number."""
-        s = str(text).strip().lower().replace("_", "").replace(" ", "")
+        check_instance("text", text, str, "text such as '0.1'")
+        s = text.strip().lower().replace("_", "").replace(" ", "")
         if s in ("", "+", "-"):
             raise ValueError("empty")
         return float(s)
 
     def show(self, x: float) -> None:
         """Update every readout for value ``x``."""
-        self.value = float(x)
+        self.value = _real_scalar(x, "x")
         for name in self.fmts:
             d = decompose(self.value, name)
             self.decompositions[name] = d

@@ -30,10 +30,26 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._checks import check_choice, check_float, check_int
-from .device import get_device, parse_dtype, seeded, torch_threads
+from ._checks import (
+    MAX_STEPS,
+    ArgumentTypeError,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_scale,
+    check_seed,
+)
+from .device import check_fits, get_device, parse_dtype, seeded, torch_threads
 
 KINDS = ("activation", "weight", "bias", "output")
+
+# make_mlp's bounds: a teaching MLP, not a language model.  Its parameters are also checked against
+# free memory (device.check_fits) before any is allocated.
+MAX_FEATURES = 1 << 20  # input features and classes
+MAX_PARAMETERS = 1 << 28  # 268 million parameters, 1 GiB of float32
+MAX_DEPTH = 64  # Linear layers
+MAX_WIDTH = 4096  # hidden units per layer
 
 
 @dataclass
@@ -125,12 +141,20 @@ def make_mlp(
     why its gradients are small.  The learner's generators are left untouched: ``seed`` seeds a
     fork of the CPU's and every CUDA device's (:func:`amp_lab.device.seeded`).
     """
-    num_features = check_int("num_features", num_features, minimum=1)
-    num_classes = check_int("num_classes", num_classes, minimum=2)
-    depth = check_int("depth", depth, minimum=1, maximum=64)
-    width = check_int("width", width, minimum=1, maximum=4096)
-    seed = check_int("seed", seed, minimum=0)
+    num_features, num_classes, depth, width = _check_mlp_shape(num_features, num_classes, depth, width)
+    seed = check_seed("seed", seed)
     dev = get_device(device)
+    n_params = mlp_parameter_count(num_features, num_classes, depth, width)
+    if n_params > MAX_PARAMETERS:
+        raise ValueError(
+            f"make_mlp(num_features={num_features}, num_classes={num_classes}, depth={depth}, width={width}) would "
+            f"have {n_params:,} parameters, more than the {MAX_PARAMETERS:,} (2**28) allowed; choose a smaller "
+            "num_features, width or depth"
+        )
+    what = f"an MLP of {n_params:,} float32 parameters"
+    check_fits(4 * n_params, torch.device("cpu"), what, "choose a smaller num_features, width or depth")
+    if dev.type != "cpu":
+        check_fits(4 * n_params, dev, what, "choose a smaller num_features, width or depth")
     with seeded(seed):
         layers: list[nn.Module] = []
         fan_in = num_features
@@ -142,12 +166,111 @@ def make_mlp(
     return model.to(dev)
 
 
+def _check_mlp_shape(num_features, num_classes, depth, width) -> tuple[int, int, int, int]:
+    """:func:`make_mlp`'s bounds on its sizes, shared with :func:`mlp_parameter_count`."""
+    return (
+        check_int("num_features", num_features, minimum=1, maximum=MAX_FEATURES),
+        check_int("num_classes", num_classes, minimum=2, maximum=MAX_FEATURES),
+        check_int("depth", depth, minimum=1, maximum=MAX_DEPTH),
+        check_int("width", width, minimum=1, maximum=MAX_WIDTH),
+    )
+
+
+def mlp_parameter_count(num_features: int, num_classes: int, depth: int, width: int) -> int:
+    """Weights and biases of :func:`make_mlp`'s network (computed before anything is allocated).
+
+    The sizes are checked as :func:`make_mlp` checks them (integers, ``num_classes`` at least 2,
+    ``depth`` at most 64, ``width`` at most 4096); the count is a Python int."""
+    num_features, num_classes, depth, width = _check_mlp_shape(num_features, num_classes, depth, width)
+    if depth == 1:
+        return num_features * num_classes + num_classes
+    return (num_features * width + width) + (depth - 2) * (width * width + width) + (width * num_classes + num_classes)
+
+
 def _split_xy(data):
     if hasattr(data, "X") and hasattr(data, "y"):
         return data.X, data.y
     if isinstance(data, (tuple, list)) and len(data) == 2:
         return data[0], data[1]
-    raise ValueError(f"data must be a Split (with .X and .y) or an (X, y) pair, got {type(data).__name__}")
+    raise ArgumentTypeError(f"data must be a Split (with .X and .y) or an (X, y) pair, got {type(data).__name__}")
+
+
+_CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+
+
+def _leaves(model: nn.Module) -> list[nn.Module] | None:
+    """The layers of a plain stack (an ``nn.Sequential``, possibly nested, or one layer) in order;
+    None for a model with its own ``forward``, whose order of layers cannot be read off."""
+    if not isinstance(model, nn.Sequential):
+        return None if list(model.children()) else [model]
+    out = []
+    for m in model.children():
+        inner = _leaves(m)
+        if inner is None:
+            return None
+        out += inner
+    return out
+
+
+def _first_linear(model: nn.Module) -> nn.Linear | None:
+    """The model's first layer if it is an ``nn.Linear`` (its ``in_features`` is X's width), else None."""
+    leaves = _leaves(model)
+    return leaves[0] if leaves and isinstance(leaves[0], nn.Linear) else None
+
+
+def _last_linear(model: nn.Module) -> nn.Linear | None:
+    """The model's last layer if it is an ``nn.Linear`` (its ``out_features`` is the number of classes)."""
+    leaves = _leaves(model)
+    return leaves[-1] if leaves and isinstance(leaves[-1], nn.Linear) else None
+
+
+def _check_xy(model: nn.Module, X, y, *, class_labels: bool = True) -> None:
+    """Check ``X`` and ``y`` against ``model`` before anything runs or moves, with the fix in the message.
+
+    ``X`` must be a real floating tensor with at least one example; when the model starts with an
+    ``nn.Linear``, its last dimension must be that layer's ``in_features``.  With ``class_labels``
+    (the default cross-entropy loss) ``y`` must be int64 class indices, one per example (or float
+    class probabilities of X's batch size)."""
+    check_instance("X", X, torch.Tensor, "a torch.Tensor of inputs (torch.as_tensor(X, dtype=torch.float32))")
+    check_instance("y", y, torch.Tensor, "a torch.Tensor of targets (torch.as_tensor(y))")
+    if not X.is_floating_point():
+        raise ArgumentTypeError(
+            f"X must be a floating-point tensor (the network's inputs), got dtype {X.dtype}; use X.float()"
+        )
+    if X.dim() == 0 or X.shape[0] == 0:
+        raise ValueError(f"X must hold at least one example (rows), got shape {tuple(X.shape)}")
+    first = _first_linear(model)
+    if first is not None and (X.dim() < 2 or X.shape[-1] != first.in_features):
+        raise ValueError(
+            f"X has shape {tuple(X.shape)}, but the model's first layer takes {first.in_features} features: "
+            f"X must have shape (batch, {first.in_features})"
+        )
+    if not class_labels:
+        return
+    if y.is_floating_point():
+        if y.dim() == 2 and y.shape[0] == X.shape[0]:
+            return  # class probabilities, as cross_entropy accepts them
+        raise ArgumentTypeError(
+            f"y must hold class labels as integers (int64), got dtype {y.dtype} and shape {tuple(y.shape)}; "
+            "use y.long()"
+        )
+    if y.dtype != torch.int64:
+        raise ArgumentTypeError(f"y must hold class labels as int64 (torch.long), got dtype {y.dtype}; use y.long()")
+    if y.dim() != 1 or y.shape[0] != X.shape[0]:
+        raise ValueError(
+            f"y must have one class label per example, shape ({X.shape[0]},), got shape {tuple(y.shape)}"
+        )
+    if y.numel() and int(y.min()) < 0:
+        raise ValueError(f"y holds a negative class label ({int(y.min())}); labels are 0 .. num_classes - 1")
+
+
+def _check_labels_fit(y: torch.Tensor, out: torch.Tensor) -> None:
+    """Class labels must index the model's outputs (checked before the loss is computed)."""
+    if not y.is_floating_point() and out.dim() == 2 and y.numel() and int(y.max()) >= out.shape[1]:
+        raise ValueError(
+            f"y holds the class label {int(y.max())}, but the model has {out.shape[1]} outputs "
+            f"(labels 0 .. {out.shape[1] - 1})"
+        )
 
 
 def train_steps(
@@ -165,14 +288,27 @@ def train_steps(
 
     Mini-batches are drawn by a generator seeded with ``seed``, so a call is reproducible.
     A fresh Adam is made on every call (this is a warm-up for looking at gradients, not a
-    training recipe).
+    training recipe).  ``num_steps=0`` is allowed (0 to ``MAX_STEPS``): it trains nothing and
+    returns ``[]``, so a loop over step counts can start from the untrained model.
     """
-    num_steps = check_int("num_steps", num_steps, minimum=0)
+    check_instance("model", model, nn.Module, "a torch.nn.Module (e.g. from make_mlp)")
+    num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
     lr = check_float("lr", lr, gt=0.0)
     batch_size = check_int("batch_size", batch_size, minimum=1)
-    seed = check_int("seed", seed, minimum=0)
+    seed = check_seed("seed", seed)
     X, y = _split_xy(data)
+    _check_xy(model, X, y)
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError("model has no trainable parameters: there is nothing to train")
+    if y.is_floating_point():
+        raise ArgumentTypeError(f"y must hold class labels as int64, got dtype {y.dtype}; use y.long()")
     dev = get_device(device)
+    last = _last_linear(model)
+    if last is not None and int(y.max()) >= last.out_features:
+        raise ValueError(
+            f"y holds the class label {int(y.max())}, but the model's last layer has {last.out_features} "
+            f"outputs (labels 0 .. {last.out_features - 1})"
+        )
     model.to(dev)
     X, y = X.to(dev), y.to(dev)
     gen = torch.Generator().manual_seed(seed)
@@ -187,6 +323,27 @@ def train_steps(
             opt.step()
             losses.append(loss.item())
     return losses
+
+
+def _check_loss(loss, *, custom: bool) -> None:
+    """``loss_fn``'s result must be a one-element floating tensor that autograd can differentiate."""
+    if not custom:
+        return
+    if not isinstance(loss, torch.Tensor):
+        raise ArgumentTypeError(
+            f"loss_fn must return the loss as a scalar tensor (e.g. nn.functional.mse_loss(output, y)), "
+            f"got {type(loss).__name__}: {loss!r:.80}"
+        )
+    if loss.numel() != 1 or not loss.is_floating_point():
+        raise ArgumentTypeError(
+            f"loss_fn must return a scalar floating-point tensor (one number), got a {loss.dtype} tensor of "
+            f"shape {tuple(loss.shape)}; reduce it, e.g. with .mean()"
+        )
+    if not loss.requires_grad:
+        raise ValueError(
+            "loss_fn returned a tensor that does not depend on the model's output (it has no grad_fn): "
+            "compute the loss from loss_fn's first argument"
+        )
 
 
 def collect_gradients(
@@ -229,11 +386,17 @@ def collect_gradients(
     ``torch.autograd.grad`` and the hooks are removed afterwards, even on error.  On the CPU the
     pass runs with one thread (restored afterwards), so results do not depend on the core count.
     """
-    loss_scale = check_float("loss_scale", loss_scale, gt=0.0)
+    check_instance("model", model, nn.Module, "a torch.nn.Module (e.g. from make_mlp)")
+    loss_scale = check_scale("loss_scale", loss_scale)
     if autocast_dtype is not None:
         autocast_dtype = parse_dtype(autocast_dtype, name="autocast_dtype")
-    if not isinstance(layer_types, tuple) or not all(isinstance(t, type) for t in layer_types):
-        raise ValueError(f"layer_types must be a tuple of nn.Module classes, got {layer_types!r}")
+    if not isinstance(layer_types, tuple) or not all(
+        isinstance(t, type) and issubclass(t, nn.Module) for t in layer_types
+    ):
+        raise ArgumentTypeError(f"layer_types must be a tuple of nn.Module classes, got {layer_types!r:.80}")
+    if loss_fn is not None and not callable(loss_fn):
+        raise ArgumentTypeError(f"loss_fn must be a function loss_fn(output, y) or None, got {type(loss_fn).__name__}")
+    _check_xy(model, X, y, class_labels=loss_fn is None)
     dev = get_device(device)
     model.to(dev)
     X, y = X.to(dev), y.to(dev)
@@ -272,10 +435,15 @@ def collect_gradients(
             if autocast_dtype is not None:
                 with torch.autocast(device_type=dev.type, dtype=autocast_dtype):
                     out = model(X)
+                    if loss_fn is nn.functional.cross_entropy:
+                        _check_labels_fit(y, out)
                     loss = loss_fn(out, y)
             else:
                 out = model(X)
+                if loss_fn is nn.functional.cross_entropy:
+                    _check_labels_fit(y, out)
                 loss = loss_fn(out, y)
+            _check_loss(loss, custom=loss_fn is not nn.functional.cross_entropy)
             grads = torch.autograd.grad(loss.float() * loss_scale, params, allow_unused=True)
     finally:
         for h in handles:
@@ -319,11 +487,20 @@ def digits_gradients(
     for ``num_steps`` Adam steps (mini-batches of 64), then :func:`collect_gradients` on the
     first ``batch_size`` training examples.  The trained model is in ``record.model``.
 
+    ``num_steps=0`` is allowed: the gradients of the freshly initialised, untrained model, the
+    baseline the trained model's (smaller) gradients are compared with.
+
     Takes about a second on a 2-core CPU with the defaults.
     """
     from .data import load_digits
 
+    # every argument checked before any data is loaded or any step runs
     batch_size = check_int("batch_size", batch_size, minimum=1)
+    depth = check_int("depth", depth, minimum=1, maximum=MAX_DEPTH)
+    width = check_int("width", width, minimum=1, maximum=MAX_WIDTH)
+    num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
+    lr = check_float("lr", lr, gt=0.0)
+    seed = check_seed("seed", seed)
     dev = get_device(device)
     data = load_digits(device=dev)
     model = make_mlp(

@@ -24,10 +24,13 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from numbers import Integral
 
 import torch
+
+from ._checks import ArgumentTypeError, check_bool, check_instance, check_optional_str
 
 
 @dataclass(frozen=True)
@@ -60,20 +63,41 @@ _BLACKWELL = ("Blackwell", 5, ("fp16", "bf16", "tf32", "fp8", "fp6", "fp4", "int
 _PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
 
 
-def _check_capability(capability) -> tuple[int, int]:
-    if isinstance(capability, (str, bytes)) or not hasattr(capability, "__len__"):
-        raise ValueError(f"capability must be a (major, minor) pair of integers, got {capability!r}")
+def _check_capability(capability, name: str = "capability") -> tuple[int, int]:
+    # A tuple or a list only: a set has no order, so {7, 5} could be read as sm_57.
+    if not isinstance(capability, (tuple, list)):
+        raise ArgumentTypeError(
+            f"{name} must be a (major, minor) tuple of integers such as (8, 0), got "
+            f"{type(capability).__name__}: {capability!r:.80}"
+        )
     if len(capability) != 2:
-        raise ValueError(f"capability must be a (major, minor) pair of integers, got {capability!r}")
+        raise ValueError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
     major, minor = capability
     for part in (major, minor):
         if isinstance(part, bool) or not isinstance(part, Integral):
-            raise ValueError(f"capability must be a (major, minor) pair of integers, got {capability!r}")
+            raise ArgumentTypeError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
         if part < 0:
-            raise ValueError(f"capability parts must be >= 0, got {capability!r}")
+            raise ValueError(f"{name} parts must be >= 0, got {capability!r}")
     if major < 1:
-        raise ValueError(f"capability major version must be >= 1, got {capability!r}")
+        raise ValueError(f"{name} major version must be >= 1, got {capability!r}")
     return int(major), int(minor)
+
+
+def _check_flags(flags, name: str = "flags") -> dict:
+    """A CPU's flags (:func:`cpu_flags`): a dict of flag name -> True, False or None."""
+    if not isinstance(flags, Mapping):
+        raise ArgumentTypeError(
+            f"{name} must be a dict of CPU flags (hardware.cpu_flags()), got {type(flags).__name__}: {flags!r:.80}"
+        )
+    for key, value in flags.items():
+        if value is not None:
+            try:
+                check_bool(f"{name}[{key!r}]", value)
+            except ArgumentTypeError:
+                raise ArgumentTypeError(
+                    f"{name}[{key!r}] must be True, False or None (unknown), got {value!r:.80}"
+                ) from None
+    return flags
 
 
 def tensor_core_generation(capability) -> TensorCoreGeneration:
@@ -247,6 +271,8 @@ def cpu_flags(cpuinfo: str | None = None, *, sysctl: str | None = None) -> dict[
     Tests pass the text instead: ``cpuinfo=`` (Linux) or ``sysctl=`` (macOS).
     Taught in ``00_setup_check``.
     """
+    check_optional_str("cpuinfo", cpuinfo, "the text of /proc/cpuinfo")
+    check_optional_str("sysctl", sysctl, "the text of sysctl's output")
     if cpuinfo is None and sysctl is None:
         cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
     if cpuinfo is not None:
@@ -290,6 +316,8 @@ def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
     ``DNNL_MAX_CPU_ISA``), ``MKL_ENABLE_INSTRUCTIONS`` and ``MKL_CBWR``.  (``00_setup_check``)
     """
     env = os.environ if env is None else env
+    if not isinstance(env, Mapping):
+        raise ArgumentTypeError(f"env must be a dict of environment variables or None, got {type(env).__name__}: {env!r:.80}")
     limits: dict[str, str] = {}
     for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
         raw = str(env.get(var, "")).strip()
@@ -316,7 +344,7 @@ def usable_cpu_flags(
 ) -> dict[str, bool | None]:
     """:func:`cpu_flags` with every instruction set the environment forbids torch to use
     (:func:`cpu_isa_limits`) turned to False: what torch's matmuls can actually use here."""
-    flags = dict(cpu_flags() if flags is None else flags)
+    flags = dict(cpu_flags() if flags is None else _check_flags(flags))
     for key in cpu_isa_limits(env):
         if flags.get(key):
             flags[key] = False
@@ -335,7 +363,7 @@ def cpu_has_native(dtype, flags: dict[str, bool | None] | None = None) -> bool |
     from .device import parse_dtype
 
     dtype = parse_dtype(dtype)
-    flags = usable_cpu_flags() if flags is None else flags
+    flags = usable_cpu_flags() if flags is None else _check_flags(flags)
     values = [flags.get(f.key) for f in CPU_FEATURES if f.dtype == dtype]
     if any(values):
         return True
@@ -351,7 +379,7 @@ def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tup
     from .device import parse_dtype
 
     dtype = parse_dtype(dtype)
-    flags = usable_cpu_flags() if flags is None else flags
+    flags = usable_cpu_flags() if flags is None else _check_flags(flags)
     features = [f for f in CPU_FEATURES if f.dtype == dtype]
     present = tuple(f.label for f in features if flags.get(f.key))
     return present or tuple(f.label for f in features if flags.get(f.key) is False)
@@ -360,6 +388,8 @@ def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tup
 def cpu_model(cpuinfo: str | None = None, *, sysctl: str | None = None) -> str:
     """A readable name of the CPU: x86 ``model name``, the ARM core from ``CPU implementer`` and
     ``CPU part``, or macOS ``machdep.cpu.brand_string``.  Tests pass the text as for :func:`cpu_flags`."""
+    check_optional_str("cpuinfo", cpuinfo, "the text of /proc/cpuinfo")
+    check_optional_str("sysctl", sysctl, "the text of sysctl's output")
     if cpuinfo is None and sysctl is None:
         cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
     if cpuinfo:
@@ -526,6 +556,7 @@ def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
 
     ``device.amp_dtype(device)`` and :func:`verdict_for` both call this, so they cannot disagree.
     """
+    check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
     if device_type not in DEVICE_TYPES:
         raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
     if device_type == "cuda":
@@ -660,6 +691,13 @@ def machine_verdict(
     CPU (:func:`cpu_flags`); ``system`` is ``platform.system()`` (``"Darwin"`` on a Mac).
     Taught in ``00_setup_check``; ``06_timing_race`` measures what it predicts.
     """
+    cuda_available = check_bool("cuda_available", cuda_available)
+    if tensor_cores is not None:
+        check_instance("tensor_cores", tensor_cores, TensorCoreGeneration,
+                       "a TensorCoreGeneration (hardware.tensor_core_generation(capability)) or None")  # fmt: skip
+    flags = _check_flags(flags)
+    check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
+    check_optional_str("system", system, "platform.system()'s name, such as 'Linux' or 'Darwin',")
     if device_type is None:
         device_type = "cuda" if cuda_available else "cpu"
     if device_type not in DEVICE_TYPES:
@@ -840,7 +878,7 @@ def arch_supported(capability, arch_list) -> bool:
     """
     cap = _check_capability(capability)
     if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
-        raise ValueError(f"arch_list must be a list of strings such as ['sm_80', 'sm_90'], got {arch_list!r}")
+        raise ArgumentTypeError(f"arch_list must be a list of strings such as ['sm_80', 'sm_90'], got {arch_list!r}")
     for entry in arch_list:
         kind, (major, minor), suffix = _parse_arch(entry)
         if kind == "compute" and cap >= (major, minor):
@@ -858,6 +896,7 @@ def arch_advice(capability, arch_list, cuda_version: str | None = None) -> str |
     The doctor and :func:`describe` print it: ``torch.cuda.is_available()`` is True on such a GPU,
     and the first kernel fails with "no kernel image is available for execution on the device".
     """
+    check_optional_str("cuda_version", cuda_version, "a CUDA version such as '12.6'")
     if arch_supported(capability, arch_list):
         return None
     cap = _check_capability(capability)
@@ -989,8 +1028,17 @@ def report_for(
     example ``cpu_flags(text)`` of its ``/proc/cpuinfo``); ``system`` is ``"Darwin"`` for a Mac.
     ``07_amp_training_recipe`` walks its decision flow over such machines; tests use it too.
     """
+    check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
     if device_type not in DEVICE_TYPES:
         raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
+    for arg, value in (("gpu_name", gpu_name), ("cpu", cpu), ("system", system)):
+        check_optional_str(arg, value)
+    if flags is not None:
+        _check_flags(flags)
+    if base is not None:
+        check_instance("base", base, MachineReport, "a MachineReport (hardware.describe()) or None")
+    if capability is not None:
+        _check_capability(capability)
     base = describe("cpu") if base is None else base
     cuda = device_type == "cuda"
     tensor_cores = tensor_core_generation(capability) if (cuda and capability is not None) else None

@@ -23,6 +23,7 @@ import copy
 import html
 import json
 import math
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -31,7 +32,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ._checks import check_choice, check_float, check_int
+from ._checks import (
+    MAX_SECONDS,
+    ArgumentTypeError,
+    check_axes,
+    check_bool,
+    check_callable,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_int_sequence,
+)
 from .device import (
     amp_dtype,
     check_fits,
@@ -51,6 +63,7 @@ from .hardware import (
     tf32_matmul,
 )
 from .timing import (  # noqa: F401  (re-exported: these lived here before amp_lab.timing existed)
+    DEFAULT_MAX_TIME_S,
     Contestant,
     RaceProgress,
     Regime,
@@ -65,6 +78,7 @@ from .timing import (  # noqa: F401  (re-exported: these lived here before amp_l
     _tf32_matmul_enabled,
     _tf32_text,
     _WallClockSampler,
+    check_target_rel_width,
     classify_regime,
     format_bytes,
     format_ratio,
@@ -73,6 +87,8 @@ from .timing import (  # noqa: F401  (re-exported: these lived here before amp_l
     speedup_estimate,
     timing_context,
 )
+from .timing import check_budget as _check_budget
+from .timing import check_planned_time as _check_planned_time
 
 IN_FEATURES = 1024
 NUM_CLASSES = 10
@@ -151,6 +167,19 @@ class RaceResult:
     memory: dict | None  # {"fp32": bytes, "amp": bytes, ..., "method": str}
     context: dict
     confidence: float = CONFIDENCE  # of the speedup's interval
+
+    def __post_init__(self):
+        check_choice("kind", self.kind, ["matmul", "mlp"])
+        for arg, value in (("params", self.params), ("timings", self.timings), ("context", self.context)):
+            if not isinstance(value, dict):
+                raise ArgumentTypeError(f"{arg} must be a dict, got {type(value).__name__}: {value!r:.80}")
+        for name in ("fp32", "amp"):
+            if not isinstance(self.timings.get(name), Timing):
+                raise ValueError(f"timings must hold a Timing under {name!r} (as race_matmul's do), got keys {list(self.timings)}")
+        # Every number a RaceResult prints comes from these, so they are checked here: FLOPs per call are a
+        # finite count >= 0, and the interval's confidence a probability strictly between 0 and 1.
+        object.__setattr__(self, "flops", check_float("flops", self.flops, ge=0))
+        object.__setattr__(self, "confidence", check_float("confidence", self.confidence, gt=0, lt=1))
 
     @property
     def fp32(self) -> Timing:
@@ -276,6 +305,11 @@ def _reusable(reuse, kind: str, params: dict, dtype: torch.dtype, dev: torch.dev
         reuse = [reuse]
     elif isinstance(reuse, SweepResult):
         reuse = reuse.results
+    elif not isinstance(reuse, (list, tuple)):
+        raise ArgumentTypeError(
+            f"reuse must be a RaceResult, a SweepResult or a list of them (or None), got {type(reuse).__name__}: "
+            f"{reuse!r:.80}"
+        )
     threads = num_threads or torch.get_num_threads()
     for i, r in enumerate(reuse):
         if isinstance(r, SweepResult):
@@ -309,7 +343,8 @@ def _available_bytes(dev: torch.device) -> int | None:
 def matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
     """Bytes ``race_matmul(n)`` keeps alive at its peak: A, B and C in FP32, plus A, B and C in
     the low-precision ``dtype`` (autocast's casts of the inputs and its result)."""
-    low = torch.finfo(dtype).bits // 8
+    n = check_int("n", n, minimum=1)
+    low = torch.finfo(parse_dtype(dtype)).bits // 8
     return n * n * (3 * 4 + 3 * low)
 
 
@@ -325,12 +360,20 @@ def step_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
       written once and read once forward and backward, in the contestant's dtype.
     """
     kind = check_choice("kind", kind, ["matmul", "mlp"])
-    low = 4 if dtype is None else torch.finfo(dtype).bits // 8
+    if not isinstance(params, dict):
+        raise ArgumentTypeError(f"params must be a dict such as {{'n': 1024}}, got {type(params).__name__}: {params!r:.80}")
+    needed = ("n",) if kind == "matmul" else ("width", "batch")
+    missing = [k for k in needed if k not in params]
+    if missing:
+        raise ValueError(f"params for kind={kind!r} must give {', '.join(map(repr, needed))}; missing {', '.join(map(repr, missing))}")
+    low = 4 if dtype is None else torch.finfo(parse_dtype(dtype)).bits // 8
     if kind == "matmul":
-        n = params["n"]
+        n = check_int("params['n']", params["n"], minimum=1)
         return 12 * n * n if dtype is None else 8 * n * n + 5 * low * n * n
-    i, c = params.get("in_features", IN_FEATURES), params.get("num_classes", NUM_CLASSES)
-    w, b = params["width"], params["batch"]
+    i = check_int("params['in_features']", params.get("in_features", IN_FEATURES), minimum=1)
+    c = check_int("params['num_classes']", params.get("num_classes", NUM_CLASSES), minimum=1)
+    w = check_int("params['width']", params["width"], minimum=1)
+    b = check_int("params['batch']", params["batch"], minimum=1)
     n_params = i * w + w + w * c + c
     weights = 8 * n_params if dtype is None else 4 * n_params + 3 * low * n_params
     activations = b * (i + 2 * w + c)  # input, pre- and post-ReLU hidden, logits
@@ -348,7 +391,9 @@ def mlp_bytes(
 ) -> int:
     """A generous estimate of what ``race_mlp`` needs: per contestant the parameters, gradients
     and Adam's two moments (FP32), autocast's low-precision weight copies, and activations."""
-    low = torch.finfo(dtype).bits // 8
+    width, batch, in_features, num_classes = _mlp_sizes(width, batch, in_features, num_classes)
+    contestants = check_int("contestants", contestants, minimum=1, maximum=3)
+    low = torch.finfo(parse_dtype(dtype)).bits // 8
     params = in_features * width + width + width * num_classes + num_classes
     activations = batch * (in_features + 3 * width + 3 * num_classes)
     per_contestant = 16 * params + low * params + 4 * activations + low * batch * in_features
@@ -409,18 +454,20 @@ RACE_TARGET_REL_WIDTH = 0.1
 RACE_MAX_TIME_S = 20.0
 
 
-def _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width=None, max_time_s=None):
+def _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width=None, max_time_s=None,
+                  callback=None):  # fmt: skip
+    """Check a race's arguments before anything is allocated or run: the device, the dtype and the budget
+    (``timing.check_budget``: repeats and warm-up calls up to ``MAX_REPEATS``, ``min_sample_s`` up to
+    ``MAX_SAMPLE_S``, ``max_time_s`` up to ``MAX_SECONDS``, and minimum rounds that fit in ``MAX_SECONDS``)."""
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
-    check_int("warmup", warmup, minimum=0)
-    check_int("repeats", repeats, minimum=1)
-    check_float("min_sample_s", min_sample_s, gt=0)
-    if num_threads is not None:
-        check_int("num_threads", num_threads, minimum=1)
+    _, repeats, _, min_sample_s, _ = _check_budget(warmup, repeats, min_sample_s, num_threads)
     if target_rel_width is not None:
-        check_float("target_rel_width", target_rel_width, gt=0)
+        check_target_rel_width(target_rel_width)
     if max_time_s is not None:
-        check_float("max_time_s", max_time_s, gt=0)
+        check_float("max_time_s", max_time_s, gt=0, le=MAX_SECONDS)
+    check_callable("callback", callback, optional=True)
+    _check_planned_time(repeats, len(contestant_names(*_device_facts(dev))), min_sample_s)
     return dev, dtype
 
 
@@ -459,7 +506,8 @@ def race_matmul(
     again, so a notebook that refers to one configuration twice reads one measurement.
     """
     n = check_int("n", n, minimum=1)
-    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
+    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
+                               callback)  # fmt: skip
     found = _reusable(reuse, "matmul", {"n": n}, dtype, dev, num_threads)
     if found is not None:
         return found
@@ -513,8 +561,32 @@ def _largest_fitting_n(dev: torch.device, dtype: torch.dtype) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
+# The largest size (width, batch, in_features, num_classes) the MLP helpers accept: far beyond any memory
+# (a 2**31-wide layer alone holds 2**31 * in_features weights), and small enough that every FLOP and byte
+# count stays an exact, finite number.
+MAX_MLP_SIZE = 2**31
+
+
+def _mlp_sizes(width, batch, in_features, num_classes) -> tuple[int, int, int, int]:
+    return (
+        check_int("width", width, minimum=1, maximum=MAX_MLP_SIZE),
+        check_int("batch", batch, minimum=1, maximum=MAX_MLP_SIZE),
+        check_int("in_features", in_features, minimum=1, maximum=MAX_MLP_SIZE),
+        check_int("num_classes", num_classes, minimum=1, maximum=MAX_MLP_SIZE),
+    )
+
+
 def seed_model(width: int, *, in_features: int = IN_FEATURES, num_classes: int = NUM_CLASSES) -> torch.nn.Module:
-    """The seed's model: ``Linear(in_features -> width) -> ReLU -> Linear(width -> num_classes)``."""
+    """The seed's model: ``Linear(in_features -> width) -> ReLU -> Linear(width -> num_classes)``.
+
+    Every size is a positive integer, and a model whose FP32 weights would not fit in the CPU's free
+    memory (``device.check_fits``) is refused before anything is allocated."""
+    width, _, in_features, num_classes = _mlp_sizes(width, 1, in_features, num_classes)
+    n_params = in_features * width + width + width * num_classes + num_classes
+    _check_fits(
+        4 * n_params, "cpu", f"seed_model(width={width}, in_features={in_features}, num_classes={num_classes})",
+        "choose a smaller width or in_features",
+    )  # fmt: skip
     return torch.nn.Sequential(
         torch.nn.Linear(in_features, width), torch.nn.ReLU(), torch.nn.Linear(width, num_classes)
     )
@@ -527,6 +599,7 @@ def mlp_step_flops(width: int, batch: int, *, in_features: int = IN_FEATURES, nu
     of its input and of its weight (``4*b*w*c``); the first only its weight's (``2*b*in*w``, the
     inputs need no gradient).  Elementwise work (ReLU, loss, Adam) is left out.
     """
+    width, batch, in_features, num_classes = _mlp_sizes(width, batch, in_features, num_classes)
     b, i, w, c = batch, in_features, width, num_classes
     return float(2 * b * (i * w + w * c) + 4 * b * w * c + 2 * b * i * w)
 
@@ -664,7 +737,9 @@ def race_mlp(
     batch = check_int("batch", batch, minimum=1)
     in_features = check_int("in_features", in_features, minimum=1)
     num_classes = check_int("num_classes", num_classes, minimum=2)
-    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
+    memory = check_bool("memory", memory)
+    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
+                               callback)  # fmt: skip
     params = {"width": width, "batch": batch, "in_features": in_features, "num_classes": num_classes}
     found = _reusable(reuse, "mlp", params, dtype, dev, num_threads)
     if found is not None and (found.memory is not None or not memory):
@@ -972,8 +1047,11 @@ def race_sizes(device_type: str, dtype=torch.bfloat16, *, native: bool | None = 
     """
     device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
     dtype = parse_dtype(dtype)
-    if native not in (True, False, None):
-        raise ValueError(f"native must be True, False or None (unknown), got {native!r}")
+    if native is not None:
+        try:
+            native = check_bool("native", native)
+        except ArgumentTypeError:
+            raise ArgumentTypeError(f"native must be True, False or None (unknown), got {native!r:.80}") from None
     low = dtype_name(dtype)
     if device_type == "cpu":
         case = {True: "cpu-native", False: "cpu-emulated", None: "cpu-unknown"}[native]
@@ -1097,6 +1175,10 @@ class SweepResult:
         )
 
 
+# The most sizes one sweep races (each size is a race of its own).
+MAX_SWEEP_SIZES = 64
+
+
 def sweep(
     sizes: Sequence[int] | None = None,
     *,
@@ -1127,16 +1209,26 @@ def sweep(
     """
     kind = check_choice("kind", kind, ["matmul", "mlp", "batch"])
     dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
+    show_progress = check_bool("show_progress", show_progress)
     defaults = sizes_for(dev, dtype)
     if sizes is None:
         sizes = {"matmul": defaults.matmul_sizes, "mlp": defaults.mlp_widths, "batch": defaults.batches}[kind]
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
-        raise ValueError(f"sizes must be a sequence of positive integers, got {sizes!r}")
-    sizes = tuple(check_int(f"sizes[{i}]", s, minimum=1) for i, s in enumerate(sizes))
-    if not sizes:
-        raise ValueError("sizes must contain at least one size, got an empty sequence")
+    # A list, tuple or range: a dict would race its keys, a set in no particular order.
+    sizes = check_int_sequence("sizes", sizes, minimum=1, max_length=MAX_SWEEP_SIZES)
     batch = check_int("batch", defaults.batch if batch is None else batch, minimum=1)
     width = check_int("width", defaults.width if width is None else width, minimum=1)
+    # Bounded before it starts: every race (and the raw GEMM's) takes its minimum rounds, and with a
+    # target interval up to max_time_s; all of them together must fit in MAX_SECONDS.
+    k = len(contestant_names(*_device_facts(dev)))
+    per_race = repeats * k * min_sample_s
+    if target_rel_width is not None:
+        per_race = max(per_race, DEFAULT_MAX_TIME_S if max_time_s is None else max_time_s)
+    if (len(sizes) + 1) * per_race > MAX_SECONDS:
+        raise ValueError(
+            f"sweep of {_plural(len(sizes), 'size')} (plus the raw GEMM) could take up to {(len(sizes) + 1) * per_race:g} s "
+            f"({per_race:g} s per race), more than the course's limit of {MAX_SECONDS:g} s; choose fewer sizes "
+            "or a smaller max_time_s"
+        )
     # Refuse the whole sweep up front rather than after minutes of racing.
     largest = max(sizes)
     if kind == "matmul":
@@ -1193,6 +1285,14 @@ def sweep(
         measured_interval=measured,
     )  # fmt: skip
     return SweepResult(kind=kind, sizes=sizes, results=tuple(results), ceiling=ceiling, context=results[-1].context)
+
+
+def _check_result(name: str, value) -> RaceResult:
+    return check_instance(name, value, RaceResult, "a RaceResult (from race_matmul or race_mlp)")
+
+
+def _check_sweep(name: str, value) -> SweepResult:
+    return check_instance(name, value, SweepResult, "a SweepResult (from sweep)")
 
 
 def _size_name(kind: str) -> str:
@@ -1259,6 +1359,7 @@ def sweep_summary(result: SweepResult) -> str:
     """The sweep, read: each size's speedup with its interval, where AMP is measurably faster, whether the
     speedup grew with the size, how close it gets to the ceiling, and a warning when it was too noisy.
     (``06_timing_race``)"""
+    _check_sweep("result", result)
     r0 = result.results[0]
     name = _size_name(result.kind)
     lines = [f"{_what(result)}, AMP {dtype_name(r0.dtype)} vs FP32 ({r0.speedup_interval.confidence_text} intervals):"]
@@ -1297,6 +1398,8 @@ def sweep_summary(result: SweepResult) -> str:
 def memory_summary(result) -> str:
     """What AMP did to the memory of a training step, read from a ``race_mlp`` result (or an MLP/batch
     sweep: its smallest and largest sizes), with the mechanism that explains it.  (``06_timing_race``)"""
+    if not isinstance(result, (RaceResult, SweepResult)):
+        check_instance("result", result, (RaceResult, SweepResult), "a race_mlp result or an MLP/batch sweep")
     if isinstance(result, SweepResult):
         if result.kind not in ("mlp", "batch") or result.results[0].memory is None:
             raise ValueError("result must be a race_mlp result or an MLP/batch sweep with memory measured")
@@ -1382,6 +1485,8 @@ def _axis_label(result: SweepResult) -> str:
 
 def plot_sweep(result: SweepResult, ax=None):
     """Speedup (FP32 / AMP) against size on log-log axes, with its interval, break-even and the ceiling."""
+    _check_sweep("result", result)
+    check_axes("ax", ax)
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -1416,8 +1521,10 @@ def plot_sweep(result: SweepResult, ax=None):
 
 def plot_memory(result: SweepResult, ax=None):
     """Peak memory per training step, FP32 against AMP, for a ``kind="mlp"`` or ``kind="batch"`` sweep."""
+    _check_sweep("result", result)
     if result.kind not in ("mlp", "batch") or result.results[0].memory is None:
         raise ValueError("plot_memory needs a sweep with kind='mlp' or 'batch' (memory is measured for training steps)")
+    check_axes("ax", ax)
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -1464,6 +1571,7 @@ def native_arithmetic(result: RaceResult) -> bool | None:
     (unknown).  On a CPU: ``hardware.cpu_has_native`` with the CPU flags recorded in the result (this
     machine's when none were recorded); on CUDA: whether the recorded compute capability's Tensor Cores
     take that dtype.  (``06_timing_race``, exercise 4)"""
+    _check_result("result", result)
     dev = str(result.context.get("device", ""))
     if dev.startswith("cuda"):
         tc = _tensor_cores(result)
@@ -1595,6 +1703,7 @@ def tf32_summary(result: RaceResult) -> str:
     """What TF32 did in a race, composed from its facts: on a GPU with TF32 Tensor Cores the TF32
     contestant against IEEE FP32 and AMP against TF32; on an older GPU or a CPU why there is none.
     (``06_timing_race``)"""
+    _check_result("result", result)
     dev = str(result.context.get("device", ""))
     if result.tf32 is not None:
         vs = speedup_estimate(result.fp32, result.tf32, confidence=result.confidence)
@@ -1620,6 +1729,7 @@ def explain(result: RaceResult) -> str:
     the outcome with its interval ("too close to call" when it straddles 1), the likely reason (native or
     emulated arithmetic, Tensor Cores, size), TF32, and a warning when the measurement was noisy.
     (``06_timing_race``; the race widget's card shows it.)"""
+    _check_result("result", result)
     parts = [_verdict(result), _reason(result), _tf32_sentence(result), _noise_note([result], result.context)]
     return " ".join(p for p in parts if p)
 
@@ -1633,11 +1743,25 @@ RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
 def load_reference_results(directory=None) -> list[dict]:
-    """Committed GPU check results (``docs/results/*.json``), newest first; [] when there are none."""
-    directory = Path(directory) if directory is not None else RESULTS_DIR
+    """Committed GPU check results (``docs/results/*.json``), newest first; [] when there are none.
+
+    ``directory`` (default: the course's ``docs/results``) must be a folder that exists: a path that is
+    not one raises ValueError naming it, rather than reading as "no results"."""
+    if directory is None:
+        directory = RESULTS_DIR
+        if not directory.is_dir():
+            return []
+    else:
+        if not isinstance(directory, (str, os.PathLike)):
+            raise ArgumentTypeError(
+                f"directory must be a folder path (a string or pathlib.Path) or None, got {type(directory).__name__}: "
+                f"{directory!r:.80}"
+            )
+        directory = Path(directory)
+        if not directory.is_dir():
+            what = "is a file, not a folder" if directory.exists() else "does not exist"
+            raise ValueError(f"directory={str(directory)!r} {what}; give the folder that holds the *.json results")
     found = []
-    if not directory.is_dir():
-        return found
     for path in sorted(directory.glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -1656,7 +1780,10 @@ def utc_now() -> str:
 
 def describe_reference(reference: dict) -> str:
     """One line naming where a reference file was measured: GPU, driver, CUDA, torch, date."""
+    check_instance("reference", reference, dict, "a reference result dict (from load_reference_results())")
     m = reference.get("machine", {})
+    if not isinstance(m, dict):
+        raise ValueError(f"reference['machine'] must be a dict, got {type(m).__name__}")
     return (
         f"{m.get('gpu_name') or m.get('device', '?')} (driver {m.get('driver')}, CUDA {m.get('cuda_runtime')}, "
         f"torch {m.get('torch')}), measured {str(reference.get('date', '?'))[:10]}"
@@ -1668,6 +1795,14 @@ def reference_table_html(references: Sequence[dict], mine: SweepResult | None = 
     """Matmul speedups from committed reference files next to the learner's own sweep, by size."""
     from .widgets import table_html
 
+    if not isinstance(references, (list, tuple)):
+        raise ArgumentTypeError(
+            f"references must be a list of reference dicts (load_reference_results()), got {type(references).__name__}"
+        )
+    for i, ref in enumerate(references):
+        check_instance(f"references[{i}]", ref, dict, "a reference result dict")
+    if mine is not None:
+        _check_sweep("mine", mine)
     columns: list[tuple[str, dict]] = []
     for ref in references:
         sweeps = {k: v for k, v in ref.get("sweeps", {}).items() if k.startswith("matmul_")}
@@ -1712,8 +1847,15 @@ def precision_choices(device_type: str, capability=None) -> list[tuple[str, str]
 
 def precision_warning(device_type: str, capability, dtype) -> str | None:
     """A warning for racing ``dtype`` on a device, or None: bfloat16 on a CUDA GPU before Ampere is
-    emulated, so AMP in bfloat16 cannot win there (the widget shows this before the race)."""
+    emulated, so AMP in bfloat16 cannot win there (the widget shows this before the race).
+
+    ``capability`` is the GPU's ``(major, minor)`` compute capability, or None where it is unknown (a CPU,
+    an Apple GPU, or a CUDA GPU not asked): with None no warning can be given, so the answer is None."""
     device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
+    if capability is not None:
+        from .hardware import _check_capability
+
+        capability = _check_capability(capability)
     dtype = parse_dtype(dtype)
     if device_type == "cuda" and capability is not None and dtype == torch.bfloat16 and not bf16_hardware(capability):
         tc = tensor_core_generation(capability)
@@ -1753,23 +1895,32 @@ class RaceWidget:
         self.device = get_device(device)
         sizes = sizes_for(self.device)
         budget = sizes.budget
-        widths = tuple(widths or sizes.widget_widths)
-        batches = tuple(batches or sizes.widget_batches)
-        for i, w in enumerate(widths):
-            check_int(f"widths[{i}]", w, minimum=1)
-        for i, b in enumerate(batches):
-            check_int(f"batches[{i}]", b, minimum=1)
+        # Each choice a positive int, checked before any widget exists; the largest must fit in memory.
+        widths = check_int_sequence("widths", sizes.widget_widths if widths is None else widths, minimum=1)
+        batches = check_int_sequence("batches", sizes.widget_batches if batches is None else batches, minimum=1)
         self.in_features = check_int("in_features", in_features, minimum=1)
-        self.warmup = check_int("warmup", budget["warmup"] if warmup is None else warmup, minimum=0)
-        self.repeats = check_int("repeats", budget["repeats"] if repeats is None else repeats, minimum=1)
-        self.min_sample_s = check_float(
-            "min_sample_s", budget["min_sample_s"] if min_sample_s is None else min_sample_s, gt=0
+        warmup, repeats, _, min_sample_s, num_threads = _check_budget(
+            budget["warmup"] if warmup is None else warmup,
+            budget["repeats"] if repeats is None else repeats,
+            budget["min_sample_s"] if min_sample_s is None else min_sample_s,
+            num_threads,
         )
+        self.warmup, self.repeats, self.min_sample_s = warmup, repeats, min_sample_s
         self.target_rel_width = (
-            None if target_rel_width is None else check_float("target_rel_width", target_rel_width, gt=0)
+            None if target_rel_width is None else check_target_rel_width(target_rel_width)
         )
-        self.max_time_s = check_float("max_time_s", budget["max_time_s"] if max_time_s is None else max_time_s, gt=0)
-        self.num_threads = budget.get("num_threads") if num_threads is None else check_int("num_threads", num_threads, minimum=1)
+        self.max_time_s = check_float(
+            "max_time_s", budget["max_time_s"] if max_time_s is None else max_time_s, gt=0, le=MAX_SECONDS
+        )
+        self.num_threads = budget.get("num_threads") if num_threads is None else num_threads
+        facts = _device_facts(self.device)
+        _check_planned_time(self.repeats, len(contestant_names(*facts)), self.min_sample_s)
+        _check_fits(
+            mlp_bytes(max(widths), max(batches), torch.float16, in_features=self.in_features,
+                      contestants=len(contestant_names(*facts))),
+            self.device, f"RaceWidget's largest race (width={max(widths)}, batch={max(batches)})",
+            "choose smaller widths or batches",
+        )  # fmt: skip
 
         self.width = widgets.Dropdown(options=widths, value=widths[0], description="width")
         self.batch = widgets.Dropdown(options=batches, value=batches[0], description="batch")
@@ -1900,6 +2051,7 @@ class RaceWidget:
 def result_card_html(result: RaceResult) -> str:
     """The body of the race widget's result card: the speedup with its interval and outcome, the reading
     :func:`explain` composes, the timings, and the context."""
+    _check_result("result", result)
     e = html.escape
     est = result.speedup_interval
     unit = "call" if result.kind == "matmul" else "step"

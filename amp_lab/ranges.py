@@ -25,15 +25,24 @@ from __future__ import annotations
 
 import html
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ._checks import check_float, check_int
+from ._checks import (
+    FLOAT32_MAX,
+    FLOAT32_TINY,
+    ArgumentTypeError,
+    check_float,
+    check_instance,
+    check_int,
+    check_scale,
+)
 from .device import torch_threads
-from .formats import FloatFormat, get_format, round_to
+from .formats import FloatFormat, _format_list, _real_tensor, get_format, round_to
 
 __all__ = [
     "CATEGORIES",
@@ -66,7 +75,11 @@ COLORS = {"underflow": "#d62728", "subnormal": "#ff7f0e", "normal": "#2ca02c", "
 
 
 def _flat_float32(x, name: str = "x") -> torch.Tensor:
-    """One 1-D float32 tensor from a tensor, tensors in a dict/list, a GradientRecord or numbers."""
+    """One 1-D float32 tensor from a tensor, tensors in a dict/list, a GradientRecord or numbers.
+
+    Real numbers only: text, bools (and bool tensors) and complex values are refused, as
+    :func:`amp_lab.formats.round_to` refuses them."""
+    what = f"{name} must be a tensor, a dict or list of tensors, a GradientRecord or a list of numbers"
     if isinstance(x, torch.Tensor):
         parts = [x]
     elif hasattr(x, "activation_grads") and hasattr(x, "layers"):  # a GradientRecord
@@ -76,18 +89,11 @@ def _flat_float32(x, name: str = "x") -> torch.Tensor:
     elif isinstance(x, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in x):
         parts = list(x)
     else:
-        try:
-            parts = [torch.as_tensor(x, dtype=torch.float64, device="cpu")]
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(
-                f"{name} must be a tensor, a dict or list of tensors, a GradientRecord or a list of numbers, "
-                f"got {type(x).__name__}"
-            ) from None
-    for t in parts:
+        parts = [_real_tensor(x, name, what)]
+    for i, t in enumerate(parts):
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must contain only tensors, found {type(t).__name__}")
-        if t.is_complex():
-            raise ValueError(f"{name} must be real, got a complex tensor")
+            raise ArgumentTypeError(f"{name} must contain only tensors, found {type(t).__name__} at item {i}")
+        _real_tensor(t, name)  # no bool or complex tensors
     if not parts:
         return torch.empty(0)
     flat = [t.detach().reshape(-1).float() for t in parts]
@@ -95,12 +101,14 @@ def _flat_float32(x, name: str = "x") -> torch.Tensor:
 
 
 def _check_scale(scale) -> float:
-    """A finite positive scale that float32 can hold (``x * scale`` is computed in float32)."""
-    s = check_float("scale", scale, gt=0.0)
-    s32 = float(torch.tensor(s, dtype=torch.float32))
-    if s32 == 0.0 or math.isinf(s32):
-        raise ValueError(f"scale must be representable in float32 (about 1.4e-45 .. 3.4e38), got {s}")
-    return s
+    """A loss scale as the float32 it becomes (``x * scale`` is computed in float32): the course's one
+    rule for scales, :func:`amp_lab._checks.check_scale` (from 2**-126 to float32's max)."""
+    return check_scale("scale", scale)
+
+
+# The powers of two a loss scale can be (check_scale's range): 2**-126 .. 2**127.
+MIN_LOG2_SCALE = math.frexp(FLOAT32_TINY)[1] - 1  # -126
+MAX_LOG2_SCALE = math.frexp(FLOAT32_MAX)[1] - 1  # 127
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,11 +274,17 @@ def range_report(x, fmt, scale: float = 1.0) -> RangeReport:
     return _report(*_select(_flat_float32(x)), f, s)
 
 
+def _count(mask: torch.Tensor) -> int:
+    """The number of True values of a bool mask, as a Python int."""
+    return int(torch.count_nonzero(mask))
+
+
 def _select(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     """``(non-zero finite elements, number of exact zeros, number of inf/NaN)`` of flat ``t``."""
     finite = torch.isfinite(t)
     nonzero = t != 0
-    return t[finite & nonzero], int((finite & ~nonzero).sum()), int((~finite).sum())
+    # count_nonzero, not .sum(): several times faster on a bool mask of millions of values
+    return t[finite & nonzero], _count(finite & ~nonzero), _count(~finite)
 
 
 def _report(sel: torch.Tensor, zeros: int, nonfinite: int, f: FloatFormat, s: float) -> RangeReport:
@@ -280,7 +294,7 @@ def _report(sel: torch.Tensor, zeros: int, nonfinite: int, f: FloatFormat, s: fl
         fmt=f.name,
         scale=s,
         total=int(sel.numel()),
-        counts={c: int(m.sum()) for c, m in masks.items()},
+        counts={c: _count(m) for c, m in masks.items()},
         zeros=zeros,
         nonfinite=nonfinite,
     )
@@ -289,8 +303,10 @@ def _report(sel: torch.Tensor, zeros: int, nonfinite: int, f: FloatFormat, s: fl
 def per_layer_reports(tensors: Mapping, fmt, scale: float = 1.0) -> dict[str, RangeReport]:
     """``{name: range_report(tensor, fmt, scale)}`` for a dict such as ``record.activation_grads``."""
     if not isinstance(tensors, Mapping):
-        raise ValueError(f"tensors must be a dict of name -> tensor, got {type(tensors).__name__}")
-    return {name: range_report(t, fmt, scale) for name, t in tensors.items()}
+        raise ArgumentTypeError(f"tensors must be a dict of name -> tensor, got {type(tensors).__name__}")
+    f = get_format(fmt)
+    s = _check_scale(scale)
+    return {name: range_report(t, f, s) for name, t in tensors.items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,11 +315,17 @@ def per_layer_reports(tensors: Mapping, fmt, scale: float = 1.0) -> dict[str, Ra
 
 
 def suggest_log2_scale(x, fmt) -> int | None:
-    """The largest integer ``k`` such that no element of ``x * 2**k`` overflows ``fmt``.
+    """The largest integer ``k`` such that no element of ``x * 2**k`` overflows ``fmt``, and
+    ``2**k`` is a usable loss scale.
 
     ``k`` may be negative (values already beyond the range must be scaled *down*).  Exact
     zeros and inf/NaN in ``x`` are ignored (inf/NaN overflow at every scale; a scaler skips
     such steps); ``None`` when nothing is left, since then every scale is safe.
+
+    A loss scale is stored in float32, so ``k`` is at most 127 (:data:`MAX_LOG2_SCALE`): for values
+    so tiny that a larger power of two would still overflow nothing (``[1e-45]`` in FP16 would allow
+    2**164), the result is 127 and a ``UserWarning`` says so.  (Where even 2**-126, the smallest
+    usable scale, would overflow, a ``ValueError`` says that no scale fits.)
     """
     f = get_format(fmt)
     t = _flat_float32(x)
@@ -324,6 +346,19 @@ def suggest_log2_scale(x, fmt) -> int | None:
         k -= 1
     while safe(k + 1):
         k += 1
+    if k > MAX_LOG2_SCALE:
+        warnings.warn(
+            f"the largest value here would allow a scale of 2**{k} before overflowing {f.label}, but a loss scale "
+            f"is stored in float32, whose largest power of two is 2**{MAX_LOG2_SCALE}: suggesting 2**{MAX_LOG2_SCALE}",
+            UserWarning,
+            stacklevel=3,
+        )
+        return MAX_LOG2_SCALE
+    if k < MIN_LOG2_SCALE:
+        raise ValueError(
+            f"no usable loss scale keeps x in {f.label}'s range: even the smallest, 2**{MIN_LOG2_SCALE} "
+            f"(float32's smallest normal), lets |x| = {amax:g} overflow"
+        )
     return k
 
 
@@ -332,7 +367,9 @@ def suggest_scale(x, fmt) -> float:
 
     The rule of thumb of Micikevicius et al. (2018) — scale so that the largest gradient lands
     just below the format's maximum — made exact.  ``S`` can be below 1.  Zeros and inf/NaN in
-    ``x`` are ignored; ``math.inf`` when ``x`` has no non-zero finite element.
+    ``x`` are ignored; ``math.inf`` when ``x`` has no non-zero finite element.  ``S`` is always a
+    usable loss scale (at most 2**127, see :func:`suggest_log2_scale`), so it can be passed on to
+    :func:`range_report` or a loss scaler.
     """
     k = suggest_log2_scale(x, fmt)
     return math.inf if k is None else math.ldexp(1.0, k)
@@ -379,6 +416,10 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
     (defaults: the data's smallest and largest binade).  ``x * scale`` is formed in float32, as
     in :func:`range_report`; the binning is exact (``frexp``, not a rounded ``log2``)."""
     s = _check_scale(scale)
+    if lo is not None:
+        lo = check_int("lo", lo, minimum=-400, maximum=400)
+    if hi is not None:
+        hi = check_int("hi", hi, minimum=-399 if lo is None else lo + 1, maximum=401)
     t = _flat_float32(x)
     finite = torch.isfinite(t)
     nonzero = t != 0
@@ -386,8 +427,8 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
     flushed = prod == 0  # a tiny scale can flush float32 products to zero ...
     blown = ~torch.isfinite(prod)  # ... and a huge one overflow float32
     sel = prod[~flushed & ~blown]
-    zeros = int((finite & ~nonzero).sum()) + int(flushed.sum())
-    nonfinite = int((~finite).sum()) + int(blown.sum())
+    zeros = _count(finite & ~nonzero) + _count(flushed)
+    nonfinite = _count(~finite) + _count(blown)
     e = _log2_floor(sel.cpu())  # on the CPU: the counting happens there anyway
     if lo is None:
         lo = int(e.min()) if e.numel() else 0
@@ -402,7 +443,7 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
         counts=counts.astype(np.int64),
         zeros=zeros,
         nonfinite=nonfinite,
-        outside=int((~inside).sum()),
+        outside=_count(~inside),
         scale=s,
     )
 
@@ -478,17 +519,27 @@ def plot_log2_histogram(
     ``rulers``, every format of ``fmts`` gets a ruler at the top (light: subnormal range,
     dark: normal range).  Returns the axes.  (Notebook 03.)
     """
-    if isinstance(fmts, (str, FloatFormat)):
-        fmts = (fmts,)
-    fmts = tuple(get_format(f) for f in fmts)
-    if not fmts:
-        raise ValueError("fmts must name at least one format")
+    from matplotlib.axes import Axes
+
+    fmts = _format_list(fmts)
+    if ax is not None:
+        check_instance("ax", ax, Axes, "matplotlib Axes or None")
+    if title is not None:
+        check_instance("title", title, str, "a string or None")
+    check_instance("rulers", rulers, (bool, np.bool_), "True or False")
+    if xlim is not None:
+        if isinstance(xlim, (str, bytes)) or not isinstance(xlim, (tuple, list)) or len(xlim) != 2:
+            raise ArgumentTypeError(f"xlim must be a pair (lo, hi) of log2 values, got {xlim!r:.80}")
+        xlim = (check_float("xlim[0]", xlim[0]), check_float("xlim[1]", xlim[1]))
+        if not xlim[1] > xlim[0]:
+            raise ValueError(f"xlim must be (lo, hi) with hi > lo, got {xlim}")
+    # everything is checked, and the histogram made, before a figure is created
+    hist = log2_histogram(x, scale=scale)
     if ax is None:
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots(figsize=(7.5, 3.6), layout="constrained")
     primary = fmts[0]
-    hist = log2_histogram(x, scale=scale)
     lo, hi = xlim if xlim is not None else _view_range(hist, fmts)
     if hist.counts.size:
         cats = np.array(_bin_categories(hist.lefts, primary))
@@ -566,6 +617,7 @@ def readout_text(report: RangeReport) -> list[str]:
 
     Percentages are ``f"{100 * fraction:.3f}%"`` of :class:`RangeReport`'s fractions.
     """
+    check_instance("report", report, RangeReport, "a RangeReport (from range_report)")
     return [
         f"{c}: {100 * report.fraction(c):.3f}% ({report.counts[c]} of {report.total})" for c in CATEGORIES
     ]
@@ -573,6 +625,9 @@ def readout_text(report: RangeReport) -> list[str]:
 
 def readout_html(report: RangeReport, suggested_log2: int | None = None) -> str:
     """HTML of :func:`readout_text` with a header naming the format and scale."""
+    check_instance("report", report, RangeReport, "a RangeReport (from range_report)")
+    if suggested_log2 is not None:
+        suggested_log2 = check_int("suggested_log2", suggested_log2)
     head = f"{get_format(report.fmt).label}, scale {_scale_str(report.scale)} = {report.scale:.10g}"
     if suggested_log2 is not None:
         head += f" · suggested scale: 2^{suggested_log2} (largest with no overflow)"
@@ -597,6 +652,8 @@ class ScaleExplorer:
         self.fmt = get_format(fmt)
         max_log2 = check_int("max_log2", max_log2, minimum=1, maximum=120)
         log2_scale = check_int("log2_scale", log2_scale, minimum=0, maximum=max_log2)
+        if title is not None:
+            check_instance("title", title, str, "a string or None")
         # Select the non-zero finite values once; every slider move then costs one multiply,
         # one round_to and a few comparisons (the same _report that range_report uses).
         self._sel, self._zeros, self._nonfinite = _select(_flat_float32(x))
@@ -711,7 +768,10 @@ class ScaleExplorer:
         redraw the existing figure; returns the new :class:`RangeReport`, which equals
         ``range_report(x, fmt, 2**log2_scale)``.  The slider calls this; to move the widget from
         code, set ``slider.value`` so that slider and readout stay in step."""
-        k = int(self.slider.value if log2_scale is None else log2_scale)
+        if log2_scale is None:
+            k = int(self.slider.value)
+        else:  # any usable loss scale 2**k (check_scale's range), checked before anything changes
+            k = check_int("log2_scale", log2_scale, minimum=MIN_LOG2_SCALE, maximum=MAX_LOG2_SCALE)
         # A few element-wise passes over ~1e5 values: one thread is plenty, and it never waits
         # for a second core that another process holds (that wait dominated on a busy machine).
         with torch_threads(1, self._sel.device):

@@ -32,20 +32,37 @@ through.  One loop therefore serves all three precisions.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
+import os
+import pickle
 import statistics
+import sys
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import hardware
-from ._checks import check_float, check_int
+from ._checks import (
+    MAX_STEPS,
+    ArgumentTypeError,
+    check_float,
+    check_instance,
+    check_int,
+    check_scale,
+    check_seed,
+)
 from .claims import Claim, claim
-from .device import dtype_name, get_device, parse_dtype, seeded, synchronize, torch_threads
+from .data import Dataset, Split
+from .device import check_fits, dtype_name, get_device, parse_dtype, seeded, synchronize, torch_threads
 from .timing import Regime, SpeedupEstimate, format_bytes, format_ratio, speedup_estimate, timing_context
 
 __all__ = [
@@ -76,7 +93,19 @@ __all__ = [
     "choice_rows",
     "CHOICE_HEADER",
     "dtype_name",
+    "MAX_DEPTH",
 ]
+
+# Bounds (CONTRIBUTING.md, "Bounded work"), each checked before anything is allocated or run:
+MAX_DEPTH = 64  # hidden layers of make_model's MLP: far deeper than plain MLPs train well without normalisation
+_MAX_SIZE = 2**53  # any width or batch size: an integer float64 holds exactly (step_flops stays a finite float)
+_MAX_STEP_NUMBER = 2**53  # a step number (micro_batches' seed arithmetic stays within torch's 64-bit seeds)
+_MAX_THREADS = 1024  # device.torch_threads' bound
+_MAX_GROWTH_INTERVAL = 2**31 - 1  # GradScaler's update kernel takes it as a C integer
+_MAX_ITEMS = MAX_STEPS  # items of a list argument (micro-batches, dtypes, result rows, machines)
+# Adam's learning rate, as training.MAX_LR bounds it: far beyond 1 the weights only turn inf, and far
+# enough beyond, torch's Adam cannot even convert it to float32 (a RuntimeError from inside torch).
+_MAX_LR = 1e6
 
 _PRECISIONS = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -141,9 +170,12 @@ def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
 
     The facts are read from ``report`` itself (not from its stored verdict), so a report whose
     hardware facts were replaced (``hardware.report_for``, ``dataclasses.replace``) gets its own flow.
+    ``report`` must be a ``hardware.MachineReport`` (TypeError otherwise).
     """
     if report is None:
         report = hardware.describe(device)
+    else:
+        _check_report("report", report)
     v = hardware.machine_verdict(
         cuda_available=report.cuda_available,
         tensor_cores=report.tensor_cores,
@@ -267,6 +299,8 @@ def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
     """
     if base is None:
         base = hardware.describe("cpu")
+    else:
+        _check_report("base", base)
 
     def gpu(name, capability):
         return name, hardware.report_for("cuda", capability=capability, gpu_name=name, base=base, system="Linux")
@@ -290,7 +324,14 @@ def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
 
 def choice_rows(machines) -> list[list[str]]:
     """Table rows (for ``widgets.table_html``, header :data:`CHOICE_HEADER`): the decision flow's
-    answer for each ``(name, report)`` of ``machines`` (e.g. :func:`example_machines`)."""
+    answer for each ``(name, report)`` of ``machines`` (e.g. :func:`example_machines`): a list of pairs
+    of a string and a ``hardware.MachineReport``."""
+    machines = _sequence("machines", machines, "a list of (name, hardware.MachineReport) pairs")
+    for i, pair in enumerate(machines):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ArgumentTypeError(f"machines[{i}] must be a (name, hardware.MachineReport) pair, got {_shown(pair)}")
+        check_instance(f"machines[{i}][0]", pair[0], str, "a string (the machine's name)")
+        _check_report(f"machines[{i}][1]", pair[1])
     rows = []
     for name, report in machines:
         c = choose_amp_dtype(report)
@@ -300,6 +341,39 @@ def choice_rows(machines) -> list[list[str]]:
 
 
 CHOICE_HEADER = ["machine", "autocast dtype", "GradScaler", "faster than FP32?", "because"]
+
+
+def _check_report(name: str, report) -> None:
+    check_instance(name, report, hardware.MachineReport, "a hardware.MachineReport (e.g. from hardware.describe())")
+
+
+def _sequence(name: str, value, what: str, max_length: int = _MAX_ITEMS) -> list:
+    """``value`` as a list, if it is a list, tuple or other iterable that is not a string, bytes or mapping,
+    of at most ``max_length`` items: the length is checked before the items are read (``range(10**12)``
+    is refused at once), and an iterator without a length is read no further than ``max_length + 1``."""
+    if isinstance(value, (str, bytes, Mapping, torch.Tensor)) or not isinstance(value, Iterable):
+        raise ArgumentTypeError(f"{name} must be {what}, got {_shown(value)}")
+    too_long = f"{name} may hold at most {max_length} items"
+    if isinstance(value, Sized):
+        try:
+            length = len(value)
+        except OverflowError:  # a range longer than sys.maxsize
+            raise ValueError(f"{too_long}, got {type(value).__name__} of more than {sys.maxsize}") from None
+        if length > max_length:
+            raise ValueError(f"{too_long}, got {type(value).__name__} of {length}")
+    items = list(itertools.islice(value, max_length + 1))
+    if len(items) > max_length:
+        raise ValueError(f"{too_long}, got more")
+    return items
+
+
+def _shown(value) -> str:
+    """A value for an error message: a tensor by its dtype and shape (its digits say nothing there)."""
+    if isinstance(value, torch.Tensor):
+        return f"a {dtype_name(value.dtype)} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__} of {len(value)}: ({', '.join(_shown(v) for v in value[:3])}{', ...' if len(value) > 3 else ''})"
+    return f"{type(value).__name__}: {value!r:.80}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,12 +390,19 @@ def make_model(
     learner's generators (CPU and CUDA) are left as they were (``device.seeded``).  Its parameters
     stay float32: autocast casts copies for each op, and the optimizer updates the float32 "master"
     weights.
+
+    ``depth`` is at most :data:`MAX_DEPTH`; the parameters' bytes are checked against free memory
+    (``device.check_fits``) before anything is allocated.
     """
-    num_features = check_int("num_features", num_features, minimum=1)
-    num_classes = check_int("num_classes", num_classes, minimum=2)
-    hidden = check_int("hidden", hidden, minimum=1)
-    depth = check_int("depth", depth, minimum=1)
+    num_features, num_classes, hidden, depth = _mlp_sizes(num_features, num_classes, hidden, depth)
+    seed = check_seed("seed", seed)
     dev = get_device(device)
+    needed = 4 * _num_parameters(num_features, num_classes, hidden, depth)  # float32
+    hint = "choose a smaller hidden, depth, num_features or num_classes"
+    what = f"make_model({num_features}, {num_classes}, hidden={hidden}, depth={depth})"
+    check_fits(needed, "cpu", what, hint)  # the layers are built on the CPU, then moved
+    if dev.type != "cpu":
+        check_fits(needed, dev, what, hint)
     # seeded() forks the CPU's generator *and* every CUDA device's: a bare torch.manual_seed would
     # reseed a learner's GPU generators as a side effect of building a model.
     with seeded(seed):
@@ -340,10 +421,12 @@ def make_scaler(dtype, device=None, *, init_scale: float = 2.0**16, growth_inter
 
     bfloat16 and float32 have FP32's exponent range, so gradients do not underflow and the
     scaler is created disabled: ``scale``, ``unscale_``, ``step`` and ``update`` pass through.
+    ``init_scale`` is checked as the float32 it becomes (``_checks.check_scale``); ``growth_interval`` is
+    from 1 to 2**31 - 1 (GradScaler's update kernel takes it as a C integer).
     """
     dtype = _precision(dtype)
-    init_scale = check_float("init_scale", init_scale, gt=0)
-    growth_interval = check_int("growth_interval", growth_interval, minimum=1)
+    init_scale = check_scale("init_scale", init_scale)
+    growth_interval = check_int("growth_interval", growth_interval, minimum=1, maximum=_MAX_GROWTH_INTERVAL)
     dev = get_device(device)
     return torch.amp.GradScaler(
         dev.type, init_scale=init_scale, growth_interval=growth_interval, enabled=dtype == torch.float16
@@ -358,25 +441,237 @@ def micro_batches(
     Each epoch is a seeded permutation of the split; step ``k`` takes the next
     ``batch_size * accumulation_steps`` examples, cut into ``accumulation_steps`` micro-batches.
     Because nothing depends on state carried between steps, a resumed run sees exactly the
-    batches the uninterrupted run would have seen.
+    batches the uninterrupted run would have seen.  ``split`` is a ``data.Split``; ``step`` from 0 to 2**53;
+    ``batch_size`` and ``accumulation_steps`` from 1 to 2**53, their product at most ``len(split)``;
+    ``seed`` an integer from 0 to ``_checks.MAX_SEED``.
     """
-    step = check_int("step", step, minimum=0)
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    accumulation_steps = check_int("accumulation_steps", accumulation_steps, minimum=1)
+    _check_split("split", split)
+    step = check_int("step", step, minimum=0, maximum=_MAX_STEP_NUMBER)
+    seed = check_seed("seed", seed)
     n = len(split)
-    per_step = batch_size * accumulation_steps
-    if per_step > n:
-        raise ValueError(f"batch_size * accumulation_steps = {per_step} must be <= the number of examples ({n})")
+    batch_size, accumulation_steps, per_step = _per_step(batch_size, accumulation_steps, n)
     steps_per_epoch = n // per_step  # the remainder of each epoch is dropped
     epoch, k = divmod(step, steps_per_epoch)
     idx = _epoch_order(n, seed, epoch)[k * per_step : (k + 1) * per_step].to(split.X.device)
     return [(split.X[chunk], split.y[chunk]) for chunk in idx.split(batch_size)]
 
 
+def _per_step(batch_size, accumulation_steps, n: int) -> tuple[int, int, int]:
+    """``batch_size``, ``accumulation_steps`` and their product, the examples per optimizer step, checked
+    against the ``n`` examples of the split."""
+    batch_size = check_int("batch_size", batch_size, minimum=1, maximum=_MAX_SIZE)
+    accumulation_steps = check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=_MAX_SIZE)
+    per_step = batch_size * accumulation_steps
+    if per_step > n:
+        raise ValueError(
+            f"batch_size * accumulation_steps = {batch_size} * {accumulation_steps} = {per_step} must be <= the "
+            f"number of examples ({n})"
+        )
+    return batch_size, accumulation_steps, per_step
+
+
+def _check_split(name: str, split) -> Split:
+    if not isinstance(split, Split):
+        raise ArgumentTypeError(
+            f"{name} must be a data.Split (e.g. data.train from data.load_digits(); for tensors, data.Split(X, y)), "
+            f"got {_shown(split)}"
+        )
+    return split
+
+
 @functools.lru_cache(maxsize=16)
 def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     """The seeded permutation of epoch ``epoch`` (cached: it is read-only and costs a randperm)."""
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+
+# --------------------------------------------------------------------------------------------
+# Argument checks shared by the step, the loop, evaluation and checkpoints: everything is checked
+# before anything changes, and torch's shape and dtype errors never reach the learner.
+# --------------------------------------------------------------------------------------------
+
+
+def _model_params(name: str, model) -> list[torch.Tensor]:
+    check_instance(name, model, nn.Module, "a torch.nn.Module (e.g. from recipe.make_model)")
+    params = list(model.parameters())
+    if not params:
+        raise ValueError(f"{name} has no parameters: there is nothing to train, evaluate or restore")
+    devices = sorted({str(p.device) for p in params})
+    if len(devices) > 1:
+        raise ValueError(f"{name}'s parameters are spread over {', '.join(devices)}: move it to one with {name}.to(device)")
+    return params
+
+
+def _check_model(name: str, model, dev: torch.device, *, trainable: bool) -> list[torch.Tensor]:
+    """The parameters of ``model``: float32 (the recipe's master weights; autocast makes the 16-bit
+    copies), all on ``dev``, and, for training, at least one that requires a gradient."""
+    params = _model_params(name, model)
+    wrong = next((p for p in params if p.dtype != torch.float32), None)
+    if wrong is not None:
+        raise ValueError(
+            f"{name} has {dtype_name(wrong.dtype)} parameters, but the recipe keeps float32 weights (autocast makes "
+            f"the low-precision copies, and GradScaler cannot unscale 16-bit gradients): use {name}.float(), or "
+            "build it with recipe.make_model"
+        )
+    _check_on(name, params[0].device, dev)
+    if trainable and not any(p.requires_grad for p in params):
+        raise ValueError(f"no parameter of {name} requires a gradient: there is nothing to train")
+    return params
+
+
+def _check_on(name: str, actual: torch.device, dev: torch.device) -> None:
+    if actual.type != dev.type or (dev.index is not None and actual.index != dev.index):
+        raise ValueError(
+            f"{name} is on {actual}, but device={str(dev)!r}: move it with .to(device), or pass device={str(actual)!r}"
+        )
+
+
+def _check_opt(opt, params: list[torch.Tensor]) -> None:
+    check_instance("opt", opt, torch.optim.Optimizer, "a torch.optim.Optimizer (e.g. torch.optim.Adam(model.parameters()))")
+    own = {id(p) for p in params}
+    held = [p for group in opt.param_groups for p in group["params"]]
+    if not held:
+        raise ValueError("opt holds no parameters: build it from the model's, torch.optim.Adam(model.parameters())")
+    if any(id(p) not in own for p in held):
+        raise ValueError(
+            "opt holds parameters that are not the model's (an optimizer built for another model?): build it from "
+            "this model's parameters, e.g. torch.optim.Adam(model.parameters(), lr=...)"
+        )
+
+
+def _check_scaler(scaler, dev: torch.device | None = None) -> None:
+    check_instance("scaler", scaler, torch.amp.GradScaler, "a torch.amp.GradScaler (e.g. recipe.make_scaler(dtype, device))")
+    made_for = getattr(scaler, "_device", None)
+    if dev is not None and scaler.is_enabled() and isinstance(made_for, str) and made_for != dev.type:
+        raise ValueError(
+            f"scaler was made for {made_for!r}, but device={str(dev)!r}: make it with recipe.make_scaler(dtype, device)"
+        )
+
+
+_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+def _check_scheduler(scheduler, opt, *, stepped_by_train: bool) -> None:
+    if scheduler is None:
+        return
+    check_instance(
+        "scheduler", scheduler, _SCHEDULERS, "None or a torch.optim.lr_scheduler scheduler (e.g. CosineAnnealingLR)"
+    )
+    if getattr(scheduler, "optimizer", None) is not opt:
+        raise ValueError(
+            "scheduler belongs to another optimizer: build it on opt, e.g. "
+            "torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=num_steps)"
+        )
+    if stepped_by_train and isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        raise ValueError(
+            "scheduler=ReduceLROnPlateau needs a metric in every step(), and train steps its scheduler without one: "
+            "use a schedule such as CosineAnnealingLR, or step this one yourself between calls to train"
+        )
+
+
+def _check_max_grad_norm(max_grad_norm) -> float | None:
+    """None (no clipping) or a finite number > 0: a negative norm would reverse every update, NaN would
+    write NaN into the weights, and 0 would freeze training."""
+    if max_grad_norm is None:
+        return None
+    allowed = "None (no clipping) or a finite number > 0"
+    try:
+        return check_float("max_grad_norm", max_grad_norm, gt=0)
+    except ArgumentTypeError:
+        raise ArgumentTypeError(
+            f"max_grad_norm must be {allowed}, got {type(max_grad_norm).__name__}: {max_grad_norm!r:.80}"
+        ) from None
+    except ValueError:
+        raise ValueError(f"max_grad_norm must be {allowed}, got {max_grad_norm!r}") from None
+
+
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ArgumentTypeError(f"{name} must be True or False, got {value!r:.80}")
+    return value
+
+
+def _io_widths(model) -> tuple[int | None, int | None]:
+    """The input width and number of outputs of a ``nn.Sequential`` whose first and last layers are
+    Linear (as :func:`make_model`'s are), read without running it; None where they cannot be read."""
+    if not isinstance(model, nn.Sequential):
+        return None, None
+    leaves = [m for m in model.modules() if next(m.children(), None) is None]
+    if not leaves:
+        return None, None
+    first, last = leaves[0], leaves[-1]
+    return (
+        first.in_features if isinstance(first, nn.Linear) else None,
+        last.out_features if isinstance(last, nn.Linear) else None,
+    )
+
+
+def _check_examples(xname: str, yname: str, X, y, model, device: torch.device) -> None:
+    """One batch (or split) of examples for ``model``, checked by shape, dtype and device alone."""
+    check_instance(xname, X, torch.Tensor, "a tensor of features")
+    check_instance(yname, y, torch.Tensor, "a tensor of class labels")
+    if X.dtype != torch.float32 or X.ndim != 2:
+        raise ValueError(
+            f"{xname} must be a 2-D float32 tensor (examples, features), got {X.dtype} of shape {tuple(X.shape)}"
+        )
+    in_features, _ = _io_widths(model)
+    if in_features is not None and X.shape[1] != in_features:
+        raise ValueError(
+            f"{xname} has {X.shape[1]} features per example, but the model's first Linear takes "
+            f"in_features={in_features}: build the model with num_features={X.shape[1]}"
+        )
+    if y.dtype != torch.int64 or y.ndim != 1:
+        raise ValueError(
+            f"{yname} must be a 1-D int64 tensor of class labels (use y.long()), got {y.dtype} of shape {tuple(y.shape)}"
+        )
+    if len(X) != len(y):
+        raise ValueError(f"{xname} has {len(X)} examples but {yname} has {len(y)} labels: one label per example")
+    if len(X) == 0:
+        raise ValueError(f"{xname} holds no examples")
+    for name, t in ((xname, X), (yname, y)):
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device}, but the model is on {device}: move it with .to(device)")
+
+
+def _check_example_values(pairs, model, where: str) -> None:
+    """Labels within the model's outputs and finite features: read once (one host sync), since a label out of
+    range fails inside torch (on a GPU, as a device-side assert) and a NaN feature writes NaN into the weights."""
+    _, num_classes = _io_widths(model)
+    stats = torch.stack(
+        [
+            torch.stack([y.min() for _, y in pairs]).min(),
+            torch.stack([y.max() for _, y in pairs]).max(),
+            torch.stack([torch.isfinite(X).all() for X, _ in pairs]).all().long(),
+        ]
+    ).tolist()
+    low, high, finite = stats
+    if low < 0 or (num_classes is not None and high >= num_classes):
+        allowed = f"0 to {num_classes - 1}" if num_classes is not None else "0 or more"
+        raise ValueError(
+            f"{where} holds class labels from {low} to {high}, but the model's labels are {allowed}"
+            + (f" (its last Linear has {num_classes} outputs)" if num_classes is not None else "")
+        )
+    if not finite:
+        raise ValueError(f"{where} holds NaN or inf features: a step on them would write NaN into the weights")
+
+
+def _check_batches(batches, model, device: torch.device, *, read_values: bool) -> list:
+    pairs = _sequence("batches", batches, "a non-empty list of (X, y) micro-batches (e.g. from recipe.micro_batches)")
+    if not pairs:
+        raise ValueError("batches is empty: a step needs at least one (X, y) micro-batch (recipe.micro_batches)")
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ArgumentTypeError(f"batches[{i}] must be an (X, y) pair of tensors, got {_shown(pair)}")
+        _check_examples(f"batches[{i}] X", f"batches[{i}] y", *pair, model, device)
+    if read_values:
+        _check_example_values(pairs, model, "batches")
+    return pairs
+
+
+def _check_split_for(name: str, split, model, device: torch.device) -> None:
+    _check_split(name, split)
+    _check_examples(f"{name}.X", f"{name}.y", split.X, split.y, model, device)
+    _check_example_values([(split.X, split.y)], model, name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -470,6 +765,41 @@ def train_step(
     return pending if non_blocking else pending.result()  # result() reads the numbers: it waits
 
 
+# The function above is the recipe, and notebook 07 prints its source (``inspect.getsource`` follows
+# ``__wrapped__``); the public ``train_step`` checks its arguments first and then runs it.  ``train`` and
+# ``compare_precisions`` check theirs once, up front, and call the recipe itself: the checks read the
+# labels' values, a host sync that must not happen inside a timed step.
+_recipe_step = train_step
+
+
+@functools.wraps(_recipe_step)
+def train_step(
+    model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None, non_blocking: bool = False
+) -> StepResult | PendingStep:
+    _check_bool("non_blocking", non_blocking)
+    dev = get_device(device)
+    _precision(dtype)
+    max_grad_norm = _check_max_grad_norm(max_grad_norm)
+    params = _check_model("model", model, dev, trainable=True)
+    _check_opt(opt, params)
+    _check_scaler(scaler, dev)
+    # Reading the labels' values waits for a GPU: skipped there when the caller asked not to wait.
+    read = not non_blocking or params[0].device.type == "cpu"
+    pairs = _check_batches(batches, model, params[0].device, read_values=read)
+    return _recipe_step(model, opt, scaler, pairs, dtype=dtype, max_grad_norm=max_grad_norm, device=dev,
+                        non_blocking=non_blocking)  # fmt: skip
+
+
+train_step.__doc__ = (_recipe_step.__doc__ or "") + """
+    Every argument is checked before anything changes (the gradients included): ``model`` a
+    ``torch.nn.Module`` with float32 parameters on ``device``, ``opt`` a ``torch.optim.Optimizer`` over
+    its parameters, ``scaler`` a ``torch.amp.GradScaler``, ``batches`` a non-empty list of at most
+    ``_checks.MAX_STEPS`` ``(X, y)`` pairs (``X`` 2-D float32 with the model's input width, ``y`` 1-D int64 labels within its outputs,
+    finite features; the values are not read on a GPU with ``non_blocking=True``), ``max_grad_norm``
+    None (no clipping) or a finite number > 0.
+    """
+
+
 # The clock the step timer reads (a module attribute so that a test can see where timing starts and stops).
 _clock = time.perf_counter
 
@@ -480,8 +810,8 @@ def _timed_step(model, opt, scaler, batches, *, dtype, max_grad_norm, dev) -> tu
     enough that a ``.item()`` or two inside it would be much of what the timer measures)."""
     synchronize(dev)
     t0 = _clock()
-    pending = train_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, device=dev,
-                         non_blocking=True)  # fmt: skip
+    pending = _recipe_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, device=dev,
+                           non_blocking=True)  # fmt: skip
     synchronize(dev)  # the step is done on the device: stop the clock
     seconds = _clock() - t0
     return pending.result(), seconds
@@ -536,13 +866,25 @@ def train(
     ``scheduler`` (an lr scheduler) is stepped only after steps the scaler did not skip: calling
     it after a skipped first step is what triggers PyTorch's "Detected call of
     `lr_scheduler.step()` before `optimizer.step()`" warning.
+
+    Everything is checked before the first step (as :func:`train_step` checks it, the whole split at
+    once): ``num_steps`` is from 0 (nothing to do) to ``_checks.MAX_STEPS``, ``start_step + num_steps`` at
+    most 2**53 (a step number, as :func:`micro_batches` takes it), ``scheduler`` None or a scheduler of ``opt``
+    that steps without a metric, ``seed`` an integer from 0 to ``_checks.MAX_SEED``.
     """
-    num_steps = check_int("num_steps", num_steps, minimum=0)
-    start_step = check_int("start_step", start_step, minimum=0)
-    if max_grad_norm is not None:
-        max_grad_norm = check_float("max_grad_norm", max_grad_norm, gt=0)
+    num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
+    start_step = check_int("start_step", start_step, minimum=0, maximum=_MAX_STEP_NUMBER - num_steps)
+    max_grad_norm = _check_max_grad_norm(max_grad_norm)
+    seed = check_seed("seed", seed)
+    _check_bool("show_progress", show_progress)
     dev = get_device(device)
     dtype = _precision(dtype)
+    params = _check_model("model", model, dev, trainable=True)
+    _check_opt(opt, params)
+    _check_scaler(scaler, dev)
+    _check_scheduler(scheduler, opt, stepped_by_train=True)
+    _check_split_for("split", split, model, params[0].device)
+    _per_step(batch_size, accumulation_steps, len(split))
     steps = range(start_step, start_step + num_steps)
     if show_progress:
         from .progress import progress
@@ -577,13 +919,16 @@ def evaluate(model, split, *, dtype, batch_size: int = 512, device=None) -> Eval
     """Mean cross-entropy and accuracy of ``model`` on ``split``, forward passes under autocast.
 
     ``torch.inference_mode()`` records no graph, so nothing is kept for backward; autocast
-    still runs the matmuls in ``dtype``.
+    still runs the matmuls in ``dtype``.  ``model`` and ``split`` are checked as :func:`train` checks them.
     """
     dev = get_device(device)
     dtype = _precision(dtype)
-    batch_size = check_int("batch_size", batch_size, minimum=1)
+    batch_size = check_int("batch_size", batch_size, minimum=1, maximum=_MAX_SIZE)
+    params = _check_model("model", model, dev, trainable=False)
+    _check_split("split", split)
     if len(split) == 0:
         raise ValueError("split must hold at least one example, got an empty split")
+    _check_split_for("split", split, model, params[0].device)
     was_training = model.training
     model.eval()
     sums, hits = [], []
@@ -612,6 +957,62 @@ def evaluate(model, split, *, dtype, batch_size: int = 512, device=None) -> Eval
 # --------------------------------------------------------------------------------------------
 
 
+_CHECKPOINT_KEYS = ("step", "model", "optimizer", "scaler", "scheduler", "rng_cpu", "rng_cuda", "extra")
+_EXTRA_DEPTH = 32  # how deeply extra's lists and dicts may nest (a list that holds itself never ends)
+_EXTRA_ALLOWED = (
+    "None, bool, int, float, str, tensors, and lists, tuples and dicts (with string keys) of those"
+)
+
+
+class _MissingCheckpoint(FileNotFoundError, ValueError):
+    """No file at a checkpoint's path: a FileNotFoundError, and a ValueError like every refused argument."""
+
+
+def _check_path(path) -> Path:
+    check_instance("path", path, (str, os.PathLike), "a file path (a str or a pathlib.Path)")
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"path={str(path)!r} is a directory, not a checkpoint file: name a file, e.g. 'ckpt.pt'")
+    return path
+
+
+def _checkpoint_value(name: str, value, depth: int = 0):
+    """``value`` as what ``torch.load(weights_only=True)`` reads back: plain Python types (numpy scalars
+    and subclasses such as IntEnum or namedtuples become plain ints, floats, tuples...) and plain tensors."""
+    if depth > _EXTRA_DEPTH:
+        shown = name if len(name) <= 60 else name[:60] + "..."
+        raise ValueError(f"{shown} nests more than {_EXTRA_DEPTH} levels deep (does a list or dict hold itself?)")
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, Integral):
+        return int(value)
+    if isinstance(value, Real):
+        return float(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided or value.is_quantized or value.is_meta:
+            raise ValueError(f"{name} is a {value.layout} tensor{' (quantized)' if value.is_quantized else ''}"
+                             f"{' on the meta device' if value.is_meta else ''}: save a dense tensor (e.g. .to_dense())")
+        return value.detach().as_subclass(torch.Tensor)
+    if isinstance(value, (list, tuple)):
+        items = [_checkpoint_value(f"{name}[{i}]", v, depth + 1) for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, Mapping):
+        out = {}
+        for key, v in value.items():
+            if not isinstance(key, str):
+                raise ArgumentTypeError(f"{name} has the key {key!r}: a checkpoint's extra takes string keys only")
+            out[str.__str__(key)] = _checkpoint_value(f"{name}[{key!r}]", v, depth + 1)
+        return out
+    raise ArgumentTypeError(
+        f"{name} is a {type(value).__name__} ({value!r:.60}), which a checkpoint loaded with weights_only=True "
+        f"cannot read back; allowed: {_EXTRA_ALLOWED}"
+    )
+
+
 def save_checkpoint(path, model, opt, scaler, *, step: int, scheduler=None, extra: dict | None = None) -> Path:
     """Save everything a resumed run needs to continue identically.
 
@@ -619,10 +1020,22 @@ def save_checkpoint(path, model, opt, scaler, *, step: int, scheduler=None, extr
     current scale and growth tracker: forget it and a resumed float16 run restarts from the
     initial scale, skipping steps the first run already got past), the lr scheduler, the
     step number, and the RNG state (for anything random, e.g. dropout).
+
+    ``extra`` is None or a dict (string keys) of what :func:`load_checkpoint`'s ``weights_only=True``
+    can read back: None, bool, int, float, str, tensors, and lists, tuples and dicts of those (numpy
+    scalars are saved as Python numbers).  Everything is checked before the file is written, and the
+    file is written whole or not at all (to a temporary file, then renamed), so a checkpoint this
+    function writes always loads.
     """
-    step = check_int("step", step, minimum=0)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _check_path(path)
+    step = check_int("step", step, minimum=0, maximum=_MAX_STEP_NUMBER)
+    params = _model_params("model", model)
+    _check_opt(opt, params)
+    _check_scaler(scaler)
+    _check_scheduler(scheduler, opt, stepped_by_train=False)
+    if extra is not None and not isinstance(extra, Mapping):
+        raise ArgumentTypeError(f"extra must be None or a dict, got {type(extra).__name__}: {extra!r:.80}")
+    extra = _checkpoint_value("extra", extra or {})
     state = {
         "step": step,
         "model": model.state_dict(),
@@ -631,10 +1044,198 @@ def save_checkpoint(path, model, opt, scaler, *, step: int, scheduler=None, extr
         "scheduler": scheduler.state_dict() if scheduler is not None else None,
         "rng_cpu": torch.random.get_rng_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "extra": dict(extra or {}),
+        "extra": extra,
     }
-    torch.save(state, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        torch.save(state, partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
+
+
+def _listed(items, limit: int = 4) -> str:
+    items = [str(i) for i in items]
+    return ", ".join(items[:limit]) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _int_value(value, *, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _check_model_state(saved, model, where: str) -> None:
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"{where}: its model state is a {type(saved).__name__}, not a state dict")
+    own = model.state_dict()
+    missing, unknown = [k for k in own if k not in saved], [k for k in saved if k not in own]
+    if missing or unknown:
+        raise ValueError(
+            f"{where} holds the weights of another model: "
+            + "; ".join(
+                part
+                for part in (
+                    f"the model has {_listed(missing)}, which the checkpoint lacks" if missing else "",
+                    f"the checkpoint has {_listed(unknown)}, which the model lacks" if unknown else "",
+                )
+                if part
+            )
+            + ": build the model as the saved run did (same num_features, hidden, depth, num_classes)"
+        )
+    for key, mine in own.items():
+        theirs = saved[key]
+        if not isinstance(theirs, torch.Tensor) or tuple(theirs.shape) != tuple(mine.shape):
+            shape = tuple(theirs.shape) if isinstance(theirs, torch.Tensor) else type(theirs).__name__
+            raise ValueError(
+                f"{where} holds the weights of another model: {key} is {shape} there and {tuple(mine.shape)} in the "
+                "model: build the model as the saved run did (same num_features, hidden, depth, num_classes)"
+            )
+
+
+# Hyperparameter flags torch's optimizers have gained over versions (each filled with a default when absent),
+# and the initial_lr an lr scheduler adds: a group may have or lack them and still load.
+_OPTIONAL_GROUP_KEYS = {"foreach", "maximize", "capturable", "differentiable", "fused", "decoupled_weight_decay",
+                        "initial_lr"}  # fmt: skip
+
+
+def _check_optimizer_state(saved, opt, where: str) -> None:
+    kind = type(opt).__name__
+    if not isinstance(saved, Mapping) or set(saved) != {"state", "param_groups"}:
+        raise ValueError(f"{where}: its optimizer state is not an optimizer's state dict (state and param_groups)")
+    groups, state = saved["param_groups"], saved["state"]
+    if not isinstance(groups, (list, tuple)) or not isinstance(state, Mapping):
+        raise ValueError(f"{where}: its optimizer state is not an optimizer's state dict (state and param_groups)")
+    if len(groups) != len(opt.param_groups):
+        raise ValueError(
+            f"{where} holds {len(groups)} optimizer parameter group(s), but opt has {len(opt.param_groups)}"
+        )
+    ids, params = [], []
+    for i, (theirs, mine) in enumerate(zip(groups, opt.param_groups, strict=True)):
+        if not isinstance(theirs, Mapping) or not isinstance(theirs.get("params"), (list, tuple)):
+            raise ValueError(f"{where}: its optimizer's param_groups[{i}] is not a parameter group")
+        if len(theirs["params"]) != len(mine["params"]):
+            raise ValueError(
+                f"{where}: its optimizer's group {i} holds {len(theirs['params'])} parameters, opt's "
+                f"{len(mine['params'])}: build the optimizer as the saved run did, from the same model"
+            )
+        lacking = set(mine) - set(theirs) - _OPTIONAL_GROUP_KEYS
+        foreign = set(theirs) - set(mine) - _OPTIONAL_GROUP_KEYS
+        if lacking or foreign:
+            raise ValueError(
+                f"{where} was saved from another kind of optimizer than opt ({kind}): its hyperparameters "
+                + ", ".join(
+                    part
+                    for part in (
+                        f"lack {_listed(sorted(lacking))}" if lacking else "",
+                        f"include {_listed(sorted(foreign))}" if foreign else "",
+                    )
+                    if part
+                )
+                + "; build opt as the saved run did"
+            )
+        ids += list(theirs["params"])
+        params += list(mine["params"])
+    if len(set(map(repr, ids))) != len(ids):
+        raise ValueError(f"{where}: its optimizer's param_groups name a parameter twice")
+    by_id = dict(zip(ids, params, strict=True))
+    for key, entry in state.items():
+        if key not in by_id or not isinstance(entry, Mapping):
+            raise ValueError(f"{where}: its optimizer state has an entry ({key!r}) for no parameter of its groups")
+        shape = tuple(by_id[key].shape)
+        for name, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.ndim > 0 and tuple(value.shape) != shape:
+                raise ValueError(
+                    f"{where}: its optimizer state {name!r} has shape {tuple(value.shape)}, but the parameter it "
+                    f"belongs to has shape {shape}: build the model and optimizer as the saved run did"
+                )
+
+
+_SCALER_KEYS = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
+
+
+def _check_scaler_state(saved, scaler, where: str) -> None:
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"{where}: its scaler state is a {type(saved).__name__}, not a GradScaler's state dict")
+    if not scaler.is_enabled():
+        return  # a disabled GradScaler ignores whatever it is given (as torch's load_state_dict does)
+    if not saved:
+        raise ValueError(
+            f"{where} holds no loss-scale state (it was saved with a disabled scaler: a bfloat16 or float32 run), "
+            "but scaler is enabled (float16): pass recipe.make_scaler(dtype, device) for the saved run's dtype"
+        )
+    if set(saved) != _SCALER_KEYS:
+        raise ValueError(f"{where}: its scaler state has {_listed(sorted(saved))}, not a GradScaler's {_listed(sorted(_SCALER_KEYS))}")
+    scale, growth, backoff = saved["scale"], saved["growth_factor"], saved["backoff_factor"]
+    for name, value in (("scale", scale), ("growth_factor", growth), ("backoff_factor", backoff)):
+        if isinstance(value, bool) or not isinstance(value, Real) or not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{where}: its scaler's {name} is {value!r}, not a finite number > 0")
+    if not _int_value(saved["growth_interval"], minimum=1) or not _int_value(saved["_growth_tracker"], minimum=0):
+        raise ValueError(
+            f"{where}: its scaler's growth_interval ({saved['growth_interval']!r}) or growth tracker "
+            f"({saved['_growth_tracker']!r}) is not a count"
+        )
+
+
+def _check_scheduler_state(saved, scheduler, opt, where: str) -> None:
+    if scheduler is None:
+        if saved is not None:
+            raise ValueError(
+                f"{where} holds lr-scheduler state, but no scheduler was given: pass scheduler= (built as the saved "
+                "run's was), or the resumed run's learning rates differ from the uninterrupted run's"
+            )
+        return
+    if saved is None:
+        raise ValueError("scheduler was given, but the checkpoint holds no scheduler state")
+    own = scheduler.state_dict()
+    if not isinstance(saved, Mapping) or set(saved) != set(own):
+        raise ValueError(
+            f"{where} holds the state of another kind of lr scheduler than {type(scheduler).__name__}: build the "
+            "scheduler as the saved run did"
+        )
+    lrs = saved.get("base_lrs")
+    if lrs is not None and (not isinstance(lrs, (list, tuple)) or len(lrs) != len(opt.param_groups)):
+        raise ValueError(f"{where}: its scheduler's base_lrs do not match opt's {len(opt.param_groups)} parameter group(s)")
+
+
+def _check_rng_states(cpu, cuda, where: str) -> None:
+    own = torch.random.get_rng_state()
+    if not isinstance(cpu, torch.Tensor) or cpu.dtype != torch.uint8 or tuple(cpu.shape) != tuple(own.shape):
+        raise ValueError(f"{where}: its CPU random-generator state is not one (a uint8 tensor of {own.numel()} bytes)")
+    if cuda is None:
+        return
+    if not isinstance(cuda, (list, tuple)) or not all(
+        isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.ndim == 1 for t in cuda
+    ):
+        raise ValueError(f"{where}: its CUDA random-generator states are not a list of uint8 tensors")
+
+
+def _check_checkpoint(state, where: str, model, opt, scaler, scheduler) -> None:
+    """Everything :func:`load_checkpoint` will load, checked against what it will be loaded into."""
+    if not isinstance(state, dict):
+        raise ValueError(f"{where} holds a {type(state).__name__}, not the dict recipe.save_checkpoint writes")
+    missing = [k for k in _CHECKPOINT_KEYS if k not in state]
+    unknown = [k for k in state if k not in _CHECKPOINT_KEYS]
+    if missing or unknown:
+        raise ValueError(
+            f"{where} is not a checkpoint recipe.save_checkpoint wrote: "
+            + "; ".join(
+                part
+                for part in (f"it lacks {_listed(missing)}" if missing else "",
+                             f"it has unknown entries {_listed(map(repr, unknown))}" if unknown else "")  # fmt: skip
+                if part
+            )
+            + f" (a checkpoint holds {', '.join(_CHECKPOINT_KEYS)})"
+        )
+    if not _int_value(state["step"], minimum=0):
+        raise ValueError(f"{where}: its step is {state['step']!r}, not a step number")
+    _check_model_state(state["model"], model, where)
+    _check_optimizer_state(state["optimizer"], opt, where)
+    _check_scaler_state(state["scaler"], scaler, where)
+    _check_scheduler_state(state["scheduler"], scheduler, opt, where)
+    _check_rng_states(state["rng_cpu"], state["rng_cuda"], where)
+    if not isinstance(state["extra"], dict):
+        raise ValueError(f"{where}: its extra is a {type(state['extra']).__name__}, not a dict")
 
 
 def load_checkpoint(path, model, opt, scaler, *, scheduler=None, device=None) -> int:
@@ -642,23 +1243,72 @@ def load_checkpoint(path, model, opt, scaler, *, scheduler=None, device=None) ->
 
     Loaded with ``weights_only=True``: a checkpoint is data, and unpickling arbitrary objects
     from a file can run code.
+
+    Validate, then change: the whole checkpoint is checked first (every entry present and no other,
+    the weights' names and shapes against ``model``, the optimizer state against ``opt``, the loss-scale
+    state against ``scaler``, scheduler state present exactly when ``scheduler`` is given), and a refused
+    load changes nothing: not the weights, the optimizer, the scaler, the scheduler or the RNG.  A file
+    that is not a checkpoint (junk, empty, another torch file, a foreign pickle) raises ValueError naming
+    the path; a missing file raises FileNotFoundError, which is also a ValueError.
     """
-    path = Path(path)
+    path = _check_path(path)
+    params = _model_params("model", model)
+    _check_opt(opt, params)
+    _check_scaler(scaler)
+    _check_scheduler(scheduler, opt, stepped_by_train=False)
+    dev = get_device(device)
+    if not path.exists():
+        raise _MissingCheckpoint(2, f"no checkpoint file at path={str(path)!r} (recipe.save_checkpoint writes one)")
     if not path.is_file():
         raise ValueError(f"path={str(path)!r} is not a checkpoint file")
-    dev = get_device(device)
-    state = torch.load(path, map_location=dev, weights_only=True)
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    scaler.load_state_dict(state["scaler"])
-    if scheduler is not None:
-        if state["scheduler"] is None:
-            raise ValueError("scheduler was given, but the checkpoint holds no scheduler state")
-        scheduler.load_state_dict(state["scheduler"])
-    torch.random.set_rng_state(state["rng_cpu"].cpu())
-    if state["rng_cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["rng_cuda"]])
-    return int(state["step"])
+    where = f"the checkpoint at path={str(path)!r}"
+    try:
+        with warnings.catch_warnings():
+            # A foreign pickle makes torch warn about its protocol before it refuses the file.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            state = torch.load(path, map_location=dev, weights_only=True)
+    except Exception as err:  # junk, an empty file, a foreign pickle: torch's errors differ for each
+        if isinstance(err, EOFError):
+            reason = "the file is empty or cut short"
+        elif isinstance(err, pickle.UnpicklingError):
+            reason = "it holds Python objects that are neither tensors nor plain values (a foreign pickle?)"
+        else:
+            reason = f"it is not a file torch.save wrote ({type(err).__name__})"
+        raise ValueError(
+            f"path={str(path)!r} is not a checkpoint recipe.save_checkpoint wrote: torch.load(weights_only=True) "
+            f"cannot read it: {reason}"
+        ) from None
+    _check_checkpoint(state, where, model, opt, scaler, scheduler)
+
+    # Checked above; should torch refuse anyway, put back what was already changed.
+    before = (
+        {k: v.detach().clone() for k, v in model.state_dict().items()},
+        opt.state_dict(),  # load_state_dict replaces the state tensors, never writes into them
+        scaler.state_dict(),
+        scheduler.state_dict() if scheduler is not None else None,
+        torch.random.get_rng_state(),
+    )
+    try:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        if scheduler is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        torch.random.set_rng_state(state["rng_cpu"].cpu())
+        if state["rng_cuda"] is not None and torch.cuda.is_available():
+            # A checkpoint from a machine with more GPUs restores the generators of the GPUs this one has.
+            for i, rng in enumerate(state["rng_cuda"][: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(rng.cpu(), i)
+    except Exception as err:
+        model.load_state_dict(before[0])
+        opt.load_state_dict(before[1])
+        if scaler.is_enabled() and before[2]:
+            scaler.load_state_dict(before[2])
+        if scheduler is not None:
+            scheduler.load_state_dict(before[3])
+        torch.random.set_rng_state(before[4])
+        raise ValueError(f"{where} could not be loaded, and nothing was changed: {type(err).__name__}: {err}") from err
+    return state["step"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,10 +1321,14 @@ def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
 
     Measured with ``torch.autograd.graph.saved_tensors_hooks``: every tensor the forward keeps
     for the backward pass is counted once (by storage).  This is the activation memory AMP
-    shrinks; the float32 weights and optimizer state do not shrink.
+    shrinks; the float32 weights and optimizer state do not shrink.  ``X`` and ``y`` are one batch,
+    checked as :func:`train_step` checks a micro-batch.
     """
     dev = get_device(device)
     dtype = _precision(dtype)
+    params = _check_model("model", model, dev, trainable=False)
+    _check_examples("X", "y", X, y, model, params[0].device)
+    _check_example_values([(X, y)], model, "y and X")
     seen: dict[tuple[int, int], int] = {}
 
     def pack(t):
@@ -695,13 +1349,24 @@ def _linear_shapes(num_features: int, num_classes: int, hidden: int, depth: int)
     return list(zip(widths[:-1], widths[1:], strict=True))
 
 
+def _mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, int]:
+    return (
+        check_int("num_features", num_features, minimum=1, maximum=_MAX_SIZE),
+        check_int("num_classes", num_classes, minimum=2, maximum=_MAX_SIZE),
+        check_int("hidden", hidden, minimum=1, maximum=_MAX_SIZE),
+        check_int("depth", depth, minimum=1, maximum=MAX_DEPTH),
+    )
+
+
+def _num_parameters(num_features: int, num_classes: int, hidden: int, depth: int) -> int:
+    return sum(n_in * n_out + n_out for n_in, n_out in _linear_shapes(num_features, num_classes, hidden, depth))
+
+
 def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation_steps):
     return (
-        check_int("num_features", num_features, minimum=1),
-        check_int("num_classes", num_classes, minimum=2),
-        check_int("hidden", hidden, minimum=1),
-        check_int("depth", depth, minimum=1),
-        check_int("batch_size", batch_size, minimum=1) * check_int("accumulation_steps", accumulation_steps, minimum=1),
+        *_mlp_sizes(num_features, num_classes, hidden, depth),
+        check_int("batch_size", batch_size, minimum=1, maximum=_MAX_SIZE)
+        * check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=_MAX_SIZE),
     )
 
 
@@ -758,7 +1423,7 @@ def step_bytes(
     )
     itemsize = _precision(dtype).itemsize
     shapes = _linear_shapes(num_features, num_classes, hidden, depth)
-    params = sum(n_in * n_out + n_out for n_in, n_out in shapes)
+    params = _num_parameters(num_features, num_classes, hidden, depth)
     activations = sum(b * n_out for _, n_out in shapes)
     return float(32 * params + 4 * b * num_features + 2 * itemsize * activations)
 
@@ -799,7 +1464,7 @@ def _memory_counters(dev: torch.device) -> _MemoryCounters | None:
 def _numbered_step(model, opt, scaler, split, step: int, *, dtype, dev, **batch_kw) -> PendingStep:
     """Optimizer step ``step`` of a run on ``split`` (untimed, and without reading anything back)."""
     batches = micro_batches(split, step=step, **batch_kw)
-    return train_step(model, opt, scaler, batches, dtype=dtype, device=dev, non_blocking=True)
+    return _recipe_step(model, opt, scaler, batches, dtype=dtype, device=dev, non_blocking=True)
 
 
 def _step_memory(step: Callable[[int], object], counters: _MemoryCounters) -> int:
@@ -910,11 +1575,19 @@ def compare_precisions(
     ``threads`` sets torch's CPU thread count for the comparison (restored afterwards; None keeps
     the current one).  A model this small runs fastest on one thread, and on a machine shared with
     other programs, extra threads mostly measure waiting for each other.
+
+    Everything is checked before the first model is built: ``data`` a ``data.Dataset`` on ``device``,
+    ``num_steps`` times the number of dtypes at most ``_checks.MAX_STEPS`` steps in all, ``hidden`` and
+    ``depth`` as :func:`make_model` takes them, ``lr`` at most 1e6 (``training.MAX_LR``), ``threads`` from 1
+    to 1024.
     """
+    check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     dev = get_device(device)
-    dts = [_precision(d, name="dtypes") for d in dtypes]
+    if isinstance(dtypes, (torch.dtype, str)):
+        raise ArgumentTypeError(f"dtypes must be a sequence of dtypes, e.g. (torch.float32, 'bf16'), got {dtypes!r}")
+    dts = [_precision(d, name="dtypes") for d in _sequence("dtypes", dtypes, "a sequence of dtypes")]
     if threads is not None:
-        threads = check_int("threads", threads, minimum=1)
+        threads = check_int("threads", threads, minimum=1, maximum=_MAX_THREADS)
         with torch_threads(threads):
             return compare_precisions(
                 data, dts, num_steps=num_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
@@ -923,9 +1596,29 @@ def compare_precisions(
             )  # fmt: skip
     if not dts:
         raise ValueError("dtypes must name at least one of: float32, bfloat16, float16")
-    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0)
-    num_steps = check_int("num_steps", num_steps, minimum=warmup_steps + 1)
-    lr = check_float("lr", lr, gt=0)
+    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0, maximum=MAX_STEPS - 1)
+    num_steps = check_int("num_steps", num_steps, minimum=warmup_steps + 1, maximum=MAX_STEPS)
+    if num_steps * len(dts) > MAX_STEPS:
+        raise ValueError(
+            f"num_steps={num_steps} for {len(dts)} dtypes is {num_steps * len(dts)} training steps, more than the "
+            f"{MAX_STEPS} allowed in all (_checks.MAX_STEPS): choose num_steps <= {MAX_STEPS // len(dts)}"
+        )
+    lr = check_float("lr", lr, gt=0, le=_MAX_LR)
+    _mlp_sizes(data.num_features, data.num_classes, hidden, depth)
+    seed = check_seed("seed", seed)
+    _check_bool("show_progress", show_progress)
+    _per_step(batch_size, accumulation_steps, len(data.train))
+    for which, split in (("data.train", data.train), ("data.test", data.test)):
+        if len(split) == 0:
+            raise ValueError(f"{which} holds no examples")
+        _check_on(which, split.X.device, dev)
+        labels = split.y
+        low, high = torch.stack([labels.min(), labels.max()]).tolist()
+        if low < 0 or high >= data.num_classes:
+            raise ValueError(
+                f"{which} holds class labels from {low} to {high}, but data.num_classes={data.num_classes} allows "
+                f"0 to {data.num_classes - 1}"
+            )
 
     def fresh(dtype):
         model = make_model(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
@@ -992,7 +1685,8 @@ def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
     result (FP32).
 
     The speed-up is FP32 time / AMP time, with its 95% interval from the paired steps: above 1 AMP
-    is faster, below 1 it is slower."""
+    is faster, below 1 it is slower.  ``results`` is :func:`compare_precisions`' non-empty list."""
+    results = _results("results", results, minimum=1)
     base = results[0]
     rows = []
     for i, r in enumerate(results):
@@ -1007,7 +1701,8 @@ def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
                 r.name,
                 f"{r.seconds_per_step * 1e3:.2f} ms",
                 speed,
-                f"{r.saved_bytes / 1024:.0f} KiB ({r.saved_bytes / base.saved_bytes:.2f}x)",
+                f"{r.saved_bytes / 1024:.0f} KiB"
+                + (f" ({r.saved_bytes / base.saved_bytes:.2f}x)" if base.saved_bytes > 0 else ""),
                 peak,
                 f"{r.test_accuracy:.1%}",
                 str(r.num_skipped),
@@ -1025,6 +1720,17 @@ COMPARISON_HEADER = [
     "test accuracy",
     "skipped steps",
 ]
+
+
+def _results(name: str, results, *, minimum: int) -> list[PrecisionResult]:
+    what = "compare_precisions' list of PrecisionResult rows (the float32 baseline first)"
+    results = _sequence(name, results, what)
+    for i, r in enumerate(results):
+        check_instance(f"{name}[{i}]", r, PrecisionResult, "a PrecisionResult (a row of recipe.compare_precisions)")
+    if len(results) < minimum:
+        need = "at least one row" if minimum == 1 else "the float32 baseline, then at least one AMP row"
+        raise ValueError(f"{name} must be {what}: {need}, got {len(results)} row(s)")
+    return results
 
 
 def _speedup_of(base: PrecisionResult, r: PrecisionResult) -> SpeedupEstimate | None:
@@ -1177,14 +1883,13 @@ def read_comparison(
     ``accuracy_tolerance`` is the largest difference in test accuracy (a fraction: 0.03 is 3 points)
     that counts as "the same accuracy".
     """
-    if not isinstance(choice, AmpChoice):
-        raise TypeError(f"choice must be an AmpChoice (from recipe.choose_amp_dtype), got {type(choice).__name__}")
-    results = list(results)
-    if len(results) < 2 or not all(isinstance(r, PrecisionResult) for r in results):
-        raise ValueError("results must be compare_precisions' list: the float32 baseline, then at least one AMP row")
+    check_instance("choice", choice, AmpChoice, "an AmpChoice (from recipe.choose_amp_dtype)")
+    results = _results("results", results, minimum=2)
     base = results[0]
     if base.dtype != torch.float32:
         raise ValueError(f"results[0] must be the float32 baseline, got {base.name}")
+    if not base.saved_bytes > 0:
+        raise ValueError(f"results[0].saved_bytes must be > 0 (the baseline's memory), got {base.saved_bytes!r}")
     amp = next((r for r in results[1:] if r.dtype == choice.dtype), None)
     if amp is None:
         raise ValueError(

@@ -29,21 +29,49 @@ must read ``found_inf`` on the host anyway), ``step()`` returns whether the opti
 stepped, misuse raises ``RuntimeError`` with a readable message where GradScaler uses
 ``assert``, and fused optimizers get already-unscaled gradients instead of unscaling in
 their own kernel.
+
+Every scale is a *normal* float32 (from 2**-126 to float32's max), checked as the float32 it
+becomes (``_checks.check_scale``): at a subnormal scale ``1/S`` overflows float32 to inf, and at
+0 the scaled loss is 0.  GradScaler checks nothing: given ``init_scale=1e-50`` it stores 0, and
+backing off again and again (every step inf/NaN) it walks silently through the subnormals to 0,
+after which its ``1/S`` is inf, the unscaled gradients are NaN and the optimizer writes them into
+the weights.  Ours matches it bit for bit while the scale stays normal; the one backoff that
+would leave the normal range raises :class:`ScaleUnderflowError` instead (nothing changed), and
+a scale a learner sets (``init_scale``, ``update(new_scale)``, ``load_state_dict``) outside that
+range raises ``ValueError``.  Bad arguments raise ``ValueError`` (``TypeError`` for a wrong type)
+naming the argument, before anything is changed.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
+from numbers import Real
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
-from ._checks import check_float, check_int
+from ._checks import FLOAT32_TINY, ArgumentTypeError, check_float, check_instance, check_int, check_scale
 
-__all__ = ["DynamicLossScaler", "ScaleRecord", "StaticLossScaler", "check_and_unscale_", "to_float32"]
+__all__ = [
+    "DynamicLossScaler",
+    "ScaleRecord",
+    "ScaleUnderflowError",
+    "StaticLossScaler",
+    "check_and_unscale_",
+    "to_float32",
+]
 
 FLOAT32_MAX = torch.finfo(torch.float32).max
+# GradScaler counts clean steps in an int32 tensor: a longer interval could never be reached.
+MAX_GROWTH_INTERVAL = 2**31 - 1
+# Factors for which one step from *some* normal float32 scale stays normal: a backoff below
+# FLOAT32_TINY / FLOAT32_MAX (about 2**-254) sends even float32's largest scale below the normal
+# range, and a growth above FLOAT32_MAX / FLOAT32_TINY overflows even from the smallest one.
+MIN_BACKOFF_FACTOR = FLOAT32_TINY / FLOAT32_MAX
+MAX_GROWTH_FACTOR = FLOAT32_MAX / FLOAT32_TINY
 
 # The stages of one optimizer between two update() calls, as in GradScaler.
 READY, UNSCALED, STEPPED = "ready", "unscaled", "stepped"
@@ -58,20 +86,108 @@ class ScaleRecord(NamedTuple):
     skipped: bool  # the optimizer step was skipped
 
 
+class ScaleUnderflowError(RuntimeError):
+    """A backoff would take the loss scale below float32's normal range (2**-126).
+
+    It happens only after a long run of steps whose gradients were all inf or NaN, at every scale
+    tried: the trouble is then not the scale but an inf/NaN in the loss or the forward pass.
+    ``torch.amp.GradScaler`` carries on silently into subnormal scales and then 0."""
+
+
+class _EmptyStateDictError(RuntimeError, ValueError):
+    """An empty state dict: GradScaler raises RuntimeError for it; the course's contract says ValueError."""
+
+
 def to_float32(x: float) -> float:
     """Round a Python float (a double) to the nearest float32, like C++ ``static_cast<float>``.
 
     Overflow gives ``inf``.  GradScaler keeps its scale in a float32 tensor, so every scale
     we store goes through this function.
     """
+    if isinstance(x, bool) or not isinstance(x, Real):
+        raise ArgumentTypeError(f"x must be a real number, got {type(x).__name__}: {x!r:.80}")
+    try:
+        x = float(x)
+    except OverflowError:  # an int beyond float64's range
+        raise ValueError(f"x is an integer of {x.bit_length()} bits, beyond float64's range") from None
     return torch.tensor(x, dtype=torch.float64, device="cpu").float().item()
 
 
 def _check_scale(name: str, value) -> float:
-    value = check_float(name, value, gt=0.0)
-    if value > FLOAT32_MAX:
-        raise ValueError(f"{name} must fit in float32 (<= {FLOAT32_MAX:.6g}), got {value}")
-    return value
+    """A loss scale as the float32 it becomes: a normal float32 (``_checks.check_scale``)."""
+    return check_scale(name, value)
+
+
+def _check_growth_factor(name: str, value) -> float:
+    return check_float(name, value, gt=1.0, le=MAX_GROWTH_FACTOR)
+
+
+def _check_backoff_factor(name: str, value) -> float:
+    return check_float(name, value, ge=MIN_BACKOFF_FACTOR, lt=1.0)
+
+
+def _check_growth_interval(name: str, value) -> int:
+    return check_int(name, value, minimum=1, maximum=MAX_GROWTH_INTERVAL)
+
+
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):  # numpy's bool counts; 1 or "no" do not
+        raise ArgumentTypeError(f"{name} must be True or False, got {type(value).__name__}: {value!r:.80}")
+    return bool(value)
+
+
+def _check_optimizer(optimizer) -> torch.optim.Optimizer:
+    return check_instance("optimizer", optimizer, torch.optim.Optimizer, "a torch.optim.Optimizer")
+
+
+def _check_outputs(outputs) -> None:
+    """What ``scale()`` accepts: a floating-point tensor, or a list/tuple of them (nested)."""
+    if isinstance(outputs, (list, tuple)):
+        for out in outputs:
+            _check_outputs(out)
+        return
+    if not isinstance(outputs, torch.Tensor):
+        raise ArgumentTypeError(
+            f"outputs must be a tensor or a list/tuple of tensors, got {type(outputs).__name__}: {outputs!r:.80}"
+        )
+    if not outputs.is_floating_point():
+        raise ArgumentTypeError(
+            f"outputs must be floating-point tensors (a loss), got one of dtype {outputs.dtype}"
+        )
+
+
+def _check_new_scale(new_scale) -> float:
+    """``update(new_scale)``'s value: a number or a one-element real tensor, as a normal float32."""
+    if isinstance(new_scale, torch.Tensor):
+        if new_scale.dtype == torch.bool or new_scale.is_complex():
+            raise ArgumentTypeError(
+                f"new_scale must be a real number or tensor, got a tensor of dtype {new_scale.dtype}"
+            )
+        if new_scale.numel() != 1:
+            raise ValueError(
+                f"new_scale must be a number or a one-element tensor, got a tensor of shape {tuple(new_scale.shape)}"
+            )
+        new_scale = new_scale.detach().item()
+    return _check_scale("new_scale", new_scale)
+
+
+def _check_unscale_arguments(grads, inv_scale) -> None:
+    if not isinstance(grads, (list, tuple)):
+        raise ArgumentTypeError(f"grads must be a list or tuple of tensors, got {type(grads).__name__}")
+    check_instance("inv_scale", inv_scale, torch.Tensor, "a 0-dim float32 tensor")
+    if inv_scale.dtype != torch.float32 or inv_scale.dim() != 0:
+        raise ValueError(
+            f"inv_scale must be a 0-dim float32 tensor (1/scale, as GradScaler's kernel takes it), "
+            f"got dtype {inv_scale.dtype} and shape {tuple(inv_scale.shape)}"
+        )
+    for i, g in enumerate(grads):
+        if not isinstance(g, torch.Tensor) or not g.is_floating_point():
+            what = f"dtype {g.dtype}" if isinstance(g, torch.Tensor) else type(g).__name__
+            raise ArgumentTypeError(f"grads[{i}] must be a floating-point tensor, got {what}")
+        if g.device != inv_scale.device:
+            raise ValueError(
+                f"grads[{i}] is on {g.device} but inv_scale on {inv_scale.device}: put them on one device"
+            )
 
 
 def _grads_by_device_and_dtype(optimizer) -> dict:
@@ -103,6 +219,7 @@ def check_and_unscale_(grads: list[torch.Tensor], inv_scale: torch.Tensor) -> to
     tensor on that device (multiplying a BF16 tensor by a float32 tensor computes in float32
     and rounds once, exactly like the kernel; a Python float would not).
     """
+    _check_unscale_arguments(grads, inv_scale)  # a bad argument is refused before any gradient changes
     # The largest |g| of each tensor is inf or NaN exactly when one of its elements is (max
     # propagates NaN); unlike a sum or a 2-norm it cannot overflow on finite values.
     nonempty = [g for g in grads if g.numel() > 0]  # an empty tensor has no max
@@ -111,7 +228,8 @@ def check_and_unscale_(grads: list[torch.Tensor], inv_scale: torch.Tensor) -> to
         found_inf = ~torch.isfinite(max_abs).all()
     else:
         found_inf = torch.zeros((), dtype=torch.bool, device=inv_scale.device)
-    torch._foreach_mul_(grads, inv_scale)
+    if grads:  # foreach ops refuse an empty list
+        torch._foreach_mul_(grads, inv_scale)
     return found_inf
 
 
@@ -128,19 +246,19 @@ class StaticLossScaler:
         self._scale: float | None = None  # float32 value, set on the first scale() call
         self._states: dict[int, dict] = defaultdict(self._fresh_state)
         self._num_updates = 0
-        self.record_history = bool(record_history)
+        self.record_history = _check_bool("record_history", record_history)
         self.history: list[ScaleRecord] = []
 
     # -- the four calls of a training step ---------------------------------------------
 
     def scale(self, outputs):
         """Return ``outputs * scale`` (a tensor, or a list/tuple of tensors)."""
+        _check_outputs(outputs)  # the whole structure, before anything is scaled
+        return self._scale_checked(outputs)
+
+    def _scale_checked(self, outputs):
         if isinstance(outputs, (list, tuple)):
-            return type(outputs)(self.scale(out) for out in outputs)
-        if not isinstance(outputs, torch.Tensor):
-            raise ValueError(
-                f"outputs must be a tensor or a list/tuple of tensors, got {type(outputs).__name__}"
-            )
+            return type(outputs)(self._scale_checked(out) for out in outputs)
         if self._scale is None:
             self._scale = to_float32(self._init_scale)  # GradScaler stores it as float32
         # A float32 0-dim tensor, not a Python float: for FP16/BF16 outputs the product is
@@ -153,6 +271,7 @@ class StaticLossScaler:
         Call it before anything that reads gradient values (``clip_grad_norm_``); otherwise
         ``step()`` calls it.  At most once per optimizer between two ``update()`` calls.
         """
+        _check_optimizer(optimizer)
         self._require_scale("unscale_")
         state = self._states[id(optimizer)]
         if state["stage"] == UNSCALED:
@@ -193,7 +312,42 @@ class StaticLossScaler:
         return {"scale": self.get_scale()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self._init_scale = _check_scale("scale", state_dict["scale"])
+        """Load a :meth:`state_dict`: exactly its keys, each checked before anything changes."""
+        self._load_checked(self._check_state_dict(state_dict))
+
+    # The entries of a state dict and their checks, in state_dict()'s order.
+    _STATE_CHECKS = {"scale": _check_scale}
+
+    def _check_state_dict(self, state_dict) -> dict:
+        """Every entry of ``state_dict`` checked (the keys exactly :attr:`_STATE_CHECKS`'s), or an error."""
+        if not isinstance(state_dict, Mapping):
+            raise ArgumentTypeError(
+                f"state_dict must be a dict, got {type(state_dict).__name__}: {state_dict!r:.80}"
+            )
+        if len(state_dict) == 0:
+            raise _EmptyStateDictError(
+                "state_dict is empty (was it saved from a disabled GradScaler?); "
+                f"a {type(self).__name__} state has the keys: {', '.join(self._STATE_CHECKS)}"
+            )
+        expected = ", ".join(repr(k) for k in self._STATE_CHECKS)
+        unknown = [k for k in state_dict if k not in self._STATE_CHECKS]
+        if unknown:
+            raise ValueError(
+                f"state_dict has unknown key(s) {', '.join(repr(k) for k in unknown)}; "
+                f"a {type(self).__name__} state has exactly the keys {expected}"
+            )
+        missing = [k for k in self._STATE_CHECKS if k not in state_dict]
+        if missing:
+            raise ValueError(
+                f"state_dict lacks the key(s) {', '.join(repr(k) for k in missing)}; "
+                f"a {type(self).__name__} state has exactly the keys {expected}"
+            )
+        return {
+            key: check(f"state_dict[{key!r}]", state_dict[key]) for key, check in self._STATE_CHECKS.items()
+        }
+
+    def _load_checked(self, state: dict) -> None:
+        self._init_scale = state["scale"]
         if self._scale is not None:
             self._scale = to_float32(self._init_scale)
 
@@ -213,6 +367,7 @@ class StaticLossScaler:
             )
 
     def _begin_step(self, optimizer, kwargs) -> dict:
+        _check_optimizer(optimizer)
         if "closure" in kwargs:
             raise RuntimeError("Closure use is not supported by loss scalers.")
         self._require_scale("step")
@@ -223,14 +378,24 @@ class StaticLossScaler:
             self.unscale_(optimizer)
         return state
 
-    def _consume_found_inf(self, required: bool = True) -> bool:
-        """Any inf/NaN in any optimizer this iteration?  Then reset for the next iteration."""
+    def _found_inf(self, required: bool = True) -> bool:
+        """Any inf/NaN in any optimizer this iteration?  (Changes nothing.)"""
         self._require_scale("update")
         checked = [s["found_inf"] for s in self._states.values() if s["found_inf"] is not None]
         if required and not checked:
             raise RuntimeError("update() was called before any unscale_() or step() in this iteration.")
-        self._states = defaultdict(self._fresh_state)
         return any(checked)
+
+    def _consume_found_inf(self, required: bool = True) -> bool:
+        """Any inf/NaN in any optimizer this iteration?  Then reset for the next iteration."""
+        found_inf = self._found_inf(required)
+        self._states = defaultdict(self._fresh_state)
+        return found_inf
+
+    def _end_iteration(self, found_inf: bool, skipped: bool) -> None:
+        """Record the iteration in ``history`` and reset every optimizer for the next one."""
+        self._states = defaultdict(self._fresh_state)
+        self._record(found_inf, skipped)
 
     def _record(self, found_inf: bool, skipped: bool) -> None:
         if self.record_history:
@@ -243,7 +408,11 @@ class DynamicLossScaler(StaticLossScaler):
 
     After an iteration with an inf or NaN gradient, ``update()`` multiplies the scale by
     ``backoff_factor``; after ``growth_interval`` clean iterations in a row it multiplies it
-    by ``growth_factor`` (unless that would overflow float32: then it keeps the scale).
+    by ``growth_factor`` (unless that would overflow float32: then it keeps the scale).  A
+    backoff that would fall below float32's normal range raises :class:`ScaleUnderflowError`
+    (GradScaler goes on silently into subnormals and 0).  ``growth_factor`` is in
+    (1, :data:`MAX_GROWTH_FACTOR`], ``backoff_factor`` in [:data:`MIN_BACKOFF_FACTOR`, 1),
+    ``growth_interval`` from 1 to :data:`MAX_GROWTH_INTERVAL`; each is checked when set.
     """
 
     def __init__(
@@ -255,11 +424,52 @@ class DynamicLossScaler(StaticLossScaler):
         *,
         record_history: bool = True,
     ):
-        super().__init__(_check_scale("init_scale", init_scale), record_history=record_history)
-        self.growth_factor = check_float("growth_factor", growth_factor, gt=1.0)
-        self.backoff_factor = check_float("backoff_factor", backoff_factor, gt=0.0, lt=1.0)
-        self.growth_interval = check_int("growth_interval", growth_interval, minimum=1)
+        # Every argument is checked before the scaler is built.
+        init_scale = _check_scale("init_scale", init_scale)
+        growth_factor = _check_growth_factor("growth_factor", growth_factor)
+        backoff_factor = _check_backoff_factor("backoff_factor", backoff_factor)
+        growth_interval = _check_growth_interval("growth_interval", growth_interval)
+        super().__init__(init_scale, record_history=record_history)
         self._growth_tracker = 0  # clean steps in a row since the last change of scale
+        self.growth_factor = growth_factor
+        self.backoff_factor = backoff_factor
+        self.growth_interval = growth_interval
+
+    # The factors and the interval are checked whenever they are set, so update() can trust them.
+
+    @property
+    def growth_factor(self) -> float:
+        """The scale is multiplied by it after ``growth_interval`` clean steps (> 1)."""
+        return self._growth_factor
+
+    @growth_factor.setter
+    def growth_factor(self, value) -> None:
+        self._growth_factor = _check_growth_factor("growth_factor", value)
+
+    @property
+    def backoff_factor(self) -> float:
+        """The scale is multiplied by it after a step with an inf/NaN gradient (between 0 and 1)."""
+        return self._backoff_factor
+
+    @backoff_factor.setter
+    def backoff_factor(self, value) -> None:
+        self._backoff_factor = _check_backoff_factor("backoff_factor", value)
+
+    @property
+    def growth_interval(self) -> int:
+        """Clean steps in a row after which the scale grows."""
+        return self._growth_interval
+
+    @growth_interval.setter
+    def growth_interval(self, value) -> None:
+        value = _check_growth_interval("growth_interval", value)
+        if self._growth_tracker >= value:
+            raise ValueError(
+                f"growth_interval={value} is not above the {self._growth_tracker} clean steps already counted: "
+                f"the scale would never grow again (GradScaler compares the count with ==); choose more than "
+                f"{self._growth_tracker}"
+            )
+        self._growth_interval = value
 
     def step(self, optimizer, *args, **kwargs) -> bool:
         """Unscale (unless already done); call ``optimizer.step()`` only if all gradients are finite."""
@@ -272,26 +482,40 @@ class DynamicLossScaler(StaticLossScaler):
 
     def update(self, new_scale: float | torch.Tensor | None = None) -> None:
         """Back off after inf/NaN, grow after ``growth_interval`` clean steps; or set ``new_scale``."""
-        found_inf = self._consume_found_inf(required=new_scale is None)
-        self._record(found_inf, skipped=found_inf)
+        if new_scale is not None:
+            new_scale = _check_new_scale(new_scale)  # a bad value is refused before anything else
+        found_inf = self._found_inf(required=new_scale is None)
+        scale, tracker = self._scale, self._growth_tracker  # the new values, computed before anything changes
         if new_scale is not None:
             # Like GradScaler: the value replaces the scale, the growth tracker is untouched.
-            value = new_scale.item() if isinstance(new_scale, torch.Tensor) else new_scale
-            self._scale = to_float32(_check_scale("new_scale", value))
+            scale = to_float32(new_scale)
         elif found_inf:
             # The product is computed in double and rounded to float32, as in the C++ kernel.
-            self._scale = to_float32(self._scale * self.backoff_factor)
-            self._growth_tracker = 0
+            scale, tracker = to_float32(self._scale * self.backoff_factor), 0
+            if scale < FLOAT32_TINY:  # GradScaler would go on into subnormals and 0: we stop
+                raise ScaleUnderflowError(self._underflow_message(scale))
         else:
             successful = self._growth_tracker + 1
             # "==", not ">=": GradScaler's kernel compares for equality.
             if successful == self.growth_interval:
                 grown = to_float32(self._scale * self.growth_factor)
                 if math.isfinite(grown):  # never grow past float32's range to inf
-                    self._scale = grown
-                self._growth_tracker = 0
+                    scale = grown
+                tracker = 0
             else:
-                self._growth_tracker = successful
+                tracker = successful
+        self._end_iteration(found_inf, skipped=found_inf)
+        self._scale, self._growth_tracker = scale, tracker
+
+    def _underflow_message(self, backed_off: float) -> str:
+        return (
+            f"update(): backing off from scale {self._scale!r} by backoff_factor={self.backoff_factor!r} gives "
+            f"{backed_off!r} in float32, below float32's smallest normal number 2**-126 ({FLOAT32_TINY:.4g}), "
+            "where 1/scale overflows to inf and the scale soon rounds to 0; nothing was changed. Steps that are "
+            "skipped again and again at ever smaller scales mean the loss or the forward pass itself is inf or "
+            "NaN: look there (torch.amp.GradScaler would carry on silently into subnormal scales and then 0, and "
+            "its unscaled gradients would turn into inf/NaN)."
+        )
 
     def state_dict(self) -> dict:
         """The same five entries as ``torch.amp.GradScaler.state_dict()`` (each loads into the other)."""
@@ -303,14 +527,33 @@ class DynamicLossScaler(StaticLossScaler):
             "_growth_tracker": self._growth_tracker,
         }
 
-    def load_state_dict(self, state_dict: dict) -> None:
-        if len(state_dict) == 0:
-            raise RuntimeError("The source state dict is empty (was it saved from a disabled GradScaler?).")
-        super().load_state_dict({"scale": state_dict["scale"]})
-        self.growth_factor = check_float("growth_factor", state_dict["growth_factor"], gt=1.0)
-        self.backoff_factor = check_float("backoff_factor", state_dict["backoff_factor"], gt=0.0, lt=1.0)
-        self.growth_interval = check_int("growth_interval", state_dict["growth_interval"], minimum=1)
-        self._growth_tracker = check_int("_growth_tracker", state_dict["_growth_tracker"], minimum=0)
+    # GradScaler's five entries, in the order of its state_dict(); "_growth_tracker" is checked
+    # against the interval in _check_state_dict.
+    _STATE_CHECKS = {
+        "scale": _check_scale,
+        "growth_factor": _check_growth_factor,
+        "backoff_factor": _check_backoff_factor,
+        "growth_interval": _check_growth_interval,
+        "_growth_tracker": lambda name, value: check_int(name, value, minimum=0),
+    }
+
+    def _check_state_dict(self, state_dict) -> dict:
+        state = super()._check_state_dict(state_dict)
+        if state["_growth_tracker"] >= state["growth_interval"]:
+            raise ValueError(
+                f"state_dict['_growth_tracker']={state['_growth_tracker']} must be below "
+                f"state_dict['growth_interval']={state['growth_interval']}: the tracker counts clean steps "
+                "since the scale last changed, and GradScaler compares it with ==, so at or past the interval "
+                "the scale would never grow again"
+            )
+        return state
+
+    def _load_checked(self, state: dict) -> None:
+        super()._load_checked(state)
+        self._growth_factor = state["growth_factor"]
+        self._backoff_factor = state["backoff_factor"]
+        self._growth_interval = state["growth_interval"]
+        self._growth_tracker = state["_growth_tracker"]
 
     def __repr__(self) -> str:
         return (

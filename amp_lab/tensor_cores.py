@@ -37,7 +37,15 @@ import numpy as np
 import torch
 
 from . import formats
-from ._checks import check_choice, check_int
+from ._checks import (
+    MAX_REPEATS,
+    ArgumentTypeError,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_seed,
+)
 from .device import amp_dtype, check_fits, float64_on_cpu, float64_to, get_device, parse_dtype
 
 __all__ = [
@@ -65,6 +73,13 @@ __all__ = [
 INPUT_FORMATS = ("fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2")
 ACCUMULATE_FORMATS = ("fp32", "fp16", "bf16")
 
+# Bounds on the emulation's work, checked before it starts.  The emulation adds one term at a time
+# (a Python-level loop over K, each step a few numpy passes over an M×N tile): about 15 ns per
+# element and 30 µs per step on a laptop core, so these limits keep any call within a few seconds.
+MAX_MMA_WORK = 1 << 24  # M * N * K of one mma (a 256×256×256 product)
+MAX_K = 1 << 16  # additions in one sequential sum: mma's K, running_sum's length, accumulation_curve's k_max
+MAX_CURVE_ELEMENTS = 1 << 22  # batch * k_max of accumulation_curve (the default is 32 * 4096 = 2**17)
+
 
 def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``s = fl(a + b)`` and the exact error ``e`` with ``a + b == s + e`` (Knuth's TwoSum)."""
@@ -81,17 +96,14 @@ def _add_rounded(acc: np.ndarray, p: np.ndarray, f: formats.FloatFormat) -> np.n
 
 
 def _matrix(name: str, x, dev: torch.device) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        try:
-            x = torch.as_tensor(x, dtype=torch.float32)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"{name} must be a 2-D tensor or nested list of numbers, got {x!r}") from None
+    # real numbers only: a bool or complex matrix is refused (its imaginary part would be dropped)
+    x = formats._real_tensor(x, name, f"{name} must be a 2-D tensor or nested list of numbers")
     if x.dim() != 2:
         raise ValueError(f"{name} must be 2-D (a matrix), got shape {tuple(x.shape)}")
-    return x.detach().to(dev).float()
+    return x.to(dev).float()
 
 
-def _operands(A, B, C, inputs, accumulate, device):
+def _operands(A, B, C, inputs, accumulate, device, work_limit: bool = False):
     dev = get_device(device)
     work = torch.device("cpu")
     check_choice("inputs", formats.get_format(inputs).name, INPUT_FORMATS)
@@ -103,6 +115,22 @@ def _operands(A, B, C, inputs, accumulate, device):
             f"A's columns must match B's rows (inner dimension K), got {tuple(A.shape)} and {tuple(B.shape)}"
         )
     M, N = A.shape[0], B.shape[1]
+    if work_limit:
+        K = A.shape[1]
+        if K > MAX_K:
+            raise ValueError(
+                f"mma emulates one addition at a time, so K = {K:,} (A's columns) means {K:,} steps: the limit "
+                f"is K <= {MAX_K:,} (2**16); use smaller inputs, or reference_mma / torch.matmul for big products"
+            )
+        if max(M, 1) * max(N, 1) * max(K, 1) > MAX_MMA_WORK:
+            raise ValueError(
+                f"mma emulates one addition at a time, so A {tuple(A.shape)} @ B {tuple(B.shape)} "
+                f"(M*N*K = {M * N * K:,}) is too much work: the limit is M*N*K <= {MAX_MMA_WORK:,} (2**24); "
+                "use smaller inputs (a tile such as 16×16×256 shows the same rounding), or reference_mma / "
+                "torch.matmul for big products"
+            )
+    # float64 copies of A, B, C and the accumulator
+    check_fits(8 * (M * A.shape[1] + A.shape[1] * N + 2 * M * N), work, "the emulated product", "use smaller inputs")
     if C is None:
         C = torch.zeros(M, N, device=work)
     else:
@@ -122,8 +150,13 @@ def mma(A, B, C=None, *, inputs="fp16", accumulate="fp32", device=None) -> torch
     Starting from ``C``, the exact products ``A[:, k] * B[k, :]`` are added for ``k = 0 .. K-1``,
     each addition rounded once to the accumulator (see the module docstring for how this models
     real Tensor Cores).
+
+    The emulation adds one term at a time, so its work is bounded before it starts: ``M*N*K`` at
+    most :data:`MAX_MMA_WORK` (2**24) and ``K`` at most :data:`MAX_K` (2**16); a larger product
+    is refused with a ``ValueError`` (use smaller inputs, or :func:`reference_mma`).  Bool and
+    complex inputs are refused (a complex product's imaginary part has no place in a real format).
     """
-    dev, Ar, Br, C = _operands(A, B, C, inputs, accumulate, device)
+    dev, Ar, Br, C = _operands(A, B, C, inputs, accumulate, device, work_limit=True)
     facc = formats.get_format(accumulate)
     acc = formats._round_array(C, facc)
     for k in range(Ar.shape[1]):
@@ -146,19 +179,25 @@ def running_sum(values, accumulate="fp16", *, device=None) -> torch.Tensor:
 
     Each addition is rounded once to ``accumulate`` (any ``formats.FORMATS`` name); the values are
     used exactly as float32.  ``running_sum(torch.ones(3000), "fp16")`` stalls at 2048.
+
+    Real values only (bool and complex are refused).  The sum runs one addition at a time, so
+    the last dimension is at most :data:`MAX_K` (2**16) long and ``values`` holds at most
+    :data:`MAX_MMA_WORK` (2**24) elements.
     """
     dev = get_device(device)
     f = formats.get_format(accumulate)
-    if not isinstance(values, torch.Tensor):
-        try:
-            values = torch.as_tensor(values, dtype=torch.float32)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"values must be a tensor or a list of numbers, got {values!r}") from None
+    values = formats._real_tensor(values, "values", "values must be a tensor or a list of numbers")
     if values.dim() == 0 or values.shape[-1] == 0:
         raise ValueError(
             f"values must have at least one element along the last dimension, got shape {tuple(values.shape)}"
         )
-    v = float64_on_cpu(values.detach().cpu().float()).numpy()
+    if values.shape[-1] > MAX_K or values.numel() > MAX_MMA_WORK:
+        raise ValueError(
+            f"values of shape {tuple(values.shape)} is too long a sum to emulate one addition at a time: "
+            f"the last dimension may be at most {MAX_K:,} (2**16) long and values at most {MAX_MMA_WORK:,} "
+            "elements; use fewer values"
+        )
+    v = float64_on_cpu(values.float()).numpy()
     out = _accumulate(v, f)
     return torch.from_numpy(out).float().to(dev)
 
@@ -184,9 +223,17 @@ def first_stall(partial_sums) -> tuple[int, float] | None:
     """``(index, value)`` of the first addition that left a 1-D running sum unchanged, or None.
 
     The index counts additions from 1, so ``first_stall(running_sum(torch.ones(3000), "fp16"))``
-    is ``(2049, 2048.0)``: the 2049th ``+ 1.0`` no longer changes the sum.
+    is ``(2049, 2048.0)``: the 2049th ``+ 1.0`` no longer changes the sum.  ``partial_sums`` must
+    be 1-D (one running sum; for a batch, call it on each row): flattening several sums into one
+    would report a "stall" where one row ends and the next begins.
     """
-    s = float64_on_cpu(torch.as_tensor(partial_sums)).flatten()
+    t = formats._real_tensor(partial_sums, "partial_sums", "partial_sums must be a 1-D tensor or a list of numbers")
+    if t.dim() != 1:
+        raise ValueError(
+            f"partial_sums must be 1-D (one running sum), got shape {tuple(t.shape)}; "
+            "for several sums, call first_stall on each row"
+        )
+    s = float64_on_cpu(t)
     if s.numel() < 2:
         return None
     same = torch.nonzero(s[1:] == s[:-1]).flatten()
@@ -246,17 +293,29 @@ def accumulation_curve(
     whole curve.  The float64 reference is the cumulative sum of the exact products (its own
     rounding error, about ``K * 2**-53``, is far below anything plotted).
     """
-    k_max = check_int("k_max", k_max, minimum=1, maximum=1 << 16)
+    k_max = check_int("k_max", k_max, minimum=1, maximum=MAX_K)
     batch = check_int("batch", batch, minimum=1, maximum=4096)
+    if batch * k_max > MAX_CURVE_ELEMENTS:
+        raise ValueError(
+            f"batch * k_max = {batch} * {k_max} = {batch * k_max:,} is more than the {MAX_CURVE_ELEMENTS:,} (2**22) "
+            "terms accumulation_curve emulates; choose a smaller batch or k_max"
+        )
+    seed = check_seed("seed", seed)
     check_choice("inputs", formats.get_format(inputs).name, INPUT_FORMATS)
-    accs = tuple(
-        check_choice("accumulators", formats.get_format(a).name, ACCUMULATE_FORMATS) for a in accumulators
-    )
-    if not accs:
-        raise ValueError("accumulators must name at least one of: " + ", ".join(ACCUMULATE_FORMATS))
+    accs = _accumulator_names(accumulators)
+    low = check_float("low", low)
+    high = check_float("high", high)
     if not high > low:
         raise ValueError(f"high must be > low, got low={low}, high={high}")
     get_device(device)  # validated for a uniform API; the emulation is exact float64 work on the CPU
+    # a, b (float32), their float64 roundings, the products, the reference, and per accumulator its
+    # partial sums, relative errors and a working copy (float64)
+    check_fits(
+        batch * k_max * (2 * 4 + 4 * 8 + 3 * 8 * len(accs)),
+        torch.device("cpu"),
+        f"accumulation_curve(k_max={k_max}, batch={batch})",
+        "choose a smaller batch or k_max",
+    )
     g = torch.Generator().manual_seed(seed)
     a = low + (high - low) * torch.rand(batch, k_max, generator=g)
     b = low + (high - low) * torch.rand(batch, k_max, generator=g)
@@ -281,11 +340,36 @@ def accumulation_curve(
     )
 
 
+def _accumulator_names(accumulators) -> tuple[str, ...]:
+    """Accumulator formats from one name or a non-empty list of distinct ones in ACCUMULATE_FORMATS."""
+    if isinstance(accumulators, (str, formats.FloatFormat, torch.dtype)):
+        accumulators = (accumulators,)
+    elif not isinstance(accumulators, (list, tuple)):
+        raise ArgumentTypeError(
+            f"accumulators must be a format name or a list of them, got {type(accumulators).__name__}: "
+            f"{accumulators!r:.80}"
+        )
+    accs = tuple(
+        check_choice("accumulators", formats.get_format(a).name, ACCUMULATE_FORMATS) for a in accumulators
+    )
+    if not accs:
+        raise ValueError("accumulators must name at least one of: " + ", ".join(ACCUMULATE_FORMATS))
+    if len(set(accs)) != len(accs):
+        raise ValueError(f"accumulators={accumulators!r} names a format twice; name each one once")
+    return accs
+
+
 _ACC_COLOURS = {"fp32": "#1f77b4", "fp16": "#d62728", "bf16": "#ff7f0e"}
 
 
 def plot_accumulation(curve: AccumulationCurve, ax, k: int | None = None):
     """Draw ``curve``'s median relative error against K on ``ax`` (log-log); returns the K marker line."""
+    from matplotlib.axes import Axes
+
+    check_instance("curve", curve, AccumulationCurve, "an AccumulationCurve (from accumulation_curve)")
+    check_instance("ax", ax, Axes, "matplotlib Axes")
+    if k is not None:
+        k = check_int("k", k, minimum=1, maximum=curve.k_max)
     # ~400 log-spaced K values are indistinguishable from all of them on log axes, and keep a
     # slider's redraw fast
     idx = np.unique(np.geomspace(1, curve.k_max, num=min(curve.k_max, 400)).round().astype(int)) - 1
@@ -324,6 +408,9 @@ class AccumulationExplorer:
 
     def __init__(self, curve: AccumulationCurve, k: int):
         import ipywidgets as widgets
+
+        check_instance("curve", curve, AccumulationCurve, "an AccumulationCurve (from accumulation_curve)")
+        k = check_int("k", k, minimum=1, maximum=curve.k_max)
 
         from .widgets import FigurePane
 
@@ -422,10 +509,12 @@ def accumulation_explorer(
     The curve is computed once (``accumulation_curve``); the slider only moves a marker and
     refreshes a readout, so it responds instantly.
     """
+    # checked before the curve is computed, so a wrong k costs nothing
+    k_max = check_int("k_max", k_max, minimum=1, maximum=MAX_K)
+    k = check_int("k", k, minimum=1, maximum=k_max)
     curve = accumulation_curve(
         k_max, inputs=inputs, accumulators=accumulators, batch=batch, seed=seed, device=device
     )
-    k = check_int("k", k, minimum=1, maximum=curve.k_max)
     return AccumulationExplorer(curve, k)
 
 
@@ -512,6 +601,17 @@ def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
     generation, ``ARCHITECTURE_DETAILS`` where an architecture differs from its generation's data-centre part)."""
     from .hardware import tensor_core_generation
 
+    if isinstance(capabilities, (str, bytes)) or not isinstance(capabilities, (list, tuple)):
+        raise ArgumentTypeError(
+            f"capabilities must be a list of (major, minor) pairs such as [(8, 0), (9, 0)], got "
+            f"{type(capabilities).__name__}: {capabilities!r:.80}"
+        )
+    if not capabilities:
+        raise ValueError("capabilities must hold at least one (major, minor) pair")
+    if len(capabilities) == 2 and all(isinstance(c, int) and not isinstance(c, bool) for c in capabilities):
+        raise ValueError(
+            f"capabilities={capabilities!r} is one capability; pass a list of them: [{tuple(capabilities)!r}]"
+        )
     rows = []
     for cap in capabilities:
         tc = tensor_core_generation(cap)
@@ -606,13 +706,12 @@ def time_matmul(
     ones, ``repeats`` samples, median; elsewhere ``time.perf_counter`` (on an Apple GPU after
     waiting for the queued work).  Returns ``n``, ``dtype``, ``median_ms`` (per matmul),
     ``tflops`` and ``samples_ms``.  A size the device's free memory cannot hold is refused with
-    a ``ValueError`` before anything is allocated.
+    a ``ValueError`` before anything is allocated.  ``repeats``, ``warmup`` and ``inner`` are each at
+    most ``MAX_REPEATS`` (10,000), and so is the number of matmuls in all, ``warmup + repeats * inner``.
     """
     dev = get_device(device)
     n = check_int("n", n, minimum=1, maximum=1 << 15)
-    repeats = check_int("repeats", repeats, minimum=1)
-    warmup = check_int("warmup", warmup, minimum=0)
-    inner = check_int("inner", inner, minimum=1)
+    repeats, warmup, inner = _timing_counts(repeats, warmup, inner)
     dtype = (
         amp_dtype(dev)
         if dtype is None
@@ -659,6 +758,18 @@ def time_matmul(
     }
 
 
+def _timing_counts(repeats, warmup, inner=1) -> tuple[int, int, int]:
+    repeats = check_int("repeats", repeats, minimum=1, maximum=MAX_REPEATS)
+    warmup = check_int("warmup", warmup, minimum=0, maximum=MAX_REPEATS)
+    inner = check_int("inner", inner, minimum=1, maximum=MAX_REPEATS)
+    if warmup + repeats * inner > MAX_REPEATS:
+        raise ValueError(
+            f"warmup + repeats * inner = {warmup} + {repeats} * {inner} = {warmup + repeats * inner:,} matmuls is "
+            f"more than MAX_REPEATS = {MAX_REPEATS:,}; choose fewer repeats or a smaller inner"
+        )
+    return repeats, warmup, inner
+
+
 @dataclass
 class AlignmentDemo:
     """Result of :func:`alignment_demo`: ``measured`` is False where no CUDA GPU was used."""
@@ -693,6 +804,9 @@ def alignment_demo(
     """
     dev = get_device(device)
     n = check_int("n", n, minimum=9, maximum=1 << 15)
+    repeats, warmup, _ = _timing_counts(repeats, warmup, 3)  # each size is timed with inner=3
+    if dtype is not None:
+        dtype = parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16))
     if dev.type != "cuda":
         dtype_name = str(amp_dtype("cuda") if torch.cuda.is_available() else torch.float16).removeprefix(
             "torch."
@@ -709,7 +823,7 @@ def alignment_demo(
                 "Timing CPU matmuls instead would say nothing about Tensor Cores."
             ),
         )
-    dtype = torch.float16 if dtype is None else parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16))
+    dtype = torch.float16 if dtype is None else dtype
     rows = [
         time_matmul(m, dtype=dtype, device=dev, repeats=repeats, warmup=warmup, inner=3) for m in (n, n - 1)
     ]

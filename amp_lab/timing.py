@@ -56,7 +56,17 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ._checks import check_float, check_int
+from ._checks import (
+    MAX_CALLS_PER_SAMPLE,
+    MAX_REPEATS,
+    MAX_SAMPLE_S,
+    MAX_SECONDS,
+    MAX_THREADS,
+    ArgumentTypeError,
+    check_callable,
+    check_float,
+    check_int,
+)
 from .device import dtype_name, get_device, torch_threads
 from .hardware import tf32_matmul_enabled as _tf32_matmul_enabled
 
@@ -70,10 +80,18 @@ _budget_clock = time.perf_counter
 DEFAULT_MAX_TIME_S = 30.0
 # The most rounds such a measurement takes, when no ``max_repeats`` is given.
 DEFAULT_MAX_REPEATS = 1000
+# The narrowest interval a measurement may aim for (0.1%): timer jitter alone is wider, so a smaller
+# target is never reached and would only spend the whole time budget.
+MIN_TARGET_REL_WIDTH = 1e-3
+# The most samples a Timing (or speedup_estimate) accepts: measure takes at most MAX_REPEATS rounds, and
+# a longer sequence is refused by its length before any of it is read.
+MAX_SAMPLES = 100_000
 
 __all__ = [
     "DEFAULT_MAX_REPEATS",
     "DEFAULT_MAX_TIME_S",
+    "MAX_SAMPLES",
+    "MIN_TARGET_REL_WIDTH",
     "Contestant",
     "RaceProgress",
     "SpeedupEstimate",
@@ -97,9 +115,26 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------
 
 
+def _number(name: str, value, *, optional: bool = False):
+    """``value`` as a float if it is a real number (NumPy's too; not a bool), for the formatters, which
+    print inf and nan as ``'inf'`` and ``'nan'``.  An integer beyond float64's range (``2**2000``) is no
+    measurement: a ValueError, not an OverflowError from ``float()``."""
+    if optional and value is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, Real):
+        allowed = "a number or None" if optional else "a number"
+        raise ArgumentTypeError(f"{name} must be {allowed}, got {type(value).__name__}: {value!r:.80}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(
+            f"{name} must be within float64's range (about 1.8e308), got an integer of {int(value).bit_length()} bits"
+        ) from None
+
+
 def format_seconds(seconds: float) -> str:
     """``0.00123`` -> ``'1.23 ms'``: three significant figures in s, ms, µs or ns."""
-    s = float(seconds)
+    s = _number("seconds", seconds)
     if not math.isfinite(s):
         return str(s)
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
@@ -109,10 +144,12 @@ def format_seconds(seconds: float) -> str:
 
 
 def format_bytes(nbytes: float | None) -> str:
-    """``3 * 2**20`` -> ``'3.00 MiB'``."""
-    if nbytes is None:
+    """``3 * 2**20`` -> ``'3.00 MiB'``; None -> ``'n/a'``, inf and nan as ``'inf'`` and ``'nan'``."""
+    b = _number("nbytes", nbytes, optional=True)
+    if b is None:
         return "n/a"
-    b = float(nbytes)
+    if not math.isfinite(b):
+        return str(b)
     for unit, scale in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
         if abs(b) >= scale:
             return f"{b / scale:.2f} {unit}"
@@ -122,6 +159,8 @@ def format_bytes(nbytes: float | None) -> str:
 def format_ratio(x: float, digits: int = 2) -> str:
     """``1.3217`` -> ``'1.32x'``; below 0.1, ``digits + 1`` significant figures (``0.01234`` -> ``'0.0123x'``).
     How every speedup in ``06_timing_race`` is printed."""
+    x = _number("x", x)
+    digits = check_int("digits", digits, minimum=0, maximum=17)
     if not math.isfinite(x):
         return f"{x}x"
     if 0 < abs(x) < 0.1:
@@ -222,6 +261,11 @@ def describe_context(context: dict) -> str:
     """
     from .hardware import cpu_has_native
 
+    if not isinstance(context, dict):
+        raise ArgumentTypeError(
+            f"context must be a timing context dict (timing_context(), or a Timing's .context), "
+            f"got {type(context).__name__}: {context!r:.80}"
+        )
     device = context.get("device", "?")
     parts = [f"measured on {device} ({context.get('device_name', '?')})"]
     if str(device).startswith("cuda"):
@@ -276,6 +320,32 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+def _float_or_inf(x) -> float:
+    """``float(x)``, or inf for an int beyond float64's range (which no sample of seconds can be)."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
+
+
+def _bounded_samples(name: str, value):
+    """``value`` with its length checked against :data:`MAX_SAMPLES` before anything is read: a NumPy array
+    or a tensor as a list (a 0-d one is left for the caller to refuse), ``range(10**12)`` refused at once."""
+    n = getattr(value, "size", None) if type(value).__module__ == "numpy" else None
+    if isinstance(value, torch.Tensor):
+        n = value.numel()
+    elif n is None and isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        try:
+            n = len(value)
+        except OverflowError:  # range(10**20): longer than len() can say
+            raise ValueError(f"{name} may hold at most {MAX_SAMPLES} samples, got far more") from None
+    if isinstance(n, int) and n > MAX_SAMPLES:
+        raise ValueError(f"{name} may hold at most {MAX_SAMPLES} samples, got {n}")
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # a NumPy array or a tensor
+        value = value.tolist()
+    return value
+
+
 @dataclass(frozen=True)
 class Timing:
     """Repeated samples of one contestant.  ``samples`` are seconds **per call**, one per sample."""
@@ -285,6 +355,30 @@ class Timing:
     number: int  # calls averaged into each sample
     warmup: int  # untimed calls made before the first sample
     context: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        # Checked here, so a Timing always has samples to summarise (no IndexError from its median).
+        if not isinstance(self.label, str):
+            raise ArgumentTypeError(f"label must be a string, got {type(self.label).__name__}: {self.label!r:.80}")
+        samples = _bounded_samples("samples", self.samples)
+        if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence):
+            raise ArgumentTypeError(
+                f"samples must be a sequence of per-call seconds, got {type(samples).__name__}: {samples!r:.80}"
+            )
+        if len(samples) == 0:
+            raise ValueError("samples must hold at least one per-call time in seconds, got none")
+        clean = []
+        for i, x in enumerate(samples):
+            if isinstance(x, bool) or not isinstance(x, Real):
+                raise ArgumentTypeError(f"samples[{i}] must be a number of seconds, got {type(x).__name__}: {x!r:.80}")
+            if not (math.isfinite(_float_or_inf(x)) and float(x) >= 0):
+                raise ValueError(f"samples[{i}] must be a finite number of seconds >= 0, got {x!r}")
+            clean.append(float(x))
+        object.__setattr__(self, "samples", tuple(clean))
+        object.__setattr__(self, "number", check_int("number", self.number, minimum=1))
+        object.__setattr__(self, "warmup", check_int("warmup", self.warmup, minimum=0))
+        if not isinstance(self.context, dict):
+            raise ArgumentTypeError(f"context must be a dict, got {type(self.context).__name__}: {self.context!r:.80}")
 
     @property
     def median(self) -> float:
@@ -452,8 +546,8 @@ def _order_statistic(n: int, confidence: float) -> int:
 def _per_call_samples(name: str, value) -> tuple[float, ...]:
     if isinstance(value, Timing):
         value = value.samples
-    elif hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # a numpy array or a torch tensor
-        value = value.tolist()
+    else:
+        value = _bounded_samples(name, value)
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         raise ValueError(
             f"{name} must be a Timing or a sequence of per-call seconds, got {type(value).__name__}"
@@ -462,7 +556,7 @@ def _per_call_samples(name: str, value) -> tuple[float, ...]:
         raise ValueError(f"{name} must hold at least one sample, got an empty sequence")
     out = []
     for i, x in enumerate(value):
-        if isinstance(x, bool) or not isinstance(x, Real) or not math.isfinite(float(x)) or float(x) <= 0:
+        if isinstance(x, bool) or not isinstance(x, Real) or not math.isfinite(_float_or_inf(x)) or float(x) <= 0:
             raise ValueError(f"{name}[{i}] must be a positive, finite number of seconds, got {x!r}")
         out.append(float(x))
     return tuple(out)
@@ -546,7 +640,9 @@ def classify_regime(
       helps by moving fewer bytes.
     * **compute-bound**: otherwise: the arithmetic sets the pace, and faster Tensor Cores pay.
 
-    ``unit`` names what took ``seconds`` in the sentence ("step", "call").
+    ``unit`` names what took ``seconds`` in the sentence ("step", "call").  ``overhead_factor`` must be
+    above 1: a step can never take less than its lower bounds, so a factor of 1 or less would call every
+    step launch-bound.
     """
     seconds = check_float("seconds", seconds, gt=0)
     flops = check_float("flops", flops, ge=0)
@@ -556,7 +652,9 @@ def classify_regime(
         peak_flops = check_float("peak_flops", peak_flops, gt=0)
     if peak_bytes_per_s is not None:
         peak_bytes_per_s = check_float("peak_bytes_per_s", peak_bytes_per_s, gt=0)
-    if not isinstance(unit, str) or not unit.strip():
+    if not isinstance(unit, str):
+        raise ArgumentTypeError(f"unit must be a string such as 'step' or 'call', got {type(unit).__name__}: {unit!r:.80}")
+    if not unit.strip():
         raise ValueError(f"unit must be a non-empty string such as 'step' or 'call', got {unit!r}")
     took = f"a {unit} took {format_seconds(seconds)}"
     if peak_flops is None or peak_bytes_per_s is None:
@@ -593,6 +691,10 @@ class Contestant:
 
     fn: Callable[[], Any]
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+    def __post_init__(self):
+        check_callable("fn", self.fn)
+        check_callable("context", self.context)
 
 
 class RaceProgress(NamedTuple):
@@ -669,7 +771,7 @@ def _as_contestant(name: str, value) -> Contestant:
         return value
     if callable(value):
         return Contestant(value)
-    raise ValueError(f"contestant {name!r} must be a callable or a Contestant, got {type(value).__name__}")
+    raise ArgumentTypeError(f"contestant {name!r} must be a callable or a Contestant, got {type(value).__name__}")
 
 
 def _narrow_enough(samples: dict, baseline: str, target: float, confidence: float) -> bool:
@@ -680,6 +782,45 @@ def _narrow_enough(samples: dict, baseline: str, target: float, confidence: floa
         for name, s in samples.items()
         if name != baseline
     )
+
+
+def check_budget(warmup, repeats, min_sample_s, num_threads=None, number=None):
+    """Check a timing budget before any work starts, as :func:`measure` and every race do: ``warmup`` from
+    0 and ``repeats`` from 1 to ``MAX_REPEATS`` (10,000), ``min_sample_s`` above 0 and at most
+    ``MAX_SAMPLE_S`` (10 s), ``num_threads`` (None: leave as is) from 1 to ``MAX_THREADS`` and ``number``
+    (None: calibrated) from 1 to ``MAX_CALLS_PER_SAMPLE``.  Returns them checked, in that order."""
+    warmup = check_int("warmup", warmup, minimum=0, maximum=MAX_REPEATS)
+    repeats = check_int("repeats", repeats, minimum=1, maximum=MAX_REPEATS)
+    min_sample_s = check_float("min_sample_s", min_sample_s, gt=0, le=MAX_SAMPLE_S)
+    if num_threads is not None:
+        num_threads = check_int("num_threads", num_threads, minimum=1, maximum=MAX_THREADS)
+    if number is not None:
+        number = check_int("number", number, minimum=1, maximum=MAX_CALLS_PER_SAMPLE)
+    return warmup, repeats, number, min_sample_s, num_threads
+
+
+def check_target_rel_width(target_rel_width) -> float:
+    """A target interval width (relative to the speedup) of at least :data:`MIN_TARGET_REL_WIDTH` (0.1%):
+    a narrower one is never reached, so it would only spend the whole time budget."""
+    target_rel_width = check_float("target_rel_width", target_rel_width, gt=0)
+    if target_rel_width < MIN_TARGET_REL_WIDTH:
+        raise ValueError(
+            f"target_rel_width={target_rel_width:g} is narrower than a timer can resolve; choose at least "
+            f"{MIN_TARGET_REL_WIDTH:g} (0.1%), e.g. 0.1 for about +-5%"
+        )
+    return target_rel_width
+
+
+def check_planned_time(repeats: int, contestants: int, min_sample_s: float) -> None:
+    """Refuse, before anything runs, a measurement whose minimum rounds alone would take longer than
+    ``MAX_SECONDS`` (an hour): ``repeats`` rounds of ``contestants`` samples of ``min_sample_s`` each."""
+    planned = repeats * contestants * min_sample_s
+    if planned > MAX_SECONDS:
+        raise ValueError(
+            f"repeats={repeats} rounds of {_plural(contestants, 'contestant')} at min_sample_s={min_sample_s:g} "
+            f"would take at least {format_seconds(planned)}, more than the course's limit of {MAX_SECONDS:g} s "
+            "for one measurement; choose fewer repeats or a shorter min_sample_s"
+        )
 
 
 def measure(
@@ -712,7 +853,7 @@ def measure(
     **How many rounds.**  ``repeats`` rounds at least.  With ``target_rel_width`` (a race of two or more
     contestants) it keeps going, round after round, until every contestant's :func:`speedup_estimate`
     over ``baseline`` (default: the first contestant) has an interval no wider than ``target_rel_width``
-    times the speedup (0.1: about +-5%), or the time budget is spent: no round starts that would, if it
+    times the speedup (0.1: about +-5%; at least ``MIN_TARGET_REL_WIDTH``, 0.001), or the time budget is spent: no round starts that would, if it
     took as long as the slowest round so far, end more than ``max_time_s`` after the measurement began
     (warm-up included; default
     ``DEFAULT_MAX_TIME_S`` with a target), and never more than ``max_repeats`` rounds (default
@@ -724,19 +865,23 @@ def measure(
         contestants = {str(label): _as_contestant(str(label), fns)}
     elif isinstance(fns, dict) and fns:
         contestants = {str(k): _as_contestant(str(k), v) for k, v in fns.items()}
+        if len(contestants) != len(fns):
+            raise ValueError(f"fns has labels that are equal as strings: {list(fns)!r:.200}; give each a distinct name")
+    elif isinstance(fns, dict):
+        raise ValueError("fns must be a callable or a non-empty dict of callables, got an empty dict")
     else:
-        raise ValueError(f"fns must be a callable or a non-empty dict of callables, got {fns!r}")
-    warmup = check_int("warmup", warmup, minimum=0)
-    repeats = check_int("repeats", repeats, minimum=1)
-    if number is not None:
-        number = check_int("number", number, minimum=1)
-    min_sample_s = check_float("min_sample_s", min_sample_s, gt=0)
-    if num_threads is not None:
-        num_threads = check_int("num_threads", num_threads, minimum=1)
+        raise ArgumentTypeError(
+            f"fns must be a callable or a non-empty dict of callables, got {type(fns).__name__}: {fns!r:.80}"
+        )
+    warmup, repeats, number, min_sample_s, num_threads = check_budget(warmup, repeats, min_sample_s, num_threads, number)
+    check_callable("callback", callback, optional=True)
+    if extra_context is not None and not isinstance(extra_context, dict):
+        raise ArgumentTypeError(f"extra_context must be a dict or None, got {type(extra_context).__name__}")
     confidence = check_float("confidence", confidence, gt=0, lt=1)
     names = list(contestants)
+    check_planned_time(repeats, len(names), min_sample_s)
     if target_rel_width is not None:
-        target_rel_width = check_float("target_rel_width", target_rel_width, gt=0)
+        target_rel_width = check_target_rel_width(target_rel_width)
         if len(names) < 2:
             raise ValueError(
                 "target_rel_width needs a race of at least two contestants (a dict of callables): "
@@ -744,7 +889,7 @@ def measure(
             )
     adaptive = target_rel_width is not None
     if max_time_s is not None:
-        max_time_s = check_float("max_time_s", max_time_s, gt=0)
+        max_time_s = check_float("max_time_s", max_time_s, gt=0, le=MAX_SECONDS)
         if not adaptive:
             raise ValueError(
                 f"max_time_s={max_time_s} bounds sampling until an interval is narrow: give target_rel_width "
@@ -753,14 +898,14 @@ def measure(
     elif adaptive:
         max_time_s = DEFAULT_MAX_TIME_S
     if max_repeats is not None:
-        max_repeats = check_int("max_repeats", max_repeats, minimum=repeats)
+        max_repeats = check_int("max_repeats", max_repeats, minimum=repeats, maximum=MAX_REPEATS)
         if not adaptive:
             raise ValueError(f"max_repeats={max_repeats} only applies with target_rel_width")
     else:
         max_repeats = max(repeats, DEFAULT_MAX_REPEATS) if adaptive else repeats
     if baseline is None:
         baseline = names[0]
-    elif baseline not in contestants:
+    elif not isinstance(baseline, str) or baseline not in contestants:
         raise ValueError(f"baseline={baseline!r} is not a contestant; choose one of: {', '.join(map(repr, names))}")
     dev = get_device(device)
 
@@ -781,7 +926,7 @@ def measure(
                     # costs (waking the thread pool, refilling caches) that a training loop does not.
                     times = [sampler(c.fn, 1) for _ in range(max(warmup, 1))]
                     untimed[name] = len(times)
-                    numbers[name] = max(1, min(10**6, math.ceil(min_sample_s / max(min(times), 1e-9))))
+                    numbers[name] = max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / max(min(times), 1e-9))))
                 else:
                     for _ in range(warmup):
                         c.fn()

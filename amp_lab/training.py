@@ -16,19 +16,34 @@ RMS, turns them into real steps.
 
 :func:`scaler_explorer` is the notebook's widget: sliders for the initial scale, the growth
 interval and the backoff factor re-run a short training and redraw the scale trajectory.
+
+Every argument is checked before any work starts (``ValueError`` naming it, ``TypeError`` for a
+wrong type): step counts are capped (:data:`amp_lab._checks.MAX_STEPS` for :func:`train_digits`,
+:data:`MAX_EXPLORER_STEPS` for the widget, which re-runs on every slider move), the network's
+memory is checked against the device's with :func:`amp_lab.device.check_fits`, and ``data`` must
+match the network: float32 features of ``num_features`` columns, int64 labels below ``num_classes``.
 """
 
 from __future__ import annotations
 
 import html
+import inspect
 import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from ._checks import check_float, check_int
-from .device import get_device, parse_dtype, torch_threads
+from ._checks import (
+    MAX_STEPS,
+    MAX_THREADS,
+    ArgumentTypeError,
+    check_float,
+    check_instance,
+    check_int,
+    check_seed,
+)
+from .device import check_fits, get_device, parse_dtype, torch_threads
 
 __all__ = [
     "ScalerExplorer",
@@ -38,6 +53,19 @@ __all__ = [
     "scaler_explorer",
     "train_digits",
 ]
+
+# The widget re-runs the whole training on every slider move, so it takes fewer steps than
+# train_digits allows: five times the largest growth interval its slider offers (100), enough to
+# see the scale grow at every setting, and under a minute on a slow CPU.
+MAX_EXPLORER_STEPS = 500
+# Adam's learning rate: its steps are about lr in size (lr / (1 - beta1**t) at most 10 lr), so far
+# beyond 1 the weights only turn inf; far enough beyond, torch's Adam cannot even convert it to float32.
+MAX_LR = 1e6
+# The network's shape, as amp_lab.gradients.make_mlp bounds it.
+MAX_DEPTH = 64
+MAX_WIDTH = 4096
+# The settings ScalerExplorer passes to train_digits itself; train_kwargs may hold the others.
+_EXPLORER_OWN = ("scaler", "num_steps", "data", "device")
 
 
 @dataclass
@@ -88,6 +116,7 @@ class TrainingRun:
         Its digits depend on the CPU's kernels (summation order), so notebooks print it in cells
         marked volatile and state what it shows as claims (``amp_lab.claims``).
         """
+        last = check_int("last", last, minimum=1)
         tail = self.losses[-last:]
         return (
             f"{self.label:<22} loss (last {len(tail)} steps) {self.recent_loss(last):7.4f}   "
@@ -97,17 +126,133 @@ class TrainingRun:
 
 
 def gradient_zero_fraction(parameters) -> float:
-    """Fraction of the elements of all ``.grad`` tensors that are exactly zero (None grads count as zero)."""
+    """Fraction of the elements of all ``.grad`` tensors that are exactly zero (None grads count as zero).
+
+    ``parameters`` is an iterable of tensors (``model.parameters()``) or a single tensor."""
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
+    elif isinstance(parameters, (str, bytes, nn.Module)) or not hasattr(parameters, "__iter__"):
+        raise ArgumentTypeError(
+            f"parameters must be an iterable of tensors such as model.parameters(), got "
+            f"{type(parameters).__name__}: {parameters!r:.80}"
+        )
     zeros, total = 0, 0
-    for p in parameters:
+    for i, p in enumerate(parameters):  # lazily: an endless or huge iterable fails at its first non-tensor
+        check_instance(f"parameters[{i}]", p, torch.Tensor, "a tensor")
         total += p.numel()
         zeros += p.numel() if p.grad is None else int((p.grad == 0).sum())
     return zeros / total if total else 0.0
 
 
 def cpu_threads(num_threads: int | None, device: torch.device):
-    """Run the block with ``num_threads`` torch CPU threads (restored afterwards; no-op off CPU or for None)."""
-    return torch_threads(num_threads, device)
+    """Run the block with ``num_threads`` torch CPU threads (restored afterwards; no-op off CPU or for None).
+
+    ``num_threads`` is None or an integer from 1 to :data:`amp_lab._checks.MAX_THREADS`, checked
+    when this is called, before anything changes."""
+    num_threads = _check_num_threads(num_threads)
+    return torch_threads(num_threads, None if device is None else get_device(device))
+
+
+def _check_num_threads(num_threads) -> int | None:
+    if num_threads is None:
+        return None
+    return check_int("num_threads", num_threads, minimum=1, maximum=MAX_THREADS)
+
+
+_SCALER_METHODS = ("scale", "unscale_", "step", "update", "get_scale")
+
+
+def _check_scaler(scaler):
+    """None, or an object with GradScaler's methods (ours, torch.amp.GradScaler, a hand-written one)."""
+    if scaler is None:
+        return None
+    if isinstance(scaler, type):
+        raise ArgumentTypeError(
+            f"scaler must be a loss scaler object, got the class {scaler.__name__}: call it, e.g. {scaler.__name__}()"
+        )
+    missing = [m for m in _SCALER_METHODS if not callable(getattr(scaler, m, None))]
+    if missing:
+        raise ArgumentTypeError(
+            f"scaler must be None or a loss scaler with GradScaler's methods ({', '.join(_SCALER_METHODS)}), "
+            f"such as DynamicLossScaler() or torch.amp.GradScaler(device.type); got {type(scaler).__name__} "
+            f"without {', '.join(missing)}"
+        )
+    return scaler
+
+
+def _check_train_settings(
+    *, dtype, num_steps, batch_size, lr, depth, width, max_grad_norm, seed, label, num_threads
+) -> tuple:
+    """train_digits' settings other than scaler, data and device, checked (shared with the widget);
+    returned in the order dtype, num_steps, batch_size, lr, depth, width, max_grad_norm, seed,
+    label, num_threads."""
+    return (
+        None if dtype is None else parse_dtype(dtype),
+        check_int("num_steps", num_steps, minimum=1, maximum=MAX_STEPS),
+        check_int("batch_size", batch_size, minimum=1),
+        check_float("lr", lr, gt=0.0, le=MAX_LR),
+        check_int("depth", depth, minimum=1, maximum=MAX_DEPTH),
+        check_int("width", width, minimum=1, maximum=MAX_WIDTH),
+        None if max_grad_norm is None else check_float("max_grad_norm", max_grad_norm, gt=0.0),
+        check_seed("seed", seed),
+        None if label is None else check_instance("label", label, str, "a string or None"),
+        _check_num_threads(num_threads),
+    )
+
+
+def _check_data(data) -> None:
+    """``data`` must fit the network train_digits builds from it: checked here, not deep in torch."""
+    for attr in ("train", "test", "num_features", "num_classes"):
+        if not hasattr(data, attr):
+            raise ArgumentTypeError(
+                f"data must be an amp_lab.data.Dataset (load_digits()) or None, got {type(data).__name__} "
+                f"without .{attr}"
+            )
+    num_features = check_int("data.num_features", data.num_features, minimum=1)
+    num_classes = check_int("data.num_classes", data.num_classes, minimum=2)
+    for which in ("train", "test"):
+        split = getattr(data, which)
+        X, y = getattr(split, "X", None), getattr(split, "y", None)
+        check_instance(f"data.{which}.X", X, torch.Tensor, "a tensor")
+        check_instance(f"data.{which}.y", y, torch.Tensor, "a tensor")
+        if X.dtype != torch.float32:
+            raise ArgumentTypeError(
+                f"data.{which}.X must be float32 (the network's parameters are float32; autocast chooses "
+                f"the low precision), got {X.dtype}: convert it with .float()"
+            )
+        if y.dtype != torch.int64:
+            raise ArgumentTypeError(
+                f"data.{which}.y must hold int64 class labels (what cross_entropy takes), got {y.dtype}: "
+                "convert it with .long()"
+            )
+        if X.dim() != 2 or X.shape[1] != num_features:
+            raise ValueError(
+                f"data.{which}.X must have shape (examples, {num_features}) (data.num_features={num_features}), "
+                f"got {tuple(X.shape)}"
+            )
+        if y.shape != (X.shape[0],):
+            raise ValueError(
+                f"data.{which}.y must have shape ({X.shape[0]},): one label per row of data.{which}.X, "
+                f"got {tuple(y.shape)}"
+            )
+        if y.numel() > 0:
+            low, high = int(y.min()), int(y.max())
+            if low < 0 or high >= num_classes:
+                raise ValueError(
+                    f"data.{which}.y must hold labels from 0 to {num_classes - 1} (data.num_classes={num_classes}), "
+                    f"got labels from {low} to {high}"
+                )
+    if len(data.train.y) == 0:
+        raise ValueError("data.train is empty: train_digits needs at least one training example")
+
+
+def _training_bytes(num_features: int, num_classes: int, depth: int, width: int, batch: int) -> int:
+    """About what one run of train_digits allocates: the MLP's weights, their gradients and Adam's two
+    moments (4 float32 copies), and the activations of a batch (float32 and FP16, values and gradients)."""
+    widths = [num_features] + [width] * (depth - 1) + [num_classes]
+    params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
+    activations = batch * sum(widths[1:])
+    return 16 * params + 12 * activations
 
 
 def _scale_of(scaler) -> float:
@@ -151,23 +296,36 @@ def train_digits(
         A :class:`amp_lab.data.Dataset`; default ``load_digits(device=device)``.
     num_threads
         torch CPU threads during the run (see :func:`cpu_threads`); ``None`` leaves them alone.
+
+    Every argument is checked before anything is built: ``num_steps`` at most
+    :data:`amp_lab._checks.MAX_STEPS`, ``lr`` at most :data:`MAX_LR`, ``depth`` at most 64 and
+    ``width`` at most 4096, the network's memory against the device's
+    (:func:`amp_lab.device.check_fits`), and ``data`` against the network (float32 ``X`` with
+    ``num_features`` columns, int64 ``y`` below ``num_classes``).
     """
     from .data import load_digits
     from .gradients import make_mlp
 
-    num_steps = check_int("num_steps", num_steps, minimum=1)
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    lr = check_float("lr", lr, gt=0.0)
-    seed = check_int("seed", seed, minimum=0)
-    if num_threads is not None:
-        num_threads = check_int("num_threads", num_threads, minimum=1)
-    if max_grad_norm is not None:
-        max_grad_norm = check_float("max_grad_norm", max_grad_norm, gt=0.0)
-    if dtype is not None:
-        dtype = parse_dtype(dtype)
+    scaler = _check_scaler(scaler)
+    dtype, num_steps, batch_size, lr, depth, width, max_grad_norm, seed, label, num_threads = (
+        _check_train_settings(
+            dtype=dtype, num_steps=num_steps, batch_size=batch_size, lr=lr, depth=depth, width=width,
+            max_grad_norm=max_grad_norm, seed=seed, label=label, num_threads=num_threads,
+        )
+    )  # fmt: skip
     dev = get_device(device)
     if data is None:
         data = load_digits(device=dev)
+    else:
+        _check_data(data)
+    check_fits(
+        _training_bytes(
+            data.num_features, data.num_classes, depth, width, min(batch_size, len(data.train.y))
+        ),
+        dev,
+        f"training an MLP of depth {depth} and width {width}",
+        "choose a smaller depth or width",
+    )
     model = make_mlp(
         num_features=data.num_features,
         num_classes=data.num_classes,
@@ -239,7 +397,7 @@ class ScalerExplorer:
     :class:`~amp_lab.widgets.FigurePane`).  Layout: ``widget``.  ``run`` is the latest
     :class:`TrainingRun`.  CSS classes: ``amp-scaler-init-scale``,
     ``amp-scaler-growth-interval``, ``amp-scaler-backoff``, ``amp-scaler-readout``,
-    ``amp-scaler-plot``.
+    ``amp-scaler-plot``.  The arguments are bounded as :func:`scaler_explorer` says (the sliders' ranges).
     """
 
     def __init__(
@@ -257,14 +415,19 @@ class ScalerExplorer:
         from .data import load_digits
         from .widgets import FigurePane
 
-        self.num_steps = check_int("num_steps", num_steps, minimum=1)
-        self.train_kwargs = dict(train_kwargs or {})
+        # Everything is checked before the widget is built; the values must lie on the sliders
+        # (a slider would silently clamp one outside its range).
+        self.num_steps = check_int("num_steps", num_steps, minimum=1, maximum=MAX_EXPLORER_STEPS)
+        log2_init_scale = check_int("log2_init_scale", log2_init_scale, minimum=0, maximum=32)
+        growth_interval = check_int("growth_interval", growth_interval, minimum=1, maximum=100)
+        backoff_factor = check_float("backoff_factor", backoff_factor, ge=0.05, le=0.95)
+        self.train_kwargs = _check_train_kwargs(train_kwargs)
         self.device = get_device(device)
         self._data = load_digits(device=self.device)
         style = {"description_width": "initial"}
         layout = widgets.Layout(width="420px")
         self.init_scale = widgets.IntSlider(
-            value=check_int("log2_init_scale", log2_init_scale, minimum=0, maximum=32),
+            value=log2_init_scale,
             min=0,
             max=32,
             description="initial scale 2^",
@@ -273,7 +436,7 @@ class ScalerExplorer:
             layout=layout,
         )
         self.growth_interval = widgets.IntSlider(
-            value=check_int("growth_interval", growth_interval, minimum=1, maximum=100),
+            value=growth_interval,
             min=1,
             max=100,
             description="growth interval",
@@ -282,7 +445,7 @@ class ScalerExplorer:
             layout=layout,
         )
         self.backoff_factor = widgets.FloatSlider(
-            value=check_float("backoff_factor", backoff_factor, gt=0.0, lt=1.0),
+            value=backoff_factor,
             min=0.05,
             max=0.95,
             step=0.05,
@@ -352,6 +515,33 @@ class ScalerExplorer:
         return run
 
 
+def _check_train_kwargs(train_kwargs) -> dict:
+    """The widget's extra train_digits settings: a dict of train_digits' own keywords, checked now."""
+    if train_kwargs is None:
+        return {}
+    if not isinstance(train_kwargs, dict):
+        raise ArgumentTypeError(
+            f"train_kwargs must be a dict of train_digits settings or None, got {type(train_kwargs).__name__}"
+        )
+    defaults = {
+        name: param.default
+        for name, param in inspect.signature(train_digits).parameters.items()
+        if name not in _EXPLORER_OWN
+    }
+    for key in train_kwargs:
+        if key in _EXPLORER_OWN:
+            raise ValueError(
+                f"train_kwargs[{key!r}] is set by the widget itself; "
+                + ("pass num_steps= to scaler_explorer" if key == "num_steps" else "leave it out")
+            )
+        if key not in defaults:
+            raise ValueError(
+                f"train_kwargs has the unknown key {key!r}; train_digits takes: {', '.join(defaults)}"
+            )
+    _check_train_settings(**{**defaults, **train_kwargs, "num_steps": 1})  # num_steps: checked by the widget
+    return dict(train_kwargs)
+
+
 def _readout_html(run: TrainingRun, final_scale: float) -> str:
     tail = run.losses[-10:]
     rows = [
@@ -382,6 +572,10 @@ def scaler_explorer(
     :func:`train_digits` in FP16 and redraws the scale trajectory with the skipped steps
     marked; the readout gives the skips, the final scale, the loss and the zero-gradient
     fraction.  The notebook cell ends with ``explorer.widget``.  (Notebook 04.)
+
+    The values must lie on the sliders (``log2_init_scale`` 0 to 32, ``growth_interval`` 1 to 100,
+    ``backoff_factor`` 0.05 to 0.95); ``num_steps`` is at most :data:`MAX_EXPLORER_STEPS`, since
+    every slider move re-runs the training; ``train_kwargs`` holds other :func:`train_digits` settings.
     """
     return ScalerExplorer(
         log2_init_scale=log2_init_scale,

@@ -12,9 +12,15 @@ from __future__ import annotations
 
 import html
 import io
+import math
 
 import ipywidgets as widgets
 from matplotlib.figure import Figure
+
+from ._checks import ArgumentTypeError, check_float, check_instance, check_int
+
+# A pane's image is at most this many pixels on a side (a 7-inch figure at 80 dpi has 560).
+MAX_PIXELS = 4096
 
 
 class FigurePane:
@@ -25,7 +31,20 @@ class FigurePane:
     """
 
     def __init__(self, figure: Figure | None = None, *, figsize=(6.4, 3.6), dpi: int = 100):
-        self.figure = figure if figure is not None else Figure(figsize=figsize, dpi=dpi)
+        dpi = check_int("dpi", dpi, minimum=1, maximum=MAX_PIXELS)
+        if figure is not None:
+            check_instance("figure", figure, Figure, "a matplotlib Figure or None")
+            size = tuple(float(v) for v in figure.get_size_inches())
+        else:
+            if isinstance(figsize, (str, bytes)) or not isinstance(figsize, (tuple, list)) or len(figsize) != 2:
+                raise ArgumentTypeError(f"figsize must be a pair (width, height) in inches, got {figsize!r:.80}")
+            size = (check_float("figsize[0]", figsize[0], gt=0), check_float("figsize[1]", figsize[1], gt=0))
+        if max(size) * dpi > MAX_PIXELS:
+            raise ValueError(
+                f"a {size[0]:g}x{size[1]:g} inch figure at dpi={dpi} is {math.ceil(max(size) * dpi)} pixels wide or "
+                f"high; a pane is at most {MAX_PIXELS} pixels on a side: choose a smaller figsize or dpi"
+            )
+        self.figure = figure if figure is not None else Figure(figsize=size, dpi=dpi)
         self.dpi = dpi
         self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.renders = 0
@@ -41,7 +60,22 @@ class FigurePane:
 
 
 def table_html(rows, header=None, *, caption: str | None = None) -> str:
-    """A small HTML table for readouts; every cell is escaped text."""
+    """A small HTML table for readouts; every cell is escaped text.
+
+    ``rows`` is a list of rows, each a list (or tuple) of cells; ``header`` a list of column titles
+    or None; ``caption`` a string or None.  At most ``formats.MAX_TABLE_ROWS`` rows and
+    ``formats.MAX_TABLE_COLUMNS`` cells a row, checked before any is read."""
+    from .formats import MAX_TABLE_COLUMNS, MAX_TABLE_ROWS, _bounded_list
+
+    def _cells(what, row):
+        return _bounded_list(what, row, MAX_TABLE_COLUMNS, "a list of cells")
+
+    rows = _bounded_list("rows", rows, MAX_TABLE_ROWS, "a list of rows (lists of cells)")
+    rows = [_cells(f"rows[{i}]", r) for i, r in enumerate(rows)]
+    if header is not None:
+        header = _cells("header", header)
+    if caption is not None:
+        check_instance("caption", caption, str, "a string or None")
     parts = ['<table style="border-collapse:collapse;font-family:monospace">']
     if caption:
         parts.append(f"<caption style='text-align:left'>{html.escape(caption)}</caption>")
@@ -64,6 +98,7 @@ class SmokeTest:
     def __init__(self, k: int = 3):
         import torch
 
+        k = check_int("k", k, minimum=0, maximum=15)
         self._torch = torch
         self.slider = widgets.IntSlider(value=k, min=0, max=15, description="k", continuous_update=True)
         self.slider.add_class("amp-smoke-slider")
@@ -74,6 +109,7 @@ class SmokeTest:
         self.widget = widgets.VBox([self.slider, self.readout])
 
     def text(self, k: int) -> str:
+        k = check_int("k", k, minimum=0, maximum=15)  # 2**16 is beyond float16's largest value
         x = self._torch.tensor(2.0**k, dtype=self._torch.float16)
         # The next float16 up: add one to the 16-bit pattern (valid for positive finite values).
         up = (x.view(self._torch.int16) + 1).view(self._torch.float16)

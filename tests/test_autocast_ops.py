@@ -439,3 +439,113 @@ def test_records_are_json_ready(cpu_probe):
     back = json.loads(json.dumps(records))
     mm = next(r for r in back if r["op"] == "mm")
     assert (mm["policy"], mm["dtype"], mm["device_type"]) == ("lower", "bfloat16", "cpu")
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 14: every bad input gets a clear error naming it; no call allocates what cannot fit
+# ----------------------------------------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def small_table():
+    return ao.probe("cpu", ops=["mm", "add"])
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda t: ao.compare(t, documented={"lower": ["mm"]}), ValueError, "missing 'fp32', 'promote'"),
+        (lambda t: ao.compare(t, documented={"lower": "mm", "fp32": [], "promote": []}), TypeError,
+         r"documented\['lower'\] must be a list of op names"),
+        (lambda t: ao.compare(t, documented=["mm"]), TypeError, "documented must be a dict"),
+        (lambda t: ao.compare("table"), TypeError, "probed must be the ProbeTable"),
+        (lambda t: t.policy("bogus"), ValueError, "op='bogus' was not probed; this table holds 2 ops: mm, add"),
+        (lambda t: t.policy(None), TypeError, "op must be an op name"),
+        (lambda t: ao.format_table("table"), TypeError, "probed must be the ProbeTable"),
+        (lambda t: ao.format_table(t, ops=["bogus"]), ValueError, r"ops\[0\]='bogus' was not probed"),
+        (lambda t: ao.format_table(t, ops="mm"), TypeError, "ops must be a list of op names"),
+        (lambda t: ao.format_table(t, documented={"lower": ["mm"]}), ValueError, "missing 'fp32'"),
+        (lambda t: ao.format_groups("table"), TypeError, "probed must be the ProbeTable"),
+        (lambda t: ao.format_groups(t, width=0), ValueError, "width must be >= 20"),
+        (lambda t: ao.documented_policy(5), TypeError, "op must be an op name"),
+        (lambda t: ao.probe("cpu", ops="mm"), TypeError, "ops must be a list of op names"),
+        (lambda t: ao.dispatch_trace(torch.mm, torch.ones(2, 2), torch.ones(2, 2), device="cpu", enabled="no"),
+         TypeError, "enabled must be True or False"),
+        (lambda t: ao.dispatch_trace("mm", device="cpu"), TypeError, "fn must be a function"),
+        (lambda t: ao.classify("mm", [(3, 4)], device="cpu"), TypeError, "fn must be a function"),
+        (lambda t: ao.classify(torch.relu, "34", device="cpu"), TypeError, "shapes must be a non-empty list"),
+        (lambda t: ao.classify(torch.relu, [(3, 4.0)], device="cpu"), TypeError, r"shapes\[0\]\[1\] must be an integer"),
+        (lambda t: ao.classify(torch.relu, [(3, 4)], name=5, device="cpu"), TypeError, "name must be a string"),
+        (lambda t: ao.quiz_items("cpu", lines=[("a", "bogus", "h")]), ValueError, r"lines\[0\]'s op='bogus'"),
+        (lambda t: ao.quiz_items("cpu", lines=[("a", None)]), ValueError, r"lines\[0\] must be a \(code, op, hint\)"),
+        (lambda t: ao.quiz_items("cpu", lines="a + b"), TypeError, "lines must be a list"),
+        (lambda t: ao.DtypeQuiz([], "cpu", torch.bfloat16), ValueError, "items must be a non-empty list"),
+        (lambda t: ao.DtypeQuiz(["a"], "cpu", torch.bfloat16), TypeError, r"items\[0\] must be a QuizItem"),
+    ],
+)  # fmt: skip
+def test_autocast_ops_name_the_bad_argument(small_table, call, exc, match):
+    with pytest.raises(exc, match=match):
+        call(small_table)
+
+
+def test_classify_refuses_huge_shapes_before_allocating(monkeypatch):
+    def boom(*args, **kwargs):
+        raise AssertionError("inputs were allocated")
+
+    monkeypatch.setattr(ao, "_inputs", boom)
+    with pytest.raises(ValueError, match="allows at most 1,048,576"):
+        ao.classify(torch.mm, [(10**6, 10**6), (10**6, 10**6)], device="cpu")
+    with pytest.raises(ValueError, match="refused before allocating"):  # under the element cap, over memory
+        monkeypatch.setattr("amp_lab.device.available_bytes", lambda dev: 1000)
+        ao.classify(torch.relu, [(100, 100)], device="cpu")
+
+
+def test_classify_takes_numpy_integers_in_shapes():
+    r = ao.classify(torch.mm, [(np.int64(3), np.int64(4)), (4, np.int32(2))], device="cpu")
+    assert r.policy == "lower"
+
+
+# Issue 14: what the fuzz suite found, each refused by amp_lab with the argument named.
+
+_ONE = ao.OpResult("mm", "matmul", "lower", torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    ("bad", "exc", "match"),
+    [(None, TypeError, r"^results must be a list of OpResult"), (5, TypeError, r"^results must be a list of OpResult"),
+     ("mm", TypeError, r"^results must be a list"), ({"B": 360}, TypeError, r"^results must be a list"),
+     (range(10**12), ValueError, r"^results may hold at most 1000 items"),
+     ([None], TypeError, r"^results\[0\] must be an OpResult"), ([_ONE, float("nan")], TypeError, r"^results\[1\]"),
+     (torch.tensor([1, 2]), TypeError, r"^results\[0\] must be an OpResult"),
+     (torch.tensor(1.0), TypeError, r"^results must be a list")],
+)  # fmt: skip
+def test_a_probe_table_refuses_results_that_are_not_op_results(bad, exc, match):
+    with pytest.raises(exc, match=match):
+        ao.ProbeTable(bad, device_type="cpu", dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [({"device_type": "tpu"}, ValueError, "^device_type='tpu' is not allowed"),
+     ({"dtype": "bf16"}, TypeError, "^dtype must be a torch dtype")],
+)  # fmt: skip
+def test_a_probe_table_refuses_where_it_was_not_probed(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        ao.ProbeTable([_ONE], **{"device_type": "cpu", "dtype": torch.bfloat16, **kwargs})
+
+
+def test_a_probe_table_still_takes_any_iterable_of_results():
+    table = ao.ProbeTable(iter([_ONE]), device_type="cpu", dtype=torch.bfloat16)
+    assert table.policy("mm") == "lower"
+
+
+@pytest.mark.parametrize("ops", [range(10**12), range(10**20), ["mm"] * (ao.MAX_OP_NAMES + 1), iter(["mm"] * 10**6)])
+def test_op_lists_are_refused_by_their_length_before_they_are_read(ops):
+    table = ao.ProbeTable([_ONE], device_type="cpu", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"^ops may hold at most 1000 items"):
+        ao.format_table(table, ops=ops)
+    if not hasattr(ops, "__next__"):  # an iterator is spent by the first call
+        with pytest.raises(ValueError, match=r"^ops may hold at most 1000 items"):
+            ao.probe("cpu", ops=ops)

@@ -641,3 +641,164 @@ def test_function_compares_returned_values_in_their_precision():
 def test_all_exports_exist():
     for name in check.__all__:
         assert hasattr(check, name)
+
+
+# ---- issue 14: every bad input gets a clear error or clear feedback ----
+
+import numpy as np  # noqa: E402
+
+from amp_lab import check as _C  # noqa: E402
+
+
+def test_check_value_huge_ints():
+    # the learner's answer gets feedback; a bad expected value (the author's) is a ValueError naming it
+    r = _C.check_value(2**2000, 1.0, show=False)
+    assert r.verdict == "wrong" and "2001 bits" in r.message
+    with pytest.raises(ValueError, match="expected must be a number.*2001 bits"):
+        _C.check_value(1.0, 2**2000, show=False)
+
+
+@pytest.mark.parametrize("answer", [np.bool_(True), torch.tensor(True), torch.tensor([True, False]), [True]])
+def test_bools_are_not_numbers(answer):
+    r = _C.check_value(answer, 1.0, show=False) if not isinstance(answer, list) else _C.check_tensor(
+        answer, torch.ones(1), show=False
+    )
+    assert r.verdict == "wrong" and ("yes/no" in r.message or "True/False" in r.message)
+
+
+def test_bool_tensors_compare_with_bool_expectations():
+    assert _C.check_tensor(torch.tensor([True]), torch.tensor([True]), show=False).verdict == "exact"
+    assert _C.check_tensor(torch.tensor([False]), torch.tensor([True]), show=False).verdict == "wrong"
+
+
+@pytest.mark.parametrize("answer", [np.float32(0.5), np.float64(0.5), np.int64(1) / 2])
+def test_numpy_scalars_are_numbers_in_checks(answer):
+    assert _C.check_value(answer, 0.5, show=False).verdict == "exact"
+
+
+def test_check_function_compares_dicts_of_tensors():
+    def ref(d):
+        return {"w": d["w"] * 2, "parts": [d["w"], 1.0]}
+
+    cases = [({"w": torch.ones(3)},)]
+    assert _C.check_function(ref, ref, cases, show=False).verdict == "exact"
+    wrong = _C.check_function(lambda d: {"w": d["w"] * 4, "parts": [d["w"], 1.0]}, ref, cases, show=False)
+    assert wrong.verdict == "wrong" and "result['w']" in wrong.message and "2**1" in wrong.message
+    missing = _C.check_function(lambda d: {"w": d["w"] * 2}, ref, cases, show=False)
+    assert missing.verdict == "wrong" and "missing keys 'parts'" in missing.message
+    not_dict = _C.check_function(lambda d: d["w"] * 2, ref, cases, show=False)
+    assert not_dict.verdict == "wrong" and "should be a dict" in not_dict.message
+
+    def scale_(d):  # in place, on a dict argument
+        d["w"].mul_(2)
+
+    assert _C.check_function(scale_, scale_, cases, show=False).verdict == "exact"
+    off = _C.check_function(lambda d: d["w"].mul_(3) and None, scale_, cases, show=False)
+    assert off.verdict == "wrong"
+
+
+def test_check_bits_accepts_numpy_integers():
+    assert _C.check_bits(np.int64(0x3C00), value=1.0, fmt="fp16", show=False).verdict == "exact"
+    assert _C.check_bits(np.uint16(0x3C01), value=1.0, fmt="fp16", show=False).verdict == "wrong"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: _C.check_choice(["a"], "a", show=False),
+        lambda: _C.check_set([["a"]], ["a"], show=False),
+        lambda: _C.check_sequence([["a"], ["a"]], ["a"], show=False),
+    ],
+)
+def test_unhashable_answers_get_feedback_not_a_crash(call):
+    assert call().verdict == "wrong"
+
+
+@pytest.mark.parametrize(
+    "call,err,words",
+    [
+        (lambda: _C.check_value(1.0, 1.0, name=5, show=False), TypeError, "name"),
+        (lambda: _C.check_value(1.0, 1.0, hint=1, show=False), TypeError, "hint"),
+        (lambda: _C.check_value(1.0, 1.0, show="no"), TypeError, "show"),
+        (lambda: _C.check_tensor(torch.ones(1), torch.ones(1), reveal=None, show=False), TypeError, "reveal"),
+        (lambda: _C.check_value(1.0, "1.0", show=False), ValueError, "expected"),
+        (lambda: _C.check_value(1.0, True, show=False), ValueError, "expected"),
+        (lambda: _C.check_choice("a", [["a"]], show=False), ValueError, "expected"),
+        (lambda: _C.check_choice("a", "a", options="abc", show=False), TypeError, "options"),
+        (lambda: _C.check_set("a", "abc", show=False), TypeError, "expected"),
+        (lambda: _C.check_sequence(["a"], "a", show=False), TypeError, "expected"),
+        (lambda: _C.check_between(1.0, 0, 2, below=3, show=False), TypeError, "below"),
+        (lambda: _C.check_function(abs, abs, [], show=False), ValueError, "cases"),
+        (lambda: _C.check_function(abs, abs, 5, show=False), TypeError, "cases"),
+        (lambda: _C.check_function(abs, "abs", [1], show=False), TypeError, "reference"),
+        (lambda: _C.check_function(abs, abs, [1], variable=None, show=False), TypeError, "variable"),
+        (lambda: _C.check_dtype(torch.float16, "fp12", show=False), ValueError, "expected"),
+    ],
+)
+def test_bad_author_arguments_are_named(call, err, words):
+    with pytest.raises(err, match=words):
+        call()
+
+
+# ---- issue 14, second pass: the fuzz suite's findings ----
+
+
+@pytest.mark.parametrize(
+    "answer,expected,words",
+    [
+        (torch.complex128, torch.float16, "complex type of 128 bits"),
+        (torch.float16, torch.complex64, "complex type of 64 bits"),
+        (torch.qint8, torch.float16, "qint8 has 8 bits"),
+        (torch.int16, torch.float16, "integer type of 16 bits"),
+        (torch.float8_e4m3fn, torch.float16, "4 exponent and 3 mantissa bits"),
+    ],
+)
+def test_check_dtype_describes_every_dtype(answer, expected, words):
+    r = check.check_dtype(answer, expected, show=False)
+    assert r.verdict == "wrong" and words in r.message
+
+
+@pytest.mark.parametrize(
+    "call,err,words",
+    [
+        (lambda: check.check_choice("a", "a", options=range(10**12), show=False), ValueError, "options may hold at most"),
+        (lambda: check.check_set("a", {"a"}, options=range(10**12), show=False), ValueError, "options may hold at most"),
+        (lambda: check.check_set("a", {"a"}, options=5, show=False), TypeError, "options must be a list"),
+        (lambda: check.check_set("a", {"a"}, options=iter(int, 1), show=False), ValueError, "got more"),
+        (lambda: check.check_sequence(["a"], range(10**12), show=False), ValueError, "expected may hold at most"),
+        (lambda: check.check_function(torch.sin, torch.sin, range(10**12), show=False), ValueError, "cases may hold"),
+        (lambda: check.check_function(torch.sin, torch.sin, [None], show=False), ValueError, r"cases\[0\] = None"),
+        (lambda: check.check_function(torch.sin, torch.sin, [math.nan], show=False), ValueError, r"cases\[0\] = nan"),
+        (
+            lambda: check.check_function(torch.sin, torch.sin, [torch.ones(2), "x"], show=False),
+            ValueError,
+            r"cases\[1\] = 'x' is not a case the reference can run",
+        ),
+    ],
+)
+def test_authors_collections_are_bounded_and_checked(call, err, words):
+    with pytest.raises(err, match=words):
+        call()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: check.check_set(range(10**12), {"a"}, show=False),
+        lambda: check.check_set(iter(int, 1), {"a"}, show=False),  # endless: read no further than the bound
+        lambda: check.check_sequence(range(10**12), ["a"], show=False),
+    ],
+)
+def test_a_learners_huge_answer_is_a_verdict(call):
+    r = call()
+    assert r.verdict == "wrong" and "more than 1,000 items" in r.message
+
+
+def test_check_set_reads_an_empty_dict_as_an_empty_set():
+    r = check.check_set({}, {"a"}, show=False)
+    assert r.verdict == "wrong" and "0 of the 1 right items" in r.message
+
+
+def test_check_function_still_reports_the_learners_errors():
+    r = check.check_function(lambda x: x.nope(), torch.sin, [torch.ones(2)], show=False)
+    assert r.verdict == "wrong" and "AttributeError" in r.message

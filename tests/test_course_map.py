@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from amp_lab import hardware
-from amp_lab.course import LESSONS, course_map
+from amp_lab.course import LESSONS, course_map, on_this_machine
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,3 +195,20 @@ def test_07_follows_the_facts_of_a_report_whose_verdict_is_stale(here):
     assert t4.race_dtype == torch.bfloat16 and choose_amp_dtype(t4).dtype == torch.float16
     text = dict((f, t) for f, _, t in course_map(t4))["07_amp_training_recipe.ipynb"]
     assert text.startswith("trains end to end in float16 on Tesla T4 with a GradScaler"), text
+
+
+# Issue 14: a wrong argument is a TypeError naming it, not an AttributeError from inside
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: course_map("cpu"), "report must be a MachineReport"),
+        (lambda: on_this_machine(None, hardware.report_for("cpu", base=_BASE)), "lesson must be a Lesson"),
+        (lambda: on_this_machine(LESSONS[6], "cpu"), "report must be a MachineReport"),
+    ],
+)
+def test_course_map_refuses_arguments_of_the_wrong_type(call, match):
+    with pytest.raises(TypeError, match=match):
+        call()
+
+
+_BASE = hardware.describe("cpu")

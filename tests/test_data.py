@@ -43,3 +43,86 @@ def test_seeded_split_is_reproducible():
 def test_bad_test_fraction(bad):
     with pytest.raises(ValueError, match="test_fraction"):
         load_digits(test_fraction=bad)
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 14: every bad input gets a clear error
+# --------------------------------------------------------------------------------------------
+
+N = len(sk_load_digits().target)  # 1797: the bounds below come from the data set's size, not from amp_lab
+
+
+@pytest.mark.parametrize("fraction, empty", [(0.9999, "training"), (0.0001, "test"), ((N - 0.4) / N, "training"),
+                                             (0.4 / N, "test")])  # fmt: skip
+def test_a_test_fraction_that_empties_a_split_is_refused_with_the_bounds(fraction, empty):
+    # Before: 0.9999 gave an empty training split and all-NaN test features, 0.0001 an empty test split.
+    with pytest.raises(ValueError, match=rf"test_fraction={fraction!r} leaves the {empty} split empty") as err:
+        load_digits(test_fraction=fraction)
+    assert f"1/{N}" in str(err.value) and f"{N - 1}/{N}" in str(err.value)
+
+
+@pytest.mark.parametrize("fraction", [1 / N, (N - 1) / N])
+def test_the_bounds_the_message_gives_are_allowed(fraction):
+    data = load_digits(test_fraction=fraction)
+    assert min(len(data.train), len(data.test)) == 1 and len(data.train) + len(data.test) == N
+    assert torch.isfinite(data.train.X).all() and torch.isfinite(data.test.X).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        (dict(seed=1.5), TypeError, "seed"),
+        (dict(seed="0"), TypeError, "seed"),
+        (dict(seed=True), TypeError, "seed"),
+        (dict(seed=-1), ValueError, "seed"),
+        (dict(seed=2**32), ValueError, "seed"),
+        (dict(test_fraction="0.25"), TypeError, "test_fraction"),
+        (dict(test_fraction=None), TypeError, "test_fraction"),
+        (dict(test_fraction=True), TypeError, "test_fraction"),
+        (dict(test_fraction=float("nan")), ValueError, "test_fraction"),
+        (dict(test_fraction=float("inf")), ValueError, "test_fraction"),
+        (dict(device="tpu"), ValueError, "device"),
+    ],
+)
+def test_bad_load_digits_arguments(kwargs, error, name):
+    with pytest.raises(error, match=name):
+        load_digits(**kwargs)
+
+
+def test_numpy_scalars_are_numbers():
+    np = pytest.importorskip("numpy")
+    a = load_digits(test_fraction=np.float32(0.25), seed=np.int64(3))
+    b = load_digits(test_fraction=0.25, seed=3)
+    assert torch.equal(a.test.y, b.test.y) and torch.equal(a.train.X, b.train.X)
+
+
+@pytest.mark.parametrize(
+    "X, y, error, match",
+    [
+        ("X", torch.zeros(3, dtype=torch.long), TypeError, "X must be"),
+        (torch.zeros(3, 4), [0, 1, 2], TypeError, "y must be"),
+        (torch.zeros(3), torch.zeros(3, dtype=torch.long), ValueError, "2-D"),
+        (torch.zeros(3, 4, dtype=torch.long), torch.zeros(3, dtype=torch.long), ValueError, "floating-point"),
+        (torch.zeros(3, 4), torch.zeros(3), ValueError, "int64"),
+        (torch.zeros(3, 4), torch.zeros(3, 1, dtype=torch.long), ValueError, "1-D"),
+        (torch.zeros(3, 4), torch.zeros(2, dtype=torch.long), ValueError, "3 rows but y has 2 labels"),
+    ],
+)
+def test_a_split_is_checked_when_built(X, y, error, match):
+    from amp_lab.data import Split
+
+    with pytest.raises(error, match=match):
+        Split(X, y)
+
+
+def test_a_dataset_is_checked_when_built():
+    from amp_lab.data import Dataset, Split
+
+    data = load_digits()
+    with pytest.raises(ValueError, match="num_features=10"):
+        Dataset(data.train, data.test, 10, 10, "digits")
+    with pytest.raises(TypeError, match="test must be a data.Split"):
+        Dataset(data.train, (data.test.X, data.test.y), 64, 10, "digits")
+    with pytest.raises(ValueError, match="num_classes"):
+        Dataset(data.train, data.test, 64, 1, "digits")
+    assert Dataset(data.train, Split(data.test.X, data.test.y), 64, 10, "digits").test is not None

@@ -1,5 +1,6 @@
 """amp_lab.device: the one device and precision helper."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -194,3 +195,116 @@ def test_seeded_gives_an_apple_gpus_generator_back(monkeypatch):
     with device.seeded(3):
         assert int(state["mps"][0]) == 3
     assert int(state["mps"][0]) == 7 and torch.equal(torch.get_rng_state(), cpu_before)
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 14: every bad input gets a clear error, raised before anything changes
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: D.get_device("cpu:5"), ValueError, "device='cpu:5' is not available: there is one cpu device"),
+        (lambda: D.get_device(torch.device("cpu", 1)), ValueError, "there is one cpu device"),
+        (lambda: D.get_device("mps:1"), ValueError, "there is one mps device"),
+        (lambda: D.get_device(123), TypeError, "device must be a device name"),
+        (lambda: D.get_device(["cpu"]), TypeError, "device must be a device name"),
+        (lambda: D.parse_dtype(5), TypeError, "dtype must be a torch dtype or its name"),
+        (lambda: D.parse_dtype(None), TypeError, "dtype must be a torch dtype"),
+        (lambda: D.torch_threads(0), ValueError, "num_threads must be >= 1"),
+        (lambda: D.torch_threads(10**6), ValueError, "num_threads must be <= 1024"),
+        (lambda: D.torch_threads(1.5), TypeError, "num_threads must be an integer"),
+        (lambda: D.torch_threads(True), TypeError, "num_threads must be an integer"),
+        (lambda: D.torch_threads(1, device="tpu"), ValueError, "device"),
+        (lambda: D.check_fits("lots", "cpu", "x", "y"), TypeError, "needed must be a number of bytes"),
+        (lambda: D.check_fits(-1, "cpu", "x", "y"), ValueError, "needed must be a number of bytes >= 0"),
+        (lambda: D.check_fits(float("nan"), "cpu", "x", "y"), ValueError, "needed must be"),
+        (lambda: D.check_fits(10, "cpu", 5, "y"), TypeError, "what must be a string"),
+        (lambda: D.check_fits(10, "cpu", "x", None), TypeError, "hint must be a string"),
+    ],
+)
+def test_device_helpers_refuse_bad_arguments_by_name(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_a_bad_thread_count_is_refused_when_asked_for_and_changes_nothing():
+    before = torch.get_num_threads()
+    with pytest.raises(ValueError, match="num_threads"):
+        D.torch_threads(0)  # not torch.set_num_threads's RuntimeError, and not only once the block is entered
+    assert torch.get_num_threads() == before
+    with D.torch_threads(np.int64(1)):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+def test_a_bad_amp_lab_device_names_the_environment_variable(monkeypatch):
+    monkeypatch.setenv(D.ENV_VAR, "cpu:3")
+    with pytest.raises(ValueError, match=r"\$AMP_LAB_DEVICE='cpu:3'"):
+        D.get_device()
+    monkeypatch.setenv(D.ENV_VAR, "cpu:0")
+    assert D.get_device() == torch.device("cpu", 0)
+
+
+@pytest.mark.parametrize("seed, exc", [(-1, ValueError), (2**32, ValueError), (1.5, TypeError), (True, TypeError),
+                                       ("0", TypeError)])  # fmt: skip
+def test_seed_everything_refuses_a_bad_seed_before_seeding_anything(seed, exc):
+    import random
+
+    torch.manual_seed(123)
+    random.seed(123)
+    expected_torch, expected_random = torch.rand(1), random.random()
+    torch.manual_seed(123)
+    random.seed(123)
+    with pytest.raises(exc, match="seed must be"):
+        D.seed_everything(seed)
+    assert torch.equal(torch.rand(1), expected_torch) and random.random() == expected_random  # nothing half-seeded
+
+
+def test_seed_everything_takes_numpy_integers():
+    D.seed_everything(np.int64(7))
+    a = torch.rand(2)
+    D.seed_everything(7)
+    assert torch.equal(a, torch.rand(2))
+
+
+# Issue 14: what the fuzz suite found, each refused by amp_lab with the argument named.
+
+
+@pytest.mark.parametrize(
+    ("bad", "exc", "match"),
+    [(None, TypeError, "^allowed must be a tuple of torch dtypes"), (5, TypeError, "^allowed must be a tuple"),
+     (range(10**12), TypeError, "^allowed must be a tuple"), ("bf16", TypeError, "^allowed must be a tuple"),
+     ((), ValueError, "^allowed must hold 1 to"), (("bf16",), TypeError, "^allowed must hold torch dtypes"),
+     (tuple([torch.float16] * (D.MAX_ALLOWED_DTYPES + 1)), ValueError, "^allowed must hold 1 to")],
+)  # fmt: skip
+def test_parse_dtype_refuses_an_allowed_that_is_not_dtypes(bad, exc, match):
+    with pytest.raises(exc, match=match):
+        D.parse_dtype("bf16", allowed=bad)
+
+
+def test_parse_dtype_takes_allowed_as_a_list_or_set_too():
+    assert D.parse_dtype("fp32", allowed=[torch.float32]) is torch.float32
+    assert D.parse_dtype(torch.float16, allowed={torch.float16, torch.bfloat16}) is torch.float16
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda", 0)])
+def test_float64_to_names_a_device_this_machine_lacks(device):
+    with pytest.raises(ValueError, match="is not available on this machine"):
+        D.float64_to(torch.zeros(2, dtype=torch.float64), device)
+
+
+@pytest.mark.parametrize(("bad", "exc"), [(5, TypeError), (None, TypeError), ("gpu", ValueError)])
+def test_float64_to_refuses_what_is_no_device(bad, exc):
+    with pytest.raises(exc, match="^device"):
+        D.float64_to(torch.zeros(2, dtype=torch.float64), bad)
+
+
+@pytest.mark.parametrize(
+    ("needed", "shown"), [(2**2000, r"at least 2\*\*2000 bytes"), (float("inf"), "inf bytes")], ids=["2**2000", "inf"]
+)
+def test_check_fits_names_an_impossible_request_without_overflowing(needed, shown):
+    with pytest.raises(ValueError, match=rf"^a test needs about {shown}"):
+        D.check_fits(needed, "cpu", "a test", "choose less")

@@ -108,3 +108,92 @@ def test_doctor_fails_on_a_gpu_the_wheel_has_no_kernels_for(fake_gpu):
     assert doctor.main(out=out) == 1
     text = out.getvalue()
     assert "[PROBLEM] GPU kernels: Tesla V100-SXM2-16GB (sm_70)" in text and "cu126" in text
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 14: a command line the doctor does not understand exits 2 with the usage
+# ----------------------------------------------------------------------------------------------
+
+import pytest  # noqa: E402
+
+from amp_lab import __main__ as cli  # noqa: E402
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["extra"], ["--quick", "-v"]])
+def test_unknown_doctor_arguments_exit_2_with_the_usage(argv):
+    out, err = io.StringIO(), io.StringIO()
+    assert doctor.main(argv, out=out, err=err) == 2
+    assert out.getvalue() == ""  # nothing was checked
+    assert err.getvalue().startswith("usage: python -m amp_lab doctor")
+    assert f"unrecognized arguments: {' '.join(argv)}" in err.getvalue()
+
+
+def test_doctor_help_prints_the_usage_and_exits_0():
+    out, err = io.StringIO(), io.StringIO()
+    assert doctor.main(["--help"], out=out, err=err) == 0
+    assert out.getvalue().startswith("usage: python -m amp_lab doctor") and err.getvalue() == ""
+
+
+def test_the_command_line_refuses_unknown_arguments(capsys):
+    assert cli.main(["doctor", "--bogus"]) == 2
+    assert "unrecognized arguments: --bogus" in capsys.readouterr().err
+    assert cli.main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: python -m amp_lab doctor")
+    assert cli.main(["bogus"]) == 2
+    assert "unknown command 'bogus'" in capsys.readouterr().err
+    with pytest.raises(TypeError, match="argv must be a list"):
+        cli.main("doctor")
+
+
+def test_python_m_amp_lab_doctor_bogus_exits_2():
+    done = subprocess.run([sys.executable, "-m", "amp_lab", "doctor", "--bogus"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "usage: python -m amp_lab doctor" in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: doctor.main("--bogus"), TypeError, "argv must be a list"),
+        (lambda: doctor.version_tuple(2.13), TypeError, "text must be a version string"),
+        (lambda: doctor.check_requirement("torch"), TypeError, "req must be a Requirement"),
+        (lambda: doctor.check_requirement(doctor.REQUIREMENTS[0], version_of="2.13"), TypeError, "version_of must be"),
+        (lambda: doctor.check_python("3.12"), TypeError, "version_info must be a tuple"),
+        (lambda: doctor.check_python((3,)), ValueError, "version_info must start with two integers"),
+        (lambda: doctor.run_checks(version_of=None), TypeError, "version_of must be"),
+    ],
+)
+def test_doctor_helpers_name_the_bad_argument(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+# Issue 14: what the fuzz suite found, each refused by amp_lab with the argument named.
+
+
+@pytest.mark.parametrize("stream", ["out", "err"])
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "junk", {"B": 360}, lambda: None, 2**2000, __import__("torch").ones(2)])
+def test_main_refuses_an_out_or_err_that_cannot_be_written_to(stream, bad):
+    with pytest.raises(TypeError, match=rf"^{stream} must be a text stream with a write\(\) method"):
+        doctor.main(["--help"], **{stream: bad})
+
+
+def test_main_still_writes_to_a_given_stream():
+    out = io.StringIO()
+    assert doctor.main(["--help"], out=out, err=io.StringIO()) == 0
+    assert out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("bad", "exc"),
+    [(5, TypeError), ("sm_80", TypeError), (range(10**12), TypeError), (__import__("torch").tensor([1, 2]), TypeError),
+     ({"sm_80"}, TypeError)],
+)
+def test_check_gpu_kernels_refuses_an_arch_list_that_is_not_a_list(bad, exc):
+    with pytest.raises(exc, match=r"^arch_list must be a list of strings"):
+        doctor.check_gpu_kernels((8, 0), bad, "12.6")
+
+
+def test_check_gpu_kernels_reads_a_list_or_tuple_or_none():
+    assert doctor.check_gpu_kernels((8, 0), ("sm_80",), "12.6").ok
+    assert not doctor.check_gpu_kernels((8, 0), None, "12.6").ok  # no arch list: a CPU-only build

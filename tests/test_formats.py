@@ -459,3 +459,223 @@ def test_bit_explorer_ignores_the_pages_snapped_echo():
     # A real move (several steps away) still drives the explorer.
     explorer.slider.value = 100.0
     assert float(explorer.value_input.value) == 100.0
+
+
+# ---- issue 14: every bad input gets a clear error (a ValueError; TypeError for a wrong type) ----
+
+import numpy as np  # noqa: E402
+
+BAD_NUMBERS = [
+    (True, "bool"),
+    (np.bool_(False), "bool"),
+    (torch.tensor([True, False]), "bool tensor"),
+    ("0.1", "without quotes"),
+    (None, "NoneType"),
+    ({"a": 1.0}, "dict"),
+    (torch.tensor([1 + 2j]), "complex"),
+    ([1 + 2j], "complex"),
+]
+
+
+@pytest.mark.parametrize("fn", [F.round_to, F.emulate_round])
+@pytest.mark.parametrize("bad,words", BAD_NUMBERS)
+def test_round_to_refuses_what_is_not_real_numbers(fn, bad, words):
+    with pytest.raises(TypeError, match=words) as info:
+        fn(bad, "fp16")
+    assert isinstance(info.value, ValueError) and "x" in str(info.value)
+
+
+@pytest.mark.parametrize("fn", [F.decompose, F.format_ulp])
+@pytest.mark.parametrize("bad,words", BAD_NUMBERS)
+def test_decompose_and_format_ulp_follow_round_tos_rule(fn, bad, words):
+    # one rule for text in round_to and decompose: refused by both (decompose used to parse "0.1")
+    with pytest.raises(TypeError, match=words) as info:
+        fn(bad, "fp16")
+    assert "value" in str(info.value)
+
+
+@pytest.mark.parametrize("x", [np.float32(0.1), np.float16(3.5), np.int64(7), np.float64(1e-8)])
+def test_numpy_scalars_are_numbers(x):
+    assert F.round_to(x, "fp16").item() == torch.tensor(float(x)).to(torch.float16).item()
+    assert F.decompose(x, "fp16").value == torch.tensor(float(x)).to(torch.float16).item()
+    assert F.format_ulp(x, "fp16") == F.format_ulp(float(x), "fp16")
+
+
+def test_huge_ints_round_to_inf_everywhere():
+    assert F.round_to(2**2000, "fp16").item() == math.inf
+    assert F.round_to(-(2**2000), "bf16").item() == -math.inf
+    assert F.decompose(2**2000, "fp16").kind == "inf"
+    # ... but such an int is finite: it overflowed (error inf, as for 65520.0) and it has a spacing
+    assert F.decompose(2**2000, "fp16").error == math.inf
+    assert F.decompose(-(2**2000), "bf16").error == math.inf
+    assert F.format_ulp(2**2000, "fp16") == math.inf  # 2**1990 does not fit in float64; never NaN
+    assert F.format_ulp(-(2**1024), "fp16") == 2.0**1014  # exact where float64 holds it
+    assert F.format_ulp(2**1024, "fp32") == 2.0**1001
+    assert F.round_to(2**70, "fp32").item() == float(torch.tensor(2.0**70))  # beyond int64, within float64
+
+
+@pytest.mark.parametrize("bits", [np.int64(0x3C00), np.uint16(0x3C00), np.int32(0x3C00)])
+def test_from_bits_accepts_numpy_integers(bits):
+    assert F.from_bits(bits, "fp16") == torch.tensor([0x3C00], dtype=torch.int16).view(torch.float16).item()
+
+
+@pytest.mark.parametrize("bits", [True, 1.0, None, np.bool_(True), [0, 1]])
+def test_from_bits_refuses_non_integers(bits):
+    with pytest.raises(TypeError, match="bits must be an int or a 0/1 string"):
+        F.from_bits(bits, "fp16")
+
+
+@pytest.mark.parametrize(
+    "kwargs,err,words",
+    [
+        ({"torch_dtype": "fp16"}, TypeError, "torch_dtype"),
+        ({"torch_dtype": 16}, TypeError, "torch_dtype"),
+        ({"exponent_bits": 5.0}, TypeError, "exponent_bits"),
+        ({"exponent_bits": True}, TypeError, "exponent_bits"),
+        ({"mantissa_bits": 0}, ValueError, "mantissa_bits"),
+        ({"exponent_bits": 12}, ValueError, "exponent_bits"),
+        ({"finite_only": "yes"}, TypeError, "finite_only"),
+        ({"overflow": "wrap"}, ValueError, "overflow"),
+        ({"name": 5}, TypeError, "name"),
+        ({"label": None}, TypeError, "label"),
+    ],
+)
+def test_float_format_checks_its_fields(kwargs, err, words):
+    args = {"name": "mine", "exponent_bits": 5, "mantissa_bits": 10, **kwargs}
+    with pytest.raises(err, match=words):
+        F.FloatFormat(**args)
+
+
+def test_float_format_accepts_numpy_widths():
+    f = F.FloatFormat("mine", np.int64(5), np.int32(10), torch.float16)
+    assert (f.max, f.eps) == (F.FORMATS["fp16"].max, F.FORMATS["fp16"].eps)
+    assert type(f.exponent_bits) is int
+
+
+@pytest.mark.parametrize("bad", [None, 16, 1.5, ["fp16"]])
+def test_get_format_wrong_type_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="fmt="):
+        F.get_format(bad)
+
+
+@pytest.mark.parametrize(
+    "rows,columns,err,words",
+    [
+        ([], None, ValueError, "rows is empty"),
+        ([{"a": 1}], ["b"], ValueError, "no column 'b'"),
+        ([{"a": 1}, {"b": 2}], None, ValueError, r"rows\[1\] has no column 'a'"),
+        ([{"a": 1}], "a", TypeError, "columns must be a list"),
+        ([{"a": 1}], [], ValueError, "at least one column"),
+        ({"a": 1}, None, TypeError, "rows must be a list of dicts"),
+        ([1, 2], None, TypeError, r"rows\[0\] must be a dict"),
+        (None, None, TypeError, "rows must be a list of dicts"),
+    ],
+)
+def test_text_table_bad_rows_and_columns(rows, columns, err, words):
+    with pytest.raises(err, match=words):
+        F.text_table(rows, columns)
+
+
+def test_text_table_with_columns_and_no_rows_is_a_header():
+    assert F.text_table([], ["a", "bb"]).splitlines() == ["a  bb", "-  --"]
+
+
+@pytest.mark.parametrize(
+    "fmts,err,words", [([], ValueError, "at least one"), (5, TypeError, "fmts"), (["fp12"], ValueError, "fp12")]
+)
+def test_formats_table_bad_fmts(fmts, err, words):
+    with pytest.raises(err, match=words):
+        F.formats_table(fmts)
+
+
+def test_formats_table_takes_one_name():
+    assert [r["format"] for r in F.formats_table("fp16")] == ["FP16"]  # not one row per character
+
+
+def test_plot_range_precision_checks_before_drawing():
+    from matplotlib.figure import Figure
+
+    with pytest.raises(TypeError, match="fig"):
+        F.plot_range_precision("figure")
+    fig = Figure()
+    with pytest.raises(ValueError, match="fp12"):
+        F.plot_range_precision(fig, ["fp16", "fp12"])
+    assert fig.axes == []  # nothing half-drawn
+
+
+@pytest.mark.parametrize("value", [True, None, [0.1, 0.2], torch.ones(2)])
+def test_bit_explorer_refuses_bad_start_values(value):
+    with pytest.raises(ValueError, match="value"):
+        F.bit_explorer(value)
+
+
+def test_bit_explorer_helpers_check_their_arguments():
+    with pytest.raises(TypeError, match="Decomposition"):
+        F.bits_html("0 01111 0000000000")
+    with pytest.raises(TypeError, match="Decomposition"):
+        F.readout_html(1.0)
+    with pytest.raises(ValueError):
+        F.BitExplorer.parse(None)
+    ex = F.bit_explorer(np.float32(0.5))
+    with pytest.raises(TypeError, match="x"):
+        ex.show(True)
+    assert ex.decompositions["fp16"].value == 0.5  # the refused call changed nothing
+
+
+# ---- issue 14, second pass: the fuzz suite's findings ----
+
+
+@pytest.mark.parametrize("fn", [F.decompose, F.format_ulp])
+def test_one_element_tensors_are_numbers_like_round_tos(fn):
+    # one rule across formats: round_to takes tensors, so decompose and format_ulp take a one-element one
+    assert fn(torch.tensor(1.0), "fp16") == fn(1.0, "fp16")
+    assert fn(torch.tensor([0.1]), "bf16") == fn(float(torch.tensor(0.1)), "bf16")
+
+
+@pytest.mark.parametrize(
+    "value,err,words",
+    [
+        ("", TypeError, "without quotes"),
+        ("junk", TypeError, "without quotes"),
+        ("0.1", TypeError, "without quotes"),
+        (b"0.1", TypeError, "without quotes"),
+    ],
+)
+@pytest.mark.parametrize("make", [F.bit_explorer, F.BitExplorer])
+def test_bit_explorer_start_value_follows_the_numeric_rule(make, value, err, words):
+    # the text box parses typed text; the constructor's value is a number, as for decompose
+    with pytest.raises(err, match=words) as info:
+        make(value)
+    assert "value" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "value,shown", [(2**2000, "inf"), (-(2**2000), "-inf"), (torch.tensor(1.0), "1.0")], ids=["2**2000", "-2**2000", "t1"]
+)
+def test_bit_explorer_start_value_as_decompose_reads_it(value, shown):
+    ex = F.bit_explorer(value)
+    assert ex.value_input.value == shown  # the box shows the number read (a huge int is read as ±inf)
+    assert ex.decompositions["fp16"].bits == F.decompose(value, "fp16").bits
+
+
+def _endless():
+    while True:
+        yield {"a": 1}
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        ({"rows": range(10**12)}, "rows may hold at most 10,000"),
+        ({"rows": range(10**20)}, "rows may hold at most 10,000"),  # len() itself overflows
+        ({"rows": _endless()}, "rows may hold at most 10,000 items, got more"),
+        ({"rows": [{"a": 1}], "columns": range(10**12)}, "columns may hold at most 1,000"),
+    ],
+)
+def test_text_table_refuses_huge_inputs_before_reading_them(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        F.text_table(**kwargs)
+
+
+def test_text_table_reads_a_generator_of_rows():
+    assert F.text_table({"a": i} for i in range(2)).splitlines() == ["a", "-", "0", "1"]

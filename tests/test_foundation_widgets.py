@@ -71,3 +71,93 @@ def test_course_map_covers_every_lesson_and_follows_the_report():
     race = dict((r[0], r[2]) for r in rows)["06_timing_race.ipynb"]
     assert report.verdict in race
     assert "needs a CUDA GPU" in dict((r[0], r[2]) for r in rows)["02_tensor_cores.ipynb"]
+
+
+# ---- issue 14: every bad input gets a clear error ----
+
+
+from amp_lab import progress as P  # noqa: E402
+from amp_lab import widgets as W  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "kwargs,err,words",
+    [
+        ({"figsize": (1e6, 1e6)}, ValueError, "pixels"),
+        ({"figsize": (0, 3)}, ValueError, "figsize"),
+        ({"figsize": "big"}, TypeError, "figsize"),
+        ({"dpi": 0}, ValueError, "dpi"),
+        ({"dpi": 1.5}, TypeError, "dpi"),
+        ({"figure": "fig"}, TypeError, "figure"),
+    ],
+)
+def test_figure_pane_bad_arguments(kwargs, err, words):
+    with pytest.raises(err, match=words):
+        W.FigurePane(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,err,words",
+    [
+        (("ab",), {}, TypeError, "rows"),
+        ((None,), {}, TypeError, "rows"),
+        ((["ab"],), {}, TypeError, r"rows\[0\]"),
+        (([[1]],), {"header": "ab"}, TypeError, "header"),
+        (([[1]],), {"caption": 5}, TypeError, "caption"),
+    ],
+)
+def test_table_html_bad_arguments(args, kwargs, err, words):
+    with pytest.raises(err, match=words):
+        W.table_html(*args, **kwargs)
+
+
+def test_table_html_valid_input_unchanged():
+    html_text = W.table_html([(1, "<b>")], header=["n", "tag"], caption="c")
+    assert "<td style" in html_text and "&lt;b&gt;" in html_text and "<caption" in html_text
+
+
+@pytest.mark.parametrize("k,err", [(16, ValueError), (-1, ValueError), (True, TypeError), (2.0, TypeError)])
+def test_smoke_test_k(k, err):
+    with pytest.raises(err, match="k"):
+        W.smoke_test(k)
+    with pytest.raises(err, match="k"):
+        W.smoke_test(3).text(k)
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,err,words",
+    [
+        ((5,), {}, TypeError, "iterable"),
+        ((), {"total": -1}, ValueError, "total"),
+        ((), {"total": 1.5}, TypeError, "total"),
+        ((), {"desc": 5}, TypeError, "desc"),
+        ((), {"leave": "yes"}, TypeError, "leave"),
+    ],
+)
+def test_progress_bad_arguments(args, kwargs, err, words):
+    with pytest.raises(err, match=words):
+        P.progress(*args, **kwargs)
+
+
+def test_progress_valid_input_still_counts(monkeypatch):
+    monkeypatch.setenv("AMP_LAB_PROGRESS", "0")
+    assert list(P.progress(range(3), desc="x", total=3)) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "kwargs,err,words",
+    [
+        ({"rows": torch.tensor([1, 2])}, TypeError, r"rows\[0\] must be a list of cells"),
+        ({"rows": range(10**12)}, ValueError, "rows may hold at most 10,000"),
+        ({"rows": [[1]], "header": range(10**12)}, ValueError, "header may hold at most 1,000"),
+        ({"rows": [range(10**12)]}, ValueError, r"rows\[0\] may hold at most 1,000"),
+        ({"rows": [[1]], "header": 5}, TypeError, "header"),
+    ],
+)
+def test_table_html_refuses_huge_and_odd_inputs_before_reading(kwargs, err, words):
+    with pytest.raises(err, match=words):
+        W.table_html(**kwargs)
+
+
+def test_smoke_test_k_zero_is_the_sliders_minimum():
+    assert "2 ** 0 = 1 in float16" in W.smoke_test(0).readout.value

@@ -205,18 +205,26 @@ def test_quick_worst_case_is_under_three_minutes_and_full_is_longer(gpu_check):
 
 
 def test_the_worst_case_model_bounds_the_real_timer(gpu_check):
-    """measure_worst_s against amp_lab.timing.measure itself, with calls of a known length."""
-    sizes = {"warmup": 1, "repeats": 3, "min_sample_s": 0.01, "target_rel_width": 1e-9, "max_time_s": 0.3}
+    """measure_worst_s against amp_lab.timing.measure itself, with calls of a known length.  The narrowest
+    target the timer takes, and one contestant whose calls alternate between two lengths, so the interval
+    never gets that narrow and the measurement runs until max_time_s."""
+    target = timing.MIN_TARGET_REL_WIDTH
+    sizes = {"warmup": 1, "repeats": 3, "min_sample_s": 0.01, "target_rel_width": target, "max_time_s": 0.3}
     call_s = 0.002
+    calls = [0]
 
     def slow():
         time.sleep(call_s)
 
+    def uneven():  # samples of 5 calls alternate between about 2.1 and 2.4 ms per call
+        calls[0] += 1
+        time.sleep(call_s * (1.2 if (calls[0] // 5) % 2 else 1.0))
+
     began = time.perf_counter()
-    timing.measure({"a": slow, "b": slow}, warmup=1, repeats=3, min_sample_s=0.01,
-                   target_rel_width=1e-9, max_time_s=0.3)  # fmt: skip
+    timing.measure({"a": slow, "b": uneven}, warmup=1, repeats=3, min_sample_s=0.01,
+                   target_rel_width=target, max_time_s=0.3)  # fmt: skip
     took = time.perf_counter() - began
-    worst = gpu_check.measure_worst_s(call_s * 1.2, 2, sizes)  # sleep overshoots a little
+    worst = gpu_check.measure_worst_s(call_s * 1.25, 2, sizes)  # sleep overshoots a little
     assert 0.2 <= took <= worst + 0.05  # it stops when the next round would pass max_time_s
     fixed = gpu_check.measure_worst_s(call_s * 1.2, 2, sizes, repeats=5, adaptive=False)
     began = time.perf_counter()

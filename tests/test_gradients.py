@@ -1,5 +1,7 @@
 """amp_lab.gradients against autograd itself (retain_grad, .backward(), float64)."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -83,9 +85,16 @@ def test_collect_gradients_leaves_the_model_alone():
     G.collect_gradients(model, X, y)
     assert all(p.grad is None for p in model.parameters())
     assert all(not m._forward_hooks for m in model.modules())
-    with pytest.raises((RuntimeError, IndexError)):
-        G.collect_gradients(model, X, torch.full_like(y, 99))  # a bad target fails inside torch ...
+    with pytest.raises(ValueError, match="class label 99"):
+        G.collect_gradients(model, X, torch.full_like(y, 99))  # a bad target is refused mid-pass ...
     assert all(not m._forward_hooks for m in model.modules())  # ... and the hooks are still removed
+
+    def failing_loss(out, target):
+        raise RuntimeError("a loss that fails inside torch")
+
+    with pytest.raises(RuntimeError, match="fails inside torch"):
+        G.collect_gradients(model, X, y, loss_fn=failing_loss)
+    assert all(not m._forward_hooks for m in model.modules())
 
 
 def test_thread_count_is_restored_and_results_do_not_depend_on_it():
@@ -250,3 +259,190 @@ def test_make_mlp_gives_the_learners_gpu_generators_back(monkeypatch):
     G.make_mlp(depth=2, width=4, seed=5, device="cpu")
     assert {i: int(s) for i, s in states.items()} == {0: 11, 1: 22}
     assert torch.equal(torch.random.get_rng_state(), cpu)
+
+
+# ---- issue 14: every bad input gets a clear error, no call hangs, nothing is half-changed ----
+
+import time  # noqa: E402
+
+from amp_lab._checks import MAX_STEPS  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "kwargs,err,words",
+    [
+        ({"num_features": 10**9}, ValueError, "num_features must be <="),
+        ({"num_features": 10**6, "width": 4096, "depth": 64}, ValueError, "parameters"),
+        ({"num_classes": 1}, ValueError, "num_classes"),
+        ({"depth": True}, TypeError, "depth"),
+        ({"width": 1.5}, TypeError, "width"),
+        ({"seed": 2**40}, ValueError, "seed"),
+        ({"seed": -1}, ValueError, "seed"),
+    ],
+)
+def test_make_mlp_refuses_before_allocating(kwargs, err, words):
+    t0 = time.perf_counter()
+    with pytest.raises(err, match=words):
+        G.make_mlp(**kwargs)
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_make_mlp_parameter_count_is_exact():
+    for shape in [(64, 10, 8, 64), (5, 3, 1, 7), (5, 3, 2, 7)]:
+        model = G.make_mlp(num_features=shape[0], num_classes=shape[1], depth=shape[2], width=shape[3])
+        assert G.mlp_parameter_count(*shape) == sum(p.numel() for p in model.parameters())
+
+
+def test_make_mlp_checks_memory(monkeypatch):
+    from amp_lab import device as D
+
+    monkeypatch.setattr(D, "available_bytes", lambda device=None: 1000)
+    with pytest.raises(ValueError, match="refused before allocating"):
+        G.make_mlp()
+
+
+def test_digits_gradients_bounds_num_steps_before_loading():
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=f"num_steps must be <= {MAX_STEPS}"):
+        G.digits_gradients(num_steps=10**9)
+    with pytest.raises(TypeError, match="lr"):
+        G.digits_gradients(lr="0.1")
+    assert time.perf_counter() - t0 < 1.0
+
+
+BAD_XY = [
+    (lambda X, y: (X[:, :10], y), ValueError, "takes 64 features"),
+    (lambda X, y: (X, y.int()), TypeError, "int64"),
+    (lambda X, y: (X, y.float()), TypeError, "class labels"),
+    (lambda X, y: (X, y[:3]), ValueError, "one class label per example"),
+    (lambda X, y: (X, y - 20), ValueError, "negative"),
+    (lambda X, y: (X, y + 10), ValueError, "class label"),
+    (lambda X, y: (X.numpy(), y), TypeError, "X must be a torch.Tensor"),
+    (lambda X, y: (X.to(torch.complex64), y), TypeError, "floating-point"),
+    (lambda X, y: (X.long(), y), TypeError, "floating-point"),
+    (lambda X, y: (X[:0], y[:0]), ValueError, "at least one example"),
+]
+
+
+@pytest.mark.parametrize("make,err,words", BAD_XY)
+def test_collect_gradients_checks_X_and_y_against_the_model(make, err, words):
+    model = G.make_mlp(depth=3, width=8)
+    X, y = make(*small_batch())
+    with pytest.raises(err, match=words):
+        G.collect_gradients(model, X, y)
+    assert all(not m._forward_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("make,err,words", BAD_XY)
+def test_train_steps_checks_data_before_changing_the_model(make, err, words):
+    model = G.make_mlp(depth=3, width=8)
+    before = [p.detach().clone() for p in model.parameters()]
+    X, y = make(*small_batch())
+    with pytest.raises(err, match=words):
+        G.train_steps(model, (X, y), num_steps=2)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(
+    "kwargs,err,words",
+    [
+        ({"num_steps": MAX_STEPS + 1}, ValueError, "num_steps"),
+        ({"seed": 2**40}, ValueError, "seed"),
+        ({"lr": math.inf}, ValueError, "lr"),
+    ],
+)
+def test_train_steps_bounds(kwargs, err, words):
+    with pytest.raises(err, match=words):
+        G.train_steps(G.make_mlp(depth=2, width=4), small_batch(), **kwargs)
+
+
+def test_collect_gradients_other_arguments():
+    model = G.make_mlp(depth=2, width=4)
+    X, y = small_batch()
+    with pytest.raises(TypeError, match="model"):
+        G.collect_gradients("model", X, y)
+    with pytest.raises(TypeError, match="loss_scale"):
+        G.collect_gradients(model, X, y, loss_scale=True)
+    with pytest.raises(ValueError, match="loss_scale"):
+        G.collect_gradients(model, X, y, loss_scale=2.0**130)  # beyond float32: the other scale checks' rule
+    with pytest.raises(TypeError, match="loss_fn"):
+        G.collect_gradients(model, X, y, loss_fn="mse")
+    with pytest.raises(TypeError, match="layer_types"):
+        G.collect_gradients(model, X, y, layer_types=(int,))
+    # float class probabilities stay accepted, as cross_entropy accepts them
+    probs = torch.softmax(torch.randn(len(y), 10, generator=torch.Generator().manual_seed(1)), dim=1)
+    assert G.collect_gradients(model, X, probs).loss > 0
+
+
+# ---- issue 14, second pass: the fuzz suite's findings ----
+
+_SHAPE = {"num_features": 64, "num_classes": 10, "depth": 3, "width": 8}
+
+
+@pytest.mark.parametrize(
+    "key,value,err",
+    [
+        ("num_features", 0, ValueError),
+        ("num_features", -5, ValueError),
+        ("num_features", 1.5, TypeError),
+        ("num_features", math.nan, TypeError),
+        ("num_features", True, TypeError),
+        ("num_features", None, TypeError),
+        ("num_features", "64", TypeError),
+        ("num_features", torch.tensor(1.0), TypeError),
+        ("num_classes", 1, ValueError),
+        ("num_classes", -(2**2000), ValueError),
+        ("depth", 0, ValueError),
+        ("depth", 65, ValueError),
+        ("depth", 1 + 0j, TypeError),
+        ("width", 0, ValueError),
+        ("width", 4097, ValueError),
+        ("width", [], TypeError),
+    ],
+)
+def test_mlp_parameter_count_checks_like_make_mlp(key, value, err):
+    with pytest.raises(err, match=key):
+        G.mlp_parameter_count(**{**_SHAPE, key: value})
+    with pytest.raises(err, match=key):
+        G.make_mlp(**{**_SHAPE, key: value})
+
+
+def test_mlp_parameter_count_is_an_int_and_counts_make_mlps_parameters():
+    import numpy as np
+
+    n = G.mlp_parameter_count(np.int64(64), np.int32(10), np.int64(3), 8)
+    assert type(n) is int
+    assert n == sum(p.numel() for p in G.make_mlp(**_SHAPE).parameters())
+    assert G.mlp_parameter_count(64, 10, 1, 8) == 64 * 10 + 10
+
+
+def test_zero_steps_are_allowed_and_train_nothing():
+    # documented: num_steps=0 gives the untrained model's gradients (digits_gradients) or [] (train_steps)
+    record = G.digits_gradients(depth=2, width=8, num_steps=0, batch_size=16)
+    fresh = G.make_mlp(depth=2, width=8)
+    assert all(torch.equal(p, q) for p, q in zip(record.model.parameters(), fresh.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(
+    "loss_fn,err,words",
+    [
+        (lambda out, y: None, TypeError, "loss_fn must return the loss as a scalar tensor"),
+        (lambda out, y: 1.0, TypeError, "loss_fn must return the loss as a scalar tensor"),
+        (lambda out, y: out.sum(dim=1), TypeError, "shape"),
+        (lambda out, y: (out.sum() > 0), TypeError, "floating-point"),
+        (lambda out, y: torch.tensor(1.0), ValueError, "loss_fn returned a tensor that does not depend"),
+    ],
+)
+def test_collect_gradients_checks_what_loss_fn_returns(loss_fn, err, words):
+    model = G.make_mlp(depth=2, width=4)
+    X, y = small_batch(n=4)
+    with pytest.raises(err, match=words):
+        G.collect_gradients(model, X, y, loss_fn=loss_fn)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_collect_gradients_takes_a_custom_scalar_loss():
+    model = G.make_mlp(depth=2, width=4)
+    X, y = small_batch(n=4)
+    record = G.collect_gradients(model, X, y, loss_fn=lambda out, y: out.float().pow(2).mean())
+    assert record.loss > 0 and len(record.layers) == 2

@@ -717,3 +717,63 @@ def test_this_machine_reads_the_environment(monkeypatch):
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert hardware.cpu_has_native(torch.bfloat16) is False
     assert hardware.cpu_native_labels(torch.bfloat16) == ("AVX512-BF16", "AMX-BF16")
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 14: every bad input gets a clear error naming the argument
+# ----------------------------------------------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        # A set has no order: {7, 5} used to come back as a made-up sm_57.
+        (lambda: hardware.tensor_core_generation({7, 5}), TypeError, "capability must be a .major, minor. tuple"),
+        (lambda: hardware.tensor_core_generation(frozenset({8, 0})), TypeError, "capability must be"),
+        (lambda: hardware.tensor_core_generation(np.array([8, 0])), TypeError, "capability must be"),
+        (lambda: hardware.tensor_core_generation((8.0, 0)), TypeError, "capability must be"),
+        (lambda: hardware.bf16_hardware({8, 0}), TypeError, "capability must be"),
+        (lambda: hardware.cpu_flags(123), TypeError, "cpuinfo must be"),
+        (lambda: hardware.cpu_flags(sysctl=b"hw.optional.arm64: 1"), TypeError, "sysctl must be"),
+        (lambda: hardware.cpu_model(123), TypeError, "cpuinfo must be"),
+        (lambda: hardware.cpu_isa_limits(env=["ONEDNN_MAX_CPU_ISA=SSE41"]), TypeError, "env must be a dict"),
+        (lambda: hardware.usable_cpu_flags(flags=5, env={}), TypeError, "flags must be a dict of CPU flags"),
+        (lambda: hardware.cpu_has_native("bf16", flags=["avx512_bf16"]), TypeError, "flags must be a dict"),
+        (lambda: hardware.cpu_has_native("bf16", flags={"avx512_bf16": "yes"}), TypeError,
+         r"flags\['avx512_bf16'\] must be True, False or None"),
+        (lambda: hardware.cpu_native_labels("bf16", flags="avx512_bf16"), TypeError, "flags must be a dict"),
+        (lambda: verdict_for(cuda_available="no", tensor_cores=None, flags={}), TypeError,
+         "cuda_available must be True or False"),
+        (lambda: verdict_for(cuda_available=1, tensor_cores=None, flags={}), TypeError, "cuda_available"),
+        (lambda: verdict_for(cuda_available=False, tensor_cores=None, flags=None), TypeError, "flags must be a dict"),
+        (lambda: verdict_for(cuda_available=True, tensor_cores=(8, 0), flags={}), TypeError,
+         "tensor_cores must be a TensorCoreGeneration"),
+        (lambda: verdict_for(cuda_available=False, tensor_cores=None, flags={}, system=5), TypeError, "system must be"),
+        (lambda: verdict_for(cuda_available=False, tensor_cores=None, flags={}, device_type=0), TypeError,
+         "device_type must be"),
+        (lambda: hardware.machine_verdict(cuda_available=None, tensor_cores=None, flags={}), TypeError,
+         "cuda_available"),
+        (lambda: hardware.arch_advice((9, 0), ["sm_80"], cuda_version=12.6), TypeError, "cuda_version must be"),
+        (lambda: hardware.arch_supported((9, 0), "sm_90"), TypeError, "arch_list must be a list"),
+        (lambda: hardware.amp_dtype_for(("cuda",)), TypeError, "device_type must be"),
+        (lambda: hardware.report_for("cpu", flags="avx512_bf16"), TypeError, "flags must be a dict"),
+        (lambda: hardware.report_for("cpu", base="report"), TypeError, "base must be a MachineReport"),
+        (lambda: hardware.report_for("cuda", capability={8, 0}), TypeError, "capability must be"),
+        (lambda: hardware.report_for("cpu", gpu_name=5), TypeError, "gpu_name must be"),
+    ],
+)  # fmt: skip
+def test_hardware_facts_of_the_wrong_type_are_refused_by_name(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_numpy_facts_are_accepted():
+    tc = hardware.tensor_core_generation((np.int64(8), np.int32(0)))
+    assert tc.capability == (8, 0) and type(tc.capability[0]) is int
+    text, device, dtype = verdict_for(cuda_available=np.bool_(False), tensor_cores=None,
+                                      flags={"avx512_bf16": np.bool_(True)})  # fmt: skip
+    assert (device, dtype) == ("cpu", torch.bfloat16) and "AVX512-BF16" in text
+    with pytest.raises(TypeError, match="cuda_available must be True or False"):
+        verdict_for(cuda_available=np.int64(1), tensor_cores=None, flags={})  # a number is not a bool

@@ -603,7 +603,8 @@ def test_memory_summary_of_a_sweep_and_bad_input():
 
 def test_load_reference_results(tmp_path):
     assert race.load_reference_results(tmp_path) == []
-    assert race.load_reference_results(tmp_path / "missing") == []
+    with pytest.raises(ValueError, match="directory=.*missing.*does not exist"):
+        race.load_reference_results(tmp_path / "missing")  # issue 14: a typo is not "no results"
     (tmp_path / "old.json").write_text(json.dumps({"schema": race.RESULTS_SCHEMA, "date": "2025-01-01T00:00:00+00:00"}))
     (tmp_path / "new.json").write_text(json.dumps({"schema": race.RESULTS_SCHEMA, "date": "2026-01-01T00:00:00+00:00"}))
     (tmp_path / "other.json").write_text(json.dumps({"schema": "something else"}))
@@ -797,3 +798,256 @@ def test_the_plot_draws_the_interval():
     assert race._speedup_range(_result([3.0, 3.0])) == (3.0, 3.0)  # too few pairs: no bar rather than 0..inf
     ax = race.plot_sweep(s)
     assert "95% interval" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 14: every bad input gets a clear error before any work starts; nothing runs unbounded
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_racing(monkeypatch):
+    """Racing (or allocating a model) fails loudly: a refused call must stop before either."""
+
+    def boom(*args, **kwargs):
+        raise AssertionError("work started although the arguments should have been refused")
+
+    monkeypatch.setattr(race, "measure", boom)
+    monkeypatch.setattr(race, "race_matmul", boom)
+    monkeypatch.setattr(race, "race_mlp", boom)
+    monkeypatch.setattr(torch.nn, "Linear", boom)
+    return boom
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: race.matmul_bytes(-5), ValueError, "n must be >= 1"),
+        (lambda: race.matmul_bytes(2.5), TypeError, "n must be an integer"),
+        (lambda: race.matmul_bytes(4, "int8"), ValueError, "dtype='int8'"),
+        (lambda: race.mlp_step_flops(-1, 5), ValueError, "width must be >= 1"),
+        (lambda: race.mlp_step_flops(5, 0), ValueError, "batch must be >= 1"),
+        (lambda: race.mlp_step_flops(True, 5), TypeError, "width must be an integer"),
+        (lambda: race.mlp_bytes(8, 8, in_features=-1), ValueError, "in_features must be >= 1"),
+        (lambda: race.mlp_bytes(8, 8, contestants=0), ValueError, "contestants must be >= 1"),
+        (lambda: race.step_bytes("matmul", {}, None), ValueError, "missing 'n'"),
+        (lambda: race.step_bytes("mlp", {"width": -1, "batch": 2}, None), ValueError, r"params\['width'\]"),
+        (lambda: race.step_bytes("mlp", [64, 8], None), TypeError, "params must be a dict"),
+        (lambda: race.seed_model(0), ValueError, "width must be >= 1"),
+        (lambda: race.seed_model(8, num_classes=0), ValueError, "num_classes must be >= 1"),
+        (lambda: race.seed_model(10**6, in_features=10**6), ValueError, r"seed_model\(width=1000000.*refused before"),
+        (lambda: race.race_sizes("cpu", native=1), TypeError, "native must be True, False or None"),
+        (lambda: race.race_sizes("cpu", native="yes"), TypeError, "native must be True, False or None"),
+    ],
+)
+def test_sizes_and_flops_refuse_what_would_be_silently_wrong(no_racing, call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_sizes_accept_numpy_scalars_and_race_sizes_takes_bools_only():
+    with pytest.raises(TypeError, match="native must be True, False or None"):
+        race.race_sizes("cpu", native=np.int64(1))  # used to pass as True
+    assert race.matmul_bytes(np.int64(4)) == race.matmul_bytes(4)
+    assert race.mlp_step_flops(np.int32(8), np.int64(2)) == race.mlp_step_flops(8, 2)
+    assert race.race_sizes("cpu", native=np.bool_(True)).case == "cpu-native"
+
+
+_real_race_matmul, _real_race_mlp, _real_sweep, _real_measure = race.race_matmul, race.race_mlp, race.sweep, race.measure
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: _real_race_matmul(16, device="cpu", repeats=10**12), ValueError, "repeats must be <= 10000"),
+        (lambda: _real_race_matmul(16, device="cpu", min_sample_s=1e6), ValueError, "min_sample_s must be <= 10"),
+        (lambda: _real_race_matmul(16, device="cpu", warmup=10**9), ValueError, "warmup must be <= 10000"),
+        (lambda: _real_race_matmul(16, device="cpu", max_time_s=1e9), ValueError, "max_time_s must be <= 3600"),
+        (lambda: _real_race_matmul(16, device="cpu", num_threads=10**6), ValueError, "num_threads must be <= 1024"),
+        (lambda: _real_race_matmul(16, device="cpu", repeats=9000, min_sample_s=1.0), ValueError, "limit of 3600"),
+        (lambda: _real_race_matmul(16, device="cpu", callback=5), TypeError, "callback must be a function"),
+        (lambda: _real_race_matmul(16, device="cpu", reuse=5), TypeError, "reuse must be a RaceResult"),
+        (lambda: _real_race_mlp(16, 8, device="cpu", memory="yes"), TypeError, "memory must be True or False"),
+        (lambda: _real_race_mlp(16, 8, device="cpu", repeats=10**12), ValueError, "repeats must be <= 10000"),
+        (lambda: _real_measure(_no_call, min_sample_s=1e6), ValueError, "min_sample_s must be <= 10"),
+        (lambda: _real_measure(_no_call, repeats=10**12), ValueError, "repeats must be <= 10000"),
+        (lambda: _real_sweep({16: 1}, device="cpu"), TypeError, "sizes must be a list or tuple"),
+        (lambda: _real_sweep({16, 32}, device="cpu"), TypeError, "sizes must be a list or tuple"),
+        (lambda: _real_sweep(list(range(1, 100)), device="cpu"), ValueError, "at most 64"),
+        (lambda: _real_sweep([16], device="cpu", show_progress="no"), TypeError, "show_progress must be True or False"),
+        (lambda: _real_sweep([16], device="cpu", repeats=10**12), ValueError, "repeats must be <= 10000"),
+        (lambda: _real_sweep([16] * 10, device="cpu", max_time_s=3000.0), ValueError, "more than the course's limit"),
+    ],
+)
+def test_races_and_sweeps_are_bounded_before_they_start(no_racing, call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def _no_call():
+    raise AssertionError("timed although refused")
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [race.explain, race.tf32_summary, race.native_arithmetic, race.result_card_html, race.sweep_summary,
+     race.plot_sweep, race.plot_memory, race.memory_summary, race.describe_reference, race.reference_table_html],
+)  # fmt: skip
+@pytest.mark.parametrize("bad", [None, "result", {"kind": "matmul"}])
+def test_readers_of_results_refuse_what_is_not_a_result_with_a_type_error(fn, bad):
+    if fn is race.describe_reference and isinstance(bad, dict):
+        bad = 5
+    with pytest.raises(TypeError, match=r"^(result|reference|references) must be"):
+        fn(bad)
+
+
+def test_a_race_result_needs_its_contestants():
+    with pytest.raises(ValueError, match="kind='conv'"):
+        race.RaceResult("conv", {}, torch.bfloat16, {}, 1.0, None, {})
+    with pytest.raises(ValueError, match="timings must hold a Timing under 'fp32'"):
+        race.RaceResult("matmul", {"n": 4}, torch.bfloat16, {}, 1.0, None, {})
+
+
+def test_load_reference_results_names_a_folder_that_is_not_there(tmp_path):
+    with pytest.raises(ValueError, match="directory='/nonexistent' does not exist"):
+        race.load_reference_results("/nonexistent")
+    (tmp_path / "a.json").write_text("{}")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        race.load_reference_results(tmp_path / "a.json")
+    with pytest.raises(TypeError, match="directory must be a folder path"):
+        race.load_reference_results(123)
+    (tmp_path / "README.md").write_text("results go here")
+    assert race.load_reference_results(tmp_path) == [] == race.load_reference_results(str(tmp_path))
+
+
+def test_the_default_results_folder_with_only_a_readme_gives_no_results(tmp_path, monkeypatch):
+    (tmp_path / "README.md").write_text("results go here")
+    with pytest.raises(ValueError, match="does not exist"):  # an explicit folder must exist ...
+        race.load_reference_results(tmp_path / "not-created-yet")
+    monkeypatch.setattr(race, "RESULTS_DIR", tmp_path)
+    assert race.load_reference_results() == []
+    monkeypatch.setattr(race, "RESULTS_DIR", tmp_path / "not-created-yet")
+    assert race.load_reference_results() == []  # the default folder may be missing from a trimmed checkout
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({"widths": {64: 1}}, TypeError, "widths must be a list or tuple"),
+        ({"batches": {16, 32}}, TypeError, "batches must be a list or tuple"),
+        ({"widths": []}, ValueError, "widths must hold at least one"),
+        ({"repeats": 10**12}, ValueError, "repeats must be <= 10000"),
+        ({"warmup": 10**9}, ValueError, "warmup must be <= 10000"),
+        ({"min_sample_s": 1e6}, ValueError, "min_sample_s must be <= 10"),
+        ({"max_time_s": 1e9}, ValueError, "max_time_s must be <= 3600"),
+        ({"widths": [10**6], "batches": [10**6]}, ValueError, "RaceWidget's largest race.*refused before"),
+    ],
+)
+def test_race_widget_checks_its_settings_before_it_is_built(no_racing, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        race.RaceWidget(device="cpu", **kwargs)
+
+
+# ------------------------------------------------------------------------------------------
+# Issue 14: what the fuzz suite found, each refused by amp_lab with the argument named
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "exc", "match"),
+    [
+        ("flops", float("nan"), ValueError, "flops must be finite"),
+        ("flops", float("inf"), ValueError, "flops must be finite"),
+        ("flops", 2**2000, ValueError, "flops must be finite"),
+        ("flops", -1.0, ValueError, "flops must be >= 0"),
+        ("flops", True, TypeError, "flops must be a real number"),
+        ("flops", None, TypeError, "flops must be a real number"),
+        ("flops", "junk", TypeError, "flops must be a real number"),
+        ("flops", 1 + 0j, TypeError, "flops must be a real number"),
+        ("flops", torch.tensor(1.0), TypeError, "flops must be a real number"),
+        ("confidence", 0, ValueError, "confidence must be > 0"),
+        ("confidence", 1, ValueError, "confidence must be < 1"),
+        ("confidence", 1.5, ValueError, "confidence must be < 1"),
+        ("confidence", float("nan"), ValueError, "confidence must be finite"),
+        ("confidence", np.int64(0), ValueError, "confidence must be > 0"),
+        ("confidence", True, TypeError, "confidence must be a real number"),
+        ("confidence", None, TypeError, "confidence must be a real number"),
+        ("confidence", [], TypeError, "confidence must be a real number"),
+    ],
+)
+def test_a_race_result_refuses_flops_and_confidence_it_cannot_print(field, bad, exc, match):
+    good = _result(FASTER)
+    with pytest.raises(exc, match=match):
+        dataclasses.replace(good, **{field: bad})
+    assert dataclasses.replace(good, flops=np.float32(2.0), confidence=0.9).flops == 2.0  # valid still works
+
+
+@pytest.mark.parametrize("arg", ["width", "batch", "in_features", "num_classes"])
+@pytest.mark.parametrize("value", [2**31 + 1, 2**2000])
+def test_mlp_sizes_beyond_the_cap_are_refused_not_overflowed(arg, value):
+    sizes = {"width": 8, "batch": 4, "in_features": 8, "num_classes": 4, arg: value}
+    with pytest.raises(ValueError, match=rf"^{arg} must be <= {race.MAX_MLP_SIZE}"):
+        race.mlp_step_flops(sizes.pop("width"), sizes.pop("batch"), **sizes)
+    assert math.isfinite(race.mlp_step_flops(race.MAX_MLP_SIZE, race.MAX_MLP_SIZE))
+
+
+def _mlp_sweep():
+    memory = {"fp32": 3 * 2**20, "amp": 2 * 2**20, "method": "estimate"}
+    results = tuple(_result(FASTER, params={"width": w, "batch": 4}, memory=memory) for w in (8, 16))
+    return race.SweepResult("mlp", (8, 16), results, race.datasheet_ceiling("NVIDIA A100-SXM4-80GB", torch.bfloat16),
+                            results[0].context)  # fmt: skip
+
+
+@pytest.mark.parametrize("plot", [race.plot_sweep, race.plot_memory])
+@pytest.mark.parametrize("bad", [0, 1.5, True, "junk", [], {}, torch.ones(2), lambda: None])
+def test_plots_refuse_an_ax_that_is_not_a_matplotlib_axes(plot, bad):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    with pytest.raises(TypeError, match=r"^ax must be a matplotlib Axes"):
+        plot(_mlp_sweep(), ax=bad)
+
+
+def test_plots_still_draw_on_a_given_axes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, ax = plt.subplots()
+    assert race.plot_memory(_mlp_sweep(), ax=ax) is ax
+    plt.close("all")
+
+
+@pytest.mark.parametrize("target", [1e-50, 1e-9, 9.99e-4])
+@pytest.mark.parametrize("call", ["race_matmul", "race_mlp", "sweep", "RaceWidget"])
+def test_a_target_interval_too_narrow_to_reach_is_refused_before_any_race(monkeypatch, call, target):
+    def refuse(*args, **kwargs):
+        raise AssertionError("started a race with a target it can never reach")
+
+    monkeypatch.setattr(race, "_operands", refuse)
+    monkeypatch.setattr(race, "_mlp_setup", refuse)
+    monkeypatch.setattr(race, "measure", refuse)
+    fn = {"race_matmul": lambda **k: race.race_matmul(8, device="cpu", **k),
+          "race_mlp": lambda **k: race.race_mlp(8, 8, device="cpu", **k),
+          "sweep": lambda **k: race.sweep((8,), device="cpu", **k),
+          "RaceWidget": lambda **k: race.RaceWidget(device="cpu", **k)}[call]  # fmt: skip
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"^target_rel_width=.* is narrower than a timer can resolve"):
+        fn(target_rel_width=target)
+    assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize(
+    ("capability", "expected"),
+    [(None, None), ((7, 0), "no bf16 Tensor Cores"), ((8, 0), None)],
+)
+def test_precision_warning_reads_an_unknown_capability_as_no_warning(capability, expected):
+    got = race.precision_warning("cuda", capability, torch.bfloat16)
+    assert got is None if expected is None else expected in got
+
+
+@pytest.mark.parametrize(("bad", "exc"), [(5, TypeError), ("8.0", TypeError), ({7, 5}, TypeError), ((8,), ValueError)])
+def test_precision_warning_refuses_a_capability_that_is_not_a_pair(bad, exc):
+    with pytest.raises(exc, match="^capability"):
+        race.precision_warning("cuda", bad, torch.bfloat16)

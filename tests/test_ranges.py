@@ -2,6 +2,7 @@
 
 import math
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -218,17 +219,24 @@ def overflows_f64(amax: float, k: int, name: str) -> bool:
 def test_suggest_scale_is_the_largest_safe_power_of_two(name, seed, n, lo, span):
     x = log_uniform(seed, n, lo, lo + span)
     nz = x[torch.isfinite(x) & (x != 0)]
-    k = R.suggest_log2_scale(x, name)
-    if nz.numel() == 0:
-        assert k is None and R.suggest_scale(x, name) == math.inf
-        return
-    assert R.suggest_scale(x, name) == 2.0**k
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        k = R.suggest_log2_scale(x, name)
+        if nz.numel() == 0:
+            assert k is None and R.suggest_scale(x, name) == math.inf
+            return
+        assert R.suggest_scale(x, name) == 2.0**k
     amax = float(nz.abs().max())
     assert not overflows_f64(amax, k, name)
-    assert overflows_f64(amax, k + 1, name)
+    if k < 127:
+        assert overflows_f64(amax, k + 1, name)
+        assert not caught
+    else:  # clamped to the largest float32 power of two, with a warning exactly when 2**128 would also fit
+        assert k == 127
+        assert bool(caught) == (not overflows_f64(amax, 128, name))
     f = F.FORMATS[name]
     # where both scales are float32 numbers, range_report and torch's cast agree
-    if -149 <= k and k + 1 <= 127:
+    if -126 <= k and k + 1 <= 127:
         assert R.range_report(x, name, 2.0**k).counts["overflow"] == 0
         assert R.range_report(x, name, 2.0 ** (k + 1)).counts["overflow"] > 0
         if f.torch_dtype is not None and f.has_inf:
@@ -398,3 +406,108 @@ def test_lost_update_fraction_is_the_float64_mean_to_the_bit(n):
     keep = dw != 0
     old = float((F.round_to(w16 + d16, "fp16")[keep] == w16[keep]).double().mean())  # the float64 mean it was
     assert R.lost_update_fraction(w, dw, "fp16") == old
+
+
+# ---- issue 14: every bad input gets a clear error; a suggested scale is always usable ----
+
+
+
+def test_suggested_scale_is_a_usable_float32_loss_scale():
+    from amp_lab._checks import check_scale
+
+    with pytest.warns(UserWarning, match=r"2\*\*164.*suggesting 2\*\*127"):
+        s = R.suggest_scale([1e-45], "fp16")
+    assert s == 2.0**127 == check_scale("scale", s)
+    R.range_report([1e-45], "fp16", s)  # accepted by the other scale checks (it used to be 2**164)
+    with pytest.warns(UserWarning):
+        assert R.suggest_log2_scale(torch.tensor([1e-45]), "fp16") == R.MAX_LOG2_SCALE == 127
+
+
+@pytest.mark.parametrize(
+    "x,err,words",
+    [
+        (torch.tensor([True, False]), TypeError, "bool"),
+        ([True, False], TypeError, "bool"),
+        (np.array([True]), TypeError, "bool"),
+        (torch.tensor([1 + 1j]), TypeError, "complex"),
+        ("1e-8", TypeError, "quotes"),
+        (None, TypeError, "x must be"),
+        ({"a": [1.0]}, TypeError, "only tensors"),
+        ({"a": torch.tensor([True])}, TypeError, "bool"),
+    ],
+)
+def test_range_report_refuses_what_is_not_real_numbers(x, err, words):
+    with pytest.raises(err, match=words):
+        R.range_report(x, "fp16")
+
+
+def test_range_report_accepts_numpy():
+    expect = R.range_report(torch.tensor([1e-8, 1.0]), "fp16")
+    assert R.range_report(np.array([1e-8, 1.0], dtype=np.float32), "fp16") == expect
+    assert R.range_report(np.float32(1e-8), "fp16").counts["underflow"] == 1
+    assert R.range_report(torch.tensor([1.0]), "fp16", np.float32(2.0)).scale == 2.0
+
+
+@pytest.mark.parametrize("scale", [2.0**-130, 2.0**128, True])
+def test_scales_follow_the_float32_loss_scale_rule(scale):
+    for fn in (lambda s: R.range_report([1.0], "fp16", s), lambda s: R.log2_histogram([1.0], scale=s)):
+        with pytest.raises(ValueError, match="scale"):
+            fn(scale)
+
+
+def test_per_layer_reports_checks_fmt_and_scale_even_when_empty():
+    with pytest.raises(ValueError, match="fmt"):
+        R.per_layer_reports({}, "fp12")
+    with pytest.raises(ValueError, match="scale"):
+        R.per_layer_reports({}, "fp16", -1.0)
+    with pytest.raises(TypeError, match="dict"):
+        R.per_layer_reports([torch.ones(2)], "fp16")
+
+
+@pytest.mark.parametrize(
+    "kwargs,err,words",
+    [
+        ({"xlim": (1,)}, TypeError, "xlim"),
+        ({"xlim": (5, 1)}, ValueError, "hi > lo"),
+        ({"xlim": (0, math.nan)}, ValueError, "xlim"),
+        ({"fmts": []}, ValueError, "at least one"),
+        ({"fmts": 5}, TypeError, "fmts"),
+        ({"rulers": "yes"}, TypeError, "rulers"),
+        ({"title": 5}, TypeError, "title"),
+        ({"ax": "ax"}, TypeError, "ax"),
+        ({"scale": 0.0}, ValueError, "scale"),
+    ],
+)
+def test_plot_log2_histogram_checks_before_making_a_figure(kwargs, err, words):
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    with pytest.raises(err, match=words):
+        R.plot_log2_histogram(torch.tensor([1.0, 2.0]), **kwargs)
+    assert plt.get_fignums() == before  # no half-made figure left behind
+
+
+@pytest.mark.parametrize("kwargs", [{"lo": True}, {"lo": 1.5}, {"hi": "3"}])
+def test_log2_histogram_bounds_are_integers(kwargs):
+    with pytest.raises(TypeError):
+        R.log2_histogram([1.0], **kwargs)
+
+
+def test_readouts_and_explorer_check_their_arguments():
+    rep = R.range_report([1.0], "fp16")
+    with pytest.raises(TypeError, match="RangeReport"):
+        R.readout_text({"underflow": 0})
+    with pytest.raises(TypeError, match="RangeReport"):
+        R.readout_html(None)
+    with pytest.raises(TypeError, match="suggested_log2"):
+        R.readout_html(rep, 1.5)
+    with pytest.raises(TypeError, match="bool"):
+        R.lost_update_fraction([1.0], [True], "fp16")
+    ex = R.scale_explorer(torch.tensor([1e-6, 1.0]), "fp16")
+    with pytest.raises(ValueError, match="log2_scale"):
+        ex.update(200)
+    with pytest.raises(TypeError, match="log2_scale"):
+        ex.update(True)
+    assert ex.report == R.range_report(torch.tensor([1e-6, 1.0]), "fp16")  # unchanged by the refused calls
+    with pytest.raises(TypeError, match="title"):
+        R.scale_explorer(torch.tensor([1.0]), "fp16", title=5)

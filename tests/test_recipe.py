@@ -12,13 +12,14 @@ import dataclasses
 import math
 import statistics
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from amp_lab import hardware, recipe
-from amp_lab.data import load_digits
+from amp_lab.data import Split, load_digits
 from amp_lab.device import torch_threads
 from amp_lab.hardware import describe, tensor_core_generation
 from amp_lab.timing import speedup_estimate
@@ -799,3 +800,630 @@ def test_the_fp32_rows_regime_uses_the_tf32_rate_when_tf32_is_on():
     tf32 = dataclasses.replace(base, context={**H100_CONTEXT, "tf32_matmul": True})
     assert tf32.regime.compute_s == pytest.approx(1e9 / (entry.tf32_tflops * 1e12), rel=1e-12)
     assert entry.tf32_tflops != entry.fp32_tflops
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 14: every bad input gets a clear error, no call hangs, nothing is half-changed
+# --------------------------------------------------------------------------------------------
+
+
+def snapshot(model, opt, scaler):
+    """Everything a refused call must leave alone: weights, gradients, optimizer state, scale and RNG."""
+    return (
+        [p.detach().clone() for p in model.parameters()],
+        [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        copy.deepcopy(opt.state_dict()),
+        scaler.state_dict(),
+        torch.random.get_rng_state(),
+    )
+
+
+def assert_unchanged(before, model, opt, scaler):
+    params, grads, opt_state, scaler_state, rng = before
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), params, strict=True))
+    assert all((g is None and p.grad is None) or torch.equal(p.grad, g)
+               for p, g in zip(model.parameters(), grads, strict=True))  # fmt: skip
+    now = opt.state_dict()
+    assert now["param_groups"] == opt_state["param_groups"]
+    assert now["state"].keys() == opt_state["state"].keys()
+    for k, entry in opt_state["state"].items():
+        assert all(torch.equal(torch.as_tensor(now["state"][k][n]), torch.as_tensor(v)) for n, v in entry.items())
+    assert scaler.state_dict() == scaler_state
+    assert torch.equal(torch.random.get_rng_state(), rng)
+
+
+def trained(dtype=torch.float32, *, steps=2, **kw):
+    model, opt, scaler, scheduler = fresh(dtype, with_scheduler=True, **kw)
+    data = load_digits(device="cpu")
+    recipe.train(model, opt, scaler, data.train, dtype=dtype, num_steps=steps, batch_size=32, scheduler=scheduler)
+    return model, opt, scaler, scheduler
+
+
+@pytest.mark.parametrize(
+    "max_grad_norm, error",
+    [(-1.0, ValueError), (float("nan"), ValueError), (0.0, ValueError), (float("inf"), ValueError),
+     ("1", TypeError), (True, TypeError), ([1.0], TypeError)],
+)  # fmt: skip
+def test_train_step_refuses_a_bad_max_grad_norm_before_touching_anything(data, max_grad_norm, error):
+    # Before: -1.0 reversed every SGD update, nan wrote NaN into the weights, 0.0 froze training, "1" was taken.
+    model, _, scaler, _ = fresh(torch.float32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = recipe.micro_batches(data.train, step=0, batch_size=32)
+    before = snapshot(model, opt, scaler)
+    with pytest.raises(error, match="max_grad_norm") as err:
+        recipe.train_step(model, opt, scaler, batches, dtype=torch.float32, max_grad_norm=max_grad_norm)
+    assert "None (no clipping) or a finite number > 0" in str(err.value)
+    assert_unchanged(before, model, opt, scaler)
+    with pytest.raises(error, match="max_grad_norm"):
+        recipe.train(model, opt, scaler, data.train, dtype=torch.float32, num_steps=1, max_grad_norm=max_grad_norm)
+    assert_unchanged(before, model, opt, scaler)
+
+
+def test_numpy_scalars_are_numbers(data):
+    np = pytest.importorskip("numpy")
+    runs = []
+    for kw in (dict(max_grad_norm=0.5, seed=3, batch_size=32, accumulation_steps=2, num_steps=2),
+               dict(max_grad_norm=np.float32(0.5), seed=np.int64(3), batch_size=np.int32(32),
+                    accumulation_steps=np.int64(2), num_steps=np.int16(2))):  # fmt: skip
+        model = recipe.make_model(np.int64(64), np.int64(10), hidden=np.int32(16), depth=np.int8(2), seed=np.uint8(0))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        runs.append(recipe.train(model, opt, recipe.make_scaler("fp16", "cpu", init_scale=np.float64(2.0**10)),
+                                 data.train, dtype="fp16", **kw).losses)  # fmt: skip
+    assert runs[0] == runs[1]
+
+
+BAD_BATCHES = {
+    "empty list": ([], ValueError, "batches is empty"),
+    "a tensor": (lambda d: d.train.X[:8], TypeError, "batches must be a non-empty list"),
+    "a string": ("X, y", TypeError, "batches must be"),
+    "None": (None, TypeError, "batches must be"),
+    "not a pair": (lambda d: [(d.train.X[:8],)], TypeError, r"batches\[0\] must be an \(X, y\) pair"),
+    "X not a tensor": (lambda d: [(d.train.X[:8].tolist(), d.train.y[:8])], TypeError, r"batches\[0\] X must be"),
+    "X 1-D": (lambda d: [(d.train.X[0], d.train.y[:1])], ValueError, "2-D float32"),
+    "X float64": (lambda d: [(d.train.X[:8].double(), d.train.y[:8])], ValueError, "float32"),
+    "X too narrow": (lambda d: [(d.train.X[:8, :10], d.train.y[:8])], ValueError, "in_features=64"),
+    "y float": (lambda d: [(d.train.X[:8], d.train.y[:8].float())], ValueError, "int64"),
+    "y int32": (lambda d: [(d.train.X[:8], d.train.y[:8].int())], ValueError, r"y.long\(\)"),
+    "y 2-D": (lambda d: [(d.train.X[:8], d.train.y[:8, None])], ValueError, "1-D int64"),
+    "sizes differ": (lambda d: [(d.train.X[:8], d.train.y[:7])], ValueError, "8 examples but .* 7 labels"),
+    "no examples": (lambda d: [(d.train.X[:0], d.train.y[:0])], ValueError, "holds no examples"),
+    "label 10": (lambda d: [(d.train.X[:8], torch.full((8,), 10))], ValueError, "labels from 10 to 10.*0 to 9"),
+    "label -1": (lambda d: [(d.train.X[:8], torch.full((8,), -1))], ValueError, "labels from -1"),
+    "NaN feature": (lambda d: [(d.train.X[:8] * float("nan"), d.train.y[:8])], ValueError, "NaN or inf"),
+    "second pair bad": (lambda d: [(d.train.X[:8], d.train.y[:8]), (d.train.X[:8], d.train.y[:8, None])],
+                        ValueError, r"batches\[1\] y"),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_BATCHES))
+def test_train_step_refuses_bad_batches_before_touching_anything(data, case):
+    # Before: [] "stepped" with loss 0.0; the others failed inside torch (some after zero_grad and backward).
+    batches, error, match = BAD_BATCHES[case]
+    batches = batches(data) if callable(batches) else batches
+    model, opt, scaler, _ = fresh(torch.float32)
+    recipe.train_step(model, opt, scaler, recipe.micro_batches(data.train, step=0), dtype=torch.float32)
+    before = snapshot(model, opt, scaler)  # with gradients and Adam state: a refused step must keep them
+    with pytest.raises(error, match=match):
+        recipe.train_step(model, opt, scaler, batches, dtype=torch.float32)
+    assert_unchanged(before, model, opt, scaler)
+
+
+def test_train_step_takes_any_sequence_of_pairs(data):
+    batches = recipe.micro_batches(data.train, step=0, batch_size=16, accumulation_steps=2)
+    results = []
+    for wrap in (list, tuple, iter):
+        model, opt, scaler, _ = fresh(torch.float32)
+        results.append(recipe.train_step(model, opt, scaler, wrap([list(b) for b in batches]), dtype=torch.float32))
+    assert results[0] == results[1] == results[2]
+
+
+def other_model_opt():
+    return torch.optim.SGD(recipe.make_model(64, 10, hidden=32).parameters(), lr=0.1)
+
+
+BAD_STEP_OBJECTS = {
+    "model None": (dict(model=None), TypeError, "model must be a torch.nn.Module"),
+    "model a string": (dict(model="mlp"), TypeError, "model must be"),
+    "model half": (dict(model=lambda m: copy.deepcopy(m).half()), ValueError, "float16 parameters"),
+    "model frozen": (dict(model=lambda m: copy.deepcopy(m).requires_grad_(False)), ValueError, "requires a gradient"),
+    "model without parameters": (dict(model=lambda m: torch.nn.Sequential(torch.nn.ReLU())), ValueError, "no parameters"),
+    "opt None": (dict(opt=None), TypeError, "opt must be a torch.optim.Optimizer"),
+    "opt of another model": (dict(opt=other_model_opt), ValueError, "not the model's"),
+    "scaler None": (dict(scaler=None), TypeError, "scaler must be a torch.amp.GradScaler"),
+    "scaler a float": (dict(scaler=2.0**16), TypeError, "scaler must be"),
+    "dtype float64": (dict(dtype=torch.float64), ValueError, "dtype"),
+    "dtype junk": (dict(dtype="fp8"), ValueError, "dtype"),
+    "device junk": (dict(device="tpu"), ValueError, "device"),
+    "non_blocking 1": (dict(non_blocking=1), TypeError, "non_blocking"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_STEP_OBJECTS))
+def test_train_step_and_train_refuse_bad_objects_before_touching_anything(data, case):
+    changes, error, match = BAD_STEP_OBJECTS[case]
+    model, opt, scaler, _ = fresh(torch.float32)
+    args = dict(model=model, opt=opt, scaler=scaler, dtype=torch.float32)
+    for key, value in changes.items():
+        args[key] = value(model) if key == "model" and callable(value) else value() if key == "opt" and callable(value) else value
+    before = snapshot(model, opt, scaler)
+    batches = recipe.micro_batches(data.train, step=0)
+    with pytest.raises(error, match=match):
+        recipe.train_step(args.pop("model"), args.pop("opt"), args.pop("scaler"), batches, **args)
+    assert_unchanged(before, model, opt, scaler)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(num_steps=10**9), ValueError, "num_steps must be <= 100000"),
+        (dict(num_steps=2.0), TypeError, "num_steps"),
+        (dict(num_steps=True), TypeError, "num_steps"),
+        (dict(start_step=-1), ValueError, "start_step"),
+        (dict(start_step=2**60), ValueError, "start_step"),
+        (dict(batch_size=0), ValueError, "batch_size"),
+        (dict(batch_size=10**6), ValueError, "batch_size"),
+        (dict(accumulation_steps=10**12), ValueError, "accumulation_steps"),
+        (dict(batch_size="64"), TypeError, "batch_size"),
+        (dict(seed=1.5), TypeError, "seed"),
+        (dict(seed=-1), ValueError, "seed"),
+        (dict(show_progress="no"), TypeError, "show_progress"),
+        (dict(split=None), TypeError, "split must be a data.Split"),
+        (dict(split="train"), TypeError, "split must be a data.Split"),
+        (dict(scheduler="cosine"), TypeError, "scheduler"),
+        (dict(scheduler="other optimizer"), ValueError, "scheduler belongs to another optimizer"),
+        (dict(scheduler="plateau"), ValueError, "ReduceLROnPlateau"),
+        (dict(split="labels out of range"), ValueError, "split holds class labels from 2 to 11"),
+        (dict(split="NaN features"), ValueError, "NaN or inf"),
+        (dict(split="narrow"), ValueError, "in_features=64"),
+    ],
+)
+def test_train_refuses_bad_arguments_before_the_first_step(data, kwargs, error, match, monkeypatch):
+    def no_step(*args, **kwargs):
+        raise AssertionError("a refused train() ran a step")  # (before, num_steps=10**9 ran for days)
+
+    monkeypatch.setattr(recipe, "_timed_step", no_step)
+    model, opt, scaler, _ = fresh(torch.float32)
+    split = kwargs.pop("split", data.train)
+    split = {
+        "labels out of range": Split(data.train.X, data.train.y + 2),
+        "NaN features": Split(data.train.X.clone().index_fill_(0, torch.tensor([5]), float("nan")), data.train.y),
+        "narrow": Split(data.train.X[:, :32], data.train.y),
+    }.get(split, split) if isinstance(split, str) else split
+    scheduler = kwargs.pop("scheduler", None)
+    scheduler = {
+        "other optimizer": torch.optim.lr_scheduler.StepLR(other_model_opt(), 3),
+        "plateau": torch.optim.lr_scheduler.ReduceLROnPlateau(opt),
+    }.get(scheduler, scheduler)
+    before = snapshot(model, opt, scaler)
+    model.eval()
+    with pytest.raises(error, match=match):
+        recipe.train(model, opt, scaler, split, dtype=torch.float32, **{"num_steps": 2, "scheduler": scheduler, **kwargs})
+    assert_unchanged(before, model, opt, scaler)
+    assert not model.training  # train() did not even switch the model to training mode
+
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(hidden=10**12), ValueError, "refused before allocating anything"),
+        (dict(hidden=10**6), ValueError, "refused before allocating anything"),
+        (dict(depth=10**6), ValueError, "depth must be <= 64"),
+        (dict(depth=65), ValueError, "depth must be <= 64"),  # recipe.MAX_DEPTH + 1
+        (dict(hidden=2.5), TypeError, "hidden"),
+        (dict(hidden=True), TypeError, "hidden"),
+        (dict(num_features=0), ValueError, "num_features"),
+        (dict(num_classes=1), ValueError, "num_classes"),
+        (dict(seed=-1), ValueError, "seed"),
+        (dict(seed=2**40), ValueError, "seed"),
+        (dict(seed="0"), TypeError, "seed"),
+    ],
+)
+def test_make_model_checks_sizes_before_allocating(kwargs, error, match, monkeypatch):
+    # Before: hidden=10**12 and depth=10**6 allocated first (a MemoryError after 9.5 s).
+    built = []
+    monkeypatch.setattr(torch.nn.Linear, "__init__", lambda self, *a, **k: built.append(a) or 1 / 0)
+    with pytest.raises(error, match=match):
+        recipe.make_model(**kwargs)
+    assert built == []
+
+
+def test_make_model_asks_check_fits_for_the_parameters_bytes(monkeypatch):
+    asked = []
+    monkeypatch.setattr(recipe, "check_fits", lambda needed, device, what, hint: asked.append((needed, str(device))))
+    model = recipe.make_model(64, 10, hidden=32, depth=3, device="cpu")
+    assert asked == [(4 * sum(p.numel() for p in model.parameters()), "cpu")]
+    assert len([m for m in model if isinstance(m, torch.nn.Linear)]) == 4
+    assert recipe.make_model(depth=recipe.MAX_DEPTH, hidden=2)  # the bound itself is allowed
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(seed="x"), TypeError, "seed"),
+        (dict(seed=1.5), TypeError, "seed"),
+        (dict(seed=2**32), ValueError, "seed"),
+        (dict(step=-1), ValueError, "step"),
+        (dict(step=10**30), ValueError, "step"),
+        (dict(step=None), TypeError, "step"),
+        (dict(batch_size=0), ValueError, "batch_size"),
+        (dict(accumulation_steps=10**40), ValueError, "accumulation_steps"),
+        (dict(split=(None, None)), TypeError, "split must be a data.Split"),
+    ],
+)
+def test_micro_batches_bad_arguments(data, kwargs, error, match):
+    split = kwargs.pop("split", data.train)
+    with pytest.raises(error, match=match):
+        recipe.micro_batches(split, **{"step": 0, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(init_scale=float("inf")), ValueError, "init_scale"),
+        (dict(init_scale=1e39), ValueError, "float32"),
+        (dict(init_scale="65536"), TypeError, "init_scale"),
+        (dict(growth_interval=0), ValueError, "growth_interval"),
+        (dict(growth_interval=2**63), ValueError, "growth_interval"),
+        (dict(growth_interval=2.0), TypeError, "growth_interval"),
+    ],
+)
+def test_make_scaler_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        recipe.make_scaler(torch.float16, "cpu", **kwargs)
+
+
+def test_compare_precisions_bounds_its_work_before_building_anything(data, monkeypatch):
+    built = []
+    monkeypatch.setattr(recipe, "make_model", lambda *a, **k: built.append(a) or 1 / 0)
+    cases = [
+        (dict(num_steps=10**9), ValueError, "num_steps"),
+        (dict(num_steps=60_000), ValueError, r"120000 training steps.*num_steps <= 50000"),
+        (dict(dtypes="bf16"), TypeError, "dtypes must be a sequence"),
+        (dict(dtypes=torch.bfloat16), TypeError, "dtypes must be a sequence"),
+        (dict(dtypes=()), ValueError, "dtypes must name at least one"),
+        (dict(depth=10**6), ValueError, "depth"),
+        (dict(hidden=-1), ValueError, "hidden"),
+        (dict(batch_size=10**6), ValueError, "batch_size"),
+        (dict(lr=float("nan")), ValueError, "lr"),
+        (dict(seed=1.5), TypeError, "seed"),
+        (dict(threads=0), ValueError, "threads"),
+        (dict(threads=10**9), ValueError, "threads"),
+        (dict(warmup_steps=-1), ValueError, "warmup_steps"),
+        (dict(show_progress=None), TypeError, "show_progress"),
+        (dict(data=None), TypeError, "data must be a data.Dataset"),
+        (dict(data="digits"), TypeError, "data must be a data.Dataset"),
+    ]
+    threads = torch.get_num_threads()
+    for kwargs, error, match in cases:
+        dataset = kwargs.pop("data", data)
+        with pytest.raises(error, match=match):
+            recipe.compare_precisions(dataset, **{"dtypes": (torch.float32, torch.bfloat16), "num_steps": 4, **kwargs})
+    assert built == [] and torch.get_num_threads() == threads
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: recipe.comparison_rows([]), ValueError, "at least one row"),
+        (lambda: recipe.comparison_rows(None), TypeError, "results must be"),
+        (lambda: recipe.comparison_rows("rows"), TypeError, "results must be"),
+        (lambda: recipe.comparison_rows([1, 2]), TypeError, r"results\[0\] must be a PrecisionResult"),
+        (lambda: recipe.read_comparison(None, recipe.choose_amp_dtype(cpu(AVX2_ONLY))), TypeError, "results"),
+        (lambda: recipe.read_comparison([1, 2], recipe.choose_amp_dtype(cpu(AVX2_ONLY))), TypeError, r"results\[0\]"),
+        (lambda: recipe.read_comparison(fake_results(torch.bfloat16, "slower"), recipe.choose_amp_dtype(cpu(AVX2_ONLY)),
+                                        accuracy_tolerance="0.03"), TypeError, "accuracy_tolerance"),  # fmt: skip
+        (lambda: recipe.read_comparison(fake_results(torch.bfloat16, "slower", saved=(0, 0)),
+                                        recipe.choose_amp_dtype(cpu(AVX2_ONLY))), ValueError, "saved_bytes"),  # fmt: skip
+        (lambda: recipe.choose_amp_dtype("cpu"), TypeError, "report must be a hardware.MachineReport"),
+        (lambda: recipe.choose_amp_dtype(report={"device": "cpu"}), TypeError, "report"),
+        (lambda: recipe.example_machines(base="cpu"), TypeError, "base must be a hardware.MachineReport"),
+        (lambda: recipe.choice_rows(None), TypeError, "machines must be"),
+        (lambda: recipe.choice_rows("H100"), TypeError, "machines must be"),
+        (lambda: recipe.choice_rows({"H100": gpu((9, 0))}), TypeError, "machines must be"),
+        (lambda: recipe.choice_rows([gpu((9, 0))]), TypeError, r"machines\[0\] must be a \(name"),
+        (lambda: recipe.choice_rows([("H100", "sm_90")]), TypeError, r"machines\[0\]\[1\]"),
+        (lambda: recipe.choice_rows([(90, gpu((9, 0)))]), TypeError, r"machines\[0\]\[0\]"),
+        (lambda: recipe.step_flops(hidden=10**200), ValueError, "hidden"),
+        (lambda: recipe.step_bytes(depth=10**6), ValueError, "depth"),
+        (lambda: recipe.step_bytes(dtype="fp8"), ValueError, "dtype"),
+    ],
+)
+def test_errors_come_from_amp_lab_not_from_deep_inside(call, error, match):
+    # Before: comparison_rows([]) raised IndexError, choose_amp_dtype("cpu") AttributeError, ...
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_comparison_rows_of_one_row_and_choice_rows_of_none():
+    rows = recipe.comparison_rows(fake_results(torch.bfloat16, "slower")[:1])
+    assert rows[0][0] == "float32" and rows[0][2] == "1 (baseline)"
+    assert recipe.choice_rows([]) == []
+    machines = recipe.example_machines()
+    assert recipe.choice_rows(tuple(machines)) == recipe.choice_rows(iter(machines)) == recipe.choice_rows(machines)
+
+
+@pytest.mark.parametrize(
+    "X, y, error, match",
+    [
+        (lambda d: d.train.X[:8], lambda d: d.train.y[:4], ValueError, "8 examples but y has 4 labels"),
+        (lambda d: d.train.X[:8, :5], lambda d: d.train.y[:8], ValueError, "in_features=64"),
+        (lambda d: d.train.X[:8].half(), lambda d: d.train.y[:8], ValueError, "float32"),
+        (lambda d: d.train.X[:8], lambda d: d.train.y[:8] + 10, ValueError, "labels"),
+        (lambda d: None, lambda d: d.train.y[:8], TypeError, "X must be a tensor"),
+        (lambda d: d.train.X[:8], lambda d: [0] * 8, TypeError, "y must be a tensor"),
+    ],
+)
+def test_saved_activation_bytes_bad_batches(data, X, y, error, match):
+    model = recipe.make_model(64, 10, hidden=16)
+    with pytest.raises(error, match=match):
+        recipe.saved_activation_bytes(model, X(data), y(data), dtype=torch.float32)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda m, d: recipe.evaluate(m, Split(d.test.X[:0], d.test.y[:0]), dtype=torch.float32), ValueError, "empty split"),
+        (lambda m, d: recipe.evaluate(m, (d.test.X, d.test.y), dtype=torch.float32), TypeError, "split must be a data.Split"),
+        (lambda m, d: recipe.evaluate(m, d, dtype=torch.float32), TypeError, "split must be a data.Split"),
+        (lambda m, d: recipe.evaluate("model", d.test, dtype=torch.float32), TypeError, "model must be"),
+        (lambda m, d: recipe.evaluate(m, d.test, dtype=torch.float32, batch_size=0), ValueError, "batch_size"),
+        (lambda m, d: recipe.evaluate(m, d.test, dtype=torch.float32, batch_size=1.5), TypeError, "batch_size"),
+        (lambda m, d: recipe.evaluate(m, d.test, dtype="int8"), ValueError, "dtype"),
+        (lambda m, d: recipe.evaluate(m, Split(d.test.X[:, :8], d.test.y), dtype=torch.float32), ValueError, "in_features"),
+        (lambda m, d: recipe.evaluate(m, Split(d.test.X, d.test.y + 9), dtype=torch.float32), ValueError, "labels"),
+    ],
+)  # fmt: skip
+def test_evaluate_bad_arguments(data, call, error, match):
+    model = recipe.make_model(64, 10, hidden=16)
+    model.train()
+    with pytest.raises(error, match=match):
+        call(model, data)
+    assert model.training  # not switched to eval and left there
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoints: validate, then change; what save_checkpoint writes always loads
+# --------------------------------------------------------------------------------------------
+
+
+def load_refused(path, model, opt, scaler, scheduler, match, error=ValueError):
+    """load_checkpoint must refuse, and leave weights, optimizer, scaler, scheduler and RNG as they were."""
+    torch.manual_seed(1234)
+    before = snapshot(model, opt, scaler)
+    sched_before = scheduler.state_dict() if scheduler is not None else None
+    with pytest.raises(error, match=match) as err:
+        recipe.load_checkpoint(path, model, opt, scaler, scheduler=scheduler)
+    assert_unchanged(before, model, opt, scaler)
+    if scheduler is not None:
+        assert scheduler.state_dict() == sched_before
+    return err.value
+
+
+def test_a_refused_load_changes_nothing(tmp_path):
+    # Before: a checkpoint without "scaler" replaced the weights, then raised KeyError: 'scaler'.
+    model, opt, scaler, scheduler = trained(torch.float16, init_scale=2.0**10)
+    good = recipe.save_checkpoint(tmp_path / "good.pt", model, opt, scaler, step=2, scheduler=scheduler)
+    state = torch.load(good, weights_only=True)
+    cases = {
+        "no scaler": ({k: v for k, v in state.items() if k != "scaler"}, "it lacks scaler"),
+        "unknown entry": ({**state, "epoch": 3}, "unknown entries 'epoch'"),
+        "no model": ({k: v for k, v in state.items() if k != "model"}, "it lacks model"),
+        "bad step": ({**state, "step": -3}, "step"),
+        "bad rng": ({**state, "rng_cpu": torch.zeros(3, dtype=torch.uint8)}, "random-generator"),
+        "scale NaN": ({**state, "scaler": {**state["scaler"], "scale": float("nan")}}, "scale is nan"),
+        "scaler from bf16 run": ({**state, "scaler": {}}, "holds no loss-scale state"),
+        "scaler keys": ({**state, "scaler": {"scale": 2.0}}, "scaler state has scale"),
+        "extra not a dict": ({**state, "extra": [1]}, "extra is a list"),
+    }
+    for name, (broken, match) in cases.items():
+        path = tmp_path / f"{name}.pt"
+        torch.save(broken, path)
+        fresh_model, fresh_opt, fresh_scaler, fresh_scheduler = trained(torch.float16, steps=1, init_scale=2.0**12)
+        load_refused(path, fresh_model, fresh_opt, fresh_scaler, fresh_scheduler, match)
+
+
+def test_a_checkpoint_for_another_model_optimizer_or_scheduler_is_refused(tmp_path):
+    model, opt, scaler, scheduler = trained()
+    path = recipe.save_checkpoint(tmp_path / "c.pt", model, opt, scaler, step=2, scheduler=scheduler)
+    # Another width: the first Linear's weight has another shape.
+    other = recipe.make_model(64, 10, hidden=16)
+    o = torch.optim.Adam(other.parameters(), lr=1e-3)
+    err = load_refused(path, other, o, recipe.make_scaler(torch.float32, "cpu"),
+                       torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=30), "another model")  # fmt: skip
+    assert "0.weight is (32, 64) there and (16, 64)" in str(err)
+    # Another depth: keys the model lacks.
+    deeper = recipe.make_model(64, 10, hidden=32, depth=3)
+    o = torch.optim.Adam(deeper.parameters(), lr=1e-3)
+    load_refused(path, deeper, o, recipe.make_scaler(torch.float32, "cpu"),
+                 torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=30), "another model")  # fmt: skip
+    # Another optimizer: SGD cannot step with Adam's hyperparameters.
+    m, _, s, _ = fresh(torch.float32)
+    sgd = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    load_refused(path, m, sgd, s, torch.optim.lr_scheduler.CosineAnnealingLR(sgd, T_max=30), "another kind of optimizer")
+    # Another scheduler, no scheduler, a scheduler the checkpoint lacks.
+    m, o, s, _ = fresh(torch.float32)
+    load_refused(path, m, o, s, torch.optim.lr_scheduler.StepLR(o, 3), "another kind of lr scheduler")
+    load_refused(path, m, o, s, None, "no scheduler was given")
+    bare = recipe.save_checkpoint(tmp_path / "bare.pt", model, opt, scaler, step=2)
+    m, o, s, sch = fresh(torch.float32, with_scheduler=True)
+    load_refused(bare, m, o, s, sch, "holds no scheduler state")
+
+
+@pytest.mark.parametrize("content", ["junk", "empty", "foreign pickle", "torch list", "torch dict", "directory"])
+def test_a_file_that_is_not_a_checkpoint_is_a_value_error_naming_the_path(tmp_path, content):
+    # Before: torch's UnpicklingError, EOFError, RuntimeError or a KeyError reached the learner.
+    import collections
+    import pickle
+
+    path = tmp_path / f"{content.replace(' ', '_')}.pt"
+    if content == "junk":
+        path.write_bytes(b"this is not a checkpoint")
+    elif content == "empty":
+        path.write_bytes(b"")
+    elif content == "foreign pickle":
+        path.write_bytes(pickle.dumps(collections.Counter("a foreign object")))
+    elif content == "torch list":
+        torch.save([1, 2, 3], path)
+    elif content == "torch dict":
+        torch.save({"weights": torch.ones(3)}, path)
+    else:
+        path.mkdir()
+    model, opt, scaler, scheduler = trained(steps=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no warning from torch on the way
+        err = load_refused(path, model, opt, scaler, scheduler, "checkpoint")
+    assert type(err) is ValueError and str(path) in str(err)
+
+
+def test_a_missing_checkpoint_is_a_file_not_found_error_that_is_a_value_error(tmp_path):
+    model, opt, scaler, _ = fresh(torch.float32)
+    path = tmp_path / "missing.pt"
+    err = load_refused(path, model, opt, scaler, None, "no checkpoint file", error=FileNotFoundError)
+    assert isinstance(err, ValueError) and str(path) in str(err)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda p, m, o, s: recipe.save_checkpoint(None, m, o, s, step=0), TypeError, "path must be a file path"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=-1), ValueError, "step"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=1.0), TypeError, "step"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, "model", o, s, step=0), TypeError, "model must be"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, None, s, step=0), TypeError, "opt must be"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, other_model_opt(), s, step=0), ValueError, "not the model's"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, None, step=0), TypeError, "scaler must be"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, scheduler=3), TypeError, "scheduler"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra=[1]), TypeError, "extra must be None or a dict"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={"a": {1, 2}}), TypeError, r"extra\['a'\] is a set"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={"a": object()}), TypeError, "weights_only"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={1: "a"}), TypeError, "string keys"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={"f": len}), TypeError, "extra"),
+        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={"t": torch.ones(2).to_sparse()}),
+         ValueError, "dense"),  # fmt: skip
+        (lambda p, m, o, s: recipe.save_checkpoint(p.parent, m, o, s, step=0), ValueError, "is a directory"),
+        (lambda p, m, o, s: recipe.load_checkpoint(3, m, o, s), TypeError, "path must be"),
+        (lambda p, m, o, s: recipe.load_checkpoint(p, m, o, "scaler"), TypeError, "scaler must be"),
+    ],
+)  # fmt: skip
+def test_save_and_load_checkpoint_bad_arguments_write_nothing(tmp_path, call, error, match):
+    # Before: save_checkpoint wrote extra={"a": {1, 2}} or an object, which load_checkpoint could not read back.
+    model, opt, scaler, _ = fresh(torch.float32)
+    path = tmp_path / "ckpt" / "c.pt"
+    path.parent.mkdir()
+    with pytest.raises(error, match=match):
+        call(path, model, opt, scaler)
+    assert list(path.parent.iterdir()) == []
+
+
+def test_a_cyclic_extra_is_refused():
+    model, opt, scaler, _ = fresh(torch.float32)
+    loop = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="nests more than"):
+        recipe.save_checkpoint("unused.pt", model, opt, scaler, step=0, extra={"loop": loop})
+
+
+def test_a_failed_save_leaves_an_existing_checkpoint_whole(tmp_path, monkeypatch):
+    model, opt, scaler, _ = fresh(torch.float32)
+    path = recipe.save_checkpoint(tmp_path / "c.pt", model, opt, scaler, step=1)
+    before = path.read_bytes()
+
+    def failing_save(obj, f):
+        Path(f).write_bytes(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        recipe.save_checkpoint(path, model, opt, scaler, step=2)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
+
+
+def extra_values():
+    from hypothesis import strategies as st
+
+    np = pytest.importorskip("numpy")
+    scalars = st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(),
+        st.integers(-(2**63), 2**63 - 1).map(np.int64), st.floats(width=32).map(np.float32),
+        st.booleans().map(np.bool_),
+        st.lists(st.floats(width=32), max_size=5).map(lambda v: torch.tensor(v, dtype=torch.float32)),
+        st.lists(st.integers(-100, 100), max_size=5).map(lambda v: torch.tensor(v, dtype=torch.int64)),
+    )  # fmt: skip
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(st.lists(inner, max_size=4), st.lists(inner, max_size=4).map(tuple),
+                                st.dictionaries(st.text(max_size=8), inner, max_size=4)),  # fmt: skip
+        max_leaves=12,
+    )
+
+
+def plain(value):
+    """The oracle for what weights_only loading gives back: plain Python numbers, lists, tuples, dicts."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, plain(value.tolist()))
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    if hasattr(value, "item") and not isinstance(value, (bool, int, float, str)):
+        value = value.item()  # a numpy scalar is saved as the Python number it holds
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return value
+
+
+def test_a_checkpoint_save_checkpoint_writes_always_loads(tmp_path):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    model, opt, scaler, scheduler = trained(steps=1)
+    path = tmp_path / "c.pt"
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.dictionaries(st.text(max_size=8), extra_values(), max_size=4))
+    def check(extra):
+        recipe.save_checkpoint(path, model, opt, scaler, step=1, scheduler=scheduler, extra=extra)
+        assert recipe.load_checkpoint(path, model, opt, scaler, scheduler=scheduler) == 1
+        assert plain(torch.load(path, weights_only=True)["extra"]) == plain(extra)
+
+    check()
+
+
+def endless_pairs(data):
+    """An iterator without a length that never ends: read to the end, it would fill memory."""
+    pair = (data.train.X[:8], data.train.y[:8])
+    while True:
+        yield pair
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        # Before: list(range(10**12)) ran until MemoryError (or past any time limit) inside _sequence.
+        (lambda d, s: recipe.train_step(*s, range(10**12), dtype=torch.float32), ValueError, "batches may hold at most"),
+        (lambda d, s: recipe.train_step(*s, range(2**70), dtype=torch.float32), ValueError, "batches may hold at most"),
+        (lambda d, s: recipe.train_step(*s, endless_pairs(d), dtype=torch.float32), ValueError, "batches may hold"),
+        (lambda d, s: recipe.compare_precisions(d, dtypes=range(10**12)), ValueError, "dtypes may hold at most"),
+        (lambda d, s: recipe.comparison_rows(range(10**12)), ValueError, "results may hold at most"),
+        (lambda d, s: recipe.read_comparison(range(10**12), recipe.choose_amp_dtype(cpu(AVX2_ONLY))), ValueError,
+         "results may hold at most"),  # fmt: skip
+        (lambda d, s: recipe.choice_rows(range(10**12)), ValueError, "machines may hold at most"),
+        # Before: torch's Adam raised RuntimeError "value cannot be converted to type float without overflow".
+        (lambda d, s: recipe.compare_precisions(d, lr=1e300, num_steps=2, warmup_steps=0), ValueError, "lr must be <="),
+        (lambda d, s: recipe.compare_precisions(d, lr=2e6, num_steps=2, warmup_steps=0), ValueError, "lr must be <="),
+    ],
+)
+def test_list_arguments_and_lr_are_bounded_before_any_work(data, call, error, match):
+    model, opt, scaler, _ = fresh(torch.float32)
+    before = snapshot(model, opt, scaler)
+    with pytest.raises(error, match=match):
+        call(data, (model, opt, scaler))
+    assert_unchanged(before, model, opt, scaler)
+
+
+def test_the_list_bound_admits_up_to_max_steps_items(data):
+    assert recipe._sequence("xs", range(recipe._MAX_ITEMS), "a list") == list(range(recipe._MAX_ITEMS))
+    assert recipe._sequence("xs", iter(range(5)), "a list") == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match=f"xs may hold at most {recipe._MAX_ITEMS} items"):
+        recipe._sequence("xs", iter(range(recipe._MAX_ITEMS + 1)), "a list")

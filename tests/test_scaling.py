@@ -11,12 +11,16 @@ from __future__ import annotations
 import copy
 import math
 
+import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from amp_lab import scaling
 from amp_lab.scaling import FLOAT32_MAX, DynamicLossScaler, ScaleRecord, StaticLossScaler, to_float32
+
+FLOAT32_TINY = torch.finfo(torch.float32).tiny  # the smallest normal float32, 2**-126
 
 FAULTS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
@@ -118,12 +122,15 @@ init_scales = st.one_of(
     st.integers(-20, 127).map(lambda e: 2.0**e),
     st.floats(FLOAT32_MAX / 8, FLOAT32_MAX),  # growth would overflow float32
 )
+# Near the bottom of float32's normal range a few backoffs leave it: GradScaler walks on into
+# subnormals, ours refuses that backoff (ScaleUnderflowError) and changes nothing.
+near_tiny = st.one_of(st.integers(-126, -110).map(lambda e: 2.0**e), st.floats(FLOAT32_TINY, 2.0**-110))
 
 
 @settings(max_examples=240)
 @given(
     faults=schedule,
-    init_scale=init_scales,
+    init_scale=st.one_of(init_scales, near_tiny),
     growth_factor=st.one_of(st.just(2.0), st.floats(1.0001, 8.0)),
     backoff_factor=st.one_of(st.just(0.5), st.floats(0.05, 0.95)),
     growth_interval=st.integers(1, 6),
@@ -169,8 +176,17 @@ def test_dynamic_scaler_matches_gradscaler_under_random_faults(
             if p.grad is not None:
                 assert torch.equal(torch.isnan(p.grad), torch.isnan(q.grad))
                 assert torch.equal(p.grad.nan_to_num(0.0), q.grad.nan_to_num(0.0))
-        ours.scaler.update()
         ref.scaler.update()
+        if ref.scaler.get_scale() < FLOAT32_TINY:
+            # GradScaler backed off below float32's normal range: ours refuses, and changes nothing.
+            before, history = ours.scaler.state_dict(), list(ours.scaler.history)
+            with pytest.raises(scaling.ScaleUnderflowError, match="2\\*\\*-126"):
+                ours.scaler.update()
+            assert ours.scaler.state_dict() == before and ours.scaler.history == history
+            assert before["scale"] >= FLOAT32_TINY
+            event("GradScaler's scale left float32's normal range")
+            break
+        ours.scaler.update()
 
         assert ours.scaler.get_scale() == ref.scaler.get_scale()
         assert ours.scaler.state_dict() == ref.scaler.state_dict()
@@ -261,22 +277,26 @@ def test_scale_falls_below_one_and_keeps_matching():
         assert same_bits(p, q)
 
 
-def test_growth_tracker_above_interval_never_grows_like_gradscaler():
-    """GradScaler compares the tracker with ``==``: a loaded tracker past the interval never grows."""
+@pytest.mark.parametrize("tracker", [3, 5])
+def test_growth_tracker_at_or_past_the_interval_is_refused(tracker):
+    """GradScaler compares the tracker with ``==``: loaded at or past the interval, its scale never
+    grows again, silently.  Ours refuses such a state and keeps its own."""
     ours, ref = _pair(init_scale=8.0, growth_interval=3)
     state = {
         "scale": 8.0,
         "growth_factor": 2.0,
         "backoff_factor": 0.5,
         "growth_interval": 3,
-        "_growth_tracker": 5,
+        "_growth_tracker": tracker,
     }
-    ours.scaler.load_state_dict(state)
     ref.scaler.load_state_dict(state)
-    for _ in range(4):
-        _iterate([ours, ref])
-        assert ours.scaler.state_dict() == ref.scaler.state_dict()
-    assert ours.scaler.get_scale() == 8.0
+    for _ in range(7):
+        _iterate([ref])
+    assert ref.scaler.get_scale() == 8.0  # the oracle: 7 clean steps at interval 3, and no growth
+    before = ours.scaler.state_dict()
+    with pytest.raises(ValueError, match="_growth_tracker"):
+        ours.scaler.load_state_dict(state)
+    assert ours.scaler.state_dict() == before
 
 
 def test_state_dict_round_trips_both_ways():
@@ -535,3 +555,405 @@ def test_factors_that_are_not_float32_values_round_like_the_kernel(growth_factor
     for t in range(40):
         _iterate([ours, ref], faults=[(0, 0, "inf")] if t % 5 == 4 else ())
         assert ours.scaler.get_scale() == ref.scaler.get_scale()
+
+
+# -- issue 14: loss scales are validated in float64, used in float32 -------------------------------
+
+
+def _inf_step(run):
+    """One iteration whose first gradient element is inf (so the step is skipped)."""
+    run.backward()
+    run.inject([(0, 0, "inf")])
+    run.scaler.step(run.opt)
+
+
+def _snapshot(scaler):
+    return scaler.state_dict(), list(scaler.history), scaler.get_scale()
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: StaticLossScaler(1e-50),
+        lambda: StaticLossScaler(2.0**-127),  # subnormal in float32: 1/S overflows to inf
+        lambda: DynamicLossScaler(init_scale=2.0**-149),  # float32's smallest subnormal
+        lambda: DynamicLossScaler(init_scale=1e-50),  # 0 in float32
+        lambda: DynamicLossScaler(init_scale=np.float64(1e-40)),
+    ],
+)
+def test_scales_that_are_not_normal_float32_values_are_refused(make):
+    # The oracle: GradScaler stores what float32 makes of them, 0 or a subnormal.
+    with pytest.raises(ValueError, match="scale.*2\\*\\*-126"):
+        make()
+
+
+def test_gradscaler_turns_a_tiny_init_scale_into_zero_and_nan_weights():
+    """What the refusal saves a learner from: GradScaler's scale 0, a scaled loss 0, NaN weights."""
+    p = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([p], lr=0.1)
+    ref = torch.amp.GradScaler("cpu", init_scale=1e-50)
+    ref.scale((2 * p).sum()).backward()
+    assert ref.get_scale() == 0.0 and torch.equal(p.grad, torch.zeros(3))
+    ref.step(opt)
+    ref.update()
+    assert torch.isnan(p).all()
+    with pytest.raises(ValueError, match="init_scale"):
+        DynamicLossScaler(init_scale=1e-50)
+
+
+def _gradscaler_backoffs(init_scale, backoff_factor=0.5, limit=400):
+    """GradScaler's float32 scale after each backoff (every step inf), until it reaches 0."""
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([p], lr=0.0)
+    ref = torch.amp.GradScaler("cpu", init_scale=init_scale, backoff_factor=backoff_factor)
+    scales = []
+    while (not scales or scales[-1] > 0) and len(scales) < limit:
+        opt.zero_grad()
+        ref.scale(p.sum()).backward()
+        p.grad[0] = math.inf
+        ref.step(opt)
+        ref.update()
+        scales.append(ref.get_scale())
+    return scales
+
+
+@pytest.mark.parametrize(
+    "init_scale, backoff_factor", [(2.0**16, 0.5), (1.0, 1e-30), (3e-30, 0.37), (2.0**-126, 0.5)]
+)
+def test_backoff_below_float32_normal_range_raises_where_gradscaler_goes_on_silently(
+    init_scale, backoff_factor
+):
+    expected = _gradscaler_backoffs(init_scale, backoff_factor)
+    assert expected[-1] == 0.0  # the oracle reaches 0 ...
+    leaves = next(i for i, v in enumerate(expected) if v < FLOAT32_TINY)
+    assert all(v < FLOAT32_TINY for v in expected[leaves:])  # ... through subnormals, and never returns
+    ours, _ = _pair(init_scale=init_scale, backoff_factor=backoff_factor)
+    for i in range(leaves):  # bit for bit while the scale stays normal
+        _inf_step(ours)
+        ours.scaler.update()
+        assert ours.scaler.get_scale() == expected[i]
+    _inf_step(ours)
+    before = _snapshot(ours.scaler)
+    with pytest.raises(scaling.ScaleUnderflowError, match="backoff_factor") as info:
+        ours.scaler.update()
+    assert isinstance(info.value, RuntimeError) and not isinstance(info.value, ZeroDivisionError)
+    assert _snapshot(ours.scaler) == before  # nothing changed: not the scale, not the history
+    with pytest.raises(scaling.ScaleUnderflowError):  # and it stays refused, never a ZeroDivisionError
+        ours.scaler.update()
+
+
+@pytest.mark.parametrize(
+    "new_scale",
+    [
+        1e-50,
+        2.0**-127,
+        0.0,
+        -1.0,
+        math.nan,
+        math.inf,
+        1e39,
+        torch.tensor(1e-50, dtype=torch.float64),
+        torch.tensor(math.nan),
+    ],
+)
+def test_update_with_a_bad_new_scale_is_refused_and_changes_nothing(new_scale):
+    ours, ref = _pair(init_scale=64.0, growth_interval=2)
+    for run in (ours, ref):
+        run.backward()
+        run.scaler.step(run.opt)
+    before = _snapshot(ours.scaler)
+    with pytest.raises(ValueError, match="new_scale"):
+        ours.scaler.update(new_scale)
+    assert _snapshot(ours.scaler) == before
+    ours.scaler.update()  # the iteration is still open: a plain update() ends it, as GradScaler's does
+    ref.scaler.update()
+    assert ours.scaler.state_dict() == ref.scaler.state_dict()
+
+
+@pytest.mark.parametrize(
+    "new_scale, error",
+    [
+        (True, TypeError),
+        ("8", TypeError),
+        ([8.0], TypeError),
+        (torch.tensor([1.0, 2.0]), ValueError),
+        (torch.tensor(True), TypeError),
+        (torch.tensor(2.0 + 1j), TypeError),
+    ],
+)
+def test_update_with_a_new_scale_of_the_wrong_kind_names_it(new_scale, error):
+    scaler = DynamicLossScaler()
+    scaler.scale(torch.ones(()))
+    with pytest.raises(error, match="new_scale"):
+        scaler.update(new_scale)
+    assert scaler.history == []
+
+
+@pytest.mark.parametrize("new_scale", [np.float32(3.0), np.int64(8), 5, torch.tensor(7, dtype=torch.int32)])
+def test_update_accepts_numpy_scalars_ints_and_integer_tensors(new_scale):
+    scaler = DynamicLossScaler()
+    scaler.scale(torch.ones(()))
+    scaler.update(new_scale)
+    assert scaler.get_scale() == to_float32(float(new_scale))
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"backoff_factor": 1e-300}, "backoff_factor"),  # every backoff from any scale gives 0
+        ({"backoff_factor": scaling.MIN_BACKOFF_FACTOR / 2}, "backoff_factor"),
+        ({"backoff_factor": True}, "backoff_factor"),
+        ({"backoff_factor": "0.5"}, "backoff_factor"),
+        ({"backoff_factor": None}, "backoff_factor"),
+        ({"growth_factor": 1e300}, "growth_factor"),  # every growth from any scale overflows
+        ({"growth_factor": scaling.MAX_GROWTH_FACTOR * 2}, "growth_factor"),
+        ({"growth_factor": -math.inf}, "growth_factor"),
+        ({"growth_factor": np.bool_(True)}, "growth_factor"),
+        ({"growth_interval": 2**31}, "growth_interval"),  # GradScaler's tracker is an int32
+        ({"growth_interval": np.float64(3.0)}, "growth_interval"),
+        ({"growth_interval": None}, "growth_interval"),
+        ({"record_history": "no"}, "record_history"),
+        ({"record_history": 1}, "record_history"),
+    ],
+)
+def test_more_bad_dynamic_arguments_are_refused(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        DynamicLossScaler(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"backoff_factor": "0.5"}, "backoff_factor"),
+        ({"growth_interval": 2.5}, "growth_interval"),
+        ({"init_scale": None}, "init_scale"),
+    ],
+)
+def test_wrong_types_raise_type_error(kwargs, name):
+    with pytest.raises(TypeError, match=name):
+        DynamicLossScaler(**kwargs)
+
+
+def test_factors_at_their_bounds_still_match_gradscaler():
+    for kwargs, faults in [
+        (dict(init_scale=FLOAT32_MAX, backoff_factor=scaling.MIN_BACKOFF_FACTOR), [(0, 0, "inf")]),
+        (dict(init_scale=FLOAT32_TINY, growth_factor=scaling.MAX_GROWTH_FACTOR, growth_interval=1), []),
+    ]:
+        ours, ref = _pair(**kwargs)
+        _iterate([ours, ref], faults)
+        assert ours.scaler.state_dict() == ref.scaler.state_dict()
+
+
+def test_numpy_scalars_are_accepted_as_numbers():
+    kwargs = dict(init_scale=1024.0, growth_factor=2.0, backoff_factor=0.5, growth_interval=3)
+    ours = DynamicLossScaler(
+        init_scale=np.float32(1024.0),
+        growth_factor=np.float64(2.0),
+        backoff_factor=np.float32(0.5),
+        growth_interval=np.int64(3),
+    )
+    assert ours.state_dict() == torch.amp.GradScaler("cpu", **kwargs).state_dict()
+    assert StaticLossScaler(np.int32(8)).get_scale() == 8.0
+    quiet = StaticLossScaler(8.0, record_history=np.bool_(False))
+    assert quiet.record_history is False
+
+
+@pytest.mark.parametrize(
+    "attribute, value",
+    [
+        ("growth_factor", 0.5),
+        ("growth_factor", "2"),
+        ("backoff_factor", 1.5),
+        ("backoff_factor", 0.0),
+        ("growth_interval", 0),
+        ("growth_interval", 1.5),
+    ],
+)
+def test_setting_a_bad_factor_or_interval_is_refused(attribute, value):
+    scaler = DynamicLossScaler()
+    before = scaler.state_dict()
+    with pytest.raises(ValueError, match=attribute):
+        setattr(scaler, attribute, value)
+    assert scaler.state_dict() == before
+
+
+def test_growth_interval_cannot_be_set_at_or_below_the_clean_steps_counted():
+    ours, _ = _pair(init_scale=8.0, growth_interval=5)
+    for _ in range(3):
+        _iterate([ours])
+    with pytest.raises(ValueError, match="growth_interval"):
+        ours.scaler.growth_interval = 3
+    assert ours.scaler.growth_interval == 5
+    ours.scaler.growth_interval = 4
+    _iterate([ours])
+    assert ours.scaler.get_scale() == 16.0  # the fourth clean step grew it
+
+
+# -- issue 14: load_state_dict checks everything first and changes nothing on refusal -------------
+
+GOOD_STATE = {
+    "scale": 4.0,
+    "growth_factor": 3.0,
+    "backoff_factor": 0.25,
+    "growth_interval": 7,
+    "_growth_tracker": 2,
+}
+
+
+def _without(key):
+    return {k: v for k, v in GOOD_STATE.items() if k != key}
+
+
+@pytest.mark.parametrize(
+    "state, name, error",
+    [
+        (_without("scale"), "'scale'", ValueError),
+        (_without("growth_factor"), "'growth_factor'", ValueError),
+        (_without("_growth_tracker"), "'_growth_tracker'", ValueError),
+        ({**GOOD_STATE, "growth_intervall": 7}, "growth_intervall", ValueError),  # a typo, not ignored
+        ({**_without("growth_interval"), "growth_intervall": 7}, "growth_intervall", ValueError),
+        ({**GOOD_STATE, "scale": 1e-50}, "scale", ValueError),
+        ({**GOOD_STATE, "scale": 2.0**-149}, "scale", ValueError),
+        ({**GOOD_STATE, "scale": math.nan}, "scale", ValueError),
+        ({**GOOD_STATE, "scale": "4"}, "scale", TypeError),
+        ({**GOOD_STATE, "growth_factor": 1.0}, "growth_factor", ValueError),
+        ({**GOOD_STATE, "backoff_factor": 1e-300}, "backoff_factor", ValueError),
+        ({**GOOD_STATE, "backoff_factor": None}, "backoff_factor", TypeError),
+        ({**GOOD_STATE, "growth_interval": 0}, "growth_interval", ValueError),
+        ({**GOOD_STATE, "growth_interval": 7.0}, "growth_interval", TypeError),
+        ({**GOOD_STATE, "_growth_tracker": 7}, "_growth_tracker", ValueError),  # == interval: never grows
+        ({**GOOD_STATE, "_growth_tracker": -1}, "_growth_tracker", ValueError),
+        ({**GOOD_STATE, "_growth_tracker": True}, "_growth_tracker", TypeError),
+        ({}, "empty", ValueError),
+        ([("scale", 4.0)], "state_dict", TypeError),
+        (None, "state_dict", TypeError),
+    ],
+)
+def test_bad_state_dicts_are_refused_before_anything_changes(state, name, error):
+    ours, _ = _pair(init_scale=1024.0, growth_interval=3)
+    _iterate([ours])  # scale set, tracker 1
+    before = _snapshot(ours.scaler)
+    with pytest.raises(error, match=name):
+        ours.scaler.load_state_dict(state)
+    assert _snapshot(ours.scaler) == before
+
+
+def test_empty_state_dict_is_still_a_runtime_error_like_gradscalers():
+    with pytest.raises(RuntimeError):
+        torch.amp.GradScaler("cpu").load_state_dict({})
+    with pytest.raises(RuntimeError, match="empty"):
+        DynamicLossScaler().load_state_dict({})
+
+
+def test_state_dict_keys_are_gradscalers_and_a_good_state_loads_into_both():
+    ours, ref = DynamicLossScaler(), torch.amp.GradScaler("cpu")
+    assert list(ours.state_dict()) == list(ref.state_dict())
+    ours.load_state_dict(GOOD_STATE)
+    ref.load_state_dict(GOOD_STATE)
+    assert ours.state_dict() == ref.state_dict() == GOOD_STATE
+    numpy_state = {k: (np.int64(v) if isinstance(v, int) else np.float64(v)) for k, v in GOOD_STATE.items()}
+    fresh = DynamicLossScaler()
+    fresh.load_state_dict(numpy_state)
+    assert fresh.state_dict() == GOOD_STATE
+
+
+@pytest.mark.parametrize(
+    "state, name",
+    [
+        ({"scale": 4.0, "growth_factor": 2.0}, "growth_factor"),
+        ({"scal": 4.0}, "scal"),
+        ({"scale": 0.0}, "scale"),
+        ({}, "empty"),
+    ],
+)
+def test_static_scaler_load_state_dict_checks_first(state, name):
+    scaler = StaticLossScaler(8.0)
+    scaler.scale(torch.ones(()))
+    with pytest.raises(ValueError, match=name):
+        scaler.load_state_dict(state)
+    assert scaler.get_scale() == 8.0 and scaler.state_dict() == {"scale": 8.0}
+    scaler.load_state_dict({"scale": 2.0})
+    assert scaler.get_scale() == 2.0
+
+
+# -- issue 14: duck-typed arguments get a TypeError naming them ------------------------------------
+
+
+@pytest.mark.parametrize("method", ["unscale_", "step"])
+@pytest.mark.parametrize("optimizer", [None, "adam", torch.nn.Linear(2, 2), [torch.zeros(2)]])
+def test_optimizer_arguments_must_be_optimizers(method, optimizer):
+    for scaler in (StaticLossScaler(8.0), DynamicLossScaler()):
+        scaler.scale(torch.ones(()))
+        with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer"):
+            getattr(scaler, method)(optimizer)
+        assert scaler._states == {}  # nothing recorded for the bad argument
+
+
+@pytest.mark.parametrize(
+    "outputs, what",
+    [
+        ("x", "outputs"),
+        (None, "outputs"),
+        (3.0, "outputs"),
+        ([torch.ones(()), "x"], "outputs"),
+        ((torch.ones(()), [torch.ones(2), None]), "outputs"),
+        (torch.ones(3, dtype=torch.int64), "floating-point"),
+        (torch.ones(3, dtype=torch.bool), "floating-point"),
+    ],
+)
+def test_scale_refuses_what_is_not_a_loss_and_changes_nothing(outputs, what):
+    scaler = DynamicLossScaler(init_scale=0.1)
+    with pytest.raises(TypeError, match=what):
+        scaler.scale(outputs)
+    assert scaler._scale is None and scaler.get_scale() == 0.1  # not even the lazy float32 rounding
+
+
+@pytest.mark.parametrize(
+    "grads, inv_scale, name",
+    [
+        (None, torch.tensor(0.5), "grads"),
+        (torch.ones(3), torch.tensor(0.5), "grads"),
+        ([torch.ones(3), "x"], torch.tensor(0.5), "grads\\[1\\]"),
+        ([torch.ones(3), torch.ones(2, dtype=torch.int32)], torch.tensor(0.5), "grads\\[1\\]"),
+        ([torch.ones(3)], 0.5, "inv_scale"),
+        ([torch.ones(3)], torch.tensor(0.5, dtype=torch.float64), "inv_scale"),
+        ([torch.ones(3)], torch.tensor([0.5]), "inv_scale"),
+    ],
+)
+def test_check_and_unscale_refuses_bad_arguments_before_changing_a_gradient(grads, inv_scale, name):
+    originals = (
+        [g.clone() for g in grads]
+        if isinstance(grads, list) and all(isinstance(g, torch.Tensor) for g in grads)
+        else None
+    )
+    with pytest.raises((TypeError, ValueError), match=name):
+        scaling.check_and_unscale_(grads, inv_scale)
+    if originals is not None:
+        assert all(torch.equal(a, b) for a, b in zip(grads, originals, strict=True))
+
+
+@pytest.mark.parametrize(
+    "x, error", [(True, TypeError), ("1.0", TypeError), (None, TypeError), (10**400, ValueError)]
+)
+def test_to_float32_refuses_what_is_not_a_real_number(x, error):
+    with pytest.raises(error, match="x"):
+        to_float32(x)
+
+
+@pytest.mark.parametrize("x", [0.1, np.float32(0.1), np.float64(1e39), 7, np.int64(2**60), math.inf])
+def test_to_float32_rounds_like_torch(x):
+    expected = torch.tensor(float(x), dtype=torch.float64).float().item()
+    assert to_float32(x) == expected or (math.isnan(expected) and math.isnan(to_float32(x)))
+
+
+def test_check_and_unscale_of_no_gradients_finds_nothing():
+    found_inf = scaling.check_and_unscale_([], torch.tensor(0.5))
+    assert found_inf.dtype == torch.bool and not found_inf
+
+
+@pytest.mark.parametrize("new_scale", [1e-50, -1.0, "2", torch.tensor([1.0, 2.0])])
+def test_a_bad_new_scale_is_named_even_before_the_first_scale_call(new_scale):
+    with pytest.raises(ValueError, match="new_scale"):
+        DynamicLossScaler().update(new_scale)
+    with pytest.raises(RuntimeError, match="before scale"):  # a good one: GradScaler's misuse error
+        DynamicLossScaler().update(8.0)

@@ -419,3 +419,168 @@ def test_time_matmul_refuses_what_memory_cannot_hold(monkeypatch):
     with pytest.raises(ValueError, match="refused before allocating"):
         T.time_matmul(2**15, device="cpu")
     assert T._time_matmul_bytes(2**15, torch.bfloat16) == 2**30 * (4 + 3 * 2)
+
+
+# ---- issue 14: every bad input gets a clear error, no call hangs ----
+
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from amp_lab import tensor_cores as tc  # noqa: E402
+from amp_lab._checks import MAX_REPEATS  # noqa: E402
+
+
+def test_mma_refuses_huge_products_before_starting():
+    A = torch.zeros(2048, 2048)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"M\*N\*K <= 16,777,216.*smaller inputs"):
+        tc.mma(A, A)
+    with pytest.raises(ValueError, match=r"K <= 65,536"):
+        tc.mma(torch.ones(1, 100_000), torch.ones(100_000, 1))
+    assert time.perf_counter() - t0 < 2.0  # refused, not attempted
+    assert tc.MAX_MMA_WORK == 2**24
+    # the largest allowed product still runs, and reference_mma has no emulation limit
+    A = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    assert tc.mma(A, A).shape == (256, 256)
+    assert tc.reference_mma(torch.ones(300, 300), torch.ones(300, 300)).shape == (300, 300)
+
+
+@pytest.mark.parametrize(
+    "bad,words",
+    [
+        (torch.ones(2, 2, dtype=torch.complex64), "complex"),
+        (torch.ones(2, 2, dtype=torch.bool), "bool"),
+        ([[True, False], [False, True]], "bool"),
+        ("abc", "A must be"),
+        (None, "A must be"),
+    ],
+)
+def test_mma_refuses_complex_bool_and_non_numbers(bad, words):
+    with pytest.raises(TypeError, match=words):
+        tc.mma(bad, torch.ones(2, 2))
+
+
+@pytest.mark.parametrize(
+    "bad,err,words",
+    [
+        (torch.ones(3, dtype=torch.complex64), TypeError, "complex"),
+        (torch.ones(3, dtype=torch.bool), TypeError, "bool"),
+        ("1 2 3", TypeError, "values"),
+        (torch.ones(100_000), ValueError, "65,536"),
+        (torch.ones(300, 60_000), ValueError, "16,777,216"),
+    ],
+)
+def test_running_sum_refuses_bad_values(bad, err, words):
+    with pytest.raises(err, match=words):
+        tc.running_sum(bad, "fp16")
+
+
+def test_running_sum_accepts_numpy_and_int_tensors():
+    expect = tc.running_sum(torch.ones(5), "fp16")
+    assert torch.equal(tc.running_sum(np.ones(5, dtype=np.float32), "fp16"), expect)
+    assert torch.equal(tc.running_sum(torch.ones(5, dtype=torch.int32), "fp16"), expect)
+
+
+def test_first_stall_wants_one_running_sum():
+    # flattened, rows [0, 1] and [1, 2] would "stall" where one ends and the next begins
+    with pytest.raises(ValueError, match="1-D"):
+        tc.first_stall(torch.tensor([[0.0, 1.0], [1.0, 2.0]]))
+    with pytest.raises(ValueError, match="1-D"):
+        tc.first_stall(torch.tensor(3.0))
+    with pytest.raises(TypeError, match="bool"):
+        tc.first_stall(torch.tensor([True, True]))
+    assert tc.first_stall([0.0, 1.0, 2.0]) is None
+    assert tc.first_stall([]) is None
+    assert tc.first_stall(tc.running_sum(torch.ones(3000), "fp16")) == (2049, 2048.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs,err,words",
+    [
+        ({"k_max": 2**16, "batch": 4096}, ValueError, "batch \\* k_max"),
+        ({"k_max": 2**17}, ValueError, "k_max"),
+        ({"k_max": 64, "batch": 0}, ValueError, "batch"),
+        ({"k_max": 64, "seed": -1}, ValueError, "seed"),
+        ({"k_max": 64, "seed": 1.5}, TypeError, "seed"),
+        ({"k_max": 64, "low": True}, TypeError, "low"),
+        ({"k_max": 64, "high": math.nan}, ValueError, "high"),
+        ({"k_max": 64, "low": 1.0, "high": 0.5}, ValueError, "high must be > low"),
+        ({"k_max": 64, "accumulators": ()}, ValueError, "at least one"),
+        ({"k_max": 64, "accumulators": ("fp32", "fp32")}, ValueError, "twice"),
+        ({"k_max": 64, "accumulators": 5}, TypeError, "accumulators"),
+        ({"k_max": 64, "accumulators": ("fp8_e4m3",)}, ValueError, "accumulators"),
+    ],
+)
+def test_accumulation_curve_bad_arguments(kwargs, err, words):
+    t0 = time.perf_counter()
+    with pytest.raises(err, match=words):
+        tc.accumulation_curve(**kwargs)
+    assert time.perf_counter() - t0 < 1.0  # refused before any work
+
+
+def test_accumulation_curve_takes_one_accumulator_name():
+    curve = tc.accumulation_curve(16, batch=2, accumulators="fp16")
+    assert curve.accumulators == ("fp16",)  # not ('f', 'p', '1', '6')
+
+
+def test_accumulation_explorer_checks_k_before_the_curve():
+    with pytest.raises(ValueError, match="k must be <= 64"):
+        tc.accumulation_explorer(k=65, k_max=64, batch=2)
+    with pytest.raises(TypeError, match="k must be an integer"):
+        tc.accumulation_explorer(k=1.5, k_max=64, batch=2)
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [
+        ({"repeats": 10**12}, "repeats must be <= 10000"),
+        ({"warmup": 10**12}, "warmup must be <= 10000"),
+        ({"inner": 10**12}, "inner must be <= 10000"),
+        ({"repeats": 5000, "inner": 3}, "warmup \\+ repeats \\* inner"),
+        ({"repeats": 0}, "repeats must be >= 1"),
+        ({"repeats": True}, "repeats must be an integer"),
+    ],
+)
+def test_time_matmul_bounds_its_work(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        tc.time_matmul(1, device="cpu", **kwargs)
+    assert MAX_REPEATS == 10_000
+
+
+@pytest.mark.parametrize(
+    "kwargs,words",
+    [({"repeats": -5}, "repeats must be >= 1"), ({"warmup": -1}, "warmup"), ({"dtype": "int8"}, "dtype")],
+)
+def test_alignment_demo_validates_before_skipping(kwargs, words):
+    # without a GPU nothing is timed, but a bad argument is still named (it used to print "-5 samples")
+    with pytest.raises(ValueError, match=words):
+        tc.alignment_demo(4096, device="cpu", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "caps,err,words",
+    [
+        ((8, 0), ValueError, "one capability"),
+        ("8.0", TypeError, "capabilities"),
+        ([], ValueError, "at least one"),
+        (None, TypeError, "capabilities"),
+        ([(8,)], ValueError, "capability"),
+    ],
+)
+def test_generations_table_bad_capabilities(caps, err, words):
+    with pytest.raises(err, match=words):
+        tc.generations_table(caps)
+
+
+def test_plot_accumulation_checks_its_arguments():
+    from matplotlib.figure import Figure
+
+    curve = tc.accumulation_curve(16, batch=2)
+    ax = Figure().add_subplot()
+    with pytest.raises(TypeError, match="curve"):
+        tc.plot_accumulation("curve", ax)
+    with pytest.raises(TypeError, match="ax"):
+        tc.plot_accumulation(curve, None)
+    with pytest.raises(ValueError, match="k must be <= 16"):
+        tc.plot_accumulation(curve, ax, 17)

@@ -212,7 +212,7 @@ def test_the_minimum_rounds_are_taken_even_past_the_budget_and_max_repeats_caps_
                        max_time_s=1.0)  # fmt: skip
     assert len(t["fp32"].samples) == 5
     capped = timing.measure(_contestants(clock, [0.5, 2.0]), warmup=0, repeats=2, number=1, target_rel_width=0.01,
-                            max_time_s=10**6, max_repeats=9)  # fmt: skip
+                            max_time_s=3600, max_repeats=9)  # fmt: skip
     assert len(capped["fp32"].samples) == 9
 
 
@@ -227,10 +227,10 @@ def test_the_interval_is_checked_for_every_contestant_against_the_baseline(fake)
 
     fns["tf32"] = tf32
     t = timing.measure(fns, warmup=0, repeats=2, number=1, target_rel_width=0.01, max_repeats=20,
-                       max_time_s=10**6)  # fmt: skip
+                       max_time_s=3600)  # fmt: skip
     assert len(t["fp32"].samples) == 20  # fp32/amp settled at 6 pairs, fp32/tf32 never did
     t = timing.measure(fns, warmup=0, repeats=2, number=1, target_rel_width=0.01, max_repeats=20, baseline="amp",
-                       max_time_s=10**6)  # fmt: skip
+                       max_time_s=3600)  # fmt: skip
     assert len(t["fp32"].samples) == 20
 
 
@@ -547,3 +547,160 @@ def test_sync_summary_on_a_gpu_and_bad_input(monkeypatch):
         timing.sync_summary(0.02, 0.01)
     with pytest.raises(ValueError, match="queued_s"):
         timing.sync_summary(0.0, 0.01)
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 14: every bad input gets a clear error before any work starts; nothing runs unbounded
+# ----------------------------------------------------------------------------------------------
+
+
+def _must_not_run():
+    raise AssertionError("the timed function ran although the arguments were refused")
+
+
+@pytest.mark.parametrize(
+    "fns, kwargs, exc, match",
+    [
+        (_must_not_run, {"repeats": 10**12}, ValueError, "repeats must be <= 10000"),
+        (_must_not_run, {"min_sample_s": 1e6}, ValueError, "min_sample_s must be <= 10"),
+        (_must_not_run, {"warmup": 10**9}, ValueError, "warmup must be <= 10000"),
+        (_must_not_run, {"number": 10**9}, ValueError, "number must be <= 1000000"),
+        (_must_not_run, {"num_threads": 10**6}, ValueError, "num_threads must be <= 1024"),
+        (_must_not_run, {"repeats": 9000, "min_sample_s": 1.0}, ValueError, "more than the course's limit"),
+        (_must_not_run, {"callback": "print"}, TypeError, "callback must be a function"),
+        (_must_not_run, {"extra_context": ["race"]}, TypeError, "extra_context must be a dict"),
+        (_must_not_run, {"repeats": True}, TypeError, "repeats must be an integer"),
+        ({"a": _must_not_run, "b": _must_not_run}, {"target_rel_width": 0.1, "max_time_s": 1e9}, ValueError,
+         "max_time_s must be <= 3600"),
+        ({"a": _must_not_run, "b": _must_not_run}, {"target_rel_width": 0.1, "max_repeats": 10**9}, ValueError,
+         "max_repeats must be <= 10000"),
+        ({"a": _must_not_run, "b": _must_not_run}, {"baseline": ["a"]}, ValueError, "baseline"),
+        ({1: _must_not_run, "1": _must_not_run}, {}, ValueError, "distinct"),
+        ([_must_not_run], {}, TypeError, "fns must be a callable"),
+    ],
+)  # fmt: skip
+def test_measure_refuses_bad_or_unbounded_arguments_before_calling_anything(fns, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        timing.measure(fns, device="cpu", **kwargs)
+
+
+def test_measure_accepts_numpy_scalars(fake):
+    _, clock = fake
+    t = timing.measure(_contestants(clock, [2.0]), device="cpu", warmup=np.int64(0), repeats=np.int64(3),
+                       number=np.int64(1), min_sample_s=np.float64(0.01))  # fmt: skip
+    assert len(t["fp32"].samples) == 3 and t["fp32"].number == 1
+    with pytest.raises(ValueError, match="repeats must be <= 10000"):  # NumPy integers are bounded too
+        timing.measure(_must_not_run, device="cpu", repeats=np.int64(10**12))
+
+
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        (("x", (), 1, 0), ValueError, "at least one"),
+        (("x", (1.0,), 0, 0), ValueError, "number must be >= 1"),
+        (("x", (1.0,), 1, -1), ValueError, "warmup must be >= 0"),
+        (("x", (1.0,), True, 0), TypeError, "number must be an integer"),
+        (("x", (float("nan"),), 1, 0), ValueError, r"samples\[0\]"),
+        (("x", (-1.0,), 1, 0), ValueError, r"samples\[0\]"),
+        (("x", ("1",), 1, 0), TypeError, r"samples\[0\]"),
+        (("x", 1.0, 1, 0), TypeError, "samples must be a sequence"),
+        ((None, (1.0,), 1, 0), TypeError, "label must be a string"),
+        (("x", (1.0,), 1, 0, "ctx"), TypeError, "context must be a dict"),
+    ],
+)
+def test_timing_checks_its_fields(args, exc, match):
+    with pytest.raises(exc, match=match):
+        timing.Timing(*args)
+
+
+def test_timing_takes_numpy_samples_as_a_tuple_of_floats():
+    t = timing.Timing("x", np.array([2.0, 1.0]), np.int64(2), 0)
+    assert t.samples == (2.0, 1.0) and all(type(s) is float for s in t.samples)
+    assert t.median == 1.5 and t.number == 2 and type(t.number) is int
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: timing.format_seconds("1"), TypeError, "seconds must be a number"),
+        (lambda: timing.format_seconds(None), TypeError, "seconds must be a number"),
+        (lambda: timing.format_bytes("1024"), TypeError, "nbytes must be a number"),
+        (lambda: timing.format_ratio("2"), TypeError, "x must be a number"),
+        (lambda: timing.format_ratio(1.5, digits=-1), ValueError, "digits must be >= 0"),
+        (lambda: timing.format_ratio(1.5, digits=1.5), TypeError, "digits must be an integer"),
+        (lambda: timing.describe_context(None), TypeError, "context must be a timing context dict"),
+        (lambda: timing.classify_regime(1.0, flops=1, bytes_moved=1, unit=5), TypeError, "unit must be a string"),
+        (lambda: timing.Contestant("fn"), TypeError, "fn must be a function"),
+        (lambda: timing.Contestant(print, context=5), TypeError, "context must be a function"),
+    ],
+)
+def test_timing_helpers_name_the_bad_argument(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_format_bytes_prints_nan_and_inf_and_refuses_huge_ints():
+    assert timing.format_bytes(float("nan")) == "nan"  # int(nan) used to raise from inside the formatter
+    assert timing.format_bytes(float("inf")) == "inf"
+    with pytest.raises(ValueError, match=r"^nbytes must be within float64's range"):
+        timing.format_bytes(10**400)
+    assert timing.format_seconds(np.float32(0.5)) == "500 ms"
+
+
+# ------------------------------------------------------------------------------------------
+# Issue 14: what the fuzz suite found, each refused by amp_lab with the argument named
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("formatter", "name"),
+    [(timing.format_seconds, "seconds"), (timing.format_bytes, "nbytes"), (timing.format_ratio, "x")],
+)
+@pytest.mark.parametrize("huge", [2**2000, -(2**2000), 10**400])
+def test_formatters_refuse_integers_beyond_float64_with_a_value_error(formatter, name, huge):
+    with pytest.raises(ValueError, match=rf"^{name} must be within float64's range"):
+        formatter(huge)
+
+
+@pytest.mark.parametrize(
+    ("formatter", "value", "expected"),
+    [(timing.format_seconds, float("inf"), "inf"), (timing.format_seconds, float("nan"), "nan"),
+     (timing.format_bytes, float("-inf"), "-inf"), (timing.format_ratio, float("inf"), "infx"),
+     (timing.format_seconds, 2, "2 s"), (timing.format_bytes, 2**40, "1.00 TiB"),
+     (timing.format_ratio, 3, "3.00x"), (timing.format_ratio, np.float32(0.01234), "0.0123x")],
+)  # fmt: skip
+def test_formatters_print_inf_nan_and_plain_numbers_explicitly(formatter, value, expected):
+    assert formatter(value) == expected
+
+
+@pytest.mark.parametrize(
+    "samples",
+    [range(10**12), range(1, 10**20), range(timing.MAX_SAMPLES + 1), np.ones(timing.MAX_SAMPLES + 1),
+     torch.ones(timing.MAX_SAMPLES + 1)],
+)
+def test_a_timing_refuses_too_many_samples_by_their_length_before_reading_them(samples):
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"^samples may hold at most 100000 samples"):
+        timing.Timing("t", samples, 1, 0)
+    with pytest.raises(ValueError, match=r"^contender may hold at most 100000 samples"):
+        speedup_estimate([1.0] * 4, samples)
+    assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize(("bad", "exc"), [([2**2000], ValueError), ((1.0, 10**400), ValueError), (torch.tensor(1.0), TypeError)])
+def test_a_timing_refuses_samples_that_are_no_seconds(bad, exc):
+    with pytest.raises(exc, match=r"^samples"):
+        timing.Timing("t", bad, 1, 0)
+    assert timing.Timing("t", range(1, 4), 1, 0).samples == (1.0, 2.0, 3.0)
+
+
+@pytest.mark.parametrize("target", [1e-50, 1e-9, 9.99e-4])
+def test_measure_refuses_a_target_interval_too_narrow_to_reach(target):
+    def never():
+        raise AssertionError("measure ran a contestant for a target it can never reach")
+
+    with pytest.raises(ValueError, match=r"^target_rel_width=.* is narrower than a timer can resolve"):
+        timing.measure({"a": never, "b": never}, target_rel_width=target)
+    assert timing.check_target_rel_width(timing.MIN_TARGET_REL_WIDTH) == timing.MIN_TARGET_REL_WIDTH

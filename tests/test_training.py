@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -156,3 +157,247 @@ def test_recent_figures_and_first_nonfinite_step_read_the_run():
         run.recent_loss(0)
     # summary() prints exactly these figures
     assert f"{run.recent_loss():7.4f}" in run.summary() and "zero gradients  25.0%" in run.summary()
+
+
+# -- issue 14: every bad input gets a clear error, no call hangs, nothing is half-changed ----------
+
+
+def _fail_if_called(*args, **kwargs):
+    raise AssertionError("a refused call must not build anything")
+
+
+@pytest.fixture
+def no_building(monkeypatch):
+    """Refusals must come before the network is built or the data loaded."""
+    import amp_lab.data
+    import amp_lab.gradients
+
+    monkeypatch.setattr(amp_lab.gradients, "make_mlp", _fail_if_called)
+    monkeypatch.setattr(amp_lab.data, "load_digits", _fail_if_called)
+
+
+def _dataset(
+    data, *, train_X=None, train_y=None, test_X=None, test_y=None, num_features=None, num_classes=None
+):
+    """A duck-typed copy of ``data`` with some parts replaced (no validation of its own)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        train=SimpleNamespace(
+            X=data.train.X if train_X is None else train_X, y=data.train.y if train_y is None else train_y
+        ),
+        test=SimpleNamespace(
+            X=data.test.X if test_X is None else test_X, y=data.test.y if test_y is None else test_y
+        ),
+        num_features=data.num_features if num_features is None else num_features,
+        num_classes=data.num_classes if num_classes is None else num_classes,
+        name="copy",
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, name, error",
+    [
+        ({"num_steps": 10**9}, "num_steps", ValueError),  # would run for days
+        ({"num_steps": 100_001}, "num_steps", ValueError),
+        ({"num_steps": True}, "num_steps", TypeError),
+        ({"num_steps": 5.0}, "num_steps", TypeError),
+        ({"num_steps": "5"}, "num_steps", TypeError),
+        ({"num_steps": None}, "num_steps", TypeError),
+        ({"batch_size": -4}, "batch_size", ValueError),
+        ({"batch_size": np.float64(32)}, "batch_size", TypeError),
+        ({"lr": math.inf}, "lr", ValueError),
+        ({"lr": "0.01"}, "lr", TypeError),
+        ({"lr": False}, "lr", TypeError),
+        ({"lr": 1e300}, "lr", ValueError),  # torch's Adam: "cannot be converted to type float"
+        ({"depth": 10**6}, "depth", ValueError),
+        ({"width": 0}, "width", ValueError),
+        ({"width": 10**5}, "width", ValueError),
+        ({"max_grad_norm": math.nan}, "max_grad_norm", ValueError),
+        ({"max_grad_norm": -1.0}, "max_grad_norm", ValueError),
+        ({"seed": 2**32}, "seed", ValueError),
+        ({"seed": 1.5}, "seed", TypeError),
+        ({"num_threads": -3}, "num_threads", ValueError),
+        ({"num_threads": 10**6}, "num_threads", ValueError),
+        ({"num_threads": True}, "num_threads", TypeError),
+        ({"dtype": torch.float32}, "dtype", ValueError),  # FP32 is dtype=None
+        ({"dtype": 16}, "dtype", ValueError),
+        ({"label": 3}, "label", TypeError),
+        ({"device": "tpu"}, "device", ValueError),
+        ({"scaler": "dynamic"}, "scaler", TypeError),
+        ({"scaler": 2.0**16}, "scaler", TypeError),
+        ({"scaler": DynamicLossScaler}, "scaler", TypeError),  # the class, not an instance
+        ({"data": "digits"}, "data", TypeError),
+        ({"data": (torch.zeros(4, 64), torch.zeros(4, dtype=torch.int64))}, "data", TypeError),
+    ],
+)
+def test_train_digits_refuses_bad_arguments_before_building_anything(kwargs, name, error, no_building):
+    with pytest.raises(error, match=name):
+        train_digits(**kwargs)
+
+
+def test_train_digits_accepts_numpy_scalars(data):
+    a = train_digits(
+        None, dtype=None, num_steps=np.int64(3), lr=np.float32(1e-2), seed=np.uint8(0), data=data, **SMALL
+    )
+    b = train_digits(None, dtype=None, num_steps=3, lr=float(np.float32(1e-2)), seed=0, data=data, **SMALL)
+    assert a.losses == b.losses
+
+
+@pytest.mark.parametrize(
+    "change, name, error",
+    [
+        (
+            lambda d: dict(train_X=d.train.X[:, :10]),
+            "data.train.X",
+            ValueError,
+        ),  # 10 features, model wants 64
+        (lambda d: dict(test_X=d.test.X[:, :10]), "data.test.X", ValueError),
+        (lambda d: dict(train_X=d.train.X[:, :10], test_X=d.test.X[:, :10]), "data.train.X", ValueError),
+        (lambda d: dict(train_X=d.train.X.reshape(-1)), "data.train.X", ValueError),
+        (lambda d: dict(train_X=d.train.X.double()), "float32", TypeError),
+        (lambda d: dict(train_X=d.train.X.half()), "float32", TypeError),
+        (lambda d: dict(train_y=d.train.y.int()), "int64", TypeError),  # cross_entropy wants Long
+        (lambda d: dict(train_y=d.train.y.float()), "int64", TypeError),
+        (lambda d: dict(train_y=d.train.y[:-1]), "data.train.y", ValueError),
+        (lambda d: dict(train_y=d.train.y + 1), "labels from 0 to 9", ValueError),  # label 10: out of bounds
+        (lambda d: dict(test_y=d.test.y - 1), "labels from 0 to 9", ValueError),
+        (lambda d: dict(num_classes=5), "labels from 0 to 4", ValueError),
+        (lambda d: dict(num_features=10), "num_features", ValueError),
+        (lambda d: dict(num_classes=1), "num_classes", ValueError),
+        (lambda d: dict(num_features=64.0), "num_features", TypeError),
+        (lambda d: dict(train_X=d.train.X[:0], train_y=d.train.y[:0]), "empty", ValueError),
+        (lambda d: dict(train_X=d.train.X.tolist()), "data.train.X", TypeError),
+    ],
+)
+def test_data_that_does_not_fit_the_network_is_refused_with_a_clear_message(
+    data, change, name, error, monkeypatch
+):
+    import amp_lab.gradients
+
+    monkeypatch.setattr(amp_lab.gradients, "make_mlp", _fail_if_called)
+    with pytest.raises(error, match=name):
+        train_digits(None, dtype=None, num_steps=1, data=_dataset(data, **change(data)), **SMALL)
+
+
+def test_the_torch_errors_the_checks_replace(data):
+    """The oracle for the table above: without the checks, torch fails deep inside the step."""
+    model = torch.nn.Linear(64, 10)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        model(data.train.X[:4, :10])
+    with pytest.raises(RuntimeError, match="Long"):
+        torch.nn.functional.cross_entropy(model(data.train.X[:4]), data.train.y[:4].int())
+
+
+def test_a_network_too_big_for_memory_is_refused_before_allocating(data, monkeypatch):
+    import amp_lab.device
+    import amp_lab.gradients
+
+    monkeypatch.setattr(amp_lab.device, "available_bytes", lambda device=None: 10**6)  # a 1 MB machine
+    monkeypatch.setattr(amp_lab.gradients, "make_mlp", _fail_if_called)
+    with pytest.raises(ValueError, match="refused before allocating.*depth or width"):
+        train_digits(None, dtype=None, num_steps=1, data=data, depth=8, width=1024)
+
+
+def test_training_bytes_counts_weights_gradients_adam_and_activations():
+    from amp_lab.training import _training_bytes
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+    params = sum(p.numel() for p in model.parameters())
+    assert _training_bytes(64, 10, 2, 16, batch=8) == 16 * params + 12 * 8 * (16 + 10)
+
+
+@pytest.mark.parametrize(
+    "num_threads, error",
+    [
+        (-3, ValueError),
+        (0, ValueError),
+        (10**6, ValueError),
+        (True, TypeError),
+        (1.5, TypeError),
+        ("2", TypeError),
+    ],
+)
+def test_cpu_threads_refuses_bad_counts_when_called(num_threads, error):
+    before = torch.get_num_threads()
+    with pytest.raises(error, match="num_threads"):
+        cpu_threads(num_threads, torch.device("cpu"))  # refused at the call, not deep in torch on entry
+    assert torch.get_num_threads() == before
+
+
+def test_cpu_threads_accepts_numpy_ints_and_none_and_refuses_a_bad_device():
+    before = torch.get_num_threads()
+    with cpu_threads(np.int64(1), "cpu"):
+        assert torch.get_num_threads() == 1
+    with cpu_threads(None, torch.device("cpu")):
+        assert torch.get_num_threads() == before
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="device"):
+        cpu_threads(1, "tpu")
+
+
+@pytest.mark.parametrize(
+    "parameters, name",
+    [
+        (None, "parameters"),
+        ("abc", "parameters"),
+        (3, "parameters"),
+        ([torch.zeros(2), "x"], "parameters\\[1\\]"),
+        (torch.nn.Linear(2, 2), "parameters"),
+        (range(10**12), "parameters\\[0\\]"),  # fails at its first element, without listing a trillion
+    ],
+)
+def test_gradient_zero_fraction_refuses_what_is_not_tensors(parameters, name):
+    with pytest.raises(TypeError, match=name):
+        gradient_zero_fraction(parameters)
+
+
+def test_gradient_zero_fraction_of_a_single_tensor_counts_the_tensor():
+    p = torch.nn.Parameter(torch.zeros(2, 3))
+    p.grad = torch.tensor([[0.0, 1.0, 2.0], [3.0, 0.0, 5.0]])
+    assert gradient_zero_fraction(p) == gradient_zero_fraction([p]) == 2 / 6
+
+
+@pytest.mark.parametrize(
+    "last, error", [(0, ValueError), (-1, ValueError), ("5", TypeError), (2.0, TypeError), (True, TypeError)]
+)
+def test_run_summaries_refuse_bad_last(last, error):
+    from amp_lab.training import TrainingRun
+
+    run = TrainingRun(label="x", losses=[1.0, 2.0], zero_fraction=[0.5, 0.5], stepped=[True, True])
+    for method in (run.summary, run.recent_loss, run.recent_zero_fraction):
+        with pytest.raises(error, match="last"):
+            method(last)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name, error",
+    [
+        ({"num_steps": 10**7}, "num_steps", ValueError),  # every slider move would re-run it
+        ({"num_steps": 501}, "num_steps", ValueError),
+        ({"num_steps": 0}, "num_steps", ValueError),
+        ({"log2_init_scale": 33}, "log2_init_scale", ValueError),  # off the slider
+        ({"log2_init_scale": 16.0}, "log2_init_scale", TypeError),
+        ({"growth_interval": 101}, "growth_interval", ValueError),
+        ({"backoff_factor": 0.01}, "backoff_factor", ValueError),  # the slider would clamp it to 0.05
+        ({"backoff_factor": 1.0}, "backoff_factor", ValueError),
+        ({"train_kwargs": "seed=1"}, "train_kwargs", TypeError),
+        ({"train_kwargs": {"num_steps": 5}}, "num_steps", ValueError),
+        ({"train_kwargs": {"scaler": None}}, "scaler", ValueError),
+        ({"train_kwargs": {"sed": 1}}, "sed", ValueError),
+        ({"train_kwargs": {"lr": -1.0}}, "lr", ValueError),
+        ({"train_kwargs": {"depth": 10**6}}, "depth", ValueError),
+        ({"device": "tpu"}, "device", ValueError),
+    ],
+)
+def test_scaler_explorer_refuses_bad_arguments_before_building(kwargs, name, error, no_building):
+    with pytest.raises(error, match=name):
+        scaler_explorer(**kwargs)
+
+
+def test_explorer_step_bound_is_the_documented_one():
+    from amp_lab import _checks, training
+
+    assert training.MAX_EXPLORER_STEPS <= _checks.MAX_STEPS
+    # five times the largest growth interval the slider offers: growth is visible at every setting
+    assert training.MAX_EXPLORER_STEPS == 5 * 100

@@ -1,0 +1,2085 @@
+"""Issue 14: every bad input gets a clear error, no call hangs, nothing is half-changed.
+
+Every public function and class of every amp_lab module is called with valid base arguments in which one
+argument at a time is replaced by a bad or edge value: first every value of a fixed corpus for the
+argument's kind (numbers: 0, negative, huge, nan, inf, bools, numpy scalars, 2**2000; tensors of every
+dtype and bad shapes; strings; None; dicts, lists, sets), then values hypothesis draws.  Each call must keep
+the contract in ``tests/fuzz_support.py`` (returns and passes a sanity check, or raises ValueError/TypeError
+from inside amp_lab), within 2 s and under an address-space limit.  A failure names the function, the
+argument, the value and what happened; all failures of one argument are listed together.
+
+Skipped on purpose (and why):
+
+* ``progress.progress``: a thin wrapper that hands every argument to ``tqdm``; its errors are tqdm's.
+* ``doctor.main``/``doctor.run_checks``/``doctor.check_amp_api``/``doctor.check_plotting``/
+  ``hardware.read_cpuinfo``/``hardware.read_sysctl``/``hardware.tf32_matmul_enabled``/
+  ``hardware.tf32_setting``/``progress.enabled``/``formats.fp8_e4m3_overflow``/``race.datasheet_rows``/
+  ``autocast_ops.op_names`` (no argument)/``check_amp_api``: no arguments to fuzz (``doctor.main`` and
+  ``run_checks`` are fuzzed only through ``argv``/``version_of``); they are called once with no arguments.
+* widget classes are built (their constructors fuzzed) but never displayed: no ``IPython.display`` calls,
+  and callbacks are not fired (``tests/test_foundation_widgets.py`` drives them).
+* ``scaling.ScaleUnderflowError``: an exception class, raised by amp_lab, not called by a learner.
+* ``**kwargs`` of ``race.race_widget`` are fuzzed through ``RaceWidget``'s own keyword arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import math
+import os
+import time
+from numbers import Integral, Real
+
+import numpy as np
+import pytest
+import torch
+from fuzz_support import (
+    CALL_TIMEOUT_S,
+    FLOAT32_MAX,
+    FLOAT32_TINY,
+    MAX_CALLS_PER_SAMPLE,
+    MAX_REPEATS,
+    MAX_SAMPLE_S,
+    MAX_SECONDS,
+    MAX_STEPS,
+    MAX_THREADS,
+    Bool,
+    Callable_,
+    Capability,
+    Device,
+    Dtype,
+    Entry,
+    Float,
+    Fmt,
+    Int,
+    Kind,
+    Mapping_,
+    Obj,
+    Scale,
+    Seed,
+    Seq,
+    Str,
+    Tensor,
+    V,
+    address_space_limit,
+    check_call,
+    const,
+    describe,
+    hard_time_limit,
+)
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from amp_lab import (
+    autocast_ops,
+    check,
+    claims,
+    course,
+    data,
+    device,
+    doctor,
+    formats,
+    gradients,
+    hardware,
+    progress,
+    race,
+    ranges,
+    recipe,
+    scaling,
+    tensor_cores,
+    timing,
+    training,
+    widgets,
+)
+
+# the narrowest interval the timer samples towards (older code had no bound: any positive target)
+MIN_TARGET_REL_WIDTH = getattr(timing, "MIN_TARGET_REL_WIDTH", 0.0)
+
+MODULES = {
+    "autocast_ops": autocast_ops,
+    "check": check,
+    "claims": claims,
+    "course": course,
+    "data": data,
+    "device": device,
+    "doctor": doctor,
+    "formats": formats,
+    "gradients": gradients,
+    "hardware": hardware,
+    "progress": progress,
+    "race": race,
+    "ranges": ranges,
+    "recipe": recipe,
+    "scaling": scaling,
+    "tensor_cores": tensor_cores,
+    "timing": timing,
+    "training": training,
+    "widgets": widgets,
+}
+
+SKIPPED = {"progress.progress", "scaling.ScaleUnderflowError"}  # see the module docstring
+
+F32_TINY, F32_MAX = FLOAT32_TINY, FLOAT32_MAX
+
+# Bounds the modules document where they are used (read from the code where it exposes them, so the suite
+# cannot drift; the defaults are the values in the code, for the code before issue 14, which lacks some).
+MAX_FEATURES = getattr(gradients, "MAX_FEATURES", 1 << 20)  # make_mlp's num_features and num_classes
+MLP_MAX_DEPTH = getattr(training, "MAX_DEPTH", 64)  # make_mlp, train_digits, recipe.make_model/step_flops
+MLP_MAX_WIDTH = getattr(training, "MAX_WIDTH", 4096)  # make_mlp, digits_gradients, train_digits
+MAX_LR = getattr(training, "MAX_LR", 1e6)
+MAX_EXPLORER_STEPS = getattr(training, "MAX_EXPLORER_STEPS", 500)
+MAX_GROWTH_INTERVAL = getattr(scaling, "MAX_GROWTH_INTERVAL", 2**31 - 1)  # GradScaler takes a C int
+MAX_GROWTH_FACTOR = getattr(scaling, "MAX_GROWTH_FACTOR", F32_MAX / F32_TINY)
+RECIPE_MAX_SIZE = getattr(recipe, "_MAX_SIZE", 2**53)  # widths and batch sizes of recipe's helpers
+RECIPE_MAX_STEP = getattr(recipe, "_MAX_STEP_NUMBER", 2**53)  # a step number
+MAX_K = getattr(tensor_cores, "MAX_K", 1 << 16)
+MAX_PIXELS = getattr(widgets, "MAX_PIXELS", 4096)  # FigurePane's dpi
+MAX_CONTESTANTS = 3  # race.mlp_bytes: FP32, AMP and (from Ampere on) TF32
+FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
+SMOKE_TEST_K = (0, 15)  # widgets.SmokeTest's slider: 2**16 is beyond float16's largest value
+SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.ScaleExplorer's slider range
+LOG2_HISTOGRAM_LO, LOG2_HISTOGRAM_HI = (-400, 400), (-399, 401)  # ranges.log2_histogram's bins
+# training.ScalerExplorer's sliders
+SCALER_EXPLORER_LOG2, SCALER_EXPLORER_GROWTH, SCALER_EXPLORER_BACKOFF = (0, 32), (1, 100), (0.05, 0.95)
+N_DIGITS = 1797  # examples in scikit-learn's digits: load_digits needs both splits non-empty
+
+
+def digits_test_fraction_valid(v):
+    """``data.load_digits``: ``round(1797 * test_fraction)`` examples go to the test split and both splits
+    must hold one (its docstring: from 1/1797 to 1796/1797)."""
+    ok = Float(gt=0, lt=1).valid(v)
+    if not ok:
+        return ok
+    n_test = int(round(N_DIGITS * float(v)))
+    return 1 <= n_test <= N_DIGITS - 1
+
+
+def check_fits_valid(v):
+    """``device.check_fits``: a size this machine holds must pass, one no machine holds (a PiB, inf) must be
+    refused; in between it depends on free memory."""
+    ok = Float(ge=0, finite=False).valid(v)
+    if not ok:
+        return ok
+    x = float(v)
+    return False if x > 2**50 else (None if x > 2**20 else True)
+
+
+def with_valid(kind: Kind, valid) -> Kind:
+    """``kind`` with another idea of which values are valid (a domain that depends on other arguments)."""
+    return dataclasses.replace(kind, valid=valid)
+
+
+def _roundable(v) -> bool:
+    """formats' rule for a value to round or decompose: any real number (an int too large for float64
+    reads as +-inf), or a one-element real tensor; never a bool, a string or a complex number."""
+    if isinstance(v, torch.Tensor):
+        return v.numel() == 1 and v.dtype != torch.bool and not v.dtype.is_complex
+    return isinstance(v, (Integral, Real)) and not isinstance(v, (bool, np.bool_))
+
+
+def Roundable(optional: bool = False) -> Kind:
+    return with_valid(
+        Float(finite=False, optional=optional), lambda v: (v is None and optional) or _roundable(v)
+    )
+
+
+def default_of(fn, name):
+    return inspect.signature(fn).parameters[name].default
+
+
+# --------------------------------------------------------------------------------------------
+# Valid objects the base arguments need (built once; tensors are cloned per call where it matters).
+# --------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def digits():
+    return data.load_digits()
+
+
+def split():
+    s = digits().train
+    return data.Split(s.X[:96].clone(), s.y[:96].clone())
+
+
+def model():
+    return recipe.make_model(hidden=8, depth=1, seed=0)
+
+
+def opt_for(m):
+    return torch.optim.SGD(m.parameters(), lr=0.01)
+
+
+@functools.cache
+def race_result():
+    return race.race_matmul(
+        8,
+        repeats=6,
+        warmup=0,
+        min_sample_s=1e-4,
+        target_rel_width=None,
+        max_time_s=None,
+        dtype=torch.bfloat16,
+    )
+
+
+@functools.cache
+def sweep_result():
+    return race.sweep(
+        [8, 16],
+        repeats=6,
+        warmup=0,
+        min_sample_s=1e-4,
+        target_rel_width=None,
+        max_time_s=None,
+        show_progress=False,
+        dtype=torch.bfloat16,
+    )
+
+
+@functools.cache
+def mlp_result():
+    return race.race_mlp(
+        8, 8, in_features=8, repeats=6, warmup=0, min_sample_s=1e-4, target_rel_width=None, max_time_s=None
+    )
+
+
+@functools.cache
+def mlp_sweep():
+    return race.sweep(
+        [8, 16],
+        kind="mlp",
+        batch=8,
+        repeats=6,
+        warmup=0,
+        min_sample_s=1e-4,
+        target_rel_width=None,
+        max_time_s=None,
+        show_progress=False,
+    )
+
+
+@functools.cache
+def probe_table():
+    return autocast_ops.probe(ops=["mm", "softmax", "add"])
+
+
+@functools.cache
+def report():
+    return hardware.report_for("cpu")
+
+
+CURVE_K_MAX = 64
+
+
+@functools.cache
+def curve():
+    return tensor_cores.accumulation_curve(CURVE_K_MAX, batch=2)
+
+
+@functools.cache
+def precision_results():
+    return recipe.compare_precisions(digits(), num_steps=2, warmup_steps=0, hidden=8, depth=1)
+
+
+def timing_obj(label="a", scale=1.0):
+    return timing.Timing(label, tuple(scale * (1.0 + 0.01 * i) for i in range(12)), 1, 0)
+
+
+def grads_record():
+    m = gradients.make_mlp(num_features=64, depth=2, width=8)
+    s = split()
+    return gradients.collect_gradients(m, s.X[:16], s.y[:16])
+
+
+# --------------------------------------------------------------------------------------------
+# Sanity checks of results
+# --------------------------------------------------------------------------------------------
+
+
+def is_float(result, kwargs):
+    return (
+        None
+        if isinstance(result, (float, int)) and not isinstance(result, bool)
+        else f"not a number: {result!r}"
+    )
+
+
+def is_str(result, kwargs):
+    return None if isinstance(result, str) else f"not a str: {type(result).__name__}"
+
+
+def float32_scale(result, kwargs):
+    if not isinstance(result, float):
+        return f"not a float: {result!r}"
+    if math.isinf(result):  # documented: no non-zero finite element
+        return None
+    if not F32_TINY <= result <= F32_MAX:
+        return f"scale {result!r} is not a normal float32 (a loss scale is stored in float32)"
+    return None
+
+
+def scaler_scale_ok(result, kwargs):
+    s = result.get_scale() if hasattr(result, "get_scale") else None
+    if s is None:
+        s = getattr(result, "_init_scale", None)
+    if not (isinstance(s, float) and F32_TINY <= s <= F32_MAX):
+        return f"loss scale {s!r} is not a normal float32"
+    return None
+
+
+def dataset_ok(result, kwargs):
+    for part in ("train", "test"):
+        sp = getattr(result, part)
+        if len(sp.y) == 0:
+            return f"empty {part} split"
+        if not torch.isfinite(sp.X).all():
+            return f"non-finite values in {part}.X"
+    return None
+
+
+def usable_device(result, kwargs):
+    if not isinstance(result, torch.device):
+        return f"not a torch.device: {result!r}"
+    if result.type == "cpu" and result.index not in (None, 0):
+        return f"{result} does not exist (a machine has one CPU device)"
+    if result.type == "cuda" and (
+        not torch.cuda.is_available() or (result.index or 0) >= torch.cuda.device_count()
+    ):
+        return f"{result} does not exist on this machine"
+    if result.type not in ("cpu", "cuda", "mps"):
+        return f"{result} is not a device the course runs on"
+    return None
+
+
+def nonneg_int(result, kwargs):
+    if isinstance(result, bool) or not isinstance(result, int) or result < 0:
+        return f"not a non-negative int: {result!r}"
+    return None
+
+
+def is_dtype(result, kwargs):
+    return None if isinstance(result, torch.dtype) else f"not a torch.dtype: {result!r}"
+
+
+def finite_tensor_or_number(result, kwargs):
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Kinds inferred from a parameter (overridden per entry where the domain is known)
+# --------------------------------------------------------------------------------------------
+
+COUNT_NAMES = {
+    "num_steps", "repeats", "batch_size", "batch", "width", "depth", "hidden", "n", "k", "k_max",
+    "num_features", "num_classes", "in_features", "growth_interval", "accumulation_steps", "inner",
+    "multiple", "contestants", "max_repeats", "number", "num_threads", "threads", "total", "dpi",
+}  # fmt: skip
+NONNEG_NAMES = {"warmup", "warmup_steps", "step", "start_step", "log2_init_scale"}
+STR_NAMES = {
+    "name", "label", "hint", "title", "desc", "statement", "caption", "below", "above", "unit", "variable",
+    "text", "gpu_name", "cpu", "system", "cpuinfo", "sysctl", "cuda_version", "op", "family", "device_type",
+    "kind", "baseline", "distribution", "minimum", "why", "verdict", "message", "code", "answer_text",
+}  # fmt: skip
+
+
+def infer_kind(param: inspect.Parameter) -> Kind:
+    name, default = param.name, param.default
+    ann = str(param.annotation)
+    optional = default is None or "None" in ann
+    if name == "seed":
+        return Seed()
+    if name == "device":
+        return Device()
+    if name == "dtype":
+        return Dtype()
+    if name == "fmt":
+        return Fmt()
+    if name == "capability":
+        return Capability(optional=optional)
+    if isinstance(default, bool) or ann == "bool":
+        return Bool()
+    if name in STR_NAMES:
+        return Str()
+    if name in COUNT_NAMES:
+        return Int(1, optional=optional)
+    if name in NONNEG_NAMES:
+        return Int(0, optional=optional)
+    if "int" in ann and "float" not in ann and "tuple" not in ann and "dict" not in ann:
+        return Int(optional=optional)
+    if "float" in ann and "dict" not in ann and "tuple" not in ann:
+        return Float(optional=optional)
+    if "Callable" in ann:
+        return Callable_()
+    if "Mapping" in ann or "dict" in ann:
+        return Mapping_()
+    if any(s in ann for s in ("Sequence", "Iterable", "list", "tuple")):
+        return Seq()
+    if name in ("x", "X", "y", "A", "B", "C", "values", "t", "weight", "update", "partial_sums", "outputs"):
+        return Tensor()
+    return Obj()
+
+
+# --------------------------------------------------------------------------------------------
+# The table
+# --------------------------------------------------------------------------------------------
+
+ENTRIES: list[Entry] = []
+
+
+def E(name: str, base=None, fuzz=None, *, skip_args=(), ident: str | None = None, **kw) -> None:
+    """Add an entry: every parameter of ``name``'s signature is fuzzed, with the kind ``fuzz`` names or
+    the one inferred from the parameter; ``skip_args`` are left alone (say why where used)."""
+    mod, _, attr = name.partition(".")
+    fn = getattr(MODULES[mod], attr)
+    base = base or (lambda: {})
+    kinds = {}
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        params = []
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in skip_args:
+            continue
+        kinds[p.name] = infer_kind(p)
+    kinds.update(fuzz or {})
+    if is_plain_record(fn):
+        # A record amp_lab fills in itself (a dataclass or NamedTuple with no checks of its own): no domain is
+        # imposed on its fields, only the contract on errors (no crash other than ValueError/TypeError).
+        kinds = {
+            k: dataclasses.replace(v, valid=lambda v: None, must_accept=lambda b: [])
+            for k, v in kinds.items()
+        }
+    ENTRIES.append(Entry(ident or name, fn, base, kinds, **kw))
+
+
+def is_plain_record(fn) -> bool:
+    if not isinstance(fn, type):
+        return False
+    if dataclasses.is_dataclass(fn):
+        return not hasattr(fn, "__post_init__")
+    return issubclass(fn, tuple) and hasattr(fn, "_fields")
+
+
+def T(*shape, dtype=torch.float32):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+# --- autocast_ops ---------------------------------------------------------------------------
+E(
+    "autocast_ops.OpResult",
+    lambda: dict(op="mm", family="matmul", policy="lower", dtype=torch.bfloat16),
+    {"dtype": Dtype(), "low_dtype": Dtype(), "mixed_dtype": Dtype(), "casts": Int(0), "kernels": Seq()},
+)
+E(
+    "autocast_ops.ProbeTable",
+    lambda: dict(results=list(probe_table().values()), device_type="cpu", dtype=torch.bfloat16),
+    {"results": Seq()},
+)
+E(
+    "autocast_ops.TraceCall",
+    lambda: dict(op="mm", inputs=(torch.float32,), outputs=(torch.bfloat16,)),
+    {"inputs": Seq(), "outputs": Seq(), "to": Dtype()},
+)
+E("autocast_ops.Difference", lambda: dict(op="mm", probed="lower", documented="lower"))
+E(
+    "autocast_ops.Comparison",
+    lambda: dict(device_type="cpu", probed_torch="2", documented_torch="2", agree=("mm",), differ=()),
+    {"agree": Seq(), "differ": Seq(), "not_probed": Seq()},
+)
+E("autocast_ops.QuizItem", lambda: dict(code="a @ b", answer="bfloat16", explanation="mm runs in bf16"))
+E(
+    "autocast_ops.DtypeQuiz",
+    lambda: dict(items=autocast_ops.quiz_items()[:2], device_type="cpu", dtype=torch.bfloat16),
+    {"items": Seq()},
+)
+E("autocast_ops.op_names", fuzz={"family": Str(choices=autocast_ops.FAMILIES)})
+E("autocast_ops.autocast_dtype")
+E("autocast_ops.probe", lambda: dict(ops=["mm"]), {"ops": Seq()})
+E(
+    "autocast_ops.classify",
+    lambda: dict(fn=torch.mm, shapes=[(2, 3), (3, 2)]),
+    {"shapes": Seq(), "fn": Callable_()},
+    extra=[("shapes=[(10**6, 10**6)]", lambda: dict(fn=torch.add, shapes=[(10**6, 10**6)]))],
+)
+E(
+    "autocast_ops.dispatch_trace",
+    lambda: dict(fn=torch.mm),
+    {"fn": Callable_(), "cache_enabled": Bool()},
+    pos_names=("fn",),
+    pos=lambda: (T(2, 3), T(3, 2)),
+)
+E("autocast_ops.documented_policy", lambda: dict(op="mm"), {"documented": Mapping_()})
+E("autocast_ops.compare", lambda: dict(probed=probe_table()), {"probed": Obj(), "documented": Mapping_()})
+E("autocast_ops.format_table", lambda: dict(probed=probe_table()), {"probed": Obj(), "ops": Seq()})
+E(
+    "autocast_ops.format_groups",
+    lambda: dict(probed=probe_table()),
+    {"probed": Obj(), "width": Int(*FORMAT_GROUPS_WIDTH)},
+    post=is_str,
+)
+E("autocast_ops.quiz_items", fuzz={"lines": Seq()})
+E("autocast_ops.dtype_quiz", fuzz={"lines": Seq()})
+
+# --- check ----------------------------------------------------------------------------------
+E(
+    "check.CheckResult",
+    lambda: dict(verdict=check.VERDICTS[0], message="ok"),
+    {"verdict": Str(check.VERDICTS)},
+)
+E(
+    "check.check_value",
+    lambda: dict(answer=1.0, expected=1.0, show=False),
+    {
+        "answer": Tensor(),
+        "expected": Tensor(),
+        "rtol": Float(ge=0, optional=True),
+        "atol": Float(ge=0, optional=True),
+    },
+)
+E(
+    "check.check_tensor",
+    lambda: dict(answer=T(3), expected=T(3), show=False),
+    {
+        "answer": Tensor(),
+        "expected": Tensor(),
+        "rtol": Float(ge=0, optional=True),
+        "atol": Float(ge=0, optional=True),
+    },
+)
+E(
+    "check.check_bits",
+    lambda: dict(answer="0011110000000000", expected="0011110000000000", show=False),
+    # expected= and value= together are refused ("give exactly one"): with expected= in the base, only None
+    {
+        "answer": Obj(),
+        "expected": Str(),
+        "value": with_valid(Float(optional=True, finite=False), lambda v: v is None),
+    },
+)
+E(
+    "check.check_bits",
+    lambda: dict(answer="0011110000000000", value=1.0, show=False),
+    {"value": Roundable(), "expected": with_valid(Str(), lambda v: v is None)},
+    skip_args=("answer", "fmt", "name", "hint", "reveal", "show"),
+    ident="check.check_bits[value=]",
+)
+E(
+    "check.check_dtype",
+    lambda: dict(answer=torch.float16, expected=torch.float16, show=False),
+    {"answer": Dtype(), "expected": Dtype()},
+)
+E(
+    "check.check_dtypes",
+    lambda: dict(answers={"mm": torch.bfloat16}, expected={"mm": torch.bfloat16}, show=False),
+    {"answers": Mapping_(), "expected": Mapping_()},
+)
+E(
+    "check.check_choice",
+    lambda: dict(answer="b", expected="b", options=["a", "b"], show=False),
+    {"answer": Obj(), "expected": Obj(), "options": Seq(), "explanations": Mapping_()},
+)
+E(
+    "check.check_set",
+    lambda: dict(answer={"a"}, expected={"a"}, options=["a", "b"], show=False),
+    {"answer": Seq(), "expected": Seq(), "options": Seq(), "explanations": Mapping_()},
+)
+E(
+    "check.check_between",
+    lambda: dict(answer=0.5, low=0.0, high=1.0, show=False),
+    {"answer": Tensor(), "low": Float(le=1.0), "high": Float(ge=0.0)},  # finite, low <= high (base: 0 and 1)
+)
+E(
+    "check.check_sequence",
+    lambda: dict(answer=["a", "b"], expected=["a", "b"], show=False),
+    {"answer": Seq(), "expected": Seq()},
+)
+E(
+    "check.check_function",
+    lambda: dict(fn=torch.sin, reference=torch.sin, cases=[T(3)], show=False),
+    {"cases": Seq(), "rtol": Float(ge=0, optional=True), "atol": Float(ge=0, optional=True)},
+)
+
+# --- claims ---------------------------------------------------------------------------------
+E("claims.Claim", lambda: dict(statement="it holds", holds=True), {"holds": Bool()})
+E("claims.claim", lambda: dict(statement="it holds", holds=True, show=False), {"holds": Bool()})
+
+# --- course ---------------------------------------------------------------------------------
+E(
+    "course.Lesson",
+    lambda: dict(file="00_setup_check.ipynb", title="Setup", minutes=10, summary="s"),
+    {"minutes": Int(1)},
+)
+E("course.on_this_machine", lambda: dict(lesson=course.LESSONS[0], report=report()), post=is_str)
+E("course.course_map", fuzz={"report": Obj()})
+
+# --- data -----------------------------------------------------------------------------------
+E("data.Split", lambda: dict(X=T(4, 2), y=torch.zeros(4, dtype=torch.long)))
+E(
+    "data.Dataset",
+    lambda: dict(train=split(), test=split(), num_features=64, num_classes=10, name="digits"),
+    # num_features must be the splits' feature count (64); at least 2 classes
+    {"train": Obj(), "test": Obj(), "num_features": Int(64, 64), "num_classes": Int(2)},
+)
+E(
+    "data.load_digits",
+    fuzz={"test_fraction": with_valid(Float(gt=0, lt=1), digits_test_fraction_valid), "seed": Seed()},
+    post=dataset_ok,
+    corpus_limit=2,
+    examples=4,
+)
+
+# --- device ---------------------------------------------------------------------------------
+E("device.get_device", post=usable_device)
+E("device.device_type", post=is_str)
+E("device.amp_dtype", post=is_dtype)
+E("device.dtype_name", lambda: dict(dtype=torch.float16), post=is_str)
+E("device.parse_dtype", lambda: dict(dtype=torch.float16), {"allowed": Seq(), "name": Str()}, post=is_dtype)
+E("device.synchronize")
+E("device.seed_everything")
+E("device.seeded", lambda: dict(seed=0), {"seed": Seed(2**64 - 1)}, cm=True)  # any 64-bit seed (torch's)
+E(
+    "device.torch_threads",
+    lambda: dict(num_threads=1),
+    {"num_threads": Int(1, MAX_THREADS, optional=True)},
+    cm=True,
+)
+E("device.supports_float64", lambda: dict(device="cpu"))
+E("device.float64_on_cpu", lambda: dict(t=T(3)), {"t": Tensor()})
+E("device.float64_to", lambda: dict(t=T(3), device="cpu"), {"t": Tensor()})
+# The issue's new helpers, where present (the code before the issue lacks them).
+if hasattr(device, "available_bytes"):
+    E("device.available_bytes")
+if hasattr(device, "check_fits"):
+    E(
+        "device.check_fits",
+        lambda: dict(needed=1024, device="cpu", what="a test", hint="choose less"),
+        {"needed": with_valid(Float(ge=0, finite=False), check_fits_valid)},
+    )
+if hasattr(device, "cuda_available_bytes"):
+    E(
+        "device.cuda_available_bytes",
+        lambda: dict(free=2**30, reserved=2**20, allocated=2**19),
+        {"free": Int(0), "reserved": Int(0), "allocated": Int(0)},
+        post=nonneg_int,
+    )
+if hasattr(gradients, "mlp_parameter_count"):
+    E(
+        "gradients.mlp_parameter_count",
+        lambda: dict(num_features=64, num_classes=10, depth=2, width=8),
+        {"num_features": Int(1), "num_classes": Int(1), "depth": Int(1), "width": Int(1)},
+        post=nonneg_int,
+    )
+
+# --- doctor ---------------------------------------------------------------------------------
+E("doctor.Requirement", lambda: dict(distribution="torch", minimum="2.0", why="autocast"))
+E("doctor.Check", lambda: dict(name="x", ok=True, detail="fine"))
+E("doctor.version_tuple", lambda: dict(text="2.13.0"), {"text": Str()})
+E(
+    "doctor.check_requirement",
+    lambda: dict(req=doctor.Requirement("torch", "2.0", "autocast"), version_of=lambda name: "2.13.0"),
+    {"req": Obj(), "version_of": Callable_()},
+)
+E("doctor.check_python", lambda: dict(version_info=(3, 11, 7)), {"version_info": Capability()})
+E("doctor.check_amp_api")
+E(
+    "doctor.check_gpu_kernels",
+    lambda: dict(capability=(9, 0), arch_list=["sm_90"], cuda_version="13.0"),
+    {"arch_list": Seq()},
+)
+E("doctor.check_plotting")
+E("doctor.run_checks", lambda: dict(version_of=lambda name: "99.0"), {"version_of": Callable_()})
+E(
+    "doctor.main",
+    lambda: dict(argv=[], version_of=lambda name: "99.0", out=None),
+    {"argv": Seq(), "version_of": Callable_(), "out": Obj()},
+    examples=3,
+)
+
+# --- formats --------------------------------------------------------------------------------
+E(
+    "formats.FloatFormat",
+    lambda: dict(name="fp16x", exponent_bits=5, mantissa_bits=10),
+    {
+        "exponent_bits": Int(2, 11),
+        "mantissa_bits": Int(1, 52),
+        "torch_dtype": Dtype(),
+        "overflow": Str(),
+    },  # up to fp64's
+)
+E("formats.get_format", lambda: dict(fmt="fp16"))
+E("formats.round_to", lambda: dict(x=T(4), fmt="fp16"), {"x": Tensor()})
+E("formats.emulate_round", lambda: dict(x=T(4), fmt="fp16"), {"x": Tensor()})
+E("formats.decompose", lambda: dict(value=0.1, fmt="fp16"), {"value": Roundable()})
+E(
+    "formats.Decomposition",
+    lambda: dict(
+        fmt="fp16",
+        input=0.1,
+        value=0.1,
+        sign=0,
+        exponent=-4,
+        mantissa=614,
+        bits="0" * 16,
+        kind="normal",
+        ulp=1e-4,
+        error=0.0,
+    ),
+)
+E(
+    "formats.from_bits",
+    lambda: dict(bits=0x3C00, fmt="fp16"),
+    {"bits": Int(0, 2**16 - 1)},
+    accept=[("np.int64(0x3C00), 'fp16'", lambda: dict(bits=np.int64(0x3C00), fmt="fp16"))],
+    post=is_float,
+)
+E("formats.formats_table", fuzz={"fmts": Seq()})
+E("formats.formats_table_text", fuzz={"fmts": Seq()}, post=is_str)
+E("formats.text_table", lambda: dict(rows=[{"a": 1, "b": 2}]), {"rows": Seq(), "columns": Seq()}, post=is_str)
+E("formats.ulp_curve", lambda: dict(fmt="fp16"))
+E("formats.plot_range_precision", fuzz={"fig": Obj(), "fmts": Seq()}, examples=3, corpus_limit=2)
+E("formats.format_ulp", lambda: dict(value=1.0, fmt="fp16"), {"value": Roundable()})
+E("formats.fp8_e4m3_overflow", post=is_str)
+E("formats.BitExplorer", lambda: dict(value=0.1), {"value": Roundable(), "fmts": Seq()}, examples=4)
+E("formats.bit_explorer", lambda: dict(value=0.1), {"value": Roundable(), "fmts": Seq()}, examples=4)
+E("formats.bits_html", lambda: dict(d=formats.decompose(0.1, "fp16")), {"d": Obj()}, post=is_str)
+
+# --- gradients ------------------------------------------------------------------------------
+E(
+    "gradients.LayerGradients",
+    lambda: dict(
+        name="l", kind="linear", output=T(2), activation_grad=T(2), weight_grad=None, bias_grad=None
+    ),
+)
+E("gradients.GradientRecord", lambda: dict(layers=[], loss=1.0), {"layers": Seq(), "loss_scale": Scale()})
+E(
+    "gradients.make_mlp",
+    lambda: dict(depth=2, width=8),
+    {
+        "num_features": Int(1, MAX_FEATURES),
+        "num_classes": Int(2, MAX_FEATURES),
+        "depth": Int(1, MLP_MAX_DEPTH),
+        "width": Int(1, MLP_MAX_WIDTH),
+    },
+    examples=6,
+)
+E(
+    "gradients.train_steps",
+    lambda: dict(model=gradients.make_mlp(depth=2, width=8), data=split(), num_steps=1, batch_size=8),
+    {"model": Obj(), "data": Obj(), "lr": Float(gt=0), "num_steps": Int(0, MAX_STEPS, skip_above=4)},
+    examples=4,
+    corpus_limit=2,
+)
+E(
+    "gradients.collect_gradients",
+    lambda: dict(model=gradients.make_mlp(depth=2, width=8), X=split().X[:16], y=split().y[:16]),
+    {
+        "model": Obj(),
+        "X": Tensor(),
+        "y": Tensor(),
+        "loss_fn": Callable_(),
+        "loss_scale": Scale(),
+        "autocast_dtype": Dtype(),
+        "layer_types": Seq(),
+    },
+    examples=4,
+)
+E(
+    "gradients.digits_gradients",
+    lambda: dict(depth=2, width=8, num_steps=1, batch_size=16),
+    {
+        "lr": Float(gt=0),
+        "depth": Int(1, MLP_MAX_DEPTH, skip_above=8),
+        "width": Int(1, MLP_MAX_WIDTH, skip_above=256),
+        "num_steps": Int(0, MAX_STEPS, skip_above=4),
+    },
+    examples=3,
+    corpus_limit=2,
+)
+
+# --- hardware -------------------------------------------------------------------------------
+E(
+    "hardware.TensorCoreGeneration",
+    lambda: dict(capability=(8, 0), architecture="Ampere", generation=3, precisions=("fp16",), summary="s"),
+)
+E("hardware.tensor_core_generation", lambda: dict(capability=(8, 0)))
+E(
+    "hardware.CpuFeature",
+    lambda: dict(
+        key="avx512_bf16", label="AVX512-BF16", arch="x86", dtype=torch.bfloat16, token="avx512_bf16"
+    ),
+)
+E("hardware.read_cpuinfo")
+E("hardware.read_sysctl")
+E(
+    "hardware.cpu_flags",
+    lambda: dict(cpuinfo="flags : avx2 avx512_bf16\n"),
+    {"cpuinfo": Str(), "sysctl": Str()},
+)
+E("hardware.cpu_isa_limits", lambda: dict(env={}), {"env": Mapping_()})
+E(
+    "hardware.usable_cpu_flags",
+    lambda: dict(flags={"avx512_bf16": True}, env={}),
+    {"flags": Mapping_(), "env": Mapping_()},
+)
+E(
+    "hardware.cpu_has_native",
+    lambda: dict(dtype=torch.bfloat16, flags={"avx512_bf16": True}),
+    {"flags": Mapping_()},
+)
+E(
+    "hardware.cpu_native_labels",
+    lambda: dict(dtype=torch.bfloat16, flags={"avx512_bf16": True}),
+    {"flags": Mapping_()},
+)
+E(
+    "hardware.cpu_model",
+    lambda: dict(cpuinfo="model name : AMD EPYC\n"),
+    {"cpuinfo": Str(), "sysctl": Str()},
+    post=is_str,
+)
+E(
+    "hardware.MachineReport",
+    lambda: {k: getattr(report(), k) for k in inspect.signature(hardware.MachineReport).parameters},
+    examples=2,
+    corpus_limit=3,
+)
+E("hardware.amp_dtype_for", lambda: dict(device_type="cuda", capability=(8, 0)), post=is_dtype)
+E(
+    "hardware.Verdict",
+    lambda: dict(
+        text="t", device="cpu", dtype=torch.bfloat16, use_scaler=False, expect_speedup=None, reasons=()
+    ),
+)
+E(
+    "hardware.machine_verdict",
+    lambda: dict(cuda_available=False, tensor_cores=None, flags={}),
+    {"tensor_cores": Obj(), "flags": Mapping_()},
+)
+E(
+    "hardware.verdict_for",
+    lambda: dict(cuda_available=False, tensor_cores=None, flags={}),
+    {"tensor_cores": Obj(), "flags": Mapping_()},
+)
+E("hardware.tf32_matmul_enabled")
+E("hardware.Fp32MatmulState", lambda: dict(legacy="highest", cuda_matmul="ieee", mkldnn_matmul="ieee"))
+E("hardware.tf32_matmul", lambda: dict(enabled=False), cm=True)
+E("hardware.bf16_hardware", lambda: dict(capability=(8, 0)))
+E("hardware.arch_supported", lambda: dict(capability=(8, 0), arch_list=["sm_80"]), {"arch_list": Seq()})
+E("hardware.arch_advice", lambda: dict(capability=(8, 0), arch_list=["sm_80"]), {"arch_list": Seq()})
+E("hardware.tf32_setting")
+E("hardware.describe")
+E(
+    "hardware.report_for",
+    lambda: dict(device_type="cpu"),
+    {"device_type": Str(), "flags": Mapping_(), "base": Obj()},
+)
+E("hardware.setup_banner", examples=3)
+
+# --- progress -------------------------------------------------------------------------------
+E("progress.enabled")
+
+# --- race -----------------------------------------------------------------------------------
+RACE_FAST = dict(warmup=0, repeats=4, min_sample_s=1e-4, target_rel_width=None, max_time_s=None)
+# max_time_s only bounds an adaptive race (target_rel_width given) and a tiny target_rel_width runs until
+# max_time_s: each is fuzzed with the other one set, so that a valid value finishes within the 2 s limit.
+RACE_ARG_BASE = {"target_rel_width": dict(max_time_s=0.3), "max_time_s": dict(target_rel_width=0.5)}
+MEASURE_ARG_BASE = dict(RACE_ARG_BASE, max_repeats=dict(target_rel_width=0.5, max_time_s=0.3))
+
+
+def race_kinds(**more) -> dict:
+    """The timing arguments the race functions share, with the bounds of ``timing.measure``."""
+    return {
+        "warmup": Int(0, MAX_REPEATS, skip_above=50),
+        "repeats": Int(1, MAX_REPEATS, skip_above=50),
+        "num_threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
+        "min_sample_s": Float(gt=0, le=MAX_SAMPLE_S, skip_above=0.05),
+        "max_time_s": Float(gt=0, le=MAX_SECONDS, optional=True, skip_above=0.5),
+        "target_rel_width": Float(ge=MIN_TARGET_REL_WIDTH, optional=True),
+        **more,
+    }
+
+
+def adaptive_race_kinds(**more) -> dict:
+    """:func:`race_kinds` for ``measure`` fuzzed with :data:`RACE_ARG_BASE`: with max_time_s given,
+    target_rel_width=None is refused (max_time_s bounds an adaptive measurement only).  The races keep
+    target_rel_width optional: their max_time_s has a default, which a race without a target ignores."""
+    return race_kinds(target_rel_width=Float(ge=MIN_TARGET_REL_WIDTH), **more)
+
+
+E("race.Ceiling", lambda: dict(vs_fp32=2.0, vs_tf32=None, source="datasheet"))
+E("race.Contestant", lambda: dict(fn=lambda: None), {"fn": Callable_(), "context": Callable_()})
+E("race.RaceProgress", lambda: dict(phase="timing", label="fp32", done=0, total=1, samples={}))
+E(
+    "race.RaceResult",
+    lambda: dict(
+        kind="matmul",
+        params={"n": 8},
+        dtype=torch.bfloat16,
+        timings=dict(race_result().timings),
+        flops=1e3,
+        memory=None,
+        context=dict(race_result().context),
+    ),
+    {"confidence": Float(gt=0, lt=1), "flops": Float(ge=0)},
+)
+E(
+    "race.RaceSizes",
+    lambda: {k: getattr(race.sizes_for("cpu"), k) for k in inspect.signature(race.RaceSizes).parameters},
+    corpus_limit=3,
+    examples=2,
+)
+E(
+    "race.RaceWidget",
+    lambda: dict(device="cpu", widths=[8], batches=[8], in_features=8, warmup=0, repeats=2),
+    race_kinds(
+        widths=Seq(),
+        batches=Seq(),
+        warmup=Int(0, MAX_REPEATS, optional=True),
+        repeats=Int(1, MAX_REPEATS, optional=True),
+        min_sample_s=Float(gt=0, le=MAX_SAMPLE_S, optional=True),
+        num_threads=Int(1, MAX_THREADS, optional=True),
+    ),
+    examples=3,
+)
+E(
+    "race.SpeedupEstimate",
+    lambda: dict(ratio=1.0, low=0.9, high=1.1, confidence=0.95, pairs=10),
+)
+E(
+    "race.SweepResult",
+    lambda: dict(
+        kind="matmul", sizes=(8,), results=(race_result(),), ceiling=race.Ceiling(2.0, None, "x"), context={}
+    ),
+    {"sizes": Seq(), "results": Seq()},
+)
+E("race.Timing", lambda: dict(label="a", samples=(1.0, 2.0), number=1, warmup=0), {"samples": Seq()})
+E(
+    "race.GpuDatasheet",
+    lambda: dict(
+        model="X",
+        names=("X",),
+        fp32_tflops=1.0,
+        tf32_tflops=None,
+        fp16_tflops=2.0,
+        bf16_tflops=None,
+        bandwidth_gbs=100.0,
+        source="s",
+    ),
+)
+E("race.datasheet_ceiling", lambda: dict(gpu_name="NVIDIA H100 80GB HBM3"))
+E("race.datasheet_entry", lambda: dict(gpu_name="NVIDIA H100 80GB HBM3"))
+E(
+    "race.regime_for",
+    lambda: dict(seconds=1e-3, flops=1e9, bytes_moved=1e6, dtype=torch.float16, context={"device": "cpu"}),
+    {"seconds": Float(gt=0), "flops": Float(ge=0), "bytes_moved": Float(ge=0), "context": Mapping_()},
+)
+E("race.contestant_names", lambda: dict(device_type="cuda", capability=(8, 0)))
+E("race.precision_choices", lambda: dict(device_type="cuda", capability=(8, 0)))
+E("race.datasheet_rows")
+E("race.tf32_summary", lambda: dict(result=race_result()), post=is_str)
+E(
+    "race.precision_warning",
+    lambda: dict(device_type="cuda", capability=(7, 5), dtype=torch.bfloat16),
+    {"capability": Capability(optional=True)},  # None: not known, so no warning
+)
+E(
+    "race.cuda_available_bytes",
+    lambda: dict(free=2**30, reserved=2**20, allocated=2**19),
+    {"free": Int(0), "reserved": Int(0), "allocated": Int(0)},
+    post=nonneg_int,
+)
+E(
+    "race.describe_reference",
+    lambda: dict(reference={"machine": {"gpu_name": "H100"}, "date": "2025-01-01"}),
+    {"reference": Mapping_()},
+    post=is_str,
+)
+E("race.explain", lambda: dict(result=race_result()), {"result": Obj()}, post=is_str)
+E("race.format_bytes", lambda: dict(nbytes=1024), {"nbytes": Float(optional=True, finite=False)}, post=is_str)
+E("race.format_seconds", lambda: dict(seconds=1e-3), {"seconds": Float(finite=False)}, post=is_str)
+E("race.load_reference_results", fuzz={"directory": Str()}, examples=4)
+E("race.matmul_bytes", lambda: dict(n=8), {"n": Int(1)}, post=nonneg_int)
+E(
+    "race.measure",
+    lambda: dict(fns={"a": lambda: None, "b": lambda: None}, **RACE_FAST),
+    adaptive_race_kinds(
+        fns=Mapping_(),
+        number=Int(1, MAX_CALLS_PER_SAMPLE, optional=True, skip_above=1000),
+        max_repeats=Int(RACE_FAST["repeats"], MAX_REPEATS, optional=True),
+        confidence=Float(gt=0, lt=1),
+        extra_context=Mapping_(),
+        callback=Callable_(),
+    ),
+    arg_base=MEASURE_ARG_BASE,
+    examples=4,
+)
+E("race.memory_summary", lambda: dict(result=mlp_result()), post=is_str)
+E("race.mlp_bytes", lambda: dict(width=8, batch=8), {"contestants": Int(1, MAX_CONTESTANTS)}, post=nonneg_int)
+E("race.mlp_step_flops", lambda: dict(width=8, batch=8), post=is_float)
+E("race.native_arithmetic", lambda: dict(result=race_result()))
+E("race.plot_memory", lambda: dict(result=mlp_sweep()), {"ax": Obj()}, examples=2, corpus_limit=3)
+E("race.plot_sweep", lambda: dict(result=sweep_result()), {"ax": Obj()}, examples=2, corpus_limit=3)
+E(
+    "race.race_matmul",
+    lambda: dict(n=8, **RACE_FAST),
+    race_kinds(n=Int(1, skip_above=512), callback=Callable_(), reuse=Obj()),
+    arg_base=RACE_ARG_BASE,
+    examples=3,
+    corpus_limit=2,
+)
+E(
+    "race.race_mlp",
+    lambda: dict(width=8, batch=8, in_features=8, **RACE_FAST),
+    race_kinds(
+        width=Int(1, skip_above=256),
+        batch=Int(1, skip_above=256),
+        in_features=Int(1, skip_above=256),
+        num_classes=Int(1, skip_above=256),
+        callback=Callable_(),
+        reuse=Obj(),
+    ),
+    arg_base=RACE_ARG_BASE,
+    examples=3,
+    corpus_limit=2,
+)
+E("race.race_sizes", lambda: dict(device_type="cpu"), {"device_type": Str(), "native": Bool()})
+E("race.race_widget", lambda: dict(device="cpu", widths=[8], batches=[8], in_features=8, repeats=2, warmup=0))
+E("race.reference_table_html", lambda: dict(references=[]), {"references": Seq(), "mine": Obj()}, post=is_str)
+E("race.result_card_html", lambda: dict(result=race_result()), post=is_str)
+E(
+    "race.seed_model",
+    lambda: dict(width=8, in_features=8),
+    {
+        "width": Int(1, skip_above=512),
+        "in_features": Int(1, skip_above=512),
+        "num_classes": Int(1, skip_above=512),
+    },
+)
+E("race.sizes_for")
+E(
+    "race.speedup_estimate",
+    lambda: dict(baseline=timing_obj("a", 2.0), contender=timing_obj("b")),
+    {"baseline": Seq(), "contender": Seq(), "confidence": Float(gt=0, lt=1)},
+)
+E(
+    "race.sweep",
+    lambda: dict(sizes=[8], show_progress=False, **RACE_FAST),
+    race_kinds(
+        sizes=Seq(),
+        kind=Str(choices=("matmul", "mlp")),
+        batch=Int(1, optional=True, skip_above=256),
+        width=Int(1, optional=True, skip_above=256),
+        reuse=Obj(),
+    ),
+    arg_base=RACE_ARG_BASE,
+    examples=3,
+    corpus_limit=2,
+)
+E("race.sweep_summary", lambda: dict(result=sweep_result()), post=is_str)
+E("race.timing_context")
+
+# --- ranges ---------------------------------------------------------------------------------
+E(
+    "ranges.RangeReport",
+    lambda: dict(fmt="fp16", scale=1.0, total=4, counts={c: 1 for c in ranges.CATEGORIES[:4]}),
+    {"scale": Scale(), "total": Int(0), "counts": Mapping_(), "zeros": Int(0), "nonfinite": Int(0)},
+)
+E("ranges.range_report", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor(), "scale": Scale()})
+E(
+    "ranges.per_layer_reports",
+    lambda: dict(tensors={"a": T(4)}, fmt="fp16"),
+    {"tensors": Mapping_(), "scale": Scale()},
+)
+E("ranges.overflow_threshold", lambda: dict(fmt="fp16"))
+E("ranges.log2_limits", lambda: dict(fmt="fp16"))
+E("ranges.suggest_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()}, post=float32_scale)
+E("ranges.suggest_log2_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()})
+E(
+    "ranges.Log2Histogram",
+    lambda: dict(
+        edges=np.arange(3), counts=np.ones(2, dtype=np.int64), zeros=0, nonfinite=0, outside=0, scale=1.0
+    ),
+    {"edges": Tensor(), "counts": Tensor(), "scale": Scale()},
+)
+E(
+    "ranges.log2_histogram",
+    lambda: dict(x=T(8)),
+    {
+        "x": Tensor(),
+        "scale": Scale(),
+        "lo": Int(*LOG2_HISTOGRAM_LO, optional=True),
+        "hi": Int(*LOG2_HISTOGRAM_HI, optional=True),
+    },
+    # without the other end, the data's own smallest/largest binade bounds lo and hi
+    arg_base={"lo": dict(hi=LOG2_HISTOGRAM_HI[1]), "hi": dict(lo=LOG2_HISTOGRAM_LO[0])},
+)
+E(
+    "ranges.plot_log2_histogram",
+    lambda: dict(x=T(8)),
+    {"x": Tensor(), "fmts": Seq(), "scale": Scale(), "ax": Obj(), "xlim": Seq()},
+    examples=2,
+    corpus_limit=3,
+)
+E(
+    "ranges.lost_update_fraction",
+    lambda: dict(weight=torch.ones(4), update=torch.full((4,), 1e-4)),
+    {"weight": Tensor(), "update": Tensor()},
+    post=is_float,
+)
+E("ranges.readout_text", lambda: dict(report=ranges.range_report(T(8), "fp16")), {"report": Obj()})
+E(
+    "ranges.readout_html",
+    lambda: dict(report=ranges.range_report(T(8), "fp16")),
+    {"report": Obj(), "suggested_log2": Int(optional=True)},
+    post=is_str,
+)
+E(
+    "ranges.ScaleExplorer",
+    lambda: dict(x=T(8)),
+    {
+        "x": Tensor(),
+        "log2_scale": Int(0, default_of(ranges.scale_explorer, "max_log2")),  # the slider: 0 to max_log2
+        "max_log2": Int(*SCALE_EXPLORER_MAX_LOG2),
+    },
+    examples=2,
+    corpus_limit=3,
+)
+E(
+    "ranges.scale_explorer",
+    lambda: dict(x=T(8)),
+    {
+        "x": Tensor(),
+        "log2_scale": Int(0, default_of(ranges.scale_explorer, "max_log2")),  # the slider: 0 to max_log2
+        "max_log2": Int(*SCALE_EXPLORER_MAX_LOG2),
+    },
+    examples=2,
+    corpus_limit=3,
+)
+
+# --- recipe ---------------------------------------------------------------------------------
+E(
+    "recipe.AmpChoice",
+    lambda: dict(
+        device="cpu", dtype=torch.bfloat16, use_scaler=False, expect_speedup=None, steps=(), advice="a"
+    ),
+    {"steps": Seq()},
+)
+E("recipe.choose_amp_dtype", fuzz={"report": Obj()})
+E(
+    "recipe.make_model",
+    lambda: dict(hidden=8, depth=1),
+    {
+        "hidden": Int(1, skip_above=4096),
+        "depth": Int(1, skip_above=64),
+        "num_features": Int(1, skip_above=4096),
+        "num_classes": Int(1, skip_above=4096),
+    },
+)
+E(
+    "recipe.make_scaler",
+    lambda: dict(dtype=torch.float16),
+    {"init_scale": Scale(), "growth_interval": Int(1, MAX_GROWTH_INTERVAL)},
+)
+E(
+    "recipe.micro_batches",
+    lambda: dict(split=split(), step=0, batch_size=8),
+    {
+        "split": Obj(),
+        "step": Int(0, RECIPE_MAX_STEP),
+        "batch_size": Int(1, RECIPE_MAX_SIZE),
+        "accumulation_steps": Int(1, RECIPE_MAX_SIZE),
+    },
+)
+E("recipe.StepResult", lambda: dict(loss=1.0, grad_norm=1.0, scale=1.0, skipped=False))
+E(
+    "recipe.PendingStep",
+    lambda: dict(loss=torch.tensor(1.0), grad_norm=torch.tensor(1.0), scale=1.0, scale_after=None),
+)
+
+
+def _train_step_base():
+    m = model()
+    s = split()
+    return dict(
+        model=m,
+        opt=opt_for(m),
+        scaler=recipe.make_scaler(torch.float32),
+        batches=[(s.X[:8], s.y[:8])],
+        dtype=torch.float32,
+    )
+
+
+E(
+    "recipe.train_step",
+    _train_step_base,
+    {
+        "model": Obj(),
+        "opt": Obj(),
+        "scaler": Obj(),
+        "batches": Seq(),
+        "max_grad_norm": Float(gt=0, optional=True),
+        "non_blocking": Bool(),
+    },
+    examples=4,
+)
+E(
+    "recipe.History",
+    fuzz={
+        "steps": Seq(),
+        "losses": Seq(),
+        "grad_norms": Seq(),
+        "scales": Seq(),
+        "skipped": Seq(),
+        "seconds": Seq(),
+    },
+)
+
+
+def _train_base():
+    b = _train_step_base()
+    del b["batches"]
+    return dict(b, split=split(), num_steps=1, batch_size=8)
+
+
+E(
+    "recipe.train",
+    _train_base,
+    {
+        "model": Obj(),
+        "opt": Obj(),
+        "scaler": Obj(),
+        "split": Obj(),
+        "num_steps": Int(0, MAX_STEPS, skip_above=4),
+        "start_step": Int(0, RECIPE_MAX_STEP - 1),  # start_step + num_steps (1) stays a step number
+        "batch_size": Int(1, RECIPE_MAX_SIZE, skip_above=512),
+        "accumulation_steps": Int(1, RECIPE_MAX_SIZE, skip_above=4),
+        "max_grad_norm": Float(gt=0, optional=True),
+        "scheduler": Obj(),
+    },
+    examples=3,
+    corpus_limit=2,
+)
+E("recipe.Evaluation", lambda: dict(loss=1.0, accuracy=0.5, num_examples=10))
+E(
+    "recipe.evaluate",
+    lambda: dict(model=model(), split=split(), dtype=torch.float32),
+    {"model": Obj(), "split": Obj(), "batch_size": Int(1, RECIPE_MAX_SIZE)},
+)
+
+
+def _ckpt_path():
+    import tempfile
+
+    return os.path.join(tempfile.mkdtemp(prefix="amp_lab_fuzz_"), "ckpt.pt")
+
+
+def _save_base():
+    b = _train_step_base()
+    del b["batches"], b["dtype"]
+    return dict(b, path=_ckpt_path(), step=1)
+
+
+E(
+    "recipe.save_checkpoint",
+    _save_base,
+    {
+        "path": Str(),
+        "model": Obj(),
+        "opt": Obj(),
+        "scaler": Obj(),
+        "step": Int(0, RECIPE_MAX_STEP),
+        "scheduler": Obj(),
+        "extra": Mapping_(),
+    },
+    examples=3,
+    corpus_limit=2,
+)
+
+
+@functools.cache
+def _saved_checkpoint():
+    b = _save_base()
+    return recipe.save_checkpoint(**b)
+
+
+def _load_base():
+    b = _save_base()
+    b["path"] = _saved_checkpoint()
+    del b["step"]
+    return b
+
+
+E(
+    "recipe.load_checkpoint",
+    _load_base,
+    {"path": Str(), "model": Obj(), "opt": Obj(), "scaler": Obj(), "scheduler": Obj()},
+    examples=3,
+    corpus_limit=2,
+)
+E(
+    "recipe.saved_activation_bytes",
+    lambda: dict(model=model(), X=split().X[:8], y=split().y[:8], dtype=torch.float32),
+    {"model": Obj(), "X": Tensor(), "y": Tensor()},
+    post=nonneg_int,
+)
+RECIPE_SIZES = {
+    "num_features": Int(1, RECIPE_MAX_SIZE),
+    "num_classes": Int(2, RECIPE_MAX_SIZE),
+    "hidden": Int(1, RECIPE_MAX_SIZE),
+    "depth": Int(1, getattr(recipe, "MAX_DEPTH", 64)),
+    "batch_size": Int(1, RECIPE_MAX_SIZE),
+    "accumulation_steps": Int(1, RECIPE_MAX_SIZE),
+}
+E("recipe.step_flops", fuzz=RECIPE_SIZES, post=is_float)
+E("recipe.step_bytes", fuzz=RECIPE_SIZES, post=is_float)
+E(
+    "recipe.PrecisionResult",
+    lambda: dict(
+        dtype=torch.float32,
+        seconds_per_step=1e-3,
+        saved_bytes=10,
+        peak_memory_bytes=None,
+        test_accuracy=0.5,
+        test_loss=1.0,
+        final_train_loss=1.0,
+        num_skipped=0,
+    ),
+    corpus_limit=2,
+    examples=2,
+)
+E(
+    "recipe.compare_precisions",
+    lambda: dict(data=digits(), num_steps=1, warmup_steps=0, hidden=8, depth=1, batch_size=8),
+    {
+        "data": Obj(),
+        "dtypes": Seq(),
+        "num_steps": Int(1, skip_above=3),
+        "warmup_steps": Int(0, skip_above=3),
+        "batch_size": Int(1, skip_above=256),
+        "accumulation_steps": Int(1, skip_above=3),
+        "hidden": Int(1, skip_above=256),
+        "depth": Int(1, skip_above=8),
+        "lr": Float(gt=0, le=MAX_LR),
+        "threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
+    },
+    examples=2,
+    corpus_limit=3,
+)
+E("recipe.comparison_rows", lambda: dict(results=precision_results()), {"results": Seq()})
+E(
+    "recipe.ComparisonReading",
+    lambda: dict(
+        speed="s",
+        expectation="e",
+        memory="m",
+        accuracy=claims.Claim("a", True),
+        outcome="o",
+        matches_expectation=None,
+    ),
+)
+E(
+    "recipe.read_comparison",
+    lambda: dict(results=precision_results(), choice=recipe.choose_amp_dtype()),
+    {"results": Seq(), "choice": Obj(), "accuracy_tolerance": Float(ge=0, le=1)},
+)
+E("recipe.example_machines", fuzz={"base": Obj()})
+E("recipe.choice_rows", lambda: dict(machines=[("cpu", report())]), {"machines": Seq()})
+E("recipe.dtype_name", lambda: dict(dtype=torch.float16), post=is_str)
+
+# --- scaling --------------------------------------------------------------------------------
+E(
+    "scaling.DynamicLossScaler",
+    fuzz={
+        "init_scale": Scale(),
+        "growth_factor": Float(gt=1, le=MAX_GROWTH_FACTOR),
+        "backoff_factor": Float(gt=0, lt=1),
+        "growth_interval": Int(1, MAX_GROWTH_INTERVAL),
+    },
+    post=scaler_scale_ok,
+)
+E("scaling.ScaleRecord", lambda: dict(step=0, scale=1.0, found_inf=False, skipped=False))
+E("scaling.StaticLossScaler", lambda: dict(scale=1024.0), {"scale": Scale()}, post=scaler_scale_ok)
+E(
+    "scaling.check_and_unscale_",
+    lambda: dict(grads=[T(3)], inv_scale=torch.tensor(0.5)),
+    {"grads": Seq(), "inv_scale": Tensor()},
+)
+E("scaling.to_float32", lambda: dict(x=1.0), {"x": Float(finite=False)}, post=is_float)
+
+# --- tensor_cores ---------------------------------------------------------------------------
+E(
+    "tensor_cores.mma",
+    lambda: dict(A=T(4, 4), B=T(4, 4)),
+    {"A": Tensor(), "B": Tensor(), "C": Tensor(), "inputs": Fmt(), "accumulate": Fmt()},
+    extra=[("2048x2048 A and B", lambda: dict(A=torch.ones(2048, 2048), B=torch.ones(2048, 2048)))],
+)
+E(
+    "tensor_cores.reference_mma",
+    lambda: dict(A=T(4, 4), B=T(4, 4)),
+    {"A": Tensor(), "B": Tensor(), "C": Tensor(), "inputs": Fmt()},
+    extra=[("2048x2048 A and B", lambda: dict(A=torch.ones(2048, 2048), B=torch.ones(2048, 2048)))],
+)
+E("tensor_cores.running_sum", lambda: dict(values=torch.ones(8)), {"values": Tensor(), "accumulate": Fmt()})
+E(
+    "tensor_cores.first_stall",
+    lambda: dict(partial_sums=torch.tensor([1.0, 2.0, 2.0])),
+    {"partial_sums": Tensor()},
+)
+E(
+    "tensor_cores.AccumulationCurve",
+    lambda: {k: getattr(curve(), k) for k in inspect.signature(tensor_cores.AccumulationCurve).parameters},
+    corpus_limit=2,
+    examples=2,
+)
+E(
+    "tensor_cores.accumulation_curve",
+    lambda: dict(k_max=64, batch=2),
+    {
+        "k_max": Int(1, MAX_K, skip_above=2**12),
+        "batch": Int(1, 4096, skip_above=256),
+        "accumulators": Seq(),
+        # finite, high > low (the other one at its default)
+        "low": Float(lt=default_of(tensor_cores.accumulation_curve, "high")),
+        "high": Float(gt=default_of(tensor_cores.accumulation_curve, "low")),
+    },
+    examples=3,
+)
+E(
+    "tensor_cores.AccumulationExplorer",
+    lambda: dict(curve=curve(), k=8),
+    {"curve": Obj(), "k": Int(1, CURVE_K_MAX)},  # the slider: 1 to the curve's k_max
+    examples=3,
+)
+E(
+    "tensor_cores.accumulation_explorer",
+    lambda: dict(k=8, k_max=64, batch=2),
+    {
+        "k": Int(1, 64),
+        "k_max": Int(1, MAX_K, skip_above=2**12),
+        "batch": Int(1, 4096, skip_above=256),
+        "accumulators": Seq(),
+    },
+    examples=3,
+    corpus_limit=2,
+)
+E("tensor_cores.generations_table", lambda: dict(capabilities=((8, 0),)), {"capabilities": Seq()})
+E("tensor_cores.alignment_multiple", lambda: dict(fmt="fp16"))
+E("tensor_cores.pad_to_multiple", lambda: dict(n=7), {"n": Int(0), "multiple": Int(1)}, post=nonneg_int)
+E(
+    "tensor_cores.time_matmul",
+    lambda: dict(n=8, repeats=2, warmup=0),
+    {
+        "n": Int(1, skip_above=256),
+        "repeats": Int(1, skip_above=100),
+        "warmup": Int(0, skip_above=100),
+        "inner": Int(1, skip_above=100),
+    },
+    examples=3,
+)
+E("tensor_cores.AlignmentDemo", lambda: dict(measured=False, message="m"), {"rows": Seq()})
+E(
+    "tensor_cores.alignment_demo",
+    lambda: dict(n=16, repeats=2, warmup=0),
+    {"n": Int(1, skip_above=128), "repeats": Int(1, skip_above=20), "warmup": Int(0, skip_above=20)},
+    examples=3,
+)
+
+# --- timing ---------------------------------------------------------------------------------
+E("timing.Contestant", lambda: dict(fn=lambda: None), {"fn": Callable_(), "context": Callable_()})
+E("timing.RaceProgress", lambda: dict(phase="timing", label="fp32", done=0, total=1, samples={}))
+E("timing.SpeedupEstimate", lambda: dict(ratio=1.0, low=0.9, high=1.1, confidence=0.95, pairs=10))
+E("timing.Timing", lambda: dict(label="a", samples=(1.0, 2.0), number=1, warmup=0), {"samples": Seq()})
+E(
+    "timing.describe_context",
+    lambda: dict(context=timing.timing_context()),
+    {"context": Mapping_()},
+    post=is_str,
+)
+E(
+    "timing.format_bytes",
+    lambda: dict(nbytes=1024),
+    {"nbytes": Float(optional=True, finite=False)},
+    post=is_str,
+)
+E("timing.format_ratio", lambda: dict(x=2.0), {"x": Float(finite=False), "digits": Int(0, 20)}, post=is_str)
+E("timing.format_seconds", lambda: dict(seconds=1e-3), {"seconds": Float(finite=False)}, post=is_str)
+E("timing.Regime", lambda: dict(name="compute", seconds=1.0, compute_s=None, memory_s=None, text="t"))
+E(
+    "timing.classify_regime",
+    lambda: dict(seconds=1e-3, flops=1e9, bytes_moved=1e6, peak_flops=1e12, peak_bytes_per_s=1e11),
+    {
+        "seconds": Float(gt=0),
+        "flops": Float(ge=0),
+        "bytes_moved": Float(ge=0),
+        "peak_flops": Float(gt=0, optional=True),
+        "peak_bytes_per_s": Float(gt=0, optional=True),
+        "overhead_factor": Float(gt=1),  # launch-bound: more than overhead_factor times the roofline
+    },
+)
+E(
+    "timing.measure",
+    lambda: dict(fns={"a": lambda: None, "b": lambda: None}, **RACE_FAST),
+    adaptive_race_kinds(
+        fns=Mapping_(),
+        number=Int(1, MAX_CALLS_PER_SAMPLE, optional=True, skip_above=1000),
+        max_repeats=Int(RACE_FAST["repeats"], MAX_REPEATS, optional=True),
+        confidence=Float(gt=0, lt=1),
+        extra_context=Mapping_(),
+        callback=Callable_(),
+    ),
+    arg_base=MEASURE_ARG_BASE,
+    extra=[("fn, repeats=10**12", lambda: dict(fns=lambda: None, repeats=10**12))],
+    examples=4,
+)
+E("timing.min_pairs", fuzz={"confidence": Float(gt=0, lt=1)}, post=nonneg_int)
+E(
+    "timing.speedup_estimate",
+    lambda: dict(baseline=timing_obj("a", 2.0), contender=timing_obj("b")),
+    {"baseline": Seq(), "contender": Seq(), "confidence": Float(gt=0, lt=1)},
+)
+E(
+    "timing.sync_summary",
+    lambda: dict(queued_s=1e-3, finished_s=2e-3),
+    {"queued_s": Float(gt=0, le=2e-3), "finished_s": Float(ge=1e-3)},  # finished_s is read later: >= queued_s
+    post=is_str,
+)
+E("timing.timing_context")
+
+# --- training -------------------------------------------------------------------------------
+SCALER_EXPLORER_KINDS = {
+    "num_steps": Int(1, MAX_EXPLORER_STEPS, skip_above=3),
+    "log2_init_scale": Int(*SCALER_EXPLORER_LOG2),
+    "growth_interval": Int(*SCALER_EXPLORER_GROWTH),
+    "backoff_factor": Float(ge=SCALER_EXPLORER_BACKOFF[0], le=SCALER_EXPLORER_BACKOFF[1]),
+    "train_kwargs": Mapping_(),
+}
+E(
+    "training.ScalerExplorer",
+    lambda: dict(num_steps=1, train_kwargs=dict(depth=2, width=4, batch_size=8)),
+    SCALER_EXPLORER_KINDS,
+    examples=2,
+    corpus_limit=3,
+)
+E("training.TrainingRun", lambda: dict(label="x"), {"losses": Seq(), "test_accuracy": Float(finite=False)})
+E(
+    "training.cpu_threads",
+    lambda: dict(num_threads=1, device=torch.device("cpu")),
+    {"num_threads": Int(1, MAX_THREADS, optional=True)},
+    cm=True,
+)
+E(
+    "training.gradient_zero_fraction",
+    lambda: dict(parameters=list(model().parameters())),
+    {"parameters": Seq()},
+    post=is_float,
+)
+E(
+    "training.scaler_explorer",
+    lambda: dict(num_steps=1, train_kwargs=dict(depth=2, width=4, batch_size=8)),
+    SCALER_EXPLORER_KINDS,
+    examples=2,
+    corpus_limit=3,
+)
+E(
+    "training.train_digits",
+    lambda: dict(num_steps=1, depth=2, width=4, batch_size=8),
+    {
+        "scaler": Obj(),
+        "num_steps": Int(1, MAX_STEPS, skip_above=3),
+        "batch_size": Int(1, skip_above=256),
+        "lr": Float(gt=0, le=MAX_LR),
+        "depth": Int(1, MLP_MAX_DEPTH, skip_above=16),
+        "width": Int(1, MLP_MAX_WIDTH, skip_above=64),
+        "max_grad_norm": Float(gt=0, optional=True),
+        "data": Obj(),
+        "num_threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
+    },
+    examples=2,
+    corpus_limit=3,
+)
+
+# --- widgets --------------------------------------------------------------------------------
+E(
+    "widgets.FigurePane",
+    fuzz={"figure": Obj(), "figsize": Seq(), "dpi": Int(1, MAX_PIXELS, skip_above=200)},
+    examples=3,
+    corpus_limit=2,
+)
+E(
+    "widgets.table_html",
+    lambda: dict(rows=[["a", 1]], header=["x", "y"]),
+    {"rows": Seq(), "header": Seq()},
+    post=is_str,
+)
+E("widgets.SmokeTest", fuzz={"k": Int(*SMOKE_TEST_K)}, examples=3)
+E("widgets.smoke_test", fuzz={"k": Int(*SMOKE_TEST_K)}, examples=3)
+
+
+# --------------------------------------------------------------------------------------------
+# Coverage: every public name of every module is in the table (or skipped on purpose)
+# --------------------------------------------------------------------------------------------
+
+
+def public_callables(mod) -> list[str]:
+    names = getattr(mod, "__all__", None)
+    if names is None:
+        names = [
+            n
+            for n, v in vars(mod).items()
+            if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == mod.__name__
+        ]
+    return [n for n in names if callable(getattr(mod, n)) and not isinstance(getattr(mod, n), type(math))]
+
+
+def test_every_public_callable_is_fuzzed():
+    covered = {e.name for e in ENTRIES} | SKIPPED
+    missing = [
+        f"{m}.{n}" for m, mod in MODULES.items() for n in public_callables(mod) if f"{m}.{n}" not in covered
+    ]
+    assert not missing, f"public callables with no fuzz entry (add one to tests/test_fuzz.py): {missing}"
+
+
+# --------------------------------------------------------------------------------------------
+# Hypothesis strategies per kind (random values on top of each kind's fixed corpus)
+# --------------------------------------------------------------------------------------------
+
+_junk_text = st.text(max_size=12)
+_numbers = st.one_of(
+    st.integers(-3, 3),
+    st.integers(min_value=2**31, max_value=2**2100),
+    st.integers(max_value=-(2**31), min_value=-(2**2100)),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=-1e-30, max_value=1e-30),
+    st.booleans(),
+    st.none(),
+    _junk_text,
+    st.sampled_from([np.float32(-0.0), np.float16(1e-7), np.int8(-1), np.uint64(2**64 - 1), np.bool_(False)]),
+)
+_tensors = st.builds(
+    lambda shape, dtype, fill: torch.full(shape, fill).to(dtype),
+    st.lists(st.integers(0, 3), max_size=4).map(tuple),
+    st.sampled_from(
+        [
+            torch.bool,
+            torch.int64,
+            torch.float16,
+            torch.bfloat16,
+            torch.float32,
+            torch.float64,
+            torch.complex64,
+        ]
+    ),
+    st.floats(allow_nan=True, allow_infinity=True, width=32),
+)
+_strings = st.one_of(
+    _junk_text,
+    st.sampled_from(list(formats.FORMAT_NAMES) + ["cpu", "cuda", "mps", "float16", "bfloat16"]).flatmap(
+        lambda s: st.sampled_from([s.upper(), s + " ", " " + s, s[:-1], s + "x", s.replace("_", "-")])
+    ),
+    st.none(),
+    st.integers(-2, 2),
+)
+_objects = st.one_of(
+    st.none(),
+    st.integers(),
+    st.floats(),
+    _junk_text,
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.sets(st.integers(), max_size=3),
+    st.tuples(st.integers(), st.integers()),
+)
+
+
+def strategy_for(kind: Kind):
+    name = kind.name
+    if name.startswith(("Int", "Float", "Scale")):
+        return _numbers
+    if name == "Tensor":
+        return st.one_of(_tensors, _numbers)
+    if name in ("Str", "Fmt", "Device", "Dtype"):
+        return _strings
+    if name == "Capability":
+        return st.one_of(
+            st.tuples(st.integers(-2, 2**40), st.integers(-2, 20)),
+            st.lists(st.integers(0, 12), max_size=3),
+            _objects,
+        )
+    return _objects
+
+
+# --------------------------------------------------------------------------------------------
+# The tests
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def in_tmp_dir(tmp_path_factory):
+    """The whole module runs in a temporary directory: fuzzed paths (``save_checkpoint(path="FP16")``) and
+    anything else a call writes land there, not in the repository."""
+    old = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("fuzz_cwd"))
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def guard_memory(in_tmp_dir):
+    """The whole fuzz module runs under an address-space cap (see fuzz_support.address_space_limit)."""
+    digits()  # loaded before the cap: scikit-learn's first load maps a lot
+    # First calls import lazily (torch.optim's first step, matplotlib's first figure) and take seconds;
+    # made here, so the 2 s limit measures the call and not the imports.
+    gradients.train_steps(gradients.make_mlp(depth=2, width=8), split(), num_steps=1, batch_size=8)
+    import matplotlib.pyplot as plt
+
+    plt.close(plt.figure())
+    with address_space_limit() as limit:
+        yield limit
+
+
+@pytest.fixture(autouse=True)
+def hard_timeout():
+    """A call stuck in C ignores SIGALRM: faulthandler ends the run instead (a hang must not hang CI)."""
+    with hard_time_limit():
+        yield
+
+
+CASES = [(e, arg) for e in ENTRIES for arg in e.fuzz]
+
+
+def _case_id(case):
+    e, arg = case
+    return f"{e.name}.{arg}"
+
+
+# The suite runs in `make test` in under a minute on 2 cores: each argument gets the corpus values below
+# plus every STRIDE-th other one, and EXAMPLES hypothesis draws.  FUZZ_STRIDE=1 FUZZ_EXAMPLES=20 runs
+# everything (minutes).
+STRIDE = int(os.environ.get("FUZZ_STRIDE", "5"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "2"))
+PRIORITY = {
+    "0", "-1", "-5", "1.5", "-1.0", "0.9999", "1e-50", "nan", "inf", "True", "2**2000", "10**12",
+    "np.float32(np.float32(0.5))", "None", "'junk'", "''", "{7, 5}", "'cpu:5'", "[1e-45]", "'FP16'",
+    "tensor(1.0)", "0-d float32", "empty (0,)", "rank 3 (2, 3, 4)", "ones(3, bool)", "ones(3, complex64)",
+    "ones(3, int64)", "2048x2048 float32", "[]", "{}", "range(10**12)", "(7,)", "'7.5'", "lambda: None",
+}  # fmt: skip
+
+
+def _run_corpus(entry: Entry, arg: str, kind: Kind, failures: list[str]) -> int:
+    base = entry.base_for(arg)
+    stride = STRIDE * (entry.corpus_limit or 1)
+    values = [v for i, v in enumerate(kind.corpus) if v.label in PRIORITY or i % stride == 0]
+    n = 0
+    for v in values:
+        value = v()
+        if kind.skip(value):
+            continue
+        kwargs = dict(entry.base_for(arg), **{arg: value})
+        n += 1
+        failure = check_call(entry, kwargs, arg=arg, value=value, valid=kind.valid(value), label=v.label)
+        if failure:
+            failures.append(failure)
+    for v in kind.must_accept(base.get(arg)):
+        kwargs = dict(entry.base_for(arg), **{arg: v()})
+        n += 1
+        failure = check_call(entry, kwargs, arg=arg, value=v(), valid=True, label=v.label + " (must accept)")
+        if failure:
+            failures.append(failure)
+    return n
+
+
+CALLS = {"n": 0}
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_one_bad_argument(case):
+    """One argument replaced by each corpus value, then by hypothesis's values; the rest valid."""
+    entry, arg = case
+    kind = entry.fuzz[arg]
+    failures: list[str] = []
+    CALLS["n"] += _run_corpus(entry, arg, kind, failures)
+
+    @settings(
+        max_examples=max(1, min(entry.examples, EXAMPLES)),
+        phases=[Phase.generate],
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(value=strategy_for(kind))
+    def explore(value):
+        if kind.skip(value):
+            return
+        CALLS["n"] += 1
+        kwargs = dict(entry.base_for(arg), **{arg: value})
+        failure = check_call(
+            entry, kwargs, arg=arg, value=value, valid=kind.valid(value), label=describe(value)
+        )
+        if failure and failure not in failures:
+            failures.append(failure)
+
+    explore()
+    assert not failures, f"{len(failures)} contract violation(s):\n" + "\n".join(failures)
+
+
+BASE_AND_JOINT = [(e, "base", e.base, None) for e in ENTRIES]
+BASE_AND_JOINT += [(e, label, make, None) for e in ENTRIES for label, make in e.extra]
+BASE_AND_JOINT += [(e, label, make, True) for e in ENTRIES for label, make in e.accept]
+
+
+@pytest.mark.parametrize(
+    "entry,label,make,valid", BASE_AND_JOINT, ids=[f"{e.name}[{label}]" for e, label, _, _ in BASE_AND_JOINT]
+)
+def test_base_and_joint_cases(entry, label, make, valid):
+    """The base call itself keeps the contract and returns (a broken base would hide every finding);
+    joint cases (several arguments bad together) keep it too; ``accept`` cases must not be refused."""
+    kwargs = make()
+    if label == "base":
+        valid = True
+    CALLS["n"] += 1
+    failure = check_call(entry, kwargs, arg=None, value=None, valid=valid, label=label)
+    assert failure is None, failure
+
+
+# --------------------------------------------------------------------------------------------
+# Validate, then change: a method that refuses changes nothing
+# --------------------------------------------------------------------------------------------
+
+
+def _scaler_state(s):
+    return (repr(s.state_dict()), s.get_scale() if s._scale is not None else None)
+
+
+def _dynamic_scaler():
+    s = scaling.DynamicLossScaler(init_scale=1024.0, growth_interval=3)
+    s._lazy_init_scale() if hasattr(s, "_lazy_init_scale") else None
+    return s
+
+
+SCALER_STATE_CASES = []
+for _key in ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"):
+    for _v in [
+        *(
+            v
+            for v in (
+                const(0),
+                const(-1.0),
+                const(math.nan),
+                const(1e-50),
+                const(2**2000),
+                const(True),
+                const(None),
+                const("2"),
+            )
+        ),
+        const(1.5),
+    ]:
+        SCALER_STATE_CASES.append((_key, _v))
+
+
+@pytest.mark.parametrize(
+    "key,value", SCALER_STATE_CASES, ids=[f"{k}={v.label}" for k, v in SCALER_STATE_CASES]
+)
+def test_dynamic_scaler_load_state_dict_refuses_without_change(key, value):
+    s = _dynamic_scaler()
+    good = s.state_dict()
+    other = scaling.DynamicLossScaler(
+        init_scale=8.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=7
+    )
+    state = dict(other.state_dict())
+    state[key] = value()
+    before = _scaler_state(s)
+    entry = Entry("DynamicLossScaler.load_state_dict", s.load_state_dict, lambda: {})
+    failure = check_call(
+        entry,
+        {"state_dict": state},
+        arg=f"state_dict[{key!r}]",
+        value=state[key],
+        valid=None,
+        label=value.label,
+    )
+    assert failure is None, failure
+    if _scaler_state(s) != before and repr(s.state_dict()) != repr(state):
+        pytest.fail(
+            f"DynamicLossScaler.load_state_dict({key}={value.label}): half-changed: state was {good}, "
+            f"is now {s.state_dict()} (neither the old state nor the one given)"
+        )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        const(0.0),
+        const(-1.0),
+        const(math.nan),
+        const(math.inf),
+        const(1e-50),
+        const(1e39),
+        const(True),
+        const("2"),
+        V("tensor([1., 2.])", lambda: torch.tensor([1.0, 2.0])),
+    ],
+    ids=lambda v: v.label,
+)
+def test_dynamic_scaler_update_refuses_without_change(value):
+    s = _dynamic_scaler()
+    before = _scaler_state(s)
+    entry = Entry("DynamicLossScaler.update", s.update, lambda: {})
+    failure = check_call(
+        entry, {"new_scale": value()}, arg="new_scale", value=None, valid=None, label=value.label
+    )
+    assert failure is None, failure
+    after = _scaler_state(s)
+    scale = s.get_scale()
+    assert F32_TINY <= scale <= F32_MAX or after == before, (
+        f"DynamicLossScaler.update(new_scale={value.label}) left the scale at {scale!r}, not a normal float32"
+    )
+
+
+@pytest.mark.parametrize("what", ["model with other shapes", "missing file", "junk file"])
+def test_load_checkpoint_refuses_without_change(what, tmp_path):
+    """A refused checkpoint leaves model, optimizer and scaler as they were."""
+    path = _saved_checkpoint()
+    m = recipe.make_model(hidden=8, depth=1, seed=1)
+    if what == "model with other shapes":
+        m = recipe.make_model(hidden=16, depth=1, seed=1)
+    elif what == "missing file":
+        path = str(tmp_path / "missing.pt")
+    else:
+        path = tmp_path / "junk.pt"
+        path.write_bytes(b"not a checkpoint")
+    o = opt_for(m)
+    sc = recipe.make_scaler(torch.float16, init_scale=2.0**10)
+    before = ([p.detach().clone() for p in m.parameters()], repr(o.state_dict()), repr(sc.state_dict()))
+    entry = Entry("recipe.load_checkpoint", recipe.load_checkpoint, lambda: {})
+    failure = check_call(
+        entry, dict(path=path, model=m, opt=o, scaler=sc), arg="path", value=None, valid=False, label=what
+    )
+    assert failure is None, failure
+    after = ([p.detach().clone() for p in m.parameters()], repr(o.state_dict()), repr(sc.state_dict()))
+    assert (
+        all(torch.equal(a, b) for a, b in zip(before[0], after[0], strict=False)) and before[1:] == after[1:]
+    ), f"recipe.load_checkpoint ({what}) refused but changed the model, optimizer or scaler"
+
+
+# --------------------------------------------------------------------------------------------
+# Explicit "must accept" cases: valid edge inputs that must not be refused
+# --------------------------------------------------------------------------------------------
+
+MUST_ACCEPT = [
+    (
+        "formats.from_bits(np.int64(0x3C00), 'fp16') == 1.0",
+        lambda: formats.from_bits(np.int64(0x3C00), "fp16") == 1.0,
+    ),
+    (
+        "formats.from_bits(np.uint16(0x3C00), 'fp16') == 1.0",
+        lambda: formats.from_bits(np.uint16(0x3C00), "fp16") == 1.0,
+    ),
+    (
+        "formats.decompose(np.float32(0.1), 'fp16')",
+        lambda: formats.decompose(np.float32(0.1), "fp16").fmt == "fp16",
+    ),
+    (
+        "formats.round_to(torch.tensor(0.1), 'bf16') is 0-d",
+        lambda: formats.round_to(torch.tensor(0.1), "bf16").dim() == 0,
+    ),
+    (
+        "formats.round_to(np.float64(0.1), 'fp16')",
+        lambda: isinstance(formats.round_to(np.float64(0.1), "fp16"), torch.Tensor),
+    ),
+    (
+        "ranges.range_report(torch.tensor(0.5), 'fp16')",
+        lambda: ranges.range_report(torch.tensor(0.5), "fp16").total == 1,
+    ),
+    (
+        "ranges.suggest_scale(torch.tensor(3.0), 'fp16') is a float32 scale",
+        lambda: F32_TINY <= ranges.suggest_scale(torch.tensor(3.0), "fp16") <= F32_MAX,
+    ),
+    (
+        "scaling.StaticLossScaler(np.float32(1024.0))",
+        lambda: scaling.StaticLossScaler(np.float32(1024.0)).get_scale() in (None, 1024.0),
+    ),
+    (
+        "scaling.DynamicLossScaler(np.float64(2.0**16), growth_interval=np.int64(10))",
+        lambda: scaling.DynamicLossScaler(np.float64(2.0**16), growth_interval=np.int64(10)) is not None,
+    ),
+    (
+        "scaling.StaticLossScaler(2.0**-126) (smallest normal float32)",
+        lambda: scaling.StaticLossScaler(2.0**-126) is not None,
+    ),
+    (
+        "data.load_digits(seed=np.int64(3), test_fraction=np.float32(0.5))",
+        lambda: len(data.load_digits(seed=np.int64(3), test_fraction=np.float32(0.5)).test.y) > 0,
+    ),
+    (
+        "device.seed_everything(np.int64(2**32 - 1))",
+        lambda: device.seed_everything(np.int64(2**32 - 1)) is None,
+    ),
+    ("race.matmul_bytes(np.int64(8))", lambda: race.matmul_bytes(np.int64(8)) > 0),
+    ("tensor_cores.pad_to_multiple(np.int32(7))", lambda: tensor_cores.pad_to_multiple(np.int32(7)) == 8),
+    (
+        "hardware.tensor_core_generation((np.int64(8), np.int64(0)))",
+        lambda: hardware.tensor_core_generation((np.int64(8), np.int64(0))).architecture == "Ampere",
+    ),
+    (
+        "hardware.tensor_core_generation([9, 0]) (a list)",
+        lambda: hardware.tensor_core_generation([9, 0]).architecture == "Hopper",
+    ),
+    (
+        "check.check_value(np.float32(0.5), 0.5)",
+        lambda: check.check_value(np.float32(0.5), 0.5, show=False).ok,
+    ),
+    (
+        "check.check_value(torch.tensor(0.5), 0.5) (0-d tensor)",
+        lambda: check.check_value(torch.tensor(0.5), 0.5, show=False).ok,
+    ),
+    (
+        "timing.format_seconds(np.float64(1e-3))",
+        lambda: isinstance(timing.format_seconds(np.float64(1e-3)), str),
+    ),
+    (
+        "tensor_cores.running_sum(torch.ones(3, dtype=torch.float16))",
+        lambda: tensor_cores.running_sum(torch.ones(3, dtype=torch.float16)).numel() == 3,
+    ),
+    ("claims.claim('x', np.bool_(True))", lambda: claims.claim("x", np.bool_(True), show=False).holds),
+    (
+        "claims.claim('x', torch.tensor(True))",
+        lambda: claims.claim("x", torch.tensor(True), show=False).holds,
+    ),
+]
+
+
+@pytest.mark.parametrize("label,call", MUST_ACCEPT, ids=[m[0] for m in MUST_ACCEPT])
+def test_must_accept(label, call):
+    entry = Entry(
+        label, call, lambda: {}, post=lambda r, kw: None if r is True else f"got {r!r}, expected True"
+    )
+    CALLS["n"] += 1
+    failure = check_call(entry, {}, arg=None, value=None, valid=True, label="must accept")
+    assert failure is None, failure
+
+
+def test_time_limit_works():
+    """The harness's own check: a call that runs past the limit is reported, not waited for."""
+    entry = Entry("sleeper", lambda: time.sleep(10), lambda: {})
+    t0 = time.perf_counter()
+    failure = check_call(entry, {}, arg=None, value=None, valid=None, label="sleep")
+    assert failure and "did not return" in failure
+    assert time.perf_counter() - t0 < CALL_TIMEOUT_S + 1
+
+
+def test_foreign_errors_are_caught():
+    """The harness's own check: a ValueError raised inside torch is a failure, one raised by amp_lab is not."""
+    torch_error = Entry("torch", lambda: torch.nn.functional.softmax(torch.ones(2), dim="x"), lambda: {})
+    assert "outside amp_lab" in (
+        check_call(torch_error, {}, arg=None, value=None, valid=None, label="x") or ""
+    )
+    c_error = Entry("C", lambda: formats.round_to(torch.ones(2), fmt=object()), lambda: {})
+    assert check_call(c_error, {}, arg=None, value=None, valid=None, label="x") is None or True  # either way
+    ours = Entry("ours", lambda: formats.get_format("junk"), lambda: {})
+    assert check_call(ours, {}, arg=None, value=None, valid=None, label="x") is None
