@@ -5,7 +5,7 @@ argument at a time is replaced by a bad or edge value: first every value of a fi
 argument's kind (numbers: 0, negative, huge, nan, inf, bools, numpy scalars, 2**2000; tensors of every
 dtype and bad shapes; strings; None; dicts, lists, sets), then values hypothesis draws.  Each call must keep
 the contract in ``tests/fuzz_support.py`` (returns and passes a sanity check, or raises ValueError/TypeError
-from inside amp_lab), within 2 s and under an address-space limit.  A failure names the function, the
+from inside amp_lab), within CALL_TIMEOUT_S (10 s) and under an address-space limit.  A failure names the function, the
 argument, the value and what happened; all failures of one argument are listed together.
 
 Skipped on purpose (and why):
@@ -885,7 +885,7 @@ E("progress.enabled")
 # --- race -----------------------------------------------------------------------------------
 RACE_FAST = dict(warmup=0, repeats=4, min_sample_s=1e-4, target_rel_width=None, max_time_s=None)
 # max_time_s only bounds an adaptive race (target_rel_width given) and a tiny target_rel_width runs until
-# max_time_s: each is fuzzed with the other one set, so that a valid value finishes within the 2 s limit.
+# max_time_s: each is fuzzed with the other one set, so that a valid value finishes well within the time limit.
 RACE_ARG_BASE = {"target_rel_width": dict(max_time_s=0.3), "max_time_s": dict(target_rel_width=0.5)}
 MEASURE_ARG_BASE = dict(RACE_ARG_BASE, max_repeats=dict(target_rel_width=0.5, max_time_s=0.3))
 
@@ -1734,7 +1734,7 @@ def guard_memory(in_tmp_dir):
     """The whole fuzz module runs under an address-space cap (see fuzz_support.address_space_limit)."""
     digits()  # loaded before the cap: scikit-learn's first load maps a lot
     # First calls import lazily (torch.optim's first step, matplotlib's first figure) and take seconds;
-    # made here, so the 2 s limit measures the call and not the imports.
+    # made here, so the time limit measures the call and not the imports.
     gradients.train_steps(gradients.make_mlp(depth=2, width=8), split(), num_steps=1, batch_size=8)
     import matplotlib.pyplot as plt
 
@@ -1762,7 +1762,7 @@ def _case_id(case):
 # plus every STRIDE-th other one, and EXAMPLES hypothesis draws.  FUZZ_STRIDE=1 FUZZ_EXAMPLES=20 runs
 # everything (minutes).
 STRIDE = int(os.environ.get("FUZZ_STRIDE", "5"))
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "2"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1"))
 PRIORITY = {
     "0", "-1", "-5", "1.5", "-1.0", "0.9999", "1e-50", "nan", "inf", "True", "2**2000", "10**12",
     "np.float32(np.float32(0.5))", "None", "'junk'", "''", "{7, 5}", "'cpu:5'", "[1e-45]", "'FP16'",
