@@ -5,18 +5,21 @@ policies.  PyTorch documents lists of them, but the real lists are C++ registrat
 differ by device and by version and are wider than the docs.  So this module *probes*:
 it runs a catalogue of ops on tiny tensors under autocast and reports what really happened.
 
-Policies (the values of ``OpResult.policy``):
+Policies (the values of ``OpResult.policy``), with PyTorch's names for them (the
+``at::autocast::CastPolicy`` of ``aten/src/ATen/autocast_mode.h``, :data:`TORCH_POLICY`):
 
-``"lower"``
+``"lower"`` (PyTorch: ``lower_precision_fp``)
     float32 inputs ran in the low dtype (``bfloat16``/``float16``): autocast cast them down
     before the op, or before the matmuls inside it (an LSTM cell), (matmuls, convolutions).
-``"fp32"``
+``"fp32"`` (PyTorch: ``fp32``, and ``fp32_set_opt_dtype``/``fp32_append_dtype``, the same
+policy for ops that take a ``dtype`` argument, such as ``softmax``, ``sum`` and ``norm``)
     low-precision inputs came out in float32, while the same call without autocast stays
     low: autocast cast them *up* (losses on both devices; ``exp``, ``softmax``... on CUDA).
-``"promote"``
+``"promote"`` (PyTorch: ``promote``)
     with mixed inputs (one low, the others float32) autocast itself cast the low ones up to
     the widest type before the op ran (``cat``, ``stack``, ``index_copy`` on CPU).
-``"unchanged"``
+``"unchanged"`` (PyTorch has no name: no autocast kernel is registered for the op, so the
+dispatcher falls through the Autocast key)
     no autocast rule: the op ran in whatever dtype its inputs had.
 ``"n/a"``
     the op could not be probed here (not in this torch, no kernel for the low dtype on this
@@ -38,13 +41,16 @@ Telling the policies apart is the lesson:
   promotion the op receives the mixed dtypes and no extra cast appears.
 
 ``DOCUMENTED`` holds the lists from PyTorch's AMP documentation and :func:`compare` sets a
-probe beside them; :func:`classify` runs the same procedure on any function of yours.
+probe beside them.  :func:`has_autocast_rule` asks the dispatcher whether torch registered a
+rule for an aten op on CPU or CUDA (live, on any build), and :func:`rule_comparison` sets
+docs, registered rules of both devices and a probe side by side; :func:`classify` runs the same procedure on any function of yours.
 :func:`dtype_quiz` builds the notebook's "predict the output dtype, then reveal" widget.
 """
 
 from __future__ import annotations
 
 import html
+import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -88,6 +94,14 @@ __all__ = [
     "compare",
     "format_table",
     "format_groups",
+    "AUTOCAST_KEYS",
+    "TORCH_POLICY",
+    "RuleRow",
+    "has_autocast_rule",
+    "aten_op",
+    "rule_comparison",
+    "rule_groups",
+    "format_rules",
     "quiz_items",
     "dtype_quiz",
 ]
@@ -131,6 +145,10 @@ _DOC_SOURCE = (
     "Reference' (docs/source/amp.md, pytorch/pytorch, 2.13 development line)"
 )
 
+# The docs' headings, in the course's policy names (PyTorch's CastPolicy in brackets): "Ops that can
+# autocast to float16" / "to bfloat16" -> lower (lower_precision_fp); "Ops that can autocast to float32"
+# -> fp32 (fp32, fp32_set_opt_dtype, fp32_append_dtype); "Ops that promote to the widest input type" ->
+# promote (promote); an op on no list -> unchanged (no autocast kernel registered).
 _CUDA_LOWER = (
     "__matmul__", "addbmm", "addmm", "addmv", "addr", "baddbmm", "bmm", "multi_dot",
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
@@ -412,7 +430,7 @@ def _catalogue() -> tuple[_Op, ...]:
           lambda x, s: x.scatter_add(0, _rows(x, 6, 4).view(2, 3), s)),
         o("index_select", "cat/index", ((4, 3),), lambda x: x.index_select(0, _rows(x, 2, 4))),
         o("gather", "cat/index", ((4, 3),), lambda x: x.gather(0, _rows(x, 6, 4).view(2, 3))),
-        o("cross", "cat/index", ((2, 3), (2, 3)), lambda a, b: torch.linalg.cross(a, b)),
+        o("cross", "cat/index", ((2, 3), (2, 3)), lambda a, b: torch.cross(a, b, dim=1)),
         o("grid_sample", "cat/index", ((1, 1, 3, 3), (1, 2, 2, 2)),
           lambda x, g: F.grid_sample(x, g, align_corners=False)),
         # FFT (complex outputs are classified by their real part's dtype) ---------------
@@ -979,6 +997,248 @@ def compare(probed: ProbeTable, documented: dict | None = None) -> Comparison:
     return Comparison(
         probed.device_type, probed.torch_version, version, tuple(agree), tuple(differ), not_probed
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Asking the dispatcher: which ops have an autocast rule of their own
+# ---------------------------------------------------------------------------------------
+
+# The dispatch key that holds each device's autocast rules (torch registers them in C++,
+# aten/src/ATen/autocast_mode.cpp, with one kernel per op and policy).
+AUTOCAST_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
+
+# The course's policy names and PyTorch's (``at::autocast::CastPolicy`` in autocast_mode.h).
+TORCH_POLICY = {
+    "lower": "lower_precision_fp",
+    "fp32": "fp32 (fp32_set_opt_dtype, fp32_append_dtype: fp32 for ops with a dtype argument)",
+    "promote": "promote",
+    "unchanged": "no autocast kernel registered for the op: it runs in its input dtype",
+}
+
+# Longest op name has_autocast_rule reads (aten's longest is under 80 characters).
+MAX_OP_NAME_LENGTH = 200
+
+# Catalogue name (the docs' spelling) -> the aten operator the catalogue's call reaches first,
+# where the two differ.  Python-level ops resolve to the aten op they call: ``a @ b`` is
+# aten::matmul, F.softmin(x) is softmax(-x), F.normalize and torch.norm(x) call
+# linalg_vector_norm, F.cross_entropy is aten::cross_entropy_loss, the nn cells are the
+# aten cell functions.
+_ATEN_OPS = {
+    "__matmul__": "matmul",
+    "multi_dot": "linalg_multi_dot",
+    "conv_transpose2d": "conv_transpose2d.input",
+    "conv_transpose3d": "conv_transpose3d.input",
+    "LSTMCell": "lstm_cell",
+    "GRUCell": "gru_cell",
+    "RNNCell": "rnn_tanh_cell",
+    "softmax": "softmax.int",
+    "log_softmax": "log_softmax.int",
+    "softmin": "softmax.int",
+    "normalize": "linalg_vector_norm",
+    "norm": "linalg_vector_norm",
+    "cross_entropy": "cross_entropy_loss",
+    "pow": "pow.Tensor_Scalar",
+    "add": "add.Tensor",
+    "mul": "mul.Tensor",
+    "grid_sample": "grid_sampler",
+}
+
+_OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _aten_overloads(base: str) -> list[str]:
+    prefix = f"aten::{base}."
+    return sorted(n.removeprefix("aten::") for n in torch._C._dispatch_get_all_op_names() if n.startswith(prefix))
+
+
+def _qualified_op(name: str, op) -> str:
+    """``op`` ("einsum", "softmax.int", "aten::mm") as the dispatcher's qualified name, or a ValueError."""
+    if not isinstance(op, str):
+        raise ArgumentTypeError(
+            f"{name} must be an aten op name such as 'einsum' or 'softmax.int', got {type(op).__name__}: {op!r:.80}"
+        )
+    if len(op) > MAX_OP_NAME_LENGTH:
+        raise ValueError(f"{name} must be an aten op name of at most {MAX_OP_NAME_LENGTH} characters, got {len(op)}")
+    base, _, overload = op.strip().removeprefix("aten::").partition(".")
+    overload = "" if overload == "default" else overload  # torch.ops.aten.mm.default: the default overload
+    if not _OP_NAME.fullmatch(base) or (overload and not _OP_NAME.fullmatch(overload)) or op.strip().endswith("."):
+        raise ValueError(
+            f"{name}={op!r:.80} is not an aten op name: write it as torch's dispatcher does, e.g. 'einsum', "
+            "'softmax.int' (the overload after a dot) or 'aten::mm'"
+        )
+    try:
+        torch._C._dispatch_find_schema_or_throw(f"aten::{base}", overload)
+    except Exception:  # RuntimeError "Could not find schema": the dispatcher does not know it
+        others = _aten_overloads(base) if not overload else []
+        if others:
+            raise ValueError(
+                f"{name}={op!r} has no default overload in torch {torch.__version__}; name one of: "
+                f"{', '.join(others[:12])}{', ...' if len(others) > 12 else ''}"
+            ) from None
+        raise ValueError(
+            f"{name}={op!r:.80} is not an operator torch {torch.__version__}'s dispatcher knows "
+            "(an aten name such as 'einsum', 'softmax.int', 'add.Tensor')"
+        ) from None
+    return f"aten::{base}" + (f".{overload}" if overload else "")
+
+
+def has_autocast_rule(op: str, device_type: str) -> bool:
+    """Whether torch registered an autocast rule of its own for the aten op ``op`` on ``device_type``.
+
+    Asked of the dispatcher, so it works on any build, a CPU-only one included: does the op have a
+    kernel on the ``AutocastCPU``/``AutocastCUDA`` dispatch key (:data:`AUTOCAST_KEYS`)?  Every other
+    op falls through autocast untouched (torch registers a fallthrough for the whole key; it is not
+    counted): "unchanged" in the course's words (:data:`TORCH_POLICY`).  An op without a rule of its
+    own can still run in the low dtype when it *decomposes* into ops that have one (``einsum`` into
+    ``bmm`` on the CPU): :func:`probe` sees that, the dispatcher does not.  The dispatcher does not
+    say *which* policy a rule applies.
+
+    ``op`` is the aten name, with the overload after a dot where the op has no default one:
+    ``"einsum"``, ``"softmax.int"``, ``"add.Tensor"``; an ``"aten::"`` prefix is accepted.  An op
+    the dispatcher does not know raises ValueError.  ``device_type`` is ``"cpu"`` or ``"cuda"``.
+    Taught in ``05_autocast_op_lists``.
+    """
+    qualified = _qualified_op("op", op)
+    if not isinstance(device_type, str):
+        raise ArgumentTypeError(f"device_type must be 'cpu' or 'cuda', got {type(device_type).__name__}: {device_type!r:.80}")
+    check_choice("device_type", device_type, AUTOCAST_KEYS)
+    key = AUTOCAST_KEYS[device_type]
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key):
+        return False
+    # A per-op fallthrough would be "registered" yet do nothing (torch 2.13 has none; checked anyway).
+    is_fallthrough = getattr(torch._C, "_dispatch_kernel_for_dispatch_key_is_fallthrough", None)
+    return not (is_fallthrough is not None and is_fallthrough(qualified, key))
+
+
+def aten_op(name: str) -> str:
+    """The aten op (``"softmax.int"``) behind a catalogue name (``"softmax"``, see :func:`op_names`)."""
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"name must be a catalogue op name such as 'softmax', got {type(name).__name__}: {name!r:.80}")
+    check_choice("name", name, op_names())
+    return _ATEN_OPS.get(name, name)
+
+
+@dataclass(frozen=True)
+class RuleRow:
+    """One op in three sources (``05_autocast_op_lists``): ``documented`` policy per device
+    (``{"cpu": ..., "cuda": ...}``, from :data:`DOCUMENTED`, under the op's name or its aten name), ``rule`` registered per device
+    (``{"cpu": bool, "cuda": bool}``, live from the dispatcher, :func:`has_autocast_rule` of
+    ``aten``), and the ``probed`` policy on ``probed_device`` (None when no probe was given)."""
+
+    op: str
+    aten: str
+    documented: dict
+    rule: dict
+    probed: str | None = None
+    probed_device: str | None = None
+
+
+def rule_comparison(probed: ProbeTable | None = None, *, ops: Iterable[str] | None = None) -> list[RuleRow]:
+    """The docs, torch's registered rules on both devices, and a probe, one :class:`RuleRow` per op.
+
+    ``ops`` are catalogue names (default: the probe's ops, or the whole catalogue); ``probed`` is a
+    :class:`ProbeTable` from :func:`probe` on this device (optional).  The registered rules come
+    from the dispatcher for CPU *and* CUDA, so the CUDA column is live even without a GPU.
+    """
+    if probed is not None:
+        _check_probe_table("probed", probed)
+    if ops is None:
+        names = list(probed) if probed is not None else op_names()
+    else:
+        names = _op_list("ops", ops)
+        known = op_names()
+        for i, name in enumerate(names):
+            if not isinstance(name, str):
+                raise ArgumentTypeError(f"ops[{i}] must be an op name such as 'mm', got {type(name).__name__}: {name!r:.80}")
+            check_choice(f"ops[{i}]", name, known)
+            if probed is not None:
+                _probed(probed, name, f"ops[{i}]")
+    rows = []
+    for name in names:
+        aten = _ATEN_OPS.get(name, name)
+        rows.append(
+            RuleRow(
+                name,
+                aten,
+                {d: _documented_either(name, aten, d) for d in AUTOCAST_KEYS},
+                {d: has_autocast_rule(aten, d) for d in AUTOCAST_KEYS},
+                probed[name].policy if probed is not None and name in probed else None,
+                probed.device_type if probed is not None else None,
+            )
+        )
+    return rows
+
+
+def _documented_either(name: str, aten: str, device_type: str) -> str:
+    """The docs' policy for ``name``, or for its aten op where the docs list that spelling instead
+    (the CPU list names ``matmul``, which ``a @ b`` calls, not ``__matmul__``)."""
+    policy = documented_policy(name, device_type)
+    base = aten.partition(".")[0]
+    return documented_policy(base, device_type) if policy == "unchanged" and base != name else policy
+
+
+def _check_rows(rows) -> list[RuleRow]:
+    rows = check_bounded_list("rows", rows, max_length=MAX_OP_NAMES, what="the list rule_comparison() returns")
+    for i, r in enumerate(rows):
+        check_instance(f"rows[{i}]", r, RuleRow, "a RuleRow (rule_comparison() builds them)")
+    return rows
+
+
+def rule_groups(rows: Iterable[RuleRow]) -> dict[str, list[str]]:
+    """What the rows say, as ``{statement: [ops]}``, every statement computed from the rows.
+
+    Where the registered rules of the two devices differ, where a device's registrations and its
+    documented list disagree, and (with a probe) which ops the probe saw lowered or forced to
+    float32 without a rule of their own on the probed device: ops that decompose into ops that have
+    one.  Empty groups are left out.
+    """
+    rows = _check_rows(rows)
+    listed = ("lower", "fp32", "promote")
+    groups: dict[str, list[str]] = {
+        "a rule on CUDA, none on CPU": [r.op for r in rows if r.rule["cuda"] and not r.rule["cpu"]],
+        "a rule on CPU, none on CUDA": [r.op for r in rows if r.rule["cpu"] and not r.rule["cuda"]],
+    }
+    for d, label in (("cpu", "CPU"), ("cuda", "CUDA")):
+        groups[f"{label}: a rule registered, on no documented {label} list"] = [
+            r.op for r in rows if r.rule[d] and r.documented[d] == "unchanged"
+        ]
+        groups[f"{label}: on a documented {label} list, no rule of its own"] = [
+            r.op for r in rows if not r.rule[d] and r.documented[d] in listed
+        ]
+    for r in rows:
+        if r.probed_device in AUTOCAST_KEYS and r.probed in listed and not r.rule[r.probed_device]:
+            key = f"probed '{r.probed}' on {r.probed_device} without a {r.probed_device} rule of its own"
+            groups.setdefault(key, []).append(r.op)
+    return {k: v for k, v in groups.items() if v}
+
+
+def _mark(rule: bool) -> str:
+    return "yes" if rule else "-"
+
+
+def format_rules(rows: Iterable[RuleRow], *, ops: Iterable[str] | None = None) -> str:
+    """A narrow text table of :func:`rule_comparison`'s rows (``ops``: only those, in that order)."""
+    rows = _check_rows(rows)
+    by_name = {r.op: r for r in rows}
+    if ops is not None:
+        wanted = _op_list("ops", ops)
+        for i, name in enumerate(wanted):
+            if not isinstance(name, str):
+                raise ArgumentTypeError(f"ops[{i}] must be an op name such as 'mm', got {type(name).__name__}: {name!r:.80}")
+            check_choice(f"ops[{i}]", name, by_name)
+        rows = [by_name[n] for n in wanted]
+    devices = {r.probed_device for r in rows if r.probed_device is not None}
+    probe_head = f"probed {devices.pop()}" if len(devices) == 1 else "probed"
+    width = max([len("op (aten)")] + [len(f"{r.op} ({r.aten})") if r.aten != r.op else len(r.op) for r in rows])
+    head = f"{'op (aten)':<{width}}  {'docs cpu':<9} {'docs cuda':<10} {'rule cpu':<9} {'rule cuda':<10} {probe_head}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        name = f"{r.op} ({r.aten})" if r.aten != r.op else r.op
+        lines.append(
+            f"{name:<{width}}  {r.documented['cpu']:<9} {r.documented['cuda']:<10} {_mark(r.rule['cpu']):<9} "
+            f"{_mark(r.rule['cuda']):<10} {r.probed or '-'}"
+        )
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ LESSONS = (
     Lesson("06_timing_race.ipynb", "The timing race", 30, "FP32 against AMP, timed honestly"),
     Lesson("07_amp_training_recipe.ipynb", "The AMP training recipe", 40,
            "end-to-end mixed-precision training, checkpoints and a checklist"),
+    Lesson("09_pitfalls.ipynb", "Pitfalls practitioners hit", 35,
+           "six mixed-precision pitfalls run live: cast cache, Adam eps, swamping, subnormals, attention, compile"),
 )
 
 
@@ -109,6 +111,11 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> str:
             f"trains end to end in {dtype} on {where} {scaler}, then measures it against FP32; "
             f"{_EXPECTATION[choice.expect_speedup]}"
         )
+    if name.startswith("09_"):
+        # The subnormal timing is a CPU pitfall: it runs on the CPU whatever the device.
+        if report.race_device == "cpu":
+            return "runs six pitfalls live on the CPU, the subnormal timing included"
+        return f"runs five pitfalls live on {where}; the subnormal timing runs on the CPU"
     return lesson.summary
 
 

@@ -113,6 +113,17 @@ __all__ = [
     "contestant_names",
     "precision_choices",
     "DATASHEET_HEADER",
+    "MAX_GEMM_DIM",
+    "MAX_NUMEL",
+    "RACE_KINDS",
+    "Roofline",
+    "elementwise_bytes",
+    "elementwise_intensity",
+    "matmul_intensity",
+    "measure_roofline",
+    "plot_roofline",
+    "race_elementwise",
+    "roofline_summary",
     "datasheet_rows",
     "tf32_summary",
     "precision_warning",
@@ -159,17 +170,17 @@ class RaceResult:
     sentence about this race reads the same measurement.
     """
 
-    kind: str  # "matmul" or "mlp"
-    params: dict  # {"n": ...} or {"width": ..., "batch": ..., "in_features": ..., "num_classes": ...}
+    kind: str  # "matmul", "mlp" or "elementwise"
+    params: dict  # {"n": ...}, {"numel": ...} or {"width": ..., "batch": ..., "in_features": ..., "num_classes": ...}
     dtype: torch.dtype
     timings: dict  # "fp32", "amp" and on CUDA GPUs with TF32 "tf32" -> Timing
-    flops: float  # floating-point operations per call (matmul) or per training step (mlp)
+    flops: float  # floating-point operations per call (matmul, elementwise) or per training step (mlp)
     memory: dict | None  # {"fp32": bytes, "amp": bytes, ..., "method": str}
     context: dict
     confidence: float = CONFIDENCE  # of the speedup's interval
 
     def __post_init__(self):
-        check_choice("kind", self.kind, ["matmul", "mlp"])
+        check_choice("kind", self.kind, list(RACE_KINDS))
         for arg, value in (("params", self.params), ("timings", self.timings), ("context", self.context)):
             if not isinstance(value, dict):
                 raise ArgumentTypeError(f"{arg} must be a dict, got {type(value).__name__}: {value!r:.80}")
@@ -234,14 +245,21 @@ class RaceResult:
         peak = {"fp32": torch.float32, "tf32": "tf32", "amp": self.dtype}
         return {
             name: regime_for(t.median, self.flops, self.bytes_moved(name), peak[name], self.context,
-                             unit="call" if self.kind == "matmul" else "step")
+                             unit=_unit(self.kind))
             for name, t in self.timings.items()
         }
+
+    def intensity(self, name: str) -> float:
+        """Arithmetic intensity of contestant ``name``: FLOPs per byte moved (:meth:`bytes_moved`), where a
+        roofline places it.  (``06_timing_race``)"""
+        return self.flops / self.bytes_moved(name)
 
     @property
     def size(self) -> str:
         if self.kind == "matmul":
             return f"n={self.params['n']}"
+        if self.kind == "elementwise":
+            return f"numel={self.params['numel']}"
         return f"width={self.params['width']}, batch={self.params['batch']}"
 
     def matches(self, kind: str, params: dict, dtype: torch.dtype, device, threads: int) -> bool:
@@ -276,7 +294,7 @@ class RaceResult:
         )
 
     def __str__(self) -> str:
-        unit = "call" if self.kind == "matmul" else "step"
+        unit = _unit(self.kind)
         lines = [f"race {self.kind} {self.size}, AMP dtype {dtype_name(self.dtype)} on {self.context['device']}"]
         for name, t in self.timings.items():
             lines.append(
@@ -340,6 +358,55 @@ def _available_bytes(dev: torch.device) -> int | None:
     return device.available_bytes(dev)
 
 
+RACE_KINDS = ("matmul", "mlp", "elementwise")
+# The largest matrix dimension (matmul_intensity, step_bytes) and element count (race_elementwise) the
+# helpers accept: far beyond any memory, small enough that every FLOP and byte count stays exact.
+MAX_GEMM_DIM = 2**31
+MAX_NUMEL = 2**40
+_STORED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _unit(kind: str) -> str:
+    return "step" if kind == "mlp" else "call"
+
+
+def _itemsize(name: str, dtype) -> int:
+    return torch.finfo(parse_dtype(dtype, allowed=_STORED_DTYPES, name=name)).bits // 8
+
+
+def _gemm_bytes(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:
+    """The least traffic of ``C = A @ B``: A (m x k) and B (k x n) read once, C (m x n) written once."""
+    return (m * k + k * n) * in_bytes + m * n * out_bytes
+
+
+def matmul_intensity(m: int, n: int, k: int, dtype=torch.float32, *, out_dtype=None) -> float:
+    """Arithmetic intensity of ``C = A @ B`` with A m x k and B k x n: its ``2mnk`` FLOPs over the bytes of
+    A, B and C, in FLOP per byte.  (``06_timing_race``, the memory-bound regime)
+
+    A and B are stored in ``dtype`` and C in ``out_dtype`` (default: ``dtype``; float32 with 16-bit
+    inputs is a GEMM that writes its FP32 accumulator out).  Each matrix is counted once, the least
+    traffic there can be, so a real kernel's intensity is at most this.  Compare it with a machine's
+    ridge point (:attr:`Roofline.ridge`): below, the matmul is memory-bound; above, compute-bound.
+
+    >>> round(matmul_intensity(1024, 1024, 1024, torch.float32), 2)  # 2 * 1024**3 / (3 * 1024**2 * 4)
+    170.67
+    """
+    m = check_int("m", m, minimum=1, maximum=MAX_GEMM_DIM)
+    n = check_int("n", n, minimum=1, maximum=MAX_GEMM_DIM)
+    k = check_int("k", k, minimum=1, maximum=MAX_GEMM_DIM)
+    a = _itemsize("dtype", dtype)
+    c = a if out_dtype is None else _itemsize("out_dtype", out_dtype)
+    return 2 * m * n * k / _gemm_bytes(m, n, k, a, c)
+
+
+def elementwise_intensity(dtype=torch.float32) -> float:
+    """Arithmetic intensity of ``torch.add(a, b)``: one FLOP per element over the bytes of two inputs read
+    and one output written, all in ``dtype`` (float32, float16 or bfloat16): ``1 / (3 * itemsize)`` FLOP
+    per byte, far below any machine's ridge point, so an elementwise op is memory-bound everywhere.
+    (``06_timing_race``)"""
+    return 1 / (3 * _itemsize("dtype", dtype))
+
+
 def matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
     """Bytes ``race_matmul(n)`` keeps alive at its peak: A, B and C in FP32, plus A, B and C in
     the low-precision ``dtype`` (autocast's casts of the inputs and its result)."""
@@ -350,26 +417,35 @@ def matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
 
 def step_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
     """A lower bound on the bytes one call of a race moves through memory: ``dtype`` None is the FP32
-    (or TF32) contestant, a 16-bit dtype the AMP one, casts included.  (The roofline in :func:`explain`.)
+    (or TF32) contestant, a 16-bit dtype the AMP one, casts included.  (The roofline in :func:`explain`
+    and :func:`plot_roofline`.)
 
     * ``"matmul"`` (``params["n"]``): FP32 reads A and B and writes C (12 n² bytes); AMP also reads A and
       B in FP32, writes their 16-bit copies, reads those and writes a 16-bit C (8 n² + 10 n²).
+    * ``"elementwise"`` (``params["numel"]``, :func:`race_elementwise`): ``torch.add`` reads two tensors
+      and writes one, each ``numel`` elements in the contestant's dtype (12 or 6 bytes per element; the
+      16-bit copies were made before the race, so there are no casts).
     * ``"mlp"`` (``params`` of :func:`race_mlp`): Adam reads each parameter, its gradient and two moments
       and writes three of them back (28 bytes per parameter), forward and backward read the weights
       (FP32, or a 16-bit copy made from them) and backward writes the FP32 gradient; every activation is
       written once and read once forward and backward, in the contestant's dtype.
     """
-    kind = check_choice("kind", kind, ["matmul", "mlp"])
+    kind = check_choice("kind", kind, list(RACE_KINDS))
     if not isinstance(params, dict):
         raise ArgumentTypeError(f"params must be a dict such as {{'n': 1024}}, got {type(params).__name__}: {params!r:.80}")
-    needed = ("n",) if kind == "matmul" else ("width", "batch")
+    needed = {"matmul": ("n",), "elementwise": ("numel",), "mlp": ("width", "batch")}[kind]
     missing = [k for k in needed if k not in params]
     if missing:
         raise ValueError(f"params for kind={kind!r} must give {', '.join(map(repr, needed))}; missing {', '.join(map(repr, missing))}")
     low = 4 if dtype is None else torch.finfo(parse_dtype(dtype)).bits // 8
     if kind == "matmul":
-        n = check_int("params['n']", params["n"], minimum=1)
-        return 12 * n * n if dtype is None else 8 * n * n + 5 * low * n * n
+        n = check_int("params['n']", params["n"], minimum=1, maximum=MAX_GEMM_DIM)
+        if dtype is None:
+            return _gemm_bytes(n, n, n, 4, 4)
+        return 8 * n * n + 2 * low * n * n + _gemm_bytes(n, n, n, low, low)  # casts: read FP32, write 16-bit
+    if kind == "elementwise":
+        numel = check_int("params['numel']", params["numel"], minimum=1, maximum=MAX_NUMEL)
+        return 3 * low * numel
     i = check_int("params['in_features']", params.get("in_features", IN_FEATURES), minimum=1)
     c = check_int("params['num_classes']", params.get("num_classes", NUM_CLASSES), minimum=1)
     w = check_int("params['width']", params["width"], minimum=1)
@@ -557,7 +633,302 @@ def _largest_fitting_n(dev: torch.device, dtype: torch.dtype) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# race_mlp: training steps of the seed's model
+# The memory-bound regime: an elementwise race, and this machine's measured roofline
+# ----------------------------------------------------------------------------------------------
+
+
+def elementwise_bytes(numel: int, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes ``race_elementwise(numel)`` keeps alive: two inputs and an output in FP32 and the same three
+    in the low-precision ``dtype``."""
+    numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
+    return 3 * numel * (4 + _itemsize("dtype", dtype))
+
+
+def _elementwise_operands(numel: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    # Uniform draws: about twice as fast to make as normal ones, and an add's speed does not depend on them.
+    gen = torch.Generator(device=dev).manual_seed(0)
+    return torch.rand(numel, device=dev, generator=gen), torch.rand(numel, device=dev, generator=gen)
+
+
+def race_elementwise(
+    numel: int,
+    *,
+    device=None,
+    dtype=None,
+    warmup: int = 3,
+    repeats: int = 10,
+    min_sample_s: float = 0.01,
+    num_threads: int | None = None,
+    callback: Callable[[RaceProgress], None] | None = None,
+    target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
+    max_time_s: float | None = RACE_MAX_TIME_S,
+    reuse=None,
+) -> RaceResult:
+    """Race ``torch.add(a, b)`` on ``numel`` elements stored in FP32 against the same op on tensors stored
+    in ``dtype`` (float16 or bfloat16; default ``amp_dtype(device)``).  (``06_timing_race``)
+
+    The memory-bound regime: an add does one FLOP per element and moves 12 bytes of it in FP32, 6 in a
+    16-bit dtype (:func:`elementwise_intensity`), so the bytes set its pace, not the arithmetic.  There is
+    no autocast here: autocast has no rule for ``add`` (it runs in its inputs' dtype), so what a model
+    gains on such ops comes from the dtype its tensors are *stored* in.  The contestants are therefore the
+    op on FP32 tensors (``"fp32"``) and the op on the same values already converted to ``dtype``
+    (``"amp"``: the conversion is not timed).  Each writes into an output allocated once, as a GPU's
+    caching allocator would hand back the same block, so a sample times the op and not the allocator.
+    TF32 applies to matmuls only; on CUDA both contestants run with it off, as in :func:`race_matmul`,
+    and the context records that setting.  Memory (:func:`elementwise_bytes`) is checked before anything
+    is allocated; ``numel`` is at most ``MAX_NUMEL``.  Sampling and ``reuse`` work as in
+    :func:`race_matmul`.
+    """
+    numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
+    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
+                               callback)  # fmt: skip
+    found = _reusable(reuse, "elementwise", {"numel": numel}, dtype, dev, num_threads)
+    if found is not None:
+        return found
+    per = elementwise_bytes(1, dtype)
+    _check_fits(
+        elementwise_bytes(numel, dtype), dev, f"race_elementwise(numel={numel})",
+        f"choose numel <= {max(1, int(0.9 * (_available_bytes(dev) or 0) / per))}",
+    )  # fmt: skip
+    a, b = _elementwise_operands(numel, dev)
+    a_low, b_low = a.to(dtype), b.to(dtype)
+    c, c_low = torch.empty_like(a), torch.empty_like(a_low)
+
+    def fp32():
+        return torch.add(a, b, out=c)
+
+    def amp():
+        return torch.add(a_low, b_low, out=c_low)
+
+    off = _tf32_context(dev.type, False)
+    extra = {"race": "elementwise", "size": f"numel={numel}", "amp_dtype": dtype_name(dtype), "op": "torch.add"}
+    timings = measure(
+        {"fp32": Contestant(fp32, off), "amp": Contestant(amp, off)},
+        device=dev,
+        warmup=warmup,
+        repeats=repeats,
+        min_sample_s=min_sample_s,
+        num_threads=num_threads,
+        callback=callback,
+        extra_context=extra,
+        **_sampling(target_rel_width, max_time_s),
+    )
+    return RaceResult(
+        kind="elementwise",
+        params={"numel": numel},
+        dtype=dtype,
+        timings=timings,
+        flops=float(numel),
+        memory=None,
+        context=timings["fp32"].context,
+    )
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """This machine's roof, measured (:func:`measure_roofline`): the FLOP/s of a large FP32 matmul and the
+    bytes per second of the faster of a large copy and a large add.  (``06_timing_race``)
+
+    ``ridge`` (FLOP per byte) is where the two roofs meet: an op with a lower arithmetic intensity is
+    memory-bound here, one with a higher intensity compute-bound.  Both roofs are what torch achieved on
+    this machine with this thread count, not a datasheet's promise."""
+
+    peak_flops: float  # FLOP/s of an n x n FP32 matmul (fastest sample)
+    bytes_per_s: float  # the faster of copy (8 bytes per element) and add (12 bytes per element)
+    matmul_n: int
+    numel: int
+    timings: dict  # "matmul", "copy", "add" -> Timing
+    context: dict
+
+    def __post_init__(self):
+        object.__setattr__(self, "peak_flops", check_float("peak_flops", self.peak_flops, gt=0))
+        object.__setattr__(self, "bytes_per_s", check_float("bytes_per_s", self.bytes_per_s, gt=0))
+        object.__setattr__(self, "matmul_n", check_int("matmul_n", self.matmul_n, minimum=1, maximum=MAX_GEMM_DIM))
+        object.__setattr__(self, "numel", check_int("numel", self.numel, minimum=1, maximum=MAX_NUMEL))
+        for arg, value in (("timings", self.timings), ("context", self.context)):
+            if not isinstance(value, dict):
+                raise ArgumentTypeError(f"{arg} must be a dict, got {type(value).__name__}: {value!r:.80}")
+
+    @property
+    def ridge(self) -> float:
+        """The ridge point in FLOP per byte: peak FLOP/s over bytes per second."""
+        return self.peak_flops / self.bytes_per_s
+
+    def attainable(self, intensity: float) -> float:
+        """The most FLOP/s an op of this arithmetic intensity (FLOP per byte) can reach here:
+        ``min(peak_flops, bytes_per_s * intensity)``."""
+        intensity = check_float("intensity", intensity, gt=0)
+        return min(self.peak_flops, self.bytes_per_s * intensity)
+
+    def regime(self, seconds: float, flops: float, bytes_moved: float, *, unit: str = "call") -> Regime:
+        """:func:`amp_lab.timing.classify_regime` with this machine's measured roofs as the peak rates."""
+        return classify_regime(
+            seconds, flops=flops, bytes_moved=bytes_moved, peak_flops=self.peak_flops,
+            peak_bytes_per_s=self.bytes_per_s, unit=unit, peak_source="this machine's measured peak rates",
+        )  # fmt: skip
+
+    def __str__(self) -> str:
+        ctx = self.context
+        return (
+            f"roofline of {ctx.get('device', '?')} ({_plural(int(ctx.get('threads', 0) or 0), 'thread')}): "
+            f"{self.peak_flops / 1e9:.3g} GFLOP/s (FP32 matmul, n={self.matmul_n}), "
+            f"{self.bytes_per_s / 1e9:.3g} GB/s (the faster of copy and add, {format_bytes(4 * self.numel)} per "
+            f"FP32 tensor); ridge point {self.ridge:.3g} FLOP per byte"
+        )
+
+
+def _roofline_sizes(dev: torch.device) -> tuple[int, int]:
+    """(matmul n, elementwise numel) large enough to reach the roofs: on a CPU an FP32 tensor of 64 MiB,
+    beyond its caches; on a GPU 1 GiB and a matmul that fills its FP32 units."""
+    return (1024, 2**24) if dev.type == "cpu" else (8192, 2**28)
+
+
+def measure_roofline(
+    device=None,
+    *,
+    n: int | None = None,
+    numel: int | None = None,
+    warmup: int = 1,
+    repeats: int = 3,
+    min_sample_s: float = 0.01,
+    num_threads: int | None = None,
+) -> Roofline:
+    """Measure this machine's roofline with :func:`amp_lab.timing.measure`: the FLOP/s of an n x n FP32
+    matmul (TF32 off on CUDA) and the bandwidth of the faster of ``c.copy_(a)`` and
+    ``torch.add(a, b, out=c)`` on ``numel`` FP32 elements, interleaved, ``repeats`` rounds after
+    ``warmup`` calls.  Each rate comes from its *fastest* sample: a roof is the most the machine can do,
+    and other programs can only slow a sample down, never speed it up.  Defaults: n=1024 and 2**24 elements (64 MiB per
+    tensor) on a CPU, 8192 and 2**28 on a GPU.  Race with the same ``num_threads`` as the points you
+    place on it.  Memory is checked before anything is allocated.  (``06_timing_race``)"""
+    dev = get_device(device)
+    default_n, default_numel = _roofline_sizes(dev)
+    n = check_int("n", default_n if n is None else n, minimum=1, maximum=MAX_GEMM_DIM)
+    numel = check_int("numel", default_numel if numel is None else numel, minimum=1, maximum=MAX_NUMEL)
+    warmup, repeats, _, min_sample_s, num_threads = _check_budget(warmup, repeats, min_sample_s, num_threads)
+    _check_planned_time(repeats, 3, min_sample_s)
+    _check_fits(12 * n * n + 12 * numel, dev, f"measure_roofline(n={n}, numel={numel})", "choose a smaller n or numel")
+    # The values do not change the speed of FP32 arithmetic (normal numbers; no subnormals), so the
+    # operands are filled, not drawn: drawing 2**24 random numbers would cost more than measuring them.
+    A, B, C = (torch.full((n, n), 0.5, device=dev) for _ in range(3))
+    a, b, c = (torch.full((numel,), 0.5, device=dev) for _ in range(3))
+    off = _tf32_context(dev.type, False)
+    timings = measure(
+        {
+            "matmul": Contestant(lambda: torch.matmul(A, B, out=C), off),
+            "copy": Contestant(lambda: c.copy_(a), off),
+            "add": Contestant(lambda: torch.add(a, b, out=c), off),
+        },
+        device=dev, warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads,
+        extra_context={"race": "roofline", "size": f"n={n}, numel={numel}"},
+    )  # fmt: skip
+    bandwidth = max(8 * numel / timings["copy"].min, 12 * numel / timings["add"].min)
+    return Roofline(
+        peak_flops=2.0 * n**3 / timings["matmul"].min, bytes_per_s=bandwidth, matmul_n=n, numel=numel,
+        timings=timings, context=timings["matmul"].context,
+    )  # fmt: skip
+
+
+def _races(name: str, results) -> list[RaceResult]:
+    """``results`` (a RaceResult, a SweepResult, or a list or tuple of them) as a flat list of races."""
+    if isinstance(results, (RaceResult, SweepResult)):
+        results = [results]
+    if not isinstance(results, (list, tuple)):
+        raise ArgumentTypeError(
+            f"{name} must be a RaceResult, a SweepResult or a list of them, got {type(results).__name__}: {results!r:.80}"
+        )
+    if len(results) > MAX_SWEEP_SIZES:
+        raise ValueError(f"{name} may hold at most {MAX_SWEEP_SIZES} results, got {len(results)}")
+    flat = []
+    for i, r in enumerate(results):
+        if isinstance(r, SweepResult):
+            flat.extend(r.results)
+        elif isinstance(r, RaceResult):
+            flat.append(r)
+        else:
+            raise ArgumentTypeError(f"{name}[{i}] must be a RaceResult or a SweepResult, got {type(r).__name__}")
+    return flat
+
+
+def _check_roofline(name: str, value) -> Roofline:
+    return check_instance(name, value, Roofline, "a Roofline (from measure_roofline)")
+
+
+def _point_label(r: RaceResult, name: str) -> str:
+    what = {"matmul": "matmul", "elementwise": "add", "mlp": "MLP step"}[r.kind]
+    if name == "fp32":
+        return f"{what} FP32"
+    return f"{what} {_SHORT[r.dtype]}" if r.kind == "elementwise" else f"{what} AMP {_SHORT[r.dtype]}"
+
+
+def plot_roofline(roofline: Roofline, results, ax=None):
+    """This machine's roofline (the measured peak FP32 FLOP/s and bandwidth, log-log) with the races in
+    ``results`` placed on it: each contestant at its arithmetic intensity (:meth:`RaceResult.intensity`)
+    and the FLOP/s it achieved.  (``06_timing_race``)"""
+    _check_roofline("roofline", roofline)
+    races = _races("results", results)
+    check_axes("ax", ax)
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(7, 4.2))
+    points: dict[str, tuple[list, list, list]] = {}
+    for r in races:
+        for name in ("fp32", "amp"):
+            xs, ys, sizes = points.setdefault(_point_label(r, name), ([], [], []))
+            xs.append(r.intensity(name))
+            ys.append(r.flops / r.timings[name].median / 1e9)
+            sizes.append(r.size)
+    xs_all = [x for xs, _, _ in points.values() for x in xs] + [roofline.ridge]
+    lo, hi = min(xs_all) / 3, max(xs_all) * 3
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ax.plot(grid, [roofline.attainable(x) / 1e9 for x in grid], "-", color="0.2", lw=2,
+            label=f"roof: {roofline.peak_flops / 1e9:.3g} GFLOP/s, {roofline.bytes_per_s / 1e9:.3g} GB/s (measured)")
+    ax.axvline(roofline.ridge, color="0.5", ls=":", label=f"ridge point: {roofline.ridge:.3g} FLOP/byte")
+    markers = {"matmul": "o", "add": "^", "MLP": "s"}
+    for i, (label, (xs, ys, sizes)) in enumerate(points.items()):
+        ax.plot(xs, ys, markers[label.split()[0]], color=f"C{i}", ms=7, ls="none", label=label)
+        if label.startswith("matmul"):
+            for x, y, size in zip(xs, ys, sizes, strict=True):
+                ax.annotate(size, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=f"C{i}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte)")
+    ax.set_ylabel("achieved GFLOP/s")
+    ax.set_title(f"Roofline of {roofline.context.get('device', '?')}, measured, with your races")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return ax
+
+
+def roofline_summary(roofline: Roofline, results) -> str:
+    """The roofline read: this machine's roofs and ridge point, then for each race's FP32 contestant its
+    arithmetic intensity against the ridge, the share of the roof it reached and its regime
+    (:meth:`Roofline.regime`).  Every number comes from the measurements.  (``06_timing_race``)"""
+    _check_roofline("roofline", roofline)
+    races = _races("results", results)
+    lines = [
+        f"This machine's roof, measured: {roofline.peak_flops / 1e9:.3g} GFLOP/s (an FP32 matmul, n={roofline.matmul_n}) "
+        f"and {roofline.bytes_per_s / 1e9:.3g} GB/s; the ridge point is {roofline.ridge:.3g} FLOP per byte. An op "
+        "with fewer FLOPs per byte is memory-bound here, one with more can be compute-bound."
+    ]
+    for r in races:
+        intensity = r.intensity("fp32")
+        side = (f"{roofline.ridge / intensity:.3g}x below the ridge" if intensity < roofline.ridge
+                else f"{intensity / roofline.ridge:.3g}x above the ridge")  # fmt: skip
+        achieved = r.flops / r.fp32.median
+        regime = roofline.regime(r.fp32.median, r.flops, r.bytes_moved("fp32"), unit=_unit(r.kind))
+        what = "torch.add" if r.kind == "elementwise" else r.kind
+        share = achieved / roofline.attainable(intensity)
+        above = " (above the roof: the roof is itself a measurement, taken at another moment)" if share > 1 else ""
+        lines.append(
+            f"  {what} {r.size}, FP32: {intensity:.3g} FLOP/byte, {side}; reached {share:.0%} of the roof "
+            f"there{above}: {regime.name}."
+        )
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# race_mlp: training steps of the tutorial loop's model
 # ----------------------------------------------------------------------------------------------
 
 
@@ -577,7 +948,11 @@ def _mlp_sizes(width, batch, in_features, num_classes) -> tuple[int, int, int, i
 
 
 def seed_model(width: int, *, in_features: int = IN_FEATURES, num_classes: int = NUM_CLASSES) -> torch.nn.Module:
-    """The seed's model: ``Linear(in_features -> width) -> ReLU -> Linear(width -> num_classes)``.
+    """The tutorial loop's model: ``Linear(in_features -> width) -> ReLU -> Linear(width -> num_classes)``.
+
+    *The tutorial loop* is the classic "time FP32 against AMP" loop that notebook 06 starts from (one
+    ``time.time()`` reading around each precision's training loop, AMP first, no warm-up and no
+    synchronisation); this is the small MLP it trains.  (The name ``seed_model`` is kept for existing code.)
 
     Every size is a positive integer, and a model whose FP32 weights would not fit in the CPU's free
     memory (``device.check_fits``) is refused before anything is allocated."""
@@ -593,15 +968,16 @@ def seed_model(width: int, *, in_features: int = IN_FEATURES, num_classes: int =
 
 
 def mlp_step_flops(width: int, batch: int, *, in_features: int = IN_FEATURES, num_classes: int = NUM_CLASSES) -> float:
-    """Matmul FLOPs of one training step of the seed's model.
+    """Matmul FLOPs of one training step of the tutorial loop's model (:func:`seed_model`).
 
     Forward: two matmuls, ``2*b*(in*w + w*c)``.  Backward: the second layer needs the gradient
     of its input and of its weight (``4*b*w*c``); the first only its weight's (``2*b*in*w``, the
     inputs need no gradient).  Elementwise work (ReLU, loss, Adam) is left out.
     """
     width, batch, in_features, num_classes = _mlp_sizes(width, batch, in_features, num_classes)
-    b, i, w, c = batch, in_features, width, num_classes
-    return float(2 * b * (i * w + w * c) + 4 * b * w * c + 2 * b * i * w)
+    from .recipe import _mlp_matmul_flops  # the course's one MLP cost model (recipe.step_flops)
+
+    return _mlp_matmul_flops([in_features, width, num_classes], batch)
 
 
 class _Trainer:
@@ -722,7 +1098,7 @@ def race_mlp(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race training steps of the seed's model in FP32 against autocast.  (``06_timing_race``)
+    """Race training steps of the tutorial loop's model (:func:`seed_model`) in FP32 against autocast.  (``06_timing_race``)
 
     Model ``Linear(in_features -> width) -> ReLU -> Linear(width -> num_classes)``, Adam,
     cross-entropy, one fixed random batch.  Each contestant trains its own copy of the same
@@ -1007,11 +1383,14 @@ class RaceSizes:
 # busy 2-core machine a width-256 step went from 2 ms to 30-150 ms with two threads), which no interval
 # can average away.  One thread is also the same on every machine.
 _SIZES = {
-    # A CUDA GPU: big enough to keep Tensor Cores busy.
+    # A CUDA GPU: matmuls from launch-bound to Tensor-Core-bound sizes, and an MLP step large enough that its
+    # matmuls, not launching its kernels, set the pace.  On an H200 (docs/results/mlp-sizes_nvidia-h200_
+    # 20261130.txt) a step takes about 1.2-1.5 ms of launches whatever its size up to width 4096, batch 1024,
+    # where AMP lost (0.81x in bfloat16, 0.59x in float16); at width 8192, batch 8192 it won 4.45x and 2.86x.
     "gpu": dict(
-        width=4096, batch=1024, matmul_sizes=(256, 512, 1024, 2048, 4096, 8192), mlp_widths=(256, 1024, 4096, 8192),
-        batches=(256, 1024, 4096), aligned_n=4096, widget_widths=(1024, 2048, 4096, 8192),
-        widget_batches=(256, 1024, 4096),
+        width=8192, batch=8192, matmul_sizes=(256, 512, 1024, 2048, 4096, 8192), mlp_widths=(256, 1024, 4096, 8192),
+        batches=(1024, 4096, 8192, 16384), aligned_n=4096, widget_widths=(1024, 2048, 4096, 8192),
+        widget_batches=(1024, 4096, 8192, 16384),
         budget={"warmup": 3, "repeats": 10, "min_sample_s": 0.01, "target_rel_width": 0.1, "max_time_s": 10.0},
     ),
     # A CPU that multiplies the dtype natively (AVX512-BF16, AMX, ARM bf16): sizes where it wins.  On an
@@ -1066,7 +1445,11 @@ def race_sizes(device_type: str, dtype=torch.bfloat16, *, native: bool | None = 
     )
     threads = " on one CPU thread" if s["budget"].get("num_threads") == 1 else ""
     description = {
-        "gpu": f"A GPU ({device_type}): sizes large enough to keep its matrix units busy ({shown}).",
+        "gpu": (
+            f"A GPU ({device_type}): matmuls from sizes where launching kernels sets the pace to sizes where the "
+            f"matrix units do, and a training step large enough for its matmuls to matter ({shown}); each race "
+            f"says which regime it found."
+        ),
         "cpu-native": (
             f"This CPU multiplies {low} in hardware, so the races go up to sizes where {low} can beat FP32 "
             f"({shown}{threads})."
@@ -1304,8 +1687,8 @@ def _what(result: SweepResult) -> str:
     if result.kind == "matmul":
         return "n x n matmul"
     if result.kind == "mlp":
-        return f"training step of the seed's model at batch {p['batch']}, by width"
-    return f"training step of the seed's model at width {p['width']}, by batch"
+        return f"training step of the tutorial loop's model at batch {p['batch']}, by width"
+    return f"training step of the tutorial loop's model at width {p['width']}, by batch"
 
 
 def _est_text(e: SpeedupEstimate) -> str:
@@ -1593,7 +1976,7 @@ def _verdict(result: RaceResult) -> str:
         if not math.isfinite(e.high)
         else f"{e.confidence_text} interval {e.ends_text()}, {_plural(e.pairs, 'interleaved pair')}"
     )
-    unit = "call" if result.kind == "matmul" else "step"
+    unit = _unit(result.kind)
     if e.outcome == "faster":
         return f"AMP is faster: {format_ratio(e.ratio)} the speed of FP32 ({basis}), {low} on {dev}."
     if e.outcome == "slower":
@@ -1607,8 +1990,34 @@ def _verdict(result: RaceResult) -> str:
     )
 
 
+def _elementwise_reason(result: RaceResult) -> str:
+    """Why an elementwise race came out as it did: the bytes each contestant moved, and how fast."""
+    low = dtype_name(result.dtype)
+    b32, blow = result.bytes_moved("fp32"), result.bytes_moved("amp")
+    fewer = b32 / blow
+    rate = {name: result.bytes_moved(name) / t.median / 1e9 for name, t in result.timings.items()}
+    head = (
+        f"torch.add does one FLOP per element and moves {format_bytes(b32)} per call in FP32 but "
+        f"{format_bytes(blow)} in {low}, {fewer:.3g}x fewer bytes: at {elementwise_intensity(torch.float32):.3g} "
+        "FLOP per byte it is memory-bound, so the bytes set its pace, not the arithmetic."
+    )
+    moved = f"FP32 moved {rate['fp32']:.3g} GB/s and {low} {rate['amp']:.3g} GB/s"
+    if result.outcome == "faster":
+        return (
+            f"{head} {moved}: the speedup is {result.speedup / fewer:.0%} of the {fewer:.3g}x that the bytes "
+            "alone would give. No low-precision arithmetic is needed for this win, only fewer bytes."
+        )
+    return (
+        f"{head} {moved}: here the {low} call did not turn its fewer bytes into time, so converting each "
+        f"element to and from {low} cost about as much as the bytes it saved (or the tensors fit in a cache, "
+        "where bandwidth is not the limit): race a larger numel, or on a quieter machine."
+    )
+
+
 def _reason(result: RaceResult) -> str:
     """Why the race came out as it did, from the hardware's facts and the outcome."""
+    if result.kind == "elementwise":
+        return _elementwise_reason(result)
     outcome = result.outcome
     low = dtype_name(result.dtype)
     dev = str(result.context.get("device", ""))
@@ -2054,7 +2463,7 @@ def result_card_html(result: RaceResult) -> str:
     _check_result("result", result)
     e = html.escape
     est = result.speedup_interval
-    unit = "call" if result.kind == "matmul" else "step"
+    unit = _unit(result.kind)
     cell = "padding:1px 10px 1px 0;text-align:right"
     header = ["", f"median per {unit}", "spread (IQR)", "TFLOP/s"] + (["memory"] if result.memory else [])
     rows = ["<tr>" + "".join(f"<th style='{cell}'>{e(h)}</th>" for h in header) + "</tr>"]

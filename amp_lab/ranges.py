@@ -424,10 +424,10 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
     finite = torch.isfinite(t)
     nonzero = t != 0
     prod = t[finite & nonzero] * torch.tensor(s, dtype=torch.float32, device=t.device)
-    flushed = prod == 0  # a tiny scale can flush float32 products to zero ...
+    vanished = prod == 0  # a tiny scale can round float32 products to zero ...
     blown = ~torch.isfinite(prod)  # ... and a huge one overflow float32
-    sel = prod[~flushed & ~blown]
-    zeros = _count(finite & ~nonzero) + _count(flushed)
+    sel = prod[~vanished & ~blown]
+    zeros = _count(finite & ~nonzero) + _count(vanished)
     nonfinite = _count(~finite) + _count(blown)
     e = _log2_floor(sel.cpu())  # on the CPU: the counting happens there anyway
     if lo is None:

@@ -9,10 +9,14 @@ Everything the capstone notebook runs, written to be read:
 * :func:`train_step` is one optimizer step of the modern recipe: the forward pass under
   ``torch.autocast``, ``scaler.scale(loss).backward()`` for each micro-batch (gradient
   accumulation), ``scaler.unscale_(opt)`` *before* ``clip_grad_norm_`` so the threshold is in
-  true gradient units, then ``scaler.step(opt)`` and ``scaler.update()``.
+  true gradient units, then ``scaler.step(opt)`` and ``scaler.update()``.  :func:`compare_clipping`
+  measures what clipping *before* ``unscale_`` does, with Adam and with SGD.
 * :func:`train` runs steps on data whose batches are a pure function of the step number, so
   a run resumed from :func:`save_checkpoint` / :func:`load_checkpoint` (model, optimizer,
-  scaler, scheduler and RNG state) continues bit for bit like the uninterrupted one.
+  scaler, scheduler and RNG state) continues bit for bit like the uninterrupted one.  It reads
+  nothing back from the device inside a step (each read is a host sync on a GPU): the steps'
+  numbers are read in one go, every ``log_every`` steps or at the end; :func:`count_host_reads`
+  counts such reads.
 * :func:`evaluate` runs inference under autocast in ``torch.inference_mode()``.
 * :func:`compare_precisions` trains the same model in FP32 and under AMP and measures time per
   step (with the speed-up's interval, from paired steps, timed without a host sync inside), the bytes
@@ -76,6 +80,11 @@ __all__ = [
     "train_step",
     "History",
     "train",
+    "HostReads",
+    "count_host_reads",
+    "ClippingRun",
+    "ClippingComparison",
+    "compare_clipping",
     "Evaluation",
     "evaluate",
     "save_checkpoint",
@@ -452,7 +461,9 @@ def micro_batches(
     batch_size, accumulation_steps, per_step = _per_step(batch_size, accumulation_steps, n)
     steps_per_epoch = n // per_step  # the remainder of each epoch is dropped
     epoch, k = divmod(step, steps_per_epoch)
-    idx = _epoch_order(n, seed, epoch)[k * per_step : (k + 1) * per_step].to(split.X.device)
+    # The epoch's order is copied to the data's device once per epoch, not once per step: a copy from the
+    # host's memory to a GPU waits for the GPU (a host sync), and the end of an epoch is a fine place for one.
+    idx = _epoch_order(n, seed, epoch, str(split.X.device))[k * per_step : (k + 1) * per_step]
     return [(split.X[chunk], split.y[chunk]) for chunk in idx.split(batch_size)]
 
 
@@ -480,9 +491,11 @@ def _check_split(name: str, split) -> Split:
 
 
 @functools.lru_cache(maxsize=16)
-def _epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """The seeded permutation of epoch ``epoch`` (cached: it is read-only and costs a randperm)."""
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+def _epoch_order(n: int, seed: int, epoch: int, device: str = "cpu") -> torch.Tensor:
+    """The seeded permutation of epoch ``epoch``, on ``device`` (cached: it is read-only and costs a randperm,
+    and off the CPU a copy that waits for the device)."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+    return order if device == "cpu" else order.to(device)
 
 
 # --------------------------------------------------------------------------------------------
@@ -696,22 +709,62 @@ class PendingStep:
 
     ``loss`` and ``grad_norm`` are 0-d tensors, ``scale`` the scale the step used and ``scale_after``
     the scale after ``scaler.update()`` (0-d tensors, or ``1.0`` and None when the scaler is
-    disabled).  Turning a GPU tensor into a Python number (``float()``, ``.item()``,
-    ``scaler.get_scale()``) makes the host wait until the GPU has caught up, so :meth:`result` does it
-    once, after the timer has stopped.
+    disabled); ``found_inf`` is GradScaler's own inf/NaN flag for the step (nonzero: it skipped the
+    step; None when the scaler is disabled, which never skips).  Turning a GPU tensor into a Python
+    number (``float()``, ``.item()``, ``.tolist()``, ``scaler.get_scale()``) makes the host wait until
+    the GPU has caught up: a *host sync*.  :meth:`values` gathers the numbers into one tensor without
+    waiting, so that a loop can collect many steps and read them all at once; :meth:`result` reads one
+    step (one sync).
     """
 
     loss: torch.Tensor
     grad_norm: torch.Tensor
     scale: torch.Tensor | float
     scale_after: torch.Tensor | None
+    found_inf: torch.Tensor | None = None
+
+    def values(self) -> torch.Tensor:
+        """``[loss, grad_norm, scale, skipped]`` as one 1-d tensor on the loss's device, without a host sync.
+
+        ``skipped`` is 1 or 0: from ``found_inf`` where it is given, else from the scale (``update()``
+        lowers it after a skipped step), else 0.  float64, which holds every float32 exactly (float32
+        on Apple GPUs, which have no float64)."""
+        check_instance("loss", self.loss, torch.Tensor, "a 0-d tensor")
+        dev = self.loss.device
+        dtype = torch.float32 if dev.type == "mps" else torch.float64
+
+        def on_device(value) -> torch.Tensor:
+            if isinstance(value, torch.Tensor):
+                return value.detach().reshape(()).to(device=dev, dtype=dtype)
+            return torch.full((), float(value), dtype=dtype, device=dev)  # filled there: a copy could wait
+
+        scale = on_device(self.scale)
+        if self.found_inf is not None:
+            skipped = on_device(self.found_inf) != 0
+        elif self.scale_after is not None:
+            skipped = on_device(self.scale_after) < scale
+        else:
+            skipped = torch.zeros((), dtype=torch.bool, device=dev)
+        return torch.stack([on_device(self.loss), on_device(self.grad_norm), scale, skipped.to(dtype)])
 
     def result(self) -> StepResult:
-        """The step as Python numbers (this waits for the device)."""
-        scale = float(self.scale)
-        # update() halves the scale after a step with inf/NaN gradients: a smaller scale means "skipped".
-        skipped = self.scale_after is not None and float(self.scale_after) < scale
-        return StepResult(float(self.loss), float(self.grad_norm), scale, bool(skipped))
+        """The step as Python numbers: one read from the device (one host sync)."""
+        return _step_result(self.values().tolist())
+
+
+def _step_result(values) -> StepResult:
+    """A :class:`StepResult` from :meth:`PendingStep.values` read back as Python floats."""
+    loss, grad_norm, scale, skipped = values
+    return StepResult(loss, grad_norm, scale, skipped != 0)
+
+
+def _found_inf(scaler, opt) -> torch.Tensor | None:
+    """GradScaler's inf/NaN flag for ``opt``'s step (read it after ``step()``, before ``update()``), still
+    on the device; None for a disabled scaler.  Copied: ``update()`` may add into it in place."""
+    if not scaler.is_enabled():
+        return None
+    flags = list(scaler._found_inf_per_device(opt).values())  # one per device the gradients live on
+    return torch.stack([f.to(flags[0].device) for f in flags]).sum() if len(flags) > 1 else flags[0].clone()
 
 
 def _current_scale(scaler) -> torch.Tensor | float:
@@ -730,10 +783,11 @@ def train_step(
 
     The whole recipe, in order: autocast forward, scaled backward per micro-batch (gradients
     accumulate), unscale_ before clipping, step (skipped on inf/NaN), update the scale.
-    Returns a :class:`StepResult` of Python numbers; with ``non_blocking=True`` a
-    :class:`PendingStep` of device tensors instead, so the step never waits for the GPU (a timer
-    reads it after it stops).  With a non-fused optimizer, ``scaler.step`` of an enabled scaler
-    still reads the inf check on the host; ``torch.optim.Adam(..., fused=True)`` does not.
+    Returns a :class:`StepResult` of Python numbers, read from the device at the end in one go (one
+    host sync); with ``non_blocking=True`` a :class:`PendingStep` of device tensors instead, so the
+    step never waits for the GPU (a loop reads many steps at once, a timer after it stops: see
+    :func:`train`).  With a non-fused optimizer, ``scaler.step`` of an enabled scaler still reads the
+    inf check on the host; ``torch.optim.Adam(..., fused=True)`` does not.
     """
     if not isinstance(non_blocking, bool):
         raise TypeError(f"non_blocking must be True or False, got {non_blocking!r}")
@@ -759,9 +813,10 @@ def train_step(
             torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters() if p.grad is not None])
         )
     scaler.step(opt)  # skips opt.step() if any gradient is inf or NaN
-    scaler.update()  # a skipped step halves the scale, so a smaller scale afterwards means "skipped"
+    found_inf = _found_inf(scaler, opt)  # did it skip? GradScaler's own flag, kept on the device
+    scaler.update()  # a skipped step halves the scale; a run of good ones grows it
     after = _current_scale(scaler) if scaler.is_enabled() else None  # a disabled scaler never skips
-    pending = PendingStep(total, grad_norm.detach(), scale, after)
+    pending = PendingStep(total, grad_norm.detach(), scale, after, found_inf)
     return pending if non_blocking else pending.result()  # result() reads the numbers: it waits
 
 
@@ -860,19 +915,34 @@ def train(
     seed: int = 0,
     device=None,
     show_progress: bool = False,
+    log_every: int | None = None,
 ) -> History:
     """Run optimizer steps ``start_step .. start_step + num_steps - 1`` of the recipe on ``split``.
 
+    The loop does not wait for the device inside a step (on a GPU each ``float(loss)``, ``.item()`` or
+    ``scaler.get_scale()`` is a host sync, which stalls the queue of kernels): each step's loss, gradient
+    norm and scales stay on the device (:meth:`PendingStep.values`), and the host reads them in one go every
+    ``log_every`` steps, or once at the end (None, the default).  That is where a sync is acceptable: when
+    logging every N steps, at the end of an epoch or a run, before a checkpoint.  ``History.seconds``
+    holds each step's share of its window's time (the device synchronised at both ends), so with
+    ``log_every=1`` each step is timed by itself.
+
     ``scheduler`` (an lr scheduler) is stepped only after steps the scaler did not skip: calling
     it after a skipped first step is what triggers PyTorch's "Detected call of
-    `lr_scheduler.step()` before `optimizer.step()`" warning.
+    `lr_scheduler.step()` before `optimizer.step()`" warning.  With an enabled scaler (float16) that
+    needs to know after every step whether it was skipped, so such a run reads each step (one host sync
+    per step, the one it needs); a disabled scaler never skips, and its scheduler steps without a read.
+    With an enabled scaler, ``scaler.step`` of a non-fused optimizer reads the inf check itself (torch's
+    ``.item()``); ``torch.optim.Adam(..., fused=True)`` takes it as a tensor.
 
     Everything is checked before the first step (as :func:`train_step` checks it, the whole split at
     once): ``num_steps`` is from 0 (nothing to do) to ``_checks.MAX_STEPS``, ``start_step + num_steps`` at
     most 2**53 (a step number, as :func:`micro_batches` takes it), ``scheduler`` None or a scheduler of ``opt``
-    that steps without a metric, ``seed`` an integer from 0 to ``_checks.MAX_SEED``.
+    that steps without a metric, ``seed`` an integer from 0 to ``_checks.MAX_SEED``, ``log_every`` None or
+    an integer from 1 to ``_checks.MAX_STEPS``.
     """
     num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
+    log_every = None if log_every is None else check_int("log_every", log_every, minimum=1, maximum=MAX_STEPS)
     start_step = check_int("start_step", start_step, minimum=0, maximum=_MAX_STEP_NUMBER - num_steps)
     max_grad_norm = _check_max_grad_norm(max_grad_norm)
     seed = check_seed("seed", seed)
@@ -885,22 +955,323 @@ def train(
     _check_scheduler(scheduler, opt, stepped_by_train=True)
     _check_split_for("split", split, model, params[0].device)
     _per_step(batch_size, accumulation_steps, len(split))
-    steps = range(start_step, start_step + num_steps)
+    steps_end = start_step + num_steps
+    steps = range(start_step, steps_end)
     if show_progress:
         from .progress import progress
 
         steps = progress(steps, desc=f"training ({dtype_name(dtype)})")
     history = History()
     model.train()
+    # A skipped step is known only on the device. The host must read it at once only when something on the
+    # host depends on it before the next step: the scheduler, with an enabled scaler (a disabled one never
+    # skips). Then every step is read (one sync each, the one this loop needs); otherwise every log_every.
+    read_each_step = scheduler is not None and scaler.is_enabled()
+    window = 1 if read_each_step else min(log_every or num_steps, max(num_steps, 1))
+    # The steps' numbers wait on the device, one row per step, until the window is read in one go.
+    rows = None
+    pending: list[int] = []
+    synchronize(dev)
+    t0 = _clock()
     for step in steps:
         batches = micro_batches(
             split, step=step, batch_size=batch_size, accumulation_steps=accumulation_steps, seed=seed
         )
-        result, seconds = _timed_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, dev=dev)
-        history.append(step, result, seconds)
-        if scheduler is not None and not result.skipped:
+        result = _recipe_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, device=dev,
+                              non_blocking=True)  # fmt: skip
+        values = result.values()
+        if rows is None:
+            rows = torch.empty((window, 4), dtype=values.dtype, device=values.device)
+        rows[len(pending)].copy_(values)  # a copy on the device: nothing is read yet
+        pending.append(step)
+        if len(pending) == window or step == steps_end - 1:
+            t0 = _read_window(history, rows, pending, t0=t0, dev=dev)
+            pending = []
+        if scheduler is not None and not (read_each_step and history.skipped[-1]):
             scheduler.step()
     return history
+
+
+def _read_window(history: History, rows: torch.Tensor, steps: list[int], *, t0: float, dev) -> float:
+    """Read the rows of ``steps`` from the device in one go (one host sync) into ``history``; each step's
+    time is the window's time over its steps.  Returns the clock's reading, where the next window starts."""
+    synchronize(dev)
+    now = _clock()
+    values = rows[: len(steps)].tolist()  # the one read
+    per_step = (now - t0) / len(steps)
+    for step, row in zip(steps, values, strict=True):
+        history.append(step, _step_result(row), per_step)
+    return now
+
+
+# --------------------------------------------------------------------------------------------
+# Host reads, counted
+# --------------------------------------------------------------------------------------------
+
+# Every way Python turns a tensor's value into a Python object: on a GPU each one waits for the device.
+_HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "numpy")
+
+
+class HostReads:
+    """What :func:`count_host_reads` counted: ``counts`` maps each way of reading (``"item"``,
+    ``"tolist"``, ``"__float__"`` for ``float(t)``, ...) to how often it happened; ``total`` sums them."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def __repr__(self) -> str:
+        return f"HostReads(total={self.total}, counts={self.counts})"
+
+
+class count_host_reads:  # noqa: N801 (a context manager, used like a function: with count_host_reads() as reads)
+    """Count the host reads of tensors inside a ``with`` block (taught in ``07_amp_training_recipe``).
+
+    ``with count_host_reads() as reads: ...`` counts every ``.item()``, ``.tolist()``, ``float(t)``,
+    ``int(t)``, ``bool(t)``, ``t.numpy()`` and index use of a tensor that Python code makes, torch's own
+    Python code included (``GradScaler.get_scale`` and a non-fused optimizer's inf check in
+    ``GradScaler.step`` are ``.item()`` calls).  On a GPU each is a host sync: the host waits until the
+    device has finished everything queued before it.  Reads made inside torch's C++ code (a boolean mask,
+    ``nonzero``) are not seen.  The counters are torch's own methods, wrapped for the block and restored
+    after it.
+    """
+
+    def __init__(self) -> None:
+        self.reads = HostReads()
+        self._saved: dict[str, Callable] = {}
+
+    def __enter__(self) -> HostReads:
+        if self._saved:
+            raise ValueError("this count_host_reads() is already counting: make a new one for another block")
+        counts = self.reads.counts
+
+        def counting(name: str, original: Callable) -> Callable:
+            @functools.wraps(original)
+            def read(tensor, *args, **kwargs):
+                counts[name] = counts.get(name, 0) + 1
+                return original(tensor, *args, **kwargs)
+
+            return read
+
+        for name in _HOST_READS:
+            original = getattr(torch.Tensor, name)
+            self._saved[name] = original
+            setattr(torch.Tensor, name, counting(name, original))
+        return self.reads
+
+    def __exit__(self, *exc) -> None:
+        for name, original in self._saved.items():
+            setattr(torch.Tensor, name, original)
+        self._saved = {}
+
+
+# --------------------------------------------------------------------------------------------
+# 3b. Clipping scaled gradients: what goes wrong, measured
+# --------------------------------------------------------------------------------------------
+
+_MAX_CLIPPING_STEPS = MAX_STEPS // 4  # compare_clipping trains four runs
+_CLIPPING_OPTIMIZERS = ("Adam", "SGD")
+
+
+@dataclass(frozen=True)
+class ClippingRun:
+    """One run of :func:`compare_clipping`: ``optimizer`` ("Adam" or "SGD"), and whether
+    ``clip_grad_norm_`` saw the ``scaled`` gradients (before ``unscale_``: the mistake) or the true ones.
+
+    Per step: ``seen_norms`` is the norm ``clip_grad_norm_`` measured (``scale`` times the true norm when
+    ``scaled``), ``true_norms`` the gradients' true norm, ``clipped`` whether clipping fired (as
+    ``clip_grad_norm_`` decides: ``max_norm / (norm + 1e-6) < 1``), ``skipped`` whether ``GradScaler``
+    skipped the step, and ``update_norms`` the norm of the change the step made to the parameters.
+    """
+
+    optimizer: str
+    scaled: bool
+    scale: float
+    max_norm: float
+    seen_norms: tuple[float, ...]
+    true_norms: tuple[float, ...]
+    clipped: tuple[bool, ...]
+    skipped: tuple[bool, ...]
+    update_norms: tuple[float, ...]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.clipped)
+
+    @property
+    def num_clipped(self) -> int:
+        return sum(self.clipped)
+
+    @property
+    def effective_max_norm(self) -> float:
+        """The threshold in true gradient units: ``max_norm / scale`` when the scaled gradients are clipped."""
+        return self.max_norm / self.scale if self.scaled else self.max_norm
+
+    @property
+    def mean_update_norm(self) -> float:
+        return statistics.fmean(self.update_norms) if self.update_norms else math.nan
+
+    @property
+    def label(self) -> str:
+        where = "before unscale_ (scaled gradients)" if self.scaled else "after unscale_"
+        return f"{self.optimizer}, clip {where}"
+
+
+@dataclass(frozen=True)
+class ClippingComparison:
+    """What :func:`compare_clipping` measured: ``runs`` holds, for each optimizer, the run that clips after
+    ``unscale_`` and the one that clips the scaled gradients.  :meth:`sentences` reads them."""
+
+    runs: tuple[ClippingRun, ...]
+
+    def run(self, optimizer: str, *, scaled: bool) -> ClippingRun:
+        """The run of ``optimizer`` ("Adam" or "SGD") that clipped the scaled (True) or true (False) gradients."""
+        check_instance("scaled", scaled, bool, "True or False")
+        found = [r for r in self.runs if r.optimizer == optimizer and r.scaled == scaled]
+        if not found:
+            names = sorted({r.optimizer for r in self.runs})
+            raise ValueError(f"optimizer={optimizer!r} has no run here; choose one of: {', '.join(map(repr, names))}")
+        return found[0]
+
+    def update_ratio(self, optimizer: str) -> float:
+        """Mean update size when clipping the scaled gradients over the mean update when clipping the true
+        ones (1: the mistake changes nothing; far below 1: the steps shrink)."""
+        right, wrong = self.run(optimizer, scaled=False), self.run(optimizer, scaled=True)
+        return wrong.mean_update_norm / right.mean_update_norm if right.mean_update_norm > 0 else math.nan
+
+    def sentences(self) -> list[str]:
+        """One sentence on when clipping fired, then one per optimizer on what the mistake did to its steps."""
+        optimizers = list(dict.fromkeys(r.optimizer for r in self.runs))
+        if not optimizers:
+            raise ValueError("runs is empty: there is nothing to read (recipe.compare_clipping fills it)")
+        first = self.run(optimizers[0], scaled=True)
+        fired = "; ".join(
+            f"{o}: {self.run(o, scaled=True).num_clipped} of {first.num_steps} steps clipped with the scaled "
+            f"gradients, {self.run(o, scaled=False).num_clipped} after unscale_"
+            for o in optimizers
+        )
+        lines = [
+            f"Clipping the scaled gradients at max_norm = {first.max_norm:g} clips the true gradients at "
+            f"max_norm / scale = {first.max_norm:g} / {first.scale:g} = {first.effective_max_norm:.3g}. {fired}."
+        ]
+        for o in optimizers:
+            ratio = self.update_ratio(o)
+            if 0.8 <= ratio <= 1.25:
+                size = f"changed little ({format_ratio(ratio)} the correct run's size)"
+            elif ratio < 1:
+                size = f"shrank to {ratio:.3g}x the correct run's"
+            else:
+                size = f"grew to {ratio:.3g}x the correct run's"
+            why = {
+                "Adam": "Adam divides each gradient by its running RMS, so a uniformly smaller gradient gives "
+                "nearly the same step (only its eps, added to that RMS, makes tiny gradients take smaller steps)",
+                "SGD": "SGD's step is the learning rate times the gradient, so a clipped gradient is a shrunken step",
+            }[o]
+            lines.append(f"{o}: with the scaled gradients clipped, the updates {size}: {why}.")
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.sentences())
+
+
+def compare_clipping(
+    data,
+    *,
+    scale: float = 2.0**16,
+    max_norm: float = 1.0,
+    num_steps: int = 10,
+    batch_size: int = 64,
+    hidden: int = 64,
+    depth: int = 2,
+    lr: float = 1e-2,
+    dtype=torch.float16,
+    seed: int = 0,
+    device=None,
+) -> ClippingComparison:
+    """Clip after ``unscale_`` (right) and before it (the scaled gradients: wrong), with Adam and with SGD.
+
+    Taught in ``07_amp_training_recipe``.  Four runs of ``num_steps`` steps each from the same seeded
+    :func:`make_model` on the same batches of ``data.train``: for Adam and for SGD (both at learning rate
+    ``lr``), one run calls ``clip_grad_norm_(params, max_norm)`` after ``scaler.unscale_(opt)`` and one
+    before it, on gradients still multiplied by ``scale``.  The scaler is a ``torch.amp.GradScaler``
+    enabled at ``scale`` (it never grows; it halves only after a skipped step).  Returns a
+    :class:`ClippingComparison`: how often clipping fired and how large each step's update was.
+
+    Clipping the scaled gradients puts the threshold at ``max_norm / scale`` in true units, so it fires
+    on almost every step.  What that does to training depends on the optimizer: SGD's steps shrink with
+    the gradient, Adam's barely change (it is invariant to the gradient's scale, apart from its eps).
+
+    Everything is checked before anything is built: ``data`` a ``data.Dataset`` on ``device``, ``scale``
+    a normal float32 (``_checks.check_scale``), ``max_norm`` and ``lr`` finite and > 0 (``lr`` at most 1e6),
+    ``num_steps`` from 1 to ``_checks.MAX_STEPS // 4``, ``batch_size`` at most the training examples,
+    ``hidden`` and ``depth`` as :func:`make_model` takes them.
+    """
+    check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
+    scale = check_scale("scale", scale)
+    max_norm = check_float("max_norm", max_norm, gt=0)
+    num_steps = check_int("num_steps", num_steps, minimum=1, maximum=_MAX_CLIPPING_STEPS)
+    lr = check_float("lr", lr, gt=0, le=_MAX_LR)
+    dtype = _precision(dtype)
+    seed = check_seed("seed", seed)
+    dev = get_device(device)
+    _mlp_sizes(data.num_features, data.num_classes, hidden, depth)
+    _check_split("data.train", data.train)
+    _per_step(batch_size, 1, len(data.train))
+    model = make_model(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
+    _check_on("data.train", data.train.X.device, dev)
+    _check_split_for("data.train", data.train, model, next(model.parameters()).device)
+    batches = [micro_batches(data.train, step=k, batch_size=batch_size, seed=seed)[0] for k in range(num_steps)]
+    runs = []
+    for optimizer in _CLIPPING_OPTIMIZERS:
+        for scaled in (False, True):
+            runs.append(_clipping_run(optimizer, scaled, batches, data, scale=scale, max_norm=max_norm, hidden=hidden,
+                                      depth=depth, lr=lr, dtype=dtype, seed=seed, dev=dev))  # fmt: skip
+    return ClippingComparison(tuple(runs))
+
+
+def _clipping_run(optimizer, scaled, batches, data, *, scale, max_norm, hidden, depth, lr, dtype, seed, dev):
+    model = make_model(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=lr) if optimizer == "Adam" else torch.optim.SGD(params, lr=lr)
+    scaler = torch.amp.GradScaler(dev.type, init_scale=scale, growth_interval=_MAX_GROWTH_INTERVAL)
+    wide = torch.float32 if dev.type == "mps" else torch.float64  # Apple GPUs have no float64
+    rows = []  # per step, on the device: seen norm, true norm, GradScaler's inf flag, update norm
+    for X, y in batches:
+        before = [p.detach().clone() for p in params]
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = F.cross_entropy(model(X), y)
+        scaler.scale(loss).backward()
+        used = _current_scale(scaler)
+        if scaled:
+            seen = nn.utils.clip_grad_norm_(params, max_norm)  # the mistake: the gradients are still x scale
+            true = seen / used
+            scaler.unscale_(opt)
+        else:
+            scaler.unscale_(opt)
+            seen = nn.utils.clip_grad_norm_(params, max_norm)
+            true = seen
+        scaler.step(opt)
+        found_inf = _found_inf(scaler, opt)
+        scaler.update()
+        update = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.detach() - b)
+                                                       for p, b in zip(params, before, strict=True)]))  # fmt: skip
+        rows.append(torch.stack([seen, true, found_inf, update]).to(wide))
+    values = torch.stack(rows).tolist()  # one read for the whole run
+    return ClippingRun(
+        optimizer=optimizer,
+        scaled=scaled,
+        scale=scale,
+        max_norm=max_norm,
+        seen_norms=tuple(r[0] for r in values),
+        true_norms=tuple(r[1] for r in values),
+        clipped=tuple(bool(max_norm / (r[0] + 1e-6) < 1) for r in values),
+        skipped=tuple(r[2] != 0 for r in values),
+        update_norms=tuple(r[3] for r in values),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1391,8 +1762,16 @@ def step_flops(
     num_features, num_classes, hidden, depth, b = _mlp_args(
         num_features, num_classes, hidden, depth, batch_size, accumulation_steps
     )
+    return _mlp_matmul_flops([num_features] + [hidden] * depth + [num_classes], b)
+
+
+def _mlp_matmul_flops(widths: Sequence[int], b: int) -> float:
+    """Matmul FLOPs of one training step of an MLP of Linear layers whose widths are ``widths`` (the input's
+    first, checked by the caller) on ``b`` examples: the course's one MLP cost model (:func:`step_flops`;
+    the race's one-hidden-layer model is the same count).  Each Linear costs ``2*b*in*out`` forward, as
+    much for its weight's gradient, and as much for its input's, except the first Linear's input."""
     total = 0
-    for i, (n_in, n_out) in enumerate(_linear_shapes(num_features, num_classes, hidden, depth)):
+    for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
         total += 2 * b * n_in * n_out * (2 if i == 0 else 3)
     return float(total)
 

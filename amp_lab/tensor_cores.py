@@ -1,20 +1,26 @@
-"""What a Tensor Core computes, emulated exactly (taught in ``02_tensor_cores``).
+"""What a Tensor Core computes, emulated (taught in ``02_tensor_cores``).
 
-A Tensor Core computes ``D = A·B + C`` on a small tile: low-precision inputs (FP16, BF16, TF32,
-FP8), products formed exactly, and a running sum kept in an accumulator (FP32, or FP16 on
-request).  This module emulates that arithmetic on any device, so a CPU-only learner can see
-why the accumulator's precision matters as the inner dimension ``K`` grows:
+A Tensor Core computes ``D = A·B + C`` on a small tile, one MMA (matrix multiply-accumulate):
+low-precision inputs (FP16, BF16, TF32, FP8), products formed exactly, and a running sum kept in
+an accumulator (FP32, or FP16 where the library asks for it).  This module emulates that
+arithmetic on any device with every rounding modelled exactly (see below for where hardware
+differs), so a CPU-only learner can see why the accumulator's precision matters as the inner
+dimension ``K`` grows:
 
 * ``mma(A, B, C, inputs=, accumulate=)`` - the emulated multiply-accumulate; ``reference_mma``
   - the same product in float64.
 * ``running_sum(values, accumulate=)`` - every partial sum of a sequential accumulation (the
   famous stall: adding 1.0 to an FP16 sum stops at 2048).
 * ``accumulation_curve`` and the ``accumulation_explorer`` widget - relative error against float64
-  for every ``K`` up to ``k_max``.
+  for every ``K`` up to ``k_max``; ``AccumulationCurve.output_errors`` the same error once the
+  result is rounded to FP16/BF16, as an autocast matmul returns it.
+* ``ACCUMULATE_RATES`` - datasheet rates of FP16 accumulation against FP32 accumulation
+  (the same on data-centre parts, half on GeForce cards).
 * ``generations_table()`` - Tensor Core generations from ``amp_lab.hardware.tensor_core_generation``
   plus per-clock throughput from NVIDIA's whitepapers.
 * ``alignment_multiple``, ``pad_to_multiple``, ``time_matmul``, ``alignment_demo`` - why matrix
-  dimensions should be multiples of 8 for FP16, measured with CUDA events when a GPU is present.
+  dimensions should be multiples of 8 for FP16, measured with CUDA events when a GPU is present;
+  ``tile_quantization`` - the work a GEMM wastes on partial tiles and partial waves.
 
 The arithmetic model: inputs rounded to ``inputs`` (as ``formats.round_to`` does), every
 product exact, then added one at a time in ``k`` order, each addition rounded once (to nearest,
@@ -22,6 +28,13 @@ ties to even) to the accumulator format.  Real Tensor Cores add several products
 as Fasi, Higham, Mikaitis and Pranesh measured ("Numerical behavior of NVIDIA tensor cores",
 PeerJ CS 2021), align and truncate the addends, so their last bits can differ from this model;
 the lesson (the accumulator's precision decides how the error grows with ``K``) does not.
+
+Which accumulator a real matmul uses is not autocast's choice: autocast only picks the input
+dtype, and the library kernel (cuBLAS) picks the accumulator.  cuBLAS accumulates FP16/BF16 GEMMs
+in FP32 by default, but PyTorch lets it reduce partial sums in reduced precision
+(``torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction``, True by default), and
+Hopper's FP8 GEMMs keep only about 14 bits in their accumulator (DeepSeek-V3 technical report,
+2024).
 """
 
 from __future__ import annotations
@@ -62,8 +75,11 @@ __all__ = [
     "AccumulationExplorer",
     "accumulation_explorer",
     "generations_table",
+    "ACCUMULATE_RATES",
     "alignment_multiple",
     "pad_to_multiple",
+    "A100_SMS",
+    "tile_quantization",
     "time_matmul",
     "AlignmentDemo",
     "alignment_demo",
@@ -273,6 +289,28 @@ class AccumulationCurve:
             row[f"{name}_value"] = float(self.partial[name][0, k - 1])
             row[f"{name}_error"] = float(self.errors[name][k - 1])
         return row
+
+    def output_partial(self, accumulator: str, output="fp16") -> torch.Tensor:
+        """``partial[accumulator]`` rounded once more to ``output`` (float64, same shape).
+
+        Under ``torch.autocast`` a matmul's result is stored in the low dtype (FP16 or BF16)
+        whatever the accumulator was, so its error includes this last rounding; it *is* torch's
+        cast, ``partial.float().to(torch.float16)``.
+        """
+        name = check_choice("accumulator", formats.get_format(accumulator).name, self.accumulators)
+        out = formats.get_format(output)
+        check_choice("output", out.name, ACCUMULATE_FORMATS)
+        return float64_on_cpu(formats.round_to(self.partial[name].float(), out))
+
+    def output_errors(self, output="fp16") -> dict[str, torch.Tensor]:
+        """Median relative error against float64, for every ``K``, of each accumulator's result
+        rounded to ``output`` (see :meth:`output_partial`): the error an autocast matmul returns."""
+        errors = {}
+        for name in self.accumulators:
+            out = self.output_partial(name, output)
+            rel = (out - self.reference).abs() / self.reference.abs().clamp_min(torch.finfo(torch.float64).tiny)
+            errors[name] = rel.median(dim=0).values
+        return errors
 
 
 def accumulation_curve(
@@ -568,7 +606,7 @@ TENSOR_CORE_DETAILS: dict[int, _Details] = {
         4,
         "512 FP16 FMA per clock; FP8 at twice the FP16 rate",
         "wgmma.mma_async m64nNk16",
-        "FP8 (E4M3/E5M2) with FP32 accumulation; Ada parts are 4th generation too, slower per SM",
+        "FP8 (E4M3/E5M2), its accumulator about 14 bits, not FP32 (DeepSeek-V3 report); Ada parts are 4th generation too, slower per SM",
     ),
     5: _Details(
         "B200",
@@ -591,6 +629,20 @@ ARCHITECTURE_DETAILS: dict[str, _Details] = {
         "4th generation like Hopper, without Hopper's warp-group MMA",
     ),
 }
+
+# Dense FP16 Tensor Core TFLOP/s with an FP16 accumulator and with an FP32 accumulator, from NVIDIA's
+# whitepapers (which print both; sparse rates are twice these).  Data-centre parts run both at one
+# rate; GeForce parts run FP32 accumulation at half the FP16-accumulation rate.
+ACCUMULATE_RATES = (
+    {"part": "A100", "kind": "data centre", "fp16_accumulate": 312.0, "fp32_accumulate": 312.0,
+     "source": "NVIDIA A100 Tensor Core GPU architecture whitepaper (A100 SXM4)"},
+    {"part": "H100 SXM", "kind": "data centre", "fp16_accumulate": 989.4, "fp32_accumulate": 989.4,
+     "source": "NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5)"},
+    {"part": "RTX 3090", "kind": "GeForce", "fp16_accumulate": 142.0, "fp32_accumulate": 71.0,
+     "source": "NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090)"},
+    {"part": "RTX 4090", "kind": "GeForce", "fp16_accumulate": 330.3, "fp32_accumulate": 165.2,
+     "source": "NVIDIA Ada Lovelace GPU architecture whitepaper (GeForce RTX 4090)"},
+)  # fmt: skip
 
 DEFAULT_CAPABILITIES = ((6, 0), (7, 0), (7, 5), (8, 0), (8, 9), (9, 0), (10, 0))
 
@@ -658,6 +710,49 @@ def pad_to_multiple(n: int, multiple: int = 8) -> int:
     n = check_int("n", n, minimum=0)
     multiple = check_int("multiple", multiple, minimum=1)
     return -(-n // multiple) * multiple
+
+
+A100_SMS = 108  # streaming multiprocessors of an A100 (NVIDIA A100 whitepaper)
+
+
+def tile_quantization(m: int, n: int, *, tile_m: int = 128, tile_n: int = 128, sms: int = A100_SMS) -> dict:
+    """How much of a GEMM's work a partial tile or a partial wave wastes (``02_tensor_cores``).
+
+    A GEMM kernel cuts the ``m×n`` output into tiles of ``tile_m×tile_n`` (128×128, 256×128 and
+    64-wide tiles are common), one thread block each, and the GPU runs the tiles in *waves* of
+    ``sms`` at a time (the simplest model: one tile per streaming multiprocessor, 108 on an A100).
+    A dimension that is not a multiple of the tile leaves a partial tile that costs a full one
+    (tile quantization); a tile count that is not a multiple of ``sms`` leaves the last wave
+    partly idle (wave quantization).  This is the model of NVIDIA's "Matrix Multiplication
+    Background" guide; real kernels choose their tiles per size, so it explains, not predicts.
+
+    Returns ``tiles``, ``tile_efficiency`` (useful share of the tiles' work: ``m*n`` over
+    ``tiles * tile_m * tile_n``), ``waves``, ``wave_efficiency`` (share of SM slots busy:
+    ``tiles`` over ``waves * sms``) and their product ``efficiency``, with the arguments.
+    Every argument is at most 2**31 (work is a handful of integer operations).
+    """
+    limit = 1 << 31
+    m = check_int("m", m, minimum=1, maximum=limit)
+    n = check_int("n", n, minimum=1, maximum=limit)
+    tile_m = check_int("tile_m", tile_m, minimum=1, maximum=limit)
+    tile_n = check_int("tile_n", tile_n, minimum=1, maximum=limit)
+    sms = check_int("sms", sms, minimum=1, maximum=limit)
+    tiles = -(-m // tile_m) * -(-n // tile_n)
+    waves = -(-tiles // sms)
+    tile_eff = m * n / (tiles * tile_m * tile_n)
+    wave_eff = tiles / (waves * sms)
+    return {
+        "m": m,
+        "n": n,
+        "tile_m": tile_m,
+        "tile_n": tile_n,
+        "sms": sms,
+        "tiles": tiles,
+        "tile_efficiency": tile_eff,
+        "waves": waves,
+        "wave_efficiency": wave_eff,
+        "efficiency": tile_eff * wave_eff,
+    }
 
 
 def _generator_device(dev: torch.device) -> torch.device:

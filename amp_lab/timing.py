@@ -606,7 +606,8 @@ REGIMES = ("launch-bound", "memory-bound", "compute-bound", "unknown")
 @dataclass(frozen=True)
 class Regime:
     """What limited a measured step, from a roofline: ``compute_s`` is the step's FLOPs at the device's
-    peak rate, ``memory_s`` its bytes at the peak bandwidth (both lower bounds, from the datasheet), and
+    peak rate, ``memory_s`` its bytes at the peak bandwidth (both lower bounds, from the datasheet or a
+    measured roofline), and
     ``seconds`` what it took.  ``name`` is one of :data:`REGIMES`; ``text`` one sentence composed from
     those numbers.  (``06_timing_race``, ``07_amp_training_recipe``)"""
 
@@ -629,6 +630,7 @@ def classify_regime(
     peak_bytes_per_s: float | None = None,
     overhead_factor: float = OVERHEAD_FACTOR,
     unit: str = "step",
+    peak_source: str = "the datasheet's peak rates",
 ) -> Regime:
     """Which regime a step of ``seconds`` was in, given its ``flops`` and ``bytes_moved`` and the device's
     peak rates (``None``: unknown, and so is the regime).  Pure: tests feed it any GPU's numbers.
@@ -640,7 +642,9 @@ def classify_regime(
       helps by moving fewer bytes.
     * **compute-bound**: otherwise: the arithmetic sets the pace, and faster Tensor Cores pay.
 
-    ``unit`` names what took ``seconds`` in the sentence ("step", "call").  ``overhead_factor`` must be
+    ``unit`` names what took ``seconds`` in the sentence ("step", "call"); ``peak_source`` where the peak
+    rates come from ("the datasheet's peak rates", or a measured roofline's:
+    :meth:`amp_lab.race.Roofline.regime`).  ``overhead_factor`` must be
     above 1: a step can never take less than its lower bounds, so a factor of 1 or less would call every
     step launch-bound.
     """
@@ -656,13 +660,17 @@ def classify_regime(
         raise ArgumentTypeError(f"unit must be a string such as 'step' or 'call', got {type(unit).__name__}: {unit!r:.80}")
     if not unit.strip():
         raise ValueError(f"unit must be a non-empty string such as 'step' or 'call', got {unit!r}")
+    if not isinstance(peak_source, str):
+        raise ArgumentTypeError(f"peak_source must be a string, got {type(peak_source).__name__}: {peak_source!r:.80}")
+    if not peak_source.strip():
+        raise ValueError(f"peak_source must be a non-empty string such as \"the datasheet's peak rates\", got {peak_source!r}")
     took = f"a {unit} took {format_seconds(seconds)}"
     if peak_flops is None or peak_bytes_per_s is None:
         return Regime("unknown", seconds, None, None,
                       f"{took}; without this device's peak rates the course cannot tell whether arithmetic, "
                       "memory traffic or launch overhead set its pace")  # fmt: skip
     compute_s, memory_s = flops / peak_flops, bytes_moved / peak_bytes_per_s
-    bounds = (f"at the datasheet's peak rates its arithmetic needs {format_seconds(compute_s)} and its memory "
+    bounds = (f"at {peak_source} its arithmetic needs {format_seconds(compute_s)} and its memory "
               f"traffic at least {format_seconds(memory_s)}")  # fmt: skip
     if seconds > overhead_factor * max(compute_s, memory_s):
         share = max(compute_s, memory_s) / seconds

@@ -1,12 +1,16 @@
-"""Does ``race_matmul`` measure what ``torch.utils.benchmark`` measures?  (issue 7, ``06_timing_race``)
+"""Do ``race_matmul`` and ``race_elementwise`` measure what ``torch.utils.benchmark`` measures?  (issues 7
+and 15, ``06_timing_race``)
 
 For each size, in one run, this script measures the same two kernels twice:
 
-* with ``amp_lab.race.race_matmul(n)``: the course's timer (warm-up, interleaved samples, median);
+* with ``amp_lab.race.race_matmul(n)`` (``--kind matmul``, the default) or
+  ``amp_lab.race.race_elementwise(numel)`` (``--kind elementwise``): the course's timer (warm-up,
+  interleaved samples, median);
 * with ``torch.utils.benchmark.Timer(...).blocked_autorange()``, an independent harness, given the
   **same thread count** (``Timer`` would otherwise use one thread) and the same operands:
-  ``A @ B`` in FP32, and ``A @ B`` under ``torch.autocast`` (casts included).  The two Timers take
-  turns in short runs whose samples are merged, so a change of load hits both.
+  ``A @ B`` in FP32, and ``A @ B`` under ``torch.autocast`` (casts included); or
+  ``torch.add(a, b, out=c)`` on FP32 tensors and on the same values stored in the 16-bit dtype.  The two
+  Timers take turns in short runs whose samples are merged, so a change of load hits both.
 
 It prints both speedups (race_matmul: the median of its per-round FP32/AMP ratios, sampled until the
 95% interval is about +-5% wide or ``--max-time-s`` is spent; Timer: FP32 median / AMP median) and their
@@ -18,6 +22,7 @@ Defaults suit the device: on a CPU small sizes (low precision is 40-70x slower t
 CPUs without AVX512-BF16/AMX, so n = 256 already takes tens of ms per AMP call); on CUDA larger.
 
     python benchmarks/bench_race_fidelity.py [--sizes 64 128 256] [--threads N] [--rounds 3]
+    python benchmarks/bench_race_fidelity.py --kind elementwise [--sizes 1048576 16777216] [--threads 1]
 """
 
 from __future__ import annotations
@@ -39,17 +44,24 @@ from amp_lab.device import amp_dtype, dtype_name, get_device, parse_dtype  # noq
 AMP_STMT = "with torch.autocast(device_type, dtype=dtype):\n    A @ B"
 
 
-def timer_speedup(n, dev, dtype, threads, min_run_time, chunks) -> tuple[float, float, float]:
+def timer_speedup(n, dev, dtype, threads, min_run_time, chunks, kind="matmul") -> tuple[float, float, float]:
     """FP32 median, AMP median and their ratio, measured by torch.utils.benchmark.Timer.
 
     The two Timers take turns in ``chunks`` short ``blocked_autorange`` runs whose samples are
     merged (``benchmark.Measurement.merge``), so a change in the machine's load between the FP32 and
     the AMP measurement does not land on one of them only, the same reason ``race`` interleaves.
     """
-    A, B = race._operands(n, dev)  # the very operands race_matmul multiplies
-    env = {"A": A, "B": B, "torch": torch, "dtype": dtype, "device_type": dev.type}
-    fp32 = benchmark.Timer("A @ B", globals=env, num_threads=threads, label="fp32", sub_label=f"n={n}")
-    amp = benchmark.Timer(AMP_STMT, globals=env, num_threads=threads, label="amp", sub_label=f"n={n}")
+    if kind == "elementwise":
+        a, b = race._elementwise_operands(n, dev)  # the very operands race_elementwise adds
+        env = {"torch": torch, "a": a, "b": b, "c": torch.empty_like(a), "al": a.to(dtype), "bl": b.to(dtype),
+               "cl": torch.empty(n, dtype=dtype, device=dev)}  # fmt: skip
+        stmts = ("torch.add(a, b, out=c)", "torch.add(al, bl, out=cl)")
+    else:
+        A, B = race._operands(n, dev)  # the very operands race_matmul multiplies
+        env = {"A": A, "B": B, "torch": torch, "dtype": dtype, "device_type": dev.type}
+        stmts = ("A @ B", AMP_STMT)
+    fp32 = benchmark.Timer(stmts[0], globals=env, num_threads=threads, label="fp32", sub_label=f"size {n}")
+    amp = benchmark.Timer(stmts[1], globals=env, num_threads=threads, label="amp", sub_label=f"size {n}")
     runs = {"fp32": [], "amp": []}
     for _ in range(chunks):
         tf32_off = hardware.tf32_matmul(False) if dev.type == "cuda" else contextlib.nullcontext()
@@ -68,6 +80,8 @@ def main(argv=None) -> int:
 def run(argv=None) -> list[tuple[int, float, float, float, bool]]:
     """Measure, print, and return ``(n, race speedup, Timer speedup, ratio, within tolerance)`` per size."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=("matmul", "elementwise"), default="matmul",
+                        help="race_matmul (sizes are n) or race_elementwise (sizes are numel)")
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None, help="bf16 or fp16 (default: the device's AMP dtype)")
@@ -85,27 +99,31 @@ def run(argv=None) -> list[tuple[int, float, float, float, bool]]:
     dev = get_device(args.device)
     dtype = amp_dtype(dev) if args.dtype is None else parse_dtype(args.dtype)
     threads = args.threads or torch.get_num_threads()
-    sizes = args.sizes or ((1024, 2048, 4096) if dev.type == "cuda" else (64, 128, 256))
+    if args.kind == "elementwise":
+        sizes = args.sizes or ((2**24, 2**26, 2**28) if dev.type == "cuda" else (2**20, 2**22, 2**24))
+    else:
+        sizes = args.sizes or ((1024, 2048, 4096) if dev.type == "cuda" else (64, 128, 256))
+    racer = race.race_elementwise if args.kind == "elementwise" else race.race_matmul
     ctx = timing.timing_context(dev)
     print(
-        f"race_matmul fidelity on {dev} ({ctx['device_name']}), AMP dtype {dtype_name(dtype)}, "
+        f"{racer.__name__} fidelity on {dev} ({ctx['device_name']}), AMP dtype {dtype_name(dtype)}, "
         f"{threads} threads for both harnesses, torch {torch.__version__}, load average {ctx['load_avg_1min']}"
     )
-    print(f"{'n':>6} {'round':>5} {'race FP32':>11} {'race AMP':>11} {'race x':>9} "
+    print(f"{'size':>9} {'round':>5} {'race FP32':>11} {'race AMP':>11} {'race x':>9} "
           f"{'Timer FP32':>11} {'Timer AMP':>11} {'Timer x':>9}")  # fmt: skip
     rows = []
     for n in sizes:
         ours, theirs = [], []
         for rnd in range(args.rounds):
-            r = race.race_matmul(
+            r = racer(
                 n, device=dev, dtype=dtype, num_threads=threads, repeats=args.repeats, min_sample_s=args.min_sample_s,
                 target_rel_width=args.target_rel_width, max_time_s=args.max_time_s,
             )  # fmt: skip
-            t_fp32, t_amp, s_timer = timer_speedup(n, dev, dtype, threads, args.min_run_time, args.chunks)
+            t_fp32, t_amp, s_timer = timer_speedup(n, dev, dtype, threads, args.min_run_time, args.chunks, args.kind)
             ours.append(r.speedup)
             theirs.append(s_timer)
             print(
-                f"{n:>6} {rnd + 1:>5} {timing.format_seconds(r.fp32.median):>11} {timing.format_seconds(r.amp.median):>11} "
+                f"{n:>9} {rnd + 1:>5} {timing.format_seconds(r.fp32.median):>11} {timing.format_seconds(r.amp.median):>11} "
                 f"{r.speedup:>8.4g}x {timing.format_seconds(t_fp32):>11} {timing.format_seconds(t_amp):>11} {s_timer:>8.4g}x",
                 flush=True,
             )
@@ -114,9 +132,9 @@ def run(argv=None) -> list[tuple[int, float, float, float, bool]]:
         ok = abs(ratio - 1) <= args.tolerance
         rows.append((n, a, b, ratio, ok))
     print()
-    print(f"{'n':>6} {'race_matmul':>12} {'Timer':>10} {'ratio':>7}  verdict (within +-{100 * args.tolerance:.0f}%)")
+    print(f"{'size':>9} {racer.__name__:>16} {'Timer':>10} {'ratio':>7}  verdict (within +-{100 * args.tolerance:.0f}%)")
     for n, a, b, ratio, ok in rows:
-        print(f"{n:>6} {a:>11.4g}x {b:>9.4g}x {ratio:>7.3f}  {'PASS' if ok else 'FAIL'}")
+        print(f"{n:>9} {a:>15.4g}x {b:>9.4g}x {ratio:>7.3f}  {'PASS' if ok else 'FAIL'}")
     load = timing.timing_context(dev)["load_avg_1min"]
     if dev.type == "cpu" and load is not None and load > (os.cpu_count() or 1):
         print(

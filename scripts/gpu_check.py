@@ -6,7 +6,7 @@ Runs, on CUDA, one *section* after another:
   TF32 off, FP32 with TF32 on, bfloat16 and float16: time and TFLOP/s per precision;
 * ``race_matmul``: FP32 (TF32 off), TF32 and AMP at n = 1024, 4096, 8192, for each AMP dtype the GPU
   multiplies in hardware (:func:`amp_dtypes`: float16 everywhere, bfloat16 from Ampere, sm_80, on);
-* ``race_mlp``: training steps of the seed's model, with peak memory;
+* ``race_mlp``: training steps of the tutorial loop's model, with peak memory;
 * ``alignment``: the float16 matmul at n = 4096 against 4095;
 * ``autocast_probe``: ``amp_lab.autocast_ops.probe`` on CUDA and on the CPU;
 * ``sweeps``: matmul sizes (each AMP dtype) and, in the full run, MLP widths with memory, each with
@@ -783,7 +783,7 @@ def markdown(report: dict) -> str:
     if report.get("race_mlp"):
         lines += [
             "",
-            "## race_mlp (training steps of the seed's model)",
+            "## race_mlp (training steps of the tutorial loop's model)",
             "",
             "| width | batch | AMP dtype | FP32 | TF32 | AMP | speedup vs FP32 (95% interval) | vs TF32 | memory FP32 | memory AMP |",
             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

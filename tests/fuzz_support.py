@@ -72,10 +72,6 @@ class CallTimeout(BaseException):
     inside amp_lab can swallow it)."""
 
 
-def _on_alarm(signum, frame):
-    raise CallTimeout(f"call did not return within {CALL_TIMEOUT_S:g} s")
-
-
 # --------------------------------------------------------------------------------------------
 # Values: each is made fresh for every call (functions may change tensors in place).
 # --------------------------------------------------------------------------------------------
@@ -660,7 +656,10 @@ def hard_time_limit(seconds: float = HARD_TIMEOUT_S):
 
 @contextlib.contextmanager
 def time_limit(seconds: float = CALL_TIMEOUT_S):
-    old = signal.signal(signal.SIGALRM, _on_alarm)
+    def on_alarm(signum, frame):
+        raise CallTimeout(f"call did not return within {seconds:g} s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
     try:
         signal.setitimer(signal.ITIMER_REAL, seconds)
         yield
@@ -692,9 +691,11 @@ def _restore_global_state(state) -> None:
 
 
 def check_call(
-    entry: Entry, kwargs: dict, *, arg: str | None, value, valid: bool | None, label: str
+    entry: Entry, kwargs: dict, *, arg: str | None, value, valid: bool | None, label: str,
+    timeout: float = CALL_TIMEOUT_S,
 ) -> str | None:
-    """Run one call; return None if it kept the contract, else a line saying what happened."""
+    """Run one call within ``timeout`` seconds; return None if it kept the contract, else a line saying
+    what happened."""
     import matplotlib.pyplot as plt
 
     what = f"{entry.name}({arg}={label})" if arg else f"{entry.name}[{label}]"
@@ -703,7 +704,7 @@ def check_call(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), time_limit():
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), time_limit(timeout):
                 result = entry.call(kwargs)
     except CallTimeout as e:
         return f"{what}: {e}"

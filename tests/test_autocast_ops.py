@@ -549,3 +549,275 @@ def test_op_lists_are_refused_by_their_length_before_they_are_read(ops):
     if not hasattr(ops, "__next__"):  # an iterator is spent by the first call
         with pytest.raises(ValueError, match=r"^ops may hold at most 1000 items"):
             ao.probe("cpu", ops=ops)
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 15: has_autocast_rule, the dispatcher's registered rules, and 05's three-way table
+# ----------------------------------------------------------------------------------------------
+
+import json  # noqa: E402
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}
+
+
+def _dump_rule(aten: str, device_type: str) -> bool:
+    """The oracle, read from the dispatcher's own text dump: a line for the device's Autocast key
+    that is not a fallthrough."""
+    name = aten if aten.startswith("aten::") else f"aten::{aten}"
+    lines = torch._C._dispatch_dump(name).splitlines()
+    key = _KEYS[device_type]
+    return any(line.startswith(f"{key}:") and "fallthrough" not in line for line in lines)
+
+
+def _registrations(device_type: str) -> set[str]:
+    """A second oracle: every op the Autocast key has a registration for."""
+    return set(torch._C._dispatch_get_registrations_for_dispatch_key(_KEYS[device_type]))
+
+
+# aten ops with and without rules, on one device or both (more than 30 on each device)
+DISPATCHER_OPS = [
+    "mm", "bmm", "addmm", "matmul", "linear", "einsum", "tensordot", "linalg_vecdot", "linalg_multi_dot",
+    "scaled_dot_product_attention", "conv2d", "conv_transpose2d.input", "lstm_cell", "gru_cell", "prelu",
+    "softmax.int", "log_softmax.int", "layer_norm", "group_norm", "rms_norm", "batch_norm", "sum",
+    "sum.dim_IntList", "prod", "cumsum", "mean", "exp", "log", "sqrt", "pow.Tensor_Scalar",
+    "linalg_vector_norm", "mse_loss", "nll_loss", "cross_entropy_loss", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "cat", "stack", "index_copy", "index_put", "add.Tensor",
+    "mul.Tensor", "addcmul", "atan2", "cross", "grid_sampler", "relu", "gelu", "sigmoid", "tanh",
+    "max_pool2d", "avg_pool3d", "fft_rfft", "trace",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+@pytest.mark.parametrize("op", DISPATCHER_OPS)
+def test_has_autocast_rule_matches_the_dispatcher(op, device_type):
+    expected = _dump_rule(op, device_type)
+    assert ao.has_autocast_rule(op, device_type) is expected
+    assert (f"aten::{op}" in _registrations(device_type)) is expected
+    assert ao.has_autocast_rule(f"aten::{op}", device_type) is expected
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_the_dispatcher_oracle_sees_both_answers(device_type):
+    answers = [_dump_rule(op, device_type) for op in DISPATCHER_OPS]
+    assert sum(answers) >= 10 and answers.count(False) >= 10
+
+
+@pytest.mark.parametrize(
+    ("op", "cpu", "cuda"),
+    [("einsum", False, True), ("softmax.int", False, True), ("sum", False, True), ("exp", False, True),
+     ("layer_norm", False, True), ("cat", True, False), ("mm", True, True), ("add.Tensor", False, False),
+     ("relu", False, False), ("linalg_vecdot", True, True), ("scaled_dot_product_attention", True, True)],
+)  # fmt: skip
+def test_has_autocast_rule_known_facts(op, cpu, cuda):
+    # issue 15's facts, read from torch 2.13's autocast_mode.cpp
+    assert (ao.has_autocast_rule(op, "cpu"), ao.has_autocast_rule(op, "cuda")) == (cpu, cuda)
+
+
+def test_has_autocast_rule_accepts_the_default_overload_spelled_out():
+    assert ao.has_autocast_rule("mm.default", "cuda") is True
+    assert ao.has_autocast_rule(" aten::cat ", "cpu") is True
+
+
+def test_a_fallthrough_kernel_is_not_a_rule(monkeypatch):
+    # torch 2.13 registers the Autocast fallthrough for the whole key only; were a per-op one to appear,
+    # it would be "registered" but do nothing, and must not count as a rule.
+    monkeypatch.setattr(torch._C, "_dispatch_kernel_for_dispatch_key_is_fallthrough", lambda op, key: True)
+    assert ao.has_autocast_rule("mm", "cpu") is False
+
+
+@pytest.mark.parametrize(
+    ("op", "device_type", "exc", "match"),
+    [(None, "cpu", TypeError, "^op must be an aten op name"), (3, "cpu", TypeError, "^op must be an aten op name"),
+     (b"mm", "cpu", TypeError, "^op must be"), ("mm", None, TypeError, "^device_type must be 'cpu' or 'cuda'"),
+     ("mm", torch.device("cpu"), TypeError, "^device_type must be"),
+     ("mm", "mps", ValueError, "^device_type='mps' is not allowed; choose one of: 'cpu', 'cuda'"),
+     ("mm", "CUDA", ValueError, "^device_type='CUDA' is not allowed"),
+     ("no_such_op", "cpu", ValueError, "^op='no_such_op' is not an operator torch"),
+     ("mm.no_such_overload", "cpu", ValueError, "is not an operator torch"),
+     ("softmax", "cuda", ValueError, "^op='softmax' has no default overload .*softmax.int"),
+     ("", "cpu", ValueError, "is not an aten op name"), ("mm.", "cpu", ValueError, "is not an aten op name"),
+     ("prims::mm", "cpu", ValueError, "is not an aten op name"), ("a b", "cpu", ValueError, "is not an aten op name"),
+     ("x" * 201, "cpu", ValueError, "at most 200 characters")],
+)  # fmt: skip
+def test_has_autocast_rule_refuses_bad_arguments(op, device_type, exc, match):
+    with pytest.raises(exc, match=match):
+        ao.has_autocast_rule(op, device_type)
+
+
+def test_aten_op_names_exist_for_the_whole_catalogue():
+    known = set(torch._C._dispatch_get_all_op_names())
+    for name in ao.op_names():
+        aten = ao.aten_op(name)
+        assert f"aten::{aten}" in known, name
+    with pytest.raises(ValueError, match="^name='bogus' is not allowed"):
+        ao.aten_op("bogus")
+    with pytest.raises(TypeError, match="^name must be"):
+        ao.aten_op(None)
+
+
+def test_python_level_ops_reach_the_aten_ops_their_rows_name():
+    # softmin and norm have no aten op of their own: their rows use the rule of the aten op the Python
+    # function calls, and the dispatcher trace shows that call (softmax.int runs as _softmax below it)
+    out, calls = ao.dispatch_trace(lambda x: torch.norm(x), torch.rand(2, 4), device="cpu")
+    assert any(c.name == "linalg_vector_norm" for c in calls)
+    _, calls = ao.dispatch_trace(lambda x: F.softmin(x, dim=-1), torch.rand(2, 4), device="cpu")
+    assert any(c.name == "_softmax" for c in calls)
+
+
+def test_rule_comparison_rows_match_the_dispatcher(cpu_probe):
+    rows = ao.rule_comparison(cpu_probe)
+    assert [r.op for r in rows] == list(cpu_probe)
+    for r in rows:
+        assert r.rule == {d: _dump_rule(r.aten, d) for d in ("cpu", "cuda")}, r.op
+        assert r.probed == cpu_probe[r.op].policy and r.probed_device == "cpu"
+        for d in ("cpu", "cuda"):
+            by_name = ao.documented_policy(r.op, d)
+            assert r.documented[d] in (by_name, ao.documented_policy(r.aten.partition(".")[0], d))
+
+
+def test_rule_comparison_without_a_probe_and_for_some_ops():
+    rows = ao.rule_comparison(ops=["einsum", "cat"])
+    assert [(r.op, r.rule["cpu"], r.rule["cuda"], r.probed) for r in rows] == [
+        ("einsum", False, True, None), ("cat", True, False, None)
+    ]
+    assert len(ao.rule_comparison()) == len(ao.op_names())
+
+
+def _groups_oracle(rows, probe):
+    """rule_groups recomputed from the dump oracle and the probe, without RuleRow's own fields."""
+    listed = ("lower", "fp32", "promote")
+    rule = {r.op: {d: _dump_rule(r.aten, d) for d in _KEYS} for r in rows}
+    docs = {r.op: {d: r.documented[d] for d in _KEYS} for r in rows}
+    ops = [r.op for r in rows]
+    groups = {
+        "a rule on CUDA, none on CPU": [o for o in ops if rule[o]["cuda"] and not rule[o]["cpu"]],
+        "a rule on CPU, none on CUDA": [o for o in ops if rule[o]["cpu"] and not rule[o]["cuda"]],
+    }
+    for d in _KEYS:
+        label = d.upper()
+        groups[f"{label}: a rule registered, on no documented {label} list"] = [
+            o for o in ops if rule[o][d] and docs[o][d] == "unchanged"]
+        groups[f"{label}: on a documented {label} list, no rule of its own"] = [
+            o for o in ops if not rule[o][d] and docs[o][d] in listed]
+    dev = probe.device_type
+    for policy in listed:
+        groups[f"probed '{policy}' on {dev} without a {dev} rule of its own"] = [
+            o for o in ops if probe[o].policy == policy and not rule[o][dev]]
+    return {k: v for k, v in groups.items() if v}
+
+
+def test_rule_groups_follow_from_the_rules_not_the_docs(cpu_probe):
+    rows = ao.rule_comparison(cpu_probe)
+    groups = ao.rule_groups(rows)
+    assert groups == _groups_oracle(rows, cpu_probe)
+    # the issue's correction: einsum has a CUDA rule, and on CPU it is lowered by decomposition
+    assert "einsum" in groups["a rule on CUDA, none on CPU"]
+    assert "einsum" in groups["probed 'lower' on cpu without a cpu rule of its own"]
+    assert "cat" in groups["a rule on CPU, none on CUDA"]
+    assert {"einsum", "linalg_vecdot", "scaled_dot_product_attention"} <= set(
+        groups["CUDA: a rule registered, on no documented CUDA list"])
+
+
+def test_format_rules_shows_each_row(cpu_probe):
+    rows = ao.rule_comparison(cpu_probe, ops=["einsum", "softmax", "cat"])
+    text = ao.format_rules(rows)
+    lines = text.splitlines()
+    assert lines[0].split() == ["op", "(aten)", "docs", "cpu", "docs", "cuda", "rule", "cpu", "rule", "cuda",
+                                "probed", "cpu"]
+    assert lines[2].split() == ["einsum", "unchanged", "unchanged", "-", "yes", "lower"]
+    assert lines[3].split()[:2] == ["softmax", "(softmax.int)"]
+    assert ao.format_rules(rows, ops=["cat"]).splitlines()[2].split()[0] == "cat"
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "match"),
+    [(lambda t: ao.rule_comparison("table"), TypeError, "^probed must be the ProbeTable"),
+     (lambda t: ao.rule_comparison(t, ops=["bogus"]), ValueError, r"^ops\[0\]='bogus' is not allowed"),
+     (lambda t: ao.rule_comparison(t, ops=["einsum"]), ValueError, r"^ops\[0\]='einsum' was not probed"),
+     (lambda t: ao.rule_comparison(t, ops="mm"), TypeError, "^ops must be a list of op names"),
+     (lambda t: ao.rule_comparison(t, ops=[3]), TypeError, r"^ops\[0\] must be an op name"),
+     (lambda t: ao.rule_comparison(ops=range(10**12)), ValueError, "^ops may hold at most 1000 items"),
+     (lambda t: ao.rule_groups("rows"), TypeError, "^rows must be the list"),
+     (lambda t: ao.rule_groups([1]), TypeError, r"^rows\[0\] must be a RuleRow"),
+     (lambda t: ao.format_rules([None]), TypeError, r"^rows\[0\] must be a RuleRow"),
+     (lambda t: ao.format_rules(ao.rule_comparison(t), ops=["sum"]), ValueError, r"^ops\[0\]='sum' is not allowed"),
+     (lambda t: ao.format_rules(ao.rule_comparison(t), ops=[None]), TypeError, r"^ops\[0\] must be an op name")],
+)  # fmt: skip
+def test_rule_functions_name_the_bad_argument(small_table, call, exc, match):
+    with pytest.raises(exc, match=match):
+        call(small_table)
+
+
+def test_policy_names_map_to_pytorchs():
+    header = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
+    if not header.exists():
+        pytest.skip("this torch wheel ships no C++ headers")
+    enum = re.search(r"enum class CastPolicy[^{]*\{(.*?)\};", header.read_text(), re.S).group(1)
+    names = set(re.findall(r"^\s*(\w+)\s*(?:=\s*\d+)?,", enum, re.M))
+    assert {"lower_precision_fp", "fp32", "fp32_set_opt_dtype", "fp32_append_dtype", "promote"} <= names
+    for policy in ("lower", "fp32", "promote"):
+        assert ao.TORCH_POLICY[policy].split()[0] in names
+    assert set(ao.TORCH_POLICY) == set(ao.POLICIES) - {"n/a"}
+
+
+# --- notebook 05's stored three-way table, kept consistent with the dispatcher -----------------
+
+NB05 = Path(__file__).resolve().parent.parent / "notebooks" / "05_autocast_op_lists.ipynb"
+
+
+def _stored_text(cell_id: str) -> str:
+    nb = json.loads(NB05.read_text())
+    cell = next(c for c in nb["cells"] if c.get("id") == cell_id)
+    return "".join("".join(o.get("text", "")) for o in cell["outputs"] if o.get("output_type") == "stream")
+
+
+def test_notebook_05_three_way_table_matches_the_dispatcher():
+    text = _stored_text("1b1ee540")
+    lines = text.strip().splitlines()
+    assert lines[0].split()[-2:] == ["probed", "cpu"]
+    rows = lines[2:]
+    assert len(rows) >= 10
+    seen = set()
+    for line in rows:
+        m = re.fullmatch(r"(\w+)(?: \((\S+)\))?\s+(\S+)\s+(\S+)\s+(yes|-)\s+(yes|-)\s+(\S+)", line.strip())
+        assert m, line
+        op, aten, doc_cpu, doc_cuda, rule_cpu, rule_cuda, probed = m.groups()
+        aten = aten or op
+        seen.add(op)
+        assert (rule_cpu == "yes") is _dump_rule(aten, "cpu"), line
+        assert (rule_cuda == "yes") is _dump_rule(aten, "cuda"), line
+        assert doc_cpu in (ao.documented_policy(op, "cpu"), ao.documented_policy(aten.partition(".")[0], "cpu"))
+        assert doc_cuda in (ao.documented_policy(op, "cuda"), ao.documented_policy(aten.partition(".")[0], "cuda"))
+        assert probed == _truth_of(op)
+    assert {"einsum", "softmax", "cat"} <= seen
+
+
+def _truth_of(op):
+    # the probed column against autocast itself, for the ops the oracle above can run
+    fn, shapes = {**MATMULS, **SINGLE}.get(op, (None, None))
+    if fn is not None:
+        return _truth_single(fn, shapes)
+    return ao.probe("cpu", ops=[op])[op].policy
+
+
+def test_notebook_05_groups_match_the_dispatcher(cpu_probe):
+    text = _stored_text("5a8e7dcd")
+    stored = {}
+    for block in re.split(r"\n(?=\S)", text.strip()):
+        head, _, rest = block.partition("): ")
+        label, _, n = head.rpartition(" (")
+        ops = [o.strip() for o in " ".join(rest.split()).split(",")]
+        assert len(ops) == int(n), block
+        stored[label] = ops
+    assert stored == _groups_oracle(ao.rule_comparison(cpu_probe), cpu_probe)
+    assert "einsum" in stored["probed 'lower' on cpu without a cpu rule of its own"]
+
+
+def test_notebook_05_states_no_cpu_cuda_difference_from_the_docs():
+    nb = json.loads(NB05.read_text())
+    prose = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert "lower on CPU (probed) but not lower on CUDA" not in json.dumps(nb)
+    assert "leaves many of CUDA's float32 ops alone" not in prose
+    assert "has_autocast_rule" in prose

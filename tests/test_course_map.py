@@ -212,3 +212,25 @@ def test_course_map_refuses_arguments_of_the_wrong_type(call, match):
 
 
 _BASE = hardware.describe("cpu")
+
+
+@pytest.mark.parametrize("name", MACHINES)
+def test_09_names_where_the_pitfalls_run(here, name):
+    """09 runs its pitfalls on the machine's device; the subnormal timing is a CPU pitfall everywhere."""
+    kind, facts, *_ = MACHINES[name]
+    report = machine(here, kind, facts)
+    text = dict((f, t) for f, _, t in course_map(report))["09_pitfalls.ipynb"]
+    assert "subnormal timing" in text
+    if report.race_device == "cuda":
+        assert text == f"runs five pitfalls live on {report.gpu_name}; the subnormal timing runs on the CPU"
+    elif report.race_device == "mps":
+        assert "the Apple GPU (MPS)" in text and "runs on the CPU" in text
+    else:
+        assert text == "runs six pitfalls live on the CPU, the subnormal timing included"
+
+
+def test_the_map_is_in_notebook_order_with_09_after_07():
+    """09 is read after 07 (08 is left for a future FP8 notebook): the map lists the notebooks by number."""
+    files = [lesson.file for lesson in LESSONS]
+    assert files == sorted(files)
+    assert files.index("09_pitfalls.ipynb") > files.index("07_amp_training_recipe.ipynb")

@@ -5,7 +5,10 @@ import subprocess
 import sys
 from importlib import metadata
 
+import torch
+
 from amp_lab import doctor
+from amp_lab.hardware import arch_supported
 
 
 def fake_versions(**overrides):
@@ -99,7 +102,11 @@ def test_gpu_kernels_check_names_the_build_to_install():
     assert not v100.ok and "sm_70" in v100.detail and "cu126" in v100.detail
     h100 = doctor.check_gpu_kernels((9, 0), CU130, "13.0", gpu_name="NVIDIA H100 80GB HBM3")
     assert h100.ok and "sm_90" in h100.detail
-    assert doctor.check_gpu_kernels() is None  # no CUDA GPU on this machine: nothing to check
+    here = doctor.check_gpu_kernels()  # this machine's own facts
+    if torch.cuda.is_available() and torch.version.hip is None:
+        assert here is not None and here.ok == arch_supported(torch.cuda.get_device_capability(), torch.cuda.get_arch_list())
+    else:
+        assert here is None  # no CUDA GPU on this machine: nothing to check
 
 
 def test_doctor_fails_on_a_gpu_the_wheel_has_no_kernels_for(fake_gpu):

@@ -679,3 +679,27 @@ def test_text_table_refuses_huge_inputs_before_reading_them(kwargs, words):
 
 def test_text_table_reads_a_generator_of_rows():
     assert F.text_table({"a": i} for i in range(2)).splitlines() == ["a", "-", "0", "1"]
+
+
+# issue 15: notebook 01 says where overflow starts; torch's casts are the oracle
+@pytest.mark.parametrize("name, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16), ("fp8_e5m2", torch.float8_e5m2)])
+def test_overflow_starts_half_a_step_above_max_as_torch_casts(name, dtype):
+    from amp_lab.ranges import overflow_threshold
+
+    f = F.FORMATS[name]
+    thr, tie_overflows = overflow_threshold(name)
+    assert thr == f.max + math.ldexp(1.0, f.emax - f.mantissa_bits) / 2
+    assert tie_overflows  # IEEE formats: max ends in a 1 bit, so the tie goes up
+    t = torch.tensor([thr, -thr])
+    below = torch.nextafter(t, torch.zeros(2))
+    assert torch.equal(below.to(dtype).float(), torch.tensor([f.max, -f.max]))  # rounds back to max
+    assert torch.equal(t.to(dtype).float(), torch.tensor([math.inf, -math.inf]))  # overflows
+    assert torch.equal(torch.tensor([f.max + 1e-3 * (thr - f.max)]).to(dtype).float(), torch.tensor([f.max]))
+
+
+def test_fp16_overflow_threshold_is_65520():
+    from amp_lab.ranges import overflow_threshold
+
+    assert overflow_threshold("fp16") == (65520.0, True)
+    x = torch.tensor([65519.0, 65520.0])
+    assert x.to(torch.float16).float().tolist() == [65504.0, math.inf]

@@ -83,6 +83,7 @@ from amp_lab import (
     formats,
     gradients,
     hardware,
+    pitfalls,
     progress,
     race,
     ranges,
@@ -108,6 +109,7 @@ MODULES = {
     "formats": formats,
     "gradients": gradients,
     "hardware": hardware,
+    "pitfalls": pitfalls,
     "progress": progress,
     "race": race,
     "ranges": ranges,
@@ -523,6 +525,25 @@ E(
 )
 E("autocast_ops.quiz_items", fuzz={"lines": Seq()})
 E("autocast_ops.dtype_quiz", fuzz={"lines": Seq()})
+E(
+    "autocast_ops.RuleRow",
+    lambda: dict(op="mm", aten="mm", documented={"cpu": "lower", "cuda": "lower"}, rule={"cpu": True, "cuda": True}),
+    {"documented": Mapping_(), "rule": Mapping_()},
+)
+E(
+    "autocast_ops.has_autocast_rule",
+    lambda: dict(op="einsum", device_type="cuda"),
+    {"op": Str(), "device_type": Str(choices=("cpu", "cuda"))},
+)
+E("autocast_ops.aten_op", lambda: dict(name="softmax"), {"name": Str(choices=autocast_ops.op_names())})
+E("autocast_ops.rule_comparison", lambda: dict(probed=probe_table()), {"probed": Obj(), "ops": Seq()})
+E("autocast_ops.rule_groups", lambda: dict(rows=autocast_ops.rule_comparison(probe_table())), {"rows": Seq()})
+E(
+    "autocast_ops.format_rules",
+    lambda: dict(rows=autocast_ops.rule_comparison(probe_table())),
+    {"rows": Seq(), "ops": Seq()},
+    post=is_str,
+)
 
 # --- check ----------------------------------------------------------------------------------
 E(
@@ -1259,11 +1280,36 @@ E(
         "accumulation_steps": Int(1, RECIPE_MAX_SIZE, skip_above=4),
         "max_grad_norm": Float(gt=0, optional=True),
         "scheduler": Obj(),
+        "log_every": Int(1, MAX_STEPS, optional=True),  # how many steps between host reads (None: at the end)
     },
     examples=3,
     corpus_limit=2,
 )
 E("recipe.Evaluation", lambda: dict(loss=1.0, accuracy=0.5, num_examples=10))
+E("recipe.HostReads")
+E("recipe.count_host_reads", cm=True)
+E(
+    "recipe.ClippingRun",
+    lambda: dict(optimizer="Adam", scaled=False, scale=1.0, max_norm=1.0, seen_norms=(1.0,), true_norms=(1.0,),
+                 clipped=(False,), skipped=(False,), update_norms=(0.1,)),  # fmt: skip
+)
+E("recipe.ClippingComparison", lambda: dict(runs=()))
+E(
+    "recipe.compare_clipping",
+    lambda: dict(data=digits(), num_steps=1, batch_size=8, hidden=8, depth=1),
+    {
+        "data": Obj(),
+        "scale": Scale(),
+        "max_norm": Float(gt=0),
+        "num_steps": Int(1, getattr(recipe, "_MAX_CLIPPING_STEPS", MAX_STEPS // 4), skip_above=2),
+        "batch_size": Int(1, skip_above=64),  # at most the training examples
+        "hidden": Int(1, skip_above=64),
+        "depth": Int(1, skip_above=4),
+        "lr": Float(gt=0, le=MAX_LR),
+    },
+    examples=2,
+    corpus_limit=3,
+)
 E(
     "recipe.evaluate",
     lambda: dict(model=model(), split=split(), dtype=torch.float32),
@@ -1470,6 +1516,11 @@ E("tensor_cores.generations_table", lambda: dict(capabilities=((8, 0),)), {"capa
 E("tensor_cores.alignment_multiple", lambda: dict(fmt="fp16"))
 E("tensor_cores.pad_to_multiple", lambda: dict(n=7), {"n": Int(0), "multiple": Int(1)}, post=nonneg_int)
 E(
+    "tensor_cores.tile_quantization",
+    lambda: dict(m=1024, n=1024),
+    {"m": Int(1, 2**31), "n": Int(1, 2**31), "tile_m": Int(1, 2**31), "tile_n": Int(1, 2**31), "sms": Int(1, 2**31)},
+)
+E(
     "tensor_cores.time_matmul",
     lambda: dict(n=8, repeats=2, warmup=0),
     {
@@ -1518,6 +1569,7 @@ E(
         "peak_flops": Float(gt=0, optional=True),
         "peak_bytes_per_s": Float(gt=0, optional=True),
         "overhead_factor": Float(gt=1),  # launch-bound: more than overhead_factor times the roofline
+        "peak_source": Str(),
     },
 )
 E(
@@ -1617,6 +1669,178 @@ E(
 )
 E("widgets.SmokeTest", fuzz={"k": Int(*SMOKE_TEST_K)}, examples=3)
 E("widgets.smoke_test", fuzz={"k": Int(*SMOKE_TEST_K)}, examples=3)
+
+
+# --- race: the memory-bound regime (issue 15) ----------------------------------------------------------
+
+
+@functools.cache
+def roofline():
+    return race.measure_roofline("cpu", n=8, numel=64, warmup=0, repeats=2, min_sample_s=1e-4)
+
+
+E(
+    "race.Roofline",
+    lambda: dict(peak_flops=1e11, bytes_per_s=1e10, matmul_n=8, numel=8, timings={}, context={}),
+    {
+        "peak_flops": Float(gt=0),
+        "bytes_per_s": Float(gt=0),
+        "matmul_n": Int(1, race.MAX_GEMM_DIM),
+        "numel": Int(1, race.MAX_NUMEL),
+        "timings": Mapping_(),
+        "context": Mapping_(),
+    },
+)
+E("race.elementwise_bytes", lambda: dict(numel=8), {"numel": Int(1, race.MAX_NUMEL)}, post=nonneg_int)
+E("race.elementwise_intensity", post=is_float)
+E(
+    "race.matmul_intensity",
+    lambda: dict(m=8, n=8, k=8),
+    {"m": Int(1, race.MAX_GEMM_DIM), "n": Int(1, race.MAX_GEMM_DIM), "k": Int(1, race.MAX_GEMM_DIM)},
+    post=is_float,
+)
+E(
+    "race.measure_roofline",
+    lambda: dict(n=8, numel=64, warmup=0, repeats=2, min_sample_s=1e-4),
+    {
+        "n": Int(1, race.MAX_GEMM_DIM, optional=True, skip_above=256),
+        "numel": Int(1, race.MAX_NUMEL, optional=True, skip_above=2**16),
+        "warmup": Int(0, MAX_REPEATS, skip_above=50),
+        "repeats": Int(1, MAX_REPEATS, skip_above=50),
+        "min_sample_s": Float(gt=0, le=MAX_SAMPLE_S, skip_above=0.05),
+        "num_threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
+    },
+    examples=3,
+    corpus_limit=2,
+)
+E(
+    "race.plot_roofline",
+    lambda: dict(roofline=roofline(), results=[race_result()]),
+    {"roofline": Obj(), "results": Obj(), "ax": Obj()},
+    examples=2,
+    corpus_limit=3,
+)
+E(
+    "race.race_elementwise",
+    lambda: dict(numel=64, **RACE_FAST),
+    race_kinds(numel=Int(1, race.MAX_NUMEL, skip_above=2**16), callback=Callable_(), reuse=Obj()),
+    arg_base=RACE_ARG_BASE,
+    examples=3,
+    corpus_limit=2,
+)
+E(
+    "race.roofline_summary",
+    lambda: dict(roofline=roofline(), results=[race_result()]),
+    {"roofline": Obj(), "results": Obj()},
+    post=is_str,
+)
+
+
+# --- pitfalls -------------------------------------------------------------------------------
+SWAMP_LIMIT = float(torch.finfo(torch.bfloat16).max) / 2  # swamping_run: no method may overflow
+
+
+def swamp_valid(other):
+    """``swamping_run``'s ``update`` (non-zero) and ``start``: with the base's 5 steps of ``other``, within
+    half of bfloat16's largest value."""
+
+    def valid(v):
+        ok = Float().valid(v)
+        if not ok:
+            return ok
+        return abs(float(v)) + 5 * abs(other) <= SWAMP_LIMIT and (other != 1.0 or float(v) != 0)
+
+    return valid
+
+
+@functools.cache
+def swamp_result():
+    return pitfalls.swamping_run(5, numel=4, device="cpu")
+
+
+def _records():
+    return {
+        "CastCacheResult": dict(device_type="cpu", dtype=torch.bfloat16, cache_enabled=True, weight_changed=True,
+                                stale_inside=True, stale_error=1.0, matches_update_new_region=True,
+                                matches_update_cleared=True, matches_update_uncached=True),
+        "AdamEpsResult": dict(device_type="cpu", eps=1e-8, eps_in_fp16=0.0, grad_size=1e-4, grad_max=1e-4,
+                              v_zero_fraction_fp16=1.0, v_zero_fraction_fp32=0.0, first_nonfinite_step_fp16=1,
+                              first_nonfinite_step_fp32=None, distance_fp16=(1.0, math.nan),
+                              distance_fp32=(1.0, 0.5)),
+        "SwampingResult": dict(start=1.0, update=-1e-3, num_steps=1, numel=1, half_ulp=2**-9, exact=0.999,
+                               history={m: (1.0, 1.0) for m in pitfalls.SWAMPING_METHODS}, stochastic_spread=0.0),
+        "SubnormalResult": dict(op="div", numel=4, flush_supported=True, flushes_to_zero=True, restored=True,
+                                timings={"normal": timing_obj(), "subnormal": timing_obj("b"),
+                                         "subnormal, flush-to-zero": timing_obj("c")}),
+        "AttentionVariant": dict(name="fp16", inf_logits=0, nan_rows=0, max_error=0.0),
+        "AttentionOverflowResult": dict(device_type="cpu", seq=1, head_dim=1, largest_input=1.0, largest_logit=1.0,
+                                        fp16_max=65504.0, variants={n: pitfalls.AttentionVariant(n, 0, 0, 0.0)
+                                                                    for n in pitfalls.ATTENTION_VARIANTS}),
+        "CompileResult": dict(available=False, reason="r", device_type="cpu", dtype=torch.bfloat16,
+                              autocast_regions=0, casts=0, aten_graph="", eager_dtype=None, compiled_dtype=None,
+                              bitwise_equal=False, max_abs_diff=math.nan, sees_in_place_update=False,
+                              graphs_outside_then_inside=0, dtypes_outside_then_inside=()),
+    }  # fmt: skip
+
+
+for _name in _records():
+    E(f"pitfalls.{_name}", functools.partial(lambda n: _records()[n], _name), examples=1, corpus_limit=4)
+E("pitfalls.weight_cast_cache", fuzz={"lr": Float(gt=0, le=1e3)}, examples=2, corpus_limit=2)
+E(
+    "pitfalls.adam_eps_underflow",
+    lambda: dict(num_steps=3, numel=4),
+    {
+        "grad_size": Float(gt=0, le=1e4),
+        "num_steps": Int(1, pitfalls.MAX_STEPS, skip_above=1000),
+        "lr": Float(gt=0, le=10.0),
+        "eps": Float(ge=0, le=1.0),
+        "numel": Int(1, pitfalls.MAX_NUMEL, skip_above=1 << 16),
+    },
+    examples=2,
+)
+E("pitfalls.stochastic_round", lambda: dict(x=T(8)), {"x": Tensor(), "generator": Obj()})
+E(
+    "pitfalls.kahan_add_",
+    lambda: dict(weight=T(4, dtype=torch.bfloat16), compensation=torch.zeros(4, dtype=torch.bfloat16), update=1e-3),
+    {"weight": Tensor(), "compensation": Tensor(), "update": Tensor()},
+)
+E(
+    "pitfalls.swamping_run",
+    lambda: dict(num_steps=5, numel=4),
+    {
+        "num_steps": Int(1, pitfalls.MAX_STEPS, skip_above=1000),
+        "update": with_valid(Float(), swamp_valid(1.0)),
+        "start": with_valid(Float(), swamp_valid(1e-3)),
+        "numel": Int(1, 1 << 16, skip_above=1 << 12),
+    },
+    examples=2,
+)
+E("pitfalls.plot_swamping", lambda: dict(result=swamp_result()), {"result": Obj(), "ax": Obj()}, examples=2,
+  corpus_limit=3)  # fmt: skip
+E("pitfalls.flush_denormal_enabled")
+E("pitfalls.flush_denormal", lambda: dict(enabled=False), {"enabled": Bool()}, cm=True)
+E(
+    "pitfalls.subnormal_slowdown",
+    lambda: dict(numel=64, repeats=1, min_sample_s=1e-4),
+    {
+        "numel": Int(1, pitfalls.MAX_NUMEL, skip_above=1 << 16),
+        "op": Str(choices=("div", "mul", "add")),
+        "repeats": Int(1, pitfalls.MAX_TIMING_REPEATS, skip_above=5),
+        "min_sample_s": Float(gt=0, le=pitfalls.MAX_TIMING_SAMPLE_S, skip_above=0.01),
+    },
+    examples=2,
+)
+E(
+    "pitfalls.attention_overflow",
+    lambda: dict(seq=4, head_dim=8),
+    {
+        "seq": Int(1, pitfalls.MAX_SEQ),
+        "head_dim": Int(1, pitfalls.MAX_HEAD_DIM),
+        "magnitude": Float(gt=0, le=65504.0),
+    },
+    examples=3,
+)
+E("pitfalls.compile_autocast", examples=1, corpus_limit=6)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1750,7 +1974,17 @@ def hard_timeout():
         yield
 
 
-CASES = [(e, arg) for e in ENTRIES for arg in e.fuzz]
+# Factories that hand every argument to a class unchanged (``return ScaleExplorer(x, fmt, ...)``): their bad
+# arguments are the class's, fuzzed in the class's entry, so their own entries run only the base call, and
+# test_factory_forwards_every_argument_to_its_class proves that nothing is checked, changed or dropped on
+# the way (a factory that starts to do anything itself fails there and must be fuzzed again).
+FORWARDERS = {
+    "formats.bit_explorer": "formats.BitExplorer",
+    "ranges.scale_explorer": "ranges.ScaleExplorer",
+    "training.scaler_explorer": "training.ScalerExplorer",
+    "widgets.smoke_test": "widgets.SmokeTest",
+}
+CASES = [(e, arg) for e in ENTRIES if e.name not in FORWARDERS for arg in e.fuzz]
 
 
 def _case_id(case):
@@ -1825,6 +2059,27 @@ def test_one_bad_argument(case):
 
     explore()
     assert not failures, f"{len(failures)} contract violation(s):\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("factory,cls", FORWARDERS.items(), ids=list(FORWARDERS))
+def test_factory_forwards_every_argument_to_its_class(factory, cls, monkeypatch):
+    """Each argument of the factory reaches the class as the very object given (so the class's fuzz entry,
+    which fuzzes the same arguments with the same kinds, holds for the factory too)."""
+    entries = {e.name: e for e in ENTRIES}
+    mine, theirs = entries[factory].fuzz, entries[cls].fuzz
+    assert {a: k.name for a, k in mine.items()} == {a: theirs[a].name for a in mine if a in theirs}, (
+        f"{cls}'s entry does not fuzz every argument of {factory} with the same kind"
+    )
+    module, name = cls.split(".")
+    real = getattr(MODULES[module], name)
+    calls = []
+    monkeypatch.setattr(MODULES[module], name, lambda *args, **kwargs: calls.append((args, kwargs)) or "built")
+    sentinels = {arg: object() for arg in inspect.signature(entries[factory].fn).parameters}
+    assert entries[factory].fn(**sentinels) == "built" and len(calls) == 1, f"{factory} did not build one {cls}"
+    given = inspect.signature(real).bind(*calls[0][0], **calls[0][1]).arguments
+    assert given.keys() == sentinels.keys() and all(given[a] is sentinels[a] for a in sentinels), (
+        f"{factory} changed or dropped arguments on the way to {cls}: {sorted(given)} vs {sorted(sentinels)}"
+    )
 
 
 BASE_AND_JOINT = [(e, "base", e.base, None) for e in ENTRIES]
@@ -2065,12 +2320,15 @@ def test_must_accept(label, call):
 
 
 def test_time_limit_works():
-    """The harness's own check: a call that runs past the limit is reported, not waited for."""
-    entry = Entry("sleeper", lambda: time.sleep(10), lambda: {})
+    """The harness's own check: a call that runs past the limit is reported, not waited for (the same
+    code path as the suite's CALL_TIMEOUT_S, with a limit short enough not to cost the suite 10 s)."""
+    limit = 0.3
+    entry = Entry("sleeper", lambda: time.sleep(30), lambda: {})
     t0 = time.perf_counter()
-    failure = check_call(entry, {}, arg=None, value=None, valid=None, label="sleep")
-    assert failure and "did not return" in failure
-    assert time.perf_counter() - t0 < CALL_TIMEOUT_S + 1
+    failure = check_call(entry, {}, arg=None, value=None, valid=None, label="sleep", timeout=limit)
+    assert failure and f"did not return within {limit:g} s" in failure
+    assert time.perf_counter() - t0 < limit + 1
+    assert inspect.signature(check_call).parameters["timeout"].default == CALL_TIMEOUT_S  # every other call
 
 
 def test_foreign_errors_are_caught():

@@ -25,6 +25,16 @@ def gpu_check():
     return module
 
 
+@pytest.fixture(autouse=True)
+def freed(gpu_check, monkeypatch):
+    """The devices ``_free_memory`` was asked to clean up after a section, in order.  On the CPU it only
+    runs ``gc.collect()``, which costs about a second in a test process that has run thousands of tests
+    (six per run): recorded here instead, and checked to be called after every section."""
+    calls = []
+    monkeypatch.setattr(gpu_check, "_free_memory", calls.append)
+    return calls
+
+
 def _report(tmp_path) -> dict:
     (path,) = tmp_path.glob("*.json")
     return json.loads(path.read_text())
@@ -33,8 +43,9 @@ def _report(tmp_path) -> dict:
 STEM = re.compile(r"^gpu-check_cpu_\d{8}-\d{6}_quick$")
 
 
-def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys):
+def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys, freed):
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
+    assert [str(d) for d in freed] == ["cpu"] * len(gpu_check.SECTIONS)  # after every section
     names = sorted(p.name for p in tmp_path.iterdir())
     assert len(names) == 2, names  # no temporary file left behind
     stems = {name.rsplit(".", 1)[0] for name in names}
@@ -51,12 +62,15 @@ def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys
     for key in ("fp32", "bf16", "fp16"):
         assert rows[key]["tflops"] == pytest.approx(2 * n**3 / rows[key]["median_s"] / 1e12)
     m = report["machine"]
+    assert m["device"] == "cpu" and m["torch"] == torch.__version__ and report["quick"] is True
+    assert report["autocast_probe"]["cpu"]["status"] == "ok" and report["date"]
     assert m["arch_list"] == torch.cuda.get_arch_list() and m["arch_supported"] is None
     assert m["bf16_hardware"] is None and m["amp_dtypes"] == ["bfloat16"]
     out = capsys.readouterr().out
     assert "planned worst case" in out and out.count("race_matmul n=") == 1
-    # The notebook's loader finds the timestamped file.
+    # The notebook's loader finds the timestamped file; the summary is beside it.
     assert race.load_reference_results(tmp_path)[0]["_file"] == names[0]
+    assert (tmp_path / names[1]).read_text().startswith("# GPU check")
 
 
 def _fast(gpu_check, monkeypatch, **overrides):
@@ -74,6 +88,11 @@ def test_a_failing_section_is_recorded_and_the_others_still_run(gpu_check, tmp_p
         raise RuntimeError("CUDA out of memory (simulated)")
 
     monkeypatch.setattr(race, "sweep", boom)
+    # The real sweeps section (its two sweeps fail); the other sections are stand-ins that note that they
+    # ran and add nothing to the report (test_cpu_run_writes_every_section_with_status_ok runs them all).
+    ran = []
+    others = {name: (lambda check, sec: ran.append(sec.name)) for name in gpu_check.SECTIONS if name != "sweeps"}
+    _fast(gpu_check, monkeypatch, sweeps=gpu_check.SECTION_FUNCTIONS["sweeps"], **others)
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "sweeps" in err and "RuntimeError" in err and "race_matmul" not in err
@@ -82,7 +101,7 @@ def test_a_failing_section_is_recorded_and_the_others_still_run(gpu_check, tmp_p
     assert s["sweeps"]["status"] == "error" and s["sweeps"]["error"]["type"] == "RuntimeError"
     assert "simulated" in s["sweeps"]["error"]["message"] and len(s["sweeps"]["errors"]) == 2  # matmul and mlp
     assert all(s[k]["status"] == "ok" for k in gpu_check.SECTIONS if k != "sweeps")
-    assert report["race_matmul"] and report["alignment"] and report["complete"] is True
+    assert ran == [name for name in gpu_check.SECTIONS if name != "sweeps"] and report["complete"] is True
     assert "| sweeps | error: RuntimeError" in (tmp_path / f"{tmp_path.glob('*.json').__next__().stem}.md").read_text()
 
 
@@ -91,6 +110,9 @@ def test_a_failure_early_does_not_stop_the_later_sections(gpu_check, tmp_path, m
         raise ValueError("race_mlp needs about 9 GiB (simulated refusal)")
 
     monkeypatch.setattr(race, "race_mlp", refused)
+    # race_mlp and the sweeps for real (both call race.race_mlp), the other sections as stand-ins
+    real = gpu_check.SECTION_FUNCTIONS
+    _fast(gpu_check, monkeypatch, race_mlp=real["race_mlp"], sweeps=real["sweeps"])
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
     report = _report(tmp_path)
     status = {k: v["status"] for k, v in report["sections"].items()}

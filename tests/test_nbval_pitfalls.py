@@ -6,7 +6,9 @@
    gives the same outputs both ways.
 2. A stderr warning that appears after the notebook was saved fails the cell.
 
-Each case executes a tiny notebook with scripts/execute_notebooks.py, then runs nbval on it.
+The cases are tiny notebooks, saved by scripts/execute_notebooks.py and then checked by nbval, as the
+course's own notebooks are.  Kernels are what cost time here, so all of them are saved by one run of the
+script and checked by one run of nbval (the module's fixture); each test reads its notebooks' results.
 
 3. The machine matrix: `make test` re-runs nbval with the variables of two simulated machines (other
    kernels; one thread), which must really change what torch computes, or the matrix tests nothing.
@@ -14,8 +16,11 @@ Each case executes a tiny notebook with scripts/execute_notebooks.py, then runs 
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -23,58 +28,105 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# A file next to the notebook that makes its cell warn: the warning case is saved in a folder without it
+# and checked twice, there (no warning: passes) and in a copy of the saved notebook beside the file (the
+# code now warns: fails).  nbval starts each notebook's kernel in the notebook's folder.
+WARN_FLAG = "NEW_WARNING"
+CASES = {
+    "interactive": ["import ipywidgets as w\nw.interactive(lambda k: print(2 ** k), k=3)"],
+    "course_rule": [
+        "from amp_lab.widgets import smoke_test\nsmoke = smoke_test(k=3)\nsmoke.widget",
+        "smoke.slider.value = 5\nprint(smoke.readout.value)",
+    ],
+    "warning": [
+        "import os, warnings\n"
+        f"if os.path.exists({WARN_FLAG!r}):\n"
+        "    warnings.warn('new in this version')\n"
+        "print('ok')"
+    ],
+}
 
-def _run_case(tmp_path, name, sources):
+
+def _write_case(folder: Path, name: str, sources: list[str]) -> Path:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    path = tmp_path / f"{name}.ipynb"
+    path = folder / f"{name}.ipynb"
     nbformat.write(nb, path)
-    # nbclient has been seen to stall, rarely, while routing an Output widget's messages (one more
-    # reason the course avoids Output widgets): give each execution a bound and one more try.
-    for attempt in range(2):
-        try:
-            subprocess.run([sys.executable, str(ROOT / "scripts" / "execute_notebooks.py"), str(path)],
-                           check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=150)
-            return path
-        except subprocess.TimeoutExpired:
-            if attempt == 1:
-                raise
     return path
 
 
-def _nbval(path, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "--nbval", str(path), "-p", "no:cacheprovider", "-q",
-         f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml")],
+def _execute(paths: list[Path]) -> None:
+    """Save the notebooks executed, as `make notebooks` does (one run of the script for all of them)."""
+    # nbclient has been seen to stall, rarely, while routing an Output widget's messages (one more
+    # reason the course avoids Output widgets): give the execution a bound and one more try.
+    for attempt in range(2):
+        try:
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "execute_notebooks.py"), *map(str, paths)],
+                           check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+            return
+        except subprocess.TimeoutExpired:
+            if attempt == 1:
+                raise
+
+
+@dataclass
+class NbvalResult:
+    """What one nbval run said about one notebook: each cell's outcome and the failure reports."""
+
+    outcomes: list[str]  # "passed" or "failed", one per cell nbval checked
+    report: str  # every failure's text, for the assertion messages
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.outcomes) and all(o == "passed" for o in self.outcomes)
+
+
+def _nbval(paths: list[Path], junit: Path, env=None) -> dict[Path, NbvalResult]:
+    """One nbval run (one pytest process, a kernel per notebook) over ``paths``; per-notebook results from
+    its JUnit report (the xunit1 flavour names each cell's file)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval", *map(str, paths), "-p", "no:cacheprovider", "-q",
+         f"--rootdir={ROOT}", "-c", str(ROOT / "pyproject.toml"), f"--junitxml={junit}",
+         "-o", "junit_family=xunit1"],
         capture_output=True, text=True, timeout=300, cwd=ROOT, stdin=subprocess.DEVNULL, env=env,
     )
+    assert junit.exists(), f"nbval wrote no report (exit {run.returncode}):\n{run.stdout[-3000:]}{run.stderr[-2000:]}"
+    results = {p.resolve(): NbvalResult([], "") for p in paths}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        path = (ROOT / case.get("file", "")).resolve()
+        assert path in results, f"nbval reported on {path}, which it was not given"
+        problems = [el for el in case if el.tag in ("failure", "error")]
+        results[path].outcomes.append("failed" if problems else "passed")
+        for el in problems:
+            results[path].report += f"{case.get('name')}: {el.get('message', '')}\n{el.text or ''}\n"
+    return results
+
+
+@pytest.fixture(scope="module")
+def nbval_cases(tmp_path_factory) -> dict[str, NbvalResult]:
+    saved = tmp_path_factory.mktemp("saved")
+    paths = {name: _write_case(saved, name, sources) for name, sources in CASES.items()}
+    _execute(list(paths.values()))
+    warned = tmp_path_factory.mktemp("warned")
+    paths["warning_now_warns"] = Path(shutil.copy(paths["warning"], warned / "warning.ipynb"))
+    (warned / WARN_FLAG).touch()
+    results = _nbval(list(paths.values()), tmp_path_factory.mktemp("junit") / "nbval.xml")
+    return {name: results[path.resolve()] for name, path in paths.items()}
 
 
 @pytest.mark.timeout(600)
-def test_interactive_cell_fails_but_course_widget_passes(tmp_path):
-    bad = _run_case(tmp_path, "interactive", [
-        "import ipywidgets as w\nw.interactive(lambda k: print(2 ** k), k=3)",
-    ])
-    result = _nbval(bad)
-    assert result.returncode != 0 and "Unexpected output fields" in result.stdout, result.stdout[-2000:]
-
-    good = _run_case(tmp_path, "course_rule", [
-        "from amp_lab.widgets import smoke_test\nsmoke = smoke_test(k=3)\nsmoke.widget",
-        "smoke.slider.value = 5\nprint(smoke.readout.value)",
-    ])
-    result = _nbval(good)
-    assert result.returncode == 0, result.stdout[-2000:]
+def test_interactive_cell_fails_but_course_widget_passes(nbval_cases):
+    bad = nbval_cases["interactive"]
+    assert not bad.passed and "Unexpected output fields" in bad.report, bad
+    good = nbval_cases["course_rule"]
+    assert good.passed and len(good.outcomes) == len(CASES["course_rule"]), good
 
 
 @pytest.mark.timeout(600)
-def test_new_stderr_warning_fails_a_cell(tmp_path):
-    path = _run_case(tmp_path, "warning", ["import os, warnings\n"
-                                           "if os.environ.get('AMP_LAB_TEST_WARN'):\n"
-                                           "    warnings.warn('new in this version')\n"
-                                           "print('ok')"])
-    assert _nbval(path).returncode == 0
-    warned = _nbval(path, env=dict(os.environ, AMP_LAB_TEST_WARN="1"))
-    assert warned.returncode != 0 and "new in this version" in warned.stdout, warned.stdout[-2000:]
+def test_new_stderr_warning_fails_a_cell(nbval_cases):
+    assert nbval_cases["warning"].passed, nbval_cases["warning"]
+    warned = nbval_cases["warning_now_warns"]
+    assert not warned.passed and "new in this version" in warned.report, warned
 
 
 def _make_variables(name):

@@ -641,7 +641,7 @@ def test_no_host_sync_inside_a_timed_step(data, monkeypatch):
     rows = recipe.compare_precisions(data, (torch.float32, "bf16", "fp16"), num_steps=4, warmup_steps=1, hidden=16)
     assert state["regions"] == 3 * 4 and not state["timing"]
     assert inside == []
-    assert "__float__" in outside  # the counter works: the numbers are read, after the clock stopped
+    assert "tolist" in outside  # the counter works: the numbers are read, after the clock stopped
     assert all(len(r.losses) == 4 and all(math.isfinite(v) for v in r.losses) for r in rows)
 
 
@@ -967,6 +967,9 @@ def test_train_step_and_train_refuse_bad_objects_before_touching_anything(data, 
         (dict(seed=1.5), TypeError, "seed"),
         (dict(seed=-1), ValueError, "seed"),
         (dict(show_progress="no"), TypeError, "show_progress"),
+        (dict(log_every=0), ValueError, "log_every must be >= 1"),
+        (dict(log_every=10**6), ValueError, "log_every must be <= 100000"),
+        (dict(log_every=2.0), TypeError, "log_every"),
         (dict(split=None), TypeError, "split must be a data.Split"),
         (dict(split="train"), TypeError, "split must be a data.Split"),
         (dict(scheduler="cosine"), TypeError, "scheduler"),
@@ -981,7 +984,7 @@ def test_train_refuses_bad_arguments_before_the_first_step(data, kwargs, error, 
     def no_step(*args, **kwargs):
         raise AssertionError("a refused train() ran a step")  # (before, num_steps=10**9 ran for days)
 
-    monkeypatch.setattr(recipe, "_timed_step", no_step)
+    monkeypatch.setattr(recipe, "_recipe_step", no_step)
     model, opt, scaler, _ = fresh(torch.float32)
     split = kwargs.pop("split", data.train)
     split = {
@@ -1427,3 +1430,267 @@ def test_the_list_bound_admits_up_to_max_steps_items(data):
     assert recipe._sequence("xs", iter(range(5)), "a list") == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match=f"xs may hold at most {recipe._MAX_ITEMS} items"):
         recipe._sequence("xs", iter(range(recipe._MAX_ITEMS + 1)), "a list")
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 15, correction 7: the training loop does not wait for the device inside a step
+# --------------------------------------------------------------------------------------------
+
+
+def count_reads(monkeypatch):
+    """Count every way a tensor's value reaches Python (each a host sync on a GPU), and GradScaler.get_scale
+    (a read of the scale: it calls .item()), by patching torch's own methods."""
+    reads = []
+
+    def counting(name, original):
+        def wrapper(self, *args, **kwargs):
+            reads.append(name)
+            return original(self, *args, **kwargs)
+
+        return wrapper
+
+    for name in SYNCS:
+        monkeypatch.setattr(torch.Tensor, name, counting(name, getattr(torch.Tensor, name)))
+    monkeypatch.setattr(torch.amp.GradScaler, "get_scale", counting("get_scale", torch.amp.GradScaler.get_scale))
+    return reads
+
+
+def fused(dtype, **kw):
+    """fresh(), with Adam fused: its step counter stays a tensor (the default Adam reads it with .item() on
+    the CPU, where its state lives even on a GPU), and an enabled GradScaler hands it the inf check as a
+    tensor instead of reading it, as compare_precisions' Adam does on CUDA."""
+    model, opt, scaler, scheduler = fresh(dtype, **kw)
+    return model, torch.optim.Adam(model.parameters(), lr=3e-3, fused=True), scaler
+
+
+@pytest.mark.parametrize(
+    "dtype, with_scheduler", [(torch.float32, True), (torch.bfloat16, True), (torch.float16, False)]
+)
+def test_train_reads_the_device_once_per_window_not_once_per_step(data, monkeypatch, dtype, with_scheduler):
+    reads = count_reads(monkeypatch)
+
+    def run(num_steps, log_every=None):
+        model, opt, scaler = fused(dtype, init_scale=2.0**24)
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10) if with_scheduler else None
+        reads.clear()
+        history = recipe.train(model, opt, scaler, data.train, dtype=dtype, num_steps=num_steps, batch_size=32,
+                               scheduler=scheduler, log_every=log_every)  # fmt: skip
+        assert len(history) == num_steps
+        return len(reads)
+
+    base = run(2)
+    assert base >= 1  # the counter counts: at least the one read of the run's numbers
+    assert run(6) == base  # six steps read no more than two: nothing is read per step
+    assert run(6, log_every=2) == base + 2  # three windows of two steps: one read each
+    assert run(6, log_every=1) == base + 5  # one read per step
+
+
+def test_train_reads_each_step_only_where_the_scheduler_needs_it(data, monkeypatch):
+    """float16 with a scheduler: whether a step was skipped decides whether the scheduler steps, so each step is
+    read once (and only once); the default Adam adds torch's own read of the inf check in GradScaler.step."""
+    reads = count_reads(monkeypatch)
+
+    def run(num_steps, make):
+        model, opt, scaler = make()
+        scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+        reads.clear()
+        recipe.train(model, opt, scaler, data.train, dtype=torch.float16, num_steps=num_steps, batch_size=32,
+                     scheduler=scheduler)  # fmt: skip
+        return len(reads), list(reads)
+
+    (two, _), (six, names) = (run(n, lambda: fused(torch.float16)) for n in (2, 6))
+    assert six - two == 4 and names.count("tolist") >= 6
+    (two, _), (six, _) = (run(n, lambda: fresh(torch.float16)[:3]) for n in (2, 6))
+    # the same number of reads every step, more than ours: the default Adam reads its step counters (.item(), one
+    # per parameter) and GradScaler.step reads the inf check (found_inf.item()): why compare_precisions fuses Adam
+    assert (six - two) % 4 == 0 and six - two > 4
+
+
+def test_pending_step_result_is_one_read_of_exactly_what_float_reads(data, monkeypatch):
+    for dtype, kw in [(torch.float32, {}), (torch.float16, {"init_scale": 2.0**24})]:
+        model, opt, scaler, _ = fresh(dtype, **kw)
+        batches = recipe.micro_batches(data.train, step=0, batch_size=32, accumulation_steps=2)
+        pending = recipe.train_step(model, opt, scaler, batches, dtype=dtype, non_blocking=True)
+        oracle = (float(pending.loss), float(pending.grad_norm), float(pending.scale))
+        reads = count_reads(monkeypatch)
+        result = pending.result()
+        assert reads == ["tolist"]
+        monkeypatch.undo()
+        assert repr((result.loss, result.grad_norm, result.scale)) == repr(oracle)
+        assert result.skipped == (dtype == torch.float16)  # 2**24 overflows the first float16 step
+        if dtype == torch.float16:  # GradScaler's own oracle: it halved the scale after finding inf
+            assert float(pending.scale_after) == oracle[2] / 2 == scaler.get_scale()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_sync_free_train_gives_bitwise_the_history_of_the_synced_loop(data, dtype):
+    """The oracle is the plain loop: train_step (which reads every step) called step by step, scheduler stepped
+    after steps that were not skipped.  train() reads at the end, every 3 steps, or every step: the same bits."""
+    kw = {"init_scale": 2.0**20, "growth_interval": 2} if dtype == torch.float16 else {}
+    model, opt, scaler, scheduler = fresh(dtype, with_scheduler=True, **kw)
+    expected = []
+    for step in range(7):
+        batches = recipe.micro_batches(data.train, step=step, batch_size=32, accumulation_steps=2)
+        result = recipe.train_step(model, opt, scaler, batches, dtype=dtype)
+        if not result.skipped:
+            scheduler.step()
+        expected.append(result)
+    oracle = repr([(r.loss, r.grad_norm, r.scale, r.skipped) for r in expected])
+    if dtype == torch.float16:
+        assert any(r.skipped for r in expected) and not all(r.skipped for r in expected)
+    for log_every, with_scheduler in [(None, True), (3, True), (1, True), (None, False)]:
+        model, opt, scaler, scheduler = fresh(dtype, with_scheduler=with_scheduler, **kw)
+        history = recipe.train(model, opt, scaler, data.train, dtype=dtype, num_steps=7, batch_size=32,
+                               accumulation_steps=2, scheduler=scheduler, log_every=log_every)  # fmt: skip
+        got = repr(list(zip(history.losses, history.grad_norms, history.scales, history.skipped, strict=True)))
+        if with_scheduler:
+            assert got == oracle, (log_every, with_scheduler)
+        else:  # without a scheduler the learning rate stays put, so the losses move apart after step 0
+            assert history.losses[0] == expected[0].loss
+        assert history.steps == list(range(7)) and len(history.seconds) == 7 and min(history.seconds) >= 0
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 15, correction 4: clipping the scaled gradients
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def clipping(data):
+    return recipe.compare_clipping(data, num_steps=4, batch_size=32, hidden=32)
+
+
+def test_clipping_scaled_gradients_fires_every_step_at_max_norm_over_scale(clipping):
+    for optimizer in ("Adam", "SGD"):
+        wrong, right = clipping.run(optimizer, scaled=True), clipping.run(optimizer, scaled=False)
+        assert wrong.effective_max_norm == 1.0 / 2.0**16 and right.effective_max_norm == 1.0
+        assert wrong.num_clipped == wrong.num_steps == 4 and not any(wrong.skipped)
+        # clip_grad_norm_ saw the true norm times the scale (a power of two: exactly, up to float32 rounding)
+        for seen, true in zip(wrong.seen_norms, wrong.true_norms, strict=True):
+            assert seen == pytest.approx(true * 2.0**16, rel=1e-6)
+        # the first step starts from the same weights and batch: the same true gradient either way
+        assert wrong.true_norms[0] == pytest.approx(right.true_norms[0], rel=1e-6)
+        assert right.num_clipped == sum(n > 1.0 for n in right.seen_norms)
+
+
+def test_clipping_scaled_gradients_shrinks_sgd_steps_and_barely_changes_adams(clipping):
+    lr = 1e-2
+    right, wrong = clipping.run("SGD", scaled=False), clipping.run("SGD", scaled=True)
+    # SGD's update is lr times the (clipped) gradient: an independent formula for both runs' first step
+    true = right.true_norms[0]
+    assert right.update_norms[0] == pytest.approx(lr * true * min(1.0, 1.0 / (true + 1e-6)), rel=1e-3)
+    seen = wrong.seen_norms[0]
+    # (10% here: steps of about 1e-9 per weight are below the float32 weights' ulp, so each is rounded)
+    assert wrong.update_norms[0] == pytest.approx(lr * seen * (1.0 / (seen + 1e-6)) / 2.0**16, rel=0.1)
+    assert clipping.update_ratio("SGD") < 1e-3
+    assert 0.5 < clipping.update_ratio("Adam") <= 1.01
+    text = str(clipping)
+    assert "1 / 65536 = 1.53e-05" in text and "Adam: 4 of 4 steps clipped with the scaled gradients" in text
+    assert "SGD: with the scaled gradients clipped, the updates shrank to" in text
+
+
+def test_adam_is_invariant_to_the_gradient_scale_apart_from_eps(data):
+    """The reason behind the Adam sentence, checked with torch's Adam itself: with eps = 0 a gradient 2**-16 times
+    smaller takes the identical step; with the default eps, a smaller one."""
+    g = torch.randn(100, generator=torch.Generator().manual_seed(0)) * 1e-2
+    steps = {}
+    for eps in (0.0, 1e-8):
+        for factor in (1.0, 2.0**-16):
+            w = torch.nn.Parameter(torch.zeros(100))
+            opt = torch.optim.Adam([w], lr=1e-2, eps=eps)
+            w.grad = g * factor
+            opt.step()
+            steps[eps, factor] = w.detach().norm().item()
+    assert steps[0.0, 1.0] == pytest.approx(steps[0.0, 2.0**-16], rel=1e-6)
+    assert steps[1e-8, 2.0**-16] < steps[1e-8, 1.0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(data=None), TypeError, "data must be a data.Dataset"),
+        (dict(scale=0.0), ValueError, "scale"),
+        (dict(scale=float("inf")), ValueError, "scale"),
+        (dict(max_norm=0), ValueError, "max_norm must be > 0"),
+        (dict(max_norm=float("nan")), ValueError, "max_norm"),
+        (dict(num_steps=0), ValueError, "num_steps must be >= 1"),
+        (dict(num_steps=10**6), ValueError, "num_steps must be <= 25000"),
+        (dict(num_steps=True), TypeError, "num_steps"),
+        (dict(batch_size=10**6), ValueError, "batch_size"),
+        (dict(hidden=0), ValueError, "hidden"),
+        (dict(depth=10**3), ValueError, "depth"),
+        (dict(lr=-1.0), ValueError, "lr"),
+        (dict(dtype="fp8"), ValueError, "dtype"),
+        (dict(seed=-1), ValueError, "seed"),
+    ],
+)
+def test_compare_clipping_refuses_bad_arguments_before_training(data, kwargs, error, match, monkeypatch):
+    def no_run(*args, **kw):
+        raise AssertionError("a refused compare_clipping trained")
+
+    monkeypatch.setattr(recipe, "_clipping_run", no_run)
+    kwargs = {"data": data, **kwargs}
+    with pytest.raises(error, match=match):
+        recipe.compare_clipping(**kwargs)
+    comparison = recipe.ClippingComparison(())
+    with pytest.raises(ValueError, match="optimizer='Lion'"):
+        comparison.run("Lion", scaled=True)
+    with pytest.raises(ValueError, match="runs is empty"):
+        str(comparison)
+
+
+# --------------------------------------------------------------------------------------------
+# One MLP cost model: race.mlp_step_flops is recipe.step_flops of a one-hidden-layer MLP
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("width, batch, in_features, num_classes", [(1, 1, 1, 2), (64, 32, 64, 10), (1000, 7, 3, 5)])
+def test_race_and_recipe_count_the_same_mlp_step_flops(width, batch, in_features, num_classes):
+    from amp_lab import race
+
+    # hand count: forward 2b(iw + wc); backward: weight gradients 2b(iw + wc), input gradient of layer 2 only 2bwc
+    b, i, w, c = batch, in_features, width, num_classes
+    hand = 2 * b * (i * w + w * c) * 2 + 2 * b * w * c
+    assert race.mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes) == hand
+    assert recipe.step_flops(in_features, num_classes, hidden=width, depth=1, batch_size=batch) == hand
+    assert recipe._mlp_matmul_flops([in_features, width, num_classes], batch) == hand  # what race can call
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 15, correction 8: a forward overflow is skipped at every scale, 0 included
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_forward_overflow_skips_every_step_even_once_the_scale_is_zero(data):
+    """Inputs 1e5 too large overflow float16's forward pass: the loss is NaN, and NaN (or inf) times any scale,
+    0 included (inf * 0 = NaN), is not finite.  From the smallest normal float32 scale, 24 halvings reach 0;
+    GradScaler still skips every step (its own flag), so the weights never change."""
+    bad = Split(data.train.X * 1e5, data.train.y)
+    model, opt, scaler, _ = fresh(torch.float16, init_scale=2.0**-126)
+    before = [p.detach().clone() for p in model.parameters()]
+    history = recipe.train(model, opt, scaler, bad, dtype=torch.float16, num_steps=30, batch_size=32)
+    assert scaler.get_scale() == 0.0 and history.scales[-1] == 0.0
+    assert all(history.skipped) and all(math.isnan(v) for v in history.losses)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert math.isnan(float(torch.tensor(float("inf")) * 0.0))
+
+
+def test_count_host_reads_counts_each_read_and_restores_torch():
+    originals = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "__float__", "__bool__")}
+    t = torch.tensor([1.5])
+    with recipe.count_host_reads() as reads:
+        float(t), t.item(), t.tolist(), bool(t), t.item()
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
+        scaler.scale(torch.ones(()))
+        scaler.get_scale()  # torch's own .item()
+    assert reads.counts == {"__float__": 1, "item": 3, "tolist": 1, "__bool__": 1} and reads.total == 6
+    assert all(getattr(torch.Tensor, name) is f for name, f in originals.items())
+    counter = recipe.count_host_reads()
+    with pytest.raises(RuntimeError), counter:
+        raise RuntimeError("inside the block")
+    assert all(getattr(torch.Tensor, name) is f for name, f in originals.items())  # restored after an error too
+    with counter as again:
+        with pytest.raises(ValueError, match="already counting"):
+            counter.__enter__()
+        t.item()
+    assert again.total == 1 and torch.Tensor.item is originals["item"]

@@ -127,7 +127,7 @@ init_scales = st.one_of(
 near_tiny = st.one_of(st.integers(-126, -110).map(lambda e: 2.0**e), st.floats(FLOAT32_TINY, 2.0**-110))
 
 
-@settings(max_examples=240)
+@settings(max_examples=80)
 @given(
     faults=schedule,
     init_scale=st.one_of(init_scales, near_tiny),

@@ -73,7 +73,7 @@ def test_warm_up_keeps_start_up_cost_out_of_the_samples(fake):
     warm = timing.measure(fn, warmup=1, repeats=5, number=1)
     assert warm.samples == pytest.approx((0.001,) * 5)
     calls.clear()
-    cold = timing.measure(fn, warmup=0, repeats=5, number=1)  # the seed's mistake: the first call is timed
+    cold = timing.measure(fn, warmup=0, repeats=5, number=1)  # the tutorial loop's mistake: the first call is timed
     assert cold.samples[0] == pytest.approx(1.0)
     assert cold.median == pytest.approx(0.001)  # the median resists one cold sample; a single trial would not
 

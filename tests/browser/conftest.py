@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import pytest
 from labdriver import (
@@ -146,10 +147,13 @@ class NotebookRuns:
                 self._error = exc
             finally:
                 if self._page is not None:
+                    shot = time.monotonic()
                     try:
                         self._page.screenshot_notebook(ARTIFACTS / f"{path.stem}.png")
                     except Exception:
                         pass
+                    if name in self.timings:
+                        self.timings[name]["screenshot_s"] = round(time.monotonic() - shot, 1)
         if self._error is not None:
             raise AssertionError(
                 f"{name} could not be opened and run in JupyterLab: {self._error}"

@@ -608,7 +608,9 @@ class NotebookPage:
             {"width": self.viewport["width"], "height": int(min(max(height, 600), max_height))}
         )
         try:
-            self.page.wait_for_timeout(400)  # let Lumino lay the panels out again
+            # Let Lumino lay the panels out again: it does so in an animation frame after the resize, so
+            # two frames later the new layout is painted (a fixed 400 ms wait cost 4 s per session).
+            self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
             self.page.evaluate(
                 """() => {
                      const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');

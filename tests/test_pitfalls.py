@@ -1,0 +1,462 @@
+"""amp_lab.pitfalls (09_pitfalls) against independent oracles: torch's own autocast and casts, torch.finfo,
+float64 arithmetic and hand computations."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_lab import pitfalls as P
+from amp_lab.device import seeded
+
+BF16 = torch.finfo(torch.bfloat16)
+FP16 = torch.finfo(torch.float16)
+FP16_SUBNORMAL = FP16.tiny * FP16.eps  # the smallest float16 subnormal, 2**-24, from torch.finfo
+
+
+# ---------------------------------------------------------------------------------------------------
+# 1. The weight-cast cache
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cast_cache_is_stale_inside_one_region_and_fixed_outside(dtype):
+    r = P.weight_cast_cache("cpu", dtype=dtype)
+    assert r.cache_enabled == torch.is_autocast_cache_enabled() is True
+    assert r.weight_changed and r.stale_inside and r.cache_applies
+    assert r.stale_error > 0
+    assert r.matches_update_new_region and r.matches_update_cleared and r.matches_update_uncached
+    assert r.dtype is dtype
+    text = str(r)
+    assert "caches the cast weight" in text and P._fmt(r.stale_error) in text
+
+
+def test_cast_cache_follows_torchs_global_switch():
+    """With torch's autocast cache switched off, the same experiment sees the update: the result follows
+    torch's behaviour, not a fixed story."""
+    before = torch.is_autocast_cache_enabled()
+    torch.set_autocast_cache_enabled(False)
+    try:
+        r = P.weight_cast_cache("cpu")
+    finally:
+        torch.set_autocast_cache_enabled(before)
+    assert r.cache_enabled is False
+    assert r.weight_changed and not r.stale_inside and not r.cache_applies
+    assert "did not reuse a stale weight" in r.summary()
+
+
+def test_cast_cache_by_hand_agrees():
+    """The oracle: torch.autocast on a leaf float32 weight, updated in place under no_grad.  Only the leaf
+    itself is cached: ``w.T`` is a view, cast afresh each time."""
+    w = torch.nn.Parameter(torch.ones(3, 3))
+    x = torch.ones(2, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = torch.nn.functional.linear(x, w)
+        view = x @ w.T
+        with torch.no_grad():
+            w.add_(1.0)
+        b = torch.nn.functional.linear(x, w)
+        view_after = x @ w.T
+    assert torch.equal(a, b)  # torch itself: the stale copy
+    assert not torch.equal(view, view_after)  # a view is not cached
+    r = P.weight_cast_cache("cpu", dtype=torch.bfloat16)
+    assert r.stale_inside == torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(dtype=torch.float32), ValueError),
+        (dict(dtype="int8"), ValueError),
+        (dict(lr=0), ValueError),
+        (dict(lr="0.5"), TypeError),
+        (dict(seed=-1), ValueError),
+        (dict(device="cpu:3"), ValueError),
+    ],
+)
+def test_cast_cache_refuses_bad_arguments(kwargs, error):
+    with pytest.raises(error, match=next(iter(kwargs)).replace("device", "device")):
+        P.weight_cast_cache(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 2. Adam's eps in FP16
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_adam_eps_rounds_to_zero_in_fp16_and_fp16_adam_blows_up():
+    r = P.adam_eps_underflow("cpu")
+    # torch.finfo: 1e-8 is below half the smallest float16 subnormal, so it rounds to 0
+    assert 1e-8 < FP16_SUBNORMAL / 2
+    assert float(torch.tensor(FP16_SUBNORMAL, dtype=torch.float16)) == FP16_SUBNORMAL == 2.0**-24
+    assert r.eps_in_fp16 == float(torch.tensor(1e-8, dtype=torch.float16)) == 0.0
+    # every first-step second moment (1 - beta2) * g**2 is below half the smallest subnormal: all 0
+    assert (1 - 0.999) * r.grad_max**2 < FP16_SUBNORMAL / 2
+    assert r.v_zero_fraction_fp16 == 1.0 and r.v_zero_fraction_fp32 == 0.0
+    assert r.first_nonfinite_step_fp16 == 1
+    assert r.first_nonfinite_step_fp32 is None
+    assert r.distance_fp32[-1] < 0.05 * r.distance_fp32[0]
+    assert math.isnan(r.distance_fp16[-1])
+    assert len(r.distance_fp16) == len(r.distance_fp32) == r.num_steps + 1 == 201
+    assert "rounds to zero" in str(r) and "step 1" in str(r)
+
+
+def test_adam_with_an_eps_fp16_can_hold_stays_finite():
+    r = P.adam_eps_underflow("cpu", eps=1e-3, num_steps=50)
+    assert r.eps_in_fp16 == float(torch.tensor(1e-3, dtype=torch.float16)) > 0
+    assert r.first_nonfinite_step_fp16 is None
+    assert all(math.isfinite(d) for d in r.distance_fp16)
+    assert "rounds to zero" not in str(r)
+
+
+def test_adam_large_gradients_keep_second_moments():
+    """grad_size 1: (1 - beta2) g**2 is a normal float16 for gradients above about 0.25; fewer zeros."""
+    r = P.adam_eps_underflow("cpu", grad_size=1.0, num_steps=5)
+    assert r.v_zero_fraction_fp16 < 0.5
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(num_steps=0), ValueError),
+        (dict(num_steps=P.MAX_STEPS + 1), ValueError),
+        (dict(num_steps=2.5), TypeError),
+        (dict(grad_size=0.0), ValueError),
+        (dict(grad_size=math.nan), ValueError),
+        (dict(eps=-1.0), ValueError),
+        (dict(numel=P.MAX_NUMEL + 1), ValueError),
+        (dict(lr=True), TypeError),
+        (dict(numel=P.MAX_NUMEL, num_steps=P.MAX_STEPS), ValueError),
+    ],
+)
+def test_adam_refuses_bad_arguments(kwargs, error):
+    with pytest.raises(error, match=next(iter(kwargs))):
+        P.adam_eps_underflow("cpu", **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3. Stochastic rounding, Kahan, swamping
+# ---------------------------------------------------------------------------------------------------
+
+
+def bf16_neighbours(x: float) -> tuple[float, float]:
+    """The bfloat16 values around ``x``, by hand in float64: (towards zero, away from zero)."""
+    if x == 0:
+        return 0.0, 0.0
+    _, e = math.frexp(abs(x))  # |x| = m * 2**e, m in [0.5, 1)
+    ulp = 2.0 ** max(e - 8, -133)  # 8 significant bits; subnormals are spaced 2**-133
+    down = math.floor(abs(x) / ulp) * ulp
+    up = down + ulp
+    if up > BF16.max:
+        up = math.inf
+    return math.copysign(down, x), math.copysign(up, x)
+
+
+finite_f32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+
+@settings(max_examples=300, deadline=None)
+@given(finite_f32, st.integers(0, 2**32 - 1))
+def test_stochastic_round_gives_one_of_the_two_neighbours(x, seed):
+    g = torch.Generator().manual_seed(seed)
+    r = float(P.stochastic_round(torch.tensor([x], dtype=torch.float32), generator=g)[0])
+    down, up = bf16_neighbours(x)
+    assert r in (down, up), (x, r, down, up)
+    if float(torch.tensor(x).to(torch.bfloat16)) == x:  # already a bfloat16 value: unchanged
+        assert r == x
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    st.floats(min_value=2.0**-120, max_value=2.0**120, allow_nan=False),
+    st.sampled_from([1.0, -1.0]),
+)
+def test_stochastic_round_is_unbiased(magnitude, sign):
+    x = float(torch.tensor(sign * magnitude, dtype=torch.float32))
+    down, up = bf16_neighbours(x)
+    n = 40_000
+    g = torch.Generator().manual_seed(1)
+    r = P.stochastic_round(torch.full((n,), x, dtype=torch.float32), generator=g).double()
+    if down == up or not math.isfinite(up):
+        return
+    p_up = (x - down) / (up - down)
+    se = abs(up - down) * math.sqrt(max(p_up * (1 - p_up), 1e-12) / n)
+    assert abs(float(r.mean()) - x) <= 5 * se + 1e-300, (x, float(r.mean()), se)
+    assert (
+        abs(float((r == up).double().mean()) - p_up)
+        <= 5 * math.sqrt(max(p_up * (1 - p_up), 1e-12) / n) + 1e-9
+    )
+
+
+def test_stochastic_round_special_values_and_seeding():
+    x = torch.tensor([math.inf, -math.inf, math.nan, 0.0, -0.0, 1.0])
+    r = P.stochastic_round(x, generator=torch.Generator().manual_seed(0))
+    assert r.dtype == torch.bfloat16
+    assert torch.equal(r[:2], x[:2].to(torch.bfloat16)) and torch.isnan(r[2]) and r[5] == 1
+    assert torch.equal(torch.signbit(r[3:5]), torch.tensor([False, True]))
+    big = torch.rand(4096) + 1
+    a = P.stochastic_round(big, generator=torch.Generator().manual_seed(3))
+    b = P.stochastic_round(big, generator=torch.Generator().manual_seed(3))
+    c = P.stochastic_round(big, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_stochastic_round_refuses_bad_arguments():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        P.stochastic_round([1.0])
+    with pytest.raises(ValueError, match="x must be a float32"):
+        P.stochastic_round(torch.ones(2, dtype=torch.float16))
+    with pytest.raises(TypeError, match="generator"):
+        P.stochastic_round(torch.ones(2), generator=3)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0.25, 1000.0), st.floats(1e-6, 1e-3), st.integers(10, 300))
+def test_kahan_add_keeps_tiny_updates_that_plain_bf16_loses(start, rel, n):
+    w0 = torch.tensor([start]).to(torch.bfloat16)
+    update = -rel * float(w0) / 4  # at most a quarter of a bf16 ulp's worth of relative size... or less
+    w, c = w0.clone(), torch.zeros_like(w0)
+    plain = w0.clone()
+    for _ in range(n):
+        P.kahan_add_(w, c, update)
+        plain.add_(update)
+    exact = float(w0) + n * update
+    ulp = BF16.eps * 2.0 ** math.floor(math.log2(abs(exact)))  # spacing around the exact value
+    assert abs(float(w) - exact) <= ulp  # within one bf16 ulp of the float64 sum
+    if abs(update) < ulp / 4:  # each update below half the gap below w0: plain bf16 never moves
+        assert float(plain) == float(w0)
+
+
+def test_kahan_add_refuses_mismatched_tensors():
+    w = torch.ones(3, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="compensation must match"):
+        P.kahan_add_(w, torch.zeros(3), 1.0)
+    with pytest.raises(ValueError, match="update"):
+        P.kahan_add_(w, torch.zeros_like(w), torch.ones(4))
+    with pytest.raises(TypeError, match="update"):
+        P.kahan_add_(w, torch.zeros_like(w), "1")
+    with pytest.raises(ValueError, match="weight must be a floating"):
+        P.kahan_add_(torch.ones(3, dtype=torch.int64), torch.ones(3, dtype=torch.int64), 1.0)
+
+
+def test_swamping_run_against_float64_and_finfo():
+    r = P.swamping_run(400, update=-1e-3, start=1.0, numel=32, seed=0, device="cpu")
+    # torch.finfo: below 1.0 bf16 values are spaced eps / 2, so half that gap is eps / 4
+    assert r.half_ulp == BF16.eps / 4 and r.lost
+    assert P.swamping_run(2, update=1e-3, start=1.0, device="cpu").half_ulp == BF16.eps / 2
+    exact = 1.0 + 400 * -1e-3
+    assert r.exact == pytest.approx(exact, abs=1e-12)
+    assert r.final["bf16"] == 1.0  # every update lost: (bf16(1) - 1e-3) rounds back to 1
+    assert float((torch.tensor(1.0, dtype=torch.bfloat16) - 1e-3).to(torch.bfloat16)) == 1.0
+    ulp = BF16.eps * 2.0 ** math.floor(math.log2(exact))
+    assert abs(r.final["fp32 master"] - exact) <= ulp / 2 + 1e-7  # float32 sum, then rounded to bf16
+    assert abs(r.final["kahan"] - exact) <= ulp
+    assert abs(r.final["stochastic"] - exact) < 0.05 * abs(exact - 1.0)
+    assert r.stochastic_spread > 0
+    assert all(len(h) == 401 for h in r.history.values())
+    assert r.progress("bf16") == 0 and r.progress("kahan") == pytest.approx(1, abs=0.02)
+    text = str(r)
+    assert "0% of the way" in text and "-0%" not in text and f"{r.numel} weights" in text
+
+
+def test_swamping_run_is_seeded():
+    a = P.swamping_run(50, numel=8, seed=1, device="cpu")
+    b = P.swamping_run(50, numel=8, seed=1, device="cpu")
+    c = P.swamping_run(50, numel=8, seed=2, device="cpu")
+    assert a.history == b.history and a.history["stochastic"] != c.history["stochastic"]
+
+
+def test_update_above_half_an_ulp_is_not_lost():
+    r = P.swamping_run(20, update=-0.01, start=1.0, device="cpu")
+    assert not r.lost and r.final["bf16"] < 1.0 and "not smaller" in str(r)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_steps=0), "num_steps"),
+        (dict(num_steps=P.MAX_STEPS + 1), "num_steps"),
+        (dict(update=0.0), "update"),
+        (dict(update=math.inf), "update"),
+        (dict(start=1e39), "start"),
+        (dict(numel=0), "numel"),
+        (dict(seed=2**40), "seed"),
+        (dict(numel=1 << 16, num_steps=P.MAX_STEPS), "element-steps"),
+    ],
+)
+def test_swamping_run_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        P.swamping_run(**{"num_steps": 10, **kwargs})
+
+
+def test_plot_swamping_draws_five_lines():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    r = P.swamping_run(20, device="cpu")
+    ax = P.plot_swamping(r)
+    assert len(ax.lines) == 5
+    plt.close("all")
+    with pytest.raises(TypeError, match="result"):
+        P.plot_swamping("r")
+    with pytest.raises(TypeError, match="ax"):
+        P.plot_swamping(r, ax=3)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 4. Subnormals
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_flush_denormal_restores_the_setting_it_found():
+    supported = torch.set_flush_denormal(True)
+    try:
+        if not supported:
+            pytest.skip("torch.set_flush_denormal is not supported on this CPU")
+        assert P.flush_denormal_enabled()
+        assert torch.tensor([1e-39]).mul(1.0).item() == 0.0  # torch's own flush: the subnormal reads as 0
+        with P.flush_denormal(False):
+            assert not P.flush_denormal_enabled()
+            assert torch.tensor([1e-39]).mul(1.0).item() > 0
+        assert P.flush_denormal_enabled()
+        with pytest.raises(RuntimeError), P.flush_denormal(False):
+            raise RuntimeError("boom")
+        assert P.flush_denormal_enabled()  # restored after an error too
+    finally:
+        torch.set_flush_denormal(False)
+    assert not P.flush_denormal_enabled()
+    with pytest.raises(TypeError, match="enabled"), P.flush_denormal("yes"):
+        pass
+
+
+def test_subnormal_slowdown_measures_and_restores():
+    r = P.subnormal_slowdown(1 << 12, repeats=3, min_sample_s=1e-3)
+    assert r.restored and not P.flush_denormal_enabled()
+    assert set(r.timings) >= {"normal", "subnormal"}
+    assert r.flush_supported == ("subnormal, flush-to-zero" in r.timings)
+    if r.flush_supported:
+        assert r.flushes_to_zero and r.flushed_slowdown > 0
+    assert r.slowdown > 0 and all(len(t.samples) == 3 for t in r.timings.values())
+    assert r.timings["normal"].context["threads"] == 1
+    assert "division by 3" in str(r)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(numel=0), "numel"),
+        (dict(numel=P.MAX_NUMEL + 1), "numel"),
+        (dict(op="sqrt"), "op"),
+        (dict(repeats=P.MAX_TIMING_REPEATS + 1), "repeats"),
+        (dict(min_sample_s=5.0), "min_sample_s"),
+    ],
+)
+def test_subnormal_slowdown_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        P.subnormal_slowdown(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 5. Attention logits
+# ---------------------------------------------------------------------------------------------------
+
+
+def _logits64(seq, head_dim, magnitude, seed):
+    with seeded(seed):
+        Q = (magnitude * torch.rand(seq, head_dim)).to(torch.float16).double()
+        K = (magnitude * torch.rand(seq, head_dim)).to(torch.float16).double()
+    return Q, K, Q @ K.T
+
+
+def test_attention_overflow_rows_follow_float64_logits():
+    r = P.attention_overflow(16, 64, magnitude=60.0, device="cpu", seed=0)
+    Q, K, logits = _logits64(16, 64, 60.0, 0)
+    assert r.largest_input == float(torch.maximum(Q.max(), K.max())) < FP16.max / 1000
+    assert r.largest_logit == float(logits.max()) > FP16.max
+    row_max = logits.max(dim=1).values
+    sure_inf = int((row_max > 65520 * 1.01).sum())
+    sure_finite = int((row_max < FP16.max * 0.99).sum())
+    fp16 = r.variants["fp16"]
+    assert sure_inf <= fp16.nan_rows <= 16 - sure_finite and fp16.nan_rows > 0
+    assert r.variants["fp16 logits, fp32 softmax"].nan_rows == fp16.nan_rows  # too late: inf is inf
+    assert fp16.inf_logits >= int((logits > 65520 * 1.01).sum()) > 0
+    for name in ("fp16 with Q scaled first", "bf16", "fp32 logits"):
+        assert r.variants[name].ok, name
+    reference = torch.softmax(logits / 8, dim=-1)
+    assert r.variants["fp32 logits"].max_error < 1e-5
+    assert r.variants["bf16"].max_error > r.variants["fp32 logits"].max_error  # fewer digits, same range
+    assert reference.shape == (16, 16)
+    assert math.isnan(fp16.max_error)
+    text = str(r)
+    assert (
+        f"{fp16.inf_logits} of 256 logits" in text and "Still nan: fp16; fp16 logits, fp32 softmax." in text
+    )
+    assert f"bf16 (largest error {r.variants['bf16'].max_error:.2g})" in text
+
+
+def test_attention_without_overflow_is_fine_everywhere():
+    r = P.attention_overflow(8, 16, magnitude=4.0, device="cpu")
+    assert all(v.ok for v in r.variants.values()) and "Still nan: none" in str(r)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(seq=0), "seq"),
+        (dict(head_dim=P.MAX_HEAD_DIM + 1), "head_dim"),
+        (dict(magnitude=1e6), "magnitude"),
+        (dict(magnitude=-1.0), "magnitude"),
+    ],
+)
+def test_attention_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        P.attention_overflow(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 6. torch.compile with autocast
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_compile_autocast_records_the_casts(dtype):
+    r = P.compile_autocast("cpu", dtype=dtype)
+    assert r.available, r.reason
+    assert r.autocast_regions == 1
+    assert r.casts == 3  # input, weight and bias of the Linear
+    assert r.aten_graph.count("_to_copy") >= 3 and str(dtype) in r.aten_graph
+    assert r.eager_dtype == r.compiled_dtype == dtype
+    assert r.bitwise_equal and r.max_abs_diff == 0
+    assert r.sees_in_place_update
+    assert r.graphs_outside_then_inside == 2 and r.dtypes_outside_then_inside == (torch.float32, dtype)
+    assert "the autocast state is a guard" in str(r)
+
+
+def test_compile_autocast_says_why_when_compile_fails(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here\nmore text")
+
+    monkeypatch.setattr(torch, "compile", broken)
+    r = P.compile_autocast("cpu")
+    assert not r.available and r.reason == "RuntimeError: no compiler here"
+    assert str(r) == "torch.compile could not run here: RuntimeError: no compiler here"
+
+
+def test_compile_autocast_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="dtype"):
+        P.compile_autocast("cpu", dtype=torch.float32)
+    with pytest.raises(ValueError, match="seed"):
+        P.compile_autocast("cpu", seed=-3)
+
+
+def test_float64_goes_through_the_cpu_helpers():
+    """Apple GPUs have no float64: the static check of tests/test_mps_paths.py holds for this module too."""
+    import inspect
+
+    from test_mps_paths import float64_hazards
+
+    assert float64_hazards(inspect.getsource(P)) == []
