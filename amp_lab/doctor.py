@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 
-from ._checks import ArgumentTypeError, check_callable, check_instance
+from ._checks import ArgumentTypeError, check_bool, check_callable, check_instance
 
 MIN_PYTHON = (3, 10)
 
@@ -234,5 +234,20 @@ def main(argv=None, *, version_of=metadata.version, out=None, err=None) -> int:
         print(f"\n{len(problems)} problem(s): the course cannot run until they are fixed "
               f"({', '.join(c.name for c in problems)}).", file=out)
         return 1
-    print("\nAll checks passed: the course can run here. Start it with `make lab`.", file=out)
+    print(f"\nAll checks passed: the course can run here. {next_step(_in_notebook())}", file=out)
     return 0
+
+
+def _in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (the doctor called from notebook 00) rather than a shell."""
+    shell = sys.modules.get("IPython")
+    get = getattr(shell, "get_ipython", None)
+    return get is not None and getattr(get(), "kernel", None) is not None
+
+
+def next_step(in_notebook: bool) -> str:
+    """What to do after a clean check: in a shell, start the course; in a notebook, the course is open."""
+    in_notebook = check_bool("in_notebook", in_notebook)
+    if in_notebook:
+        return "You are in the course already: go on to `01_float_formats.ipynb`."
+    return "Start it with `make lab`."

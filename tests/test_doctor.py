@@ -204,3 +204,28 @@ def test_check_gpu_kernels_refuses_an_arch_list_that_is_not_a_list(bad, exc):
 def test_check_gpu_kernels_reads_a_list_or_tuple_or_none():
     assert doctor.check_gpu_kernels((8, 0), ("sm_80",), "12.6").ok
     assert not doctor.check_gpu_kernels((8, 0), None, "12.6").ok  # no arch list: a CPU-only build
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 16 (small slips): inside JupyterLab the doctor does not tell the learner to start JupyterLab
+# ----------------------------------------------------------------------------------------------
+
+
+def test_next_step_depends_on_where_the_doctor_runs():
+    assert "make lab" in doctor.next_step(False)
+    inside = doctor.next_step(True)
+    assert "make lab" not in inside and "01_float_formats.ipynb" in inside
+    with pytest.raises(TypeError, match="in_notebook"):
+        doctor.next_step("yes")
+
+
+def test_a_notebook_kernel_is_told_to_go_on(monkeypatch):
+    import types
+
+    kernel_shell = types.SimpleNamespace(kernel=object())
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: kernel_shell))
+    assert doctor._in_notebook()
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
+    assert not doctor._in_notebook()
+    monkeypatch.delitem(sys.modules, "IPython")
+    assert not doctor._in_notebook()

@@ -699,6 +699,7 @@ if hasattr(gradients, "mlp_parameter_count"):
 E("doctor.Requirement", lambda: dict(distribution="torch", minimum="2.0", why="autocast"))
 E("doctor.Check", lambda: dict(name="x", ok=True, detail="fine"))
 E("doctor.version_tuple", lambda: dict(text="2.13.0"), {"text": Str()})
+E("doctor.next_step", lambda: dict(in_notebook=False), {"in_notebook": Bool()}, post=is_str)
 E(
     "doctor.check_requirement",
     lambda: dict(req=doctor.Requirement("torch", "2.0", "autocast"), version_of=lambda name: "2.13.0"),
