@@ -554,6 +554,26 @@ def _sampling(target_rel_width, max_time_s) -> dict:
     return {"target_rel_width": target_rel_width, "max_time_s": max_time_s, "baseline": "fp32"}
 
 
+def _run_race(kind, params, size, dtype, dev, contestants, flops, budget, memory=None, **extra) -> RaceResult:
+    """Time ``contestants`` (``measure``, sampling as ``budget`` asks) and wrap them as a ``RaceResult``: the
+    one tail of every race.  ``budget`` is ``(warmup, repeats, min_sample_s, num_threads, callback,
+    target_rel_width, max_time_s)``; ``size`` and ``extra`` go into each timing's context."""
+    warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s = budget
+    timings = measure(
+        contestants,
+        device=dev,
+        warmup=warmup,
+        repeats=repeats,
+        min_sample_s=min_sample_s,
+        num_threads=num_threads,
+        callback=callback,
+        extra_context={"race": kind, "size": size, "amp_dtype": dtype_name(dtype), **extra},
+        **_sampling(target_rel_width, max_time_s),
+    )
+    return RaceResult(kind=kind, params=params, dtype=dtype, timings=timings, flops=flops, memory=memory,
+                      context=timings["fp32"].context)  # fmt: skip
+
+
 def race_matmul(
     n: int,
     *,
@@ -603,27 +623,8 @@ def race_matmul(
             return A @ B
 
     contestants = _contestants({"fp32": fp32, "amp": amp, "tf32": fp32}, *_device_facts(dev))
-    extra = {"race": "matmul", "size": f"n={n}", "amp_dtype": dtype_name(dtype)}
-    timings = measure(
-        contestants,
-        device=dev,
-        warmup=warmup,
-        repeats=repeats,
-        min_sample_s=min_sample_s,
-        num_threads=num_threads,
-        callback=callback,
-        extra_context=extra,
-        **_sampling(target_rel_width, max_time_s),
-    )
-    return RaceResult(
-        kind="matmul",
-        params={"n": n},
-        dtype=dtype,
-        timings=timings,
-        flops=2.0 * n**3,
-        memory=None,
-        context=timings["fp32"].context,
-    )
+    budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
+    return _run_race("matmul", {"n": n}, f"n={n}", dtype, dev, contestants, 2.0 * n**3, budget)
 
 
 def _largest_fitting_n(dev: torch.device, dtype: torch.dtype) -> int:
@@ -701,27 +702,10 @@ def race_elementwise(
         return torch.add(a_low, b_low, out=c_low)
 
     off = _tf32_context(dev.type, False)
-    extra = {"race": "elementwise", "size": f"numel={numel}", "amp_dtype": dtype_name(dtype), "op": "torch.add"}
-    timings = measure(
-        {"fp32": Contestant(fp32, off), "amp": Contestant(amp, off)},
-        device=dev,
-        warmup=warmup,
-        repeats=repeats,
-        min_sample_s=min_sample_s,
-        num_threads=num_threads,
-        callback=callback,
-        extra_context=extra,
-        **_sampling(target_rel_width, max_time_s),
-    )
-    return RaceResult(
-        kind="elementwise",
-        params={"numel": numel},
-        dtype=dtype,
-        timings=timings,
-        flops=float(numel),
-        memory=None,
-        context=timings["fp32"].context,
-    )
+    contestants = {"fp32": Contestant(fp32, off), "amp": Contestant(amp, off)}
+    budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
+    return _run_race("elementwise", {"numel": numel}, f"numel={numel}", dtype, dev, contestants, float(numel), budget,
+                     op="torch.add")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -1138,27 +1122,9 @@ def race_mlp(
         mem = _measure_memory(make, dev, [X, y]) if memory else None
         trainers = {name: build.fn() for name, build in make.items()}
     contestants = {name: Contestant(trainers[name].step, make[name].context) for name in make}
-    extra = {"race": "mlp", "size": f"width={width}, batch={batch}", "amp_dtype": dtype_name(dtype)}
-    timings = measure(
-        contestants,
-        device=dev,
-        warmup=warmup,
-        repeats=repeats,
-        min_sample_s=min_sample_s,
-        num_threads=num_threads,
-        callback=callback,
-        extra_context=extra,
-        **_sampling(target_rel_width, max_time_s),
-    )
-    return RaceResult(
-        kind="mlp",
-        params=params,
-        dtype=dtype,
-        timings=timings,
-        flops=mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes),
-        memory=mem,
-        context=timings["fp32"].context,
-    )
+    flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
+    budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
+    return _run_race("mlp", params, f"width={width}, batch={batch}", dtype, dev, contestants, flops, budget, memory=mem)
 
 
 def _mlp_setup(width, batch, in_features, num_classes, dev):
