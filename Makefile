@@ -35,14 +35,28 @@ help:
 # does the same work in about half the time on 2 cores (the bytecode must be there: with
 # PYTHONDONTWRITEBYTECODE=1, as on CI, every Python process would otherwise compile torch anew).
 # compileall's exit status is ignored, as pip ignores those errors: torch ships files for newer Pythons.
-PIP_INSTALL := $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile
+# The first `make lab` downloads gigabytes: each step is announced with its size, and pip shows what it
+# collects and its progress bars (in a terminal).  Under CI=true (or PIP_QUIET=--quiet) pip stays quiet,
+# so CI logs stay short; the step lines still say where the time went.
+CI_TRUE    := $(filter 1 true yes,$(shell printf '%s' '$(CI)' | tr 'A-Z' 'a-z'))
+PIP_QUIET  ?= $(if $(CI_TRUE),--quiet)
+PIP_INSTALL := $(BIN)/python -m pip install $(PIP_QUIET) --disable-pip-version-check --no-compile
+# What the torch step downloads, measured (README, "What the first install downloads"): PyPI gives Linux
+# x86-64 the CUDA build (torch 2.14.1 with its nvidia-* libraries and triton: 3.0 GB of wheels, 5.4 GB
+# installed); the CPU build (macOS, Windows, ARM Linux, CPU mirrors such as CI's) is a 0.2 GB wheel.
+TORCH_SIZE := $(if $(TORCH_INDEX),its size depends on $(TORCH_INDEX),$(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),about 3 GB to download and 5.4 GB on disk for the CUDA build PyPI serves Linux x86-64 (0.2 GB from a CPU-only mirror),about 0.2 GB (the CPU build)))
 
 $(STAMP): pyproject.toml
+	@echo '== amp-lab install, step 1/4: a Python environment in $(VENV)'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo '== amp-lab install, step 2/4: PyTorch ($(TORCH_SPEC)), $(TORCH_SIZE); minutes on a fast connection'
 	$(PIP_INSTALL) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	@echo '== amp-lab install, step 3/4: the course package, JupyterLab and the test tools (about 0.9 GB on disk)'
 	$(PIP_INSTALL) -e ".[dev]"
+	@echo '== amp-lab install, step 4/4: compiling the installed Python files to bytecode, on every core'
 	@$(BIN)/python -m compileall -q -j0 $(VENV)/lib > /dev/null 2>&1 || true
 	@touch $@
+	@echo '== amp-lab install: done, $(VENV) is ready'
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) $(ROOT_FLAG) $(LAB_ARGS)

@@ -13,8 +13,9 @@ A learner calls one of these on their answer.  Each prints its feedback and retu
   are decoded, so an exponent off by one or a truncated mantissa is named as such;
 * dtypes, multiple-choice answers and orderings of steps say which part is right.
 
-``"close"`` counts as right (``.ok`` is True).  An unanswered exercise (``None`` or ``...``)
-gets a friendly "no answer yet" and never raises, so notebooks execute cleanly before anyone
+Every message starts with one of three states: ``✓ passed`` (``"exact"``, or ``"close"``:
+within the stated tolerance, which is a pass), ``✗ not yet`` (with a hint) or ``○ not attempted``
+(verdict ``"unanswered"``: the answer is ``None`` or ``...``), which never raises, so notebooks execute cleanly before anyone
 has answered.  Expected answers are not shown unless the call passes ``reveal=True``.
 
 Used by the ``## Exercises`` sections of notebooks ``01_float_formats`` to
@@ -54,8 +55,17 @@ __all__ = [
     "VERDICTS",
 ]
 
-VERDICTS = ("exact", "close", "wrong")
-_MARK = {"exact": "✓ exact", "close": "≈ close", "wrong": "✗ not yet"}
+VERDICTS = ("exact", "close", "wrong", "unanswered")
+# The three states a learner reads: passed (exactly, or within the stated tolerance: a pass either way),
+# not yet (with a hint), not attempted.
+STATUSES = ("passed", "not yet", "not attempted")
+_STATUS = {"exact": "passed", "close": "passed", "wrong": "not yet", "unanswered": "not attempted"}
+_MARK = {
+    "exact": "✓ passed",
+    "close": "✓ passed (within the stated tolerance)",
+    "wrong": "✗ not yet",
+    "unanswered": "○ not attempted",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -65,11 +75,12 @@ _MARK = {"exact": "✓ exact", "close": "≈ close", "wrong": "✗ not yet"}
 
 @dataclass
 class CheckResult:
-    """What a check found: ``verdict`` is ``"exact"``, ``"close"`` or ``"wrong"``.
+    """What a check found: ``verdict`` is ``"exact"``, ``"close"``, ``"wrong"`` or ``"unanswered"``.
 
-    ``ok`` is True for ``"exact"`` and ``"close"``; ``bool(result)`` is ``ok``, so tests and
-    solutions can ``assert check_value(...)``.  ``details`` holds the numbers behind the
-    message (errors, ulps, positions) for anyone who wants them.
+    ``status`` is what the learner reads: ``"passed"`` (exact, or close: within the stated
+    tolerance, which is a pass), ``"not yet"`` or ``"not attempted"``.  ``ok`` is True when
+    passed; ``bool(result)`` is ``ok``, so tests and solutions can ``assert check_value(...)``.
+    ``details`` holds the numbers behind the message (errors, ulps, positions).
     """
 
     verdict: str
@@ -80,8 +91,12 @@ class CheckResult:
         _check_arg_choice("verdict", self.verdict, VERDICTS)
 
     @property
+    def status(self) -> str:
+        return _STATUS[self.verdict]
+
+    @property
     def ok(self) -> bool:
-        return self.verdict != "wrong"
+        return self.status == "passed"
 
     def __bool__(self) -> bool:
         return self.ok
@@ -118,7 +133,7 @@ def _is_placeholder(answer) -> bool:
 
 def _no_answer(name: str, show: bool, what: str = "an answer") -> CheckResult:
     return _finish(
-        "wrong",
+        "unanswered",
         f"no answer yet: set `{name}` to {what} and run this cell again.",
         show=show,
         details={"answered": False},
@@ -323,12 +338,12 @@ def _diagnose(
                 if k > 0:
                     notes.append(
                         f"{what} {exactly} {sign}2**{k} = {sign}{_num(2.0**k)} times the expected one: "
-                        f"a (loss) scale left in, or an exponent too large by {k}?"
+                        f"off by a power of two, as if an exponent were {k} too large"
                     )
                 else:
                     notes.append(
-                        f"{what} {exactly} {sign}2**{k} times the expected one: divided by a scale once too "
-                        f"often, or an exponent too small by {-k}?"
+                        f"{what} {exactly} {sign}2**{k} times the expected one: off by a power of two, as if "
+                        f"an exponent were {-k} too small"
                     )
             elif a.numel() > 1:
                 notes.append(f"every value is {r0:.4g} times the expected one: a constant factor is off")
@@ -432,7 +447,7 @@ def _compare(
             head = f"`{name}` is right within the exercise's tolerance ({bound})."
         else:
             head = f"`{name}` is right to {prec.name} precision: within {prec.name}'s tolerance ({bound})."
-        notes = [f"not bit for bit: {worst_text if not scalar else size}."]
+        notes = [f"that is a pass; the difference, not bit for bit: {worst_text if not scalar else size}."]
         if reveal:
             notes.append(f"expected: {_show(e)}")
         return "close", head, notes, details
@@ -607,8 +622,9 @@ def check_tensor(
 
 
 def _worst(verdicts) -> str:
+    # a part left unanswered in an answer that has others makes the whole "not yet", not "not attempted"
     order = {"exact": 0, "close": 1, "wrong": 2}
-    return max(verdicts, key=order.__getitem__, default="exact")
+    return max(("wrong" if v == "unanswered" else v for v in verdicts), key=order.__getitem__, default="exact")
 
 
 def check_between(
@@ -858,8 +874,8 @@ def check_dtype(
 ) -> CheckResult:
     """Check a predicted dtype: a torch dtype, a name (``"bf16"``, ``"torch.float16"``, ``"half"``) or a tensor.
 
-    A wrong answer is told how the expected dtype differs from it (bits, exponent bits), so the
-    learner can reason their way to it.  Taught in ``05_autocast_op_lists`` and ``07``.
+    A wrong answer is told what the dtype it names is (bits, exponent bits) and which of autocast's
+    rules to think about, never what the expected dtype is (unless ``reveal``).  Taught in ``05_autocast_op_lists`` and ``07``.
     """
     _check_options(name, hint, reveal, show)
     exp = _parse_dtype(expected)
@@ -878,14 +894,17 @@ def check_dtype(
         )
     if got == exp:
         return _finish("exact", f"`{name}` is {dtype_name(exp)}.", show=show)
-    notes = [f"{dtype_name(got)} has {_dtype_facts(got)}; the expected dtype has {_dtype_facts(exp)}."]
+    notes = [f"{dtype_name(got)} has {_dtype_facts(got)}."]  # the expected dtype's layout would give it away
     if {got, exp} == {torch.float16, torch.bfloat16}:
         notes.append(
             "both are 16-bit: which one did this autocast region ask for? (autocast's own default is float16 on CUDA "
             "and bfloat16 on CPU; the course picks bfloat16 on Ampere and later GPUs, see amp_dtype)"
         )
     elif exp == torch.float32 and got in (torch.float16, torch.bfloat16):
-        notes.append("is this an op autocast keeps in float32 for accuracy, or one outside the autocast region?")
+        notes.append(
+            "is this an op autocast keeps in float32 for accuracy, one that promotes mixed inputs to the widest, "
+            "or one outside the autocast region?"
+        )
     elif got == torch.float32 and exp in (torch.float16, torch.bfloat16):
         notes.append(
             "inside an autocast region, an op on autocast's lower-precision list (matmul, linear, conv, ...) "
@@ -893,7 +912,7 @@ def check_dtype(
             "input's dtype, so a low-precision input gives a low-precision output."
         )
     if reveal:
-        notes.append(f"expected: {dtype_name(exp)}")
+        notes.append(f"expected: {dtype_name(exp)}, with {_dtype_facts(exp)}")
     return _finish("wrong", f"`{name}` is {dtype_name(got)}, not the expected dtype.", notes + _hint_lines(hint), show=show)
 
 

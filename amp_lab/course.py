@@ -23,21 +23,21 @@ class Lesson:
 
 
 LESSONS = (
-    Lesson("00_setup_check.ipynb", "Setup check", 10, "pre-flight: machine report, widgets, plots"),
-    Lesson("01_float_formats.ipynb", "Floating-point formats", 25,
+    Lesson("00_setup_check.ipynb", "Setup check", 15, "pre-flight: machine report, widgets, plots"),
+    Lesson("01_float_formats.ipynb", "Floating-point formats", 45,
            "FP32, TF32, BF16, FP16 and FP8 bit by bit, with a bit explorer"),
-    Lesson("02_tensor_cores.ipynb", "Tensor Cores", 25,
+    Lesson("02_tensor_cores.ipynb", "Tensor Cores", 50,
            "what a Tensor Core computes; FP32 versus FP16 accumulation; multiples of 8"),
-    Lesson("03_underflow_and_overflow.ipynb", "Underflow and overflow", 25,
+    Lesson("03_underflow_and_overflow.ipynb", "Underflow and overflow", 65,
            "your own model's gradients against FP16's range, with a loss-scale slider"),
-    Lesson("04_loss_scaling_from_scratch.ipynb", "Loss scaling from scratch", 30,
+    Lesson("04_loss_scaling_from_scratch.ipynb", "Loss scaling from scratch", 65,
            "write static and dynamic loss scaling, prove it equals torch.amp.GradScaler"),
-    Lesson("05_autocast_op_lists.ipynb", "Autocast op lists", 30,
+    Lesson("05_autocast_op_lists.ipynb", "Autocast op lists", 50,
            "which ops autocast runs in which precision, asked of autocast itself"),
-    Lesson("06_timing_race.ipynb", "The timing race", 30, "FP32 against AMP, timed honestly"),
-    Lesson("07_amp_training_recipe.ipynb", "The AMP training recipe", 40,
+    Lesson("06_timing_race.ipynb", "The timing race", 70, "FP32 against AMP, timed honestly"),
+    Lesson("07_amp_training_recipe.ipynb", "The AMP training recipe", 85,
            "end-to-end mixed-precision training, checkpoints and a checklist"),
-    Lesson("09_pitfalls.ipynb", "Pitfalls practitioners hit", 35,
+    Lesson("09_pitfalls.ipynb", "Pitfalls practitioners hit", 50,
            "six mixed-precision pitfalls run live: cast cache, Adam eps, swamping, subnormals, attention, compile"),
 )
 

@@ -13,6 +13,11 @@ through FP16, and divides the FP32 gradients by ``S`` again before the optimizer
   prove it): the same scale after every ``update()``, the same skipped steps, the same
   parameters, the same ``state_dict``.
 
+:func:`compare_with_grad_scaler` runs any scaler with these methods beside ``torch.amp.GradScaler``
+on a fault schedule (steps whose gradients hold an inf or a NaN) and reports the first step where
+they differ: the notebook's exercises check the learner's ``MyStaticScaler`` and
+``MyDynamicScaler`` with it.
+
 Both have GradScaler's methods: ``scale(loss)``, ``unscale_(optimizer)``,
 ``step(optimizer)``, ``update()``, ``get_scale()``, ``state_dict()``, ``load_state_dict()``.
 The usual loop is::
@@ -54,6 +59,7 @@ import numpy as np
 import torch
 
 from ._checks import FLOAT32_TINY, ArgumentTypeError, check_float, check_instance, check_int, check_scale
+from .device import float64_on_cpu
 
 __all__ = [
     "DynamicLossScaler",
@@ -61,6 +67,8 @@ __all__ = [
     "ScaleUnderflowError",
     "StaticLossScaler",
     "check_and_unscale_",
+    "compare_with_grad_scaler",
+    "ScalerComparison",
     "to_float32",
 ]
 
@@ -560,3 +568,245 @@ class DynamicLossScaler(StaticLossScaler):
             f"{type(self).__name__}(scale={self.get_scale()!r}, growth_factor={self.growth_factor!r}, "
             f"backoff_factor={self.backoff_factor!r}, growth_interval={self.growth_interval!r})"
         )
+
+
+# --------------------------------------------------------------------------------------------
+# A scaler beside torch.amp.GradScaler, step by step (notebook 04's exercises)
+# --------------------------------------------------------------------------------------------
+
+FAULTS = ("clean", "inf", "nan")
+MAX_SCHEDULE_STEPS = 1000  # each step runs a tiny model twice: a longer schedule adds nothing
+# The comparison's loss is multiplied by LOSS_FACTOR so that even a scale near float32's max
+# (2**127) gives finite scaled gradients: every inf or NaN in a run is one the schedule injected.
+# LR makes up for it, so a step still moves the parameters by about 0.01 of their size.
+LOSS_FACTOR = 2.0**-40
+LR = 2.0**33
+
+
+class ScalerComparison(NamedTuple):
+    """What :func:`compare_with_grad_scaler` found.
+
+    ``same``: the scaler matched GradScaler at every step.  Otherwise ``step`` is the first step
+    where they differ, ``fault`` what the schedule did to that step's gradients, ``what`` what
+    differed (``"scaled loss"``, ``"skipped"``, ``"scale"``, ``"parameters"``, or ``"error"`` when
+    the scaler raised or returned something unusable), ``mine`` and ``theirs`` the two values
+    (for ``"error"``, ``mine`` is the error text), and ``call`` the method where it happened.
+    ``scales``/``skipped`` are GradScaler's scale after each update and the steps it skipped, up
+    to the step compared last.
+    """
+
+    same: bool
+    steps: int
+    step: int | None = None
+    fault: str | None = None
+    what: str | None = None
+    mine: object = None
+    theirs: object = None
+    call: str | None = None
+    scales: tuple = ()
+    skipped: tuple = ()
+
+    def describe(self) -> str:
+        """One line in words: identical, or the first difference."""
+        if self.same:
+            return f"identical to GradScaler on all {self.steps} steps (first difference: none)"
+        where = f"step {self.step} (gradients {self.fault})"
+        if self.what == "error":
+            return f"first difference at {where}: {self.call} {self.mine}"
+        if self.what == "parameters":
+            return f"first difference at {where}: the parameters differ, by up to {self.mine:.2g} of their size"
+        show = _show_value
+        return f"first difference at {where}: {self.what}: yours {show(self.mine)}, GradScaler's {show(self.theirs)}"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _show_value(x) -> str:
+    if isinstance(x, bool):
+        return "skipped" if x else "stepped"
+    if isinstance(x, float):
+        if x != 0 and math.isfinite(x) and math.log2(abs(x)).is_integer():
+            return f"2**{int(math.log2(abs(x)))}" if x > 0 else f"-2**{int(math.log2(-x))}"
+        return repr(x)
+    return f"{x!r:.80}"
+
+
+class _CountingSGD(torch.optim.SGD):
+    """Plain SGD that counts its steps: a skipped step is one ``step()`` was not called for."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, lr=lr)
+        self.num_steps = 0
+
+    def step(self, closure=None):
+        self.num_steps += 1
+        return super().step(closure)
+
+
+def _check_schedule(schedule) -> tuple[str, ...]:
+    if isinstance(schedule, (str, bytes)) or not isinstance(schedule, (list, tuple)):
+        raise ArgumentTypeError(
+            f"schedule must be a list of {', '.join(repr(f) for f in FAULTS)}, one per step, got "
+            f"{type(schedule).__name__}: {schedule!r:.60}"
+        )
+    if not 1 <= len(schedule) <= MAX_SCHEDULE_STEPS:
+        raise ValueError(f"schedule must hold 1 to {MAX_SCHEDULE_STEPS} steps, got {len(schedule)}")
+    for i, fault in enumerate(schedule):
+        if fault not in FAULTS or not isinstance(fault, str):
+            raise ValueError(f"schedule[{i}]={fault!r:.40} is not a fault; choose one of: {', '.join(FAULTS)}")
+    return tuple(schedule)
+
+
+def _as_scale_value(value) -> float | None:
+    """A scale a scaler reported, as a Python float (None when it is no number)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex() and value.dtype != torch.bool:
+        return float64_on_cpu(value).item()
+    if isinstance(value, Real) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf
+    return None
+
+
+def _setup(device: torch.device):
+    from .device import seeded
+
+    with seeded(0):
+        model = torch.nn.Linear(4, 3).to(device)
+        X = torch.randn(8, 4).to(device)
+    return model, X
+
+
+def _loss(model, X) -> torch.Tensor:
+    return model(X).square().mean() * LOSS_FACTOR
+
+
+def _inject(model, fault: str) -> None:
+    if fault != "clean":
+        with torch.no_grad():
+            model.weight.grad.view(-1)[0] = math.inf if fault == "inf" else math.nan
+
+
+class _Refused(Exception):
+    """The learner's scaler raised or returned something unusable: (call, text)."""
+
+
+def _run_step(scaler, model, opt, X, fault):
+    """One iteration with ``scaler``: (scaled loss, skipped, scale after update).  Raises _Refused."""
+
+    def call(name, *args):
+        method = getattr(scaler, name, None)
+        if not callable(method):
+            raise _Refused(f"{name}()", "is missing: the scaler has no such method")
+        try:
+            return method(*args)
+        except NotImplementedError as e:
+            raise _Refused(f"{name}()", f"is not written yet (NotImplementedError{': ' + str(e) if str(e) else ''})") from e
+        except Exception as e:  # the learner's code: reported, never raised
+            raise _Refused(f"{name}()", f"raised {type(e).__name__}: {e}") from e
+
+    opt.zero_grad(set_to_none=True)
+    loss = _loss(model, X)
+    scaled = call("scale", loss)
+    if not isinstance(scaled, torch.Tensor) or scaled.shape != loss.shape or not scaled.requires_grad:
+        what = "None (is a `return` missing?)" if scaled is None else f"{type(scaled).__name__}: {scaled!r:.60}"
+        raise _Refused("scale()", f"returned {what}, not the loss times the scale")
+    scaled_value = float64_on_cpu(scaled).item()
+    try:
+        scaled.backward()
+    except Exception as e:
+        raise _Refused("scale()", f"returned a tensor whose backward() raised {type(e).__name__}: {e}") from e
+    _inject(model, fault)
+    call("unscale_", opt)
+    before = opt.num_steps
+    call("step", opt)
+    skipped = opt.num_steps == before
+    call("update")
+    raw = call("get_scale")
+    scale = _as_scale_value(raw)
+    if scale is None:
+        what = "None (is a `return` missing?)" if raw is None else f"{type(raw).__name__}: {raw!r:.60}"
+        raise _Refused("get_scale()", f"returned {what}, not a number")
+    return scaled_value, skipped, scale
+
+
+def compare_with_grad_scaler(
+    make_scaler,
+    schedule,
+    *,
+    init_scale: float = 2.0**16,
+    growth_factor: float = 2.0,
+    backoff_factor: float = 0.5,
+    growth_interval: int = 2000,
+    rtol: float = 0.0,
+    device=None,
+) -> ScalerComparison:
+    """Run a scaler beside ``torch.amp.GradScaler`` on a fault ``schedule``; report the first difference.
+
+    ``make_scaler()`` builds the scaler to test (called once, with no arguments); GradScaler is
+    built with ``init_scale``, ``growth_factor``, ``backoff_factor`` and ``growth_interval``.
+    ``schedule`` has one entry per step: ``"clean"``, or ``"inf"``/``"nan"`` to set one
+    gradient element to inf/NaN after ``backward()``.  Each step runs, with each scaler on its own
+    copy of a tiny seeded model and plain SGD::
+
+        scaler.scale(loss).backward(); <fault>; scaler.unscale_(opt); scaler.step(opt); scaler.update()
+
+    and compares, in this order: the scaled loss, whether the step was skipped, ``get_scale()``
+    after ``update()`` (exactly: GradScaler's is a float32) and the parameters (bit for bit, or
+    within ``rtol``).  The first mismatch, or an exception from the scaler (never raised: it is the
+    difference), ends the comparison.  Taught in notebook 04, whose exercises use it.
+    """
+    from .device import get_device
+
+    if not callable(make_scaler):
+        raise ArgumentTypeError(f"make_scaler must be a function that returns a new scaler, got {type(make_scaler).__name__}")
+    schedule = _check_schedule(schedule)
+    kwargs = {
+        "init_scale": _check_scale("init_scale", init_scale),
+        "growth_factor": _check_growth_factor("growth_factor", growth_factor),
+        "backoff_factor": _check_backoff_factor("backoff_factor", backoff_factor),
+        "growth_interval": _check_growth_interval("growth_interval", growth_interval),
+    }
+    rtol = check_float("rtol", rtol, ge=0.0, le=1.0)
+    dev = get_device(device)
+    theirs = torch.amp.GradScaler(dev.type, **kwargs)
+    model_t, X = _setup(dev)
+    model_m, _ = _setup(dev)
+    opt_t, opt_m = _CountingSGD(model_t.parameters(), LR), _CountingSGD(model_m.parameters(), LR)
+    scales, skipped_steps = [], []
+
+    def result(step, fault, what, mine, theirs_value, call=None):
+        return ScalerComparison(False, len(schedule), step, fault, what, mine, theirs_value, call,
+                                tuple(scales), tuple(skipped_steps))
+
+    try:
+        mine = make_scaler()
+    except Exception as e:  # the learner's constructor
+        text = f"is not written yet ({type(e).__name__})" if isinstance(e, NotImplementedError) else f"raised {type(e).__name__}: {e}"
+        return result(0, schedule[0], "error", text, None, "the constructor")
+    if mine is None:
+        return result(0, schedule[0], "error", "returned None, not a scaler", None, "make_scaler()")
+    for step, fault in enumerate(schedule):
+        want = _run_step(theirs, model_t, opt_t, X, fault)
+        scales.append(want[2])
+        if want[1]:
+            skipped_steps.append(step)
+        try:
+            got = _run_step(mine, model_m, opt_m, X, fault)
+        except _Refused as e:
+            return result(step, fault, "error", e.args[1], None, e.args[0])
+        for what, m, t in zip(("scaled loss", "skipped", "scale"), got, want, strict=True):
+            if what == "scaled loss":
+                differs = not (m == t or (math.isnan(m) and math.isnan(t)) or math.isclose(m, t, rel_tol=rtol))
+            else:
+                differs = m != t
+            if differs:
+                return result(step, fault, what, m, t)
+        for p, q in zip(model_m.parameters(), model_t.parameters(), strict=True):
+            same = torch.equal(p, q) if rtol == 0 else torch.allclose(p, q, rtol=rtol, atol=0.0, equal_nan=True)
+            if not same:
+                worst = ((p - q).abs() / q.abs().clamp_min(FLOAT32_TINY)).max().item()
+                return result(step, fault, "parameters", worst, 0.0)
+    return ScalerComparison(True, len(schedule), scales=tuple(scales), skipped=tuple(skipped_steps))

@@ -50,6 +50,7 @@ __all__ = [
     "TrainingRun",
     "cpu_threads",
     "gradient_zero_fraction",
+    "runs_table",
     "scaler_explorer",
     "train_digits",
 ]
@@ -123,6 +124,38 @@ class TrainingRun:
             f"zero gradients {100 * self.recent_zero_fraction(last):5.1f}%   skipped {len(self.skipped_steps):3d}   "
             f"test accuracy {100 * self.test_accuracy:5.1f}%"
         )
+
+
+RUNS_HEADER = ("run", "loss (last steps)", "zero gradients", "skipped", "test accuracy", "weights finite",
+               "first NaN loss")
+
+
+def runs_table(runs, last: int = 20):
+    """The runs of ``04_loss_scaling_from_scratch`` side by side, as a ``widgets.Table`` that fits the page.
+
+    One row per :class:`TrainingRun`: what :meth:`TrainingRun.summary` says, plus whether the weights
+    are finite and the step of the first non-finite loss.  Its digits depend on the CPU's kernels, so
+    notebooks show it in cells marked volatile (as ``summary``)."""
+    from .formats import _bounded_list
+    from .widgets import Table
+
+    last = check_int("last", last, minimum=1)
+    runs = _bounded_list("runs", runs, 64, "a list of TrainingRun")
+    for r in runs:
+        check_instance("runs", r, TrainingRun, "a list of TrainingRun (train_digits(...))")
+    rows = []
+    for r in runs:
+        first = r.first_nonfinite_step
+        rows.append([
+            r.label,
+            f"{r.recent_loss(last):.4f} (last {len(r.losses[-last:])})",
+            f"{100 * r.recent_zero_fraction(last):.1f}%",
+            len(r.skipped_steps),
+            f"{100 * r.test_accuracy:.1f}%",
+            "yes" if r.finite else "no",
+            "none" if first is None else f"step {first}",
+        ])
+    return Table(rows, list(RUNS_HEADER))
 
 
 def gradient_zero_fraction(parameters) -> float:

@@ -79,13 +79,49 @@ def table_html(rows, header=None, *, caption: str | None = None) -> str:
     parts = ['<table style="border-collapse:collapse;font-family:monospace">']
     if caption:
         parts.append(f"<caption style='text-align:left'>{html.escape(caption)}</caption>")
-    cell = "padding:2px 8px;border-bottom:1px solid #ddd;text-align:left"
+    # cells wrap between words when the window is narrow, never inside a word
+    cell = "padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;overflow-wrap:normal;word-break:normal"
     if header:
         parts.append("<tr>" + "".join(f"<th style='{cell}'>{html.escape(str(h))}</th>" for h in header) + "</tr>")
+    def td(c) -> str:
+        text = str(c)
+        # one word (a number such as 1.17549e-38) is never broken, not even after its hyphen
+        nowrap = ";white-space:nowrap" if not any(ch.isspace() for ch in text) else ""
+        return f"<td style='{cell}{nowrap}'>{html.escape(text)}</td>"
+
     for row in rows:
-        parts.append("<tr>" + "".join(f"<td style='{cell}'>{html.escape(str(c))}</td>" for c in row) + "</tr>")
+        parts.append("<tr>" + "".join(td(c) for c in row) + "</tr>")
     parts.append("</table>")
     return "".join(parts)
+
+
+class Table:
+    """A table a notebook shows: HTML in JupyterLab, aligned text everywhere else.
+
+    JupyterLab renders ``_repr_html_`` (``table_html``: cells wrap between words, never inside one, so
+    a wide table fits a 1280-pixel window); ``repr()`` is the same table as aligned columns, which is
+    what nbval compares and what a terminal prints.  Arguments as :func:`table_html`.
+    """
+
+    def __init__(self, rows, header=None, *, caption: str | None = None):
+        self._html = table_html(rows, header, caption=caption)  # validates everything first
+        self.rows = [[str(c) for c in r] for r in rows]
+        self.header = None if header is None else [str(h) for h in header]
+        self.caption = caption
+
+    def _repr_html_(self) -> str:
+        return self._html
+
+    def __repr__(self) -> str:
+        lines = [self.header, *self.rows] if self.header else list(self.rows)
+        n = max((len(r) for r in lines), default=0)
+        widths = [max((len(r[i]) for r in lines if i < len(r)), default=0) for i in range(n)]
+        text = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in lines]
+        if self.header:
+            text.insert(1, "  ".join("-" * w for w in widths))
+        if self.caption:
+            text.insert(0, self.caption)
+        return "\n".join(text)
 
 
 class SmokeTest:

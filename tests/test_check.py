@@ -56,7 +56,7 @@ def test_result_prints_its_message_and_is_truthy_when_ok(capsys):
     assert isinstance(r, CheckResult)
     assert r.ok and bool(r) and r.verdict == "exact"
     assert out.strip() == r.message
-    assert r.message.startswith("✓ exact")
+    assert r.message.startswith("✓ passed") and r.status == "passed"
     assert repr(r) == "CheckResult(verdict='exact', ok=True)"
 
 
@@ -89,10 +89,24 @@ def test_verdict_must_be_known():
 def test_unanswered_exercise_never_raises(helper, args, placeholder, capsys):
     kwargs = {"value": 1.0} if helper is check_bits else {}
     r = helper(placeholder, *args, **kwargs)
-    assert r.verdict == "wrong"
-    assert "no answer yet" in r.message
+    assert r.verdict == "unanswered" and r.status == "not attempted" and not r.ok
+    assert r.message.startswith("○ not attempted: no answer yet")
     assert r.details == {"answered": False}
     assert "no answer yet" in capsys.readouterr().out
+
+
+def test_every_verdict_reads_as_one_of_three_states():
+    """passed (exact or within tolerance), not yet, not attempted: the first words say which."""
+    exact = check_value(1.0, 1.0, show=False)
+    close = check_value(1.0 + 1e-9, 1.0, rtol=1e-6, show=False)
+    wrong = check_value(2.0, 1.0, show=False)
+    none = check_value(None, 1.0, show=False)
+    assert [r.status for r in (exact, close, wrong, none)] == ["passed", "passed", "not yet", "not attempted"]
+    assert close.message.startswith("✓ passed (within the stated tolerance)") and "that is a pass" in close.message
+    assert exact.message.startswith("✓ passed: ") and wrong.message.startswith("✗ not yet: ")
+    # part of an answer left out is "not yet", not "not attempted"
+    assert check_dtypes({"a": None, "b": torch.float32}, {"a": torch.float32, "b": torch.float32},
+                        show=False).status == "not yet"
 
 
 def test_unanswered_function_names_the_variable_the_learner_sets():
@@ -316,7 +330,7 @@ def test_tensor_bf16_answer_judged_in_fp16_is_wrong(g):
 def test_tensor_loss_scale_left_in(g):
     r = check_tensor(g * 2.0**16, g, show=False)
     assert r.verdict == "wrong"
-    assert "2**16" in r.message and "scale" in r.message
+    assert "2**16" in r.message and "power of two" in r.message
     assert r.details["elements_off"] == g.numel()
 
 
@@ -472,9 +486,10 @@ def test_dtype_names_and_tensors_accepted():
 def test_dtype_wrong_answers_explain_the_difference():
     r = check_dtype(torch.float16, torch.bfloat16, show=False)
     assert r.verdict == "wrong"
-    assert "8 exponent" in r.message and "5 exponent" in r.message
-    assert "bfloat16" not in r.message.split("float16 has")[0]  # the expected name is not revealed
-    assert "expected: bfloat16" in check_dtype(torch.float16, torch.bfloat16, reveal=True, show=False).message
+    assert "5 exponent" in r.message and "8 exponent" not in r.message  # the expected dtype's layout is not told
+    assert "bfloat16" not in r.message.split("float16 has")[0]  # nor its name
+    revealed = check_dtype(torch.float16, torch.bfloat16, reveal=True, show=False).message
+    assert "expected: bfloat16, with 16 bits, 8 exponent" in revealed
     assert "not a dtype" in check_dtype("banana", torch.float32, show=False).message
     # A float32 guess for a low-precision result: both causes are named.
     r = check_dtype(torch.float32, torch.bfloat16, show=False)
@@ -754,7 +769,7 @@ def test_bad_author_arguments_are_named(call, err, words):
     ],
 )
 def test_check_dtype_describes_every_dtype(answer, expected, words):
-    r = check.check_dtype(answer, expected, show=False)
+    r = check.check_dtype(answer, expected, reveal=True, show=False)
     assert r.verdict == "wrong" and words in r.message
 
 

@@ -161,3 +161,12 @@ def test_table_html_refuses_huge_and_odd_inputs_before_reading(kwargs, err, word
 
 def test_smoke_test_k_zero_is_the_sliders_minimum():
     assert "2 ** 0 = 1 in float16" in W.smoke_test(0).readout.value
+
+
+def test_table_shows_html_in_lab_and_aligned_text_to_nbval():
+    t = W.Table([("fp16", "0 (zero)"), ("bf16", 3)], ["format", "class"], caption="two formats")
+    assert t._repr_html_() == table_html([("fp16", "0 (zero)"), ("bf16", 3)], ["format", "class"], caption="two formats")
+    assert "word-break:normal" in t._repr_html_()
+    assert repr(t).splitlines() == ["two formats", "format  class", "------  --------", "fp16    0 (zero)", "bf16    3"]
+    with pytest.raises(TypeError, match="rows"):
+        W.Table(5)

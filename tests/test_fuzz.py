@@ -80,10 +80,12 @@ from amp_lab import (
     data,
     device,
     doctor,
+    exercises,
     formats,
     gradients,
     hardware,
     pitfalls,
+    predict,
     progress,
     race,
     ranges,
@@ -109,7 +111,9 @@ MODULES = {
     "formats": formats,
     "gradients": gradients,
     "hardware": hardware,
+    "exercises": exercises,
     "pitfalls": pitfalls,
+    "predict": predict,
     "progress": progress,
     "race": race,
     "ranges": ranges,
@@ -622,6 +626,68 @@ E(
     "check.check_function",
     lambda: dict(fn=torch.sin, reference=torch.sin, cases=[T(3)], show=False),
     {"cases": Seq(), "rtol": Float(ge=0, optional=True), "atol": Float(ge=0, optional=True)},
+)
+
+# --- scaling: the learner's scaler beside GradScaler (issue 16) ----------------------------------
+E(
+    "scaling.compare_with_grad_scaler",
+    lambda: dict(make_scaler=lambda: scaling.DynamicLossScaler(), schedule=["clean", "inf"], device="cpu"),
+    {
+        "make_scaler": Callable_(),
+        "schedule": Seq(),
+        "init_scale": Scale(),
+        "growth_factor": Float(gt=1, le=MAX_GROWTH_FACTOR),
+        "backoff_factor": Float(gt=0, lt=1),
+        "growth_interval": Int(1, MAX_GROWTH_INTERVAL),
+        "rtol": Float(ge=0, le=1),
+        "device": Device(),
+    },
+    examples=2,
+    corpus_limit=3,
+)
+E("scaling.ScalerComparison", lambda: dict(same=True, steps=1))
+
+# --- exercises (issue 16): the notebooks' checks are tested in tests/test_exercises_nbNN.py -------------
+E(
+    "exercises.Mistake",
+    lambda: dict(name="k for S", hint="give S itself"),
+    {"name": Str(), "hint": Str()},
+)
+E(
+    "exercises.Exercise",
+    lambda: dict(notebook="03", number=1, title="t", check=lambda answer, show=True: None, mistakes=()),
+    {"notebook": Str(), "number": Int(1, 20), "title": Str(), "check": Callable_(), "mistakes": Seq()},
+)
+E("exercises.exercise", lambda: dict(number=1, title="t"), {"number": Int(1, 20), "title": Str(), "mistakes": Seq()})
+E("exercises.exercises_of", lambda: dict(module="nb03"), {"module": Str(exercises.NOTEBOOK_MODULES)})
+E("exercises.all_exercises")
+E(
+    "exercises.combine",
+    lambda: dict(parts=[check.check_value(1.0, 1.0, show=False)], show=False),
+    {"parts": Seq(), "show": Bool()},
+)
+
+# --- predict (issue 16) ---------------------------------------------------------------------
+E(
+    "predict.Prediction",
+    lambda: dict(question="which?", options=["a", "b"]),
+    {"question": Str(), "options": Seq()},
+    examples=3,
+)
+E("predict.Reveal", lambda: dict(committed=True, right=True, predicted=1, actual=1, message="m"))
+E("predict.choice", lambda: dict(question="which?", options=["a", "b"]), {"question": Str(), "options": Seq()}, examples=1)
+E(
+    "predict.reveal",
+    lambda: dict(prediction=1.0, actual=1.0, show=False),
+    {
+        "prediction": Obj(),
+        "actual": Obj(),
+        "explain": Str(),
+        "name": Str(),
+        "rtol": Float(ge=0, optional=True),
+        "match": Callable_(),
+        "show": Bool(),
+    },
 )
 
 # --- claims ---------------------------------------------------------------------------------
@@ -1619,6 +1685,11 @@ E(
 )
 E("training.TrainingRun", lambda: dict(label="x"), {"losses": Seq(), "test_accuracy": Float(finite=False)})
 E(
+    "training.runs_table",
+    lambda: dict(runs=[training.TrainingRun(label="x", losses=[1.0, math.nan])]),
+    {"runs": Seq(), "last": Int(1)},
+)
+E(
     "training.cpu_threads",
     lambda: dict(num_threads=1, device=torch.device("cpu")),
     {"num_threads": Int(1, MAX_THREADS, optional=True)},
@@ -1667,6 +1738,12 @@ E(
     lambda: dict(rows=[["a", 1]], header=["x", "y"]),
     {"rows": Seq(), "header": Seq()},
     post=is_str,
+)
+E(
+    "widgets.Table",
+    lambda: dict(rows=[["a", 1]], header=["x", "y"]),
+    {"rows": Seq(), "header": Seq(), "caption": Str()},
+    post=lambda r, kw: None if isinstance(repr(r), str) and r._repr_html_().startswith("<table") else "no table",
 )
 E("widgets.SmokeTest", fuzz={"k": Int(*SMOKE_TEST_K)}, examples=3)
 E("widgets.smoke_test", fuzz={"k": Int(*SMOKE_TEST_K)}, examples=3)
@@ -1984,6 +2061,7 @@ FORWARDERS = {
     "ranges.scale_explorer": "ranges.ScaleExplorer",
     "training.scaler_explorer": "training.ScalerExplorer",
     "widgets.smoke_test": "widgets.SmokeTest",
+    "predict.choice": "predict.Prediction",
 }
 CASES = [(e, arg) for e in ENTRIES if e.name not in FORWARDERS for arg in e.fuzz]
 

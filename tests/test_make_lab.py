@@ -30,6 +30,66 @@ def test_make_lab_dry_run_binds_loopback_with_token():
     assert not re.search(r"token=(''|\"\"|\s|$)", line), line
 
 
+def _dry_run(tmp_path, *args, ci=None):
+    """`make -n lab` for a fresh environment in tmp_path (nothing is installed): the recipe lines."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PIP_QUIET", "TORCH_INDEX", "MAKEFLAGS")}
+    if ci is not None:
+        env["CI"] = ci
+    cmd = ["make", "--no-print-directory", "-n", "lab", f"VENV={tmp_path / 'venv'}", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+
+
+STEP = re.compile(r"^echo '== amp-lab install, step (\d)/4: (.*)'$")
+
+
+def test_first_install_announces_each_step_and_lets_pip_show_progress(tmp_path):
+    out = _dry_run(tmp_path)
+    lines = out.splitlines()
+    steps = [m.groups() for m in map(STEP.match, lines) if m]
+    assert [n for n, _ in steps] == ["1", "2", "3", "4"], out
+    # The torch step says how large the download is, in gigabytes, before pip starts it.
+    assert re.search(r"about \d+(\.\d+)? GB", steps[1][1]), steps[1]
+    pips = [ln for ln in lines if " -m pip install " in ln]
+    assert len(pips) == 2, out
+    assert all("--quiet" not in ln and "-q " not in ln for ln in pips), pips
+    # Each announcement comes right before the command it announces.
+    assert lines.index(pips[0]) == next(i for i, ln in enumerate(lines) if "step 2/4" in ln) + 1
+    assert lines.index(pips[1]) == next(i for i, ln in enumerate(lines) if "step 3/4" in ln) + 1
+    assert "ready" in lines[-2] and "jupyter lab" in lines[-1], lines[-2:]
+    # What make would run is valid shell (a stray parenthesis in an echo would break the install).
+    subprocess.run(["bash", "-n"], input=out, text=True, check=True)
+
+
+@pytest.mark.parametrize("ci", ["true", "1", "TRUE"])
+def test_ci_installs_quietly_but_still_names_the_steps(tmp_path, ci):
+    out = _dry_run(tmp_path, ci=ci)
+    pips = [ln for ln in out.splitlines() if " -m pip install " in ln]
+    assert len(pips) == 2 and all("--quiet" in ln for ln in pips), pips
+    assert len([ln for ln in out.splitlines() if STEP.match(ln)]) == 4, out
+
+
+def test_ci_false_is_not_quiet(tmp_path):
+    pips = [ln for ln in _dry_run(tmp_path, ci="false").splitlines() if " -m pip install " in ln]
+    assert pips and not any("--quiet" in ln for ln in pips), pips
+
+
+def test_another_torch_index_does_not_claim_pypi_sizes(tmp_path):
+    index = "https://download.pytorch.org/whl/cu126"
+    out = _dry_run(tmp_path, f"TORCH_INDEX={index}")
+    step2 = next(ln for ln in out.splitlines() if "step 2/4" in ln)
+    assert index in step2 and "GB" not in step2, step2
+    assert f"--index-url {index}" in out
+
+
+def test_an_installed_environment_is_not_reinstalled(tmp_path):
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / ".amp-lab-installed").touch()  # newer than pyproject.toml
+    out = _dry_run(tmp_path)
+    assert "pip install" not in out and "amp-lab install" not in out, out
+    assert "jupyter lab" in out
+
+
 def _get(url):
     opener = urllib.request.build_opener(urllib.request.HTTPRedirectHandler())
     try:

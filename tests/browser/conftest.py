@@ -20,6 +20,7 @@ from labdriver import (
     CHROMIUM_ARGS,
     INSTALL_HINT,
     NOTEBOOKS,
+    VIEWPORT,
     LabServer,
     NotebookPage,
     clean_copy,
@@ -109,6 +110,11 @@ def browser(chromium_path):
         pw.stop()
 
 
+# The folder (in the server's root) holding unmodified copies of the notebooks, for tests that look at
+# their stored outputs without running anything (tables that fit).
+STORED = "stored"
+
+
 class NotebookRuns:
     """Opens a notebook and runs all its cells once; later tests of the same notebook get the same
     page (and live kernel).  Opening another notebook closes the previous one and its kernel."""
@@ -137,6 +143,7 @@ class NotebookRuns:
             try:
                 # The previous notebook's tab is closed and its kernel shut down; same browser page.
                 self._page = NotebookPage(self.server, self.context, name, cells, reuse=previous)
+                self._page.page.set_viewport_size(dict(VIEWPORT))  # a stored view before may have changed it
                 self._report = self._page.run_all()
                 self.timings[name] = {
                     "open_s": round(self._page.open_seconds, 1),
@@ -159,6 +166,34 @@ class NotebookRuns:
                 f"{name} could not be opened and run in JupyterLab: {self._error}"
             ) from self._error
         return self._page, self._report
+
+    def view(self, name: str, *, viewport: dict | None = None):
+        """``notebooks/<name>`` as committed (stored outputs, nothing run), opened from a copy in the
+        server's ``stored/`` folder with JupyterLab's file browser open, at ``viewport`` (default the
+        session's).  Returns the page; the kernel JupyterLab starts for it stays idle."""
+        key = f"{STORED}/{name}"
+        if key != self._name:
+            src = NOTEBOOKS / name
+            if not src.exists():
+                pytest.skip(f"notebooks/{name} does not exist yet")
+            path = self.server.root / STORED / name
+            path.parent.mkdir(exist_ok=True)
+            shutil.copyfile(src, path)
+            cells = len(json.loads(path.read_text(encoding="utf-8"))["cells"])
+            previous = self._page
+            self._name, self._page, self._report, self._error = key, None, None, None
+            try:
+                self._page = NotebookPage(self.server, self.context, key, cells, reuse=previous)
+                self._page.page.set_viewport_size(dict(viewport or VIEWPORT))
+                self._page.viewport = dict(viewport or VIEWPORT)
+                self._page.show_file_browser()
+                self._page.wait_outputs_settled()
+                self.timings[key] = {"open_s": round(self._page.open_seconds, 1)}
+            except Exception as exc:
+                self._error = exc
+        if self._error is not None:
+            raise AssertionError(f"{key} could not be opened in JupyterLab: {self._error}") from self._error
+        return self._page
 
     def get_clean(self, name: str):
         """Like :meth:`get`, for widget tests: fails when the run itself showed errors."""

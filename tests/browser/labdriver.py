@@ -354,6 +354,93 @@ _OUTPUTS_JS = """
 """
 
 
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+
+# Per output area: its size, its HTML tables, and for text outputs every line's width as it would be
+# rendered on one line (measured with the <pre>'s own font on a canvas) against the width available.
+_OUTPUT_GEOMETRY_JS = """
+() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  const ctx = document.createElement('canvas').getContext('2d');
+  const out = [];
+  panel.querySelectorAll('.jp-Notebook .jp-Cell').forEach((cell, ci) => {
+    cell.querySelectorAll('.jp-OutputArea-output').forEach((o, oi) => {
+      const rec = {cell: ci, index: oi, mime: o.getAttribute('data-mime-type'),
+                   scrollWidth: o.scrollWidth, clientWidth: o.clientWidth,
+                   tables: o.querySelectorAll('table').length, tableWidth: 0,
+                   text: null, lineWidths: null, available: null};
+      o.querySelectorAll('table').forEach(t => {
+        rec.tableWidth = Math.max(rec.tableWidth, t.getBoundingClientRect().width, t.scrollWidth);
+      });
+      // Table cells holding one word (no space) that the browser broke over two or more lines.
+      rec.brokenWords = [];
+      o.querySelectorAll('td, th').forEach(c => {
+        const text = c.textContent.trim();
+        if (!text || /\\s/.test(text)) return;
+        const range = document.createRange();
+        range.selectNodeContents(c);
+        const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (tops.size > 1) rec.brokenWords.push(text);
+      });
+      const pre = o.tagName === 'PRE' ? o : o.querySelector(':scope > pre');
+      if (pre) {
+        const cs = getComputedStyle(pre);
+        ctx.font = cs.font || (cs.fontSize + ' ' + cs.fontFamily);
+        rec.text = pre.textContent;
+        rec.lineWidths = rec.text.split('\\n').map(l => ctx.measureText(l.replace(/\\t/g, '        ')).width);
+        rec.available = pre.clientWidth - parseFloat(cs.paddingLeft || 0) - parseFloat(cs.paddingRight || 0);
+      }
+      out.push(rec);
+    });
+  });
+  return out;
+}
+"""
+
+_RULE_LINE = re.compile(r"^[\s|+:=\-─━┼┬┴├┤]+$")
+
+
+def _boundaries(line: str) -> set[tuple[str, int]]:
+    """Where a line's fields start and end; fields are separated by two or more spaces or a '|'."""
+    found = set()
+    for m in re.finditer(r"[^\s|](?:[^\s|]| (?=[^\s|]))*", line):
+        found.add(("end", m.end()))
+        if m.start() > 0:
+            found.add(("start", m.start()))
+    return found
+
+
+def _tabular(line: str) -> bool:
+    return len(re.findall(r"[^\s|](?:[^\s|]| (?=[^\s|]))*", line)) >= 2
+
+
+def text_table_blocks(text: str, *, min_lines: int = 3) -> list[tuple[int, int]]:
+    """Line ranges [start, end) of ``text`` that are tables: ``min_lines`` or more consecutive lines of
+    two or more fields (separated by two or more spaces, or by '|'), or rule lines (----, ====)
+    between them, with a column boundary shared by most of them (aligned columns)."""
+    lines = text.split("\n")
+    blocks = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].strip() or not (_tabular(lines[i]) or _RULE_LINE.match(lines[i])):
+            i += 1
+            continue
+        j = i
+        while j < len(lines) and lines[j].strip() and (_tabular(lines[j]) or _RULE_LINE.match(lines[j])):
+            j += 1
+        rows = [ln for ln in lines[i:j] if _tabular(ln)]
+        if j - i >= min_lines and len(rows) >= 2:
+            counts: dict[tuple[str, int], int] = {}
+            for row in rows:
+                for b in _boundaries(row):
+                    counts[b] = counts.get(b, 0) + 1
+            shared = max((c for (kind, pos), c in counts.items() if pos > 0), default=0)
+            if shared >= max(2, 0.6 * len(rows)):
+                blocks.append((i, j))
+        i = j
+    return blocks
+
+
 @dataclass
 class RunReport:
     notebook: str
@@ -481,7 +568,7 @@ class NotebookPage:
 
     def close_tab(self) -> None:
         """Close this notebook's tab, discarding the executed (unsaved) state."""
-        tab = self.page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text=self.notebook)
+        tab = self.page.locator("#jp-main-dock-panel .lm-TabBar-tab", has_text=Path(self.notebook).name)
         tab.locator(".lm-TabBar-tabCloseIcon").first.click()
         discard = self.page.locator(".jp-Dialog button", has_text="Discard")
         try:
@@ -586,6 +673,78 @@ class NotebookPage:
             "html => { const d = document.createElement('div'); d.innerHTML = html; return d.textContent; }",
             markup,
         )
+
+    # ---- one cell at a time, as a person edits and runs it --------------------------------------
+    def cell(self, index: int):
+        """The ``index``-th cell (markdown or code, as in the .ipynb) of the open notebook."""
+        return self.page.locator(f"{PANEL} .jp-Notebook .jp-Cell").nth(index)
+
+    def prompt(self, index: int) -> str:
+        return (self.cell(index).locator(".jp-InputArea-prompt").first.text_content() or "").strip()
+
+    def set_cell_source(self, index: int, text: str) -> None:
+        """Click into the cell's editor, select everything, type ``text`` in its place."""
+        editor = self.cell(index).locator(".jp-InputArea-editor .cm-content")
+        editor.scroll_into_view_if_needed()
+        editor.click()
+        self.page.keyboard.press("Control+A")
+        # insert_text: one input event, so the editor's bracket and quote auto-closing adds nothing
+        self.page.keyboard.insert_text(text)
+        # The editor shows each line as its own element: its text, lines joined by newlines, is the source.
+        self.page.wait_for_function(
+            "([el, want]) => el.innerText.replace(/\\u200b/g, '').replace(/\\n$/, '') === want",
+            arg=[editor.element_handle(), text],
+            timeout=10_000,
+        )
+
+    def run_cell(self, index: int, *, timeout: float = 60.0) -> None:
+        """Select the cell (click its prompt) and press Ctrl+Enter; wait until it has run again."""
+        before = self.prompt(index)
+        self.cell(index).locator(".jp-InputPrompt").first.click()
+        self.page.keyboard.press("Control+Enter")
+        self.page.wait_for_function(
+            "([cell, before]) => { const p = cell.querySelector('.jp-InputArea-prompt');"
+            " const t = p ? p.textContent.trim() : ''; return /^\\[\\d+\\]:?$/.test(t) && t !== before; }",
+            arg=[self.cell(index).element_handle(), before],
+            timeout=timeout * 1000,
+            polling=100,
+        )
+
+    def output_text(self, index: int) -> str:
+        """What the cell's output area shows, as text."""
+        return "\n".join(self.cell(index).locator(".jp-OutputArea-output").all_inner_texts())
+
+    def show_file_browser(self) -> None:
+        """Open the file browser in the left side bar (JupyterLab's default layout) and let the
+        notebook lay out again in the width left to it."""
+        tab = self.page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab[data-id='filebrowser']")
+        if "lm-mod-current" not in (tab.get_attribute("class") or ""):
+            tab.click()
+        self.page.locator("#filebrowser").wait_for(state="visible", timeout=10_000)
+        self.page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+
+    def wait_outputs_settled(self, timeout: float = 20.0) -> None:
+        """Until the number of rendered outputs and the notebook's height stop changing (stored outputs
+        render, images load, after the cells appear)."""
+        js = (
+            "() => { const p = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');"
+            " const n = p.querySelectorAll('.jp-OutputArea-output').length;"
+            " const imgs = [...p.querySelectorAll('.jp-OutputArea-output img')].every(i => i.complete);"
+            " return [n, p.querySelector('.jp-Notebook').scrollHeight, imgs]; }"
+        )
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            now = self.page.evaluate(js)
+            if now == last and now[2]:
+                return
+            last = now
+            self.page.wait_for_timeout(300)
+
+    def output_geometry(self) -> list[dict]:
+        """Every output area's width and what it holds: HTML tables and their width, and for text
+        (a <pre>) the width each line takes on one line (white-space: pre) against the width there is."""
+        return self.page.evaluate(_OUTPUT_GEOMETRY_JS)
 
     # ---- screenshots --------------------------------------------------------------------------
     def screenshot_notebook(self, path: Path, *, max_height: int = 16000) -> Path:

@@ -1,0 +1,167 @@
+"""The course's exercises, one module per notebook: ``nb01`` ... ``nb07``, ``nb09``.
+
+A notebook's check cell is one call into its module, and nothing else::
+
+    from amp_lab.exercises import nb03
+    result = nb03.ex2.check(answer)
+
+so the expected values, how they are computed and the rubric stay here, out of sight of the
+learner (``tests/test_exercise_cells.py`` parses every notebook and fails on a check cell that
+does more).  Each exercise is an :class:`Exercise`: its number, title, the ``check`` function
+(built on the comparison engine :mod:`amp_lab.check`, so every check ends in one state:
+``✓ passed``, ``✗ not yet`` with a hint, or ``○ not attempted``) and the common wrong answers it
+diagnoses (:class:`Mistake`), which the package tests feed it one by one.
+
+Arguments a check takes besides the answer are what the notebook measured (``all_grads``, the
+race ``result``): the right answer is computed from the learner's own data, never typed in.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .._checks import ArgumentTypeError, check_bool, check_instance, check_int
+from ..check import _MARK, CheckResult
+from ..formats import _bounded_list
+
+__all__ = ["Exercise", "Mistake", "exercise", "exercises_of", "all_exercises", "combine", "NOTEBOOK_MODULES"]
+
+MAX_MISTAKES = 20  # common wrong answers one exercise diagnoses
+MAX_PARTS = 20  # answers one exercise combines
+
+# The notebooks with exercises (08 is reserved for FP8).
+NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb09")
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A common wrong answer and the words its feedback must contain.
+
+    ``name`` is short ("j for g", "float32 for a promote op"); ``hint`` is a fragment of the
+    feedback that answer gets, which points at the idea without stating the answer.
+    """
+
+    name: str
+    hint: str
+
+    def __post_init__(self):
+        check_instance("name", self.name, str, "a string")
+        check_instance("hint", self.hint, str, "a string")
+        if not self.name.strip() or not self.hint.strip():
+            raise ValueError("a Mistake needs a non-empty name and hint")
+
+
+class Exercise:
+    """One exercise of one notebook: ``check(answer, ...)`` prints the verdict and returns it.
+
+    Built with :func:`exercise` around the function that does the checking.
+    """
+
+    def __init__(
+        self, notebook: str, number: int, title: str, check: Callable, mistakes: Sequence[Mistake] = ()
+    ):
+        check_instance("notebook", notebook, str, "a notebook number such as '03'")
+        self.notebook = notebook
+        self.number = check_int("number", number, minimum=1, maximum=20)
+        check_instance("title", title, str, "a string")
+        self.title = title
+        if not callable(check):
+            raise ArgumentTypeError(f"check must be a function, got {type(check).__name__}")
+        self.check = check
+        mistakes = tuple(_bounded_list("mistakes", mistakes, MAX_MISTAKES, "a sequence of Mistake"))
+        for m in mistakes:
+            check_instance("mistakes", m, Mistake, "a sequence of Mistake")
+        names = [m.name for m in mistakes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"mistakes must have distinct names, got {names}")
+        self.mistakes = mistakes
+        self.__doc__ = check.__doc__
+
+    def mistake(self, name: str) -> Mistake:
+        """The common wrong answer called ``name``."""
+        for m in self.mistakes:
+            if m.name == name:
+                return m
+        known = ", ".join(repr(m.name) for m in self.mistakes) or "none"
+        raise ValueError(f"exercise {self.notebook}.{self.number} has no mistake named {name!r}; it has: {known}")
+
+    @property
+    def signature(self) -> inspect.Signature:
+        return inspect.signature(self.check)
+
+    def __repr__(self) -> str:
+        return f"<exercise {self.notebook}·{self.number}: {self.title}; check{self.signature}>"
+
+
+def exercise(number: int, title: str, *, mistakes: Sequence[Mistake] = ()):
+    """Decorator: turn a module-level check function into the :class:`Exercise` ``ex<number>``.
+
+    The notebook is taken from the module's name (``amp_lab.exercises.nb03`` → ``"03"``).
+    """
+
+    number = check_int("number", number, minimum=1, maximum=20)
+    check_instance("title", title, str, "a string")
+    mistakes = tuple(_bounded_list("mistakes", mistakes, MAX_MISTAKES, "a sequence of Mistake"))
+    for m in mistakes:
+        check_instance("mistakes", m, Mistake, "a sequence of Mistake")
+
+    def wrap(fn: Callable) -> Exercise:
+        module = fn.__module__.rsplit(".", 1)[-1]
+        notebook = module.removeprefix("nb") if module.startswith("nb") else module
+        return Exercise(notebook, number, title, fn, mistakes)
+
+    return wrap
+
+
+def exercises_of(module) -> list[Exercise]:
+    """The exercises a notebook module defines, in order of their number."""
+    if isinstance(module, str):
+        if module not in NOTEBOOK_MODULES:
+            raise ValueError(f"module={module!r} is not an exercise module; choose one of: {', '.join(NOTEBOOK_MODULES)}")
+        module = importlib.import_module(f"{__name__}.{module}")
+    elif not (isinstance(module, types.ModuleType) and module.__name__.startswith(f"{__name__}.nb")):
+        raise ArgumentTypeError(f"module must be an exercise module or its name ('nb03'), got {module!r:.60}")
+    found = [v for v in vars(module).values() if isinstance(v, Exercise)]
+    return sorted(found, key=lambda e: e.number)
+
+
+def all_exercises() -> list[Exercise]:
+    """Every exercise of the course, notebook by notebook."""
+    return [ex for name in NOTEBOOK_MODULES for ex in exercises_of(name)]
+
+
+def combine(parts: Sequence[CheckResult], *, show: bool = True) -> CheckResult:
+    """One verdict for an exercise with several answers (``answer_fp16`` and ``answer_bf16``).
+
+    Not attempted when no part is answered; passed when every part passed (within tolerance if
+    any part is only within tolerance); otherwise not yet.  The message lists every part's own.
+    """
+    check_bool("show", show)
+    parts = _bounded_list("parts", parts, MAX_PARTS, "a list of CheckResult")
+    if not parts:
+        raise ValueError("parts must hold at least one CheckResult")
+    for p in parts:
+        check_instance("parts", p, CheckResult, "a list of CheckResult")
+    statuses = [p.status for p in parts]
+    if all(s == "not attempted" for s in statuses):
+        verdict = "unanswered"
+    elif any(s != "passed" for s in statuses):
+        verdict = "wrong"
+    else:
+        verdict = "close" if any(p.verdict == "close" for p in parts) else "exact"
+    n_passed = statuses.count("passed")
+    head = {
+        "unanswered": "no answer yet",
+        "wrong": f"{n_passed} of {len(parts)} parts passed",
+        "close": f"all {len(parts)} parts passed",
+        "exact": f"all {len(parts)} parts passed",
+    }[verdict]
+    body = [f"  {line}" for p in parts for line in p.message.splitlines()]
+    result = CheckResult(verdict, "\n".join([f"{_MARK[verdict]}: {head}.", *body]), {"parts": parts})
+    if show:
+        print(result.message)
+    return result

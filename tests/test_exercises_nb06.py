@@ -1,0 +1,201 @@
+"""amp_lab.exercises.nb06 (06_timing_race): the solutions pass, unfilled answers are not attempted, every
+common wrong answer gets its hint, the answers follow the learner's own measurements (faked here, so the
+tests are fast and cover every outcome), and bad measurement arguments raise naming them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from amp_lab import race
+from amp_lab.exercises import nb06
+from tests.exercise_support import assert_not_attempted, assert_passes, feed_mistake, run_check
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_BF16 = {"avx512_bf16": False, "amx_bf16": False, "avx512_fp16": False}
+AVX512_BF16 = {"avx512_bf16": True, "amx_bf16": False, "avx512_fp16": False}
+UNKNOWN = {"avx512_bf16": None, "amx_bf16": None, "avx512_fp16": None}
+FASTER = [1.8, 2.0, 1.9, 2.1, 2.0, 1.95, 2.05, 2.0]
+SLOWER = [0.3, 0.35, 0.32, 0.34, 0.33, 0.31, 0.36, 0.33]
+CLOSE = [0.9, 1.1, 0.95, 1.05, 1.0, 0.98, 1.02, 1.01]
+
+
+def _result(ratios, flags=NO_BF16):
+    """A RaceResult whose per-round FP32/AMP ratios are ``ratios``, raced on a CPU with ``flags``."""
+    amp = [1e-3] * len(ratios)
+    timings = {"fp32": race.Timing("fp32", tuple(r * a for r, a in zip(ratios, amp, strict=True)), 1, 1),
+               "amp": race.Timing("amp", tuple(amp), 1, 1)}  # fmt: skip
+    ctx = {"device": "cpu", "threads": 2, "tf32_matmul": None, "cpu_flags": flags, "torch": torch.__version__}
+    return race.RaceResult("mlp", {"width": 8, "batch": 4}, torch.bfloat16, timings, 1e6, None, ctx)
+
+
+def _roof(ridge):
+    """A Roofline with the given ridge point (FLOP per byte)."""
+    return race.Roofline(ridge * 1e10, 1e10, 1024, 2**20, {}, {"device": "cpu", "threads": 1})
+
+
+WORKLOAD = {
+    "layer": ("matmul", 64, 256, 1024),  # 24.4 FLOP/byte in FP32
+    "gemv": ("matmul", 1, 4096, 4096),  # about 0.5
+    "square": ("matmul", 1024, 1024, 1024),  # 170.7
+    "add": ("add", 2**20),  # 1/12
+}
+
+
+def _classify(workload, ridge):
+    out = {}
+    for name, op in workload.items():
+        i = race.matmul_intensity(*op[1:], torch.float32) if op[0] == "matmul" else race.elementwise_intensity(torch.float32)
+        out[name] = "memory-bound" if i < ridge else "compute-bound"
+    return out
+
+
+# ---- exercise 1 ----
+
+
+def test_ex1_start_up():
+    assert_passes(nb06.ex1, "too low")
+    assert_passes(nb06.ex1, " Too Low ")
+    assert_not_attempted(nb06.ex1, None)
+    feed_mistake(nb06.ex1, "too high", "too high")
+    assert run_check(nb06.ex1, "slower").status == "not yet"
+
+
+# ---- exercise 2 ----
+
+
+def test_ex2_diagnose_the_loop():
+    assert_passes(nb06.ex2, {"a", "b", "c"})
+    assert_passes(nb06.ex2, ["C", "b", "a"])
+    assert_not_attempted(nb06.ex2, None)
+    assert_not_attempted(nb06.ex2, ...)
+    feed_mistake(nb06.ex2, "forgot synchronisation", {"a", "c"})
+    feed_mistake(nb06.ex2, "no warm-up missed", {"b", "c"})
+    feed_mistake(nb06.ex2, "mean is fine", {"a", "b"})
+    feed_mistake(nb06.ex2, "perf_counter blamed", {"a", "b", "c", "d"})
+    feed_mistake(nb06.ex2, "autocast timed inside", {"a", "b", "c", "e"})
+    for wrong in ("abc", {"a", "b", "c", "z"}, 3, set(), {"a", "b", "c", "d", "e"}):
+        assert run_check(nb06.ex2, wrong).status == "not yet"
+
+
+def test_ex2_rubric_matches_the_loop_it_is_about():
+    # The loop's flaws are real: no warm-up (sample 0 is the first call), no synchronisation, a mean.
+    loop = nb06.TIMING_LOOP
+    assert "synchronize" not in loop and "statistics.mean" in loop and "for i in range(5)" in loop
+    assert "perf_counter" in loop  # so blaming the clock is a distractor, not a flaw
+    flaws = {k for k, (_, is_flaw, _) in nb06.FLAWS.items() if is_flaw}
+    assert flaws == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize("path", ["notebooks/06_timing_race.ipynb", "notebooks/solutions/06_timing_race_solutions.ipynb"])
+def test_ex2_notebooks_show_the_loop_and_the_options(path):
+    cells = json.loads((ROOT / path).read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert nb06.TIMING_LOOP in text, f"{path} does not quote nb06.TIMING_LOOP"
+    for letter, (statement, _, _) in nb06.FLAWS.items():
+        assert f'`"{letter}"`: {statement}' in text, f"{path} does not list flaw {letter!r}: {statement}"
+
+
+# ---- exercise 3 ----
+
+
+def test_ex3_roofline_on_a_cpu_like_and_a_gpu_like_ridge():
+    for ridge in (3.6, 12.0, 100.0):
+        want = _classify(WORKLOAD, ridge)
+        assert_passes(nb06.ex3, want, WORKLOAD, _roof(ridge))
+        assert_passes(nb06.ex3, {k: v.split("-")[0].upper() for k, v in want.items()}, WORKLOAD, _roof(ridge))
+    # The answer follows the machine: the batch-64 layer is compute-bound below its intensity, memory-bound above.
+    assert _classify(WORKLOAD, 3.6)["layer"] == "compute-bound" and _classify(WORKLOAD, 100.0)["layer"] == "memory-bound"
+    assert run_check(nb06.ex3, _classify(WORKLOAD, 3.6), WORKLOAD, _roof(100.0)).status == "not yet"
+
+
+def test_ex3_not_attempted_and_malformed():
+    roof = _roof(3.6)
+    assert_not_attempted(nb06.ex3, None, WORKLOAD, roof)
+    assert_not_attempted(nb06.ex3, {k: None for k in WORKLOAD}, WORKLOAD, roof)
+    for wrong in ("memory-bound", {"layer": "compute-bound"}, {**_classify(WORKLOAD, 3.6), "extra": "memory-bound"},
+                  {**_classify(WORKLOAD, 3.6), "add": "fast"}):  # fmt: skip
+        assert run_check(nb06.ex3, wrong, WORKLOAD, roof).status == "not yet"
+
+
+def test_ex3_mistakes():
+    roof = _roof(3.6)
+    want = _classify(WORKLOAD, 3.6)
+    swapped = {k: "memory-bound" if v == "compute-bound" else "compute-bound" for k, v in want.items()}
+    feed_mistake(nb06.ex3, "regimes swapped", swapped, WORKLOAD, roof)
+    feed_mistake(nb06.ex3, "every matmul compute-bound", {**want, "gemv": "compute-bound"}, WORKLOAD, roof)
+    # Counting elements instead of bytes makes intensities 4x too high: at a ridge of 30 the layer (24.4
+    # FLOP/byte) looks compute-bound.
+    wide = _roof(30.0)
+    per_element = {**_classify(WORKLOAD, 30.0), "layer": "compute-bound"}
+    assert per_element != _classify(WORKLOAD, 30.0)
+    feed_mistake(nb06.ex3, "elements for bytes", per_element, WORKLOAD, wide)
+
+
+def test_ex3_rejects_bad_measurements():
+    want = _classify(WORKLOAD, 3.6)
+    with pytest.raises(TypeError, match="roof"):
+        nb06.ex3.check(want, WORKLOAD, 3.6, show=False)
+    with pytest.raises(TypeError, match="workload"):
+        nb06.ex3.check(want, list(WORKLOAD), _roof(3.6), show=False)
+    with pytest.raises(ValueError, match="workload"):
+        nb06.ex3.check(want, {}, _roof(3.6), show=False)
+    with pytest.raises(ValueError, match="workload"):
+        nb06.ex3.check(want, {"x": ("conv", 3)}, _roof(3.6), show=False)
+    with pytest.raises(ValueError, match="workload"):
+        nb06.ex3.check(want, {"x": ("matmul", 3, 4)}, _roof(3.6), show=False)
+    with pytest.raises(ValueError, match="m"):
+        nb06.ex3.check(want, {"x": ("matmul", 0, 4, 4)}, _roof(3.6), show=False)
+
+
+# ---- exercise 4 ----
+
+
+@pytest.mark.parametrize(
+    ("ratios", "flags", "right"),
+    [(SLOWER, NO_BF16, {"b"}), (CLOSE, NO_BF16, {"b"}), (FASTER, NO_BF16, {"d"}),
+     (FASTER, AVX512_BF16, {"a"}), (SLOWER, AVX512_BF16, {"c"}), (CLOSE, AVX512_BF16, {"c"}),
+     (SLOWER, UNKNOWN, {"b", "c"}), (FASTER, UNKNOWN, {"a"})],
+)  # fmt: skip
+def test_ex4_follows_outcome_and_hardware(ratios, flags, right):
+    result = _result(ratios, flags)
+    for letter in "abcde":
+        status = run_check(nb06.ex4, letter, result).status
+        assert status == ("passed" if letter in right else "not yet"), (letter, status)
+    assert_not_attempted(nb06.ex4, None, result)
+
+
+def test_ex4_mistakes():
+    slow_emulated = _result(SLOWER, NO_BF16)
+    feed_mistake(nb06.ex4, "memory decides speed", "e", slow_emulated)
+    feed_mistake(nb06.ex4, "outcome misread", "d", slow_emulated)  # claims a win on the same hardware
+    feed_mistake(nb06.ex4, "hardware misread", "c", slow_emulated)  # right outcome, claims native arithmetic
+    fast_native = _result(FASTER, AVX512_BF16)
+    feed_mistake(nb06.ex4, "outcome misread", "c", fast_native)
+    feed_mistake(nb06.ex4, "hardware misread", "d", fast_native)
+
+
+def test_ex4_rejects_a_bad_result():
+    with pytest.raises(TypeError, match="result"):
+        nb06.ex4.check("b", "result", show=False)
+    with pytest.raises(TypeError, match="result"):
+        nb06.ex4.check("b", None, show=False)
+
+
+JUNK = [0, -1, 1.5, float("nan"), True, "", "a", "x" * 500, [], {}, set(), {"a": 1}, [[1]], torch.ones(2), object(),
+        lambda: None, b"a", {"a", 3}, (None,)]  # fmt: skip
+
+
+def test_no_answer_raises():
+    # A wrong or odd answer is "not yet" (or "not attempted"), never a traceback.
+    roof, result = _roof(3.6), _result(SLOWER)
+    for junk in JUNK:
+        for ex, args in ((nb06.ex1, ()), (nb06.ex2, ()), (nb06.ex3, (WORKLOAD, roof)), (nb06.ex4, (result,))):
+            status = run_check(ex, junk, *args).status
+            assert status in ("not yet", "not attempted"), (ex, junk, status)
+    for junk in JUNK:
+        status = run_check(nb06.ex3, {name: junk for name in WORKLOAD}, WORKLOAD, roof).status
+        assert status in ("not yet", "not attempted"), (junk, status)

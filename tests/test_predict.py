@@ -1,0 +1,70 @@
+"""Predict, then run: amp_lab.predict, driven as a learner drives it (the buttons' value)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from amp_lab import predict
+
+
+def test_nothing_committed_says_so_and_still_shows_the_result():
+    p = predict.choice("Which dtype will softmax give?", [torch.float32, torch.bfloat16])
+    assert p.value is None
+    r = predict.reveal(p, torch.float32, explain="softmax is on the fp32 list", show=False)
+    assert not r.committed and r.right is None
+    assert r.message.startswith("○ no prediction committed (click an option above")
+    assert "The result: float32." in r.message and "why: softmax is on the fp32 list" in r.message
+    assert not p.locked  # nothing committed, nothing to lock
+
+
+def test_a_clicked_button_is_compared_and_then_locked(capsys):
+    p = predict.choice("Will FP16 underflow it?", [True, False])
+    p.buttons.value = 1  # what a click does: the button's index
+    assert p.value is False
+    r = predict.reveal(p, True)
+    assert r.committed and r.right is False
+    assert capsys.readouterr().out.startswith("✗ you predicted False; the result is True.")
+    assert p.locked
+    with pytest.raises(ValueError, match="already revealed"):
+        p.value = True
+
+
+def test_dtypes_match_by_name_and_numbers_within_rtol():
+    p = predict.choice("dtype?", ["float32", "bfloat16"])
+    p.value = "bfloat16"
+    assert predict.reveal(p, torch.bfloat16, show=False).right is True
+    assert predict.reveal(2.0**16, 2.0**16 * (1 + 1e-3), rtol=1e-2, show=False).right is True
+    assert predict.reveal(2.0**16, 2.0**17, rtol=1e-2, show=False).right is False
+    r = predict.reveal(2.0**15, 2.0**16, match=lambda a, b: abs(a / b - 1) <= 0.5, show=False)
+    assert r.right is True and "2**15" in r.message and "2**16" in r.message
+    assert predict.reveal(None, 3, name="my_guess", show=False).message.startswith("○ no prediction committed (set `my_guess`")
+    # True is not 1: a boolean prediction matches a boolean result only
+    assert predict.reveal(True, 1, show=False).right is False
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "err", "words"),
+    [
+        (("", ["a", "b"]), {}, ValueError, "question"),
+        (("q", ["a"]), {}, ValueError, "2 to"),
+        (("q", "ab"), {}, TypeError, "options"),
+        (("q", ["a", "a"]), {}, ValueError, "distinct"),
+        ((3, ["a", "b"]), {}, TypeError, "question"),
+    ],
+)
+def test_bad_predictions_name_the_argument(args, kwargs, err, words):
+    with pytest.raises(err, match=words):
+        predict.choice(*args, **kwargs)
+
+
+def test_bad_reveal_arguments():
+    with pytest.raises(TypeError, match="explain"):
+        predict.reveal(1, 1, explain=3)
+    with pytest.raises(ValueError, match="rtol"):
+        predict.reveal(1, 1, rtol=-1.0)
+    with pytest.raises(TypeError, match="match"):
+        predict.reveal(1, 1, match=3)
+    p = predict.choice("q", ["a", "b"])
+    with pytest.raises(ValueError, match="not one of the options"):
+        p.value = "c"
