@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from numbers import Real
 
 from .._checks import ArgumentTypeError, check_bool, check_instance, check_int
 from ..check import _MARK, CheckResult
@@ -115,6 +117,17 @@ def exercise(number: int, title: str, *, mistakes: Sequence[Mistake] = ()):
         return Exercise(notebook, number, title, fn, mistakes)
 
     return wrap
+
+
+def _finite_float(x) -> float | None:
+    """An answer ``x`` as a finite float when it is a real number (not a bool) that float64 holds, else None."""
+    if not isinstance(x, Real) or isinstance(x, bool):
+        return None
+    try:
+        value = float(x)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def exercises_of(module) -> list[Exercise]:

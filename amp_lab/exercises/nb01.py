@@ -8,11 +8,11 @@ generic comparison, so their hints point at the idea that was missed.
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
+from numbers import Integral
 
 from ..check import CheckResult, check_bits, check_set, check_value
 from ..formats import FORMATS, decompose, round_to
-from . import Mistake, combine, exercise
+from . import Mistake, _finite_float, combine, exercise
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "BITS_VALUE", "INTEGER_FORMAT", "ULP_VALUE", "ULP_FORMAT", "TINY_VALUE"]
 
@@ -20,17 +20,6 @@ BITS_VALUE = -6.5  # exercise 1: the value whose FP16 and BF16 bits the learner 
 INTEGER_FORMAT = "bf16"  # exercise 2: the format whose integers are counted
 ULP_VALUE, ULP_FORMAT = 1000.0, "fp16"  # exercise 3: the spacing of FP16 at 1000
 TINY_VALUE = 1e-20  # exercise 4: which formats keep it non-zero
-
-
-def _finite_float(x) -> float | None:
-    """``x`` as a finite float when it is a real number (not a bool) that float64 holds, else None."""
-    if not isinstance(x, Real) or isinstance(x, bool):
-        return None
-    try:
-        value = float(x)
-    except (OverflowError, ValueError, TypeError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,9 +8,8 @@ common wrong answers are recognised first so that their hints name the idea that
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
-from numbers import Integral, Real
+from numbers import Integral
 
 import torch
 
@@ -19,24 +18,13 @@ from ..check import CheckResult, check_set, check_tensor, check_value
 from ..device import float64_on_cpu
 from ..formats import FORMATS
 from ..tensor_cores import ACCUMULATE_FORMATS, MAX_MMA_WORK, alignment_multiple, mma, running_sum
-from . import Mistake, combine, exercise
+from . import Mistake, _finite_float, combine, exercise
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "STALL_TERM", "STALL_FORMAT", "SUM_TERM", "SUM_LENGTH", "SUM_TOLERANCE"]
 
 STALL_TERM, STALL_FORMAT = 0.5, "bf16"  # exercise 2: a BF16 running sum of 0.5s
 SUM_TERM, SUM_LENGTH = 0.1, 4096  # exercise 3: 4096 FP16 copies of 0.1, summed by a kernel
 SUM_TOLERANCE = 0.01  # exercise 3: "within 1 % of the exact sum"
-
-
-def _finite_float(x) -> float | None:
-    """``x`` as a finite float when it is a real number (not a bool) that float64 holds, else None."""
-    if not isinstance(x, Real) or isinstance(x, bool):
-        return None
-    try:
-        value = float(x)
-    except (OverflowError, ValueError, TypeError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 # --------------------------------------------------------------------------------------------
