@@ -476,9 +476,12 @@ def Seed(hi: int = MAX_SEED) -> Kind:
     return Int(0, hi)
 
 
-def Float(gt=None, ge=None, lt=None, le=None, *, optional=False, finite=True, skip_above=None) -> Kind:
+def Float(gt=None, ge=None, lt=None, le=None, *, optional=False, finite=True, skip_above=None,
+          skip_none=False) -> Kind:
     """A real-number argument.  Must refuse: a non-number (bool, string, None unless optional, a
-    tensor), nan/inf (when ``finite``), a value outside the bounds.  Must accept numpy floats."""
+    tensor), nan/inf (when ``finite``), a value outside the bounds.  Must accept numpy floats.
+    ``skip_above`` and ``skip_none`` leave out valid values that would only make the call slow (a time
+    budget of many seconds, or None meaning the default one)."""
 
     def valid(v):
         if v is None:
@@ -512,7 +515,9 @@ def Float(gt=None, ge=None, lt=None, le=None, *, optional=False, finite=True, sk
         return out
 
     def skip(v):
-        return skip_above is not None and v is not None and bool(valid(v)) and float(v) > skip_above
+        if v is None:
+            return skip_none and optional
+        return skip_above is not None and bool(valid(v)) and float(v) > skip_above
 
     return Kind("Float", NUMBERS + WRONG_TYPES, valid=valid, must_accept=must_accept, skip=skip)
 

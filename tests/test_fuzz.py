@@ -985,7 +985,9 @@ def race_kinds(**more) -> dict:
         "repeats": Int(1, MAX_REPEATS, skip_above=50),
         "num_threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
         "min_sample_s": Float(gt=0, le=MAX_SAMPLE_S, skip_above=0.05),
-        "max_time_s": Float(gt=0, le=MAX_SECONDS, optional=True, skip_above=0.5),
+        # None is the race's default budget (RACE_MAX_TIME_S, 20 s): an adaptive race on a loaded
+        # machine may use all of it, past the fuzz's call limit, so only given budgets are fuzzed.
+        "max_time_s": Float(gt=0, le=MAX_SECONDS, optional=True, skip_above=0.5, skip_none=True),
         "target_rel_width": Float(ge=MIN_TARGET_REL_WIDTH, optional=True),
         **more,
     }
