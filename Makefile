@@ -20,12 +20,12 @@ LAB_ARGS   ?=
 # Jupyter refuses to start as root unless told; CI and containers run as root.
 ROOT_FLAG  := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test lint unit nbval nbval-kernels nbval-one-thread nbval-matrix notebooks browser gpu-check doctor clean help
+.PHONY: lab test lint unit nbval nbval-other nbval-kernels nbval-one-thread nbval-matrix notebooks browser gpu-check doctor clean help
 
 help:
 	@echo "make lab        open the course in JupyterLab (http://$(LAB_IP):$(LAB_PORT), token login)"
-	@echo "make test       every check: ruff, package tests, nbval on every notebook on three machines"
-	@echo "                (make nbval-matrix: this one, nbval-kernels, nbval-one-thread), browser tests"
+	@echo "make test       every check: ruff, nbval on every notebook on two machines (make nbval-matrix:"
+	@echo "                this one and nbval-other), package tests beside the browser tests"
 	@echo "make notebooks  re-execute every notebook in place on CPU"
 	@echo "make doctor     check this machine and environment for the course"
 	@echo "make gpu-check  on a CUDA machine: precision table, races, sweeps, autocast probe -> docs/results/"
@@ -67,8 +67,8 @@ doctor: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check amp_lab tests benchmarks scripts notebooks
 
-# The package tests time nothing, so they run on one thread: in make test they share 2 cores with three
-# nbval kernels, and torch's OpenMP threads spin-wait when more threads than cores want to run.
+# The package tests time nothing, so they run on one thread: in make test they share 2 cores with the
+# browser tests' kernel, and torch's OpenMP threads spin-wait when more threads than cores want to run.
 unit: $(STAMP)
 	AMP_LAB_DEVICE=cpu OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest tests --ignore=tests/browser
 
@@ -79,17 +79,23 @@ NOTEBOOKS  ?= notebooks
 # was once not enough on a 2-core machine that others loaded too); a slow start is not a wrong output.
 NBVAL_RUN  := AMP_LAB_DEVICE=cpu $(BIN)/python -m pytest --nbval -p no:cacheprovider --nbval-kernel-startup-timeout=180
 
-# The machine matrix: the same notebooks as if run on two other machines.  A cell whose stored digits
-# depend on the order in which the CPU's kernels add numbers up fails on one of them.
+# The machine matrix: the same notebooks as if run on another machine.  A cell whose stored digits depend
+# on the order in which the CPU's kernels add numbers up fails there.  The other machine differs in both
+# ways a CPU can (CONTRIBUTING.md, "the machine matrix"); nbval-kernels and nbval-one-thread change one at
+# a time, to tell which one a failing cell depends on:
 #   other kernels: ATen's plain C++ kernels instead of AVX2/AVX512 (also changes torch.randn's values),
 #                  MKL's conditional-numerical-reproducibility GEMM (MKL_CBWR; MKL_ENABLE_INSTRUCTIONS
 #                  alone changed nothing on an AMD CPU), oneDNN capped at SSE4.1
 #   one thread:    torch, OpenMP and MKL on one thread (reductions split differently)
 KERNELS_ENV    := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 MKL_CBWR=COMPATIBLE ONEDNN_MAX_CPU_ISA=SSE41
 ONE_THREAD_ENV := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+OTHER_ENV      := $(KERNELS_ENV) $(ONE_THREAD_ENV)
 
 nbval: $(STAMP)
 	$(NBVAL_RUN) $(NOTEBOOKS)
+
+nbval-other: $(STAMP)
+	env $(OTHER_ENV) $(NBVAL_RUN) $(NOTEBOOKS)
 
 nbval-kernels: $(STAMP)
 	env $(KERNELS_ENV) $(NBVAL_RUN) $(NOTEBOOKS)
@@ -97,27 +103,19 @@ nbval-kernels: $(STAMP)
 nbval-one-thread: $(STAMP)
 	env $(ONE_THREAD_ENV) $(NBVAL_RUN) $(NOTEBOOKS)
 
-# In the matrix the one-thread machine checks the course notebooks, not the solutions: with every
-# NBVAL_IGNORE_OUTPUT marker removed, no solution cell but the setup banner printed anything different on
-# one thread (2026-11-30), while the other-kernels machine changed seven cells of three solutions; the
-# solutions are checked here and on that machine.  A folder of notebooks loses its *_solutions.ipynb to
-# --ignore-glob, a list loses them to filter-out (pytest never ignores a file named on its command line).
-ONE_THREAD_NOTEBOOKS = $(filter-out %_solutions.ipynb notebooks/solutions notebooks/solutions/,$(NOTEBOOKS))
-ONE_THREAD_RUN = $(if $(strip $(ONE_THREAD_NOTEBOOKS)),env $(ONE_THREAD_ENV) $(NBVAL_RUN) -q --durations=10 \
-                 --ignore-glob='*_solutions.ipynb' $(ONE_THREAD_NOTEBOOKS),echo "only solutions: none to run here")
-
-# The whole matrix at once: this machine and both simulated ones, in parallel.  An nbval run spends most of
-# its time in one kernel thread, so on 2 cores the three take about 1.5x one run instead of 3x.  Each log
-# goes to artifacts/nbval-<machine>.log; a failing one is printed whole, the others' last line.
+# The whole matrix at once: this machine and the other one, in parallel, notebooks and solutions on both.
+# An nbval run spends most of its time in one kernel thread, so on 2 cores the two take about as long as
+# one.  (Until 2026-12-01 the matrix ran three machines, other kernels and one thread apart; together they
+# caught every cell either caught, and the third run cost make test about 60 s.)  Each log goes to
+# artifacts/nbval-<machine>.log; a failing one is printed whole, the other's last line.
 nbval-matrix: $(STAMP)
 	@mkdir -p artifacts
-	@echo "nbval on three machines in parallel (this one; other kernels; one thread, solutions excepted): $(NOTEBOOKS) ..."
+	@echo "nbval on two machines in parallel (this one; other kernels on one thread): $(NOTEBOOKS) ..."
 	@start=$$(date +%s); \
 	$(NBVAL_RUN) -q --durations=10 $(NOTEBOOKS) > artifacts/nbval-native.log 2>&1 & native=$$!; \
-	env $(KERNELS_ENV) $(NBVAL_RUN) -q --durations=10 $(NOTEBOOKS) > artifacts/nbval-kernels.log 2>&1 & kernels=$$!; \
-	$(ONE_THREAD_RUN) > artifacts/nbval-one-thread.log 2>&1 & one=$$!; \
+	env $(OTHER_ENV) $(NBVAL_RUN) -q --durations=10 $(NOTEBOOKS) > artifacts/nbval-other.log 2>&1 & other=$$!; \
 	failed=""; \
-	for run in native:$$native kernels:$$kernels one-thread:$$one; do \
+	for run in native:$$native other:$$other; do \
 	  machine=$${run%%:*}; log=artifacts/nbval-$$machine.log; \
 	  if wait $${run#*:}; then echo "--- nbval, $$machine: $$(tail -n 1 $$log)"; \
 	  else echo "--- nbval, $$machine FAILED ($$log):"; cat $$log; failed="$$failed $$machine"; fi; \
@@ -132,12 +130,13 @@ browser: $(STAMP)
 
 # Stages run in this order and stop at the first failure; each prints its wall time (the install is the
 # first stage on a fresh clone).  Targets joined by + run side by side (make -j, one job each; -Otarget
-# prints each one's output whole when it ends): the package tests (on one thread) and the nbval matrix
-# share 2 cores well (the unit tests time nothing; the notebooks' timing cells print volatile figures whose
-# claims must hold on a busy machine anyway).  The browser tests run alone: beside the others (tried
-# 2026-11-30) the stage took 732 s against about 300 s + 165 s one after the other, as five processes'
-# threads fought for two cores.
-TEST_STAGES := lint unit+nbval-matrix browser
+# prints each one's output whole when it ends).  The nbval matrix keeps both cores busy on its own (two
+# kernels).  The browser tests keep about one busy (one kernel runs a notebook while Chromium mostly waits),
+# so the package tests, on one thread and timing nothing, fill the other core beside them; the notebooks'
+# timing cells print volatile figures whose claims must hold on a busy machine anyway.  (Beside the nbval
+# matrix and the package tests together, the browser stage once took 732 s: five processes' threads fought
+# for two cores.)
+TEST_STAGES := lint nbval-matrix unit+browser
 test:
 	@total=$$(date +%s); \
 	for stage in $(STAMP) $(TEST_STAGES); do \

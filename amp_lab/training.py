@@ -307,6 +307,7 @@ def train_digits(
     label: str | None = None,
     num_threads: int | None = 1,
     device=None,
+    convert=None,
 ) -> TrainingRun:
     """Train :func:`amp_lab.gradients.make_mlp` on the digits with Adam; return a :class:`TrainingRun`.
 
@@ -329,6 +330,10 @@ def train_digits(
         A :class:`amp_lab.data.Dataset`; default ``load_digits(device=device)``.
     num_threads
         torch CPU threads during the run (see :func:`cpu_threads`); ``None`` leaves them alone.
+    convert
+        ``None``, or a function given the freshly built (seeded) model that returns the model to train,
+        e.g. :func:`amp_lab.fp8.convert_to_float8` to run its linear layers' matmuls in FP8.  It is applied
+        before the optimizer sees the parameters; it must return an ``nn.Module`` with parameters.
 
     Every argument is checked before anything is built: ``num_steps`` at most
     :data:`amp_lab._checks.MAX_STEPS`, ``lr`` at most :data:`MAX_LR`, ``depth`` at most 64 and
@@ -340,6 +345,11 @@ def train_digits(
     from .gradients import make_mlp
 
     scaler = _check_scaler(scaler)
+    if convert is not None and not callable(convert):
+        raise TypeError(
+            f"convert must be None or a function from the model to the model to train "
+            f"(e.g. amp_lab.fp8.convert_to_float8), not {type(convert).__name__}"
+        )
     dtype, num_steps, batch_size, lr, depth, width, max_grad_norm, seed, label, num_threads = (
         _check_train_settings(
             dtype=dtype, num_steps=num_steps, batch_size=batch_size, lr=lr, depth=depth, width=width,
@@ -367,6 +377,12 @@ def train_digits(
         seed=seed,
         device=dev,
     )
+    if convert is not None:
+        model = convert(model)
+        if not isinstance(model, nn.Module) or not any(True for _ in model.parameters()):
+            raise TypeError(
+                f"convert must return the nn.Module to train, with parameters; it returned {type(model).__name__}"
+            )
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     params = list(model.parameters())
     X_train, y_train = data.train.X.to(dev), data.train.y.to(dev)

@@ -17,10 +17,14 @@ NOT_PACKAGES = {"python", "pip"}
 
 
 def _split(spec: str) -> tuple[str, str | None]:
-    m = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\s*(?:\[[^\]]*\])?\s*(?:>=\s*([0-9][0-9.]*))?\s*", spec)
+    """``name``, ``name>=X.Y`` or ``name>=X.Y,<X.Z`` -> (name, ">=X.Y" / ">=X.Y,<X.Z" / None)."""
+    m = re.fullmatch(
+        r"\s*([A-Za-z0-9_.\-]+)\s*(?:\[[^\]]*\])?\s*(?:>=\s*([0-9][0-9.]*)(?:\s*,\s*<\s*([0-9][0-9.]*))?)?\s*", spec
+    )
     if not m:
-        raise AssertionError(f"unparseable requirement {spec!r}: use 'name' or 'name>=X.Y'")
-    return m.group(1).lower().replace("_", "-"), m.group(2)
+        raise AssertionError(f"unparseable requirement {spec!r}: use 'name', 'name>=X.Y' or 'name>=X.Y,<X.Z'")
+    bound = None if m.group(2) is None else ">=" + m.group(2) + ("" if m.group(3) is None else ",<" + m.group(3))
+    return m.group(1).lower().replace("_", "-"), bound
 
 
 def pyproject_requirements(text: str) -> dict[str, str | None]:
@@ -73,6 +77,10 @@ def test_drift_is_detected():
     bound = re.search(r"pytorch>=([0-9.]+)", text)
     assert bound is not None
     assert conda_requirements(text.replace(bound.group(0), "pytorch>=1.0")) != ours
+    # an upper bound counts too: torchao's range is the one the FP8 proofs were run against
+    ranged = re.search(r"torchao>=([0-9.]+),<([0-9.]+)", text)
+    assert ranged is not None
+    assert conda_requirements(text.replace(ranged.group(0), f"torchao>={ranged.group(1)}")) != ours
 
 
 def test_python_minimum_matches():

@@ -1723,6 +1723,7 @@ E(
         "max_grad_norm": Float(gt=0, optional=True),
         "data": Obj(),
         "num_threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
+        "convert": Callable_(),
     },
     examples=2,
     corpus_limit=3,

@@ -130,10 +130,18 @@ def test_new_stderr_warning_fails_a_cell(nbval_cases):
 
 
 def _make_variables(name):
-    """The variables of one simulated machine, read from the Makefile (what `make test` really uses)."""
+    """The variables of one simulated machine, read from the Makefile (what `make test` really uses); a
+    ``$(OTHER)`` in the definition brings in that variable's pairs."""
     for line in (ROOT / "Makefile").read_text().splitlines():
-        if line.startswith(name) and ":=" in line:
-            return dict(pair.split("=", 1) for pair in line.split(":=", 1)[1].split())
+        if line.startswith(name + " ") and ":=" in line:
+            pairs: dict[str, str] = {}
+            for word in line.split(":=", 1)[1].split():
+                if word.startswith("$(") and word.endswith(")"):
+                    pairs.update(_make_variables(word[2:-1]))
+                else:
+                    key, value = word.split("=", 1)
+                    pairs[key] = value
+            return pairs
     raise AssertionError(f"{name} is not defined in the Makefile")
 
 
@@ -167,19 +175,25 @@ def test_simulated_machines_change_kernels_and_claims_survive_them():
     """The machine matrix of `make test` (CONTRIBUTING.md, "Every machine tells its own truth").
 
     With the Makefile's variables, the other-kernels machine must really compute a matmul, a softmax and
-    torch.randn differently, and the one-thread machine a large sum; a claim's line stays the same.  If
-    torch or MKL stopped honouring a variable, the matrix would silently test nothing: this test fails.
+    torch.randn differently, and the one-thread machine a large sum; the other machine of the matrix
+    (both at once) all four; a claim's line stays the same.  If torch or MKL stopped honouring a variable,
+    the matrix would silently test nothing: this test fails.
     """
     native = _digests({})
     kernels = _digests(_make_variables("KERNELS_ENV"))
     one = _digests(_make_variables("ONE_THREAD_ENV"))
-    assert native["claim"] == kernels["claim"] == one["claim"] == "a @ b agrees with float64 to float32 rounding: yes"
-    if native["capability"] != "DEFAULT":  # on a CPU whose native kernels are the plain ones, nothing to change
-        assert kernels["capability"] == "DEFAULT"
-        assert kernels["softmax"] != native["softmax"] and kernels["randn"] != native["randn"]
+    other = _digests(_make_variables("OTHER_ENV"))
+    assert _make_variables("OTHER_ENV") == {**_make_variables("KERNELS_ENV"), **_make_variables("ONE_THREAD_ENV")}
+    claims = {native["claim"], kernels["claim"], one["claim"], other["claim"]}
+    assert claims == {"a @ b agrees with float64 to float32 rounding: yes"}
     import torch
 
-    if torch.backends.mkl.is_available():
-        assert kernels["matmul"] != native["matmul"]  # MKL_CBWR / MKL_ENABLE_INSTRUCTIONS: another GEMM
+    for machine in (kernels, other):
+        if native["capability"] != "DEFAULT":  # on a CPU whose native kernels are the plain ones, nothing to change
+            assert machine["capability"] == "DEFAULT"
+            assert machine["softmax"] != native["softmax"] and machine["randn"] != native["randn"]
+        if torch.backends.mkl.is_available():
+            assert machine["matmul"] != native["matmul"]  # MKL_CBWR / MKL_ENABLE_INSTRUCTIONS: another GEMM
     if native["threads"] > 1:
-        assert one["threads"] == 1 and one["sum"] != native["sum"]
+        for machine in (one, other):
+            assert machine["threads"] == 1 and machine["sum"] != native["sum"]

@@ -401,3 +401,23 @@ def test_explorer_step_bound_is_the_documented_one():
     assert training.MAX_EXPLORER_STEPS <= _checks.MAX_STEPS
     # five times the largest growth interval the slider offers: growth is visible at every setting
     assert training.MAX_EXPLORER_STEPS == 5 * 100
+
+
+def test_convert_replaces_the_model_that_trains():
+    seen = {}
+
+    def wrap(model):
+        seen["before"] = [p.detach().clone() for p in model.parameters()]
+        seen["wrapped"] = torch.nn.Sequential(model)
+        return seen["wrapped"]
+
+    run = train_digits(None, dtype=None, num_steps=2, depth=2, width=4, batch_size=8, convert=wrap)
+    assert run.model is seen["wrapped"]
+    after = list(run.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(after, seen["before"])), "the converted model did not train"
+
+
+@pytest.mark.parametrize("convert", [lambda m: None, lambda m: torch.nn.ReLU(), 3])
+def test_convert_must_give_a_module_with_parameters(convert):
+    with pytest.raises(TypeError, match="convert"):
+        train_digits(None, dtype=None, num_steps=1, depth=2, width=4, batch_size=8, convert=convert)
