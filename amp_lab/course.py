@@ -37,6 +37,8 @@ LESSONS = (
     Lesson("06_timing_race.ipynb", "The timing race", 70, "FP32 against AMP, timed honestly"),
     Lesson("07_amp_training_recipe.ipynb", "The AMP training recipe", 85,
            "end-to-end mixed-precision training, checkpoints and a checklist"),
+    Lesson("08_fp8_and_block_scaling.ipynb", "FP8 and block scaling", 65,
+           "scale into FP8 yourself: tensorwise, delayed and MX block scaling, proven against torchao"),
     Lesson("09_pitfalls.ipynb", "Pitfalls practitioners hit", 50,
            "six mixed-precision pitfalls run live: cast cache, Adam eps, swamping, subnormals, attention, compile"),
 )
@@ -110,6 +112,20 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> str:
         return (
             f"trains end to end in {dtype} on {where} {scaler}, then measures it against FP32; "
             f"{_EXPECTATION[choice.expect_speedup]}"
+        )
+    if name.startswith("08_"):
+        # Where FP8 GEMMs run is a pure function of the GPU's facts (race.fp8_matmul_support); without them
+        # the notebook runs its FP8 cells on the CPU, whose torch._scaled_mm emulates them.
+        from .race import fp8_matmul_support
+
+        if cuda:
+            support = fp8_matmul_support(report.capability, list(report.arch_list) or None)
+            if support.supported:
+                return f"trains with FP8 matmuls on the Tensor Cores of {where}; make gpu-check races them"
+            return f"runs its FP8 matmuls on the CPU, emulated: {support.reason}"
+        return (
+            "runs its FP8 matmuls on the CPU, emulated: the numbers are a GPU's, the speed is not "
+            "(FP8 GEMMs run in hardware on NVIDIA GPUs of compute capability 8.9 and later)"
         )
     if name.startswith("09_"):
         # The subnormal timing is a CPU pitfall: it runs on the CPU whatever the device.

@@ -56,6 +56,9 @@ from .device import (
 )
 from .hardware import (
     CPU_FEATURES,
+    _parse_arch,
+    arch_advice,
+    arch_supported,
     bf16_hardware,
     cpu_has_native,
     cpu_native_labels,
@@ -118,6 +121,14 @@ __all__ = [
     "RACE_KINDS",
     "Roofline",
     "elementwise_bytes",
+    "FP8_DATASHEET_HEADER",
+    "FP8_GEMM_MULTIPLE",
+    "Fp8Support",
+    "fp8_datasheet_rows",
+    "fp8_matmul_bytes",
+    "fp8_matmul_support",
+    "fp8_summary",
+    "race_fp8_matmul",
     "elementwise_intensity",
     "matmul_intensity",
     "measure_roofline",
@@ -170,7 +181,7 @@ class RaceResult:
     sentence about this race reads the same measurement.
     """
 
-    kind: str  # "matmul", "mlp" or "elementwise"
+    kind: str  # "matmul", "mlp", "elementwise" or "fp8_matmul" (race_fp8_matmul: a third contestant, "fp8")
     params: dict  # {"n": ...}, {"numel": ...} or {"width": ..., "batch": ..., "in_features": ..., "num_classes": ...}
     dtype: torch.dtype
     timings: dict  # "fp32", "amp" and on CUDA GPUs with TF32 "tf32" -> Timing
@@ -220,6 +231,22 @@ class RaceResult:
         return self.speedup_interval.ratio
 
     @property
+    def fp8(self) -> Timing | None:
+        """The FP8 GEMM's timing (:func:`race_fp8_matmul`), None in other races."""
+        return self.timings.get("fp8")
+
+    @property
+    def fp8_speedup_interval(self) -> SpeedupEstimate | None:
+        """The speedup of the FP8 GEMM over the AMP dtype's (AMP time / FP8 time: above 1, FP8 is faster),
+        with its interval; None in a race without an FP8 contestant."""
+        return None if self.fp8 is None else speedup_estimate(self.amp, self.fp8, confidence=self.confidence)
+
+    @property
+    def fp8_speedup(self) -> float | None:
+        est = self.fp8_speedup_interval
+        return None if est is None else est.ratio
+
+    @property
     def speedup_vs_tf32_interval(self) -> SpeedupEstimate | None:
         return None if self.tf32 is None else speedup_estimate(self.tf32, self.amp, confidence=self.confidence)
 
@@ -236,13 +263,16 @@ class RaceResult:
     def bytes_moved(self, name: str) -> int:
         """At least how many bytes contestant ``name`` moves through memory per call or step
         (:func:`step_bytes`): what a roofline compares with the bandwidth."""
+        if name == "fp8":  # E4M3 operands (1 byte) made before the race, a bfloat16 result
+            n = self.params["n"]
+            return _gemm_bytes(n, n, n, 1, 2)
         return step_bytes(self.kind, self.params, self.dtype if name == "amp" else None)
 
     @property
     def regimes(self) -> dict:
         """Contestant name -> :class:`~amp_lab.timing.Regime`: whether its median call was compute-,
         memory- or launch-bound, from the datasheet of the GPU that ran it ("unknown" elsewhere)."""
-        peak = {"fp32": torch.float32, "tf32": "tf32", "amp": self.dtype}
+        peak = {"fp32": torch.float32, "tf32": "tf32", "amp": self.dtype, "fp8": "fp8"}
         return {
             name: regime_for(t.median, self.flops, self.bytes_moved(name), peak[name], self.context,
                              unit=_unit(self.kind))
@@ -256,7 +286,7 @@ class RaceResult:
 
     @property
     def size(self) -> str:
-        if self.kind == "matmul":
+        if self.kind in ("matmul", "fp8_matmul"):
             return f"n={self.params['n']}"
         if self.kind == "elementwise":
             return f"numel={self.params['numel']}"
@@ -273,6 +303,9 @@ class RaceResult:
         )
 
     def to_dict(self) -> dict:
+        fp8 = {} if self.fp8 is None else {
+            "fp8_speedup": self.fp8_speedup, "fp8_speedup_interval": self.fp8_speedup_interval.to_dict(),
+        }  # fmt: skip
         return _jsonable(
             {
                 "kind": self.kind,
@@ -290,6 +323,7 @@ class RaceResult:
                 "memory": self.memory,
                 "timings": {k: t.to_dict() for k, t in self.timings.items()},
                 "context": self.context,
+                **fp8,
             }
         )
 
@@ -304,6 +338,8 @@ class RaceResult:
         lines.append(f"  speedup (FP32 / AMP): {self.speedup_interval}: {self.outcome}")
         if self.tf32 is not None:
             lines.append(f"  speedup (TF32 / AMP): {self.speedup_vs_tf32_interval}")
+        if self.fp8 is not None:
+            lines.append(f"  speedup (AMP / FP8): {self.fp8_speedup_interval}: {self.fp8_speedup_interval.outcome}")
         if self.memory:
             mem = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.memory.items() if k != "method")
             lines.append(f"  memory: {mem} ({self.memory['method']})")
@@ -358,7 +394,7 @@ def _available_bytes(dev: torch.device) -> int | None:
     return device.available_bytes(dev)
 
 
-RACE_KINDS = ("matmul", "mlp", "elementwise")
+RACE_KINDS = ("matmul", "mlp", "elementwise", "fp8_matmul")
 # The largest matrix dimension (matmul_intensity, step_bytes) and element count (race_elementwise) the
 # helpers accept: far beyond any memory, small enough that every FLOP and byte count stays exact.
 MAX_GEMM_DIM = 2**31
@@ -422,6 +458,9 @@ def step_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
 
     * ``"matmul"`` (``params["n"]``): FP32 reads A and B and writes C (12 n² bytes); AMP also reads A and
       B in FP32, writes their 16-bit copies, reads those and writes a 16-bit C (8 n² + 10 n²).
+    * ``"fp8_matmul"`` (``params["n"]``, :func:`race_fp8_matmul`): each contestant's inputs are already
+      in its dtype, so FP32 moves 12 n² bytes and the 16-bit GEMM 6 n² (the FP8 contestant:
+      :meth:`RaceResult.bytes_moved`).
     * ``"elementwise"`` (``params["numel"]``, :func:`race_elementwise`): ``torch.add`` reads two tensors
       and writes one, each ``numel`` elements in the contestant's dtype (12 or 6 bytes per element; the
       16-bit copies were made before the race, so there are no casts).
@@ -433,7 +472,7 @@ def step_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
     kind = check_choice("kind", kind, list(RACE_KINDS))
     if not isinstance(params, dict):
         raise ArgumentTypeError(f"params must be a dict such as {{'n': 1024}}, got {type(params).__name__}: {params!r:.80}")
-    needed = {"matmul": ("n",), "elementwise": ("numel",), "mlp": ("width", "batch")}[kind]
+    needed = {"matmul": ("n",), "fp8_matmul": ("n",), "elementwise": ("numel",), "mlp": ("width", "batch")}[kind]
     missing = [k for k in needed if k not in params]
     if missing:
         raise ValueError(f"params for kind={kind!r} must give {', '.join(map(repr, needed))}; missing {', '.join(map(repr, missing))}")
@@ -443,6 +482,9 @@ def step_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
         if dtype is None:
             return _gemm_bytes(n, n, n, 4, 4)
         return 8 * n * n + 2 * low * n * n + _gemm_bytes(n, n, n, low, low)  # casts: read FP32, write 16-bit
+    if kind == "fp8_matmul":
+        n = check_int("params['n']", params["n"], minimum=1, maximum=MAX_GEMM_DIM)
+        return _gemm_bytes(n, n, n, low, low)  # no casts: the inputs were converted before the race
     if kind == "elementwise":
         numel = check_int("params['numel']", params["numel"], minimum=1, maximum=MAX_NUMEL)
         return 3 * low * numel
@@ -838,7 +880,7 @@ def _check_roofline(name: str, value) -> Roofline:
 
 
 def _point_label(r: RaceResult, name: str) -> str:
-    what = {"matmul": "matmul", "elementwise": "add", "mlp": "MLP step"}[r.kind]
+    what = {"matmul": "matmul", "fp8_matmul": "matmul", "elementwise": "add", "mlp": "MLP step"}[r.kind]
     if name == "fp32":
         return f"{what} FP32"
     return f"{what} {_SHORT[r.dtype]}" if r.kind == "elementwise" else f"{what} AMP {_SHORT[r.dtype]}"
@@ -1159,22 +1201,46 @@ class GpuDatasheet:
     bf16_tflops: float | None  # None: no bf16 Tensor Cores
     bandwidth_gbs: float
     source: str
+    # FP8 (E4M3/E5M2) Tensor Cores, dense, FP32 accumulation (what torch._scaled_mm asks cuBLAS for); None:
+    # no FP8.  Its own source string, so ``source`` (which notebook 06's ceilings print) stays as it was.
+    fp8_tflops: float | None = None
+    fp8_source: str | None = None
 
     def tflops(self, dtype=torch.float32) -> float | None:
-        """Peak dense TFLOP/s for matmuls in ``dtype`` (``"tf32"`` for FP32 on TF32 Tensor Cores)."""
+        """Peak dense TFLOP/s for matmuls in ``dtype`` (``"tf32"`` for FP32 on TF32 Tensor Cores, ``"fp8"``
+        or a float8 dtype for FP8 Tensor Cores)."""
         if dtype == "tf32":
             return self.tf32_tflops
+        if (isinstance(dtype, str) and dtype == "fp8") or (isinstance(dtype, torch.dtype) and dtype in _FP8_DTYPES):
+            return self.fp8_tflops
         dtype = parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
         return {torch.float32: self.fp32_tflops, torch.float16: self.fp16_tflops, torch.bfloat16: self.bf16_tflops}[dtype]
 
+    @property
+    def fp8_over_bf16(self) -> float | None:
+        """The datasheet's FP8 Tensor Core rate over its BF16 rate (both dense), computed from the two
+        figures; None where the GPU has no FP8 or no BF16 Tensor Cores.  (``08_fp8_and_block_scaling``)"""
+        if self.fp8_tflops is None or self.bf16_tflops is None:
+            return None
+        return self.fp8_tflops / self.bf16_tflops
 
-def _hopper(model: str, name: str, fp32: float, tf32_sparse: float, fp16_sparse: float, tb_s: float) -> GpuDatasheet:
+
+_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _hopper(model: str, name: str, fp32: float, tf32_sparse: float, fp16_sparse: float, tb_s: float,
+            fp8_sparse: float | None = None) -> GpuDatasheet:  # fmt: skip
     """An H100/H200 row from its datasheet, which prints Tensor Core rates with sparsity (halved here)."""
     chip, form = model.split()
+    fp8_source = None if fp8_sparse is None else (
+        f"NVIDIA {chip} datasheet ({form}): {fp8_sparse:,g} FP8 Tensor TFLOPS with sparsity "
+        f"(beside {fp16_sparse:,g} FP16/BF16), halved here to the dense rate"
+    )  # fmt: skip
     return GpuDatasheet(
         model, (name,), fp32, tf32_sparse / 2, fp16_sparse / 2, fp16_sparse / 2, tb_s * 1000,
         f"NVIDIA {chip} datasheet ({form}): {fp32:g} TFLOPS FP32; {tf32_sparse:,g} TF32, {fp16_sparse:,g} FP16/BF16 "
         f"Tensor TFLOPS with sparsity; {tb_s:g} TB/s",
+        fp8_tflops=None if fp8_sparse is None else fp8_sparse / 2, fp8_source=fp8_source,
     )  # fmt: skip
 
 
@@ -1187,18 +1253,22 @@ def _a100(model: str, name: str, gb_s: float) -> GpuDatasheet:
 
 
 DATASHEETS = (
-    _hopper("H200 SXM", "NVIDIA H200", 67, 989, 1979, 4.8),
-    _hopper("H200 NVL", "NVIDIA H200 NVL", 60, 835, 1671, 4.8),
-    _hopper("H100 SXM", "NVIDIA H100 80GB HBM3", 67, 989, 1979, 3.35),
-    _hopper("H100 NVL", "NVIDIA H100 NVL", 60, 835, 1671, 3.9),
-    _hopper("H100 PCIe", "NVIDIA H100 PCIe", 51, 756, 1513, 2.0),
+    _hopper("H200 SXM", "NVIDIA H200", 67, 989, 1979, 4.8, 3958),
+    _hopper("H200 NVL", "NVIDIA H200 NVL", 60, 835, 1671, 4.8, 3341),
+    _hopper("H100 SXM", "NVIDIA H100 80GB HBM3", 67, 989, 1979, 3.35, 3958),
+    _hopper("H100 NVL", "NVIDIA H100 NVL", 60, 835, 1671, 3.9, 3341),
+    _hopper("H100 PCIe", "NVIDIA H100 PCIe", 51, 756, 1513, 2.0, 3026),
     _a100("A100 SXM4 80GB", "NVIDIA A100-SXM4-80GB", 2039),
     _a100("A100 SXM4 40GB", "NVIDIA A100-SXM4-40GB", 1555),
     _a100("A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 1935),
     _a100("A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 1555),
     GpuDatasheet("RTX 4090", ("NVIDIA GeForce RTX 4090",), 82.6, 82.6, 165.2, 165.2, 1008,
                  "GeForce RTX 4090 datasheet figures (NVIDIA Ada Lovelace architecture whitepaper): 82.6 TFLOPS FP32; 82.6 TF32, "
-                 "165.2 FP16/BF16 Tensor TFLOPS dense with FP32 accumulation (330.3 with FP16 accumulation); 1,008 GB/s"),
+                 "165.2 FP16/BF16 Tensor TFLOPS dense with FP32 accumulation (330.3 with FP16 accumulation); 1,008 GB/s",
+                 fp8_tflops=330.3,
+                 fp8_source="GeForce RTX 4090 datasheet figures (NVIDIA Ada Lovelace architecture whitepaper): 330.3 FP8 "
+                            "Tensor TFLOPS dense with FP32 accumulation (660.6 with FP16 accumulation), beside 165.2 "
+                            "BF16 with FP32 accumulation"),
     GpuDatasheet("V100 SXM2", ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), 15.7, None, 125, None, 900,
                  "NVIDIA V100 datasheet (SXM2): 15.7 TFLOPS FP32, 125 FP16 Tensor TFLOPS; no BF16, no TF32; 900 GB/s"),
     GpuDatasheet("V100 PCIe", ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"), 14, None, 112, None, 900,
@@ -1246,6 +1316,21 @@ def datasheet_rows() -> list[list[str]]:
     ]  # fmt: skip
 
 
+FP8_DATASHEET_HEADER = ["GPU", "FP8", "BF16", "FP8 / BF16", "source"]
+
+
+def fp8_datasheet_rows() -> list[list[str]]:
+    """The GPUs of the datasheet table that have FP8 Tensor Cores, as rows for ``widgets.table_html``
+    (header :data:`FP8_DATASHEET_HEADER`): dense FP8 and BF16 TFLOP/s (FP32 accumulation), their ratio
+    (:attr:`GpuDatasheet.fp8_over_bf16`, computed from the two figures) and where the FP8 figure comes from.
+    A100, V100 and T4 have no FP8 Tensor Cores and no row.  (``08_fp8_and_block_scaling``)"""
+    return [
+        [e.model, f"{e.fp8_tflops:g}", f"{e.bf16_tflops:g}", f"{e.fp8_over_bf16:.3g}x", e.fp8_source]
+        for e in DATASHEETS
+        if e.fp8_over_bf16 is not None
+    ]
+
+
 @dataclass(frozen=True)
 class Ceiling:
     """The best speedup AMP can hope for: the raw low-precision / FP32 arithmetic rate."""
@@ -1276,7 +1361,7 @@ def datasheet_ceiling(gpu_name: str | None, dtype=torch.float16) -> Ceiling | No
 def regime_for(seconds: float, flops: float, bytes_moved: float, dtype, context: dict, *, unit: str = "step") -> Regime:
     """:func:`amp_lab.timing.classify_regime` for a step measured on the device a timing ``context``
     names (``context["device"]``, ``context["device_name"]``): the datasheet's peak rate for ``dtype``
-    (``torch.float32``, ``"tf32"``, ``torch.float16`` or ``torch.bfloat16``) and bandwidth.  "unknown" on
+    (``torch.float32``, ``"tf32"``, ``torch.float16``, ``torch.bfloat16`` or ``"fp8"``) and bandwidth.  "unknown" on
     a CPU, an Apple GPU, or a GPU the datasheet table does not know."""
     if not isinstance(context, dict):
         raise TypeError(f"context must be a timing context dict (timing_context()), got {type(context).__name__}")
@@ -2462,3 +2547,249 @@ def result_card_html(result: RaceResult) -> str:
 def race_widget(**kwargs) -> RaceWidget:
     """Build the race widget (see :class:`RaceWidget`); the notebook cell ends with ``racer.widget``."""
     return RaceWidget(**kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# FP8 GEMMs: which GPUs run them, and a race of FP8 against the AMP dtype and FP32
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fp8Support:
+    """Whether FP8 GEMMs (``torch._scaled_mm`` with ``float8_e4m3fn``) run on Tensor Cores, and why.
+
+    Truthy exactly when ``supported`` is, and unpacks as ``(supported, reason)``:
+    ``ok, why = fp8_matmul_support((9, 0))``.  Built by :func:`fp8_matmul_support`."""
+
+    supported: bool
+    reason: str
+
+    def __post_init__(self):
+        check_bool("supported", self.supported)
+        check_instance("reason", self.reason, str, "a sentence saying why")
+
+    def __bool__(self) -> bool:
+        return self.supported
+
+    def __iter__(self):
+        return iter((self.supported, self.reason))
+
+
+def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
+    """Whether a CUDA GPU of compute ``capability`` runs FP8 GEMMs on Tensor Cores with a torch build whose
+    ``torch.cuda.get_arch_list()`` is ``arch_list``, and why.  Pure, so tests feed it any GPU and wheel.
+    (``08_fp8_and_block_scaling``, ``scripts/gpu_check.py``)
+
+    * ``capability`` None (a CPU, or no CUDA GPU): not supported; ``torch._scaled_mm`` still runs on the
+      CPU, emulated, which shows FP8's numbers but not its speed.
+    * The GPU's Tensor Cores must multiply FP8 (:func:`amp_lab.hardware.tensor_core_generation`: Ada 8.9,
+      Hopper 9.0, Blackwell 10.x and 12.x; not Ampere 8.0/8.6/8.7, Turing or Volta).
+    * The build must have kernels for the GPU (:func:`amp_lab.hardware.arch_supported`: an ``sm_XY`` cubin of
+      the same major and a lower or equal minor, ``sm_XYa`` for exactly X.Y, or ``compute_XY`` PTX at or below
+      it); ``arch_list`` None leaves the build unchecked (a caller that has checked it already).
+
+    Returns an :class:`Fp8Support`: truthy when supported, and it unpacks as ``(supported, reason)``.
+    """
+    if arch_list is not None:  # checked whatever the capability, so a malformed list is never accepted
+        if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
+            raise ArgumentTypeError(
+                f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] (torch.cuda.get_arch_list()) or "
+                f"None, got {type(arch_list).__name__}: {arch_list!r:.80}"
+            )
+        for entry in arch_list:
+            _parse_arch(entry)
+    if capability is None:
+        return Fp8Support(False, (
+            "no CUDA GPU: FP8 GEMMs run on the Tensor Cores of NVIDIA GPUs of compute capability 8.9 and later "
+            "(Ada, Hopper, Blackwell); on the CPU torch._scaled_mm runs emulated, so it shows FP8's numbers but "
+            "not its speed"
+        ))  # fmt: skip
+    tc = tensor_core_generation(capability)
+    cap = f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]})"
+    if "fp8" not in tc.precisions:
+        has = (
+            f"Tensor Cores multiply {', '.join(tc.precisions).upper()} but not FP8"
+            if tc.has_tensor_cores
+            else "has no Tensor Cores"
+        )
+        return Fp8Support(False, (
+            f"{cap} {has}: FP8 GEMMs (torch._scaled_mm) need compute capability 8.9 or later (Ada, Hopper, "
+            "Blackwell)"
+        ))  # fmt: skip
+    if arch_list is not None and not arch_supported(tc.capability, arch_list):
+        return Fp8Support(False, f"{cap} has FP8 Tensor Cores, but {arch_advice(tc.capability, arch_list)}")
+    build = "" if arch_list is None else ", and this torch build has kernels for it"
+    return Fp8Support(True, f"{cap} Tensor Cores multiply FP8 (E4M3, E5M2){build}: torch._scaled_mm runs FP8 GEMMs there")
+
+
+def _cuda_arch_list() -> tuple[str, ...]:
+    """``torch.cuda.get_arch_list()``: one function, so a CPU test can hand a race a GPU build's list."""
+    return tuple(torch.cuda.get_arch_list())
+
+
+# cuBLASLt's FP8 GEMM (torch._scaled_mm on CUDA) needs every dimension a multiple of 16; the CPU takes any
+# size, but the race asks the same of every device so a size that runs here runs on a GPU too.
+FP8_GEMM_MULTIPLE = 16
+
+
+def fp8_matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes ``race_fp8_matmul(n)`` keeps alive at its peak: A, B and C in FP32 and in ``dtype`` (as
+    :func:`matmul_bytes` counts them), the two E4M3 operands (1 byte per element), the FP8 GEMM's bfloat16
+    result, and three FP32 temporaries while B's transpose is scaled into E4M3 (the transpose, ``x * scale``
+    and its clamped copy)."""
+    n = check_int("n", n, minimum=1, maximum=MAX_GEMM_DIM)
+    return matmul_bytes(n, dtype) + n * n * (2 * 1 + 2 + 3 * 4)
+
+
+def _tensorwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` in E4M3 with one scale for the whole tensor, and the scale that turns it back (its inverse,
+    what ``torch._scaled_mm`` multiplies by): the course's tensorwise scaling (:func:`amp_lab.fp8.tensorwise_scale`
+    and :func:`amp_lab.fp8.quantize`, torchao's rules: ``448 / amax`` rounded to float32, a saturating cast)."""
+    from .fp8 import quantize, tensorwise_scale  # imported here: the race needs it only for this contestant
+
+    scale = tensorwise_scale(x, "fp8_e4m3")
+    return quantize(x, "fp8_e4m3", scale), scale.reciprocal()
+
+
+def _fp8_operands(A: torch.Tensor, B: torch.Tensor):
+    """A and B in E4M3, laid out as ``torch._scaled_mm`` on CUDA needs them, with their inverse scales.
+
+    cuBLASLt's FP8 GEMM takes the first operand row-major and the second column-major (its "TN" layout), so
+    B's transpose is stored row-major and ``b8`` is the transposed view of it: the same values as B, column
+    by column, the layout a linear layer's weight ``W`` (out x in) has as ``W.t()``."""
+    a8, inv_a = _tensorwise_e4m3(A)
+    bt8, inv_b = _tensorwise_e4m3(B.t().contiguous())
+    return a8, bt8.t(), inv_a, inv_b
+
+
+def race_fp8_matmul(
+    n: int,
+    *,
+    device=None,
+    dtype=None,
+    warmup: int = 3,
+    repeats: int = 10,
+    min_sample_s: float = 0.01,
+    num_threads: int | None = None,
+    callback: Callable[[RaceProgress], None] | None = None,
+    target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
+    max_time_s: float | None = RACE_MAX_TIME_S,
+    reuse=None,
+) -> RaceResult:
+    """Race one n x n GEMM in FP32, in the AMP dtype and in FP8.  (``08_fp8_and_block_scaling``)
+
+    Three contestants, each with its inputs **already in its own dtype**, so the race compares GEMM rates,
+    what a datasheet's FP8 / BF16 ratio is about (what casting costs is :func:`race_matmul`'s subject):
+
+    * ``"fp32"``: ``A @ B`` in FP32 (TF32 off on CUDA, as in :func:`race_matmul`);
+    * ``"amp"``: ``A @ B`` with A and B in ``dtype`` (float16 or bfloat16; default ``amp_dtype(device)``);
+    * ``"fp8"``: ``torch._scaled_mm`` of A and B in E4M3 with one scale per tensor, accumulating in FP32
+      and writing bfloat16.  The scales (``448 / amax``, as torchao computes them) and the E4M3 operands are
+      made **once, before timing**: the race times the GEMM, not the scaling.  B is handed over column-major,
+      the layout cuBLASLt's FP8 GEMM needs.
+
+    ``n`` is a multiple of 16 (:data:`FP8_GEMM_MULTIPLE`, what cuBLASLt's FP8 GEMM needs; asked on every
+    device, so a size that runs here runs on a GPU).  On a CUDA GPU the race runs only where
+    :func:`fp8_matmul_support` says FP8 GEMMs run on Tensor Cores (compute capability 8.9 and later, with a
+    torch build that has kernels for it), and refuses with its reason before anything is allocated.  On the
+    CPU ``torch._scaled_mm`` runs without FP8 arithmetic units: a true result, not a fast one.  The result is
+    a :class:`RaceResult` of kind ``"fp8_matmul"``: ``speedup`` is FP32 over AMP, :attr:`RaceResult.fp8_speedup`
+    AMP over FP8 (above 1: FP8 is faster), and :func:`fp8_summary` reads it.  Memory
+    (:func:`fp8_matmul_bytes`) is checked before anything is allocated; sampling and ``reuse`` work as in
+    :func:`race_matmul`.
+    """
+    n = check_int("n", n, minimum=FP8_GEMM_MULTIPLE, maximum=MAX_GEMM_DIM)
+    if n % FP8_GEMM_MULTIPLE:
+        lower = n - n % FP8_GEMM_MULTIPLE
+        raise ValueError(
+            f"n={n} is not a multiple of {FP8_GEMM_MULTIPLE}: FP8 GEMMs (torch._scaled_mm on CUDA) need every "
+            f"dimension a multiple of {FP8_GEMM_MULTIPLE}; choose n={lower} or n={lower + FP8_GEMM_MULTIPLE}"
+        )
+    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
+                               callback)  # fmt: skip
+    _, repeats, _, min_sample_s, _ = _check_budget(warmup, repeats, min_sample_s, num_threads)
+    _check_planned_time(repeats, 3, min_sample_s)
+    device_type, capability = _device_facts(dev)
+    if device_type == "mps":
+        raise ValueError(
+            f"race_fp8_matmul cannot race on {dev}: FP8 GEMMs run on NVIDIA GPUs of compute capability 8.9 and "
+            "later, and emulated on the CPU; choose device='cpu' or a CUDA GPU"
+        )
+    if device_type == "cuda":
+        support = fp8_matmul_support(capability, _cuda_arch_list())
+        if not support:
+            raise ValueError(f"race_fp8_matmul cannot race on {dev}: {support.reason}")
+    found = _reusable(reuse, "fp8_matmul", {"n": n}, dtype, dev, num_threads)
+    if found is not None:
+        return found
+    _check_fits(
+        fp8_matmul_bytes(n, dtype),
+        dev,
+        f"race_fp8_matmul(n={n})",
+        f"choose a smaller n (a multiple of {FP8_GEMM_MULTIPLE})",
+    )
+    A, B = _operands(n, dev)
+    A_low, B_low = A.to(dtype), B.to(dtype)
+    a8, b8, inv_a, inv_b = _fp8_operands(A, B)
+
+    def fp32():
+        return A @ B
+
+    def amp():
+        return A_low @ B_low
+
+    def fp8():
+        return torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16)
+
+    off = _tf32_context(device_type, False)
+    contestants = {name: Contestant(fn, off) for name, fn in (("fp32", fp32), ("amp", amp), ("fp8", fp8))}
+    budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
+    return _run_race("fp8_matmul", {"n": n}, f"n={n}", dtype, dev, contestants, 2.0 * n**3, budget,
+                     fp8="float8_e4m3fn, tensorwise scales made before timing, bfloat16 output")  # fmt: skip
+
+
+def fp8_summary(result: RaceResult) -> str:
+    """What an FP8 race (:func:`race_fp8_matmul`) says, composed from its measurement and the facts of the
+    machine that ran it: the speedup of FP8 over the AMP dtype and over FP32, each with its interval, each
+    contestant's TFLOP/s, and why: on a CPU, that there is no FP8 hardware (and, where the CPU emulates the
+    AMP dtype, why that GEMM is slow); on a GPU, :func:`fp8_matmul_support`'s reason and, for a GPU the
+    datasheet table knows, the datasheet's FP8 / BF16 ratio beside the measured one.
+    (``08_fp8_and_block_scaling``)"""
+    _check_result("result", result)
+    if result.fp8 is None:
+        raise ValueError(f"result must be an FP8 race (race_fp8_matmul), got a {result.kind!r} race without an 'fp8' timing")
+    est = result.fp8_speedup_interval
+    vs32 = speedup_estimate(result.fp32, result.fp8, confidence=result.confidence)
+    low = dtype_name(result.dtype)
+    rates = ", ".join(f"{label} {result.tflops[name]:.3g}" for name, label in (("fp32", "FP32"), ("amp", low), ("fp8", "FP8")))
+    dev = str(result.context.get("device", ""))
+    head = (
+        f"FP8 (E4M3) against {low}, {result.size} on {dev or '?'}: {est}: {est.outcome}; against FP32: {vs32}: "
+        f"{vs32.outcome}. TFLOP/s: {rates}."
+    )
+    if not dev.startswith("cuda"):
+        text = (
+            f"{head} There are no FP8 Tensor Cores on {dev or 'this device'}: torch._scaled_mm there converts the "
+            "E4M3 operands and multiplies them with ordinary arithmetic, so the race checks that FP8 GEMMs run, "
+            "not how fast they are on the hardware built for them."
+        )
+        slowest = max(result.timings, key=lambda name: result.timings[name].median)
+        if native_arithmetic(result) is False and slowest == "amp":
+            insn = _cpu_instructions(result, False)
+            text += (
+                f" This CPU has no {insn} instructions either, so its {low} GEMM is emulated: that is why it was "
+                "the slowest of the three, not a sign that FP8 is fast here."
+            )
+        return text
+    cap = result.context.get("capability")
+    support = fp8_matmul_support(tuple(cap) if cap else None)
+    entry = datasheet_entry(result.context.get("device_name"))
+    ratio = None if entry is None else entry.fp8_over_bf16
+    if ratio is None:
+        sheet = "The course's datasheet table has no FP8 figure for this GPU, so the measurement is the answer."
+    else:
+        sheet = (
+            f"The {entry.model} datasheet gives FP8 {ratio:.3g}x the BF16 rate; this race measured "
+            f"{est.ratio:.3g}x against {low} ({est.ratio / ratio:.0%} of that ceiling)."
+        )
+    return f"{head} {support.reason}. {sheet}"

@@ -233,6 +233,15 @@ def _check_train_settings(
     )
 
 
+def _check_convert(convert) -> None:
+    """train_digits' ``convert``: None or a function from the built model to the model to train."""
+    if convert is not None and not callable(convert):
+        raise ArgumentTypeError(
+            f"convert must be None or a function from the model to the model to train "
+            f"(e.g. amp_lab.fp8.convert_to_float8), not {type(convert).__name__}"
+        )
+
+
 def _check_data(data) -> None:
     """``data`` must fit the network train_digits builds from it: checked here, not deep in torch."""
     for attr in ("train", "test", "num_features", "num_classes"):
@@ -345,11 +354,7 @@ def train_digits(
     from .gradients import make_mlp
 
     scaler = _check_scaler(scaler)
-    if convert is not None and not callable(convert):
-        raise TypeError(
-            f"convert must be None or a function from the model to the model to train "
-            f"(e.g. amp_lab.fp8.convert_to_float8), not {type(convert).__name__}"
-        )
+    _check_convert(convert)
     dtype, num_steps, batch_size, lr, depth, width, max_grad_norm, seed, label, num_threads = (
         _check_train_settings(
             dtype=dtype, num_steps=num_steps, batch_size=batch_size, lr=lr, depth=depth, width=width,
@@ -587,7 +592,9 @@ def _check_train_kwargs(train_kwargs) -> dict:
             raise ValueError(
                 f"train_kwargs has the unknown key {key!r}; train_digits takes: {', '.join(defaults)}"
             )
-    _check_train_settings(**{**defaults, **train_kwargs, "num_steps": 1})  # num_steps: checked by the widget
+    settings = {**defaults, **train_kwargs, "num_steps": 1}  # num_steps: checked by the widget
+    _check_convert(settings.pop("convert"))
+    _check_train_settings(**settings)
     return dict(train_kwargs)
 
 

@@ -6,6 +6,11 @@ Runs, on CUDA, one *section* after another:
   TF32 off, FP32 with TF32 on, bfloat16 and float16: time and TFLOP/s per precision;
 * ``race_matmul``: FP32 (TF32 off), TF32 and AMP at n = 1024, 4096, 8192, for each AMP dtype the GPU
   multiplies in hardware (:func:`amp_dtypes`: float16 everywhere, bfloat16 from Ampere, sm_80, on);
+* ``race_fp8_matmul``: an FP8 (E4M3) GEMM through ``torch._scaled_mm`` against bfloat16 and FP32, inputs
+  already in each dtype (:func:`amp_lab.race.race_fp8_matmul`), at n = 4096 and 8192 (and 1024 in the full
+  run), with the datasheet's FP8 / BF16 ratio beside the measured one; only on GPUs whose Tensor Cores
+  multiply FP8 under this build (:func:`amp_lab.race.fp8_matmul_support`: compute capability 8.9 and later),
+  elsewhere recorded as skipped with the reason;
 * ``race_mlp``: training steps of the tutorial loop's model, with peak memory;
 * ``alignment``: the float16 matmul at n = 4096 against 4095;
 * ``autocast_probe``: ``amp_lab.autocast_ops.probe`` on CUDA and on the CPU;
@@ -40,12 +45,13 @@ section                 what                                                  qu
 start-up                import torch, CUDA context, machine facts                    15         15
 precision_table         4 precisions x 10 rounds at n = 8192 (fixed rounds)           4          4
 race_matmul             n = 1024, 4096, 8192 x 2 dtypes: 6 races                     37        127
+race_fp8_matmul         quick: n = 4096, 8192; full: n = 1024, 4096, 8192            12         63
 race_mlp                quick: (4096, 1024) in bf16; full: 3 shapes x 2 dtypes        6        126
 alignment               n = 4095 (n = 4096 is reused)                                 6         21
 autocast_probe          CUDA and CPU                                                 15         15
 sweeps                  quick: n = 256 ... 8192, 3 new sizes + raw GEMM per dtype    48        340
                         full: n up to 16384 per dtype, MLP widths 256 ... 8192
-total                   (``python scripts/gpu_check.py [--quick]`` prints it)       131        648
+total                   (``python scripts/gpu_check.py [--quick]`` prints it)       143        711
 ======================  ====================================================  =========  =========
 
 (``tests/test_gpu_check.py`` checks the quick total stays under 180 s.)  In practice races on a GPU
@@ -86,6 +92,7 @@ FULL = {
     "matmul_n": (1024, 4096, 8192),
     "mlp": ((1024, 256), (4096, 1024), (8192, 4096)),
     "mlp_every_dtype": True,  # race_mlp in each AMP dtype (False: the course's dtype only)
+    "fp8_n": (1024, 4096, 8192),  # race_fp8_matmul, where the GPU has FP8 Tensor Cores
     "align": (4096, 4095),
     "sweep_matmul": (256, 512, 1024, 2048, 4096, 8192, 16384),
     "sweep_mlp": (256, 512, 1024, 2048, 4096, 8192),
@@ -103,12 +110,14 @@ QUICK = {
     **FULL,
     "mlp": ((4096, 1024),),
     "mlp_every_dtype": False,
+    "fp8_n": (4096, 8192),
     "sweep_matmul": (256, 512, 1024, 2048, 4096, 8192),
     "sweep_mlp": (),  # no MLP sweep in --quick
     "max_time_s": 5.0,
 }
 TINY = {  # --device cpu: low precision is slow on CPUs without bf16/fp16 instructions
     "matmul_n": (32,),
+    "fp8_n": (32,),
     "mlp": ((32, 16),),
     "mlp_every_dtype": True,
     "align": (32, 31),
@@ -134,7 +143,7 @@ STARTUP_S = 15.0  # import torch, CUDA context, machine facts
 PROBE_S = {"cuda": 10.0, "cpu": 5.0}  # the autocast probe: tiny tensors, about 0.5 s on a CPU
 QUICK_BUDGET_S = 180.0
 
-SECTIONS = ("precision_table", "race_matmul", "race_mlp", "alignment", "autocast_probe", "sweeps")
+SECTIONS = ("precision_table", "race_matmul", "race_fp8_matmul", "race_mlp", "alignment", "autocast_probe", "sweeps")
 
 EXIT_OK, EXIT_FAILED, EXIT_CANNOT_RUN, EXIT_NO_KERNELS = 0, 1, 2, 3
 
@@ -222,11 +231,26 @@ def measure_worst_s(call_s: float, contestants: int, sizes: dict, *, repeats: in
     return max(minimum, sizes["max_time_s"]) + round_s
 
 
+def fp8_support(device_type: str, capability, arch_list=None):
+    """Whether the ``race_fp8_matmul`` section races on this GPU (:func:`amp_lab.race.fp8_matmul_support`:
+    FP8 Tensor Cores, compute capability 8.9 and later, and kernels in this build), and why.  Not on the
+    CPU test device, where there is no GPU to measure."""
+    from amp_lab.race import fp8_matmul_support
+
+    return fp8_matmul_support(capability if device_type == "cuda" else None, arch_list)
+
+
+def skipped_sections(device_type: str, capability, arch_list=None) -> dict[str, str]:
+    """The sections this machine skips by design, each with the reason (printed with the plan)."""
+    support = fp8_support(device_type, capability, arch_list)
+    return {} if support else {"race_fp8_matmul": support.reason}
+
+
 def plan(sizes: dict, dtypes: list, *, device_type: str = "cuda", capability=None,
-         fp32_tflops: float | None = None) -> dict:  # fmt: skip
+         fp32_tflops: float | None = None, arch_list=None) -> dict:  # fmt: skip
     """Worst-case seconds per section (and ``"total"``) for these sizes and AMP dtypes: pure, so tests
     check the budget of any GPU's plan.  Races that an earlier section ran are counted once, as the
-    script reuses them."""
+    script reuses them.  A section the machine skips (:func:`skipped_sections`) plans 0 s."""
     from amp_lab.race import mlp_step_flops
 
     if fp32_tflops is None:
@@ -256,6 +280,12 @@ def plan(sizes: dict, dtypes: list, *, device_type: str = "cuda", capability=Non
     )
     s["race_matmul"] = sum(race_s("matmul", n, d) for d in dtypes for n in sizes["matmul_n"])
     races["race_matmul"] = len(dtypes) * len(sizes["matmul_n"])
+    # FP32, bfloat16 and FP8 contestants, each timed (conservatively) at the FP32 rate
+    fp8 = bool(fp8_support(device_type, capability, arch_list))
+    s["race_fp8_matmul"] = (
+        sum(measure_worst_s(2.0 * n**3 / rate, 3, sizes) + RACE_SETUP_S for n in sizes["fp8_n"]) if fp8 else 0.0
+    )
+    races["race_fp8_matmul"] = len(sizes["fp8_n"]) if fp8 else 0
     mdt = mlp_dtypes(dtypes, capability, sizes)
     s["race_mlp"] = sum(race_s("mlp", wb, d) for d in mdt for wb in sizes["mlp"])
     races["race_mlp"] = len(mdt) * len(sizes["mlp"])
@@ -277,9 +307,12 @@ def plan(sizes: dict, dtypes: list, *, device_type: str = "cuda", capability=Non
     return s
 
 
-def plan_text(p: dict, assumption: str) -> str:
-    parts = ", ".join(f"{k} {v:.0f} s" for k, v in p.items() if k != "total")
-    return f"planned worst case {p['total']:.0f} s ({assumption}): {parts}"
+def plan_text(p: dict, assumption: str, skipped: dict | None = None) -> str:
+    """The plan as one line; ``skipped`` (:func:`skipped_sections`) names each section left out, and why."""
+    skipped = skipped or {}
+    parts = ", ".join(f"{k} skipped" if k in skipped else f"{k} {v:.0f} s" for k, v in p.items() if k != "total")
+    text = f"planned worst case {p['total']:.0f} s ({assumption}): {parts}"
+    return text + "".join(f"; {name} skipped: {why}" for name, why in skipped.items())
 
 
 # --------------------------------------------------------------------------------------------
@@ -487,10 +520,14 @@ class Section:
 class Check:
     """Everything the sections share: device, sizes, dtypes, and the races run so far (for reuse)."""
 
-    def __init__(self, dev, sizes: dict, capability):
+    def __init__(self, dev, sizes: dict, capability, arch_list=None):
         from amp_lab.device import dtype_name
+        from amp_lab.race import fp8_matmul_support
 
         self.dev, self.sizes, self.capability = dev, sizes, capability
+        # From the facts alone (main passes no capability on the CPU test device, so the FP8 race is skipped
+        # there); a test can hand a CPU device a GPU's facts to run the section.
+        self.fp8_support = fp8_matmul_support(capability, arch_list)
         self.dtypes = amp_dtypes(capability) if dev.type == "cuda" else [amp_dtypes(None)[0]]
         self.mlp_dtypes = mlp_dtypes(self.dtypes, capability, sizes)
         self.races: list = []  # RaceResults, handed to later races as ``reuse``
@@ -576,6 +613,45 @@ def section_race_matmul(check: Check, sec: Section) -> None:
             sec.save()
 
 
+def section_race_fp8_matmul(check: Check, sec: Section) -> None:
+    """FP8 against bfloat16 and FP32 (:func:`amp_lab.race.race_fp8_matmul`) where the GPU multiplies FP8, with
+    the datasheet's FP8 / BF16 ratio for this GPU when the course's table has it; skipped elsewhere."""
+    import torch
+
+    from amp_lab import race
+
+    support = check.fp8_support
+    data = sec.report["race_fp8_matmul"] = {
+        "supported": support.supported, "support": support.reason, "datasheet": None, "results": [],
+    }  # fmt: skip
+    if not support:
+        sec.skipped = support.reason
+        return
+    entry = race.datasheet_entry(sec.report.get("machine", {}).get("gpu_name"))
+    if entry is not None and entry.fp8_over_bf16 is not None:
+        data["datasheet"] = {
+            "model": entry.model,
+            "fp8_tflops": entry.fp8_tflops,
+            "bf16_tflops": entry.bf16_tflops,
+            "fp8_over_bf16": entry.fp8_over_bf16,
+            "source": entry.fp8_source,
+            "row": next(row for row in race.fp8_datasheet_rows() if row[0] == entry.model),
+        }
+    for n in check.sizes["fp8_n"]:
+        try:
+            r = race.race_fp8_matmul(n, dtype=torch.bfloat16, reuse=check.races, **check.common)
+        except Exception as exc:
+            sec.failed(f"n={n}", exc)
+            continue
+        check.races.append(r)
+        data["results"].append(r.to_dict())
+        sec.log(
+            f"race_fp8_matmul n={n}: FP8 {r.tflops['fp8']:.3g} TFLOP/s, bfloat16 {r.tflops['amp']:.3g}; "
+            f"FP8 / bfloat16 {r.fp8_speedup_interval}: {r.fp8_speedup_interval.outcome}"
+        )
+        sec.save()
+
+
 def section_race_mlp(check: Check, sec: Section) -> None:
     from amp_lab import race
 
@@ -656,6 +732,7 @@ def section_sweeps(check: Check, sec: Section) -> None:
 SECTION_FUNCTIONS = {
     "precision_table": section_precision_table,
     "race_matmul": section_race_matmul,
+    "race_fp8_matmul": section_race_fp8_matmul,
     "race_mlp": section_race_mlp,
     "alignment": section_alignment,
     "autocast_probe": section_autocast_probe,
@@ -780,6 +857,7 @@ def markdown(report: dict) -> str:
                 f"| {r['params']['n']} | {r['dtype']} | {t(r, 'fp32')} | {t(r, 'tf32')} | {t(r, 'amp')} | "
                 f"{xi(r)} | {x(r['speedup_vs_tf32'])} | {r['tflops']['amp']:.3g} |"
             )
+    lines += _fp8_markdown(report.get("race_fp8_matmul"), t)
     if report.get("race_mlp"):
         lines += [
             "",
@@ -820,6 +898,42 @@ def markdown(report: dict) -> str:
                 lines.append(f"- {device_type}: {p.get('status')} ({p.get('reason')})")
     lines += ["", f"Durations (s): {report.get('durations_s')}; total {report.get('total_s')} s", ""]
     return "\n".join(lines)
+
+
+def _fp8_markdown(fp8: dict | None, t) -> list[str]:
+    """The FP8 section of the summary: each race's times, FP8 TFLOP/s, and the measured FP8 / BF16 ratio
+    beside the datasheet's (``t(r, name)``: a contestant's median time, as the other tables print it)."""
+    if not fp8:
+        return []
+    lines = ["", "## race_fp8_matmul (FP8 E4M3 GEMM through torch._scaled_mm; inputs already in each dtype)", ""]
+    if not fp8.get("supported"):
+        return lines + [f"Not raced: {fp8.get('support')}."]
+    ds = fp8.get("datasheet")
+    sheet = "-" if not ds else f"{ds['fp8_over_bf16']:.3g}x"
+    lines += [
+        "| n | AMP dtype | FP32 | AMP | FP8 | AMP TFLOP/s | FP8 TFLOP/s | FP8 / BF16 measured (95% interval) | FP8 / BF16 datasheet |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in fp8.get("results", []):
+        iv = r["fp8_speedup_interval"]
+        measured = (
+            f"{iv['ratio']:.2f}x (too few pairs)" if iv["high"] == "inf"
+            else f"{iv['ratio']:.2f}x ({iv['low']:.2f}-{iv['high']:.2f}, {iv['outcome']})"
+        )  # fmt: skip
+        lines.append(
+            f"| {r['params']['n']} | {r['dtype']} | {t(r, 'fp32')} | {t(r, 'amp')} | {t(r, 'fp8')} | "
+            f"{r['tflops']['amp']:.3g} | {r['tflops']['fp8']:.3g} | {measured} | {sheet} |"
+        )
+    lines.append("")
+    if ds:
+        lines.append(
+            f"Datasheet ({ds['model']}): FP8 {ds['fp8_tflops']:g} and BF16 {ds['bf16_tflops']:g} dense TFLOP/s, "
+            f"ratio {ds['fp8_over_bf16']:.3g}x ({ds['source']})."
+        )
+    else:
+        lines.append("The course's datasheet table (amp_lab.race.DATASHEETS) has no FP8 figure for this GPU.")
+    lines.append(f"Why this GPU races FP8: {fp8.get('support')}.")
+    return lines
 
 
 # --------------------------------------------------------------------------------------------
@@ -887,12 +1001,14 @@ def main(argv: list[str] | None = None, *, facts: CudaFacts | None = None, log=_
     sizes = (QUICK if args.quick else FULL) if cuda else TINY
     mode = ("quick" if args.quick else "full") if cuda else "cpu-test"
     capability = facts.capability if cuda else None
+    arch_list = list(facts.arch_list) if cuda else None
     out = Path(args.out) if args.out is not None else ROOT / "docs" / "results"
 
     began = time.perf_counter()
     machine = machine_info(dev, facts if cuda else None)
-    check = Check(dev, sizes, capability)
-    budget = plan(sizes, check.dtypes, device_type=dev.type, capability=capability)
+    check = Check(dev, sizes, capability, arch_list)
+    budget = plan(sizes, check.dtypes, device_type=dev.type, capability=capability, arch_list=arch_list)
+    skipped = skipped_sections(dev.type, capability, arch_list)
     assumption = (
         f"{mode} sizes, FP32 at >= {ASSUMED_FP32_TFLOPS:g} TFLOP/s, {sizes['max_time_s']} s per race"
         if cuda
@@ -900,7 +1016,7 @@ def main(argv: list[str] | None = None, *, facts: CudaFacts | None = None, log=_
     )
     log(f"gpu_check on {machine['gpu_name'] or dev} (torch {machine['torch']}, CUDA {machine['cuda_runtime']}, "
         f"AMP dtypes {', '.join(machine['amp_dtypes'])})")  # fmt: skip
-    log(plan_text(budget, assumption))
+    log(plan_text(budget, assumption, skipped))
 
     date = utc_now()
     quick = bool(args.quick or not cuda)
@@ -916,7 +1032,8 @@ def main(argv: list[str] | None = None, *, facts: CudaFacts | None = None, log=_
         "quick": quick,
         "mode": mode,
         "machine": machine,
-        "plan": {"worst_case_s": budget, "assumption": assumption, "sizes": {k: v for k, v in sizes.items()}},
+        "plan": {"worst_case_s": budget, "assumption": assumption, "sizes": {k: v for k, v in sizes.items()},
+                 "skipped": skipped},
         "sections": {name: {"status": "pending", "planned_s": budget.get(name)} for name in SECTIONS},
         "durations_s": {},
         "complete": False,

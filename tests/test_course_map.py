@@ -229,8 +229,23 @@ def test_09_names_where_the_pitfalls_run(here, name):
         assert text == "runs six pitfalls live on the CPU, the subnormal timing included"
 
 
+@pytest.mark.parametrize("name", MACHINES)
+def test_08_says_where_its_fp8_matmuls_run(here, name):
+    """08's FP8 matmuls run on Tensor Cores only from compute capability 8.9 (H100 here); every other
+    machine in the table runs them on the CPU, emulated, and is told so."""
+    kind, facts, *_ = MACHINES[name]
+    report = machine(here, kind, facts)
+    text = dict((f, t) for f, _, t in course_map(report))["08_fp8_and_block_scaling.ipynb"]
+    if report.race_device == "cuda" and report.capability >= (8, 9):
+        assert text == f"trains with FP8 matmuls on the Tensor Cores of {report.gpu_name}; make gpu-check races them"
+    else:
+        assert text.startswith("runs its FP8 matmuls on the CPU, emulated")
+        if report.race_device == "cuda":
+            assert "8.9" in text and ("but not FP8" in text or "has no Tensor Cores" in text), text
+
+
 def test_the_map_is_in_notebook_order_with_09_after_07():
-    """09 is read after 07 (08 is left for a future FP8 notebook): the map lists the notebooks by number."""
+    """The map lists the notebooks by number: 08 (FP8) follows 07, and 09 comes last."""
     files = [lesson.file for lesson in LESSONS]
     assert files == sorted(files)
     assert files.index("09_pitfalls.ipynb") > files.index("07_amp_training_recipe.ipynb")

@@ -82,6 +82,7 @@ from amp_lab import (
     doctor,
     exercises,
     formats,
+    fp8,
     gradients,
     hardware,
     pitfalls,
@@ -109,6 +110,7 @@ MODULES = {
     "device": device,
     "doctor": doctor,
     "formats": formats,
+    "fp8": fp8,
     "gradients": gradients,
     "hardware": hardware,
     "exercises": exercises,
@@ -229,6 +231,22 @@ def race_result():
         max_time_s=None,
         dtype=torch.bfloat16,
     )
+
+
+@functools.cache
+def fp8_race_result():
+    return race.race_fp8_matmul(16, repeats=6, warmup=0, min_sample_s=1e-4, target_rel_width=None, max_time_s=None)
+
+
+def multiple_of(k: int, kind: Kind) -> Kind:
+    """``kind`` (an Int) whose valid values are also multiples of ``k`` (a GEMM dimension for FP8)."""
+    base_valid = kind.valid
+
+    def valid(v):
+        ok = base_valid(v)
+        return ok and v % k == 0 if ok else ok
+
+    return dataclasses.replace(kind, name=f"{kind.name} multiple of {k}", valid=valid)
 
 
 @functools.cache
@@ -1122,6 +1140,20 @@ E(
     corpus_limit=2,
 )
 E(
+    "race.race_fp8_matmul",
+    lambda: dict(n=16, **RACE_FAST),
+    race_kinds(n=multiple_of(16, Int(1, race.MAX_GEMM_DIM, skip_above=256)), callback=Callable_(), reuse=Obj()),
+    arg_base=RACE_ARG_BASE,
+    examples=3,
+    corpus_limit=2,
+)
+E("race.Fp8Support", lambda: dict(supported=True, reason="x"))
+E("race.fp8_matmul_support", lambda: dict(capability=(9, 0), arch_list=["sm_90"]),
+  {"capability": Obj(), "arch_list": Obj()})
+E("race.fp8_datasheet_rows")
+E("race.fp8_matmul_bytes", lambda: dict(n=16), {"n": Int(1, race.MAX_GEMM_DIM)}, post=nonneg_int)
+E("race.fp8_summary", lambda: dict(result=fp8_race_result()), {"result": Obj()}, post=is_str)
+E(
     "race.race_mlp",
     lambda: dict(width=8, batch=8, in_features=8, **RACE_FAST),
     race_kinds(
@@ -1728,6 +1760,88 @@ E(
     examples=2,
     corpus_limit=3,
 )
+
+# --- fp8 ------------------------------------------------------------------------------------
+def fp8_linear(features: int = 16) -> torch.nn.Linear:
+    torch.manual_seed(0)
+    return torch.nn.Linear(features, features)
+
+
+def fp8_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
+
+
+FP8_FMT = Str(choices=tuple(fp8.FP8_FORMATS))
+ELEMENT_FMT = Str(choices=tuple(fp8.ELEMENT_FORMATS))
+E("fp8.import_torchao")
+E("fp8.fp8_device", fuzz={"device": Device()})
+E("fp8.fp8_placement", lambda: dict(device="cuda", capability=(9, 0), arch_list=["sm_90"]),
+  {"device": Obj(), "capability": Obj(), "arch_list": Obj()})
+E("fp8.tensorwise_scale", lambda: dict(x=T(4, 16)), {"x": Tensor(), "fmt": FP8_FMT, "margin": Int(0, fp8.MAX_MARGIN)})
+E("fp8.quantize", lambda: dict(x=T(4, 16), fmt="fp8_e4m3", scale=torch.tensor(2.0)),
+  {"x": Tensor(), "fmt": FP8_FMT, "scale": Obj()})
+E("fp8.dequantize", lambda: dict(q=T(4, 16).to(torch.float8_e4m3fn), scale=torch.tensor(2.0)),
+  {"q": Tensor(), "scale": Obj()})
+E("fp8.saturation_count", lambda: dict(x=T(4, 16), fmt="fp8_e4m3", scale=torch.tensor(2.0)),
+  {"x": Tensor(), "fmt": FP8_FMT, "scale": Obj()}, post=nonneg_int)
+E("fp8.quantization_error", lambda: dict(x=T(4, 16), xq=T(4, 16)), {"x": Tensor(), "xq": Tensor()})
+E("fp8.DelayedScaling", fuzz={"fmt": FP8_FMT, "history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN),
+                             "algo": Str(choices=fp8.ALGOS)})
+E("fp8.ElementFormat", lambda: dict(name="fp8_e4m3", dtype=torch.float8_e4m3fn, max=448.0, emax=8, mantissa_bits=3,
+                                    label="FP8 E4M3"))
+E(
+    "fp8.Float8Linear",
+    lambda: dict(in_features=16, out_features=16),
+    {"in_features": Int(1, skip_above=64), "out_features": Int(1, skip_above=64), "bias": Bool(),
+     "scaling": Str(choices=fp8.SCALINGS), "history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN),
+     "algo": Str(choices=fp8.ALGOS), "device": Device(), "dtype": Dtype()},
+)
+E("fp8.float8_module_filter", lambda: dict(module=fp8_linear()), {"module": Obj(), "fqn": Str()})
+E(
+    "fp8.convert_to_float8",
+    lambda: dict(model=fp8_model()),
+    {"model": Obj(), "scaling": Str(choices=fp8.SCALINGS), "module_filter": Callable_(),
+     "history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN), "algo": Str(choices=fp8.ALGOS)},
+)
+E(
+    "fp8.MXLinear",
+    lambda: dict(in_features=32, out_features=32),
+    {"in_features": Int(1, skip_above=64), "out_features": Int(1, skip_above=64), "bias": Bool(),
+     "elem": ELEMENT_FMT, "block_size": Obj(), "device": Device(), "dtype": Dtype()},
+)
+E(
+    "fp8.convert_to_mx",
+    lambda: dict(model=fp8_model()),
+    {"model": Obj(), "elem": ELEMENT_FMT, "block_size": Obj(), "module_filter": Callable_()},
+)
+E("fp8.mx_quantize", lambda: dict(x=T(2, 32)), {"x": Tensor(), "elem": ELEMENT_FMT, "block_size": Obj()})
+E("fp8.nvfp4_quantize", lambda: dict(x=T(2, 32)), {"x": Tensor(), "per_tensor_scale": Obj()})
+E(
+    "fp8.make_tensor_sequence",
+    lambda: dict(num_steps=4, size=16, spike_step=2),
+    {"num_steps": Int(1, fp8.MAX_SEQUENCE_STEPS, skip_above=64), "size": Int(1, fp8.MAX_SEQUENCE_SIZE, skip_above=4096),
+     "drift": Float(ge=-fp8.MAX_DRIFT, le=fp8.MAX_DRIFT), "spike_step": Int(0, 3, optional=True),
+     "spike_size": Float(ge=1.0, le=fp8.MAX_SPIKE), "seed": Seed()},
+)
+E(
+    "fp8.scaling_trajectory",
+    lambda: dict(tensors=fp8.make_tensor_sequence(6, size=16, spike_step=3)),
+    {"tensors": Obj(), "fmt": FP8_FMT, "history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN),
+     "algo": Str(choices=fp8.ALGOS), "recipe": Str(choices=fp8.RECIPES)},
+)
+E(
+    "fp8.ScalingTrajectory",
+    lambda: dict(recipe="current", fmt="fp8_e4m3", history_len=4, margin=0, algo="max", amax=[1.0], scale=[448.0],
+                 saturated=[0], flushed=[0], error=[0.01]),
+)
+EXPLORER_KINDS = {
+    "num_steps": Int(2, 200, skip_above=16), "size": Int(1, fp8.MAX_EXPLORER_SIZE, skip_above=64),
+    "history_len": Int(1, 64), "margin": Int(0, 8), "spike_step": Int(0, 7), "spike_size": Float(ge=1.0, le=1e4),
+    "algo": Str(choices=fp8.ALGOS), "fmt": FP8_FMT, "seed": Seed(),
+}
+E("fp8.ScalingExplorer", lambda: dict(num_steps=8, size=32, spike_step=4), EXPLORER_KINDS, examples=2, corpus_limit=3)
+E("fp8.scaling_explorer", lambda: dict(num_steps=8, size=32, spike_step=4), EXPLORER_KINDS, examples=2, corpus_limit=3)
 
 # --- widgets --------------------------------------------------------------------------------
 E(

@@ -52,7 +52,13 @@ def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys
     assert len(stems) == 1 and STEM.match(stems.pop())
     report = _report(tmp_path)
     assert report["schema"] == race.RESULTS_SCHEMA and report["complete"] is True
-    assert {k: v["status"] for k, v in report["sections"].items()} == dict.fromkeys(gpu_check.SECTIONS, "ok")
+    # every section ok, but the FP8 race: skipped by design on the CPU test device, with the reason
+    assert {k: v["status"] for k, v in report["sections"].items()} == {
+        **dict.fromkeys(gpu_check.SECTIONS, "ok"), "race_fp8_matmul": "skipped"}
+    fp8 = report["sections"]["race_fp8_matmul"]
+    assert fp8["reason"] == race.fp8_matmul_support(None).reason and fp8["planned_s"] == 0.0
+    assert report["race_fp8_matmul"]["supported"] is False and report["race_fp8_matmul"]["results"] == []
+    assert report["plan"]["skipped"] == {"race_fp8_matmul": fp8["reason"]}
     for key in ("precision_table", "race_matmul", "race_mlp", "alignment", "sweeps", "autocast_probe"):
         assert report[key], key
     rows = report["precision_table"]["rows"]
@@ -68,9 +74,12 @@ def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys
     assert m["bf16_hardware"] is None and m["amp_dtypes"] == ["bfloat16"]
     out = capsys.readouterr().out
     assert "planned worst case" in out and out.count("race_matmul n=") == 1
+    assert f"race_fp8_matmul skipped: {fp8['reason']}" in out
     # The notebook's loader finds the timestamped file; the summary is beside it.
     assert race.load_reference_results(tmp_path)[0]["_file"] == names[0]
-    assert (tmp_path / names[1]).read_text().startswith("# GPU check")
+    md = (tmp_path / names[1]).read_text()
+    assert md.startswith("# GPU check") and "## race_fp8_matmul" in md
+    assert f"Not raced: {fp8['reason']}." in md and "| race_fp8_matmul | skipped: no CUDA GPU" in md
 
 
 def _fast(gpu_check, monkeypatch, **overrides):
@@ -151,8 +160,8 @@ def test_the_file_is_on_disk_after_the_first_section_and_survives_an_interrupt(g
     assert seen["sections"]["race_matmul"]["status"] == "running"
     report = _report(tmp_path)
     status = {k: v["status"] for k, v in report["sections"].items()}
-    assert status == {"precision_table": "ok", "race_matmul": "ok", "race_mlp": "ok", "alignment": "interrupted",
-                      "autocast_probe": "pending", "sweeps": "pending"}  # fmt: skip
+    assert status == {"precision_table": "ok", "race_matmul": "ok", "race_fp8_matmul": "ok", "race_mlp": "ok",
+                      "alignment": "interrupted", "autocast_probe": "pending", "sweeps": "pending"}  # fmt: skip
     assert report["complete"] is False and report["sections"]["alignment"]["error"]["type"] == "KeyboardInterrupt"
     assert "total_s" in report
 
@@ -291,3 +300,121 @@ def test_cannot_run_exits_2(gpu_check, tmp_path, capsys):
     assert gpu_check.main(["--device", "gpu0", "--out", str(tmp_path)]) == 2
     assert gpu_check.main(["--bogus"]) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------
+# The FP8 race: planned and run where the GPU's Tensor Cores multiply FP8, skipped with the reason elsewhere
+# ------------------------------------------------------------------------------------------
+
+CU130 = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")  # torch 2.13's CUDA 13.0 wheel
+CU126 = ("sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90")
+
+# (GPU, its CudaFacts under a real wheel, whether the FP8 race runs)
+FP8_GPUS = [
+    ("H100", ((9, 0), CU130), True),
+    ("H200", ((9, 0), CU126), True),
+    ("L4", ((8, 9), CU130), True),  # Ada runs the wheel's sm_86 cubins
+    ("RTX 5090", ((12, 0), CU130), True),
+    ("A100", ((8, 0), CU130), False),
+    ("T4", ((7, 5), CU126), False),
+    ("B200 under cu126", ((10, 0), CU126), False),  # FP8 Tensor Cores, but no kernels in that wheel
+]
+
+
+@pytest.mark.parametrize(("name", "facts", "runs"), FP8_GPUS, ids=[g[0] for g in FP8_GPUS])
+def test_the_plan_has_the_fp8_race_only_where_the_gpu_multiplies_fp8(gpu_check, name, facts, runs):
+    facts = gpu_check.CudaFacts(0, *facts, "13.0")
+    dtypes = gpu_check.amp_dtypes(facts.capability)
+    budget = gpu_check.plan(gpu_check.QUICK, dtypes, capability=facts.capability, arch_list=facts.arch_list)
+    skipped = gpu_check.skipped_sections("cuda", facts.capability, facts.arch_list)
+    text = gpu_check.plan_text(budget, "x", skipped)
+    support = race.fp8_matmul_support(facts.capability, facts.arch_list)
+    assert bool(support) is runs and list(budget)[:4] == ["start-up", "precision_table", "race_matmul", "race_fp8_matmul"]
+    if runs:
+        # two races of three contestants at --quick's sizes, each at most max_time_s plus a round and set-up
+        assert gpu_check.QUICK["fp8_n"] == (4096, 8192)
+        assert 2 * (gpu_check.QUICK["max_time_s"] + gpu_check.RACE_SETUP_S) <= budget["race_fp8_matmul"] < 20
+        assert skipped == {} and f"race_fp8_matmul {budget['race_fp8_matmul']:.0f} s" in text
+    else:
+        assert budget["race_fp8_matmul"] == 0.0 and skipped == {"race_fp8_matmul": support.reason}
+        assert text.endswith(f"; race_fp8_matmul skipped: {support.reason}") and "race_fp8_matmul skipped," in text
+        assert f"sm_{facts.capability[0]}{facts.capability[1]}" in support.reason
+    assert budget["total"] < gpu_check.QUICK_BUDGET_S
+    assert budget["total"] == pytest.approx(sum(v for k, v in budget.items() if k != "total"), abs=0.5)
+    check = gpu_check.Check(torch.device("cuda"), gpu_check.QUICK, facts.capability, facts.arch_list)
+    assert check.fp8_support == support
+    # Without a GPU nothing is planned for it, whatever the facts say.
+    assert gpu_check.plan(gpu_check.TINY, [torch.bfloat16], device_type="cpu", capability=facts.capability,
+                          arch_list=facts.arch_list)["race_fp8_matmul"] == 0.0  # fmt: skip
+
+
+FP8_RUNS = [
+    ("H100", (9, 0), "NVIDIA H100 80GB HBM3", 2.0),
+    ("L4", (8, 9), "NVIDIA L4", None),  # FP8 Tensor Cores, but no entry in the course's datasheet table
+    ("A100", (8, 0), "NVIDIA A100-SXM4-80GB", "skipped"),
+    ("T4", (7, 5), "Tesla T4", "skipped"),
+]
+
+
+@pytest.mark.parametrize(("name", "capability", "gpu_name", "sheet"), FP8_RUNS, ids=[g[0] for g in FP8_RUNS])
+def test_the_fp8_section_with_a_gpus_facts_writes_its_table(gpu_check, tmp_path, monkeypatch, name, capability,
+                                                            gpu_name, sheet):  # fmt: skip
+    """The section for real on the CPU device, handed a GPU's facts (the check's capability and arch list, the
+    machine's name): races n = 32 where the GPU multiplies FP8, and the summary sets the measured ratio beside
+    the datasheet's; skipped with the reason where it does not."""
+
+    class GpuFactsCheck(gpu_check.Check):
+        def __init__(self, dev, sizes, _capability, _arch_list=None):
+            super().__init__(dev, sizes, capability, CU130)
+
+    real_info = gpu_check.machine_info
+    monkeypatch.setattr(gpu_check, "Check", GpuFactsCheck)
+    monkeypatch.setattr(gpu_check, "machine_info", lambda dev, facts=None: {**real_info(dev, facts), "gpu_name": gpu_name})
+    # the FP8 section for real; the others add nothing to the report, so the summary shows the FP8 part alone
+    others = {k: (lambda check, sec: None) for k in gpu_check.SECTIONS if k != "race_fp8_matmul"}
+    _fast(gpu_check, monkeypatch, race_fp8_matmul=gpu_check.SECTION_FUNCTIONS["race_fp8_matmul"], **others)
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
+    report = _report(tmp_path)
+    fp8 = report["race_fp8_matmul"]
+    support = race.fp8_matmul_support(capability, CU130)
+    assert fp8["support"] == support.reason and fp8["supported"] is bool(support)
+    md = next(tmp_path.glob("*.md")).read_text()
+    assert "## race_fp8_matmul" in md
+    if sheet == "skipped":
+        assert report["sections"]["race_fp8_matmul"] == {**report["sections"]["race_fp8_matmul"], "status": "skipped",
+                                                         "reason": support.reason}  # fmt: skip
+        assert fp8["results"] == [] and f"Not raced: {support.reason}." in md
+        return
+    assert report["sections"]["race_fp8_matmul"]["status"] == "ok"
+    (r,) = fp8["results"]
+    assert r["kind"] == "fp8_matmul" and r["params"] == {"n": gpu_check.TINY["fp8_n"][0]} and r["dtype"] == "bfloat16"
+    assert set(r["timings"]) == {"fp32", "amp", "fp8"}
+    iv = r["fp8_speedup_interval"]
+    assert iv["ratio"] == pytest.approx(r["fp8_speedup"])
+    assert "FP8 TFLOP/s" in md and "FP8 / BF16 measured (95% interval)" in md and "FP8 / BF16 datasheet" in md
+    row = next(line for line in md.splitlines() if line.startswith("| 32 | bfloat16 |"))
+    assert f"| {r['tflops']['fp8']:.3g} |" in row and f"{iv['ratio']:.2f}x" in row
+    if sheet is None:
+        assert fp8["datasheet"] is None and row.endswith("| - |") and "has no FP8 figure for this GPU" in md
+    else:
+        entry = race.datasheet_entry(gpu_name)
+        assert fp8["datasheet"]["fp8_over_bf16"] == entry.fp8_tflops / entry.bf16_tflops == sheet
+        assert fp8["datasheet"]["row"] in race.fp8_datasheet_rows() and fp8["datasheet"]["source"] == entry.fp8_source
+        assert row.endswith(f"| {sheet:.3g}x |") and entry.fp8_source in md
+
+
+def test_a_failed_fp8_race_is_recorded_and_the_others_still_run(gpu_check, tmp_path, monkeypatch, capsys):
+    class H100Check(gpu_check.Check):
+        def __init__(self, dev, sizes, _capability, _arch_list=None):
+            super().__init__(dev, sizes, (9, 0), CU130)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED (simulated)")
+
+    monkeypatch.setattr(gpu_check, "Check", H100Check)
+    monkeypatch.setattr(race, "race_fp8_matmul", boom)
+    _fast(gpu_check, monkeypatch, race_fp8_matmul=gpu_check.SECTION_FUNCTIONS["race_fp8_matmul"])
+    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
+    assert "race_fp8_matmul (RuntimeError: CUBLAS_STATUS_NOT_SUPPORTED (simulated))" in capsys.readouterr().err
+    status = {k: v["status"] for k, v in _report(tmp_path)["sections"].items()}
+    assert status == {**dict.fromkeys(gpu_check.SECTIONS, "ok"), "race_fp8_matmul": "error"}

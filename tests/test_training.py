@@ -387,6 +387,7 @@ def test_run_summaries_refuse_bad_last(last, error):
         ({"train_kwargs": {"sed": 1}}, "sed", ValueError),
         ({"train_kwargs": {"lr": -1.0}}, "lr", ValueError),
         ({"train_kwargs": {"depth": 10**6}}, "depth", ValueError),
+        ({"train_kwargs": {"convert": 3}}, "convert", TypeError),
         ({"device": "tpu"}, "device", ValueError),
     ],
 )
@@ -414,7 +415,7 @@ def test_convert_replaces_the_model_that_trains():
     run = train_digits(None, dtype=None, num_steps=2, depth=2, width=4, batch_size=8, convert=wrap)
     assert run.model is seen["wrapped"]
     after = list(run.model.parameters())
-    assert any(not torch.equal(a, b) for a, b in zip(after, seen["before"])), "the converted model did not train"
+    assert any(not torch.equal(a, b) for a, b in zip(after, seen["before"], strict=True)), "the converted model did not train"
 
 
 @pytest.mark.parametrize("convert", [lambda m: None, lambda m: torch.nn.ReLU(), 3])

@@ -1,4 +1,4 @@
-"""The course's exercises, one module per notebook: ``nb01`` ... ``nb07``, ``nb09``.
+"""The course's exercises, one module per notebook: ``nb01`` ... ``nb09``.
 
 A notebook's check cell is one call into its module, and nothing else::
 
@@ -35,8 +35,8 @@ __all__ = ["Exercise", "Mistake", "exercise", "exercises_of", "all_exercises", "
 MAX_MISTAKES = 20  # common wrong answers one exercise diagnoses
 MAX_PARTS = 20  # answers one exercise combines
 
-# The notebooks with exercises (08 is reserved for FP8).
-NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb09")
+# The notebooks with exercises, one module each (amp_lab/exercises/nbNN.py).
+NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09")
 
 
 @dataclass(frozen=True)
