@@ -7,8 +7,11 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amp_lab.exercises import nb03
+from amp_lab.ranges import range_report, suggest_scale
 from tests.exercise_support import assert_not_attempted, assert_passes, feed_mistake, run_check
 
 
@@ -233,3 +236,25 @@ def test_ex4_refuses_bad_gradients():
         nb03.ex4.check(False, 3, show=False)
     with pytest.raises(ValueError, match="activation_grads"):
         nb03.ex4.check(False, {}, show=False)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    log2_center=st.integers(-40, 5),
+    log2_spread=st.integers(0, 12),
+    seed=st.integers(0, 2**16),
+)
+def test_scale_window_finds_the_smallest_scale_a_linear_scan_finds(log2_center, log2_spread, seed):
+    """scale_window's binary search over k gives the k a scan of every k in [-24, 100) gives (range_report
+    as the oracle): the underflowing share only falls as the scale grows."""
+    gen = torch.Generator().manual_seed(seed)
+    grads = (2.0 ** (log2_center + log2_spread * torch.randn(2000, generator=gen))) * torch.sign(
+        torch.randn(2000, generator=gen)
+    )
+    scan = next((k for k in range(-24, 100) if range_report(grads, "fp16", 2.0**k).underflow < nb03.MAX_ZERO_SHARE), None)
+    high = suggest_scale(grads, "fp16")
+    if scan is None or 2.0**scan > high:
+        with pytest.raises(ValueError, match="no loss scale"):
+            nb03.scale_window([grads])
+    else:
+        assert nb03.scale_window([grads]) == (2.0**scan, high)
