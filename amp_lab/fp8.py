@@ -28,7 +28,6 @@ tensors are capped at :data:`MAX_ELEMENTS` elements.
 
 from __future__ import annotations
 
-import html
 import logging
 import math
 from collections import deque
@@ -1378,29 +1377,21 @@ class ScalingExplorer:
 
 def _explorer_readout(current: ScalingTrajectory, delayed: ScalingTrajectory, spike: int) -> str:
     """A table composed from the two trajectories: saturation and error at the spike and after it."""
-    after = slice(spike + 1, None)
-    n_after = len(current.error[after])
+    from .widgets import table_html
 
-    def mean(xs):
-        return sum(xs) / len(xs) if xs else math.nan
+    n_after = current.num_steps - spike - 1
+
+    def after(t: ScalingTrajectory) -> str:  # no steps after a spike at the last step
+        return f"{t.mean_error(spike + 1) if n_after else math.nan:.3g}"
 
     rows = [
         ("saturated at the spike step", f"{current.saturated[spike]}", f"{delayed.saturated[spike]}"),
         ("flushed to zero at the spike step", f"{current.flushed[spike]}", f"{delayed.flushed[spike]}"),
         ("relative error at the spike step", f"{current.error[spike]:.3g}", f"{delayed.error[spike]:.3g}"),
-        (
-            f"mean relative error, {n_after} steps after it",
-            f"{mean(current.error[after]):.3g}",
-            f"{mean(delayed.error[after]):.3g}",
-        ),
+        (f"mean relative error, {n_after} steps after it", after(current), after(delayed)),
         ("steps with saturation", f"{len(current.saturated_steps)}", f"{len(delayed.saturated_steps)}"),
     ]
-    cell = "padding:1px 8px;font-family:monospace"
-    head = "".join(f"<th style='{cell}'>{html.escape(h)}</th>" for h in ("", "current", "delayed"))
-    body = "".join(
-        "<tr>" + "".join(f"<td style='{cell}'>{html.escape(v)}</td>" for v in row) + "</tr>" for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return table_html(rows, ["", "current", "delayed"])
 
 
 def scaling_explorer(

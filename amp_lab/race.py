@@ -54,6 +54,7 @@ from .device import (
     seeded,
     torch_threads,
 )
+from .fp8 import FP8_GEMM_MULTIPLE
 from .hardware import (
     CPU_FEATURES,
     _parse_arch,
@@ -2627,9 +2628,9 @@ def _cuda_arch_list() -> tuple[str, ...]:
     return tuple(torch.cuda.get_arch_list())
 
 
-# cuBLASLt's FP8 GEMM (torch._scaled_mm on CUDA) needs every dimension a multiple of 16; the CPU takes any
-# size, but the race asks the same of every device so a size that runs here runs on a GPU too.
-FP8_GEMM_MULTIPLE = 16
+# cuBLASLt's FP8 GEMM (torch._scaled_mm on CUDA) needs every dimension a multiple of FP8_GEMM_MULTIPLE (16,
+# defined once in amp_lab.fp8 and imported above); the CPU takes any size, but the race asks the same of every
+# device so a size that runs here runs on a GPU too.
 
 
 def fp8_matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
