@@ -2,6 +2,9 @@
 
 import sys
 
+from ._checks import ArgumentTypeError
+from .doctor import main as doctor
+
 USAGE = "usage: python -m amp_lab doctor\n\n  doctor   check this machine and environment for the course"
 
 
@@ -10,13 +13,9 @@ def main(argv=None) -> int:
     command line it does not understand, 0 for ``-h``/``--help``."""
     argv = sys.argv[1:] if argv is None else argv
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
-        from ._checks import ArgumentTypeError
-
         raise ArgumentTypeError(f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}")
     argv = list(argv)
     if argv[:1] == ["doctor"]:
-        from .doctor import main as doctor
-
         return doctor(argv[1:])
     if argv[:1] in (["-h"], ["--help"]):
         print(USAGE)

@@ -12,9 +12,13 @@ Sizes are checked against free memory with ``amp_lab.device.check_fits`` before 
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
+
+import numpy as np
+import torch
 
 # Upper bounds on work a learner can ask for (each documented where it is used).
 MAX_STEPS = 100_000  # training steps, optimizer steps, simulated steps
@@ -170,7 +174,7 @@ def check_axes(name: str, value, *, optional: bool = True):
     return check_instance(name, value, Axes, what)
 
 
-def check_bounded_list(name: str, value, *, max_length: int, what: str = "a list") -> list:
+def checkbounded_list(name: str, value, *, max_length: int, what: str = "a list") -> list:
     """``value`` (any iterable but a string, bytes or a dict) as a list of at most ``max_length`` items.
     The length is checked *before* anything is copied (``len()`` where the object has one, else by reading
     at most ``max_length + 1`` items), so ``range(10**12)`` is refused at once, not materialised."""
@@ -193,3 +197,38 @@ def check_bounded_list(name: str, value, *, max_length: int, what: str = "a list
     if n > max_length:
         raise ValueError(f"{name} may hold at most {max_length} items, got {n}")
     return list(value)
+
+
+def bounded_list(name: str, value, max_length: int, what: str) -> list:
+    """The items of an iterable ``value`` as a list of at most ``max_length`` (a ValueError beyond),
+    checked by ``len()`` first where it has one and otherwise read no further than the bound, so a
+    ``range(10**12)`` or an endless generator is refused without being materialised.  Text, a dict, a
+    0-d tensor or a non-iterable raises :class:`ArgumentTypeError` saying ``name`` must be ``what``."""
+    if (
+        isinstance(value, (str, bytes, Mapping))
+        or not isinstance(value, Iterable)
+        or (isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0)
+    ):
+        raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}")
+    try:
+        n = len(value)
+    except OverflowError:  # len() of a range beyond sys.maxsize
+        n = math.inf
+    except TypeError:  # an iterator or generator: read at most one past the bound
+        n = None
+    if n is not None and n > max_length:
+        shown = f"{n:,}" if n != math.inf else "more than 2**63"
+        raise ValueError(f"{name} may hold at most {max_length:,} items, got {shown}")
+    items = list(itertools.islice(value, max_length + 1))
+    if len(items) > max_length:
+        raise ValueError(f"{name} may hold at most {max_length:,} items, got more")
+    return items
+
+
+# A table for a notebook cell, not a data dump: at most this many rows and columns (text_table,
+# widgets.table_html), checked before any is read.
+MAX_TABLE_ROWS = 10_000
+
+
+
+MAX_TABLE_COLUMNS = 1_000

@@ -63,14 +63,14 @@ import torch.nn.functional as F
 from ._checks import (
     ArgumentTypeError,
     check_bool,
-    check_bounded_list,
     check_callable,
     check_choice,
     check_instance,
     check_int,
+    checkbounded_list,
 )
 from .device import check_fits, get_device, parse_dtype
-from .hardware import bf16_hardware
+from .gpus import bf16_hardware
 
 __all__ = [
     "POLICIES",
@@ -615,7 +615,7 @@ class ProbeTable(dict):
     def __init__(self, results: Iterable[OpResult], *, device_type: str, dtype: torch.dtype):
         # Checked before anything is stored, so a learner's mistake is named here, not as an
         # AttributeError from inside dict (and range(10**12) is refused by its length, not read).
-        results = check_bounded_list(
+        results = checkbounded_list(
             "results", results, max_length=MAX_OP_NAMES, what="a list of OpResult (as probe() builds)"
         )
         for i, r in enumerate(results):
@@ -858,7 +858,7 @@ def _op_list(name: str, ops) -> list[str]:
     """``ops`` as a list of at most :data:`MAX_OP_NAMES` op names: a string is one name, not its letters."""
     if isinstance(ops, str):
         raise ArgumentTypeError(f"{name} must be a list of op names such as ['mm', 'softmax'], got {ops!r:.80}")
-    return check_bounded_list(name, ops, max_length=MAX_OP_NAMES, what="a list of op names such as ['mm', 'softmax']")
+    return checkbounded_list(name, ops, max_length=MAX_OP_NAMES, what="a list of op names such as ['mm', 'softmax']")
 
 
 def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=None) -> OpResult:
@@ -1178,7 +1178,7 @@ def _documented_either(name: str, aten: str, device_type: str) -> str:
 
 
 def _check_rows(rows) -> list[RuleRow]:
-    rows = check_bounded_list("rows", rows, max_length=MAX_OP_NAMES, what="the list rule_comparison() returns")
+    rows = checkbounded_list("rows", rows, max_length=MAX_OP_NAMES, what="the list rule_comparison() returns")
     for i, r in enumerate(rows):
         check_instance(f"rows[{i}]", r, RuleRow, "a RuleRow (rule_comparison() builds them)")
     return rows

@@ -988,7 +988,7 @@ def _options_of(name: str, items) -> list:
     hashable (a ValueError otherwise); a dict gives its keys."""
     if isinstance(items, Mapping):
         items = items.keys()
-    items = formats._bounded_list(name, items, MAX_ITEMS, "a list of options")
+    items = formats.bounded_list(name, items, MAX_ITEMS, "a list of options")
     for x in items:
         if not _hashable(x):
             raise ValueError(f"{name} must hold single options (text, numbers), got {x!r:.60}")
@@ -1085,7 +1085,7 @@ def check_set(
     if isinstance(answer, Mapping):  # `{}` is how many write an empty set: a dict's keys are its items
         answer = answer.keys()
     try:
-        items = formats._bounded_list(name, answer, MAX_ITEMS, "a set")
+        items = formats.bounded_list(name, answer, MAX_ITEMS, "a set")
     except TypeError:  # ArgumentTypeError: not a collection
         return _finish("wrong", f"`{name}` should be a set such as {{'a', 'b'}}.", _hint_lines(hint), show=show)
     except ValueError:
@@ -1151,7 +1151,7 @@ def check_sequence(
     _check_options(name, hint, reveal, show)
     if isinstance(expected, (str, bytes)) or not isinstance(expected, Sequence):
         raise ArgumentTypeError(f"expected must be a list of items in order, got {type(expected).__name__}")
-    expected = formats._bounded_list("expected", expected, MAX_ITEMS, "a list of items in order")
+    expected = formats.bounded_list("expected", expected, MAX_ITEMS, "a list of items in order")
     exp = [_norm(x) for x in expected]
     if not exp:
         raise ValueError("expected must be a non-empty sequence")
@@ -1160,7 +1160,7 @@ def check_sequence(
     if isinstance(answer, str) or not isinstance(answer, Sequence):
         return _finish("wrong", f"`{name}` should be a list, e.g. ['a', 'b', ...].", _hint_lines(hint), show=show)
     try:
-        answer = formats._bounded_list(name, answer, MAX_ITEMS, "a list")
+        answer = formats.bounded_list(name, answer, MAX_ITEMS, "a list")
     except ValueError:
         return _too_many(name, len(exp), hint, show)
     ans = [_norm(x) for x in answer]
@@ -1230,7 +1230,7 @@ def check_function(
         raise ArgumentTypeError(f"reference must be a function, got {type(reference).__name__}")
     if not isinstance(cases, Sequence) or isinstance(cases, str):
         raise ArgumentTypeError(f"cases must be a non-empty list of argument tuples, got {type(cases).__name__}")
-    cases = formats._bounded_list("cases", cases, MAX_CASES, "a non-empty list of argument tuples")
+    cases = formats.bounded_list("cases", cases, MAX_CASES, "a non-empty list of argument tuples")
     if not cases:
         raise ValueError("cases must be a non-empty list of argument tuples, got an empty one")
     if _is_placeholder(fn):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_instance
+from .amp import choose_amp_dtype
+from .gpus import fp8_matmul_support
 from .hardware import MachineReport, cpu_has_native, cpu_native_labels, describe
 
 
@@ -104,7 +106,6 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> str:
     if name.startswith("07_"):
         # 07 trains in what its decision flow picks from the report's hardware facts (not from a verdict
         # stored in the report, which a report with replaced facts may carry stale): say the same.
-        from .recipe import choose_amp_dtype
 
         choice = choose_amp_dtype(report)
         dtype = str(choice.dtype).removeprefix("torch.")
@@ -116,7 +117,6 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> str:
     if name.startswith("08_"):
         # Where FP8 GEMMs run is a pure function of the GPU's facts (race.fp8_matmul_support); without them
         # the notebook runs its FP8 cells on the CPU, whose torch._scaled_mm emulates them.
-        from .race import fp8_matmul_support
 
         if cuda:
             support = fp8_matmul_support(report.capability, list(report.arch_list) or None)

@@ -23,19 +23,12 @@ from contextlib import contextmanager
 import torch
 
 from ._checks import MAX_THREADS, ArgumentTypeError, check_choice, check_int, check_seed
+from .dtypes import dtype_name, parse_dtype  # noqa: F401  (the setup cell imports them from device)
+from .gpus import amp_dtype_for
+from .text import format_bytes
 
 ENV_VAR = "AMP_LAB_DEVICE"
 
-_DTYPE_NAMES = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "float": torch.float32,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "half": torch.float16,
-}
 
 
 def _device_available(dev: torch.device) -> bool:
@@ -104,57 +97,17 @@ def amp_dtype(device: str | torch.device | None = None) -> torch.dtype:
     ``race_dtype``.  Cheap enough to call in every cell: on CUDA it reads only the GPU's compute
     capability (which torch caches), never the full machine report.
     """
-    from .hardware import amp_dtype_for
-
     dev = get_device(device)
     capability = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
     return amp_dtype_for(dev.type, capability)
 
 
-def dtype_name(dtype) -> str:
-    """``torch.bfloat16`` -> ``"bfloat16"``: how the course prints a dtype."""
-    return str(dtype).removeprefix("torch.")
 
 
-# More entries than torch has dtypes: a longer ``allowed`` is a mistake, refused by its length.
-MAX_ALLOWED_DTYPES = 64
 
 
-def _check_allowed_dtypes(allowed) -> tuple[torch.dtype, ...]:
-    if not isinstance(allowed, (list, tuple, set, frozenset)):
-        raise ArgumentTypeError(
-            f"allowed must be a tuple of torch dtypes such as (torch.float16, torch.bfloat16), "
-            f"got {type(allowed).__name__}: {allowed!r:.80}"
-        )
-    if not 1 <= len(allowed) <= MAX_ALLOWED_DTYPES:
-        raise ValueError(f"allowed must hold 1 to {MAX_ALLOWED_DTYPES} torch dtypes, got {len(allowed)}")
-    for a in allowed:
-        if not isinstance(a, torch.dtype):
-            raise ArgumentTypeError(f"allowed must hold torch dtypes such as torch.float16, got {type(a).__name__}: {a!r:.80}")
-    return tuple(allowed)
 
 
-def parse_dtype(dtype, *, allowed=(torch.float16, torch.bfloat16), name: str = "dtype") -> torch.dtype:
-    """Accept a torch dtype or a short name (``"bf16"``, ``"fp16"``, ...) from ``allowed``.
-
-    ``allowed`` is a non-empty list, tuple or set of torch dtypes (there are fewer than
-    :data:`MAX_ALLOWED_DTYPES`); anything else raises before ``dtype`` is looked at."""
-    allowed = _check_allowed_dtypes(allowed)
-    if not isinstance(dtype, (str, torch.dtype)):
-        shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
-        raise ArgumentTypeError(
-            f"{name} must be a torch dtype or its name, one of: {shown}; got {type(dtype).__name__}: {dtype!r:.80}"
-        )
-    if isinstance(dtype, str):
-        key = dtype.strip().lower().removeprefix("torch.")
-        if key not in _DTYPE_NAMES:
-            shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
-            raise ValueError(f"{name}={dtype!r} is not allowed; choose one of: {shown}")
-        dtype = _DTYPE_NAMES[key]
-    if dtype not in allowed:
-        shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
-        raise ValueError(f"{name}={dtype!r} is not allowed; choose one of: {shown}")
-    return dtype
 
 
 def synchronize(device: str | torch.device | None = None) -> None:
@@ -189,8 +142,6 @@ def cuda_available_bytes(free: int, reserved: int, allocated: int) -> int:
     plus what torch's caching allocator holds reserved but not in use (``memory_reserved`` minus
     ``memory_allocated``), which it hands out again without asking the driver.  Counting only the driver's
     free memory would refuse a race on a 10 GB card after an earlier one left 5 GB cached."""
-    from ._checks import check_int
-
     free = check_int("free", free, minimum=0)
     reserved = check_int("reserved", reserved, minimum=0)
     allocated = check_int("allocated", allocated, minimum=0)
@@ -236,8 +187,6 @@ def check_fits(needed: int, device, what: str, hint: str) -> None:
     dev = device if isinstance(device, torch.device) else get_device(device)
     available = available_bytes(dev)
     if available is not None and needed > 0.9 * available:
-        from .timing import format_bytes
-
         try:
             shown = format_bytes(needed) if math.isfinite(float(needed)) else f"{float(needed)} bytes"
         except OverflowError:  # an int beyond float64's range: more than any machine has
@@ -264,8 +213,6 @@ def seeded(seed: int):
     exactly as they were: the CPU's *and* every CUDA device's (``torch.manual_seed`` reseeds them all,
     so forking only the CPU's would silently reseed a learner's GPU).  (``make_model``, ``make_mlp``,
     the race's model.)"""
-    from ._checks import check_int
-
     seed = check_int("seed", seed, minimum=0, maximum=2**64 - 1)
     mps = getattr(torch, "mps", None)
     # torch.manual_seed reseeds an Apple GPU's generator too, and fork_rng forks one device type only.

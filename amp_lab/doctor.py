@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from ._checks import ArgumentTypeError, check_bool, check_callable, check_instance
+from .gpus import arch_advice
+from .hardware import describe
 
 MIN_PYTHON = (3, 10)
 
@@ -129,7 +131,6 @@ def check_gpu_kernels(capability=None, arch_list=None, cuda_version=None, *, gpu
     """
     import torch
 
-    from .hardware import arch_advice
 
     if capability is None:
         if not torch.cuda.is_available() or torch.version.hip is not None:
@@ -217,8 +218,6 @@ def main(argv=None, *, version_of=metadata.version, out=None, err=None) -> int:
     check_callable("version_of", version_of)
     print("amp-lab doctor: is this machine ready for the course?\n", file=out)
     try:
-        from .hardware import describe
-
         report = describe()
         print(report, file=out)
         for reason in report.reasons:  # the facts behind the verdict: a prediction, measured in 06

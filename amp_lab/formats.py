@@ -29,7 +29,6 @@ name       exponent mantissa notes
 from __future__ import annotations
 
 import html
-import itertools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,7 +37,15 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from ._checks import ArgumentTypeError, check_choice, check_instance, check_int
+from ._checks import (
+    MAX_TABLE_COLUMNS,
+    MAX_TABLE_ROWS,
+    ArgumentTypeError,
+    bounded_list,
+    check_choice,
+    check_instance,
+    check_int,
+)
 from .device import float64_on_cpu
 
 __all__ = [
@@ -604,36 +611,8 @@ def formats_table(fmts=None) -> list[dict]:
     return rows
 
 
-# A table for a notebook cell, not a data dump: at most this many rows and columns (text_table,
-# widgets.table_html), checked before any is read.
-MAX_TABLE_ROWS = 10_000
-MAX_TABLE_COLUMNS = 1_000
 
 
-def _bounded_list(name: str, value, max_length: int, what: str) -> list:
-    """The items of an iterable ``value`` as a list of at most ``max_length`` (a ValueError beyond),
-    checked by ``len()`` first where it has one and otherwise read no further than the bound, so a
-    ``range(10**12)`` or an endless generator is refused without being materialised.  Text, a dict, a
-    0-d tensor or a non-iterable raises :class:`ArgumentTypeError` saying ``name`` must be ``what``."""
-    if (
-        isinstance(value, (str, bytes, Mapping))
-        or not isinstance(value, Iterable)
-        or (isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0)
-    ):
-        raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}")
-    try:
-        n = len(value)
-    except OverflowError:  # len() of a range beyond sys.maxsize
-        n = math.inf
-    except TypeError:  # an iterator or generator: read at most one past the bound
-        n = None
-    if n is not None and n > max_length:
-        shown = f"{n:,}" if n != math.inf else "more than 2**63"
-        raise ValueError(f"{name} may hold at most {max_length:,} items, got {shown}")
-    items = list(itertools.islice(value, max_length + 1))
-    if len(items) > max_length:
-        raise ValueError(f"{name} may hold at most {max_length:,} items, got more")
-    return items
 
 
 def text_table(rows: list[dict], columns=None) -> str:
@@ -643,7 +622,7 @@ def text_table(rows: list[dict], columns=None) -> str:
     Every row must have every column (a ``ValueError`` names the missing one).  At most
     ``MAX_TABLE_ROWS`` rows and ``MAX_TABLE_COLUMNS`` columns.
     """
-    rows = _bounded_list("rows", rows, MAX_TABLE_ROWS, "a list of dicts")
+    rows = bounded_list("rows", rows, MAX_TABLE_ROWS, "a list of dicts")
     for i, r in enumerate(rows):
         if not isinstance(r, Mapping):
             raise ArgumentTypeError(f"rows[{i}] must be a dict (column -> value), got {type(r).__name__}: {r!r:.80}")
@@ -652,7 +631,7 @@ def text_table(rows: list[dict], columns=None) -> str:
             raise ValueError("rows is empty: there is no row to take the columns from (pass columns=[...])")
         columns = list(rows[0].keys())
     else:
-        columns = _bounded_list("columns", columns, MAX_TABLE_COLUMNS, "a list of column names")
+        columns = bounded_list("columns", columns, MAX_TABLE_COLUMNS, "a list of column names")
     if not columns:
         raise ValueError("columns must name at least one column")
     for i, r in enumerate(rows):

@@ -40,6 +40,7 @@ from torch import nn
 
 from ._checks import (
     ArgumentTypeError,
+    check_bool,
     check_callable,
     check_choice,
     check_float,
@@ -48,6 +49,9 @@ from ._checks import (
     check_scale,
     check_seed,
 )
+from .device import get_device
+from .gpus import fp8_matmul_support
+from .widgets import FigurePane, table_html
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -249,8 +253,6 @@ def fp8_device(device=None) -> tuple[torch.device, str]:
     same scaled products in software.  Notebook 08 runs its FP8 cells there, so they work on every machine
     and say which one did the work.  The decision is :func:`fp8_placement`, a pure function of the facts.
     """
-    from .device import get_device
-
     dev = get_device(device)
     capability = arch_list = None
     if dev.type == "cuda":
@@ -263,8 +265,6 @@ def fp8_placement(device, capability=None, arch_list=None) -> tuple[torch.device
     """:func:`fp8_device`'s decision from facts: ``device`` (a torch.device or name), the CUDA GPU's
     compute ``capability`` and the build's ``arch_list`` (``torch.cuda.get_arch_list()``; both ignored
     for a CPU or an Apple GPU)."""
-    from .race import fp8_matmul_support
-
     if isinstance(device, str):
         try:
             device = torch.device(device)
@@ -591,8 +591,6 @@ class _Float8Matmul(torch.autograd.Function):
 
 def _check_features(in_features, out_features, bias) -> tuple[int, int, bool]:
     """A linear layer's shape, bounded: its weight has at most MAX_ELEMENTS elements."""
-    from ._checks import check_bool
-
     in_features = check_int("in_features", in_features, minimum=1, maximum=MAX_ELEMENTS)
     out_features = check_int("out_features", out_features, minimum=1, maximum=MAX_ELEMENTS)
     if in_features * out_features > MAX_ELEMENTS:
@@ -606,8 +604,6 @@ def _check_features(in_features, out_features, bias) -> tuple[int, int, bool]:
 def _check_placement(device, dtype) -> tuple[torch.device | None, torch.dtype | None]:
     """A layer's ``device`` (None, or one this machine has: :func:`amp_lab.device.get_device`) and
     ``dtype`` (None, or a floating-point dtype for its FP32/BF16/FP16 master weights)."""
-    from .device import get_device
-
     if device is not None:
         device = get_device(device)
     if dtype is not None:
@@ -1251,7 +1247,6 @@ class ScalingExplorer:
     ):
         import ipywidgets as widgets
 
-        from .widgets import FigurePane
 
         # Everything is checked before the widget is built, and must lie on the sliders.
         self.num_steps = check_int("num_steps", num_steps, minimum=2, maximum=200)
@@ -1377,8 +1372,6 @@ class ScalingExplorer:
 
 def _explorer_readout(current: ScalingTrajectory, delayed: ScalingTrajectory, spike: int) -> str:
     """A table composed from the two trajectories: saturation and error at the spike and after it."""
-    from .widgets import table_html
-
     n_after = current.num_steps - spike - 1
 
     def after(t: ScalingTrajectory) -> str:  # no steps after a spike at the last step

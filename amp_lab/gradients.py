@@ -40,6 +40,7 @@ from ._checks import (
     check_scale,
     check_seed,
 )
+from .data import load_digits
 from .device import check_fits, get_device, parse_dtype, seeded, torch_threads
 
 KINDS = ("activation", "weight", "bias", "output")
@@ -492,8 +493,6 @@ def digits_gradients(
 
     Takes about a second on a 2-core CPU with the defaults.
     """
-    from .data import load_digits
-
     # every argument checked before any data is loaded or any step runs
     batch_size = check_int("batch_size", batch_size, minimum=1)
     depth = check_int("depth", depth, minimum=1, maximum=MAX_DEPTH)

@@ -21,66 +21,27 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import re
 import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from numbers import Integral
 
 import torch
 
 from ._checks import ArgumentTypeError, check_bool, check_instance, check_optional_str
-
-
-@dataclass(frozen=True)
-class TensorCoreGeneration:
-    """Tensor Cores of one CUDA compute capability."""
-
-    capability: tuple[int, int]
-    architecture: str
-    generation: int | None
-    precisions: tuple[str, ...]
-    summary: str
-
-    @property
-    def has_tensor_cores(self) -> bool:
-        return self.generation is not None
-
-
-# (major, minor) -> (architecture, Tensor Core generation, low-precision inputs they multiply, note)
-_EXACT = {
-    (7, 0): ("Volta", 1, ("fp16",), "first Tensor Cores: FP16 inputs, FP16 or FP32 accumulation"),
-    (7, 2): ("Volta (Jetson Xavier)", 1, ("fp16", "int8"), "Xavier's Volta Tensor Cores add INT8, as Turing's do"),
-    (7, 5): ("Turing", 2, ("fp16", "int8", "int4"), "adds INT8/INT4 for inference"),
-    (8, 0): ("Ampere", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
-    (8, 6): ("Ampere", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
-    (8, 7): ("Ampere (Jetson Orin)", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32"),
-    (8, 9): ("Ada Lovelace", 4, ("fp16", "bf16", "tf32", "fp8", "int8", "int4"), "adds FP8 (E4M3, E5M2)"),
-    (9, 0): ("Hopper", 4, ("fp16", "bf16", "tf32", "fp8", "int8"), "adds FP8 (E4M3, E5M2) and warp-group MMA"),
-}
-_BLACKWELL = ("Blackwell", 5, ("fp16", "bf16", "tf32", "fp8", "fp6", "fp4", "int8"), "adds FP6 and FP4")
-_PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
-
-
-def _check_capability(capability, name: str = "capability") -> tuple[int, int]:
-    # A tuple or a list only: a set has no order, so {7, 5} could be read as sm_57.
-    if not isinstance(capability, (tuple, list)):
-        raise ArgumentTypeError(
-            f"{name} must be a (major, minor) tuple of integers such as (8, 0), got "
-            f"{type(capability).__name__}: {capability!r:.80}"
-        )
-    if len(capability) != 2:
-        raise ValueError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
-    major, minor = capability
-    for part in (major, minor):
-        if isinstance(part, bool) or not isinstance(part, Integral):
-            raise ArgumentTypeError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
-        if part < 0:
-            raise ValueError(f"{name} parts must be >= 0, got {capability!r}")
-    if major < 1:
-        raise ValueError(f"{name} major version must be >= 1, got {capability!r}")
-    return int(major), int(minor)
+from .device import get_device
+from .dtypes import parse_dtype
+from .gpus import (
+    _DOUBLE_RATE_FP16,
+    DEVICE_TYPES,
+    TensorCoreGeneration,
+    amp_dtype_for,
+    arch_advice,
+    arch_supported,
+    bf16_hardware,
+    check_capability,
+    tensor_core_generation,
+)
 
 
 def _check_flags(flags, name: str = "flags") -> dict:
@@ -100,47 +61,6 @@ def _check_flags(flags, name: str = "flags") -> dict:
     return flags
 
 
-def tensor_core_generation(capability) -> TensorCoreGeneration:
-    """The Tensor Cores of a CUDA compute capability ``(major, minor)``.
-
-    >>> tensor_core_generation((9, 0)).architecture
-    'Hopper'
-    >>> tensor_core_generation((6, 1)).has_tensor_cores
-    False
-
-    A malformed capability (empty, not two non-negative integers, a string) raises ``ValueError``.
-    """
-    cap = _check_capability(capability)
-    major, minor = cap
-    if cap in _EXACT:
-        arch, gen, precisions, note = _EXACT[cap]
-    elif major in (10, 11, 12):
-        arch, gen, precisions, note = _BLACKWELL
-    elif major > 12:
-        arch, gen, precisions, note = (
-            "newer than Blackwell",
-            5,
-            _BLACKWELL[2],
-            "newer than this table: assume at least Blackwell's Tensor Cores",
-        )
-    elif major < 7:
-        arch = _PRE_VOLTA.get(major, "pre-Volta")
-        return TensorCoreGeneration(
-            capability=cap,
-            architecture=arch,
-            generation=None,
-            precisions=(),
-            summary=(
-                f"{arch} (sm_{major}{minor}) has no Tensor Cores: FP16 runs on ordinary CUDA cores, so AMP "
-                "saves memory but gives little or no speed-up"
-            ),
-        )
-    else:
-        # A minor version the table does not list, within a known major: same generation as the family.
-        family = {7: (7, 5), 8: (8, 6), 9: (9, 0)}[major]
-        arch, gen, precisions, note = _EXACT[family]
-    summary = f"{arch} (sm_{major}{minor}): Tensor Cores generation {gen}, {', '.join(precisions).upper()}; {note}"
-    return TensorCoreGeneration(capability=cap, architecture=arch, generation=gen, precisions=precisions, summary=summary)
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,8 +280,6 @@ def cpu_has_native(dtype, flags: dict[str, bool | None] | None = None) -> bool |
     :data:`CPU_FEATURES` is present (x86 or ARM), False when none is and at least one is known to
     be absent, None when nothing is known.
     """
-    from .device import parse_dtype
-
     dtype = parse_dtype(dtype)
     flags = usable_cpu_flags() if flags is None else _check_flags(flags)
     values = [flags.get(f.key) for f in CPU_FEATURES if f.dtype == dtype]
@@ -376,8 +294,6 @@ def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tup
     """The labels of the instruction sets for ``dtype`` this CPU has (``("AMX-BF16", ...)``), or
     of those it is known to lack when it has none; empty when nothing is known.  For sentences
     such as "this CPU has no AVX512-BF16 or AMX-BF16"."""
-    from .device import parse_dtype
-
     dtype = parse_dtype(dtype)
     flags = usable_cpu_flags() if flags is None else _check_flags(flags)
     features = [f for f in CPU_FEATURES if f.dtype == dtype]
@@ -533,40 +449,9 @@ class MachineReport:
 # The one dtype decision, and the verdict
 # --------------------------------------------------------------------------------------------
 
-DEVICE_TYPES = ("cpu", "cuda", "mps")
-
-# GPUs without Tensor Cores whose FP16 units run at twice the FP32 rate (Jetson TX1/Nano, P100,
-# Jetson TX2); every other pre-Volta GPU runs FP16 no faster than FP32.
-_DOUBLE_RATE_FP16 = {(5, 3), (6, 0), (6, 2)}
 
 
-def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
-    """The course's one low-precision dtype decision, from facts alone (taught in ``00_setup_check``).
 
-    * ``"cuda"`` with compute capability >= 8.0 (Ampere, Ada, Hopper, Blackwell): bfloat16.  Their
-      Tensor Cores multiply it as fast as float16, and its FP32-sized exponent needs no GradScaler.
-    * ``"cuda"`` below 8.0 (Volta and Turing, e.g. the T4; pre-Volta GPUs), or capability unknown:
-      float16.  Volta/Turing Tensor Cores multiply only float16; before Volta float16 still halves
-      memory, while bfloat16 would run on emulation paths.  float16 runs on every CUDA GPU.
-    * ``"mps"`` (Apple GPUs): float16.  It is autocast's MPS default and every Apple GPU computes
-      it natively, while bfloat16 on MPS needs macOS 14 or later and is emulated on GPUs before
-      the M3's; float16 does need a GradScaler, which torch.amp supports on MPS.
-    * ``"cpu"``: bfloat16, the dtype CPU autocast is built for.  Whether it is *fast* is a separate
-      question (:func:`cpu_has_native`); the dtype stays the same so every CPU runs the same course.
-
-    ``device.amp_dtype(device)`` and :func:`verdict_for` both call this, so they cannot disagree.
-    """
-    check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
-    if device_type not in DEVICE_TYPES:
-        raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
-    if device_type == "cuda":
-        if capability is None:
-            return torch.float16
-        major, _ = _check_capability(capability)
-        return torch.bfloat16 if major >= 8 else torch.float16
-    if device_type == "mps":
-        return torch.float16
-    return torch.bfloat16
 
 
 @dataclass(frozen=True)
@@ -842,78 +727,14 @@ def tf32_matmul(enabled: bool):
         before.write()
 
 
-def bf16_hardware(capability) -> bool:
-    """Whether a CUDA GPU of compute ``capability`` multiplies bfloat16 on Tensor Cores: True from
-    Ampere (8.0) on; before that torch *emulates* bfloat16 (``torch.cuda.is_bf16_supported()`` still
-    says True on a T4, because it counts emulation), slowly and on ordinary CUDA cores."""
-    major, _ = _check_capability(capability)
-    return major >= 8
 
 
-_ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 
 
-def _parse_arch(entry) -> tuple[str, tuple[int, int], str]:
-    m = _ARCH.match(entry) if isinstance(entry, str) else None
-    if m is None or len(m.group(2)) < 2:
-        raise ValueError(
-            f"arch_list entries must look like 'sm_86', 'sm_90a' or 'compute_90' "
-            f"(torch.cuda.get_arch_list()), got {entry!r}"
-        )
-    digits = m.group(2)
-    return m.group(1), (int(digits[:-1]), int(digits[-1])), m.group(3)
 
 
-def arch_supported(capability, arch_list) -> bool:
-    """Whether a torch build with ``torch.cuda.get_arch_list() == arch_list`` runs kernels on a GPU
-    of compute ``capability``.  Pure, so tests feed it real wheels' lists.
-
-    * ``sm_XY``: a cubin; runs on the same major version with an equal or higher minor
-      (``sm_86`` runs on 8.9, not on 9.0 nor on 8.0).
-    * ``sm_XYf``: family-specific (CUDA 12.9+): the same rule.
-    * ``sm_XYa``: architecture-specific: exactly X.Y.
-    * ``compute_XY``: PTX, compiled by the driver for X.Y and anything newer.
-
-    An empty list (a CPU-only build) supports nothing.
-    """
-    cap = _check_capability(capability)
-    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
-        raise ArgumentTypeError(f"arch_list must be a list of strings such as ['sm_80', 'sm_90'], got {arch_list!r}")
-    for entry in arch_list:
-        kind, (major, minor), suffix = _parse_arch(entry)
-        if kind == "compute" and cap >= (major, minor):
-            return True
-        if kind == "sm" and suffix == "a" and cap == (major, minor):
-            return True
-        if kind == "sm" and suffix != "a" and cap[0] == major and cap[1] >= minor:
-            return True
-    return False
 
 
-def arch_advice(capability, arch_list, cuda_version: str | None = None) -> str | None:
-    """None when this torch build has kernels for ``capability``; else what to install instead.
-
-    The doctor and :func:`describe` print it: ``torch.cuda.is_available()`` is True on such a GPU,
-    and the first kernel fails with "no kernel image is available for execution on the device".
-    """
-    check_optional_str("cuda_version", cuda_version, "a CUDA version such as '12.6'")
-    if arch_supported(capability, arch_list):
-        return None
-    cap = _check_capability(capability)
-    listed = sorted({_parse_arch(e)[1] for e in arch_list})
-    build = f"this torch (CUDA {cuda_version})" if cuda_version else "this torch"
-    have = ", ".join(f"sm_{a}{b}" for a, b in listed) or "no GPU kernels at all (a CPU-only build)"
-    text = f"{build} has kernels for {have}, none of which runs on this GPU (sm_{cap[0]}{cap[1]}). "
-    if listed and cap < listed[0]:
-        return text + (
-            "Newer CUDA builds dropped older GPUs: install a torch built for CUDA 12.6, e.g. "
-            "`make lab TORCH_INDEX=https://download.pytorch.org/whl/cu126`, then check that "
-            "`python -m amp_lab doctor` reports this GPU as supported."
-        )
-    return text + (
-        "This GPU is newer than the build: install a newer torch (or one built for a newer CUDA), then "
-        "check that `python -m amp_lab doctor` reports this GPU as supported."
-    )
 
 
 def tf32_setting() -> tuple[bool, str]:
@@ -950,8 +771,6 @@ def describe(device=None) -> MachineReport:
     ``device`` (default: ``amp_lab.device.get_device()``) decides which device the verdict is
     for; the GPU facts are reported whenever CUDA is available.
     """
-    from .device import get_device
-
     dev = get_device(device)
     cuda = torch.cuda.is_available()
     mps = getattr(torch.backends, "mps", None)
@@ -1038,7 +857,7 @@ def report_for(
     if base is not None:
         check_instance("base", base, MachineReport, "a MachineReport (hardware.describe()) or None")
     if capability is not None:
-        _check_capability(capability)
+        check_capability(capability)
     base = describe("cpu") if base is None else base
     cuda = device_type == "cuda"
     tensor_cores = tensor_core_generation(capability) if (cuda and capability is not None) else None
@@ -1066,7 +885,6 @@ def report_for(
 def setup_banner(device=None) -> None:
     """Print the short machine summary every notebook's setup cell shows (use ``describe()`` for the data)."""
     report = describe(device)
-    from .device import get_device
 
     dev = get_device(device)
     where = f"{dev} ({report.gpu_name})" if dev.type in ("cuda", "mps") else f"{dev} ({report.cpu_model})"

@@ -49,6 +49,7 @@ from .device import (
     seeded,
     torch_threads,
 )
+from .timing import Contestant, format_ratio, format_seconds, measure
 
 __all__ = [
     "AdamEpsResult",
@@ -675,8 +676,6 @@ class SubnormalResult:
         return None if t is None else t.median / self.timings["normal"].median
 
     def summary(self) -> str:
-        from .timing import format_ratio, format_seconds
-
         n = self.timings["normal"].median
         s = self.timings["subnormal"].median
         text = (
@@ -718,8 +717,6 @@ def subnormal_slowdown(
     ``repeats`` is at most :data:`MAX_TIMING_REPEATS` and ``min_sample_s`` at most
     :data:`MAX_TIMING_SAMPLE_S`.
     """
-    from .timing import Contestant, measure
-
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     check_choice("op", op, list(_SUBNORMAL_OPS))
     repeats = check_int("repeats", repeats, minimum=1, maximum=MAX_TIMING_REPEATS)

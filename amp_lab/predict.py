@@ -24,7 +24,8 @@ from numbers import Real
 import ipywidgets as widgets
 import torch
 
-from ._checks import ArgumentTypeError, check_bool, check_float, check_instance
+from ._checks import ArgumentTypeError, bounded_list, check_bool, check_float, check_instance
+from .check import _parse_dtype
 
 __all__ = ["Prediction", "Reveal", "choice", "reveal", "MAX_OPTIONS"]
 
@@ -52,9 +53,8 @@ class Prediction:
         check_instance("question", question, str, "a string")
         if not question.strip():
             raise ValueError("question must not be empty")
-        from .formats import _bounded_list
 
-        options = _bounded_list("options", options, MAX_OPTIONS, "a list of 2 to 12 choices")
+        options = bounded_list("options", options, MAX_OPTIONS, "a list of 2 to 12 choices")
         if not 2 <= len(options) <= MAX_OPTIONS:
             raise ValueError(f"options must hold 2 to {MAX_OPTIONS} choices, got {len(options)}")
         labels = [_label(o) for o in options]
@@ -130,8 +130,6 @@ class Reveal:
 
 def _same(a, b) -> bool:
     if isinstance(a, torch.dtype) or isinstance(b, torch.dtype):
-        from .check import _parse_dtype
-
         return _parse_dtype(a) is not None and _parse_dtype(a) == _parse_dtype(b)
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b

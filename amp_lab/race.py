@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from . import device
 from ._checks import (
     MAX_SECONDS,
     ArgumentTypeError,
@@ -44,6 +45,7 @@ from ._checks import (
     check_int,
     check_int_sequence,
 )
+from .cost import _mlp_matmul_flops
 from .device import (
     amp_dtype,
     check_fits,
@@ -54,18 +56,21 @@ from .device import (
     seeded,
     torch_threads,
 )
-from .fp8 import FP8_GEMM_MULTIPLE
-from .hardware import (
-    CPU_FEATURES,
-    _parse_arch,
-    arch_advice,
-    arch_supported,
-    bf16_hardware,
-    cpu_has_native,
-    cpu_native_labels,
-    tensor_core_generation,
-    tf32_matmul,
+from .fp8 import (  # imported here: the race needs it only for this contestant
+    FP8_GEMM_MULTIPLE,
+    quantize,
+    tensorwise_scale,
 )
+from .gpus import (
+    amp_dtype_for,
+    bf16_hardware,
+    check_capability,
+    datasheet_entry,
+    fp8_matmul_support,
+    tensor_core_generation,
+)
+from .hardware import CPU_FEATURES, cpu_has_native, cpu_native_labels, tf32_matmul
+from .progress import progress
 from .timing import (  # noqa: F401  (re-exported: these lived here before amp_lab.timing existed)
     DEFAULT_MAX_TIME_S,
     Contestant,
@@ -88,11 +93,13 @@ from .timing import (  # noqa: F401  (re-exported: these lived here before amp_l
     format_ratio,
     format_seconds,
     measure,
+    regime_for,
     speedup_estimate,
     timing_context,
 )
 from .timing import check_budget as _check_budget
 from .timing import check_planned_time as _check_planned_time
+from .widgets import table_html
 
 IN_FEATURES = 1024
 NUM_CLASSES = 10
@@ -109,25 +116,16 @@ __all__ = [
     "SpeedupEstimate",
     "SweepResult",
     "Timing",
-    "DATASHEETS",
-    "GpuDatasheet",
     "datasheet_ceiling",
-    "datasheet_entry",
-    "regime_for",
     "contestant_names",
     "precision_choices",
-    "DATASHEET_HEADER",
     "MAX_GEMM_DIM",
     "MAX_NUMEL",
     "RACE_KINDS",
     "Roofline",
     "elementwise_bytes",
-    "FP8_DATASHEET_HEADER",
     "FP8_GEMM_MULTIPLE",
-    "Fp8Support",
-    "fp8_datasheet_rows",
     "fp8_matmul_bytes",
-    "fp8_matmul_support",
     "fp8_summary",
     "race_fp8_matmul",
     "elementwise_intensity",
@@ -136,7 +134,6 @@ __all__ = [
     "plot_roofline",
     "race_elementwise",
     "roofline_summary",
-    "datasheet_rows",
     "tf32_summary",
     "precision_warning",
     "cuda_available_bytes",
@@ -390,8 +387,6 @@ def _reusable(reuse, kind: str, params: dict, dtype: torch.dtype, dev: torch.dev
 def _available_bytes(dev: torch.device) -> int | None:
     """Memory a new allocation on ``dev`` can have: :func:`amp_lab.device.available_bytes` (looked up at
     call time, so the one helper is the one a test replaces)."""
-    from . import device
-
     return device.available_bytes(dev)
 
 
@@ -1002,7 +997,7 @@ def mlp_step_flops(width: int, batch: int, *, in_features: int = IN_FEATURES, nu
     inputs need no gradient).  Elementwise work (ReLU, loss, Adam) is left out.
     """
     width, batch, in_features, num_classes = _mlp_sizes(width, batch, in_features, num_classes)
-    from .recipe import _mlp_matmul_flops  # the course's one MLP cost model (recipe.step_flops)
+
 
     return _mlp_matmul_flops([in_features, width, num_classes], batch)
 
@@ -1190,146 +1185,28 @@ def _mlp_setup(width, batch, in_features, num_classes, dev):
 # ceiling: the sweep measures the raw GEMM ratio instead, and the regime is left unknown.
 
 
-@dataclass(frozen=True)
-class GpuDatasheet:
-    """One GPU model's peak rates (dense TFLOP/s) and memory bandwidth (GB/s), from its datasheet."""
-
-    model: str
-    names: tuple[str, ...]  # torch.cuda.get_device_name() of this model
-    fp32_tflops: float  # CUDA cores
-    tf32_tflops: float | None  # Tensor Cores; None: no TF32
-    fp16_tflops: float  # Tensor Cores (CUDA cores before Volta), FP32 accumulation
-    bf16_tflops: float | None  # None: no bf16 Tensor Cores
-    bandwidth_gbs: float
-    source: str
-    # FP8 (E4M3/E5M2) Tensor Cores, dense, FP32 accumulation (what torch._scaled_mm asks cuBLAS for); None:
-    # no FP8.  Its own source string, so ``source`` (which notebook 06's ceilings print) stays as it was.
-    fp8_tflops: float | None = None
-    fp8_source: str | None = None
-
-    def tflops(self, dtype=torch.float32) -> float | None:
-        """Peak dense TFLOP/s for matmuls in ``dtype`` (``"tf32"`` for FP32 on TF32 Tensor Cores, ``"fp8"``
-        or a float8 dtype for FP8 Tensor Cores)."""
-        if dtype == "tf32":
-            return self.tf32_tflops
-        if (isinstance(dtype, str) and dtype == "fp8") or (isinstance(dtype, torch.dtype) and dtype in _FP8_DTYPES):
-            return self.fp8_tflops
-        dtype = parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
-        return {torch.float32: self.fp32_tflops, torch.float16: self.fp16_tflops, torch.bfloat16: self.bf16_tflops}[dtype]
-
-    @property
-    def fp8_over_bf16(self) -> float | None:
-        """The datasheet's FP8 Tensor Core rate over its BF16 rate (both dense), computed from the two
-        figures; None where the GPU has no FP8 or no BF16 Tensor Cores.  (``08_fp8_and_block_scaling``)"""
-        if self.fp8_tflops is None or self.bf16_tflops is None:
-            return None
-        return self.fp8_tflops / self.bf16_tflops
 
 
-_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def _hopper(model: str, name: str, fp32: float, tf32_sparse: float, fp16_sparse: float, tb_s: float,
-            fp8_sparse: float | None = None) -> GpuDatasheet:  # fmt: skip
-    """An H100/H200 row from its datasheet, which prints Tensor Core rates with sparsity (halved here)."""
-    chip, form = model.split()
-    fp8_source = None if fp8_sparse is None else (
-        f"NVIDIA {chip} datasheet ({form}): {fp8_sparse:,g} FP8 Tensor TFLOPS with sparsity "
-        f"(beside {fp16_sparse:,g} FP16/BF16), halved here to the dense rate"
-    )  # fmt: skip
-    return GpuDatasheet(
-        model, (name,), fp32, tf32_sparse / 2, fp16_sparse / 2, fp16_sparse / 2, tb_s * 1000,
-        f"NVIDIA {chip} datasheet ({form}): {fp32:g} TFLOPS FP32; {tf32_sparse:,g} TF32, {fp16_sparse:,g} FP16/BF16 "
-        f"Tensor TFLOPS with sparsity; {tb_s:g} TB/s",
-        fp8_tflops=None if fp8_sparse is None else fp8_sparse / 2, fp8_source=fp8_source,
-    )  # fmt: skip
 
 
-def _a100(model: str, name: str, gb_s: float) -> GpuDatasheet:
-    """An A100 row: every A100 has the same Tensor Cores; the memory differs."""
-    return GpuDatasheet(
-        model, (name,), 19.5, 156, 312, 312, gb_s,
-        f"NVIDIA A100 datasheet: 19.5 TFLOPS FP32; 156 TF32, 312 FP16/BF16 Tensor TFLOPS dense; {gb_s:,g} GB/s ({model})",
-    )  # fmt: skip
 
 
-DATASHEETS = (
-    _hopper("H200 SXM", "NVIDIA H200", 67, 989, 1979, 4.8, 3958),
-    _hopper("H200 NVL", "NVIDIA H200 NVL", 60, 835, 1671, 4.8, 3341),
-    _hopper("H100 SXM", "NVIDIA H100 80GB HBM3", 67, 989, 1979, 3.35, 3958),
-    _hopper("H100 NVL", "NVIDIA H100 NVL", 60, 835, 1671, 3.9, 3341),
-    _hopper("H100 PCIe", "NVIDIA H100 PCIe", 51, 756, 1513, 2.0, 3026),
-    _a100("A100 SXM4 80GB", "NVIDIA A100-SXM4-80GB", 2039),
-    _a100("A100 SXM4 40GB", "NVIDIA A100-SXM4-40GB", 1555),
-    _a100("A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 1935),
-    _a100("A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 1555),
-    GpuDatasheet("RTX 4090", ("NVIDIA GeForce RTX 4090",), 82.6, 82.6, 165.2, 165.2, 1008,
-                 "GeForce RTX 4090 datasheet figures (NVIDIA Ada Lovelace architecture whitepaper): 82.6 TFLOPS FP32; 82.6 TF32, "
-                 "165.2 FP16/BF16 Tensor TFLOPS dense with FP32 accumulation (330.3 with FP16 accumulation); 1,008 GB/s",
-                 fp8_tflops=330.3,
-                 fp8_source="GeForce RTX 4090 datasheet figures (NVIDIA Ada Lovelace architecture whitepaper): 330.3 FP8 "
-                            "Tensor TFLOPS dense with FP32 accumulation (660.6 with FP16 accumulation), beside 165.2 "
-                            "BF16 with FP32 accumulation"),
-    GpuDatasheet("V100 SXM2", ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), 15.7, None, 125, None, 900,
-                 "NVIDIA V100 datasheet (SXM2): 15.7 TFLOPS FP32, 125 FP16 Tensor TFLOPS; no BF16, no TF32; 900 GB/s"),
-    GpuDatasheet("V100 PCIe", ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"), 14, None, 112, None, 900,
-                 "NVIDIA V100 datasheet (PCIe): 14 TFLOPS FP32, 112 FP16 Tensor TFLOPS; no BF16, no TF32; 900 GB/s"),
-    GpuDatasheet("T4", ("Tesla T4",), 8.1, None, 65, None, 320,
-                 "NVIDIA T4 datasheet: 8.1 TFLOPS FP32, 65 FP16 (mixed precision) Tensor TFLOPS; no BF16, no TF32; 320 GB/s"),
-)  # fmt: skip
 
 
-def _model_name(name: str) -> str:
-    return " ".join(name.split()).casefold()
 
 
-_BY_NAME = {_model_name(n): entry for entry in DATASHEETS for n in entry.names}
 
 
-def datasheet_entry(gpu_name: str | None) -> GpuDatasheet | None:
-    """The datasheet of the GPU ``torch.cuda.get_device_name()`` calls ``gpu_name`` (case and spacing
-    aside, the exact name), or None for a GPU the table does not know (e.g. "NVIDIA RTX A1000")."""
-    if gpu_name is None:
-        return None
-    if not isinstance(gpu_name, str):
-        raise TypeError(f"gpu_name must be a string such as 'NVIDIA H100 80GB HBM3', got {type(gpu_name).__name__}")
-    return _BY_NAME.get(_model_name(gpu_name))
 
 
-DATASHEET_HEADER = ["GPU", "FP32", "TF32", "FP16", "BF16", "memory", "FP16 / FP32", "BF16 / TF32"]
 
 
-def datasheet_rows() -> list[list[str]]:
-    """The datasheet table as rows for ``widgets.table_html`` (header :data:`DATASHEET_HEADER`): dense
-    TFLOP/s per precision, bandwidth, and the two ceilings a race is measured against, computed from the
-    rates.  (``06_timing_race``)"""
-
-    def rate(x):
-        return "-" if x is None else f"{x:g}"
-
-    def ratio(a, b):
-        return "-" if a is None or b is None else f"{a / b:.3g}x"
-
-    return [
-        [e.model, rate(e.fp32_tflops), rate(e.tf32_tflops), rate(e.fp16_tflops), rate(e.bf16_tflops),
-         f"{e.bandwidth_gbs:g} GB/s", ratio(e.fp16_tflops, e.fp32_tflops), ratio(e.bf16_tflops, e.tf32_tflops)]
-        for e in DATASHEETS
-    ]  # fmt: skip
 
 
-FP8_DATASHEET_HEADER = ["GPU", "FP8", "BF16", "FP8 / BF16", "source"]
 
 
-def fp8_datasheet_rows() -> list[list[str]]:
-    """The GPUs of the datasheet table that have FP8 Tensor Cores, as rows for ``widgets.table_html``
-    (header :data:`FP8_DATASHEET_HEADER`): dense FP8 and BF16 TFLOP/s (FP32 accumulation), their ratio
-    (:attr:`GpuDatasheet.fp8_over_bf16`, computed from the two figures) and where the FP8 figure comes from.
-    A100, V100 and T4 have no FP8 Tensor Cores and no row.  (``08_fp8_and_block_scaling``)"""
-    return [
-        [e.model, f"{e.fp8_tflops:g}", f"{e.bf16_tflops:g}", f"{e.fp8_over_bf16:.3g}x", e.fp8_source]
-        for e in DATASHEETS
-        if e.fp8_over_bf16 is not None
-    ]
 
 
 @dataclass(frozen=True)
@@ -1359,23 +1236,6 @@ def datasheet_ceiling(gpu_name: str | None, dtype=torch.float16) -> Ceiling | No
     return Ceiling(vs_fp32=round(low / entry.fp32_tflops, 2), vs_tf32=over_tf32, source=entry.source)
 
 
-def regime_for(seconds: float, flops: float, bytes_moved: float, dtype, context: dict, *, unit: str = "step") -> Regime:
-    """:func:`amp_lab.timing.classify_regime` for a step measured on the device a timing ``context``
-    names (``context["device"]``, ``context["device_name"]``): the datasheet's peak rate for ``dtype``
-    (``torch.float32``, ``"tf32"``, ``torch.float16``, ``torch.bfloat16`` or ``"fp8"``) and bandwidth.  "unknown" on
-    a CPU, an Apple GPU, or a GPU the datasheet table does not know."""
-    if not isinstance(context, dict):
-        raise TypeError(f"context must be a timing context dict (timing_context()), got {type(context).__name__}")
-    entry = datasheet_entry(context.get("device_name")) if str(context.get("device", "")).startswith("cuda") else None
-    peak = entry.tflops(dtype) if entry is not None else None
-    return classify_regime(
-        seconds,
-        flops=flops,
-        bytes_moved=bytes_moved,
-        peak_flops=None if peak is None else peak * 1e12,
-        peak_bytes_per_s=None if entry is None else entry.bandwidth_gbs * 1e9,
-        unit=unit,
-    )
 
 
 def _raw_gemm_ratio(m, k, n, *, device, dtype, warmup, repeats, min_sample_s, num_threads,
@@ -1673,7 +1533,6 @@ def sweep(
     else:
         _check_fits(mlp_bytes(width, largest, dtype), dev, f"sweep batch={largest}", "choose smaller sizes")
 
-    from .progress import progress
 
     common = dict(
         device=dev, dtype=dtype, warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads,
@@ -2254,8 +2113,6 @@ def describe_reference(reference: dict) -> str:
 
 def reference_table_html(references: Sequence[dict], mine: SweepResult | None = None) -> str:
     """Matmul speedups from committed reference files next to the learner's own sweep, by size."""
-    from .widgets import table_html
-
     if not isinstance(references, (list, tuple)):
         raise ArgumentTypeError(
             f"references must be a list of reference dicts (load_reference_results()), got {type(references).__name__}"
@@ -2297,7 +2154,6 @@ def precision_choices(device_type: str, capability=None) -> list[tuple[str, str]
     """The race widget's AMP dtype buttons, (label, dtype name), for a device's facts: the course's dtype
     first; on a CUDA GPU without bf16 Tensor Cores (before Ampere) bfloat16 is labelled as emulated."""
     device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
-    from .hardware import amp_dtype_for
 
     first = dtype_name(amp_dtype_for(device_type, capability))
     emulated = device_type == "cuda" and capability is not None and not bf16_hardware(capability)
@@ -2314,9 +2170,7 @@ def precision_warning(device_type: str, capability, dtype) -> str | None:
     an Apple GPU, or a CUDA GPU not asked): with None no warning can be given, so the answer is None."""
     device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
     if capability is not None:
-        from .hardware import _check_capability
-
-        capability = _check_capability(capability)
+        capability = check_capability(capability)
     dtype = parse_dtype(dtype)
     if device_type == "cuda" and capability is not None and dtype == torch.bfloat16 and not bf16_hardware(capability):
         tc = tensor_core_generation(capability)
@@ -2555,77 +2409,10 @@ def race_widget(**kwargs) -> RaceWidget:
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Fp8Support:
-    """Whether FP8 GEMMs (``torch._scaled_mm`` with ``float8_e4m3fn``) run on Tensor Cores, and why.
-
-    Truthy exactly when ``supported`` is, and unpacks as ``(supported, reason)``:
-    ``ok, why = fp8_matmul_support((9, 0))``.  Built by :func:`fp8_matmul_support`."""
-
-    supported: bool
-    reason: str
-
-    def __post_init__(self):
-        check_bool("supported", self.supported)
-        check_instance("reason", self.reason, str, "a sentence saying why")
-
-    def __bool__(self) -> bool:
-        return self.supported
-
-    def __iter__(self):
-        return iter((self.supported, self.reason))
 
 
-def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
-    """Whether a CUDA GPU of compute ``capability`` runs FP8 GEMMs on Tensor Cores with a torch build whose
-    ``torch.cuda.get_arch_list()`` is ``arch_list``, and why.  Pure, so tests feed it any GPU and wheel.
-    (``08_fp8_and_block_scaling``, ``scripts/gpu_check.py``)
-
-    * ``capability`` None (a CPU, or no CUDA GPU): not supported; ``torch._scaled_mm`` still runs on the
-      CPU, emulated, which shows FP8's numbers but not its speed.
-    * The GPU's Tensor Cores must multiply FP8 (:func:`amp_lab.hardware.tensor_core_generation`: Ada 8.9,
-      Hopper 9.0, Blackwell 10.x and 12.x; not Ampere 8.0/8.6/8.7, Turing or Volta).
-    * The build must have kernels for the GPU (:func:`amp_lab.hardware.arch_supported`: an ``sm_XY`` cubin of
-      the same major and a lower or equal minor, ``sm_XYa`` for exactly X.Y, or ``compute_XY`` PTX at or below
-      it); ``arch_list`` None leaves the build unchecked (a caller that has checked it already).
-
-    Returns an :class:`Fp8Support`: truthy when supported, and it unpacks as ``(supported, reason)``.
-    """
-    if arch_list is not None:  # checked whatever the capability, so a malformed list is never accepted
-        if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
-            raise ArgumentTypeError(
-                f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] (torch.cuda.get_arch_list()) or "
-                f"None, got {type(arch_list).__name__}: {arch_list!r:.80}"
-            )
-        for entry in arch_list:
-            _parse_arch(entry)
-    if capability is None:
-        return Fp8Support(False, (
-            "no CUDA GPU: FP8 GEMMs run on the Tensor Cores of NVIDIA GPUs of compute capability 8.9 and later "
-            "(Ada, Hopper, Blackwell); on the CPU torch._scaled_mm runs emulated, so it shows FP8's numbers but "
-            "not its speed"
-        ))  # fmt: skip
-    tc = tensor_core_generation(capability)
-    cap = f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]})"
-    if "fp8" not in tc.precisions:
-        has = (
-            f"Tensor Cores multiply {', '.join(tc.precisions).upper()} but not FP8"
-            if tc.has_tensor_cores
-            else "has no Tensor Cores"
-        )
-        return Fp8Support(False, (
-            f"{cap} {has}: FP8 GEMMs (torch._scaled_mm) need compute capability 8.9 or later (Ada, Hopper, "
-            "Blackwell)"
-        ))  # fmt: skip
-    if arch_list is not None and not arch_supported(tc.capability, arch_list):
-        return Fp8Support(False, f"{cap} has FP8 Tensor Cores, but {arch_advice(tc.capability, arch_list)}")
-    build = "" if arch_list is None else ", and this torch build has kernels for it"
-    return Fp8Support(True, f"{cap} Tensor Cores multiply FP8 (E4M3, E5M2){build}: torch._scaled_mm runs FP8 GEMMs there")
 
 
-def _cuda_arch_list() -> tuple[str, ...]:
-    """``torch.cuda.get_arch_list()``: one function, so a CPU test can hand a race a GPU build's list."""
-    return tuple(torch.cuda.get_arch_list())
 
 
 # cuBLASLt's FP8 GEMM (torch._scaled_mm on CUDA) needs every dimension a multiple of FP8_GEMM_MULTIPLE (16,
@@ -2646,8 +2433,6 @@ def _tensorwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` in E4M3 with one scale for the whole tensor, and the scale that turns it back (its inverse,
     what ``torch._scaled_mm`` multiplies by): the course's tensorwise scaling (:func:`amp_lab.fp8.tensorwise_scale`
     and :func:`amp_lab.fp8.quantize`, torchao's rules: ``448 / amax`` rounded to float32, a saturating cast)."""
-    from .fp8 import quantize, tensorwise_scale  # imported here: the race needs it only for this contestant
-
     scale = tensorwise_scale(x, "fp8_e4m3")
     return quantize(x, "fp8_e4m3", scale), scale.reciprocal()
 
@@ -2794,3 +2579,8 @@ def fp8_summary(result: RaceResult) -> str:
             f"{est.ratio:.3g}x against {low} ({est.ratio / ratio:.0%} of that ceiling)."
         )
     return f"{head} {support.reason}. {sheet}"
+
+
+def _cuda_arch_list() -> tuple[str, ...]:
+    """``torch.cuda.get_arch_list()``: one function, so a CPU test can hand a race a GPU build's list."""
+    return tuple(torch.cuda.get_arch_list())

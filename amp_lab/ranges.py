@@ -43,6 +43,7 @@ from ._checks import (
 )
 from .device import torch_threads
 from .formats import FloatFormat, _format_list, _real_tensor, get_format, round_to
+from .widgets import FigurePane
 
 __all__ = [
     "CATEGORIES",
@@ -647,7 +648,6 @@ class ScaleExplorer:
     def __init__(self, x, fmt="fp16", *, log2_scale: int = 0, max_log2: int = 24, title: str | None = None):
         import ipywidgets as widgets
 
-        from .widgets import FigurePane
 
         self.fmt = get_format(fmt)
         max_log2 = check_int("max_log2", max_log2, minimum=1, maximum=120)

@@ -54,7 +54,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import hardware
 from ._checks import (
     MAX_STEPS,
     ArgumentTypeError,
@@ -64,14 +63,24 @@ from ._checks import (
     check_scale,
     check_seed,
 )
+from .amp import AmpChoice
 from .claims import Claim, claim
+from .cost import _MAX_SIZE, _mlp_sizes, step_bytes, step_flops
 from .data import Dataset, Split
-from .device import check_fits, dtype_name, get_device, parse_dtype, seeded, synchronize, torch_threads
-from .timing import Regime, SpeedupEstimate, format_bytes, format_ratio, speedup_estimate, timing_context
+from .device import dtype_name, get_device, parse_dtype, synchronize, torch_threads
+from .models import make_mlp as make_model
+from .progress import progress
+from .timing import (
+    Regime,
+    SpeedupEstimate,
+    format_bytes,
+    format_ratio,
+    regime_for,
+    speedup_estimate,
+    timing_context,
+)
 
 __all__ = [
-    "AmpChoice",
-    "choose_amp_dtype",
     "make_model",
     "make_scaler",
     "micro_batches",
@@ -90,24 +99,15 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "saved_activation_bytes",
-    "step_flops",
-    "step_bytes",
     "PrecisionResult",
     "compare_precisions",
     "comparison_rows",
     "COMPARISON_HEADER",
     "ComparisonReading",
     "read_comparison",
-    "example_machines",
-    "choice_rows",
-    "CHOICE_HEADER",
     "dtype_name",
-    "MAX_DEPTH",
 ]
 
-# Bounds (CONTRIBUTING.md, "Bounded work"), each checked before anything is allocated or run:
-MAX_DEPTH = 64  # hidden layers of make_model's MLP: far deeper than plain MLPs train well without normalisation
-_MAX_SIZE = 2**53  # any width or batch size: an integer float64 holds exactly (step_flops stays a finite float)
 _MAX_STEP_NUMBER = 2**53  # a step number (micro_batches' seed arithmetic stays within torch's 64-bit seeds)
 _MAX_THREADS = 1024  # device.torch_threads' bound
 _MAX_GROWTH_INTERVAL = 2**31 - 1  # GradScaler's update kernel takes it as a C integer
@@ -130,230 +130,18 @@ def _precision(dtype, name: str = "dtype") -> torch.dtype:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AmpChoice:
-    """The outcome of :func:`choose_amp_dtype`.
-
-    ``dtype`` is the autocast dtype, ``use_scaler`` whether a ``GradScaler`` must be enabled,
-    ``expect_speedup`` whether AMP should beat FP32 on large matmuls on this hardware (None:
-    unknown, measure it), ``steps`` the questions asked on the way, as ``(question, answer)``
-    pairs, and ``advice`` what to do with the answer.  ``basis`` is the hardware fact the
-    expectation rests on (a phrase such as "this CPU has no AVX512-BF16 or AMX-BF16"), and
-    ``verdict`` the machine's one-line verdict from ``hardware.machine_verdict``.
-    """
-
-    device: str
-    dtype: torch.dtype
-    use_scaler: bool
-    expect_speedup: bool | None
-    steps: tuple[tuple[str, str], ...]
-    advice: str
-    basis: str = ""
-    verdict: str = ""
-
-    def __str__(self) -> str:
-        lines = [f"{i}. {q} {a}" for i, (q, a) in enumerate(self.steps, 1)]
-        scaler = "with torch.amp.GradScaler" if self.use_scaler else "no GradScaler needed"
-        lines.append(f"=> autocast to {dtype_name(self.dtype)} on {self.device}, {scaler}")
-        lines.append(f"   {self.advice}")
-        return "\n".join(lines)
 
 
-def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
-    """Walk the decision flow for this machine (or for ``report``, a ``hardware.MachineReport``).
-
-    Taught in ``07_amp_training_recipe``.  The dtype, the scaler and the expectation are the
-    course's one decision, ``hardware.machine_verdict`` (the same as ``device.amp_dtype`` and the
-    machine report's ``race_dtype``); whether a CPU multiplies the dtype in hardware is
-    ``hardware.cpu_has_native``'s answer.  This function adds the questions a learner would ask
-    on the way, so the decision can be read:
-
-    * CUDA, compute capability 8.0 or later (Ampere, Ada, Hopper, Blackwell): bfloat16, no scaler.
-      Its Tensor Cores multiply it, and it keeps FP32's exponent range, so gradients do not underflow.
-    * CUDA Volta and Turing (e.g. the T4): float16 with a GradScaler; their Tensor Cores multiply
-      only float16.  Before Volta: float16 with a GradScaler, for memory, with little or no speed-up.
-    * Apple GPUs (MPS): float16 with a GradScaler.
-    * CPU: bfloat16, the dtype CPU autocast is built for, no scaler.  It is fast only where the CPU
-      multiplies bfloat16 in hardware (AMX-BF16, AVX512-BF16, ARM BF16); without that, AMP is
-      expected to be slower than FP32, and the choice says so.
-
-    The facts are read from ``report`` itself (not from its stored verdict), so a report whose
-    hardware facts were replaced (``hardware.report_for``, ``dataclasses.replace``) gets its own flow.
-    ``report`` must be a ``hardware.MachineReport`` (TypeError otherwise).
-    """
-    if report is None:
-        report = hardware.describe(device)
-    else:
-        _check_report("report", report)
-    v = hardware.machine_verdict(
-        cuda_available=report.cuda_available,
-        tensor_cores=report.tensor_cores,
-        flags=report.cpu_flags or {},
-        device_type=report.race_device,
-        system=report.system,
-    )
-    dtype, name = v.dtype, dtype_name(v.dtype)
-    steps: list[tuple[str, str]] = []
-
-    def choice(basis: str, advice: str) -> AmpChoice:
-        return AmpChoice(v.device, dtype, v.use_scaler, v.expect_speedup, tuple(steps), advice, basis, v.text)
-
-    if v.device == "cuda":
-        gpu = report.gpu_name or "the GPU"
-        steps.append(("Is the course running on a CUDA GPU?", f"yes: {gpu}."))
-        tc = report.tensor_cores
-        if tc is None:
-            steps.append(("Does it have Tensor Cores?", "unknown: the GPU's compute capability is not known."))
-            return choice(
-                "the GPU's compute capability is unknown",
-                f"{name} runs on every CUDA GPU and needs a GradScaler; measure whether it is faster here.",
-            )
-        sm = f"sm_{tc.capability[0]}{tc.capability[1]}"
-        if not tc.has_tensor_cores:
-            steps.append(("Does it have Tensor Cores?", f"no ({tc.architecture}, {sm})."))
-            hope = "a modest speed-up at most" if v.expect_speedup is None else "little or no speed-up"
-            return choice(
-                f"{tc.architecture} has no Tensor Cores",
-                f"{name} halves activation memory, but without Tensor Cores expect {hope}; measure it.",
-            )
-        steps.append(("Does it have Tensor Cores?", f"yes, generation {tc.generation} ({tc.architecture}, {sm})."))
-        question = "Do they multiply bfloat16 (compute capability 8.0 or later)?"
-        if dtype == torch.bfloat16:
-            steps.append((question, "yes: bfloat16 has FP32's exponent range, so gradients do not underflow."))
-            return choice(
-                f"{tc.architecture} Tensor Cores multiply bfloat16",
-                "Expect a speed-up on large matmuls (small ones gain little); the FP32 baseline may "
-                "already use TF32 on these Tensor Cores.",
-            )
-        steps.append((question, "no: float16, whose small range needs loss scaling."))
-        return choice(
-            f"{tc.architecture} Tensor Cores multiply float16",
-            "Expect a speed-up on large matmuls with dimensions that are multiples of 8; small ones gain little.",
-        )
-
-    if v.device == "mps":
-        steps.append(("Is the course running on a CUDA GPU?", f"no: an Apple GPU (MPS), where autocast uses {name}."))
-        steps.append(("Does it have Tensor Cores?", f"no: {name} mainly halves the bytes moved, and needs loss scaling."))
-        return choice(
-            "Apple GPUs have no Tensor Cores",
-            "Expect a modest speed-up at most, on large models; measure it.",
-        )
-
-    steps.append(("Is the course running on a CUDA GPU?", f"no: the CPU, where autocast uses {name}."))
-    flags = report.cpu_flags or {}
-    native = hardware.cpu_has_native(dtype, flags)
-    labels = hardware.cpu_native_labels(dtype, flags)
-    question = f"Does the CPU multiply {name} in hardware?"
-    if native is None:
-        steps.append((question, "unknown on this system."))
-        return choice(
-            f"this system does not report the CPU's {name} instructions",
-            "Measure before you decide: the comparison in section 7 tells.",
-        )
-    if not native:
-        lacking = " or ".join(labels)
-        steps.append((question, f"no (no {lacking}): torch converts to FP32 and back around every multiply."))
-        return choice(
-            f"this CPU has no {lacking}",
-            f"{name} is emulated here, so expect AMP to be slower than FP32: use it to learn the recipe "
-            "(or to save memory), and train in FP32 when speed matters on this machine.",
-        )
-    having = " and ".join(labels)
-    steps.append((question, f"yes: {having}."))
-    if v.expect_speedup is False:  # a Mac: FP32 matmuls run on Apple's matrix units
-        steps.append(
-            ("Do FP32 matmuls have faster hardware?", "yes: on a Mac they run on Apple's matrix units (Accelerate).")
-        )
-        return choice(
-            f"this CPU has {having}, but its FP32 matmuls run on Apple's matrix units",
-            f"Expect AMP to be no faster than FP32 here; {name} still halves activation memory.",
-        )
-    return choice(
-        f"this CPU has {having}",
-        f"Expect a speed-up on large matrices; on small ones the casts cost more than the faster multiply "
-        f"saves. {name} needs no GradScaler.",
-    )
 
 
-# Excerpts of real /proc/cpuinfo text: hardware.cpu_flags reads them as it reads this machine's.
-_AVX2_LAPTOP_CPUINFO = (
-    "model name\t: Intel(R) Core(TM) i7-10510U CPU @ 1.80GHz\n"
-    "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
-    "sse sse2 ht syscall nx pdpe1gb rdtscp lm pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes "
-    "xsave avx f16c rdrand lahf_lm abm 3dnowprefetch fsgsbase bmi1 avx2 smep bmi2 erms invpcid adx "
-    "clflushopt xsaveopt xsavec xgetbv1 xsaves\n"
-)
-_SAPPHIRE_RAPIDS_CPUINFO = (
-    "model name\t: Intel(R) Xeon(R) Platinum 8480+\n"
-    "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
-    "sse sse2 ss ht syscall nx pdpe1gb rdtscp lm pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt "
-    "aes xsave avx f16c rdrand avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 "
-    "avx512vbmi avx512_vnni avx512_bitalg avx512_vpopcntdq avx512_fp16 amx_bf16 amx_tile amx_int8\n"
-)
-_GRAVITON3_CPUINFO = (
-    "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt "
-    "fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg "
-    "dcpodp svei8mm svebf16 i8mm bf16 dgh rng\n"
-    "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\nCPU part\t: 0xd40\nCPU revision\t: 1\n"
-)
 
 
-def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
-    """``(name, hardware.MachineReport)`` for machines a learner may meet, for 07's table.
-
-    GPUs are described by their compute capability, CPUs by an excerpt of their own
-    ``/proc/cpuinfo`` (read by ``hardware.cpu_flags``, as this machine's is), so the table shows
-    what :func:`choose_amp_dtype` decides for each, whatever machine runs the notebook.
-    ``base`` is the report whose other facts (versions, threads) they share (default: this CPU's).
-    """
-    if base is None:
-        base = hardware.describe("cpu")
-    else:
-        _check_report("base", base)
-
-    def gpu(name, capability):
-        return name, hardware.report_for("cuda", capability=capability, gpu_name=name, base=base, system="Linux")
-
-    def cpu(name, cpuinfo):
-        return name, hardware.report_for(
-            "cpu", flags=hardware.cpu_flags(cpuinfo), cpu=hardware.cpu_model(cpuinfo), base=base, system="Linux"
-        )
-
-    return [
-        gpu("NVIDIA H100 (sm_90)", (9, 0)),
-        gpu("NVIDIA A100 (sm_80)", (8, 0)),
-        gpu("NVIDIA T4 (sm_75)", (7, 5)),
-        gpu("NVIDIA V100 (sm_70)", (7, 0)),
-        gpu("GeForce GTX 1080 (sm_61)", (6, 1)),
-        cpu("Intel Xeon 8480+ (AMX-BF16)", _SAPPHIRE_RAPIDS_CPUINFO),
-        cpu("AWS Graviton 3 (ARM BF16)", _GRAVITON3_CPUINFO),
-        cpu("laptop with AVX2 only", _AVX2_LAPTOP_CPUINFO),
-    ]
 
 
-def choice_rows(machines) -> list[list[str]]:
-    """Table rows (for ``widgets.table_html``, header :data:`CHOICE_HEADER`): the decision flow's
-    answer for each ``(name, report)`` of ``machines`` (e.g. :func:`example_machines`): a list of pairs
-    of a string and a ``hardware.MachineReport``."""
-    machines = _sequence("machines", machines, "a list of (name, hardware.MachineReport) pairs")
-    for i, pair in enumerate(machines):
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise ArgumentTypeError(f"machines[{i}] must be a (name, hardware.MachineReport) pair, got {_shown(pair)}")
-        check_instance(f"machines[{i}][0]", pair[0], str, "a string (the machine's name)")
-        _check_report(f"machines[{i}][1]", pair[1])
-    rows = []
-    for name, report in machines:
-        c = choose_amp_dtype(report)
-        speed = {True: "yes, on large matmuls", False: "no", None: "measure it"}[c.expect_speedup]
-        rows.append([name, dtype_name(c.dtype), "yes" if c.use_scaler else "no", speed, c.basis])
-    return rows
 
 
-CHOICE_HEADER = ["machine", "autocast dtype", "GradScaler", "faster than FP32?", "because"]
 
 
-def _check_report(name: str, report) -> None:
-    check_instance(name, report, hardware.MachineReport, "a hardware.MachineReport (e.g. from hardware.describe())")
 
 
 def _sequence(name: str, value, what: str, max_length: int = _MAX_ITEMS) -> list:
@@ -390,39 +178,6 @@ def _shown(value) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def make_model(
-    num_features: int = 64, num_classes: int = 10, *, hidden: int = 64, depth: int = 2, seed: int = 0, device=None
-) -> nn.Sequential:
-    """An MLP ``num_features -> hidden (x depth, ReLU) -> num_classes`` with seeded initialisation.
-
-    The weights are those ``torch.manual_seed(seed)`` followed by the construction gives, but the
-    learner's generators (CPU and CUDA) are left as they were (``device.seeded``).  Its parameters
-    stay float32: autocast casts copies for each op, and the optimizer updates the float32 "master"
-    weights.
-
-    ``depth`` is at most :data:`MAX_DEPTH`; the parameters' bytes are checked against free memory
-    (``device.check_fits``) before anything is allocated.
-    """
-    num_features, num_classes, hidden, depth = _mlp_sizes(num_features, num_classes, hidden, depth)
-    seed = check_seed("seed", seed)
-    dev = get_device(device)
-    needed = 4 * _num_parameters(num_features, num_classes, hidden, depth)  # float32
-    hint = "choose a smaller hidden, depth, num_features or num_classes"
-    what = f"make_model({num_features}, {num_classes}, hidden={hidden}, depth={depth})"
-    check_fits(needed, "cpu", what, hint)  # the layers are built on the CPU, then moved
-    if dev.type != "cpu":
-        check_fits(needed, dev, what, hint)
-    # seeded() forks the CPU's generator *and* every CUDA device's: a bare torch.manual_seed would
-    # reseed a learner's GPU generators as a side effect of building a model.
-    with seeded(seed):
-        layers: list[nn.Module] = []
-        width = num_features
-        for _ in range(depth):
-            layers += [nn.Linear(width, hidden), nn.ReLU()]
-            width = hidden
-        layers.append(nn.Linear(width, num_classes))
-        model = nn.Sequential(*layers)
-    return model.to(dev)
 
 
 def make_scaler(dtype, device=None, *, init_scale: float = 2.0**16, growth_interval: int = 2000):
@@ -958,8 +713,6 @@ def train(
     steps_end = start_step + num_steps
     steps = range(start_step, steps_end)
     if show_progress:
-        from .progress import progress
-
         steps = progress(steps, desc=f"training ({dtype_name(dtype)})")
     history = History()
     model.train()
@@ -1714,97 +1467,18 @@ def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
     return sum(seen.values())
 
 
-def _linear_shapes(num_features: int, num_classes: int, hidden: int, depth: int) -> list[tuple[int, int]]:
-    """``(in, out)`` of each Linear of :func:`make_model`'s MLP, in order."""
-    widths = [num_features] + [hidden] * depth + [num_classes]
-    return list(zip(widths[:-1], widths[1:], strict=True))
 
 
-def _mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, int]:
-    return (
-        check_int("num_features", num_features, minimum=1, maximum=_MAX_SIZE),
-        check_int("num_classes", num_classes, minimum=2, maximum=_MAX_SIZE),
-        check_int("hidden", hidden, minimum=1, maximum=_MAX_SIZE),
-        check_int("depth", depth, minimum=1, maximum=MAX_DEPTH),
-    )
 
 
-def _num_parameters(num_features: int, num_classes: int, hidden: int, depth: int) -> int:
-    return sum(n_in * n_out + n_out for n_in, n_out in _linear_shapes(num_features, num_classes, hidden, depth))
 
 
-def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation_steps):
-    return (
-        *_mlp_sizes(num_features, num_classes, hidden, depth),
-        check_int("batch_size", batch_size, minimum=1, maximum=_MAX_SIZE)
-        * check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=_MAX_SIZE),
-    )
 
 
-def step_flops(
-    num_features: int = 64,
-    num_classes: int = 10,
-    *,
-    hidden: int = 64,
-    depth: int = 2,
-    batch_size: int = 64,
-    accumulation_steps: int = 1,
-) -> float:
-    """Matmul FLOPs of one optimizer step of :func:`make_model`'s MLP (``07_amp_training_recipe``).
-
-    A Linear with ``in`` inputs and ``out`` outputs on ``b`` examples costs ``2*b*in*out`` FLOPs
-    forward (a multiply and an add per weight and example), as much again backward for its weight's
-    gradient, and as much again for its input's gradient, except the first Linear, whose input (the
-    data) needs no gradient.  ``b`` is every example of the step, ``batch_size * accumulation_steps``.
-    Bias additions, ReLU, the loss and Adam are elementwise and left out: they are memory traffic,
-    which :func:`step_bytes` counts.
-    """
-    num_features, num_classes, hidden, depth, b = _mlp_args(
-        num_features, num_classes, hidden, depth, batch_size, accumulation_steps
-    )
-    return _mlp_matmul_flops([num_features] + [hidden] * depth + [num_classes], b)
 
 
-def _mlp_matmul_flops(widths: Sequence[int], b: int) -> float:
-    """Matmul FLOPs of one training step of an MLP of Linear layers whose widths are ``widths`` (the input's
-    first, checked by the caller) on ``b`` examples: the course's one MLP cost model (:func:`step_flops`;
-    the race's one-hidden-layer model is the same count).  Each Linear costs ``2*b*in*out`` forward, as
-    much for its weight's gradient, and as much for its input's, except the first Linear's input."""
-    total = 0
-    for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-        total += 2 * b * n_in * n_out * (2 if i == 0 else 3)
-    return float(total)
 
 
-def step_bytes(
-    num_features: int = 64,
-    num_classes: int = 10,
-    *,
-    hidden: int = 64,
-    depth: int = 2,
-    batch_size: int = 64,
-    accumulation_steps: int = 1,
-    dtype=torch.float32,
-) -> float:
-    """A lower bound on the bytes one optimizer step of :func:`make_model`'s MLP moves to and from memory
-    (``07_amp_training_recipe``).
-
-    Counted once each: the float32 parameters and their gradients, each read once and written once
-    (16 bytes per parameter), Adam's two float32 moments, read once and written once (16 more); the
-    float32 inputs, read once; and each Linear's output, written in the forward pass and read once in
-    the backward pass, in ``dtype`` (2 bytes under bfloat16 or float16 autocast, 4 in float32).
-    Real kernels move more (autocast's 16-bit copies of the weights, the loss, extra passes over
-    the gradients for clipping and the inf check), so a step can only be slower than these bytes at
-    the peak bandwidth: that makes it a lower bound, not an estimate.
-    """
-    num_features, num_classes, hidden, depth, b = _mlp_args(
-        num_features, num_classes, hidden, depth, batch_size, accumulation_steps
-    )
-    itemsize = _precision(dtype).itemsize
-    shapes = _linear_shapes(num_features, num_classes, hidden, depth)
-    params = _num_parameters(num_features, num_classes, hidden, depth)
-    activations = sum(b * n_out for _, n_out in shapes)
-    return float(32 * params + 4 * b * num_features + 2 * itemsize * activations)
 
 
 def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:
@@ -1904,7 +1578,7 @@ class PrecisionResult:
         CPU); None when the row carries no FLOP and byte counts."""
         if self.step_flops is None or self.step_bytes is None or self.seconds_per_step <= 0:
             return None
-        from .race import regime_for
+
 
         dtype = self.dtype
         ctx = self.context or {}
@@ -2017,8 +1691,6 @@ def compare_precisions(
     runs = [(dtype, *fresh(dtype), History()) for dtype in dts]
     steps = range(num_steps)
     if show_progress:
-        from .progress import progress
-
         steps = progress(steps, desc="FP32 vs AMP")
     for step in steps:
         batches = micro_batches(data.train, step=step, **batch_kw)

@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from ._checks import FLOAT32_TINY, ArgumentTypeError, check_float, check_instance, check_int, check_scale
-from .device import float64_on_cpu
+from .device import float64_on_cpu, get_device, seeded
 
 __all__ = [
     "DynamicLossScaler",
@@ -671,8 +671,6 @@ def _as_scale_value(value) -> float | None:
 
 
 def _setup(device: torch.device):
-    from .device import seeded
-
     with seeded(0):
         model = torch.nn.Linear(4, 3).to(device)
         X = torch.randn(8, 4).to(device)
@@ -758,8 +756,6 @@ def compare_with_grad_scaler(
     within ``rtol``).  The first mismatch, or an exception from the scaler (never raised: it is the
     difference), ends the comparison.  Taught in notebook 04, whose exercises use it.
     """
-    from .device import get_device
-
     if not callable(make_scaler):
         raise ArgumentTypeError(f"make_scaler must be a function that returns a new scaler, got {type(make_scaler).__name__}")
     schedule = _check_schedule(schedule)

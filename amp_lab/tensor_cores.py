@@ -60,6 +60,8 @@ from ._checks import (
     check_seed,
 )
 from .device import amp_dtype, check_fits, float64_on_cpu, float64_to, get_device, parse_dtype
+from .gpus import tensor_core_generation
+from .widgets import FigurePane
 
 __all__ = [
     "INPUT_FORMATS",
@@ -450,7 +452,6 @@ class AccumulationExplorer:
         check_instance("curve", curve, AccumulationCurve, "an AccumulationCurve (from accumulation_curve)")
         k = check_int("k", k, minimum=1, maximum=curve.k_max)
 
-        from .widgets import FigurePane
 
         self.curve = curve
         self.slider = widgets.IntSlider(
@@ -651,8 +652,6 @@ def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
     """One row per compute capability: architecture, Tensor Core generation, precisions (from
     ``amp_lab.hardware.tensor_core_generation``) and per-clock throughput (``TENSOR_CORE_DETAILS`` by
     generation, ``ARCHITECTURE_DETAILS`` where an architecture differs from its generation's data-centre part)."""
-    from .hardware import tensor_core_generation
-
     if isinstance(capabilities, (str, bytes)) or not isinstance(capabilities, (list, tuple)):
         raise ArgumentTypeError(
             f"capabilities must be a list of (major, minor) pairs such as [(8, 0), (9, 0)], got "

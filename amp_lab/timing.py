@@ -68,7 +68,10 @@ from ._checks import (
     check_int,
 )
 from .device import dtype_name, get_device, torch_threads
+from .gpus import datasheet_entry
+from .hardware import cpu_has_native, cpu_model, tf32_matmul, usable_cpu_flags
 from .hardware import tf32_matmul_enabled as _tf32_matmul_enabled
+from .text import format_bytes, format_ratio, format_seconds
 
 # The clocks and the synchroniser are module attributes so tests can replace them with fakes and check
 # *when* they are called relative to the timed work.  ``_clock`` times samples; ``_budget_clock`` only
@@ -110,64 +113,6 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------
-# Formatting
-# ----------------------------------------------------------------------------------------------
-
-
-def _number(name: str, value, *, optional: bool = False):
-    """``value`` as a float if it is a real number (NumPy's too; not a bool), for the formatters, which
-    print inf and nan as ``'inf'`` and ``'nan'``.  An integer beyond float64's range (``2**2000``) is no
-    measurement: a ValueError, not an OverflowError from ``float()``."""
-    if optional and value is None:
-        return value
-    if isinstance(value, bool) or not isinstance(value, Real):
-        allowed = "a number or None" if optional else "a number"
-        raise ArgumentTypeError(f"{name} must be {allowed}, got {type(value).__name__}: {value!r:.80}")
-    try:
-        return float(value)
-    except OverflowError:
-        raise ValueError(
-            f"{name} must be within float64's range (about 1.8e308), got an integer of {int(value).bit_length()} bits"
-        ) from None
-
-
-def format_seconds(seconds: float) -> str:
-    """``0.00123`` -> ``'1.23 ms'``: three significant figures in s, ms, µs or ns."""
-    s = _number("seconds", seconds)
-    if not math.isfinite(s):
-        return str(s)
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
-
-
-def format_bytes(nbytes: float | None) -> str:
-    """``3 * 2**20`` -> ``'3.00 MiB'``; None -> ``'n/a'``, inf and nan as ``'inf'`` and ``'nan'``."""
-    b = _number("nbytes", nbytes, optional=True)
-    if b is None:
-        return "n/a"
-    if not math.isfinite(b):
-        return str(b)
-    for unit, scale in (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10)):
-        if abs(b) >= scale:
-            return f"{b / scale:.2f} {unit}"
-    return f"{int(b)} B"
-
-
-def format_ratio(x: float, digits: int = 2) -> str:
-    """``1.3217`` -> ``'1.32x'``; below 0.1, ``digits + 1`` significant figures (``0.01234`` -> ``'0.0123x'``).
-    How every speedup in ``06_timing_race`` is printed."""
-    x = _number("x", x)
-    digits = check_int("digits", digits, minimum=0, maximum=17)
-    if not math.isfinite(x):
-        return f"{x}x"
-    if 0 < abs(x) < 0.1:
-        return f"{x:.{digits + 1}g}x"
-    return f"{x:.{digits}f}x"
-
-
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
@@ -178,8 +123,6 @@ def _plural(count: int, noun: str) -> str:
 
 def _tf32_matmul(enabled: bool):
     """Kept for older callers: :func:`amp_lab.hardware.tf32_matmul`, the one TF32 switch."""
-    from .hardware import tf32_matmul
-
     return tf32_matmul(enabled)
 
 
@@ -195,8 +138,6 @@ def _device_name(dev: torch.device) -> str:
     if dev.type == "cuda":
         return torch.cuda.get_device_name(dev)
     if dev.type == "cpu":
-        from .hardware import cpu_model
-
         return cpu_model()
     return dev.type
 
@@ -219,8 +160,6 @@ def _load_average() -> float | None:
 def timing_context(device=None) -> dict:
     """What a timing on ``device`` depends on: device, threads, TF32, CPU instructions, versions, how it
     was synchronised, and how busy the machine was.  (``06_timing_race``)"""
-    from .hardware import usable_cpu_flags
-
     dev = get_device(device)
     ctx = {
         "device": str(dev),
@@ -259,8 +198,6 @@ def describe_context(context: dict) -> str:
 
         measured on cpu (AMD EPYC), 2 CPU threads, torch CPU kernels AVX2, CPU bfloat16 arithmetic emulated, ...
     """
-    from .hardware import cpu_has_native
-
     if not isinstance(context, dict):
         raise ArgumentTypeError(
             f"context must be a timing context dict (timing_context(), or a Timing's .context), "
@@ -999,4 +936,23 @@ def sync_summary(queued_s: float, finished_s: float, device=None) -> str:
     return (
         f"The readings differ ({ratio:.2f}x) although CPU ops return when they are done: something else (another "
         "program, the operating system) ran between the two clock readings."
+    )
+
+
+def regime_for(seconds: float, flops: float, bytes_moved: float, dtype, context: dict, *, unit: str = "step") -> Regime:
+    """:func:`amp_lab.timing.classify_regime` for a step measured on the device a timing ``context``
+    names (``context["device"]``, ``context["device_name"]``): the datasheet's peak rate for ``dtype``
+    (``torch.float32``, ``"tf32"``, ``torch.float16``, ``torch.bfloat16`` or ``"fp8"``) and bandwidth.  "unknown" on
+    a CPU, an Apple GPU, or a GPU the datasheet table does not know."""
+    if not isinstance(context, dict):
+        raise TypeError(f"context must be a timing context dict (timing_context()), got {type(context).__name__}")
+    entry = datasheet_entry(context.get("device_name")) if str(context.get("device", "")).startswith("cuda") else None
+    peak = entry.tflops(dtype) if entry is not None else None
+    return classify_regime(
+        seconds,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        peak_flops=None if peak is None else peak * 1e12,
+        peak_bytes_per_s=None if entry is None else entry.bandwidth_gbs * 1e9,
+        unit=unit,
     )

@@ -38,12 +38,17 @@ from ._checks import (
     MAX_STEPS,
     MAX_THREADS,
     ArgumentTypeError,
+    bounded_list,
     check_float,
     check_instance,
     check_int,
     check_seed,
 )
+from .data import load_digits
 from .device import check_fits, get_device, parse_dtype, torch_threads
+from .gradients import make_mlp
+from .scaling import DynamicLossScaler
+from .widgets import FigurePane, Table
 
 __all__ = [
     "ScalerExplorer",
@@ -136,11 +141,8 @@ def runs_table(runs, last: int = 20):
     One row per :class:`TrainingRun`: what :meth:`TrainingRun.summary` says, plus whether the weights
     are finite and the step of the first non-finite loss.  Its digits depend on the CPU's kernels, so
     notebooks show it in cells marked volatile (as ``summary``)."""
-    from .formats import _bounded_list
-    from .widgets import Table
-
     last = check_int("last", last, minimum=1)
-    runs = _bounded_list("runs", runs, 64, "a list of TrainingRun")
+    runs = bounded_list("runs", runs, 64, "a list of TrainingRun")
     for r in runs:
         check_instance("runs", r, TrainingRun, "a list of TrainingRun (train_digits(...))")
     rows = []
@@ -350,9 +352,6 @@ def train_digits(
     (:func:`amp_lab.device.check_fits`), and ``data`` against the network (float32 ``X`` with
     ``num_features`` columns, int64 ``y`` below ``num_classes``).
     """
-    from .data import load_digits
-    from .gradients import make_mlp
-
     scaler = _check_scaler(scaler)
     _check_convert(convert)
     dtype, num_steps, batch_size, lr, depth, width, max_grad_norm, seed, label, num_threads = (
@@ -466,8 +465,6 @@ class ScalerExplorer:
     ):
         import ipywidgets as widgets
 
-        from .data import load_digits
-        from .widgets import FigurePane
 
         # Everything is checked before the widget is built; the values must lie on the sliders
         # (a slider would silently clamp one outside its range).
@@ -543,8 +540,6 @@ class ScalerExplorer:
 
     def update(self) -> TrainingRun:
         """Re-run the short training with the controls' values; refresh readout and figure."""
-        from .scaling import DynamicLossScaler
-
         scaler = DynamicLossScaler(
             init_scale=2.0 ** int(self.init_scale.value),
             growth_interval=int(self.growth_interval.value),

@@ -17,7 +17,15 @@ import math
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from ._checks import ArgumentTypeError, check_float, check_instance, check_int
+from ._checks import (
+    MAX_TABLE_COLUMNS,
+    MAX_TABLE_ROWS,
+    ArgumentTypeError,
+    bounded_list,
+    check_float,
+    check_instance,
+    check_int,
+)
 
 # A pane's image is at most this many pixels on a side (a 7-inch figure at 80 dpi has 560).
 MAX_PIXELS = 4096
@@ -63,14 +71,13 @@ def table_html(rows, header=None, *, caption: str | None = None) -> str:
     """A small HTML table for readouts; every cell is escaped text.
 
     ``rows`` is a list of rows, each a list (or tuple) of cells; ``header`` a list of column titles
-    or None; ``caption`` a string or None.  At most ``formats.MAX_TABLE_ROWS`` rows and
-    ``formats.MAX_TABLE_COLUMNS`` cells a row, checked before any is read."""
-    from .formats import MAX_TABLE_COLUMNS, MAX_TABLE_ROWS, _bounded_list
+    or None; ``caption`` a string or None.  At most ``_checks.MAX_TABLE_ROWS`` rows and
+    ``_checks.MAX_TABLE_COLUMNS`` cells a row, checked before any is read."""
 
     def _cells(what, row):
-        return _bounded_list(what, row, MAX_TABLE_COLUMNS, "a list of cells")
+        return bounded_list(what, row, MAX_TABLE_COLUMNS, "a list of cells")
 
-    rows = _bounded_list("rows", rows, MAX_TABLE_ROWS, "a list of rows (lists of cells)")
+    rows = bounded_list("rows", rows, MAX_TABLE_ROWS, "a list of rows (lists of cells)")
     rows = [_cells(f"rows[{i}]", r) for i, r in enumerate(rows)]
     if header is not None:
         header = _cells("header", header)

@@ -21,7 +21,7 @@ import torch
 os.environ.setdefault("AMP_LAB_PROGRESS", "0")
 
 from amp_lab import race  # noqa: E402
-from amp_lab.hardware import amp_dtype_for, bf16_hardware  # noqa: E402
+from amp_lab.gpus import amp_dtype_for, bf16_hardware  # noqa: E402
 
 SIZES = [(4096, 1024), (4096, 4096), (4096, 8192), (8192, 4096), (8192, 8192), (4096, 16384)]
 

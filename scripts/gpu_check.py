@@ -9,7 +9,7 @@ Runs, on CUDA, one *section* after another:
 * ``race_fp8_matmul``: an FP8 (E4M3) GEMM through ``torch._scaled_mm`` against bfloat16 and FP32, inputs
   already in each dtype (:func:`amp_lab.race.race_fp8_matmul`), at n = 4096 and 8192 (and 1024 in the full
   run), with the datasheet's FP8 / BF16 ratio beside the measured one; only on GPUs whose Tensor Cores
-  multiply FP8 under this build (:func:`amp_lab.race.fp8_matmul_support`: compute capability 8.9 and later),
+  multiply FP8 under this build (:func:`amp_lab.gpus.fp8_matmul_support`: compute capability 8.9 and later),
   elsewhere recorded as skipped with the reason;
 * ``race_mlp``: training steps of the tutorial loop's model, with peak memory;
 * ``alignment``: the float16 matmul at n = 4096 against 4095;
@@ -19,7 +19,7 @@ Runs, on CUDA, one *section* after another:
 
 Races that an earlier section already ran (the sweep's n = 4096, the alignment's aligned n) are reused,
 not raced again.  Before anything runs, the script checks that this torch build has kernels for the GPU
-(``torch.cuda.get_arch_list()``, :func:`amp_lab.hardware.arch_supported`) and prints the worst-case
+(``torch.cuda.get_arch_list()``, :func:`amp_lab.gpus.arch_supported`) and prints the worst-case
 time of every section.
 
 **Files.**  ``gpu-check_<gpu>_<YYYYMMDD>-<HHMMSS>[_quick].json`` (UTC; plus a ``.md`` summary) in
@@ -181,13 +181,13 @@ def cuda_facts(index: int) -> CudaFacts:
 
 def amp_dtypes(capability) -> list:
     """The AMP dtypes to race on a GPU of compute ``capability``: float16 on every CUDA GPU, and
-    bfloat16 too where its Tensor Cores multiply it (``hardware.bf16_hardware``: sm_80 and later).
+    bfloat16 too where its Tensor Cores multiply it (``gpus.bf16_hardware``: sm_80 and later).
     ``torch.cuda.is_bf16_supported()`` is not asked: it is True on a T4, where bfloat16 is emulated,
     minutes-slow at large sizes and no reference for anyone.  ``None`` (the CPU test): bfloat16, CPU
     autocast's dtype."""
     import torch
 
-    from amp_lab.hardware import bf16_hardware
+    from amp_lab.gpus import bf16_hardware
 
     if capability is None:
         return [torch.bfloat16]
@@ -196,14 +196,14 @@ def amp_dtypes(capability) -> list:
 
 def tf32_hardware(capability) -> bool:
     """Whether FP32 matmuls can run on TF32 Tensor Cores (Ampere and later)."""
-    from amp_lab.hardware import tensor_core_generation
+    from amp_lab.gpus import tensor_core_generation
 
     return capability is not None and "tf32" in tensor_core_generation(capability).precisions
 
 
 def mlp_dtypes(dtypes: list, capability, sizes: dict) -> list:
     """The dtypes race_mlp runs in: every AMP dtype, or only the course's (``amp_dtype_for``)."""
-    from amp_lab.hardware import amp_dtype_for
+    from amp_lab.gpus import amp_dtype_for
 
     if sizes["mlp_every_dtype"]:
         return list(dtypes)
@@ -232,10 +232,10 @@ def measure_worst_s(call_s: float, contestants: int, sizes: dict, *, repeats: in
 
 
 def fp8_support(device_type: str, capability, arch_list=None):
-    """Whether the ``race_fp8_matmul`` section races on this GPU (:func:`amp_lab.race.fp8_matmul_support`:
+    """Whether the ``race_fp8_matmul`` section races on this GPU (:func:`amp_lab.gpus.fp8_matmul_support`:
     FP8 Tensor Cores, compute capability 8.9 and later, and kernels in this build), and why.  Not on the
     CPU test device, where there is no GPU to measure."""
-    from amp_lab.race import fp8_matmul_support
+    from amp_lab.gpus import fp8_matmul_support
 
     return fp8_matmul_support(capability if device_type == "cuda" else None, arch_list)
 
@@ -350,7 +350,8 @@ def machine_info(dev, facts: CudaFacts | None = None) -> dict:
     import torch
 
     from amp_lab.device import dtype_name
-    from amp_lab.hardware import arch_supported, bf16_hardware, cpu_model
+    from amp_lab.gpus import arch_supported, bf16_hardware
+    from amp_lab.hardware import cpu_model
 
     try:
         arch_list = list(facts.arch_list) if facts is not None else list(torch.cuda.get_arch_list())
@@ -522,7 +523,7 @@ class Check:
 
     def __init__(self, dev, sizes: dict, capability, arch_list=None):
         from amp_lab.device import dtype_name
-        from amp_lab.race import fp8_matmul_support
+        from amp_lab.gpus import fp8_matmul_support
 
         self.dev, self.sizes, self.capability = dev, sizes, capability
         # From the facts alone (main passes no capability on the CPU test device, so the FP8 race is skipped
@@ -618,7 +619,7 @@ def section_race_fp8_matmul(check: Check, sec: Section) -> None:
     the datasheet's FP8 / BF16 ratio for this GPU when the course's table has it; skipped elsewhere."""
     import torch
 
-    from amp_lab import race
+    from amp_lab import gpus, race
 
     support = check.fp8_support
     data = sec.report["race_fp8_matmul"] = {
@@ -627,7 +628,7 @@ def section_race_fp8_matmul(check: Check, sec: Section) -> None:
     if not support:
         sec.skipped = support.reason
         return
-    entry = race.datasheet_entry(sec.report.get("machine", {}).get("gpu_name"))
+    entry = gpus.datasheet_entry(sec.report.get("machine", {}).get("gpu_name"))
     if entry is not None and entry.fp8_over_bf16 is not None:
         data["datasheet"] = {
             "model": entry.model,
@@ -635,7 +636,7 @@ def section_race_fp8_matmul(check: Check, sec: Section) -> None:
             "bf16_tflops": entry.bf16_tflops,
             "fp8_over_bf16": entry.fp8_over_bf16,
             "source": entry.fp8_source,
-            "row": next(row for row in race.fp8_datasheet_rows() if row[0] == entry.model),
+            "row": next(row for row in gpus.fp8_datasheet_rows() if row[0] == entry.model),
         }
     for n in check.sizes["fp8_n"]:
         try:
@@ -931,7 +932,7 @@ def _fp8_markdown(fp8: dict | None, t) -> list[str]:
             f"ratio {ds['fp8_over_bf16']:.3g}x ({ds['source']})."
         )
     else:
-        lines.append("The course's datasheet table (amp_lab.race.DATASHEETS) has no FP8 figure for this GPU.")
+        lines.append("The course's datasheet table (amp_lab.gpus.DATASHEETS) has no FP8 figure for this GPU.")
     lines.append(f"Why this GPU races FP8: {fp8.get('support')}.")
     return lines
 
@@ -962,7 +963,7 @@ def main(argv: list[str] | None = None, *, facts: CudaFacts | None = None, log=_
     import torch
 
     from amp_lab.device import get_device
-    from amp_lab.hardware import arch_advice, arch_supported
+    from amp_lab.gpus import arch_advice, arch_supported
     from amp_lab.race import RESULTS_SCHEMA, utc_now
 
     try:

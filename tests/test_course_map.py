@@ -8,7 +8,7 @@ import nbformat
 import pytest
 import torch
 
-from amp_lab import hardware
+from amp_lab import gpus, hardware
 from amp_lab.course import LESSONS, course_map, on_this_machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,8 +172,8 @@ def test_course_map_on_this_machine_follows_describe():
     ids=lambda v: str(v[1]) if isinstance(v, tuple) else None,
 )
 def test_07_names_the_dtype_and_scaler_its_decision_flow_picks(here, kind, facts):
-    """The course map's line for 07 and 07's own decision flow (recipe.choose_amp_dtype) name one dtype."""
-    from amp_lab.recipe import choose_amp_dtype
+    """The course map's line for 07 and 07's own decision flow (amp.choose_amp_dtype) name one dtype."""
+    from amp_lab.amp import choose_amp_dtype
 
     report = machine(here, kind, facts)
     choice = choose_amp_dtype(report)
@@ -188,10 +188,10 @@ def test_07_follows_the_facts_of_a_report_whose_verdict_is_stale(here):
     07's flow reads the facts (float16 with a GradScaler), and so must the course map."""
     import dataclasses
 
-    from amp_lab.recipe import choose_amp_dtype
+    from amp_lab.amp import choose_amp_dtype
 
     t4 = dataclasses.replace(here, race_device="cuda", cuda_available=True, gpu_name="Tesla T4", capability=(7, 5),
-                             tensor_cores=hardware.tensor_core_generation((7, 5)), bf16_supported=True)  # fmt: skip
+                             tensor_cores=gpus.tensor_core_generation((7, 5)), bf16_supported=True)  # fmt: skip
     assert t4.race_dtype == torch.bfloat16 and choose_amp_dtype(t4).dtype == torch.float16
     text = dict((f, t) for f, _, t in course_map(t4))["07_amp_training_recipe.ipynb"]
     assert text.startswith("trains end to end in float16 on Tesla T4 with a GradScaler"), text

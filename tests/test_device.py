@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from amp_lab import device as D
+from amp_lab import dtypes, gpus
 
 
 def test_env_var_forces_cpu(monkeypatch):
@@ -54,7 +55,7 @@ def test_amp_dtype_on_cuda_reads_only_the_capability(monkeypatch, name, cap, dty
     assert D.amp_dtype("cuda") is dtype
     assert asked == [torch.device("cuda", 0)]
     # The same decision the machine report makes for that GPU.
-    assert hardware.verdict_for(cuda_available=True, tensor_cores=hardware.tensor_core_generation(cap), flags={})[2] is dtype
+    assert hardware.verdict_for(cuda_available=True, tensor_cores=gpus.tensor_core_generation(cap), flags={})[2] is dtype
 
 
 def test_amp_dtype_on_mps(monkeypatch):
@@ -156,7 +157,7 @@ def test_float64_helpers_reject_bad_arguments(bad, error):
 
 
 def test_amp_dtype_and_the_machine_verdict_agree_on_mps(monkeypatch):
-    # issue 13, item 4: the course's dtype for an Apple GPU is one decision (hardware.amp_dtype_for),
+    # issue 13, item 4: the course's dtype for an Apple GPU is one decision (gpus.amp_dtype_for),
     # whichever door a learner asks through: amp_dtype, the verdict, or the machine report.
     from amp_lab import hardware
 
@@ -164,7 +165,7 @@ def test_amp_dtype_and_the_machine_verdict_agree_on_mps(monkeypatch):
     monkeypatch.setattr(D, "_device_available", lambda dev: dev.type == "mps" or real(dev))
     dtype = D.amp_dtype("mps")
     assert D.amp_dtype(torch.device("mps", 0)) is dtype
-    assert dtype is hardware.amp_dtype_for("mps")
+    assert dtype is gpus.amp_dtype_for("mps")
     facts = dict(cuda_available=False, tensor_cores=None, flags={}, device_type="mps", system="Darwin")
     verdict = hardware.machine_verdict(**facts)
     assert (verdict.device, verdict.dtype) == ("mps", dtype)
@@ -277,7 +278,7 @@ def test_seed_everything_takes_numpy_integers():
     [(None, TypeError, "^allowed must be a tuple of torch dtypes"), (5, TypeError, "^allowed must be a tuple"),
      (range(10**12), TypeError, "^allowed must be a tuple"), ("bf16", TypeError, "^allowed must be a tuple"),
      ((), ValueError, "^allowed must hold 1 to"), (("bf16",), TypeError, "^allowed must hold torch dtypes"),
-     (tuple([torch.float16] * (D.MAX_ALLOWED_DTYPES + 1)), ValueError, "^allowed must hold 1 to")],
+     (tuple([torch.float16] * (dtypes.MAX_ALLOWED_DTYPES + 1)), ValueError, "^allowed must hold 1 to")],
 )  # fmt: skip
 def test_parse_dtype_refuses_an_allowed_that_is_not_dtypes(bad, exc, match):
     with pytest.raises(exc, match=match):

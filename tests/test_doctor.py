@@ -8,7 +8,7 @@ from importlib import metadata
 import torch
 
 from amp_lab import doctor
-from amp_lab.hardware import arch_supported
+from amp_lab.gpus import arch_supported
 
 
 def fake_versions(**overrides):

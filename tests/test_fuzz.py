@@ -13,7 +13,7 @@ Skipped on purpose (and why):
 * ``progress.progress``: a thin wrapper that hands every argument to ``tqdm``; its errors are tqdm's.
 * ``doctor.main``/``doctor.run_checks``/``doctor.check_amp_api``/``doctor.check_plotting``/
   ``hardware.read_cpuinfo``/``hardware.read_sysctl``/``hardware.tf32_matmul_enabled``/
-  ``hardware.tf32_setting``/``progress.enabled``/``formats.fp8_e4m3_overflow``/``race.datasheet_rows``/
+  ``hardware.tf32_setting``/``progress.enabled``/``formats.fp8_e4m3_overflow``/``gpus.datasheet_rows``/
   ``autocast_ops.op_names`` (no argument)/``check_amp_api``: no arguments to fuzz (``doctor.main`` and
   ``run_checks`` are fuzzed only through ``argv``/``version_of``); they are called once with no arguments.
 * widget classes are built (their constructors fuzzed) but never displayed: no ``IPython.display`` calls,
@@ -73,16 +73,20 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from amp_lab import (
+    amp,
     autocast_ops,
     check,
     claims,
+    cost,
     course,
     data,
     device,
     doctor,
+    dtypes,
     exercises,
     formats,
     fp8,
+    gpus,
     gradients,
     hardware,
     pitfalls,
@@ -93,16 +97,23 @@ from amp_lab import (
     recipe,
     scaling,
     tensor_cores,
+    text,
     timing,
     training,
     widgets,
 )
+from amp_lab.learner_api import LEARNER_API
 
 # the narrowest interval the timer samples towards (older code had no bound: any positive target)
 MIN_TARGET_REL_WIDTH = getattr(timing, "MIN_TARGET_REL_WIDTH", 0.0)
 
 MODULES = {
+    "amp": amp,
     "autocast_ops": autocast_ops,
+    "cost": cost,
+    "dtypes": dtypes,
+    "gpus": gpus,
+    "text": text,
     "check": check,
     "claims": claims,
     "course": course,
@@ -908,10 +919,10 @@ E(
 
 # --- hardware -------------------------------------------------------------------------------
 E(
-    "hardware.TensorCoreGeneration",
+    "gpus.TensorCoreGeneration",
     lambda: dict(capability=(8, 0), architecture="Ampere", generation=3, precisions=("fp16",), summary="s"),
 )
-E("hardware.tensor_core_generation", lambda: dict(capability=(8, 0)))
+E("gpus.tensor_core_generation", lambda: dict(capability=(8, 0)))
 E(
     "hardware.CpuFeature",
     lambda: dict(
@@ -953,7 +964,7 @@ E(
     examples=2,
     corpus_limit=3,
 )
-E("hardware.amp_dtype_for", lambda: dict(device_type="cuda", capability=(8, 0)), post=is_dtype)
+E("gpus.amp_dtype_for", lambda: dict(device_type="cuda", capability=(8, 0)), post=is_dtype)
 E(
     "hardware.Verdict",
     lambda: dict(
@@ -973,9 +984,9 @@ E(
 E("hardware.tf32_matmul_enabled")
 E("hardware.Fp32MatmulState", lambda: dict(legacy="highest", cuda_matmul="ieee", mkldnn_matmul="ieee"))
 E("hardware.tf32_matmul", lambda: dict(enabled=False), cm=True)
-E("hardware.bf16_hardware", lambda: dict(capability=(8, 0)))
-E("hardware.arch_supported", lambda: dict(capability=(8, 0), arch_list=["sm_80"]), {"arch_list": Seq()})
-E("hardware.arch_advice", lambda: dict(capability=(8, 0), arch_list=["sm_80"]), {"arch_list": Seq()})
+E("gpus.bf16_hardware", lambda: dict(capability=(8, 0)))
+E("gpus.arch_supported", lambda: dict(capability=(8, 0), arch_list=["sm_80"]), {"arch_list": Seq()})
+E("gpus.arch_advice", lambda: dict(capability=(8, 0), arch_list=["sm_80"]), {"arch_list": Seq()})
 E("hardware.tf32_setting")
 E("hardware.describe")
 E(
@@ -1066,7 +1077,7 @@ E(
 )
 E("race.Timing", lambda: dict(label="a", samples=(1.0, 2.0), number=1, warmup=0), {"samples": Seq()})
 E(
-    "race.GpuDatasheet",
+    "gpus.GpuDatasheet",
     lambda: dict(
         model="X",
         names=("X",),
@@ -1079,15 +1090,15 @@ E(
     ),
 )
 E("race.datasheet_ceiling", lambda: dict(gpu_name="NVIDIA H100 80GB HBM3"))
-E("race.datasheet_entry", lambda: dict(gpu_name="NVIDIA H100 80GB HBM3"))
+E("gpus.datasheet_entry", lambda: dict(gpu_name="NVIDIA H100 80GB HBM3"))
 E(
-    "race.regime_for",
+    "timing.regime_for",
     lambda: dict(seconds=1e-3, flops=1e9, bytes_moved=1e6, dtype=torch.float16, context={"device": "cpu"}),
     {"seconds": Float(gt=0), "flops": Float(ge=0), "bytes_moved": Float(ge=0), "context": Mapping_()},
 )
 E("race.contestant_names", lambda: dict(device_type="cuda", capability=(8, 0)))
 E("race.precision_choices", lambda: dict(device_type="cuda", capability=(8, 0)))
-E("race.datasheet_rows")
+E("gpus.datasheet_rows")
 E("race.tf32_summary", lambda: dict(result=race_result()), post=is_str)
 E(
     "race.precision_warning",
@@ -1147,10 +1158,10 @@ E(
     examples=3,
     corpus_limit=2,
 )
-E("race.Fp8Support", lambda: dict(supported=True, reason="x"))
-E("race.fp8_matmul_support", lambda: dict(capability=(9, 0), arch_list=["sm_90"]),
+E("gpus.Fp8Support", lambda: dict(supported=True, reason="x"))
+E("gpus.fp8_matmul_support", lambda: dict(capability=(9, 0), arch_list=["sm_90"]),
   {"capability": Obj(), "arch_list": Obj()})
-E("race.fp8_datasheet_rows")
+E("gpus.fp8_datasheet_rows")
 E("race.fp8_matmul_bytes", lambda: dict(n=16), {"n": Int(1, race.MAX_GEMM_DIM)}, post=nonneg_int)
 E("race.fp8_summary", lambda: dict(result=fp8_race_result()), {"result": Obj()}, post=is_str)
 E(
@@ -1284,13 +1295,13 @@ E(
 
 # --- recipe ---------------------------------------------------------------------------------
 E(
-    "recipe.AmpChoice",
+    "amp.AmpChoice",
     lambda: dict(
         device="cpu", dtype=torch.bfloat16, use_scaler=False, expect_speedup=None, steps=(), advice="a"
     ),
     {"steps": Seq()},
 )
-E("recipe.choose_amp_dtype", fuzz={"report": Obj()})
+E("amp.choose_amp_dtype", fuzz={"report": Obj()})
 E(
     "recipe.make_model",
     lambda: dict(hidden=8, depth=1),
@@ -1481,8 +1492,8 @@ RECIPE_SIZES = {
     "batch_size": Int(1, RECIPE_MAX_SIZE),
     "accumulation_steps": Int(1, RECIPE_MAX_SIZE),
 }
-E("recipe.step_flops", fuzz=RECIPE_SIZES, post=is_float)
-E("recipe.step_bytes", fuzz=RECIPE_SIZES, post=is_float)
+E("cost.step_flops", fuzz=RECIPE_SIZES, post=is_float)
+E("cost.step_bytes", fuzz=RECIPE_SIZES, post=is_float)
 E(
     "recipe.PrecisionResult",
     lambda: dict(
@@ -1530,11 +1541,11 @@ E(
 )
 E(
     "recipe.read_comparison",
-    lambda: dict(results=precision_results(), choice=recipe.choose_amp_dtype()),
+    lambda: dict(results=precision_results(), choice=amp.choose_amp_dtype()),
     {"results": Seq(), "choice": Obj(), "accuracy_tolerance": Float(ge=0, le=1)},
 )
-E("recipe.example_machines", fuzz={"base": Obj()})
-E("recipe.choice_rows", lambda: dict(machines=[("cpu", report())]), {"machines": Seq()})
+E("amp.example_machines", fuzz={"base": Obj()})
+E("amp.choice_rows", lambda: dict(machines=[("cpu", report())]), {"machines": Seq()})
 E("recipe.dtype_name", lambda: dict(dtype=torch.float16), post=is_str)
 
 # --- scaling --------------------------------------------------------------------------------
@@ -2043,23 +2054,234 @@ E("pitfalls.compile_autocast", examples=1, corpus_limit=6)
 # --------------------------------------------------------------------------------------------
 
 
-def public_callables(mod) -> list[str]:
-    names = getattr(mod, "__all__", None)
-    if names is None:
-        names = [
-            n
-            for n, v in vars(mod).items()
-            if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == mod.__name__
-        ]
-    return [n for n in names if callable(getattr(mod, n)) and not isinstance(getattr(mod, n), type(math))]
+# Fuzzed names not (yet) in amp_lab.learner_api: issue 23 drops their checks and entries, or lists them there.
+# One line per module; it may only shrink (a name listed in LEARNER_API, or no longer fuzzed, must leave it).
+NOT_YET_PRUNED = {
+    # autocast_ops
+    "autocast_ops.Comparison",
+    "autocast_ops.Difference",
+    "autocast_ops.DtypeQuiz",
+    "autocast_ops.OpResult",
+    "autocast_ops.ProbeTable",
+    "autocast_ops.QuizItem",
+    "autocast_ops.RuleRow",
+    "autocast_ops.TraceCall",
+    "autocast_ops.dtype_quiz",
+    "autocast_ops.format_rules",
+    "autocast_ops.format_table",
+    "autocast_ops.op_names",
+    "autocast_ops.quiz_items",
+    # check
+    "check.CheckResult",
+    "check.check_between",
+    "check.check_bits",
+    "check.check_bits[value=]",
+    "check.check_choice",
+    "check.check_dtype",
+    "check.check_dtypes",
+    "check.check_function",
+    "check.check_sequence",
+    "check.check_set",
+    "check.check_tensor",
+    "check.check_value",
+    # claims
+    "claims.Claim",
+    # cost
+    "cost.step_bytes",
+    "cost.step_flops",
+    # course
+    "course.Lesson",
+    "course.on_this_machine",
+    # data
+    "data.Dataset",
+    # device
+    "device.available_bytes",
+    "device.check_fits",
+    "device.cuda_available_bytes",
+    "device.device_type",
+    "device.dtype_name",
+    "device.float64_on_cpu",
+    "device.float64_to",
+    "device.parse_dtype",
+    "device.seeded",
+    "device.torch_threads",
+    # doctor
+    "doctor.Check",
+    "doctor.Requirement",
+    "doctor.check_amp_api",
+    "doctor.check_gpu_kernels",
+    "doctor.check_plotting",
+    "doctor.check_python",
+    "doctor.check_requirement",
+    "doctor.next_step",
+    "doctor.run_checks",
+    "doctor.version_tuple",
+    # exercises
+    "exercises.Exercise",
+    "exercises.Mistake",
+    "exercises.all_exercises",
+    "exercises.combine",
+    "exercises.exercise",
+    "exercises.exercises_of",
+    # formats
+    "formats.BitExplorer",
+    "formats.Decomposition",
+    "formats.FloatFormat",
+    "formats.bits_html",
+    "formats.emulate_round",
+    "formats.formats_table_text",
+    "formats.fp8_e4m3_overflow",
+    "formats.from_bits",
+    "formats.get_format",
+    "formats.ulp_curve",
+    # fp8
+    "fp8.ElementFormat",
+    "fp8.Float8Linear",
+    "fp8.MXLinear",
+    "fp8.ScalingExplorer",
+    "fp8.ScalingTrajectory",
+    "fp8.fp8_placement",
+    "fp8.saturation_count",
+    # gpus
+    "gpus.Fp8Support",
+    "gpus.GpuDatasheet",
+    "gpus.TensorCoreGeneration",
+    "gpus.amp_dtype_for",
+    "gpus.arch_advice",
+    "gpus.arch_supported",
+    "gpus.bf16_hardware",
+    "gpus.datasheet_entry",
+    "gpus.fp8_matmul_support",
+    # gradients
+    "gradients.GradientRecord",
+    "gradients.LayerGradients",
+    "gradients.digits_gradients",
+    "gradients.mlp_parameter_count",
+    # hardware
+    "hardware.CpuFeature",
+    "hardware.Fp32MatmulState",
+    "hardware.MachineReport",
+    "hardware.Verdict",
+    "hardware.cpu_flags",
+    "hardware.cpu_has_native",
+    "hardware.cpu_isa_limits",
+    "hardware.cpu_model",
+    "hardware.cpu_native_labels",
+    "hardware.machine_verdict",
+    "hardware.read_cpuinfo",
+    "hardware.read_sysctl",
+    "hardware.report_for",
+    "hardware.tf32_matmul",
+    "hardware.tf32_matmul_enabled",
+    "hardware.usable_cpu_flags",
+    "hardware.verdict_for",
+    # pitfalls
+    "pitfalls.AdamEpsResult",
+    "pitfalls.AttentionOverflowResult",
+    "pitfalls.AttentionVariant",
+    "pitfalls.CastCacheResult",
+    "pitfalls.CompileResult",
+    "pitfalls.SubnormalResult",
+    "pitfalls.SwampingResult",
+    "pitfalls.flush_denormal",
+    "pitfalls.flush_denormal_enabled",
+    "pitfalls.kahan_add_",
+    # predict
+    "predict.Prediction",
+    "predict.Reveal",
+    # progress
+    "progress.enabled",
+    # race
+    "race.Ceiling",
+    "race.Contestant",
+    "race.RaceProgress",
+    "race.RaceResult",
+    "race.RaceSizes",
+    "race.RaceWidget",
+    "race.Roofline",
+    "race.SpeedupEstimate",
+    "race.SweepResult",
+    "race.Timing",
+    "race.contestant_names",
+    "race.cuda_available_bytes",
+    "race.datasheet_ceiling",
+    "race.elementwise_bytes",
+    "race.fp8_matmul_bytes",
+    "race.matmul_bytes",
+    "race.measure",
+    "race.mlp_bytes",
+    "race.mlp_step_flops",
+    "race.precision_choices",
+    "race.precision_warning",
+    "race.race_sizes",
+    "race.result_card_html",
+    "race.seed_model",
+    "race.speedup_estimate",
+    "race.timing_context",
+    # ranges
+    "ranges.Log2Histogram",
+    "ranges.RangeReport",
+    "ranges.ScaleExplorer",
+    "ranges.readout_html",
+    "ranges.readout_text",
+    # recipe
+    "amp.AmpChoice",
+    "recipe.ClippingComparison",
+    "recipe.ClippingRun",
+    "recipe.ComparisonReading",
+    "recipe.Evaluation",
+    "recipe.History",
+    "recipe.HostReads",
+    "recipe.PendingStep",
+    "recipe.PrecisionResult",
+    "recipe.StepResult",
+    "recipe.saved_activation_bytes",
+    # scaling
+    "scaling.ScaleRecord",
+    "scaling.ScaleUnderflowError",
+    "scaling.ScalerComparison",
+    "scaling.check_and_unscale_",
+    "scaling.to_float32",
+    # tensor_cores
+    "tensor_cores.AccumulationCurve",
+    "tensor_cores.AccumulationExplorer",
+    "tensor_cores.AlignmentDemo",
+    "tensor_cores.accumulation_curve",
+    "tensor_cores.time_matmul",
+    # timing
+    "timing.Contestant",
+    "timing.RaceProgress",
+    "timing.Regime",
+    "timing.SpeedupEstimate",
+    "timing.Timing",
+    "timing.classify_regime",
+    "timing.format_bytes",
+    "timing.format_ratio",
+    "timing.format_seconds",
+    "timing.measure",
+    "timing.regime_for",
+    # training
+    "training.ScalerExplorer",
+    "training.TrainingRun",
+    "training.gradient_zero_fraction",
+    # widgets
+    "widgets.FigurePane",
+    "widgets.SmokeTest",
+}
 
 
-def test_every_public_callable_is_fuzzed():
+def test_the_fuzz_covers_exactly_the_learner_facing_list():
     covered = {e.name for e in ENTRIES} | SKIPPED
-    missing = [
-        f"{m}.{n}" for m, mod in MODULES.items() for n in public_callables(mod) if f"{m}.{n}" not in covered
-    ]
-    assert not missing, f"public callables with no fuzz entry (add one to tests/test_fuzz.py): {missing}"
+    listed = {f"{m}.{n}" for m, names in LEARNER_API.items() for n in names}
+    assert sorted(listed - covered) == [], "learner-facing names with no fuzz entry (add one here)"
+    assert sorted(covered - listed - NOT_YET_PRUNED) == [], "fuzzed names missing from amp_lab.learner_api"
+    assert sorted(NOT_YET_PRUNED & listed) == [], "listed in LEARNER_API now: remove from NOT_YET_PRUNED"
+    assert sorted(NOT_YET_PRUNED - covered) == [], "no longer fuzzed: remove from NOT_YET_PRUNED"
+
+
+def test_every_learner_facing_name_exists():
+    missing = [f"{m}.{n}" for m, names in LEARNER_API.items() for n in names if not callable(getattr(MODULES[m], n, None))]
+    assert missing == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -2474,12 +2696,12 @@ MUST_ACCEPT = [
     ("race.matmul_bytes(np.int64(8))", lambda: race.matmul_bytes(np.int64(8)) > 0),
     ("tensor_cores.pad_to_multiple(np.int32(7))", lambda: tensor_cores.pad_to_multiple(np.int32(7)) == 8),
     (
-        "hardware.tensor_core_generation((np.int64(8), np.int64(0)))",
-        lambda: hardware.tensor_core_generation((np.int64(8), np.int64(0))).architecture == "Ampere",
+        "gpus.tensor_core_generation((np.int64(8), np.int64(0)))",
+        lambda: gpus.tensor_core_generation((np.int64(8), np.int64(0))).architecture == "Ampere",
     ),
     (
-        "hardware.tensor_core_generation([9, 0]) (a list)",
-        lambda: hardware.tensor_core_generation([9, 0]).architecture == "Hopper",
+        "gpus.tensor_core_generation([9, 0]) (a list)",
+        lambda: gpus.tensor_core_generation([9, 0]).architecture == "Hopper",
     ),
     (
         "check.check_value(np.float32(0.5), 0.5)",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from amp_lab import hardware, race, timing
+from amp_lab import gpus, race, timing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys
     assert {k: v["status"] for k, v in report["sections"].items()} == {
         **dict.fromkeys(gpu_check.SECTIONS, "ok"), "race_fp8_matmul": "skipped"}
     fp8 = report["sections"]["race_fp8_matmul"]
-    assert fp8["reason"] == race.fp8_matmul_support(None).reason and fp8["planned_s"] == 0.0
+    assert fp8["reason"] == gpus.fp8_matmul_support(None).reason and fp8["planned_s"] == 0.0
     assert report["race_fp8_matmul"]["supported"] is False and report["race_fp8_matmul"]["results"] == []
     assert report["plan"]["skipped"] == {"race_fp8_matmul": fp8["reason"]}
     for key in ("precision_table", "race_matmul", "race_mlp", "alignment", "sweeps", "autocast_probe"):
@@ -212,7 +212,7 @@ def test_amp_dtypes_race_bf16_only_where_the_gpu_multiplies_it(gpu_check, name, 
     check = gpu_check.Check(torch.device("cuda"), gpu_check.QUICK, capability)  # what the run races
     assert check.dtypes == expected
     # --quick's one race_mlp runs in the course's dtype
-    assert check.mlp_dtypes == [hardware.amp_dtype_for("cuda", capability)]
+    assert check.mlp_dtypes == [gpus.amp_dtype_for("cuda", capability)]
     budget = gpu_check.plan(gpu_check.QUICK, check.dtypes, capability=capability)
     assert budget["total"] < gpu_check.QUICK_BUDGET_S == 180
 
@@ -276,12 +276,12 @@ def test_a_build_without_kernels_for_the_gpu_exits_3_with_the_advice(gpu_check, 
     _fake_cuda(monkeypatch, (12, 0), arch)  # an RTX 5090 under a torch built before Blackwell
     assert gpu_check.main(["--out", str(tmp_path)]) == 3
     err = capsys.readouterr().err
-    assert hardware.arch_advice((12, 0), arch, torch.version.cuda) in err
+    assert gpus.arch_advice((12, 0), arch, torch.version.cuda) in err
     assert list(tmp_path.iterdir()) == []  # nothing raced, nothing written
     # The same through injected facts: a V100 under a build that dropped Volta.
     facts = gpu_check.CudaFacts(0, (7, 0), ("sm_80", "sm_90"), "12.8")
     assert gpu_check.main(["--out", str(tmp_path)], facts=facts) == 3
-    assert hardware.arch_advice((7, 0), ["sm_80", "sm_90"], "12.8") in capsys.readouterr().err
+    assert gpus.arch_advice((7, 0), ["sm_80", "sm_90"], "12.8") in capsys.readouterr().err
 
 
 def test_a_build_with_kernels_passes_the_arch_check(gpu_check, tmp_path, monkeypatch, capsys):
@@ -328,7 +328,7 @@ def test_the_plan_has_the_fp8_race_only_where_the_gpu_multiplies_fp8(gpu_check, 
     budget = gpu_check.plan(gpu_check.QUICK, dtypes, capability=facts.capability, arch_list=facts.arch_list)
     skipped = gpu_check.skipped_sections("cuda", facts.capability, facts.arch_list)
     text = gpu_check.plan_text(budget, "x", skipped)
-    support = race.fp8_matmul_support(facts.capability, facts.arch_list)
+    support = gpus.fp8_matmul_support(facts.capability, facts.arch_list)
     assert bool(support) is runs and list(budget)[:4] == ["start-up", "precision_table", "race_matmul", "race_fp8_matmul"]
     if runs:
         # two races of three contestants at --quick's sizes, each at most max_time_s plus a round and set-up
@@ -376,7 +376,7 @@ def test_the_fp8_section_with_a_gpus_facts_writes_its_table(gpu_check, tmp_path,
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
     report = _report(tmp_path)
     fp8 = report["race_fp8_matmul"]
-    support = race.fp8_matmul_support(capability, CU130)
+    support = gpus.fp8_matmul_support(capability, CU130)
     assert fp8["support"] == support.reason and fp8["supported"] is bool(support)
     md = next(tmp_path.glob("*.md")).read_text()
     assert "## race_fp8_matmul" in md
@@ -397,9 +397,9 @@ def test_the_fp8_section_with_a_gpus_facts_writes_its_table(gpu_check, tmp_path,
     if sheet is None:
         assert fp8["datasheet"] is None and row.endswith("| - |") and "has no FP8 figure for this GPU" in md
     else:
-        entry = race.datasheet_entry(gpu_name)
+        entry = gpus.datasheet_entry(gpu_name)
         assert fp8["datasheet"]["fp8_over_bf16"] == entry.fp8_tflops / entry.bf16_tflops == sheet
-        assert fp8["datasheet"]["row"] in race.fp8_datasheet_rows() and fp8["datasheet"]["source"] == entry.fp8_source
+        assert fp8["datasheet"]["row"] in gpus.fp8_datasheet_rows() and fp8["datasheet"]["source"] == entry.fp8_source
         assert row.endswith(f"| {sheet:.3g}x |") and entry.fp8_source in md
 
 

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amp_lab import device, hardware, race, timing
+from amp_lab import device, gpus, hardware, race, timing
 
 # torch.cuda.get_arch_list() of the CUDA wheels: cu130 read from torch 2.14.1+cu130's libtorch_cuda.so
 # (its -gencode flags); cu126 is the older CUDA 12 variant that still builds Volta and Pascal.
@@ -48,8 +48,8 @@ IDS = [g.name for g in GPUS]
 
 @pytest.mark.parametrize("gpu", GPUS, ids=IDS)
 def test_each_gpu_gets_its_dtype_contestants_and_bf16_answer(gpu):
-    assert hardware.amp_dtype_for("cuda", gpu.capability) == gpu.amp_dtype
-    assert hardware.bf16_hardware(gpu.capability) is gpu.bf16_hardware
+    assert gpus.amp_dtype_for("cuda", gpu.capability) == gpu.amp_dtype
+    assert gpus.bf16_hardware(gpu.capability) is gpu.bf16_hardware
     names = race.contestant_names("cuda", gpu.capability)
     assert names == (("fp32", "amp", "tf32") if gpu.tf32 else ("fp32", "amp"))
     report = hardware.report_for("cuda", capability=gpu.capability, gpu_name=gpu.name)
@@ -59,13 +59,13 @@ def test_each_gpu_gets_its_dtype_contestants_and_bf16_answer(gpu):
 
 @pytest.mark.parametrize("gpu", GPUS, ids=IDS)
 def test_each_gpu_against_the_wheels(gpu):
-    assert hardware.arch_supported(gpu.capability, CU130) is gpu.on_cu130
-    advice = hardware.arch_advice(gpu.capability, CU130, "13.0")
+    assert gpus.arch_supported(gpu.capability, CU130) is gpu.on_cu130
+    advice = gpus.arch_advice(gpu.capability, CU130, "13.0")
     if gpu.on_cu130:
         assert advice is None
     else:  # the V100: the CUDA 13 wheel dropped Volta; the CUDA 12.6 one still has it
         assert "sm_70" in advice and "cu126" in advice and "doctor" in advice
-        assert hardware.arch_supported(gpu.capability, CU126)
+        assert gpus.arch_supported(gpu.capability, CU126)
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=IDS)
@@ -73,7 +73,7 @@ def test_each_gpu_datasheet_ceiling_by_exact_name(gpu):
     for dtype, expected in ((torch.float16, gpu.ceiling_fp16), (torch.bfloat16, gpu.ceiling_bf16)):
         c = race.datasheet_ceiling(gpu.name, dtype)
         assert (c is None) if expected is None else (c.vs_fp32 == expected and "datasheet" in c.source)
-    entry = race.datasheet_entry(gpu.name)
+    entry = gpus.datasheet_entry(gpu.name)
     if entry is not None:  # ratios are computed from the rates the entry states, never typed
         assert entry.fp16_tflops / entry.fp32_tflops == pytest.approx(gpu.ceiling_fp16, abs=0.005)
         if entry.tf32_tflops is not None:
@@ -81,45 +81,45 @@ def test_each_gpu_datasheet_ceiling_by_exact_name(gpu):
 
 
 def test_datasheet_matches_exact_names_only():
-    assert race.datasheet_entry("NVIDIA RTX A1000") is None  # not an A100
-    assert race.datasheet_entry("NVIDIA A100") is None  # a fragment is not a model name
-    assert race.datasheet_entry("NVIDIA H100 NVL").model == "H100 NVL"  # not the SXM
-    assert race.datasheet_entry("NVIDIA H100 80GB HBM3").model == "H100 SXM"
-    assert race.datasheet_entry("  nvidia  h200 ").model == "H200 SXM"  # case and spacing aside
-    assert race.datasheet_entry("NVIDIA H200 NVL").model == "H200 NVL"
-    assert race.datasheet_entry(None) is None and race.datasheet_ceiling(None) is None
+    assert gpus.datasheet_entry("NVIDIA RTX A1000") is None  # not an A100
+    assert gpus.datasheet_entry("NVIDIA A100") is None  # a fragment is not a model name
+    assert gpus.datasheet_entry("NVIDIA H100 NVL").model == "H100 NVL"  # not the SXM
+    assert gpus.datasheet_entry("NVIDIA H100 80GB HBM3").model == "H100 SXM"
+    assert gpus.datasheet_entry("  nvidia  h200 ").model == "H200 SXM"  # case and spacing aside
+    assert gpus.datasheet_entry("NVIDIA H200 NVL").model == "H200 NVL"
+    assert gpus.datasheet_entry(None) is None and race.datasheet_ceiling(None) is None
     with pytest.raises(TypeError, match="gpu_name"):
-        race.datasheet_entry(90)
+        gpus.datasheet_entry(90)
     assert race.datasheet_ceiling("Tesla V100-SXM2-32GB", torch.bfloat16) is None  # no bf16 Tensor Cores
     assert race.datasheet_ceiling("Tesla V100-SXM2-32GB", torch.float16).vs_tf32 is None  # no TF32
 
 
 def test_arch_supported_follows_cubin_and_ptx_rules():
-    assert hardware.arch_supported((8, 9), ["sm_86"])  # same major, higher minor
-    assert not hardware.arch_supported((8, 0), ["sm_86"])  # lower minor
-    assert not hardware.arch_supported((9, 0), ["sm_86"])  # another major
-    assert hardware.arch_supported((9, 0), ["sm_90a"]) and not hardware.arch_supported((9, 1), ["sm_90a"])
-    assert hardware.arch_supported((10, 3), ["sm_100f"])
-    assert hardware.arch_supported((12, 0), ["compute_90"])  # PTX compiles forward
-    assert not hardware.arch_supported((8, 6), ["compute_90"])
-    assert hardware.arch_supported((12, 1), CU130)  # DGX Spark runs sm_120 cubins
-    assert not hardware.arch_supported((11, 0), CU130)  # Thor: no sm_110 in the CUDA 13.0 wheel
-    assert not hardware.arch_supported((9, 0), [])  # a CPU-only build
-    advice = hardware.arch_advice((11, 0), CU130, "13.0")
+    assert gpus.arch_supported((8, 9), ["sm_86"])  # same major, higher minor
+    assert not gpus.arch_supported((8, 0), ["sm_86"])  # lower minor
+    assert not gpus.arch_supported((9, 0), ["sm_86"])  # another major
+    assert gpus.arch_supported((9, 0), ["sm_90a"]) and not gpus.arch_supported((9, 1), ["sm_90a"])
+    assert gpus.arch_supported((10, 3), ["sm_100f"])
+    assert gpus.arch_supported((12, 0), ["compute_90"])  # PTX compiles forward
+    assert not gpus.arch_supported((8, 6), ["compute_90"])
+    assert gpus.arch_supported((12, 1), CU130)  # DGX Spark runs sm_120 cubins
+    assert not gpus.arch_supported((11, 0), CU130)  # Thor: no sm_110 in the CUDA 13.0 wheel
+    assert not gpus.arch_supported((9, 0), [])  # a CPU-only build
+    advice = gpus.arch_advice((11, 0), CU130, "13.0")
     assert "newer than the build" in advice and "sm_75, sm_80" in advice
-    assert "CPU-only build" in hardware.arch_advice((9, 0), [], None)
+    assert "CPU-only build" in gpus.arch_advice((9, 0), [], None)
 
 
 @pytest.mark.parametrize("bad", ["sm_90", ["gfx90a"], ["sm_9"], [90], None, {"sm_90"}])
 def test_arch_supported_refuses_what_is_not_an_arch_list(bad):
     with pytest.raises(ValueError, match="arch_list"):
-        hardware.arch_supported((9, 0), bad)
+        gpus.arch_supported((9, 0), bad)
 
 
 def test_bf16_hardware_refuses_bad_capabilities():
     for bad in ("8.0", (8,), None, (8, -1)):
         with pytest.raises(ValueError, match="capability"):
-            hardware.bf16_hardware(bad)
+            gpus.bf16_hardware(bad)
 
 
 def test_describe_flags_a_wheel_without_this_gpu(fake_gpu):
@@ -167,16 +167,16 @@ def test_regimes_on_an_h100():
     h100 = _ctx("NVIDIA H100 80GB HBM3")
     n = 8192
     # An FP32 n=8192 matmul at 20 ms: 1.1 TFLOP at 67 TFLOP/s is 16.4 ms: the arithmetic sets the pace.
-    r = race.regime_for(20e-3, 2 * n**3, race.step_bytes("matmul", {"n": n}, None), torch.float32, h100, unit="call")
+    r = timing.regime_for(20e-3, 2 * n**3, race.step_bytes("matmul", {"n": n}, None), torch.float32, h100, unit="call")
     assert r.name == "compute-bound" and r.compute_s == pytest.approx(2 * n**3 / 67e12)
     assert "a call took 20 ms" in r.text
     # The digits-sized MLP step on a GPU: microseconds of work in a 300 us step.
     params = {"in_features": 64, "width": 64, "num_classes": 10, "batch": 64}
     flops = race.mlp_step_flops(64, 64, in_features=64, num_classes=10)
-    r = race.regime_for(300e-6, flops, race.step_bytes("mlp", params, torch.bfloat16), torch.bfloat16, h100)
+    r = timing.regime_for(300e-6, flops, race.step_bytes("mlp", params, torch.bfloat16), torch.bfloat16, h100)
     assert r.name == "launch-bound" and "launch/sync-bound" in r.text and "300 µs" in r.text
     # A copy-like step: bytes at 3.35 TB/s take longer than the arithmetic.
-    r = race.regime_for(1e-3, 1e6, 3e9, torch.bfloat16, h100)
+    r = timing.regime_for(1e-3, 1e6, 3e9, torch.bfloat16, h100)
     assert r.name == "memory-bound"
 
 
@@ -186,7 +186,7 @@ def test_regimes_on_an_h100():
     {"device": "mps", "device_name": "Apple M3"},
 ])  # fmt: skip
 def test_regime_is_unknown_without_a_datasheet(context):
-    r = race.regime_for(1e-3, 1e9, 1e6, torch.bfloat16, context)
+    r = timing.regime_for(1e-3, 1e9, 1e6, torch.bfloat16, context)
     assert r.name == "unknown" and r.compute_s is None and "cannot tell" in r.text
 
 

@@ -6,15 +6,9 @@ import subprocess
 import pytest
 import torch
 
-from amp_lab import hardware
-from amp_lab.hardware import (
-    cpu_flags,
-    cpu_has_native,
-    cpu_model,
-    describe,
-    tensor_core_generation,
-    verdict_for,
-)
+from amp_lab import gpus, hardware
+from amp_lab.gpus import tensor_core_generation
+from amp_lab.hardware import cpu_flags, cpu_has_native, cpu_model, describe, verdict_for
 
 # Every row the course documents: capability -> (architecture starts with, generation, must-have precisions)
 TABLE = [
@@ -441,7 +435,7 @@ GPUS = [
 
 @pytest.mark.parametrize("name, cap, dtype", GPUS, ids=[g[0] for g in GPUS])
 def test_dtype_decision_on_real_gpus(name, cap, dtype):
-    assert hardware.amp_dtype_for("cuda", cap) is dtype
+    assert gpus.amp_dtype_for("cuda", cap) is dtype
     # Independent oracle: bfloat16 exactly where the Tensor Core table says the cores multiply it.
     assert (dtype is torch.bfloat16) == ("bf16" in tensor_core_generation(cap).precisions)
     text, device, race_dtype = verdict_for(cuda_available=True, tensor_cores=tensor_core_generation(cap), flags={})
@@ -450,23 +444,23 @@ def test_dtype_decision_on_real_gpus(name, cap, dtype):
 
 
 def test_dtype_decision_off_cuda():
-    assert hardware.amp_dtype_for("cpu") is torch.bfloat16
-    assert hardware.amp_dtype_for("mps") is torch.float16
-    assert hardware.amp_dtype_for("cuda") is torch.float16  # capability unknown: float16 runs everywhere
+    assert gpus.amp_dtype_for("cpu") is torch.bfloat16
+    assert gpus.amp_dtype_for("mps") is torch.float16
+    assert gpus.amp_dtype_for("cuda") is torch.float16  # capability unknown: float16 runs everywhere
     # Each agrees with what autocast itself does by default on that device type.
-    assert torch.get_autocast_dtype("cpu") is hardware.amp_dtype_for("cpu")
-    assert torch.get_autocast_dtype("mps") is hardware.amp_dtype_for("mps")
+    assert torch.get_autocast_dtype("cpu") is gpus.amp_dtype_for("cpu")
+    assert torch.get_autocast_dtype("mps") is gpus.amp_dtype_for("mps")
 
 
 @pytest.mark.parametrize("bad", ["tpu", "gpu", "", None])
 def test_dtype_decision_names_a_bad_device_type(bad):
     with pytest.raises(ValueError, match="device_type"):
-        hardware.amp_dtype_for(bad)
+        gpus.amp_dtype_for(bad)
 
 
 def test_dtype_decision_names_a_bad_capability():
     with pytest.raises(ValueError, match="capability"):
-        hardware.amp_dtype_for("cuda", "8.0")
+        gpus.amp_dtype_for("cuda", "8.0")
 
 
 def _facts(name):
@@ -730,11 +724,11 @@ import numpy as np  # noqa: E402
     "call, exc, match",
     [
         # A set has no order: {7, 5} used to come back as a made-up sm_57.
-        (lambda: hardware.tensor_core_generation({7, 5}), TypeError, "capability must be a .major, minor. tuple"),
-        (lambda: hardware.tensor_core_generation(frozenset({8, 0})), TypeError, "capability must be"),
-        (lambda: hardware.tensor_core_generation(np.array([8, 0])), TypeError, "capability must be"),
-        (lambda: hardware.tensor_core_generation((8.0, 0)), TypeError, "capability must be"),
-        (lambda: hardware.bf16_hardware({8, 0}), TypeError, "capability must be"),
+        (lambda: gpus.tensor_core_generation({7, 5}), TypeError, "capability must be a .major, minor. tuple"),
+        (lambda: gpus.tensor_core_generation(frozenset({8, 0})), TypeError, "capability must be"),
+        (lambda: gpus.tensor_core_generation(np.array([8, 0])), TypeError, "capability must be"),
+        (lambda: gpus.tensor_core_generation((8.0, 0)), TypeError, "capability must be"),
+        (lambda: gpus.bf16_hardware({8, 0}), TypeError, "capability must be"),
         (lambda: hardware.cpu_flags(123), TypeError, "cpuinfo must be"),
         (lambda: hardware.cpu_flags(sysctl=b"hw.optional.arm64: 1"), TypeError, "sysctl must be"),
         (lambda: hardware.cpu_model(123), TypeError, "cpuinfo must be"),
@@ -755,9 +749,9 @@ import numpy as np  # noqa: E402
          "device_type must be"),
         (lambda: hardware.machine_verdict(cuda_available=None, tensor_cores=None, flags={}), TypeError,
          "cuda_available"),
-        (lambda: hardware.arch_advice((9, 0), ["sm_80"], cuda_version=12.6), TypeError, "cuda_version must be"),
-        (lambda: hardware.arch_supported((9, 0), "sm_90"), TypeError, "arch_list must be a list"),
-        (lambda: hardware.amp_dtype_for(("cuda",)), TypeError, "device_type must be"),
+        (lambda: gpus.arch_advice((9, 0), ["sm_80"], cuda_version=12.6), TypeError, "cuda_version must be"),
+        (lambda: gpus.arch_supported((9, 0), "sm_90"), TypeError, "arch_list must be a list"),
+        (lambda: gpus.amp_dtype_for(("cuda",)), TypeError, "device_type must be"),
         (lambda: hardware.report_for("cpu", flags="avx512_bf16"), TypeError, "flags must be a dict"),
         (lambda: hardware.report_for("cpu", base="report"), TypeError, "base must be a MachineReport"),
         (lambda: hardware.report_for("cuda", capability={8, 0}), TypeError, "capability must be"),
@@ -770,7 +764,7 @@ def test_hardware_facts_of_the_wrong_type_are_refused_by_name(call, exc, match):
 
 
 def test_numpy_facts_are_accepted():
-    tc = hardware.tensor_core_generation((np.int64(8), np.int32(0)))
+    tc = gpus.tensor_core_generation((np.int64(8), np.int32(0)))
     assert tc.capability == (8, 0) and type(tc.capability[0]) is int
     text, device, dtype = verdict_for(cuda_available=np.bool_(False), tensor_cores=None,
                                       flags={"avx512_bf16": np.bool_(True)})  # fmt: skip

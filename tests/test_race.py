@@ -1119,7 +1119,7 @@ def test_race_elementwise_adds_tensors_stored_in_each_dtype(monkeypatch, dtype):
     assert r.speedup == pytest.approx(float(np.median(ratios)), rel=1e-12)
     assert "/call" in str(r) and "race elementwise numel=1000" in str(r)
     json.dumps(r.to_dict())
-    assert race.regime_for(1e-3, r.flops, r.bytes_moved("amp"), dtype, r.context).name == "unknown"  # no datasheet
+    assert timing.regime_for(1e-3, r.flops, r.bytes_moved("amp"), dtype, r.context).name == "unknown"  # no datasheet
     assert race.race_elementwise(numel, device="cpu", dtype=dtype, reuse=[r], **FAST) is r
 
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_lab import device as device_module
-from amp_lab import hardware, race, timing
+from amp_lab import gpus, hardware, race, timing
 
 FAST = {"warmup": 0, "repeats": 4, "min_sample_s": 1e-4, "target_rel_width": None}
 
@@ -63,7 +63,7 @@ def _has_kernels(capability, arch_list) -> bool:
 @pytest.mark.parametrize("arch_list", [CU130, CU126, CU128], ids=["cu130", "cu126", "cu128"])
 @pytest.mark.parametrize(("name", "capability", "fp8"), GPUS, ids=[g[0] for g in GPUS])
 def test_fp8_support_of_real_gpus_under_real_wheels(name, capability, fp8, arch_list):
-    support = race.fp8_matmul_support(capability, arch_list)
+    support = gpus.fp8_matmul_support(capability, arch_list)
     expected = fp8 and _has_kernels(capability, arch_list)
     assert support.supported is expected and bool(support) is expected
     ok, why = support  # unpacks as (supported, reason)
@@ -76,23 +76,23 @@ def test_fp8_support_of_real_gpus_under_real_wheels(name, capability, fp8, arch_
         assert "FP8 (E4M3, E5M2)" in why and "has kernels for it" in why
     else:  # FP8 Tensor Cores, but a wheel without kernels for them: the doctor's advice says why
         assert "has FP8 Tensor Cores" in why
-        assert hardware.arch_advice(capability, arch_list) in why
+        assert gpus.arch_advice(capability, arch_list) in why
     # Without an arch list only the Tensor Cores decide.
-    assert race.fp8_matmul_support(capability).supported is fp8
+    assert gpus.fp8_matmul_support(capability).supported is fp8
 
 
 def test_fp8_support_without_a_gpu_and_with_special_builds():
-    none = race.fp8_matmul_support(None)
+    none = gpus.fp8_matmul_support(None)
     assert not none and none.reason.startswith("no CUDA GPU: ") and "8.9" in none.reason
-    assert race.fp8_matmul_support(None, CU130).supported is False  # the list does not matter without a GPU
+    assert gpus.fp8_matmul_support(None, CU130).supported is False  # the list does not matter without a GPU
     # An architecture-specific cubin runs on exactly its GPU; PTX on it and anything newer.
-    assert race.fp8_matmul_support((9, 0), ["sm_90a"]) and not race.fp8_matmul_support((10, 0), ["sm_90a"])
-    assert race.fp8_matmul_support((10, 0), ["compute_90"]) and not race.fp8_matmul_support((8, 9), ["compute_90"])
-    cpu_build = race.fp8_matmul_support((9, 0), [])
+    assert gpus.fp8_matmul_support((9, 0), ["sm_90a"]) and not gpus.fp8_matmul_support((10, 0), ["sm_90a"])
+    assert gpus.fp8_matmul_support((10, 0), ["compute_90"]) and not gpus.fp8_matmul_support((8, 9), ["compute_90"])
+    cpu_build = gpus.fp8_matmul_support((9, 0), [])
     assert not cpu_build and "CPU-only build" in cpu_build.reason
-    assert race.fp8_matmul_support((6, 1)).reason.startswith("Pascal (sm_61) has no Tensor Cores")
-    assert "Ampere (Jetson Orin) (sm_87) Tensor Cores" in race.fp8_matmul_support((8, 7)).reason  # no FP8
-    assert race.fp8_matmul_support((9, 0), tuple(CU130))  # a tuple, as CudaFacts holds it
+    assert gpus.fp8_matmul_support((6, 1)).reason.startswith("Pascal (sm_61) has no Tensor Cores")
+    assert "Ampere (Jetson Orin) (sm_87) Tensor Cores" in gpus.fp8_matmul_support((8, 7)).reason  # no FP8
+    assert gpus.fp8_matmul_support((9, 0), tuple(CU130))  # a tuple, as CudaFacts holds it
 
 
 @settings(max_examples=60, deadline=None)
@@ -103,12 +103,12 @@ def test_fp8_support_without_a_gpu_and_with_special_builds():
                   max_size=6),
 )  # fmt: skip
 def test_fp8_support_needs_an_fp8_tensor_core_gpu_and_kernels(major, minor, arch):
-    support = race.fp8_matmul_support((major, minor), arch)
+    support = gpus.fp8_matmul_support((major, minor), arch)
     if support:
-        assert (major, minor) >= (8, 9) and hardware.arch_supported((major, minor), arch)
-        assert "fp8" in hardware.tensor_core_generation((major, minor)).precisions
+        assert (major, minor) >= (8, 9) and gpus.arch_supported((major, minor), arch)
+        assert "fp8" in gpus.tensor_core_generation((major, minor)).precisions
     elif (major, minor) in {(8, 9), (9, 0), (10, 0), (12, 0)}:
-        assert not hardware.arch_supported((major, minor), arch)
+        assert not gpus.arch_supported((major, minor), arch)
     assert isinstance(support.reason, str) and f"sm_{major}{minor}" in support.reason
 
 
@@ -127,14 +127,14 @@ def test_fp8_support_needs_an_fp8_tensor_core_gpu_and_kernels(major, minor, arch
 )
 def test_fp8_support_refuses_malformed_facts(capability, arch_list, exc, match):
     with pytest.raises(exc, match=match):
-        race.fp8_matmul_support(capability, arch_list)
+        gpus.fp8_matmul_support(capability, arch_list)
 
 
 def test_fp8_support_checks_its_own_fields():
     with pytest.raises(TypeError, match="supported must be True or False"):
-        race.Fp8Support(1, "x")
+        gpus.Fp8Support(1, "x")
     with pytest.raises(TypeError, match="reason must be"):
-        race.Fp8Support(True, None)
+        gpus.Fp8Support(True, None)
 
 
 # ------------------------------------------------------------------------------------------
@@ -143,10 +143,10 @@ def test_fp8_support_checks_its_own_fields():
 
 
 def test_fp8_rows_compute_the_ratio_from_each_entrys_figures():
-    rows = race.fp8_datasheet_rows()
-    assert race.FP8_DATASHEET_HEADER == ["GPU", "FP8", "BF16", "FP8 / BF16", "source"]
-    by_model = {e.model: e for e in race.DATASHEETS}
-    assert [r[0] for r in rows] == [e.model for e in race.DATASHEETS if e.fp8_tflops is not None]
+    rows = gpus.fp8_datasheet_rows()
+    assert gpus.FP8_DATASHEET_HEADER == ["GPU", "FP8", "BF16", "FP8 / BF16", "source"]
+    by_model = {e.model: e for e in gpus.DATASHEETS}
+    assert [r[0] for r in rows] == [e.model for e in gpus.DATASHEETS if e.fp8_tflops is not None]
     assert {r[0] for r in rows} == {"H200 SXM", "H200 NVL", "H100 SXM", "H100 NVL", "H100 PCIe", "RTX 4090"}
     for model, fp8, bf16, ratio, source in rows:
         e = by_model[model]
@@ -158,7 +158,7 @@ def test_fp8_rows_compute_the_ratio_from_each_entrys_figures():
 
 
 def test_every_fp8_figure_carries_the_figure_its_source_prints():
-    for e in race.DATASHEETS:
+    for e in gpus.DATASHEETS:
         if e.fp8_tflops is None:
             assert e.fp8_source is None and e.fp8_over_bf16 is None and e.tflops("fp8") is None
             continue
@@ -169,17 +169,17 @@ def test_every_fp8_figure_carries_the_figure_its_source_prints():
         else:
             assert f"{e.fp8_tflops:g} FP8 Tensor TFLOPS dense with FP32 accumulation" in e.fp8_source
         assert "FP8" not in e.source  # notebook 06 prints `source`: it stays as it was
-    no_fp8 = [e.model for e in race.DATASHEETS if e.fp8_tflops is None]
+    no_fp8 = [e.model for e in gpus.DATASHEETS if e.fp8_tflops is None]
     assert all(m.startswith(("A100", "V100", "T4")) for m in no_fp8) and len(no_fp8) == 7
 
 
 def test_datasheet_rows_and_constructors_are_unchanged_by_the_fp8_fields():
-    assert race.DATASHEET_HEADER == ["GPU", "FP32", "TF32", "FP16", "BF16", "memory", "FP16 / FP32", "BF16 / TF32"]
-    assert all(len(row) == 8 for row in race.datasheet_rows())
-    assert race.datasheet_rows()[2] == ["H100 SXM", "67", "494.5", "989.5", "989.5", "3350 GB/s", "14.8x", "2x"]
-    old_style = race.GpuDatasheet("X", ("X",), 1.0, None, 2.0, None, 100.0, "s")  # positional, as before
+    assert gpus.DATASHEET_HEADER == ["GPU", "FP32", "TF32", "FP16", "BF16", "memory", "FP16 / FP32", "BF16 / TF32"]
+    assert all(len(row) == 8 for row in gpus.datasheet_rows())
+    assert gpus.datasheet_rows()[2] == ["H100 SXM", "67", "494.5", "989.5", "989.5", "3350 GB/s", "14.8x", "2x"]
+    old_style = gpus.GpuDatasheet("X", ("X",), 1.0, None, 2.0, None, 100.0, "s")  # positional, as before
     assert old_style.fp8_tflops is None and old_style.fp8_over_bf16 is None
-    h100 = race.datasheet_entry("NVIDIA H100 80GB HBM3")
+    h100 = gpus.datasheet_entry("NVIDIA H100 80GB HBM3")
     assert h100.fp8_tflops == 1979 and h100.fp8_over_bf16 == 2.0
     assert race.datasheet_ceiling("NVIDIA H100 80GB HBM3", torch.bfloat16).source == h100.source
 
@@ -343,7 +343,7 @@ def test_a_gpu_without_fp8_tensor_cores_is_refused_with_the_reason(monkeypatch, 
     _gpu_facts(monkeypatch, capability, CU130)
     with pytest.raises(ValueError, match="race_fp8_matmul cannot race") as info:
         race.race_fp8_matmul(16, device="cpu", **FAST)
-    assert says in str(info.value) and race.fp8_matmul_support(capability, CU130).reason in str(info.value)
+    assert says in str(info.value) and gpus.fp8_matmul_support(capability, CU130).reason in str(info.value)
 
 
 def test_a_build_without_kernels_for_the_gpu_is_refused_with_the_advice(monkeypatch, no_allocation):

@@ -18,10 +18,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from amp_lab import hardware, recipe
+from amp_lab import amp as amp_choice
+from amp_lab import cost, gpus, hardware, models, recipe
 from amp_lab.data import Split, load_digits
 from amp_lab.device import torch_threads
-from amp_lab.hardware import describe, tensor_core_generation
+from amp_lab.gpus import tensor_core_generation
+from amp_lab.hardware import describe
 from amp_lab.timing import speedup_estimate
 
 
@@ -88,10 +90,10 @@ NO = None  # "measure it": no prediction
          "AppleM2", "unknown", "MPS"],
 )  # fmt: skip
 def test_choose_amp_dtype(report, dtype, use_scaler, speedup):
-    choice = recipe.choose_amp_dtype(report)
+    choice = amp_choice.choose_amp_dtype(report)
     assert (choice.dtype, choice.use_scaler, choice.expect_speedup) == (dtype, use_scaler, speedup)
-    # One decision: the flow agrees with hardware.amp_dtype_for, device.amp_dtype's rule, and the verdict.
-    assert choice.dtype == hardware.amp_dtype_for(report.race_device, report.capability) == report.race_dtype
+    # One decision: the flow agrees with gpus.amp_dtype_for, device.amp_dtype's rule, and the verdict.
+    assert choice.dtype == gpus.amp_dtype_for(report.race_device, report.capability) == report.race_dtype
     assert (choice.use_scaler, choice.expect_speedup) == (report.use_scaler, report.expect_speedup)
     assert choice.verdict == report.verdict and choice.basis
     assert choice.device == report.race_device
@@ -105,7 +107,7 @@ def test_cpu_native_answer_comes_from_cpu_has_native(monkeypatch):
     """The flow asks hardware.cpu_has_native whether the CPU multiplies bf16: change that answer and
     the flow's expectation follows."""
     report = cpu(AVX2_ONLY)
-    assert recipe.choose_amp_dtype(report).expect_speedup is False
+    assert amp_choice.choose_amp_dtype(report).expect_speedup is False
     calls = []
 
     def says_native(dtype, flags=None):
@@ -113,7 +115,7 @@ def test_cpu_native_answer_comes_from_cpu_has_native(monkeypatch):
         return True
 
     monkeypatch.setattr(hardware, "cpu_has_native", says_native)
-    choice = recipe.choose_amp_dtype(report)
+    choice = amp_choice.choose_amp_dtype(report)
     assert calls and all(d == torch.bfloat16 for d in calls)
     assert "yes" in choice.steps[1][1]
 
@@ -124,12 +126,12 @@ def test_a_replaced_report_gets_its_own_flow_not_the_stale_verdict():
     t4 = machine(race_device="cuda", cuda_available=True, gpu_name="Tesla T4", capability=(7, 5),
                  tensor_cores=tensor_core_generation((7, 5)), bf16_supported=True)  # fmt: skip
     assert t4.race_dtype == torch.bfloat16  # the stale CPU verdict
-    choice = recipe.choose_amp_dtype(t4)
+    choice = amp_choice.choose_amp_dtype(t4)
     assert (choice.dtype, choice.use_scaler, choice.device) == (torch.float16, True, "cuda")
 
 
 def test_choice_matches_what_cpu_autocast_runs_and_needs_no_scaler():
-    choice = recipe.choose_amp_dtype(device="cpu")
+    choice = amp_choice.choose_amp_dtype(device="cpu")
     a = torch.randn(8, 8)
     with torch.autocast("cpu", dtype=choice.dtype):
         assert (a @ a).dtype == choice.dtype
@@ -141,12 +143,12 @@ def test_choice_matches_what_cpu_autocast_runs_and_needs_no_scaler():
 
 
 def test_example_machines_table():
-    machines = recipe.example_machines()
+    machines = amp_choice.example_machines()
     names = [name for name, _ in machines]
     for wanted in ("T4", "A100", "H100", "Graviton 3", "AVX2"):
         assert any(wanted in n for n in names), wanted
-    rows = {row[0]: row for row in recipe.choice_rows(machines)}
-    assert all(len(row) == len(recipe.CHOICE_HEADER) for row in rows.values())
+    rows = {row[0]: row for row in amp_choice.choice_rows(machines)}
+    assert all(len(row) == len(amp_choice.CHOICE_HEADER) for row in rows.values())
     by = {key: next(row for name, row in rows.items() if key in name) for key in ("T4", "A100", "H100", "Graviton", "AVX2")}
     assert by["T4"][1:4] == ["float16", "yes", "yes, on large matmuls"]
     assert by["A100"][1:3] == by["H100"][1:3] == ["bfloat16", "no"]
@@ -456,7 +458,7 @@ READ_MACHINES = {
 @pytest.mark.parametrize("outcome", list(TIMES))
 @pytest.mark.parametrize("machine_name", list(READ_MACHINES))
 def test_read_comparison_sentences(machine_name, outcome):
-    choice = recipe.choose_amp_dtype(READ_MACHINES[machine_name])
+    choice = amp_choice.choose_amp_dtype(READ_MACHINES[machine_name])
     peaks = (4 * 2**20, 3 * 2**20) if choice.device == "cuda" else (None, None)
     results = fake_results(choice.dtype, outcome, peaks=peaks)
     reading = recipe.read_comparison(results, choice)
@@ -495,7 +497,7 @@ def test_read_comparison_sentences(machine_name, outcome):
 
 
 def test_read_comparison_memory_and_accuracy_follow_the_numbers():
-    choice = recipe.choose_amp_dtype(cpu(AVX2_ONLY))
+    choice = amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))
     same = recipe.read_comparison(fake_results(torch.bfloat16, "slower", saved=(50_000, 50_000)), choice)
     assert "1.00x the bytes" in same.memory and "about the same" in same.memory
     some = recipe.read_comparison(fake_results(torch.bfloat16, "slower", saved=(50_000, 40_000)), choice)
@@ -508,13 +510,13 @@ def test_read_comparison_memory_and_accuracy_follow_the_numbers():
 
 
 def test_read_comparison_computes_the_interval_when_results_carry_only_step_times():
-    choice = recipe.choose_amp_dtype(cpu(AVX2_ONLY))
+    choice = amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))
     results = [dataclasses.replace(r, speedup=None) for r in fake_results(torch.bfloat16, "slower")]
     assert str(speedup_estimate(FP32_STEPS, TIMES["slower"])) in recipe.read_comparison(results, choice).speed
 
 
 def test_read_comparison_errors():
-    choice = recipe.choose_amp_dtype(cpu(AVX2_ONLY))
+    choice = amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))
     results = fake_results(torch.bfloat16, "slower")
     with pytest.raises(TypeError, match="choice"):
         recipe.read_comparison(results, "bf16")
@@ -523,7 +525,7 @@ def test_read_comparison_errors():
     with pytest.raises(ValueError, match=r"results\[0\]"):
         recipe.read_comparison(results[::-1], choice)
     with pytest.raises(ValueError, match="float16"):
-        recipe.read_comparison(fake_results(torch.bfloat16, "slower"), recipe.choose_amp_dtype(gpu((7, 5))))
+        recipe.read_comparison(fake_results(torch.bfloat16, "slower"), amp_choice.choose_amp_dtype(gpu((7, 5))))
     with pytest.raises(ValueError, match="accuracy_tolerance"):
         recipe.read_comparison(results, choice, accuracy_tolerance=-0.1)
     bare = [dataclasses.replace(r, speedup=None, step_seconds=()) for r in results]
@@ -679,7 +681,7 @@ def test_compare_precisions_reports_the_memory_of_one_step_not_everything_alive(
     table = recipe.comparison_rows(rows)
     assert recipe.COMPARISON_HEADER[4] == "peak CUDA memory per step"
     assert [row[4] for row in table] == ["292.97 KiB", "166.02 KiB"]
-    reading = recipe.read_comparison(rows, recipe.choose_amp_dtype(gpu((8, 0), "A100")))
+    reading = recipe.read_comparison(rows, amp_choice.choose_amp_dtype(gpu((8, 0), "A100")))
     assert "Peak CUDA memory per step" in reading.memory
     assert f"({STEP[torch.bfloat16] / STEP[torch.float32]:.2f}x)" in reading.memory
 
@@ -705,10 +707,10 @@ def test_step_flops_counts_the_matmuls_autograd_runs(data):
         with FlopCounterMode(display=False) as counter:
             F.cross_entropy(model(X), y).backward()
         expected = counter.get_total_flops()
-        got = recipe.step_flops(64, 10, hidden=hidden, depth=depth, batch_size=batch, accumulation_steps=acc)
+        got = cost.step_flops(64, 10, hidden=hidden, depth=depth, batch_size=batch, accumulation_steps=acc)
         assert got == expected, (hidden, depth, batch, acc)
     with pytest.raises(ValueError, match="accumulation_steps"):
-        recipe.step_flops(accumulation_steps=0)
+        cost.step_flops(accumulation_steps=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -726,10 +728,10 @@ def test_step_bytes_is_parameters_adam_inputs_and_activations(data, dtype):
         h.remove()
     params = sum(p.numel() for p in model.parameters())
     expected = 4 * params * 2 + 4 * params * 2 + 2 * 4 * params * 2 + X.numel() * 4 + 2 * sum(outputs)
-    got = recipe.step_bytes(64, 10, hidden=24, depth=3, batch_size=16, accumulation_steps=3, dtype=dtype)
+    got = cost.step_bytes(64, 10, hidden=24, depth=3, batch_size=16, accumulation_steps=3, dtype=dtype)
     assert got == expected
     with pytest.raises(ValueError, match="dtype"):
-        recipe.step_bytes(dtype=torch.float64)
+        cost.step_bytes(dtype=torch.float64)
 
 
 H100_CONTEXT = {"device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3", "tf32_matmul": False, "capability": (9, 0)}
@@ -745,9 +747,9 @@ def test_read_comparison_explains_a_gpu_step_by_its_regime(outcome):
     """A step of about a millisecond on an H100, whose datasheet needs nanoseconds of arithmetic and a
     fraction of a microsecond of memory traffic for it: launch/sync-bound, and the sentence says so with
     the numbers, instead of blaming noise or a generic small model."""
-    from amp_lab.race import regime_for
+    from amp_lab.timing import regime_for
 
-    choice = recipe.choose_amp_dtype(gpu((9, 0), "NVIDIA H100 80GB HBM3"))
+    choice = amp_choice.choose_amp_dtype(gpu((9, 0), "NVIDIA H100 80GB HBM3"))
     results = with_context(fake_results(choice.dtype, outcome, peaks=(4 * 2**20, 3 * 2**20)), H100_CONTEXT)
     amp = results[1]
     oracle = regime_for(amp.seconds_per_step, 2.5e6, 4e5, torch.bfloat16, H100_CONTEXT, unit="bfloat16 step")
@@ -765,7 +767,7 @@ def test_read_comparison_explains_a_gpu_step_by_its_regime(outcome):
 
 def test_read_comparison_regime_follows_the_numbers():
     """Give the same step enough arithmetic to fill it and the reading says compute-bound instead."""
-    choice = recipe.choose_amp_dtype(gpu((9, 0), "NVIDIA H100 80GB HBM3"))
+    choice = amp_choice.choose_amp_dtype(gpu((9, 0), "NVIDIA H100 80GB HBM3"))
     results = with_context(fake_results(choice.dtype, "slower"), H100_CONTEXT, flops=3e12)
     assert results[1].regime.name == "compute-bound"
     reading = recipe.read_comparison(results, choice)
@@ -777,7 +779,7 @@ def test_read_comparison_keeps_todays_text_where_the_regime_is_unknown(context):
     """On a CPU, on a GPU the datasheet table does not know, and for rows without a context, the regime
     is unknown and the reading is the one it was before regimes existed."""
     machine = gpu((8, 0), "NVIDIA RTX A1000") if context.get("device", "").startswith("cuda") else cpu(AVX2_ONLY)
-    choice = recipe.choose_amp_dtype(machine)
+    choice = amp_choice.choose_amp_dtype(machine)
     for outcome in TIMES:
         plain = fake_results(choice.dtype, outcome)
         results = with_context(plain, context)
@@ -792,7 +794,7 @@ def test_read_comparison_keeps_todays_text_where_the_regime_is_unknown(context):
 def test_the_fp32_rows_regime_uses_the_tf32_rate_when_tf32_is_on():
     """With TF32 on, an Ampere-or-later GPU's "FP32" matmuls run at the TF32 Tensor Core rate: the FP32
     row's arithmetic bound must use that rate, and the plain FP32 rate with TF32 off."""
-    from amp_lab.race import datasheet_entry
+    from amp_lab.gpus import datasheet_entry
 
     entry = datasheet_entry(H100_CONTEXT["device_name"])
     base = with_context(fake_results(torch.bfloat16, "slower"), H100_CONTEXT, flops=1e9)[0]
@@ -1012,7 +1014,7 @@ def test_train_refuses_bad_arguments_before_the_first_step(data, kwargs, error, 
         (dict(hidden=10**12), ValueError, "refused before allocating anything"),
         (dict(hidden=10**6), ValueError, "refused before allocating anything"),
         (dict(depth=10**6), ValueError, "depth must be <= 64"),
-        (dict(depth=65), ValueError, "depth must be <= 64"),  # recipe.MAX_DEPTH + 1
+        (dict(depth=65), ValueError, "depth must be <= 64"),  # cost.MAX_DEPTH + 1
         (dict(hidden=2.5), TypeError, "hidden"),
         (dict(hidden=True), TypeError, "hidden"),
         (dict(num_features=0), ValueError, "num_features"),
@@ -1033,11 +1035,11 @@ def test_make_model_checks_sizes_before_allocating(kwargs, error, match, monkeyp
 
 def test_make_model_asks_check_fits_for_the_parameters_bytes(monkeypatch):
     asked = []
-    monkeypatch.setattr(recipe, "check_fits", lambda needed, device, what, hint: asked.append((needed, str(device))))
+    monkeypatch.setattr(models, "check_fits", lambda needed, device, what, hint: asked.append((needed, str(device))))
     model = recipe.make_model(64, 10, hidden=32, depth=3, device="cpu")
     assert asked == [(4 * sum(p.numel() for p in model.parameters()), "cpu")]
     assert len([m for m in model if isinstance(m, torch.nn.Linear)]) == 4
-    assert recipe.make_model(depth=recipe.MAX_DEPTH, hidden=2)  # the bound itself is allowed
+    assert recipe.make_model(depth=cost.MAX_DEPTH, hidden=2)  # the bound itself is allowed
 
 
 @pytest.mark.parametrize(
@@ -1112,24 +1114,24 @@ def test_compare_precisions_bounds_its_work_before_building_anything(data, monke
         (lambda: recipe.comparison_rows(None), TypeError, "results must be"),
         (lambda: recipe.comparison_rows("rows"), TypeError, "results must be"),
         (lambda: recipe.comparison_rows([1, 2]), TypeError, r"results\[0\] must be a PrecisionResult"),
-        (lambda: recipe.read_comparison(None, recipe.choose_amp_dtype(cpu(AVX2_ONLY))), TypeError, "results"),
-        (lambda: recipe.read_comparison([1, 2], recipe.choose_amp_dtype(cpu(AVX2_ONLY))), TypeError, r"results\[0\]"),
-        (lambda: recipe.read_comparison(fake_results(torch.bfloat16, "slower"), recipe.choose_amp_dtype(cpu(AVX2_ONLY)),
+        (lambda: recipe.read_comparison(None, amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))), TypeError, "results"),
+        (lambda: recipe.read_comparison([1, 2], amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))), TypeError, r"results\[0\]"),
+        (lambda: recipe.read_comparison(fake_results(torch.bfloat16, "slower"), amp_choice.choose_amp_dtype(cpu(AVX2_ONLY)),
                                         accuracy_tolerance="0.03"), TypeError, "accuracy_tolerance"),  # fmt: skip
         (lambda: recipe.read_comparison(fake_results(torch.bfloat16, "slower", saved=(0, 0)),
-                                        recipe.choose_amp_dtype(cpu(AVX2_ONLY))), ValueError, "saved_bytes"),  # fmt: skip
-        (lambda: recipe.choose_amp_dtype("cpu"), TypeError, "report must be a hardware.MachineReport"),
-        (lambda: recipe.choose_amp_dtype(report={"device": "cpu"}), TypeError, "report"),
-        (lambda: recipe.example_machines(base="cpu"), TypeError, "base must be a hardware.MachineReport"),
-        (lambda: recipe.choice_rows(None), TypeError, "machines must be"),
-        (lambda: recipe.choice_rows("H100"), TypeError, "machines must be"),
-        (lambda: recipe.choice_rows({"H100": gpu((9, 0))}), TypeError, "machines must be"),
-        (lambda: recipe.choice_rows([gpu((9, 0))]), TypeError, r"machines\[0\] must be a \(name"),
-        (lambda: recipe.choice_rows([("H100", "sm_90")]), TypeError, r"machines\[0\]\[1\]"),
-        (lambda: recipe.choice_rows([(90, gpu((9, 0)))]), TypeError, r"machines\[0\]\[0\]"),
-        (lambda: recipe.step_flops(hidden=10**200), ValueError, "hidden"),
-        (lambda: recipe.step_bytes(depth=10**6), ValueError, "depth"),
-        (lambda: recipe.step_bytes(dtype="fp8"), ValueError, "dtype"),
+                                        amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))), ValueError, "saved_bytes"),  # fmt: skip
+        (lambda: amp_choice.choose_amp_dtype("cpu"), TypeError, "report must be a hardware.MachineReport"),
+        (lambda: amp_choice.choose_amp_dtype(report={"device": "cpu"}), TypeError, "report"),
+        (lambda: amp_choice.example_machines(base="cpu"), TypeError, "base must be a hardware.MachineReport"),
+        (lambda: amp_choice.choice_rows(None), TypeError, "machines must be"),
+        (lambda: amp_choice.choice_rows("H100"), TypeError, "machines must be"),
+        (lambda: amp_choice.choice_rows({"H100": gpu((9, 0))}), TypeError, "machines must be"),
+        (lambda: amp_choice.choice_rows([gpu((9, 0))]), TypeError, r"machines\[0\] must be a \(name"),
+        (lambda: amp_choice.choice_rows([("H100", "sm_90")]), TypeError, r"machines\[0\]\[1\]"),
+        (lambda: amp_choice.choice_rows([(90, gpu((9, 0)))]), TypeError, r"machines\[0\]\[0\]"),
+        (lambda: cost.step_flops(hidden=10**200), ValueError, "hidden"),
+        (lambda: cost.step_bytes(depth=10**6), ValueError, "depth"),
+        (lambda: cost.step_bytes(dtype="fp8"), ValueError, "dtype"),
     ],
 )
 def test_errors_come_from_amp_lab_not_from_deep_inside(call, error, match):
@@ -1141,9 +1143,9 @@ def test_errors_come_from_amp_lab_not_from_deep_inside(call, error, match):
 def test_comparison_rows_of_one_row_and_choice_rows_of_none():
     rows = recipe.comparison_rows(fake_results(torch.bfloat16, "slower")[:1])
     assert rows[0][0] == "float32" and rows[0][2] == "1 (baseline)"
-    assert recipe.choice_rows([]) == []
-    machines = recipe.example_machines()
-    assert recipe.choice_rows(tuple(machines)) == recipe.choice_rows(iter(machines)) == recipe.choice_rows(machines)
+    assert amp_choice.choice_rows([]) == []
+    machines = amp_choice.example_machines()
+    assert amp_choice.choice_rows(tuple(machines)) == amp_choice.choice_rows(iter(machines)) == amp_choice.choice_rows(machines)
 
 
 @pytest.mark.parametrize(
@@ -1409,9 +1411,9 @@ def endless_pairs(data):
         (lambda d, s: recipe.train_step(*s, endless_pairs(d), dtype=torch.float32), ValueError, "batches may hold"),
         (lambda d, s: recipe.compare_precisions(d, dtypes=range(10**12)), ValueError, "dtypes may hold at most"),
         (lambda d, s: recipe.comparison_rows(range(10**12)), ValueError, "results may hold at most"),
-        (lambda d, s: recipe.read_comparison(range(10**12), recipe.choose_amp_dtype(cpu(AVX2_ONLY))), ValueError,
+        (lambda d, s: recipe.read_comparison(range(10**12), amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))), ValueError,
          "results may hold at most"),  # fmt: skip
-        (lambda d, s: recipe.choice_rows(range(10**12)), ValueError, "machines may hold at most"),
+        (lambda d, s: amp_choice.choice_rows(range(10**12)), ValueError, "machines may hold at most"),
         # Before: torch's Adam raised RuntimeError "value cannot be converted to type float without overflow".
         (lambda d, s: recipe.compare_precisions(d, lr=1e300, num_steps=2, warmup_steps=0), ValueError, "lr must be <="),
         (lambda d, s: recipe.compare_precisions(d, lr=2e6, num_steps=2, warmup_steps=0), ValueError, "lr must be <="),
@@ -1640,7 +1642,7 @@ def test_compare_clipping_refuses_bad_arguments_before_training(data, kwargs, er
 
 
 # --------------------------------------------------------------------------------------------
-# One MLP cost model: race.mlp_step_flops is recipe.step_flops of a one-hidden-layer MLP
+# One MLP cost model: race.mlp_step_flops is cost.step_flops of a one-hidden-layer MLP
 # --------------------------------------------------------------------------------------------
 
 
@@ -1652,8 +1654,8 @@ def test_race_and_recipe_count_the_same_mlp_step_flops(width, batch, in_features
     b, i, w, c = batch, in_features, width, num_classes
     hand = 2 * b * (i * w + w * c) * 2 + 2 * b * w * c
     assert race.mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes) == hand
-    assert recipe.step_flops(in_features, num_classes, hidden=width, depth=1, batch_size=batch) == hand
-    assert recipe._mlp_matmul_flops([in_features, width, num_classes], batch) == hand  # what race can call
+    assert cost.step_flops(in_features, num_classes, hidden=width, depth=1, batch_size=batch) == hand
+    assert cost._mlp_matmul_flops([in_features, width, num_classes], batch) == hand  # what race can call
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from amp_lab import device as device_module
 from amp_lab import formats as F
+from amp_lab import gpus
 from amp_lab import tensor_cores as T
-from amp_lab.hardware import tensor_core_generation
+from amp_lab.gpus import tensor_core_generation
 
 # --------------------------------------------------------------------------------------------
 # an independent oracle: exact rational arithmetic, rounded by hand
@@ -638,13 +639,12 @@ def test_output_partial_bad_arguments():
 
 
 def test_accumulate_rates_match_the_datasheets_and_the_lesson():
-    from amp_lab import race
 
     by_part = {r["part"]: r for r in T.ACCUMULATE_RATES}
     # the FP32-accumulate figures are the dense FP16 rates race's datasheets hold (an independent table)
     for part, name in [("A100", "NVIDIA A100-SXM4-80GB"), ("H100 SXM", "NVIDIA H100 80GB HBM3"),
                        ("RTX 4090", "NVIDIA GeForce RTX 4090")]:
-        assert by_part[part]["fp32_accumulate"] == pytest.approx(race.datasheet_entry(name).fp16_tflops, rel=1e-3)
+        assert by_part[part]["fp32_accumulate"] == pytest.approx(gpus.datasheet_entry(name).fp16_tflops, rel=1e-3)
     for r in T.ACCUMULATE_RATES:
         ratio = r["fp16_accumulate"] / r["fp32_accumulate"]
         assert ratio == pytest.approx(2.0 if r["kind"] == "GeForce" else 1.0, rel=1e-2), r

@@ -26,9 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Real
 
-from .._checks import ArgumentTypeError, check_bool, check_instance, check_int
+from .._checks import ArgumentTypeError, bounded_list, check_bool, check_instance, check_int
 from ..check import _MARK, CheckResult
-from ..formats import _bounded_list
 
 __all__ = ["Exercise", "Mistake", "exercise", "exercises_of", "all_exercises", "combine", "NOTEBOOK_MODULES"]
 
@@ -74,7 +73,7 @@ class Exercise:
         if not callable(check):
             raise ArgumentTypeError(f"check must be a function, got {type(check).__name__}")
         self.check = check
-        mistakes = tuple(_bounded_list("mistakes", mistakes, MAX_MISTAKES, "a sequence of Mistake"))
+        mistakes = tuple(bounded_list("mistakes", mistakes, MAX_MISTAKES, "a sequence of Mistake"))
         for m in mistakes:
             check_instance("mistakes", m, Mistake, "a sequence of Mistake")
         names = [m.name for m in mistakes]
@@ -107,7 +106,7 @@ def exercise(number: int, title: str, *, mistakes: Sequence[Mistake] = ()):
 
     number = check_int("number", number, minimum=1, maximum=20)
     check_instance("title", title, str, "a string")
-    mistakes = tuple(_bounded_list("mistakes", mistakes, MAX_MISTAKES, "a sequence of Mistake"))
+    mistakes = tuple(bounded_list("mistakes", mistakes, MAX_MISTAKES, "a sequence of Mistake"))
     for m in mistakes:
         check_instance("mistakes", m, Mistake, "a sequence of Mistake")
 
@@ -154,7 +153,7 @@ def combine(parts: Sequence[CheckResult], *, show: bool = True) -> CheckResult:
     any part is only within tolerance); otherwise not yet.  The message lists every part's own.
     """
     check_bool("show", show)
-    parts = _bounded_list("parts", parts, MAX_PARTS, "a list of CheckResult")
+    parts = bounded_list("parts", parts, MAX_PARTS, "a list of CheckResult")
     if not parts:
         raise ValueError("parts must hold at least one CheckResult")
     for p in parts:

@@ -1,7 +1,7 @@
 """Exercises of notebook 07 (the AMP training recipe).
 
 The right order of a step, the L4's precision and the checkpoint's contents are derived here (the
-order from the pieces' names, the L4 from :func:`amp_lab.recipe.choose_amp_dtype` on its facts, the
+order from the pieces' names, the L4 from :func:`amp_lab.amp.choose_amp_dtype` on its facts, the
 reference clip from ``torch.amp.GradScaler`` and ``clip_grad_norm_`` themselves), out of the
 notebook.  The common wrong answers are diagnosed before the generic comparison.
 """
@@ -12,6 +12,7 @@ import torch
 
 from .. import hardware
 from .._checks import check_bool
+from ..amp import choose_amp_dtype
 from ..check import (
     CheckResult,
     _finish,
@@ -24,7 +25,6 @@ from ..check import (
     check_sequence,
     check_set,
 )
-from ..recipe import choose_amp_dtype
 from . import Mistake, combine, exercise
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "STEP_PIECES", "CHECKPOINT_OPTIONS", "L4"]

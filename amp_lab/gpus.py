@@ -1,0 +1,464 @@
+"""The course's one table of GPU facts, and the decisions that are pure functions of them.
+
+Tensor Core generations by compute capability, datasheet peak rates by exact GPU name, which torch builds
+have kernels for a GPU, where FP8 GEMMs run, and the one AMP dtype decision.  Nothing here touches a GPU:
+every function takes the facts (capability, name, arch list), so CPU tests feed it real GPUs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from numbers import Integral
+
+import torch
+
+from ._checks import ArgumentTypeError, check_bool, check_instance, check_optional_str
+from .dtypes import parse_dtype
+
+
+@dataclass(frozen=True)
+class TensorCoreGeneration:
+    """Tensor Cores of one CUDA compute capability."""
+
+    capability: tuple[int, int]
+    architecture: str
+    generation: int | None
+    precisions: tuple[str, ...]
+    summary: str
+
+    @property
+    def has_tensor_cores(self) -> bool:
+        return self.generation is not None
+
+
+
+# (major, minor) -> (architecture, Tensor Core generation, low-precision inputs they multiply, note)
+_EXACT = {
+    (7, 0): ("Volta", 1, ("fp16",), "first Tensor Cores: FP16 inputs, FP16 or FP32 accumulation"),
+    (7, 2): ("Volta (Jetson Xavier)", 1, ("fp16", "int8"), "Xavier's Volta Tensor Cores add INT8, as Turing's do"),
+    (7, 5): ("Turing", 2, ("fp16", "int8", "int4"), "adds INT8/INT4 for inference"),
+    (8, 0): ("Ampere", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
+    (8, 6): ("Ampere", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
+    (8, 7): ("Ampere (Jetson Orin)", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32"),
+    (8, 9): ("Ada Lovelace", 4, ("fp16", "bf16", "tf32", "fp8", "int8", "int4"), "adds FP8 (E4M3, E5M2)"),
+    (9, 0): ("Hopper", 4, ("fp16", "bf16", "tf32", "fp8", "int8"), "adds FP8 (E4M3, E5M2) and warp-group MMA"),
+}
+
+
+
+_BLACKWELL = ("Blackwell", 5, ("fp16", "bf16", "tf32", "fp8", "fp6", "fp4", "int8"), "adds FP6 and FP4")
+
+
+
+_PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
+
+
+
+def check_capability(capability, name: str = "capability") -> tuple[int, int]:
+    # A tuple or a list only: a set has no order, so {7, 5} could be read as sm_57.
+    if not isinstance(capability, (tuple, list)):
+        raise ArgumentTypeError(
+            f"{name} must be a (major, minor) tuple of integers such as (8, 0), got "
+            f"{type(capability).__name__}: {capability!r:.80}"
+        )
+    if len(capability) != 2:
+        raise ValueError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
+    major, minor = capability
+    for part in (major, minor):
+        if isinstance(part, bool) or not isinstance(part, Integral):
+            raise ArgumentTypeError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
+        if part < 0:
+            raise ValueError(f"{name} parts must be >= 0, got {capability!r}")
+    if major < 1:
+        raise ValueError(f"{name} major version must be >= 1, got {capability!r}")
+    return int(major), int(minor)
+
+
+
+def tensor_core_generation(capability) -> TensorCoreGeneration:
+    """The Tensor Cores of a CUDA compute capability ``(major, minor)``.
+
+    >>> tensor_core_generation((9, 0)).architecture
+    'Hopper'
+    >>> tensor_core_generation((6, 1)).has_tensor_cores
+    False
+
+    A malformed capability (empty, not two non-negative integers, a string) raises ``ValueError``.
+    """
+    cap = check_capability(capability)
+    major, minor = cap
+    if cap in _EXACT:
+        arch, gen, precisions, note = _EXACT[cap]
+    elif major in (10, 11, 12):
+        arch, gen, precisions, note = _BLACKWELL
+    elif major > 12:
+        arch, gen, precisions, note = (
+            "newer than Blackwell",
+            5,
+            _BLACKWELL[2],
+            "newer than this table: assume at least Blackwell's Tensor Cores",
+        )
+    elif major < 7:
+        arch = _PRE_VOLTA.get(major, "pre-Volta")
+        return TensorCoreGeneration(
+            capability=cap,
+            architecture=arch,
+            generation=None,
+            precisions=(),
+            summary=(
+                f"{arch} (sm_{major}{minor}) has no Tensor Cores: FP16 runs on ordinary CUDA cores, so AMP "
+                "saves memory but gives little or no speed-up"
+            ),
+        )
+    else:
+        # A minor version the table does not list, within a known major: same generation as the family.
+        family = {7: (7, 5), 8: (8, 6), 9: (9, 0)}[major]
+        arch, gen, precisions, note = _EXACT[family]
+    summary = f"{arch} (sm_{major}{minor}): Tensor Cores generation {gen}, {', '.join(precisions).upper()}; {note}"
+    return TensorCoreGeneration(capability=cap, architecture=arch, generation=gen, precisions=precisions, summary=summary)
+
+
+
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+
+# GPUs without Tensor Cores whose FP16 units run at twice the FP32 rate (Jetson TX1/Nano, P100,
+# Jetson TX2); every other pre-Volta GPU runs FP16 no faster than FP32.
+_DOUBLE_RATE_FP16 = {(5, 3), (6, 0), (6, 2)}
+
+
+
+def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
+    """The course's one low-precision dtype decision, from facts alone (taught in ``00_setup_check``).
+
+    * ``"cuda"`` with compute capability >= 8.0 (Ampere, Ada, Hopper, Blackwell): bfloat16.  Their
+      Tensor Cores multiply it as fast as float16, and its FP32-sized exponent needs no GradScaler.
+    * ``"cuda"`` below 8.0 (Volta and Turing, e.g. the T4; pre-Volta GPUs), or capability unknown:
+      float16.  Volta/Turing Tensor Cores multiply only float16; before Volta float16 still halves
+      memory, while bfloat16 would run on emulation paths.  float16 runs on every CUDA GPU.
+    * ``"mps"`` (Apple GPUs): float16.  It is autocast's MPS default and every Apple GPU computes
+      it natively, while bfloat16 on MPS needs macOS 14 or later and is emulated on GPUs before
+      the M3's; float16 does need a GradScaler, which torch.amp supports on MPS.
+    * ``"cpu"``: bfloat16, the dtype CPU autocast is built for.  Whether it is *fast* is a separate
+      question (:func:`cpu_has_native`); the dtype stays the same so every CPU runs the same course.
+
+    ``device.amp_dtype(device)`` and :func:`verdict_for` both call this, so they cannot disagree.
+    """
+    check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
+    if device_type not in DEVICE_TYPES:
+        raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
+    if device_type == "cuda":
+        if capability is None:
+            return torch.float16
+        major, _ = check_capability(capability)
+        return torch.bfloat16 if major >= 8 else torch.float16
+    if device_type == "mps":
+        return torch.float16
+    return torch.bfloat16
+
+
+
+def bf16_hardware(capability) -> bool:
+    """Whether a CUDA GPU of compute ``capability`` multiplies bfloat16 on Tensor Cores: True from
+    Ampere (8.0) on; before that torch *emulates* bfloat16 (``torch.cuda.is_bf16_supported()`` still
+    says True on a T4, because it counts emulation), slowly and on ordinary CUDA cores."""
+    major, _ = check_capability(capability)
+    return major >= 8
+
+
+
+_ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
+
+
+
+def parse_arch(entry) -> tuple[str, tuple[int, int], str]:
+    m = _ARCH.match(entry) if isinstance(entry, str) else None
+    if m is None or len(m.group(2)) < 2:
+        raise ValueError(
+            f"arch_list entries must look like 'sm_86', 'sm_90a' or 'compute_90' "
+            f"(torch.cuda.get_arch_list()), got {entry!r}"
+        )
+    digits = m.group(2)
+    return m.group(1), (int(digits[:-1]), int(digits[-1])), m.group(3)
+
+
+
+def arch_supported(capability, arch_list) -> bool:
+    """Whether a torch build with ``torch.cuda.get_arch_list() == arch_list`` runs kernels on a GPU
+    of compute ``capability``.  Pure, so tests feed it real wheels' lists.
+
+    * ``sm_XY``: a cubin; runs on the same major version with an equal or higher minor
+      (``sm_86`` runs on 8.9, not on 9.0 nor on 8.0).
+    * ``sm_XYf``: family-specific (CUDA 12.9+): the same rule.
+    * ``sm_XYa``: architecture-specific: exactly X.Y.
+    * ``compute_XY``: PTX, compiled by the driver for X.Y and anything newer.
+
+    An empty list (a CPU-only build) supports nothing.
+    """
+    cap = check_capability(capability)
+    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
+        raise ArgumentTypeError(f"arch_list must be a list of strings such as ['sm_80', 'sm_90'], got {arch_list!r}")
+    for entry in arch_list:
+        kind, (major, minor), suffix = parse_arch(entry)
+        if kind == "compute" and cap >= (major, minor):
+            return True
+        if kind == "sm" and suffix == "a" and cap == (major, minor):
+            return True
+        if kind == "sm" and suffix != "a" and cap[0] == major and cap[1] >= minor:
+            return True
+    return False
+
+
+
+def arch_advice(capability, arch_list, cuda_version: str | None = None) -> str | None:
+    """None when this torch build has kernels for ``capability``; else what to install instead.
+
+    The doctor and :func:`describe` print it: ``torch.cuda.is_available()`` is True on such a GPU,
+    and the first kernel fails with "no kernel image is available for execution on the device".
+    """
+    check_optional_str("cuda_version", cuda_version, "a CUDA version such as '12.6'")
+    if arch_supported(capability, arch_list):
+        return None
+    cap = check_capability(capability)
+    listed = sorted({parse_arch(e)[1] for e in arch_list})
+    build = f"this torch (CUDA {cuda_version})" if cuda_version else "this torch"
+    have = ", ".join(f"sm_{a}{b}" for a, b in listed) or "no GPU kernels at all (a CPU-only build)"
+    text = f"{build} has kernels for {have}, none of which runs on this GPU (sm_{cap[0]}{cap[1]}). "
+    if listed and cap < listed[0]:
+        return text + (
+            "Newer CUDA builds dropped older GPUs: install a torch built for CUDA 12.6, e.g. "
+            "`make lab TORCH_INDEX=https://download.pytorch.org/whl/cu126`, then check that "
+            "`python -m amp_lab doctor` reports this GPU as supported."
+        )
+    return text + (
+        "This GPU is newer than the build: install a newer torch (or one built for a newer CUDA), then "
+        "check that `python -m amp_lab doctor` reports this GPU as supported."
+    )
+
+
+@dataclass(frozen=True)
+class GpuDatasheet:
+    """One GPU model's peak rates (dense TFLOP/s) and memory bandwidth (GB/s), from its datasheet."""
+
+    model: str
+    names: tuple[str, ...]  # torch.cuda.get_device_name() of this model
+    fp32_tflops: float  # CUDA cores
+    tf32_tflops: float | None  # Tensor Cores; None: no TF32
+    fp16_tflops: float  # Tensor Cores (CUDA cores before Volta), FP32 accumulation
+    bf16_tflops: float | None  # None: no bf16 Tensor Cores
+    bandwidth_gbs: float
+    source: str
+    # FP8 (E4M3/E5M2) Tensor Cores, dense, FP32 accumulation (what torch._scaled_mm asks cuBLAS for); None:
+    # no FP8.  Its own source string, so ``source`` (which notebook 06's ceilings print) stays as it was.
+    fp8_tflops: float | None = None
+    fp8_source: str | None = None
+
+    def tflops(self, dtype=torch.float32) -> float | None:
+        """Peak dense TFLOP/s for matmuls in ``dtype`` (``"tf32"`` for FP32 on TF32 Tensor Cores, ``"fp8"``
+        or a float8 dtype for FP8 Tensor Cores)."""
+        if dtype == "tf32":
+            return self.tf32_tflops
+        if (isinstance(dtype, str) and dtype == "fp8") or (isinstance(dtype, torch.dtype) and dtype in _FP8_DTYPES):
+            return self.fp8_tflops
+        dtype = parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
+        return {torch.float32: self.fp32_tflops, torch.float16: self.fp16_tflops, torch.bfloat16: self.bf16_tflops}[dtype]
+
+    @property
+    def fp8_over_bf16(self) -> float | None:
+        """The datasheet's FP8 Tensor Core rate over its BF16 rate (both dense), computed from the two
+        figures; None where the GPU has no FP8 or no BF16 Tensor Cores.  (``08_fp8_and_block_scaling``)"""
+        if self.fp8_tflops is None or self.bf16_tflops is None:
+            return None
+        return self.fp8_tflops / self.bf16_tflops
+
+
+
+_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+
+def _hopper(model: str, name: str, fp32: float, tf32_sparse: float, fp16_sparse: float, tb_s: float,
+            fp8_sparse: float | None = None) -> GpuDatasheet:  # fmt: skip
+    """An H100/H200 row from its datasheet, which prints Tensor Core rates with sparsity (halved here)."""
+    chip, form = model.split()
+    fp8_source = None if fp8_sparse is None else (
+        f"NVIDIA {chip} datasheet ({form}): {fp8_sparse:,g} FP8 Tensor TFLOPS with sparsity "
+        f"(beside {fp16_sparse:,g} FP16/BF16), halved here to the dense rate"
+    )  # fmt: skip
+    return GpuDatasheet(
+        model, (name,), fp32, tf32_sparse / 2, fp16_sparse / 2, fp16_sparse / 2, tb_s * 1000,
+        f"NVIDIA {chip} datasheet ({form}): {fp32:g} TFLOPS FP32; {tf32_sparse:,g} TF32, {fp16_sparse:,g} FP16/BF16 "
+        f"Tensor TFLOPS with sparsity; {tb_s:g} TB/s",
+        fp8_tflops=None if fp8_sparse is None else fp8_sparse / 2, fp8_source=fp8_source,
+    )  # fmt: skip
+
+
+
+def _a100(model: str, name: str, gb_s: float) -> GpuDatasheet:
+    """An A100 row: every A100 has the same Tensor Cores; the memory differs."""
+    return GpuDatasheet(
+        model, (name,), 19.5, 156, 312, 312, gb_s,
+        f"NVIDIA A100 datasheet: 19.5 TFLOPS FP32; 156 TF32, 312 FP16/BF16 Tensor TFLOPS dense; {gb_s:,g} GB/s ({model})",
+    )  # fmt: skip
+
+
+
+DATASHEETS = (
+    _hopper("H200 SXM", "NVIDIA H200", 67, 989, 1979, 4.8, 3958),
+    _hopper("H200 NVL", "NVIDIA H200 NVL", 60, 835, 1671, 4.8, 3341),
+    _hopper("H100 SXM", "NVIDIA H100 80GB HBM3", 67, 989, 1979, 3.35, 3958),
+    _hopper("H100 NVL", "NVIDIA H100 NVL", 60, 835, 1671, 3.9, 3341),
+    _hopper("H100 PCIe", "NVIDIA H100 PCIe", 51, 756, 1513, 2.0, 3026),
+    _a100("A100 SXM4 80GB", "NVIDIA A100-SXM4-80GB", 2039),
+    _a100("A100 SXM4 40GB", "NVIDIA A100-SXM4-40GB", 1555),
+    _a100("A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 1935),
+    _a100("A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 1555),
+    GpuDatasheet("RTX 4090", ("NVIDIA GeForce RTX 4090",), 82.6, 82.6, 165.2, 165.2, 1008,
+                 "GeForce RTX 4090 datasheet figures (NVIDIA Ada Lovelace architecture whitepaper): 82.6 TFLOPS FP32; 82.6 TF32, "
+                 "165.2 FP16/BF16 Tensor TFLOPS dense with FP32 accumulation (330.3 with FP16 accumulation); 1,008 GB/s",
+                 fp8_tflops=330.3,
+                 fp8_source="GeForce RTX 4090 datasheet figures (NVIDIA Ada Lovelace architecture whitepaper): 330.3 FP8 "
+                            "Tensor TFLOPS dense with FP32 accumulation (660.6 with FP16 accumulation), beside 165.2 "
+                            "BF16 with FP32 accumulation"),
+    GpuDatasheet("V100 SXM2", ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), 15.7, None, 125, None, 900,
+                 "NVIDIA V100 datasheet (SXM2): 15.7 TFLOPS FP32, 125 FP16 Tensor TFLOPS; no BF16, no TF32; 900 GB/s"),
+    GpuDatasheet("V100 PCIe", ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"), 14, None, 112, None, 900,
+                 "NVIDIA V100 datasheet (PCIe): 14 TFLOPS FP32, 112 FP16 Tensor TFLOPS; no BF16, no TF32; 900 GB/s"),
+    GpuDatasheet("T4", ("Tesla T4",), 8.1, None, 65, None, 320,
+                 "NVIDIA T4 datasheet: 8.1 TFLOPS FP32, 65 FP16 (mixed precision) Tensor TFLOPS; no BF16, no TF32; 320 GB/s"),
+)  # fmt: skip
+
+
+
+def _model_name(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+
+_BY_NAME = {_model_name(n): entry for entry in DATASHEETS for n in entry.names}
+
+
+
+def datasheet_entry(gpu_name: str | None) -> GpuDatasheet | None:
+    """The datasheet of the GPU ``torch.cuda.get_device_name()`` calls ``gpu_name`` (case and spacing
+    aside, the exact name), or None for a GPU the table does not know (e.g. "NVIDIA RTX A1000")."""
+    if gpu_name is None:
+        return None
+    if not isinstance(gpu_name, str):
+        raise TypeError(f"gpu_name must be a string such as 'NVIDIA H100 80GB HBM3', got {type(gpu_name).__name__}")
+    return _BY_NAME.get(_model_name(gpu_name))
+
+
+
+DATASHEET_HEADER = ["GPU", "FP32", "TF32", "FP16", "BF16", "memory", "FP16 / FP32", "BF16 / TF32"]
+
+
+
+def datasheet_rows() -> list[list[str]]:
+    """The datasheet table as rows for ``widgets.table_html`` (header :data:`DATASHEET_HEADER`): dense
+    TFLOP/s per precision, bandwidth, and the two ceilings a race is measured against, computed from the
+    rates.  (``06_timing_race``)"""
+
+    def rate(x):
+        return "-" if x is None else f"{x:g}"
+
+    def ratio(a, b):
+        return "-" if a is None or b is None else f"{a / b:.3g}x"
+
+    return [
+        [e.model, rate(e.fp32_tflops), rate(e.tf32_tflops), rate(e.fp16_tflops), rate(e.bf16_tflops),
+         f"{e.bandwidth_gbs:g} GB/s", ratio(e.fp16_tflops, e.fp32_tflops), ratio(e.bf16_tflops, e.tf32_tflops)]
+        for e in DATASHEETS
+    ]  # fmt: skip
+
+
+
+FP8_DATASHEET_HEADER = ["GPU", "FP8", "BF16", "FP8 / BF16", "source"]
+
+
+
+def fp8_datasheet_rows() -> list[list[str]]:
+    """The GPUs of the datasheet table that have FP8 Tensor Cores, as rows for ``widgets.table_html``
+    (header :data:`FP8_DATASHEET_HEADER`): dense FP8 and BF16 TFLOP/s (FP32 accumulation), their ratio
+    (:attr:`GpuDatasheet.fp8_over_bf16`, computed from the two figures) and where the FP8 figure comes from.
+    A100, V100 and T4 have no FP8 Tensor Cores and no row.  (``08_fp8_and_block_scaling``)"""
+    return [
+        [e.model, f"{e.fp8_tflops:g}", f"{e.bf16_tflops:g}", f"{e.fp8_over_bf16:.3g}x", e.fp8_source]
+        for e in DATASHEETS
+        if e.fp8_over_bf16 is not None
+    ]
+
+
+
+@dataclass(frozen=True)
+class Fp8Support:
+    """Whether FP8 GEMMs (``torch._scaled_mm`` with ``float8_e4m3fn``) run on Tensor Cores, and why.
+
+    Truthy exactly when ``supported`` is, and unpacks as ``(supported, reason)``:
+    ``ok, why = fp8_matmul_support((9, 0))``.  Built by :func:`fp8_matmul_support`."""
+
+    supported: bool
+    reason: str
+
+    def __post_init__(self):
+        check_bool("supported", self.supported)
+        check_instance("reason", self.reason, str, "a sentence saying why")
+
+    def __bool__(self) -> bool:
+        return self.supported
+
+    def __iter__(self):
+        return iter((self.supported, self.reason))
+
+
+
+def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
+    """Whether a CUDA GPU of compute ``capability`` runs FP8 GEMMs on Tensor Cores with a torch build whose
+    ``torch.cuda.get_arch_list()`` is ``arch_list``, and why.  Pure, so tests feed it any GPU and wheel.
+    (``08_fp8_and_block_scaling``, ``scripts/gpu_check.py``)
+
+    * ``capability`` None (a CPU, or no CUDA GPU): not supported; ``torch._scaled_mm`` still runs on the
+      CPU, emulated, which shows FP8's numbers but not its speed.
+    * The GPU's Tensor Cores must multiply FP8 (:func:`amp_lab.hardware.tensor_core_generation`: Ada 8.9,
+      Hopper 9.0, Blackwell 10.x and 12.x; not Ampere 8.0/8.6/8.7, Turing or Volta).
+    * The build must have kernels for the GPU (:func:`amp_lab.hardware.arch_supported`: an ``sm_XY`` cubin of
+      the same major and a lower or equal minor, ``sm_XYa`` for exactly X.Y, or ``compute_XY`` PTX at or below
+      it); ``arch_list`` None leaves the build unchecked (a caller that has checked it already).
+
+    Returns an :class:`Fp8Support`: truthy when supported, and it unpacks as ``(supported, reason)``.
+    """
+    if arch_list is not None:  # checked whatever the capability, so a malformed list is never accepted
+        if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
+            raise ArgumentTypeError(
+                f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] (torch.cuda.get_arch_list()) or "
+                f"None, got {type(arch_list).__name__}: {arch_list!r:.80}"
+            )
+        for entry in arch_list:
+            parse_arch(entry)
+    if capability is None:
+        return Fp8Support(False, (
+            "no CUDA GPU: FP8 GEMMs run on the Tensor Cores of NVIDIA GPUs of compute capability 8.9 and later "
+            "(Ada, Hopper, Blackwell); on the CPU torch._scaled_mm runs emulated, so it shows FP8's numbers but "
+            "not its speed"
+        ))  # fmt: skip
+    tc = tensor_core_generation(capability)
+    cap = f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]})"
+    if "fp8" not in tc.precisions:
+        has = (
+            f"Tensor Cores multiply {', '.join(tc.precisions).upper()} but not FP8"
+            if tc.has_tensor_cores
+            else "has no Tensor Cores"
+        )
+        return Fp8Support(False, (
+            f"{cap} {has}: FP8 GEMMs (torch._scaled_mm) need compute capability 8.9 or later (Ada, Hopper, "
+            "Blackwell)"
+        ))  # fmt: skip
+    if arch_list is not None and not arch_supported(tc.capability, arch_list):
+        return Fp8Support(False, f"{cap} has FP8 Tensor Cores, but {arch_advice(tc.capability, arch_list)}")
+    build = "" if arch_list is None else ", and this torch build has kernels for it"
+    return Fp8Support(True, f"{cap} Tensor Cores multiply FP8 (E4M3, E5M2){build}: torch._scaled_mm runs FP8 GEMMs there")
+
+
+

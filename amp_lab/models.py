@@ -1,0 +1,44 @@
+"""The course's one MLP builder: ``num_features -> hidden (x depth, ReLU) -> num_classes``, seeded."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ._checks import check_seed
+from .cost import _mlp_sizes, _num_parameters
+from .device import check_fits, get_device, seeded
+
+
+def make_mlp(
+    num_features: int = 64, num_classes: int = 10, *, hidden: int = 64, depth: int = 2, seed: int = 0, device=None
+) -> nn.Sequential:
+    """An MLP ``num_features -> hidden (x depth, ReLU) -> num_classes`` with seeded initialisation.
+
+    The weights are those ``torch.manual_seed(seed)`` followed by the construction gives, but the
+    learner's generators (CPU and CUDA) are left as they were (``device.seeded``).  Its parameters
+    stay float32: autocast casts copies for each op, and the optimizer updates the float32 "master"
+    weights.
+
+    ``depth`` is at most :data:`MAX_DEPTH`; the parameters' bytes are checked against free memory
+    (``device.check_fits``) before anything is allocated.
+    """
+    num_features, num_classes, hidden, depth = _mlp_sizes(num_features, num_classes, hidden, depth)
+    seed = check_seed("seed", seed)
+    dev = get_device(device)
+    needed = 4 * _num_parameters(num_features, num_classes, hidden, depth)  # float32
+    hint = "choose a smaller hidden, depth, num_features or num_classes"
+    what = f"make_mlp({num_features}, {num_classes}, hidden={hidden}, depth={depth})"
+    check_fits(needed, "cpu", what, hint)  # the layers are built on the CPU, then moved
+    if dev.type != "cpu":
+        check_fits(needed, dev, what, hint)
+    # seeded() forks the CPU's generator *and* every CUDA device's: a bare torch.manual_seed would
+    # reseed a learner's GPU generators as a side effect of building a model.
+    with seeded(seed):
+        layers: list[nn.Module] = []
+        width = num_features
+        for _ in range(depth):
+            layers += [nn.Linear(width, hidden), nn.ReLU()]
+            width = hidden
+        layers.append(nn.Linear(width, num_classes))
+        model = nn.Sequential(*layers)
+    return model.to(dev)
