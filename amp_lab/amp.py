@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import hardware
+from . import cpus, hardware
 from ._checks import MAX_STEPS, ArgumentTypeError, bounded_list, check_instance
 from .dtypes import dtype_name
 
@@ -49,7 +49,7 @@ def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
     Taught in ``07_amp_training_recipe``.  The dtype, the scaler and the expectation are the
     course's one decision, ``hardware.machine_verdict`` (the same as ``device.amp_dtype`` and the
     machine report's ``race_dtype``); whether a CPU multiplies the dtype in hardware is
-    ``hardware.cpu_has_native``'s answer.  This function adds the questions a learner would ask
+    ``cpus.cpu_has_native``'s answer.  This function adds the questions a learner would ask
     on the way, so the decision can be read:
 
     * CUDA, compute capability 8.0 or later (Ampere, Ada, Hopper, Blackwell): bfloat16, no scaler.
@@ -125,8 +125,8 @@ def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
 
     steps.append(("Is the course running on a CUDA GPU?", f"no: the CPU, where autocast uses {name}."))
     flags = report.cpu_flags or {}
-    native = hardware.cpu_has_native(dtype, flags)
-    labels = hardware.cpu_native_labels(dtype, flags)
+    native = cpus.cpu_has_native(dtype, flags)
+    labels = cpus.cpu_native_labels(dtype, flags)
     question = f"Does the CPU multiply {name} in hardware?"
     if native is None:
         steps.append((question, "unknown on this system."))
@@ -174,7 +174,7 @@ def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
     """``(name, hardware.MachineReport)`` for machines a learner may meet, for 07's table.
 
     GPUs are described by their compute capability, CPUs by an excerpt of their own
-    ``/proc/cpuinfo`` (read by ``hardware.cpu_flags``, as this machine's is), so the table shows
+    ``/proc/cpuinfo`` (read by ``cpus.cpu_flags``, as this machine's is), so the table shows
     what :func:`choose_amp_dtype` decides for each, whatever machine runs the notebook.
     ``base`` is the report whose other facts (versions, threads) they share (default: this CPU's).
     """
@@ -188,7 +188,7 @@ def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
 
     def cpu(name, cpuinfo):
         return name, hardware.report_for(
-            "cpu", flags=hardware.cpu_flags(cpuinfo), cpu=hardware.cpu_model(cpuinfo), base=base, system="Linux"
+            "cpu", flags=cpus.cpu_flags(cpuinfo), cpu=cpus.cpu_model(cpuinfo), base=base, system="Linux"
         )
 
     return [
@@ -231,7 +231,7 @@ def _check_report(name: str, report) -> None:
     check_instance(name, report, hardware.MachineReport, "a hardware.MachineReport (e.g. from hardware.describe())")
 
 
-# Excerpts of real /proc/cpuinfo text: hardware.cpu_flags reads them as it reads this machine's.
+# Excerpts of real /proc/cpuinfo text: cpus.cpu_flags reads them as it reads this machine's.
 _AVX2_LAPTOP_CPUINFO = (
     "model name\t: Intel(R) Core(TM) i7-10510U CPU @ 1.80GHz\n"
     "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "

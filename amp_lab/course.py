@@ -12,8 +12,9 @@ import torch
 
 from ._checks import check_instance
 from .amp import choose_amp_dtype
+from .cpus import cpu_has_native, cpu_native_labels
 from .gpus import fp8_matmul_support
-from .hardware import MachineReport, cpu_has_native, cpu_native_labels, describe
+from .hardware import MachineReport, describe
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,7 @@ def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
     * ``"cpu"``: bfloat16, the dtype CPU autocast is built for.  Whether it is *fast* is a separate
       question (:func:`cpu_has_native`); the dtype stays the same so every CPU runs the same course.
 
-    ``device.amp_dtype(device)`` and :func:`verdict_for` both call this, so they cannot disagree.
+    ``device.amp_dtype(device)`` and ``hardware.machine_verdict`` both call this, so they cannot disagree.
     """
     check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
     if device_type not in DEVICE_TYPES:

@@ -7,7 +7,7 @@
   to "does this CPU multiply bf16/fp16 in hardware?".
 * ``amp_dtype_for(device_type, capability)`` is the course's one dtype decision: bfloat16 on CUDA
   GPUs from Ampere (8.0) on and on CPUs, float16 on Volta/Turing and older GPUs and on Apple GPUs.
-* ``machine_verdict(...)`` / ``verdict_for(...)`` turn hardware facts into a *prediction*: which
+* ``machine_verdict(...)`` turns hardware facts into a *prediction*: which
   dtype to race, whether it needs a GradScaler, and whether AMP should beat FP32 here.  Pure
   functions, so tests and notebooks can feed any machine (``report_for`` builds another machine's
   report).  Notebook 06 measures what they predict.
@@ -21,16 +21,23 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import subprocess
-import sys
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from ._checks import ArgumentTypeError, check_bool, check_instance, check_optional_str
+from . import cpus
+from ._checks import check_bool, check_instance, check_optional_str
+from .cpus import (
+    CPU_FLAGS,
+    check_flags,
+    cpu_flags,
+    cpu_has_native,
+    cpu_isa_limits,
+    cpu_model,
+    cpu_native_labels,
+    usable_cpu_flags,
+)
 from .device import get_device
-from .dtypes import parse_dtype
 from .gpus import (
     _DOUBLE_RATE_FP16,
     DEVICE_TYPES,
@@ -42,288 +49,40 @@ from .gpus import (
     check_capability,
     tensor_core_generation,
 )
-
-
-def _check_flags(flags, name: str = "flags") -> dict:
-    """A CPU's flags (:func:`cpu_flags`): a dict of flag name -> True, False or None."""
-    if not isinstance(flags, Mapping):
-        raise ArgumentTypeError(
-            f"{name} must be a dict of CPU flags (hardware.cpu_flags()), got {type(flags).__name__}: {flags!r:.80}"
-        )
-    for key, value in flags.items():
-        if value is not None:
-            try:
-                check_bool(f"{name}[{key!r}]", value)
-            except ArgumentTypeError:
-                raise ArgumentTypeError(
-                    f"{name}[{key!r}] must be True, False or None (unknown), got {value!r:.80}"
-                ) from None
-    return flags
-
-
-
+from .text import Reading, say
 
 # --------------------------------------------------------------------------------------------
 # CPU features
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CpuFeature:
-    """One CPU instruction set that multiplies a low-precision dtype in hardware.
-
-    ``token`` is its name in Linux ``/proc/cpuinfo`` (the ``flags`` line on x86, ``Features`` on
-    ARM); ``sysctl`` its name on macOS, where macOS reports it.
-    """
-
-    key: str
-    label: str
-    arch: str
-    dtype: torch.dtype
-    token: str
-    sysctl: str | None = None
 
 
-# Only instruction sets that torch's CPU matmuls actually use count as "native":
-# * x86: oneDNN (torch's mkldnn) runs bf16 matmuls on AVX512-BF16 dot products or AMX-BF16 tiles,
-#   fp16 matmuls on AVX512-FP16 or AMX-FP16.  A CPU without them still runs bf16 (oneDNN or ATen
-#   convert to FP32 and back), which is the emulation that makes AMP slower than FP32 there.
-# * ARM: FEAT_BF16 (``bf16``: BFDOT/BFMMLA; ``svebf16`` is the SVE form) is what torch checks
-#   (cpuinfo_has_arm_bf16) before sending bf16 matmuls to oneDNN + Arm Compute Library, on
-#   Neoverse V1 (Graviton 3) and later.
-# Deliberately *not* counted: ``i8mm`` (int8 matrix multiply: quantised inference, never a bf16 or
-# fp16 matmul), and ``fphp``/``asimdhp`` (FP16 arithmetic): which fp16 matmul kernel torch picks on
-# ARM has changed between releases and often accumulates through FP32 conversions, so claiming
-# "native fp16" there could be false.  fp16 on ARM is reported as unknown: the race measures it.
-CPU_FEATURES = (
-    CpuFeature("avx512_bf16", "AVX512-BF16", "x86", torch.bfloat16, "avx512_bf16"),
-    CpuFeature("amx_bf16", "AMX-BF16", "x86", torch.bfloat16, "amx_bf16"),
-    CpuFeature("avx512_fp16", "AVX512-FP16", "x86", torch.float16, "avx512_fp16"),
-    CpuFeature("amx_fp16", "AMX-FP16", "x86", torch.float16, "amx_fp16"),
-    CpuFeature("arm_bf16", "ARM BF16", "arm", torch.bfloat16, "bf16", "hw.optional.arm.FEAT_BF16"),
-    CpuFeature("arm_sve_bf16", "ARM SVE-BF16", "arm", torch.bfloat16, "svebf16"),
-)
-CPU_FLAGS = {f.key: f.label for f in CPU_FEATURES}
-
-# ARM cores by (CPU implementer, CPU part) from /proc/cpuinfo, for a readable CPU name.
-_ARM_PARTS = {
-    (0x41, 0xD03): "Cortex-A53",
-    (0x41, 0xD05): "Cortex-A55",
-    (0x41, 0xD08): "Cortex-A72",
-    (0x41, 0xD0B): "Cortex-A76",
-    (0x41, 0xD0C): "Neoverse-N1",
-    (0x41, 0xD40): "Neoverse-V1",
-    (0x41, 0xD41): "Cortex-A78",
-    (0x41, 0xD49): "Neoverse-N2",
-    (0x41, 0xD4F): "Neoverse-V2",
-    (0x41, 0xD84): "Neoverse-V3",
-    (0x41, 0xD8E): "Neoverse-N3",
-    (0xC0, 0xAC3): "AmpereOne",
-}
 
 
-def read_cpuinfo() -> str | None:
-    """This machine's ``/proc/cpuinfo`` text, or None off Linux (or if it cannot be read)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
 
 
-def read_sysctl() -> str | None:
-    """This Mac's ``sysctl machdep.cpu.brand_string hw.optional`` text, or None elsewhere.
-
-    Apple silicon lists its ARM features there (``hw.optional.arm.FEAT_BF16: 1`` from the M2 on);
-    :func:`cpu_flags` and :func:`cpu_model` take this text as ``sysctl=``, so tests feed any Mac's.
-    """
-    if sys.platform != "darwin":
-        return None
-    exe = "/usr/sbin/sysctl" if os.path.exists("/usr/sbin/sysctl") else "sysctl"
-    try:
-        done = subprocess.run(
-            [exe, "machdep.cpu.brand_string", "hw.optional"], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout or None
 
 
-def _key_values(text: str) -> dict[str, str]:
-    pairs = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() not in pairs:
-            pairs[key.strip()] = value.strip()
-    return pairs
 
 
-def _flags_from_cpuinfo(cpuinfo: str) -> dict[str, bool | None]:
-    tokens: dict[str, set[str]] = {}
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        arch = {"flags": "x86", "Features": "arm"}.get(key.strip())
-        if arch:
-            tokens.setdefault(arch, set()).update(value.split())
-    # An instruction set of the other architecture is not "absent" but not applicable: None.
-    return {f.key: (f.token in tokens[f.arch] if f.arch in tokens else None) for f in CPU_FEATURES}
 
 
-def _flags_from_sysctl(sysctl: str) -> dict[str, bool | None]:
-    values = _key_values(sysctl)
-    apple_silicon = values.get("hw.optional.arm64") == "1" or any(k.startswith("hw.optional.arm.") for k in values)
-    flags: dict[str, bool | None] = dict.fromkeys(CPU_FLAGS)
-    if apple_silicon:
-        for f in CPU_FEATURES:
-            if f.sysctl and f.sysctl in values:  # older macOS versions do not list FEAT_*: unknown
-                flags[f.key] = values[f.sysctl] == "1"
-    # Intel Macs: macOS lists no bf16/fp16 instruction sets, so they stay unknown.
-    return flags
 
 
-def cpu_flags(cpuinfo: str | None = None, *, sysctl: str | None = None) -> dict[str, bool | None]:
-    """Whether the CPU has each bf16/fp16 instruction set in :data:`CPU_FLAGS`: True, False, or
-    None (unknown, or an instruction set of another architecture).
-
-    Reads ``/proc/cpuinfo`` on Linux (x86 ``flags`` and ARM ``Features``) and ``sysctl`` on macOS.
-    Tests pass the text instead: ``cpuinfo=`` (Linux) or ``sysctl=`` (macOS).
-    Taught in ``00_setup_check``.
-    """
-    check_optional_str("cpuinfo", cpuinfo, "the text of /proc/cpuinfo")
-    check_optional_str("sysctl", sysctl, "the text of sysctl's output")
-    if cpuinfo is None and sysctl is None:
-        cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
-    if cpuinfo is not None:
-        return _flags_from_cpuinfo(cpuinfo)
-    if sysctl is not None:
-        return _flags_from_sysctl(sysctl)
-    return dict.fromkeys(CPU_FLAGS)
 
 
-# What the environment lets torch's CPU matmuls use.  A CPU may have AVX512-BF16 while oneDNN or MKL is
-# told to stay below it (the course's own simulated machines do this: see CONTRIBUTING.md, "The machine
-# matrix"); then bf16 runs emulated, exactly as on a CPU without the instructions, and the course must
-# size and read its races that way.  Each ladder lists the levels from lowest; an instruction set is
-# usable when the cap is at or above the level that brings it.  Unknown values cap nothing.
-_ONEDNN_LADDER = (
-    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
-    "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
-)  # fmt: skip
-_ONEDNN_ALIASES = {
-    "AVX10_1_512": "AVX512_CORE_FP16",
-    "AVX10_1_512_AMX": "AVX512_CORE_AMX",
-    "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16",
-}
-_ONEDNN_NEEDS = {
-    "avx512_bf16": "AVX512_CORE_BF16",
-    "amx_bf16": "AVX512_CORE_AMX",
-    "avx512_fp16": "AVX512_CORE_FP16",
-    "amx_fp16": "AVX512_CORE_AMX_FP16",
-}
-# MKL_ENABLE_INSTRUCTIONS / MKL_CBWR: AVX512_E3 adds BF16 (Cooper Lake), AVX512_E4 AMX and FP16
-# (Sapphire Rapids).  MKL_CBWR=COMPATIBLE selects MKL's SSE2-class reproducible code paths.
-_MKL_LADDER = ("COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2", "AVX2_E1",
-               "AVX512", "AVX512_E1", "AVX512_E2", "AVX512_E3", "AVX512_E4")  # fmt: skip
-_MKL_NEEDS = {"avx512_bf16": "AVX512_E3", "amx_bf16": "AVX512_E4", "avx512_fp16": "AVX512_E4", "amx_fp16": "AVX512_E4"}
 
 
-def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The x86 bf16/fp16 instruction sets that the environment keeps torch's CPU matmuls from using:
-    ``{flag key: "VARIABLE=value"}`` (empty when nothing is capped).  ``env`` defaults to
-    ``os.environ``; tests pass any mapping.  Reads ``ONEDNN_MAX_CPU_ISA`` (or the older
-    ``DNNL_MAX_CPU_ISA``), ``MKL_ENABLE_INSTRUCTIONS`` and ``MKL_CBWR``.  (``00_setup_check``)
-    """
-    env = os.environ if env is None else env
-    if not isinstance(env, Mapping):
-        raise ArgumentTypeError(f"env must be a dict of environment variables or None, got {type(env).__name__}: {env!r:.80}")
-    limits: dict[str, str] = {}
-    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
-        raw = str(env.get(var, "")).strip()
-        value = _ONEDNN_ALIASES.get(raw.upper(), raw.upper())
-        if value in _ONEDNN_LADDER:
-            level = _ONEDNN_LADDER.index(value)
-            for key, needed in _ONEDNN_NEEDS.items():
-                if level < _ONEDNN_LADDER.index(needed):
-                    limits.setdefault(key, f"{var}={raw}")
-            break
-    for var in ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR"):
-        raw = str(env.get(var, "")).strip()
-        value = raw.upper().split(",")[0].strip()
-        if value in _MKL_LADDER:
-            level = _MKL_LADDER.index(value)
-            for key, needed in _MKL_NEEDS.items():
-                if level < _MKL_LADDER.index(needed):
-                    limits.setdefault(key, f"{var}={raw}")
-    return limits
 
 
-def usable_cpu_flags(
-    flags: dict[str, bool | None] | None = None, env: dict[str, str] | None = None
-) -> dict[str, bool | None]:
-    """:func:`cpu_flags` with every instruction set the environment forbids torch to use
-    (:func:`cpu_isa_limits`) turned to False: what torch's matmuls can actually use here."""
-    flags = dict(cpu_flags() if flags is None else _check_flags(flags))
-    for key in cpu_isa_limits(env):
-        if flags.get(key):
-            flags[key] = False
-    return flags
 
 
-def cpu_has_native(dtype, flags: dict[str, bool | None] | None = None) -> bool | None:
-    """Whether this CPU multiplies ``dtype`` (bfloat16 or float16) in hardware: True, False, or None
-    (unknown).  ``flags`` defaults to :func:`cpu_flags` of this machine; tests pass any machine's.
-
-    The one place that decides "native or emulated" for the course: the verdict, the race's
-    sizes and its explanations all ask here.  True when any instruction set for ``dtype`` in
-    :data:`CPU_FEATURES` is present (x86 or ARM), False when none is and at least one is known to
-    be absent, None when nothing is known.
-    """
-    dtype = parse_dtype(dtype)
-    flags = usable_cpu_flags() if flags is None else _check_flags(flags)
-    values = [flags.get(f.key) for f in CPU_FEATURES if f.dtype == dtype]
-    if any(values):
-        return True
-    if all(v is None for v in values):
-        return None
-    return False
 
 
-def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tuple[str, ...]:
-    """The labels of the instruction sets for ``dtype`` this CPU has (``("AMX-BF16", ...)``), or
-    of those it is known to lack when it has none; empty when nothing is known.  For sentences
-    such as "this CPU has no AVX512-BF16 or AMX-BF16"."""
-    dtype = parse_dtype(dtype)
-    flags = usable_cpu_flags() if flags is None else _check_flags(flags)
-    features = [f for f in CPU_FEATURES if f.dtype == dtype]
-    present = tuple(f.label for f in features if flags.get(f.key))
-    return present or tuple(f.label for f in features if flags.get(f.key) is False)
 
 
-def cpu_model(cpuinfo: str | None = None, *, sysctl: str | None = None) -> str:
-    """A readable name of the CPU: x86 ``model name``, the ARM core from ``CPU implementer`` and
-    ``CPU part``, or macOS ``machdep.cpu.brand_string``.  Tests pass the text as for :func:`cpu_flags`."""
-    check_optional_str("cpuinfo", cpuinfo, "the text of /proc/cpuinfo")
-    check_optional_str("sysctl", sysctl, "the text of sysctl's output")
-    if cpuinfo is None and sysctl is None:
-        cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
-    if cpuinfo:
-        values = _key_values(cpuinfo)
-        if values.get("model name"):
-            return values["model name"]
-        try:
-            implementer, part = int(values["CPU implementer"], 16), int(values["CPU part"], 16)
-        except (KeyError, ValueError):
-            pass
-        else:
-            name = _ARM_PARTS.get((implementer, part))
-            return f"ARM {name}" if name else f"ARM CPU (implementer {implementer:#x}, part {part:#x})"
-    if sysctl:
-        brand = _key_values(sysctl).get("machdep.cpu.brand_string")
-        if brand:
-            return brand
-    return platform.processor() or platform.machine() or "unknown"
+
 
 
 # --------------------------------------------------------------------------------------------
@@ -369,6 +128,7 @@ class MachineReport:
     use_scaler: bool = False
     expect_speedup: bool | None = None
     reasons: tuple[str, ...] = ()
+    verdict_codes: tuple[str, ...] = ()  # the verdict's outcome and reason codes (amp_lab.text.REASONS)
     arch_supported: bool | None = None  # does this torch build have kernels for the GPU (None: no GPU)
     arch_list: tuple[str, ...] = ()  # torch.cuda.get_arch_list()
 
@@ -456,109 +216,65 @@ class MachineReport:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What :func:`machine_verdict` predicts for one machine.
+    """What :func:`machine_verdict` predicts for one machine: a prediction from hardware facts, never a
+    measurement.  ``outcome`` and ``reasons`` are codes of :data:`amp_lab.text.REASONS`, filled from
+    ``facts``; ``device`` and ``dtype`` are what the course races, ``use_scaler`` whether that dtype needs a
+    GradScaler, ``expect_speedup`` whether AMP should beat FP32 on large matmuls (None: measure it)."""
 
-    ``text`` is the one-line verdict; ``device`` and ``dtype`` what the course races;
-    ``use_scaler`` whether that dtype needs a GradScaler; ``expect_speedup`` whether AMP should
-    beat FP32 on large matmuls here (None: no prediction, measure it); ``reasons`` the facts behind
-    it, one sentence each.  A prediction from hardware facts, never a measurement.
-    """
-
-    text: str
+    outcome: str
     device: str
     dtype: torch.dtype
     use_scaler: bool
     expect_speedup: bool | None
-    reasons: tuple[str, ...]
+    reason_codes: tuple[str, ...]
+    facts: dict
+
+    @property
+    def reading(self) -> Reading:
+        return Reading(self.outcome, self.reason_codes, self.facts)
+
+    @property
+    def text(self) -> str:
+        """The one-line verdict."""
+        return say(self.outcome, **self.facts)
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The facts behind it, one sentence each."""
+        return tuple(say(code, **self.facts) for code in self.reason_codes)
 
 
-_MEASURES = "; the race measures it"
-
-
-def _cuda_verdict(tensor_cores: TensorCoreGeneration | None) -> Verdict:
-    if tensor_cores is None:
-        return Verdict(
-            "CUDA GPU of unknown compute capability: float16 with a GradScaler; whether AMP pays off "
-            "here is for the race to measure",
-            "cuda", torch.float16, True, None,
-            ("Without the compute capability the course cannot tell which Tensor Cores this GPU has; "
-             "float16 runs on every CUDA GPU.",),
-        )  # fmt: skip
-    tc = tensor_cores
-    gpu = f"CUDA {tc.architecture} GPU (sm_{tc.capability[0]}{tc.capability[1]})"
+def _cuda_verdict(tc: TensorCoreGeneration | None) -> Verdict:
+    if tc is None:
+        return Verdict("verdict.cuda_unknown", "cuda", torch.float16, True, None, ("why.cuda_unknown",), {})
+    facts = {"gpu": f"CUDA {tc.architecture} GPU (sm_{tc.capability[0]}{tc.capability[1]})", "arch": tc.architecture}
     dtype = amp_dtype_for("cuda", tc.capability)
     if not tc.has_tensor_cores:
-        if tc.capability in _DOUBLE_RATE_FP16:
-            expect, hope = None, "expect a modest speed-up at most, from its double-rate FP16 units"
-        else:
-            expect, hope = False, "expect little or no speed-up"
-        return Verdict(
-            f"{gpu} without Tensor Cores: float16 with a GradScaler, for the memory it saves; {hope}{_MEASURES}",
-            "cuda", dtype, True, expect,
-            ("GPUs before Volta have no Tensor Cores: float16 matmuls run on the ordinary CUDA cores.",
-             "float16 still halves the memory of activations, so larger batches fit.",
-             "float16's narrow range needs a GradScaler."),
-        )  # fmt: skip
+        double = tc.capability in _DOUBLE_RATE_FP16
+        outcome = "verdict.cuda_no_tensor_cores_double_fp16" if double else "verdict.cuda_no_tensor_cores"
+        reasons = ("why.pre_volta", "why.fp16_memory", "why.fp16_scaler")
+        return Verdict(outcome, "cuda", dtype, True, None if double else False, reasons, facts)
+    small = "why.small_matmuls"
     if dtype == torch.bfloat16:
-        return Verdict(
-            f"{gpu}: bfloat16 on Tensor Cores, no GradScaler needed; expect AMP to be clearly faster than "
-            f"FP32 on large matmuls{_MEASURES}",
-            "cuda", dtype, False, True,
-            (f"{tc.architecture} Tensor Cores multiply bfloat16 as fast as float16.",
-             "bfloat16 keeps FP32's exponent range, so gradients do not underflow and no GradScaler is needed.",
-             "Small matmuls gain little: kernel launches and casts, not arithmetic, set their pace."),
-        )  # fmt: skip
-    return Verdict(
-        f"{gpu}: float16 on Tensor Cores, with a GradScaler; expect AMP to be clearly faster than FP32 "
-        f"on large matmuls{_MEASURES}",
-        "cuda", dtype, True, True,
-        (f"{tc.architecture} Tensor Cores multiply float16 but not bfloat16, which would run on the "
-         "ordinary CUDA cores here.",
-         "float16's narrow range needs a GradScaler.",
-         "Small matmuls gain little: kernel launches and casts, not arithmetic, set their pace."),
-    )  # fmt: skip
+        reasons = ("why.tensor_cores_bf16", "why.bf16_range", small)
+        return Verdict("verdict.cuda_bf16", "cuda", dtype, False, True, reasons, facts)
+    return Verdict("verdict.cuda_fp16", "cuda", dtype, True, True, ("why.tensor_cores_fp16_only", "why.fp16_scaler", small), facts)
 
 
 def _cpu_verdict(flags: dict[str, bool | None], system: str | None) -> Verdict:
     native = cpu_has_native(torch.bfloat16, flags)
-    labels = cpu_native_labels(torch.bfloat16, flags)
-    bf16 = torch.bfloat16
+    labels = " and ".join(cpu_native_labels(torch.bfloat16, flags))
+    facts = {"labels": labels, "lacking": " or ".join(cpu_native_labels(torch.bfloat16, flags))}
+    bf16, scaler = torch.bfloat16, "why.bf16_no_scaler"
     if native and system == "Darwin":
-        return Verdict(
-            f"Apple CPU with {' and '.join(labels)}: bfloat16, no GradScaler needed; expect AMP to be no "
-            f"faster than FP32, whose matmuls run on Apple's matrix units{_MEASURES}",
-            "cpu", bf16, False, False,
-            ("This CPU multiplies bfloat16 in its vector units.",
-             "torch's FP32 matmuls on a Mac go to Apple's Accelerate library, which runs them on the "
-             "chip's matrix units; bfloat16 matmuls cannot use that path.",
-             "bfloat16 needs no GradScaler."),
-        )  # fmt: skip
+        reasons = ("why.apple_cpu_bf16", "why.apple_accelerate", scaler)
+        return Verdict("verdict.apple_cpu", "cpu", bf16, False, False, reasons, facts)
     if native:
-        return Verdict(
-            f"CPU with {' and '.join(labels)}: bfloat16, no GradScaler needed; expect AMP to be faster than "
-            f"FP32 on large matrices and slower on small ones{_MEASURES}",
-            "cpu", bf16, False, True,
-            (f"{' and '.join(labels)} multiply bfloat16 in hardware, and torch's matmuls (oneDNN) use them.",
-             "On small matrices the casts to and from bfloat16 cost more than the faster multiply saves.",
-             "bfloat16 needs no GradScaler."),
-        )  # fmt: skip
+        return Verdict("verdict.cpu_bf16", "cpu", bf16, False, True, ("why.cpu_bf16", "why.cpu_casts", scaler), facts)
     if native is None:
-        return Verdict(
-            "CPU with unknown bf16 support: bfloat16, no GradScaler needed; whether AMP pays off here is "
-            "for the race to measure",
-            "cpu", bf16, False, None,
-            ("This system does not report the CPU's instruction sets, so the course cannot predict.",
-             "bfloat16 needs no GradScaler."),
-        )  # fmt: skip
-    lacking = " or ".join(labels)
-    return Verdict(
-        f"CPU without bf16 instructions (no {lacking}): bfloat16 is emulated here; expect AMP to be slower "
-        f"than FP32{_MEASURES}",
-        "cpu", bf16, False, False,
-        (f"Without {lacking}, torch converts bfloat16 to FP32 and back around every multiply.",
-         "The conversions are pure overhead, so FP32 should win at every size.",
-         "The course still runs bfloat16 here: the recipe is the same on every machine."),
-    )  # fmt: skip
+        return Verdict("verdict.cpu_unknown", "cpu", bf16, False, None, ("why.cpu_unknown", scaler), facts)
+    reasons = ("why.cpu_emulated", "why.cpu_overhead", "why.same_recipe")
+    return Verdict("verdict.cpu_emulated", "cpu", bf16, False, False, reasons, facts)
 
 
 def machine_verdict(
@@ -572,15 +288,16 @@ def machine_verdict(
     """The :class:`Verdict` for the given facts; pure, so tests and notebooks can feed any machine.
 
     ``device_type`` is the device the course runs on (default: ``"cuda"`` when available, else
-    ``"cpu"``); ``tensor_cores`` describes the GPU (:func:`tensor_core_generation`); ``flags`` the
-    CPU (:func:`cpu_flags`); ``system`` is ``platform.system()`` (``"Darwin"`` on a Mac).
-    Taught in ``00_setup_check``; ``06_timing_race`` measures what it predicts.
+    ``"cpu"``); ``tensor_cores`` describes the GPU (:func:`amp_lab.gpus.tensor_core_generation`); ``flags``
+    the CPU (:func:`amp_lab.cpus.cpu_flags`); ``system`` is ``platform.system()`` (``"Darwin"`` on a Mac).
+    The dtype is :func:`amp_lab.gpus.amp_dtype_for`'s.  Taught in ``00_setup_check``; ``06_timing_race``
+    measures what it predicts.
     """
     cuda_available = check_bool("cuda_available", cuda_available)
     if tensor_cores is not None:
         check_instance("tensor_cores", tensor_cores, TensorCoreGeneration,
-                       "a TensorCoreGeneration (hardware.tensor_core_generation(capability)) or None")  # fmt: skip
-    flags = _check_flags(flags)
+                       "a TensorCoreGeneration (gpus.tensor_core_generation(capability)) or None")  # fmt: skip
+    flags = check_flags(flags)
     check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
     check_optional_str("system", system, "platform.system()'s name, such as 'Linux' or 'Darwin',")
     if device_type is None:
@@ -590,33 +307,8 @@ def machine_verdict(
     if device_type == "cuda":
         return _cuda_verdict(tensor_cores)
     if device_type == "mps":
-        return Verdict(
-            f"Apple GPU (MPS): float16, autocast's MPS default, with a GradScaler; expect a modest speed-up "
-            f"at most{_MEASURES}",
-            "mps", amp_dtype_for("mps"), True, None,
-            ("Apple GPUs have no Tensor Cores: float16 mainly halves the bytes moved, and small models "
-             "are limited by the time to launch each kernel.",
-             "float16's narrow range needs a GradScaler."),
-        )  # fmt: skip
+        return Verdict("verdict.mps", "mps", amp_dtype_for("mps"), True, None, ("why.mps", "why.fp16_scaler"), {})
     return _cpu_verdict(flags, system)
-
-
-def verdict_for(
-    *,
-    cuda_available: bool,
-    tensor_cores: TensorCoreGeneration | None,
-    flags: dict[str, bool | None],
-    device_type: str | None = None,
-    system: str | None = None,
-) -> tuple[str, str, torch.dtype]:
-    """(verdict, race device, race dtype) for the given facts; pure, so tests can feed any machine.
-
-    The short form of :func:`machine_verdict` (same arguments); the dtype is :func:`amp_dtype_for`'s.
-    """
-    v = machine_verdict(
-        cuda_available=cuda_available, tensor_cores=tensor_cores, flags=flags, device_type=device_type, system=system
-    )
-    return v.text, v.device, v.dtype
 
 
 def tf32_matmul_enabled() -> bool:
@@ -759,6 +451,7 @@ def _with_verdict(report: MachineReport) -> MachineReport:
         race_device=v.device,
         race_dtype=v.dtype,
         verdict=v.text,
+        verdict_codes=v.reading.codes,
         use_scaler=v.use_scaler,
         expect_speedup=v.expect_speedup,
         reasons=v.reasons,
@@ -791,7 +484,7 @@ def describe(device=None) -> MachineReport:
             advice = arch_advice(capability, list(arch_list), torch.version.cuda)
             if advice:
                 notes.append(advice)
-    cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
+    cpuinfo, sysctl = cpus.read_cpuinfo(), cpus.read_sysctl()  # through the module, so a test can stand in for them
     flags = cpu_flags(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else dict.fromkeys(CPU_FLAGS)
     capped = {key: why for key, why in cpu_isa_limits().items() if flags.get(key)}
     flags = usable_cpu_flags(flags)
@@ -853,7 +546,7 @@ def report_for(
     for arg, value in (("gpu_name", gpu_name), ("cpu", cpu), ("system", system)):
         check_optional_str(arg, value)
     if flags is not None:
-        _check_flags(flags)
+        check_flags(flags)
     if base is not None:
         check_instance("base", base, MachineReport, "a MachineReport (hardware.describe()) or None")
     if capability is not None:

@@ -46,6 +46,7 @@ from ._checks import (
     check_int_sequence,
 )
 from .cost import _mlp_matmul_flops
+from .cpus import CPU_FEATURES, cpu_has_native, cpu_native_labels
 from .device import (
     amp_dtype,
     check_fits,
@@ -69,7 +70,7 @@ from .gpus import (
     fp8_matmul_support,
     tensor_core_generation,
 )
-from .hardware import CPU_FEATURES, cpu_has_native, cpu_native_labels, tf32_matmul
+from .hardware import tf32_matmul
 from .progress import progress
 from .timing import (  # noqa: F401  (re-exported: these lived here before amp_lab.timing existed)
     DEFAULT_MAX_TIME_S,

@@ -17,6 +17,49 @@ from ._checks import ArgumentTypeError, check_int
 # code -> sentence template, filled by ``str.format(**facts)``.  One section per topic module.
 REASONS: dict[str, str] = {
     # --- hardware ---
+    "verdict.cuda_unknown": "CUDA GPU of unknown compute capability: float16 with a GradScaler; whether AMP pays "
+    "off here is for the race to measure",
+    "why.cuda_unknown": "Without the compute capability the course cannot tell which Tensor Cores this GPU has; "
+    "float16 runs on every CUDA GPU.",
+    "verdict.cuda_no_tensor_cores": "{gpu} without Tensor Cores: float16 with a GradScaler, for the memory it "
+    "saves; expect little or no speed-up; the race measures it",
+    "verdict.cuda_no_tensor_cores_double_fp16": "{gpu} without Tensor Cores: float16 with a GradScaler, for the "
+    "memory it saves; expect a modest speed-up at most, from its double-rate FP16 units; the race measures it",
+    "why.pre_volta": "GPUs before Volta have no Tensor Cores: float16 matmuls run on the ordinary CUDA cores.",
+    "why.fp16_memory": "float16 still halves the memory of activations, so larger batches fit.",
+    "why.fp16_scaler": "float16's narrow range needs a GradScaler.",
+    "verdict.cuda_bf16": "{gpu}: bfloat16 on Tensor Cores, no GradScaler needed; expect AMP to be clearly faster "
+    "than FP32 on large matmuls; the race measures it",
+    "why.tensor_cores_bf16": "{arch} Tensor Cores multiply bfloat16 as fast as float16.",
+    "why.bf16_range": "bfloat16 keeps FP32's exponent range, so gradients do not underflow and no GradScaler is "
+    "needed.",
+    "why.small_matmuls": "Small matmuls gain little: kernel launches and casts, not arithmetic, set their pace.",
+    "verdict.cuda_fp16": "{gpu}: float16 on Tensor Cores, with a GradScaler; expect AMP to be clearly faster than "
+    "FP32 on large matmuls; the race measures it",
+    "why.tensor_cores_fp16_only": "{arch} Tensor Cores multiply float16 but not bfloat16, which would run on the "
+    "ordinary CUDA cores here.",
+    "verdict.mps": "Apple GPU (MPS): float16, autocast's MPS default, with a GradScaler; expect a modest speed-up "
+    "at most; the race measures it",
+    "why.mps": "Apple GPUs have no Tensor Cores: float16 mainly halves the bytes moved, and small models are "
+    "limited by the time to launch each kernel.",
+    "verdict.apple_cpu": "Apple CPU with {labels}: bfloat16, no GradScaler needed; expect AMP to be no faster "
+    "than FP32, whose matmuls run on Apple's matrix units; the race measures it",
+    "why.apple_cpu_bf16": "This CPU multiplies bfloat16 in its vector units.",
+    "why.apple_accelerate": "torch's FP32 matmuls on a Mac go to Apple's Accelerate library, which runs them on "
+    "the chip's matrix units; bfloat16 matmuls cannot use that path.",
+    "why.bf16_no_scaler": "bfloat16 needs no GradScaler.",
+    "verdict.cpu_bf16": "CPU with {labels}: bfloat16, no GradScaler needed; expect AMP to be faster than FP32 on "
+    "large matrices and slower on small ones; the race measures it",
+    "why.cpu_bf16": "{labels} multiply bfloat16 in hardware, and torch's matmuls (oneDNN) use them.",
+    "why.cpu_casts": "On small matrices the casts to and from bfloat16 cost more than the faster multiply saves.",
+    "verdict.cpu_unknown": "CPU with unknown bf16 support: bfloat16, no GradScaler needed; whether AMP pays off "
+    "here is for the race to measure",
+    "why.cpu_unknown": "This system does not report the CPU's instruction sets, so the course cannot predict.",
+    "verdict.cpu_emulated": "CPU without bf16 instructions (no {lacking}): bfloat16 is emulated here; expect AMP "
+    "to be slower than FP32; the race measures it",
+    "why.cpu_emulated": "Without {lacking}, torch converts bfloat16 to FP32 and back around every multiply.",
+    "why.cpu_overhead": "The conversions are pure overhead, so FP32 should win at every size.",
+    "why.same_recipe": "The course still runs bfloat16 here: the recipe is the same on every machine.",
     # --- timing ---
     # --- race ---
     # --- recipe ---

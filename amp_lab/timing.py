@@ -67,9 +67,10 @@ from ._checks import (
     check_float,
     check_int,
 )
+from .cpus import cpu_has_native, cpu_model, usable_cpu_flags
 from .device import dtype_name, get_device, torch_threads
 from .gpus import datasheet_entry
-from .hardware import cpu_has_native, cpu_model, tf32_matmul, usable_cpu_flags
+from .hardware import tf32_matmul
 from .hardware import tf32_matmul_enabled as _tf32_matmul_enabled
 from .text import format_bytes, format_ratio, format_seconds
 

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 import torch
 
-from amp_lab import gpus, hardware
+from amp_lab import cpus, gpus, hardware
 from amp_lab.course import LESSONS, course_map, on_this_machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,10 +79,10 @@ def machine(here, kind, arg=None):
     if kind == "cuda":
         return hardware.report_for("cuda", capability=arg[1], gpu_name=arg[0], base=here)
     if kind == "mac":
-        return hardware.report_for("cpu", flags=hardware.cpu_flags(sysctl=arg), system="Darwin", base=here)
+        return hardware.report_for("cpu", flags=cpus.cpu_flags(sysctl=arg), system="Darwin", base=here)
     if kind == "mps":
-        return hardware.report_for("mps", flags=hardware.cpu_flags(sysctl=M2), system="Darwin", base=here)
-    return hardware.report_for("cpu", flags=hardware.cpu_flags(arg), cpu=hardware.cpu_model(arg), system="Linux",
+        return hardware.report_for("mps", flags=cpus.cpu_flags(sysctl=M2), system="Darwin", base=here)
+    return hardware.report_for("cpu", flags=cpus.cpu_flags(arg), cpu=cpus.cpu_model(arg), system="Linux",
                                base=here)  # fmt: skip
 
 

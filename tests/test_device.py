@@ -55,7 +55,7 @@ def test_amp_dtype_on_cuda_reads_only_the_capability(monkeypatch, name, cap, dty
     assert D.amp_dtype("cuda") is dtype
     assert asked == [torch.device("cuda", 0)]
     # The same decision the machine report makes for that GPU.
-    assert hardware.verdict_for(cuda_available=True, tensor_cores=gpus.tensor_core_generation(cap), flags={})[2] is dtype
+    assert hardware.machine_verdict(cuda_available=True, tensor_cores=gpus.tensor_core_generation(cap), flags={}).dtype is dtype
 
 
 def test_amp_dtype_on_mps(monkeypatch):
@@ -169,7 +169,7 @@ def test_amp_dtype_and_the_machine_verdict_agree_on_mps(monkeypatch):
     facts = dict(cuda_available=False, tensor_cores=None, flags={}, device_type="mps", system="Darwin")
     verdict = hardware.machine_verdict(**facts)
     assert (verdict.device, verdict.dtype) == ("mps", dtype)
-    assert hardware.verdict_for(**facts)[1:] == ("mps", dtype)
+    assert (hardware.machine_verdict(**facts).device, hardware.machine_verdict(**facts).dtype) == ("mps", dtype)
     assert hardware.report_for("mps", system="Darwin").race_dtype is dtype
     report = hardware.describe("mps")
     assert (report.race_device, report.race_dtype) == ("mps", dtype)

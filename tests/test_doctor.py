@@ -65,7 +65,8 @@ def test_old_python_is_a_problem():
 
 
 def test_report_names_cpu_features_and_the_verdicts_reasons():
-    from amp_lab.hardware import CPU_FLAGS, cpu_flags, describe
+    from amp_lab.cpus import CPU_FLAGS, cpu_flags
+    from amp_lab.hardware import describe
 
     _, text = run()
     known = [f"CPU {CPU_FLAGS[k]}" for k, v in cpu_flags().items() if v is not None]

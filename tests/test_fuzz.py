@@ -12,7 +12,7 @@ Skipped on purpose (and why):
 
 * ``progress.progress``: a thin wrapper that hands every argument to ``tqdm``; its errors are tqdm's.
 * ``doctor.main``/``doctor.run_checks``/``doctor.check_amp_api``/``doctor.check_plotting``/
-  ``hardware.read_cpuinfo``/``hardware.read_sysctl``/``hardware.tf32_matmul_enabled``/
+  ``cpus.read_cpuinfo``/``cpus.read_sysctl``/``hardware.tf32_matmul_enabled``/
   ``hardware.tf32_setting``/``progress.enabled``/``formats.fp8_e4m3_overflow``/``gpus.datasheet_rows``/
   ``autocast_ops.op_names`` (no argument)/``check_amp_api``: no arguments to fuzz (``doctor.main`` and
   ``run_checks`` are fuzzed only through ``argv``/``version_of``); they are called once with no arguments.
@@ -79,6 +79,7 @@ from amp_lab import (
     claims,
     cost,
     course,
+    cpus,
     data,
     device,
     doctor,
@@ -111,6 +112,7 @@ MODULES = {
     "amp": amp,
     "autocast_ops": autocast_ops,
     "cost": cost,
+    "cpus": cpus,
     "dtypes": dtypes,
     "gpus": gpus,
     "text": text,
@@ -924,36 +926,36 @@ E(
 )
 E("gpus.tensor_core_generation", lambda: dict(capability=(8, 0)))
 E(
-    "hardware.CpuFeature",
+    "cpus.CpuFeature",
     lambda: dict(
         key="avx512_bf16", label="AVX512-BF16", arch="x86", dtype=torch.bfloat16, token="avx512_bf16"
     ),
 )
-E("hardware.read_cpuinfo")
-E("hardware.read_sysctl")
+E("cpus.read_cpuinfo")
+E("cpus.read_sysctl")
 E(
-    "hardware.cpu_flags",
+    "cpus.cpu_flags",
     lambda: dict(cpuinfo="flags : avx2 avx512_bf16\n"),
     {"cpuinfo": Str(), "sysctl": Str()},
 )
-E("hardware.cpu_isa_limits", lambda: dict(env={}), {"env": Mapping_()})
+E("cpus.cpu_isa_limits", lambda: dict(env={}), {"env": Mapping_()})
 E(
-    "hardware.usable_cpu_flags",
+    "cpus.usable_cpu_flags",
     lambda: dict(flags={"avx512_bf16": True}, env={}),
     {"flags": Mapping_(), "env": Mapping_()},
 )
 E(
-    "hardware.cpu_has_native",
+    "cpus.cpu_has_native",
     lambda: dict(dtype=torch.bfloat16, flags={"avx512_bf16": True}),
     {"flags": Mapping_()},
 )
 E(
-    "hardware.cpu_native_labels",
+    "cpus.cpu_native_labels",
     lambda: dict(dtype=torch.bfloat16, flags={"avx512_bf16": True}),
     {"flags": Mapping_()},
 )
 E(
-    "hardware.cpu_model",
+    "cpus.cpu_model",
     lambda: dict(cpuinfo="model name : AMD EPYC\n"),
     {"cpuinfo": Str(), "sysctl": Str()},
     post=is_str,
@@ -977,7 +979,6 @@ E(
     {"tensor_cores": Obj(), "flags": Mapping_()},
 )
 E(
-    "hardware.verdict_for",
     lambda: dict(cuda_available=False, tensor_cores=None, flags={}),
     {"tensor_cores": Obj(), "flags": Mapping_()},
 )
@@ -2158,23 +2159,22 @@ NOT_YET_PRUNED = {
     "gradients.digits_gradients",
     "gradients.mlp_parameter_count",
     # hardware
-    "hardware.CpuFeature",
+    "cpus.CpuFeature",
     "hardware.Fp32MatmulState",
     "hardware.MachineReport",
     "hardware.Verdict",
-    "hardware.cpu_flags",
-    "hardware.cpu_has_native",
-    "hardware.cpu_isa_limits",
-    "hardware.cpu_model",
-    "hardware.cpu_native_labels",
+    "cpus.cpu_flags",
+    "cpus.cpu_has_native",
+    "cpus.cpu_isa_limits",
+    "cpus.cpu_model",
+    "cpus.cpu_native_labels",
     "hardware.machine_verdict",
-    "hardware.read_cpuinfo",
-    "hardware.read_sysctl",
+    "cpus.read_cpuinfo",
+    "cpus.read_sysctl",
     "hardware.report_for",
     "hardware.tf32_matmul",
     "hardware.tf32_matmul_enabled",
-    "hardware.usable_cpu_flags",
-    "hardware.verdict_for",
+    "cpus.usable_cpu_flags",
     # pitfalls
     "pitfalls.AdamEpsResult",
     "pitfalls.AttentionOverflowResult",

@@ -6,9 +6,11 @@ import subprocess
 import pytest
 import torch
 
-from amp_lab import gpus, hardware
+from amp_lab import cpus, gpus, hardware
+from amp_lab.cpus import cpu_flags, cpu_has_native, cpu_model
 from amp_lab.gpus import tensor_core_generation
-from amp_lab.hardware import cpu_flags, cpu_has_native, cpu_model, describe, verdict_for
+from amp_lab.hardware import describe, machine_verdict
+from amp_lab.text import REASONS
 
 # Every row the course documents: capability -> (architecture starts with, generation, must-have precisions)
 TABLE = [
@@ -24,6 +26,12 @@ TABLE = [
     ((10, 3), "Blackwell", 5, {"fp16", "bf16", "fp8", "fp4"}),
     ((12, 0), "Blackwell", 5, {"fp16", "bf16", "fp8", "fp4"}),
 ]
+
+
+def short_verdict(**facts):
+    """(verdict text, race device, race dtype) of machine_verdict for ``facts``."""
+    v = machine_verdict(**facts)
+    return v.text, v.device, v.dtype
 
 
 @pytest.mark.parametrize("cap, arch, gen, precisions", TABLE)
@@ -306,7 +314,7 @@ def test_cpu_flags_agree_with_a_plain_reading_of_the_text(name):
     flags = cpu_flags(**text)
     if "cpuinfo" in text:
         words = set(text["cpuinfo"].replace(":", " ").split())
-        tokens = {f.key: f.token for f in hardware.CPU_FEATURES}
+        tokens = {f.key: f.token for f in cpus.CPU_FEATURES}
         for key, value in flags.items():
             if value is not None:
                 assert value == (tokens[key] in words), key
@@ -336,7 +344,7 @@ def test_the_same_neoverse_n1_whoever_sells_it():
 
 def test_i8mm_and_fp16_arithmetic_do_not_count_as_bf16_or_fp16_matmuls():
     # Neoverse N1 has FP16 arithmetic (fphp/asimdhp) and a CPU may have i8mm without bf16: neither
-    # makes a bf16 matmul native, and fp16 matmuls on ARM stay "unknown" (see hardware.CPU_FEATURES).
+    # makes a bf16 matmul native, and fp16 matmuls on ARM stay "unknown" (see cpus.CPU_FEATURES).
     text = CPUINFO_GRAVITON2.replace("asimddp ssbs", "asimddp ssbs i8mm")
     flags = cpu_flags(text)
     assert cpu_has_native(torch.bfloat16, flags) is False
@@ -358,21 +366,21 @@ def test_cpu_has_native_names_the_bad_dtype(bad):
 
 
 def test_cpu_native_labels():
-    assert hardware.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_SAPPHIRE_RAPIDS)) == ("AVX512-BF16", "AMX-BF16")
-    assert hardware.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_AVX2)) == ("AVX512-BF16", "AMX-BF16")
-    assert hardware.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_GRAVITON2)) == ("ARM BF16", "ARM SVE-BF16")
-    assert hardware.cpu_native_labels(torch.bfloat16, cpu_flags(sysctl=SYSCTL_M2)) == ("ARM BF16",)
-    assert hardware.cpu_native_labels(torch.float16, cpu_flags(CPUINFO_GRAVITON3)) == ()
+    assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_SAPPHIRE_RAPIDS)) == ("AVX512-BF16", "AMX-BF16")
+    assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_AVX2)) == ("AVX512-BF16", "AMX-BF16")
+    assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_GRAVITON2)) == ("ARM BF16", "ARM SVE-BF16")
+    assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(sysctl=SYSCTL_M2)) == ("ARM BF16",)
+    assert cpus.cpu_native_labels(torch.float16, cpu_flags(CPUINFO_GRAVITON3)) == ()
 
 
 def test_this_machine_is_read_from_its_own_files(monkeypatch):
     # On a Mac, cpu_flags() asks sysctl; fed through read_sysctl, the M2's text gives the M2's flags.
-    monkeypatch.setattr(hardware.sys, "platform", "darwin")
-    monkeypatch.setattr(hardware, "read_sysctl", lambda: SYSCTL_M2)
-    assert hardware.read_cpuinfo() is None
+    monkeypatch.setattr(cpus.sys, "platform", "darwin")
+    monkeypatch.setattr(cpus, "read_sysctl", lambda: SYSCTL_M2)
+    assert cpus.read_cpuinfo() is None
     assert cpu_flags() == cpu_flags(sysctl=SYSCTL_M2)
     assert cpu_model() == "Apple M2"
-    monkeypatch.setattr(hardware, "read_sysctl", lambda: None)
+    monkeypatch.setattr(cpus, "read_sysctl", lambda: None)
     assert cpu_flags() == dict.fromkeys(X86 + ARM)
 
 
@@ -383,18 +391,18 @@ def test_read_sysctl_runs_sysctl_only_on_macos(monkeypatch):
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, stdout=SYSCTL_M1, stderr="")
 
-    monkeypatch.setattr(hardware.subprocess, "run", fake_run)
-    monkeypatch.setattr(hardware.sys, "platform", "linux")
-    assert hardware.read_sysctl() is None and calls == []
-    monkeypatch.setattr(hardware.sys, "platform", "darwin")
-    assert hardware.read_sysctl() == SYSCTL_M1
+    monkeypatch.setattr(cpus.subprocess, "run", fake_run)
+    monkeypatch.setattr(cpus.sys, "platform", "linux")
+    assert cpus.read_sysctl() is None and calls == []
+    monkeypatch.setattr(cpus.sys, "platform", "darwin")
+    assert cpus.read_sysctl() == SYSCTL_M1
     assert calls[0][1:] == ["machdep.cpu.brand_string", "hw.optional"]
 
     def missing(cmd, **kwargs):
         raise FileNotFoundError(cmd[0])
 
-    monkeypatch.setattr(hardware.subprocess, "run", missing)
-    assert hardware.read_sysctl() is None
+    monkeypatch.setattr(cpus.subprocess, "run", missing)
+    assert cpus.read_sysctl() is None
 
 
 def test_cpu_flags_match_proc_cpuinfo():
@@ -406,7 +414,7 @@ def test_cpu_flags_match_proc_cpuinfo():
     x86 = " ".join(line.split(":", 1)[1] for line in text.splitlines() if line.startswith("flags")).split()
     arm = " ".join(line.split(":", 1)[1] for line in text.splitlines() if line.startswith("Features")).split()
     expected = {}
-    for f in hardware.CPU_FEATURES:
+    for f in cpus.CPU_FEATURES:
         words = x86 if f.arch == "x86" else arm
         expected[f.key] = (f.token in words) if words else None
     assert cpu_flags() == expected
@@ -438,7 +446,7 @@ def test_dtype_decision_on_real_gpus(name, cap, dtype):
     assert gpus.amp_dtype_for("cuda", cap) is dtype
     # Independent oracle: bfloat16 exactly where the Tensor Core table says the cores multiply it.
     assert (dtype is torch.bfloat16) == ("bf16" in tensor_core_generation(cap).precisions)
-    text, device, race_dtype = verdict_for(cuda_available=True, tensor_cores=tensor_core_generation(cap), flags={})
+    text, device, race_dtype = short_verdict(cuda_available=True, tensor_cores=tensor_core_generation(cap), flags={})
     assert (device, race_dtype) == ("cuda", dtype)
     assert hardware.report_for("cuda", capability=cap, gpu_name=name).race_dtype is dtype
 
@@ -477,53 +485,54 @@ def _verdict(name):
     return hardware.machine_verdict(**_facts(name))
 
 
-# name: (race dtype, GradScaler, expect AMP faster, words the verdict must contain)
+# name: (race dtype, GradScaler, expect AMP faster, outcome code, facts the sentences are filled from)
+NO_X86 = {"labels": "AVX512-BF16 and AMX-BF16", "lacking": "AVX512-BF16 or AMX-BF16"}
+NO_ARM = {"lacking": "ARM BF16 or ARM SVE-BF16"}
+ARM_BF16 = {"labels": "ARM BF16 and ARM SVE-BF16"}
 VERDICTS = {
-    "AVX2 only": (torch.bfloat16, False, False, ["no AVX512-BF16 or AMX-BF16", "expect AMP to be slower than FP32"]),
-    "Ice Lake": (torch.bfloat16, False, False, ["no AVX512-BF16 or AMX-BF16", "expect AMP to be slower than FP32"]),
-    "Zen 4": (torch.bfloat16, False, True, ["AVX512-BF16", "expect AMP to be faster than FP32 on large"]),
-    "Sapphire Rapids": (torch.bfloat16, False, True, ["AMX-BF16", "expect AMP to be faster than FP32 on large"]),
-    "Graviton 3": (torch.bfloat16, False, True, ["ARM BF16", "expect AMP to be faster than FP32 on large"]),
-    "Graviton 4": (torch.bfloat16, False, True, ["ARM BF16", "expect AMP to be faster than FP32 on large"]),
-    "Graviton 2": (torch.bfloat16, False, False, ["no ARM BF16", "expect AMP to be slower than FP32"]),
-    "Ampere Altra": (torch.bfloat16, False, False, ["no ARM BF16", "expect AMP to be slower than FP32"]),
-    "Apple M1": (torch.bfloat16, False, False, ["no ARM BF16", "expect AMP to be slower than FP32"]),
-    "Apple M2": (torch.bfloat16, False, False, ["Apple CPU with ARM BF16", "no faster than FP32"]),
-    "Intel Mac": (torch.bfloat16, False, None, ["unknown bf16 support", "for the race to measure"]),
-    "GTX 1080": (torch.float16, True, False, ["Pascal", "without Tensor Cores", "little or no speed-up"]),
-    "P100": (torch.float16, True, None, ["Pascal", "without Tensor Cores", "modest speed-up at most"]),
-    "V100": (torch.float16, True, True, ["Volta", "float16 on Tensor Cores", "clearly faster"]),
-    "T4": (torch.float16, True, True, ["Turing", "sm_75", "float16 on Tensor Cores", "clearly faster"]),
-    "A100": (torch.bfloat16, False, True, ["Ampere", "bfloat16 on Tensor Cores", "no GradScaler", "clearly faster"]),
-    "L4": (torch.bfloat16, False, True, ["Ada Lovelace", "bfloat16 on Tensor Cores"]),
-    "H100": (torch.bfloat16, False, True, ["Hopper", "sm_90", "bfloat16 on Tensor Cores", "clearly faster"]),
-    "B200": (torch.bfloat16, False, True, ["Blackwell", "bfloat16 on Tensor Cores"]),
+    "AVX2 only": (torch.bfloat16, False, False, "verdict.cpu_emulated", NO_X86),
+    "Ice Lake": (torch.bfloat16, False, False, "verdict.cpu_emulated", NO_X86),
+    "Zen 4": (torch.bfloat16, False, True, "verdict.cpu_bf16", {"labels": "AVX512-BF16"}),
+    "Sapphire Rapids": (torch.bfloat16, False, True, "verdict.cpu_bf16", {"labels": "AVX512-BF16 and AMX-BF16"}),
+    "Graviton 3": (torch.bfloat16, False, True, "verdict.cpu_bf16", ARM_BF16),
+    "Graviton 4": (torch.bfloat16, False, True, "verdict.cpu_bf16", ARM_BF16),
+    "Graviton 2": (torch.bfloat16, False, False, "verdict.cpu_emulated", NO_ARM),
+    "Ampere Altra": (torch.bfloat16, False, False, "verdict.cpu_emulated", NO_ARM),
+    "Apple M1": (torch.bfloat16, False, False, "verdict.cpu_emulated", {"lacking": "ARM BF16"}),
+    "Apple M2": (torch.bfloat16, False, False, "verdict.apple_cpu", {"labels": "ARM BF16"}),
+    "Intel Mac": (torch.bfloat16, False, None, "verdict.cpu_unknown", {}),
+    "GTX 1080": (torch.float16, True, False, "verdict.cuda_no_tensor_cores", {"arch": "Pascal"}),
+    "P100": (torch.float16, True, None, "verdict.cuda_no_tensor_cores_double_fp16", {"arch": "Pascal"}),
+    "V100": (torch.float16, True, True, "verdict.cuda_fp16", {"arch": "Volta"}),
+    "T4": (torch.float16, True, True, "verdict.cuda_fp16", {"arch": "Turing", "gpu": "CUDA Turing GPU (sm_75)"}),
+    "A100": (torch.bfloat16, False, True, "verdict.cuda_bf16", {"arch": "Ampere"}),
+    "L4": (torch.bfloat16, False, True, "verdict.cuda_bf16", {"arch": "Ada Lovelace"}),
+    "H100": (torch.bfloat16, False, True, "verdict.cuda_bf16", {"arch": "Hopper", "gpu": "CUDA Hopper GPU (sm_90)"}),
+    "B200": (torch.bfloat16, False, True, "verdict.cuda_bf16", {"arch": "Blackwell"}),
 }
 
 
 @pytest.mark.parametrize("name", VERDICTS)
 def test_verdicts(name):
-    dtype, scaler, expect, words = VERDICTS[name]
+    dtype, scaler, expect, outcome, facts = VERDICTS[name]
     v = _verdict(name)
-    assert (v.dtype, v.use_scaler, v.expect_speedup) == (dtype, scaler, expect)
-    for w in words:
-        assert w in v.text, (w, v.text)
-    assert verdict_for(**_facts(name)) == (v.text, v.device, v.dtype)
+    assert (v.dtype, v.use_scaler, v.expect_speedup, v.outcome) == (dtype, scaler, expect, outcome)
+    assert {k: v.facts.get(k) for k in facts} == facts
+    assert v.reason_codes and all(code in REASONS for code in v.reading.codes)
     # A GradScaler exactly when the dtype's exponent range is narrower than FP32's: its smallest
     # normal number is larger (torch.finfo is the oracle).
     assert v.use_scaler == (torch.finfo(v.dtype).tiny > torch.finfo(torch.float32).tiny)
-    assert v.reasons and all(r.endswith(".") for r in v.reasons)
+    assert "why.fp16_scaler" in v.reason_codes or not v.use_scaler
 
 
-@pytest.mark.parametrize("name", VERDICTS)
-def test_verdicts_are_predictions_not_results(name):
-    # A verdict comes from hardware facts before anything is measured: it expects, and leaves the
-    # outcome to the race; it never reports one.
-    text = _verdict(name).text
-    assert "expect" in text or "for the race to measure" in text
-    assert "the race measures it" in text or "for the race to measure" in text
-    for claim in ("will be", "AMP wins", "AMP loses", "AMP is slower", "AMP is faster", "shows it"):
-        assert claim not in text
+def test_every_verdict_sentence_is_a_prediction_not_a_result():
+    # A verdict comes from hardware facts before anything is measured: each of the table's verdict
+    # sentences expects, and leaves the outcome to the race; none reports one.
+    verdicts = [text for code, text in REASONS.items() if code.startswith("verdict.")]
+    assert len(verdicts) == 10
+    for text in verdicts:
+        assert "the race measures it" in text or "for the race to measure" in text
+        assert not any(claim in text for claim in ("will be", "AMP wins", "AMP loses", "AMP is slower", "shows it"))
 
 
 def test_an_apple_cpu_on_linux_reads_as_an_arm_cpu():
@@ -538,14 +547,14 @@ def test_mps_verdict():
     v = hardware.machine_verdict(cuda_available=False, tensor_cores=None, flags=cpu_flags(sysctl=SYSCTL_M2),
                                  device_type="mps", system="Darwin")
     assert (v.device, v.dtype, v.use_scaler) == ("mps", torch.float16, True)
-    assert "Apple GPU (MPS)" in v.text and "the race measures it" in v.text
+    assert v.outcome == "verdict.mps"
 
 
 def test_forcing_the_cpu_on_a_gpu_machine_races_the_cpu():
-    verdict, device, dtype = verdict_for(
+    verdict, device, dtype = short_verdict(
         cuda_available=True, tensor_cores=tensor_core_generation((9, 0)), flags=cpu_flags(CPUINFO_ZEN4), device_type="cpu"
     )
-    assert (device, dtype) == ("cpu", torch.bfloat16) and "AVX512-BF16" in verdict
+    assert (device, dtype) == ("cpu", torch.bfloat16)
 
 
 def test_unknown_gpu_capability():
@@ -555,7 +564,7 @@ def test_unknown_gpu_capability():
 
 def test_verdict_names_a_bad_device_type():
     with pytest.raises(ValueError, match="device_type"):
-        verdict_for(cuda_available=False, tensor_cores=None, flags={}, device_type="tpu")
+        short_verdict(cuda_available=False, tensor_cores=None, flags={}, device_type="tpu")
 
 
 def test_describe_on_cpu_matches_torch():
@@ -574,7 +583,7 @@ def test_describe_on_cpu_matches_torch():
     assert (report.verdict, report.use_scaler, report.expect_speedup, report.reasons) == (
         v.text, v.use_scaler, v.expect_speedup, v.reasons)
     text = str(report)
-    labels = [f"CPU {hardware.CPU_FLAGS[k]}" for k, v in cpu_flags().items() if v is not None]
+    labels = [f"CPU {cpus.CPU_FLAGS[k]}" for k, v in cpu_flags().items() if v is not None]
     for label in ["torch", "CPU threads", "verdict", *labels]:
         assert label in text
     d = report.as_dict()
@@ -611,8 +620,8 @@ def test_report_for_another_machine_recomputes_the_verdict():
 def test_describe_and_banner_on_mps(monkeypatch, capsys):
     # No Mac here: pretend MPS is available, as torch.backends.mps reports it on one.
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    monkeypatch.setattr(hardware.sys, "platform", "darwin")
-    monkeypatch.setattr(hardware, "read_sysctl", lambda: SYSCTL_M2)
+    monkeypatch.setattr(cpus.sys, "platform", "darwin")
+    monkeypatch.setattr(cpus, "read_sysctl", lambda: SYSCTL_M2)
     report = describe("mps")
     assert (report.race_device, report.race_dtype, report.use_scaler) == ("mps", torch.float16, True)
     assert report.mps_available and report.gpu_name == "Apple M2 GPU"
@@ -681,7 +690,7 @@ def test_tf32_setting_survives_the_new_api():
     ],
 )
 def test_cpu_isa_limits(env, capped):
-    limits = hardware.cpu_isa_limits(env)
+    limits = cpus.cpu_isa_limits(env)
     assert set(limits) == capped
     for why in limits.values():
         var, _, value = why.partition("=")
@@ -690,27 +699,27 @@ def test_cpu_isa_limits(env, capped):
 
 def test_a_capped_bf16_cpu_is_judged_emulated():
     spr = cpu_flags(CPUINFO_SAPPHIRE_RAPIDS)
-    assert hardware.cpu_has_native(torch.bfloat16, spr) is True
-    capped = hardware.usable_cpu_flags(spr, {"ONEDNN_MAX_CPU_ISA": "SSE41"})
-    assert hardware.cpu_has_native(torch.bfloat16, capped) is False
+    assert cpus.cpu_has_native(torch.bfloat16, spr) is True
+    capped = cpus.usable_cpu_flags(spr, {"ONEDNN_MAX_CPU_ISA": "SSE41"})
+    assert cpus.cpu_has_native(torch.bfloat16, capped) is False
     # Only what the CPU has is turned off; what it lacks or does not know stays as it was.
-    half = hardware.usable_cpu_flags(spr, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"})
+    half = cpus.usable_cpu_flags(spr, {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"})
     assert half["avx512_bf16"] is True and half["amx_bf16"] is False
-    assert hardware.cpu_has_native(torch.bfloat16, half) is True
+    assert cpus.cpu_has_native(torch.bfloat16, half) is True
     graviton = cpu_flags(CPUINFO_GRAVITON3)
-    assert hardware.usable_cpu_flags(graviton, {"ONEDNN_MAX_CPU_ISA": "SSE41"}) == graviton
+    assert cpus.usable_cpu_flags(graviton, {"ONEDNN_MAX_CPU_ISA": "SSE41"}) == graviton
 
 
 def test_this_machine_reads_the_environment(monkeypatch):
-    monkeypatch.setattr(hardware, "cpu_flags", lambda *a, **k: cpu_flags(CPUINFO_ZEN4))
+    monkeypatch.setattr(cpus, "cpu_flags", lambda *a, **k: cpu_flags(CPUINFO_ZEN4))
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     monkeypatch.delenv("MKL_ENABLE_INSTRUCTIONS", raising=False)
     monkeypatch.delenv("MKL_CBWR", raising=False)
-    assert hardware.cpu_has_native(torch.bfloat16) is True
+    assert cpus.cpu_has_native(torch.bfloat16) is True
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
-    assert hardware.cpu_has_native(torch.bfloat16) is False
-    assert hardware.cpu_native_labels(torch.bfloat16) == ("AVX512-BF16", "AMX-BF16")
+    assert cpus.cpu_has_native(torch.bfloat16) is False
+    assert cpus.cpu_native_labels(torch.bfloat16) == ("AVX512-BF16", "AMX-BF16")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -729,23 +738,23 @@ import numpy as np  # noqa: E402
         (lambda: gpus.tensor_core_generation(np.array([8, 0])), TypeError, "capability must be"),
         (lambda: gpus.tensor_core_generation((8.0, 0)), TypeError, "capability must be"),
         (lambda: gpus.bf16_hardware({8, 0}), TypeError, "capability must be"),
-        (lambda: hardware.cpu_flags(123), TypeError, "cpuinfo must be"),
-        (lambda: hardware.cpu_flags(sysctl=b"hw.optional.arm64: 1"), TypeError, "sysctl must be"),
-        (lambda: hardware.cpu_model(123), TypeError, "cpuinfo must be"),
-        (lambda: hardware.cpu_isa_limits(env=["ONEDNN_MAX_CPU_ISA=SSE41"]), TypeError, "env must be a dict"),
-        (lambda: hardware.usable_cpu_flags(flags=5, env={}), TypeError, "flags must be a dict of CPU flags"),
-        (lambda: hardware.cpu_has_native("bf16", flags=["avx512_bf16"]), TypeError, "flags must be a dict"),
-        (lambda: hardware.cpu_has_native("bf16", flags={"avx512_bf16": "yes"}), TypeError,
+        (lambda: cpus.cpu_flags(123), TypeError, "cpuinfo must be"),
+        (lambda: cpus.cpu_flags(sysctl=b"hw.optional.arm64: 1"), TypeError, "sysctl must be"),
+        (lambda: cpus.cpu_model(123), TypeError, "cpuinfo must be"),
+        (lambda: cpus.cpu_isa_limits(env=["ONEDNN_MAX_CPU_ISA=SSE41"]), TypeError, "env must be a dict"),
+        (lambda: cpus.usable_cpu_flags(flags=5, env={}), TypeError, "flags must be a dict of CPU flags"),
+        (lambda: cpus.cpu_has_native("bf16", flags=["avx512_bf16"]), TypeError, "flags must be a dict"),
+        (lambda: cpus.cpu_has_native("bf16", flags={"avx512_bf16": "yes"}), TypeError,
          r"flags\['avx512_bf16'\] must be True, False or None"),
-        (lambda: hardware.cpu_native_labels("bf16", flags="avx512_bf16"), TypeError, "flags must be a dict"),
-        (lambda: verdict_for(cuda_available="no", tensor_cores=None, flags={}), TypeError,
+        (lambda: cpus.cpu_native_labels("bf16", flags="avx512_bf16"), TypeError, "flags must be a dict"),
+        (lambda: short_verdict(cuda_available="no", tensor_cores=None, flags={}), TypeError,
          "cuda_available must be True or False"),
-        (lambda: verdict_for(cuda_available=1, tensor_cores=None, flags={}), TypeError, "cuda_available"),
-        (lambda: verdict_for(cuda_available=False, tensor_cores=None, flags=None), TypeError, "flags must be a dict"),
-        (lambda: verdict_for(cuda_available=True, tensor_cores=(8, 0), flags={}), TypeError,
+        (lambda: short_verdict(cuda_available=1, tensor_cores=None, flags={}), TypeError, "cuda_available"),
+        (lambda: short_verdict(cuda_available=False, tensor_cores=None, flags=None), TypeError, "flags must be a dict"),
+        (lambda: short_verdict(cuda_available=True, tensor_cores=(8, 0), flags={}), TypeError,
          "tensor_cores must be a TensorCoreGeneration"),
-        (lambda: verdict_for(cuda_available=False, tensor_cores=None, flags={}, system=5), TypeError, "system must be"),
-        (lambda: verdict_for(cuda_available=False, tensor_cores=None, flags={}, device_type=0), TypeError,
+        (lambda: short_verdict(cuda_available=False, tensor_cores=None, flags={}, system=5), TypeError, "system must be"),
+        (lambda: short_verdict(cuda_available=False, tensor_cores=None, flags={}, device_type=0), TypeError,
          "device_type must be"),
         (lambda: hardware.machine_verdict(cuda_available=None, tensor_cores=None, flags={}), TypeError,
          "cuda_available"),
@@ -766,8 +775,8 @@ def test_hardware_facts_of_the_wrong_type_are_refused_by_name(call, exc, match):
 def test_numpy_facts_are_accepted():
     tc = gpus.tensor_core_generation((np.int64(8), np.int32(0)))
     assert tc.capability == (8, 0) and type(tc.capability[0]) is int
-    text, device, dtype = verdict_for(cuda_available=np.bool_(False), tensor_cores=None,
+    text, device, dtype = short_verdict(cuda_available=np.bool_(False), tensor_cores=None,
                                       flags={"avx512_bf16": np.bool_(True)})  # fmt: skip
     assert (device, dtype) == ("cpu", torch.bfloat16) and "AVX512-BF16" in text
     with pytest.raises(TypeError, match="cuda_available must be True or False"):
-        verdict_for(cuda_available=np.int64(1), tensor_cores=None, flags={})  # a number is not a bool
+        short_verdict(cuda_available=np.int64(1), tensor_cores=None, flags={})  # a number is not a bool

@@ -28,7 +28,6 @@ OVER_TODAY = {
     "timing": 970,
     "formats": 950,
     "tensor_cores": 935,
-    "hardware": 905,
     "scaling": 815,
     "ranges": 810,
 }

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from amp_lab import amp as amp_choice
-from amp_lab import cost, gpus, hardware, models, recipe
+from amp_lab import cost, cpus, gpus, hardware, models, recipe
 from amp_lab.data import Split, load_digits
 from amp_lab.device import torch_threads
 from amp_lab.gpus import tensor_core_generation
@@ -114,7 +114,7 @@ def test_cpu_native_answer_comes_from_cpu_has_native(monkeypatch):
         calls.append(dtype)
         return True
 
-    monkeypatch.setattr(hardware, "cpu_has_native", says_native)
+    monkeypatch.setattr(cpus, "cpu_has_native", says_native)
     choice = amp_choice.choose_amp_dtype(report)
     assert calls and all(d == torch.bfloat16 for d in calls)
     assert "yes" in choice.steps[1][1]
