@@ -13,8 +13,9 @@ from numbers import Integral
 
 import torch
 
-from ._checks import ArgumentTypeError, check_bool, check_instance, check_optional_str
+from ._checks import ArgumentTypeError, check_optional_str
 from .dtypes import parse_dtype
+from .text import say
 
 
 @dataclass(frozen=True)
@@ -394,17 +395,17 @@ def fp8_datasheet_rows() -> list[list[str]]:
 
 @dataclass(frozen=True)
 class Fp8Support:
-    """Whether FP8 GEMMs (``torch._scaled_mm`` with ``float8_e4m3fn``) run on Tensor Cores, and why.
-
-    Truthy exactly when ``supported`` is, and unpacks as ``(supported, reason)``:
-    ``ok, why = fp8_matmul_support((9, 0))``.  Built by :func:`fp8_matmul_support`."""
+    """Whether FP8 GEMMs (``torch._scaled_mm`` with ``float8_e4m3fn``) run on Tensor Cores, and why: ``code``
+    is a reason of :data:`amp_lab.text.REASONS`, filled from ``facts``.  Truthy exactly when ``supported`` is,
+    and unpacks as ``(supported, reason)``: ``ok, why = fp8_matmul_support((9, 0))``."""
 
     supported: bool
-    reason: str
+    code: str
+    facts: dict
 
-    def __post_init__(self):
-        check_bool("supported", self.supported)
-        check_instance("reason", self.reason, str, "a sentence saying why")
+    @property
+    def reason(self) -> str:
+        return say(self.code, **self.facts)
 
     def __bool__(self) -> bool:
         return self.supported
@@ -413,21 +414,17 @@ class Fp8Support:
         return iter((self.supported, self.reason))
 
 
-
 def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
     """Whether a CUDA GPU of compute ``capability`` runs FP8 GEMMs on Tensor Cores with a torch build whose
-    ``torch.cuda.get_arch_list()`` is ``arch_list``, and why.  Pure, so tests feed it any GPU and wheel.
-    (``08_fp8_and_block_scaling``, ``scripts/gpu_check.py``)
+    ``torch.cuda.get_arch_list()`` is ``arch_list``, and why: the course's one FP8 placement fact.  Pure, so
+    tests feed it any GPU and wheel.  (``08_fp8_and_block_scaling``, ``scripts/gpu_check.py``)
 
     * ``capability`` None (a CPU, or no CUDA GPU): not supported; ``torch._scaled_mm`` still runs on the
       CPU, emulated, which shows FP8's numbers but not its speed.
-    * The GPU's Tensor Cores must multiply FP8 (:func:`amp_lab.hardware.tensor_core_generation`: Ada 8.9,
-      Hopper 9.0, Blackwell 10.x and 12.x; not Ampere 8.0/8.6/8.7, Turing or Volta).
-    * The build must have kernels for the GPU (:func:`amp_lab.hardware.arch_supported`: an ``sm_XY`` cubin of
-      the same major and a lower or equal minor, ``sm_XYa`` for exactly X.Y, or ``compute_XY`` PTX at or below
-      it); ``arch_list`` None leaves the build unchecked (a caller that has checked it already).
-
-    Returns an :class:`Fp8Support`: truthy when supported, and it unpacks as ``(supported, reason)``.
+    * The GPU's Tensor Cores must multiply FP8 (:func:`tensor_core_generation`: Ada 8.9, Hopper 9.0,
+      Blackwell 10.x and 12.x; not Ampere, Turing or Volta).
+    * The build must have kernels for the GPU (:func:`arch_supported`); ``arch_list`` None leaves the build
+      unchecked (a caller that has checked it already).
     """
     if arch_list is not None:  # checked whatever the capability, so a malformed list is never accepted
         if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
@@ -438,27 +435,16 @@ def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
         for entry in arch_list:
             parse_arch(entry)
     if capability is None:
-        return Fp8Support(False, (
-            "no CUDA GPU: FP8 GEMMs run on the Tensor Cores of NVIDIA GPUs of compute capability 8.9 and later "
-            "(Ada, Hopper, Blackwell); on the CPU torch._scaled_mm runs emulated, so it shows FP8's numbers but "
-            "not its speed"
-        ))  # fmt: skip
+        return Fp8Support(False, "fp8.no_cuda_gpu", {})
     tc = tensor_core_generation(capability)
-    cap = f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]})"
+    facts = {"gpu": f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]})"}
     if "fp8" not in tc.precisions:
-        has = (
-            f"Tensor Cores multiply {', '.join(tc.precisions).upper()} but not FP8"
-            if tc.has_tensor_cores
-            else "has no Tensor Cores"
-        )
-        return Fp8Support(False, (
-            f"{cap} {has}: FP8 GEMMs (torch._scaled_mm) need compute capability 8.9 or later (Ada, Hopper, "
-            "Blackwell)"
-        ))  # fmt: skip
+        facts["precisions"] = ", ".join(tc.precisions).upper()
+        return Fp8Support(False, "fp8.tensor_cores_without_fp8" if tc.has_tensor_cores else "fp8.no_tensor_cores", facts)
     if arch_list is not None and not arch_supported(tc.capability, arch_list):
-        return Fp8Support(False, f"{cap} has FP8 Tensor Cores, but {arch_advice(tc.capability, arch_list)}")
-    build = "" if arch_list is None else ", and this torch build has kernels for it"
-    return Fp8Support(True, f"{cap} Tensor Cores multiply FP8 (E4M3, E5M2){build}: torch._scaled_mm runs FP8 GEMMs there")
+        facts["advice"] = arch_advice(tc.capability, arch_list)
+        return Fp8Support(False, "fp8.no_kernels", facts)
+    return Fp8Support(True, "fp8.runs" if arch_list is None else "fp8.runs_with_kernels", facts)
 
 
 

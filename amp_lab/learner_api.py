@@ -39,6 +39,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "seed_everything",
         "supports_float64",
         "synchronize",
+        "torch_threads",
     ),
     "doctor": (
         "main",
@@ -70,6 +71,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "tensorwise_scale",
     ),
     "gpus": (
+        "amp_dtype_for",
         "datasheet_rows",
         "fp8_datasheet_rows",
         "tensor_core_generation",
@@ -81,6 +83,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     ),
     "hardware": (
         "describe",
+        "machine_verdict",
         "setup_banner",
         "tf32_setting",
     ),
@@ -187,6 +190,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "train_digits",
     ),
     "widgets": (
+        "SmokeTest",
         "Table",
         "smoke_test",
         "table_html",

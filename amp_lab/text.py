@@ -60,6 +60,17 @@ REASONS: dict[str, str] = {
     "why.cpu_emulated": "Without {lacking}, torch converts bfloat16 to FP32 and back around every multiply.",
     "why.cpu_overhead": "The conversions are pure overhead, so FP32 should win at every size.",
     "why.same_recipe": "The course still runs bfloat16 here: the recipe is the same on every machine.",
+    "fp8.no_cuda_gpu": "no CUDA GPU: FP8 GEMMs run on the Tensor Cores of NVIDIA GPUs of compute capability 8.9 and "
+    "later (Ada, Hopper, Blackwell); on the CPU torch._scaled_mm runs emulated, so it shows FP8's numbers but not "
+    "its speed",
+    "fp8.tensor_cores_without_fp8": "{gpu} Tensor Cores multiply {precisions} but not FP8: FP8 GEMMs "
+    "(torch._scaled_mm) need compute capability 8.9 or later (Ada, Hopper, Blackwell)",
+    "fp8.no_tensor_cores": "{gpu} has no Tensor Cores: FP8 GEMMs (torch._scaled_mm) need compute capability 8.9 "
+    "or later (Ada, Hopper, Blackwell)",
+    "fp8.no_kernels": "{gpu} has FP8 Tensor Cores, but {advice}",
+    "fp8.runs": "{gpu} Tensor Cores multiply FP8 (E4M3, E5M2): torch._scaled_mm runs FP8 GEMMs there",
+    "fp8.runs_with_kernels": "{gpu} Tensor Cores multiply FP8 (E4M3, E5M2), and this torch build has kernels for "
+    "it: torch._scaled_mm runs FP8 GEMMs there",
     # --- timing ---
     # --- race ---
     # --- recipe ---
@@ -74,6 +85,34 @@ REASONS: dict[str, str] = {
     # --- predict ---
     # --- check ---
     # --- course ---
+    "course.same_everywhere": "runs the same on every machine",
+    "course.02_cuda": "measures the multiple-of-8 alignment effect on {where}",
+    "course.02_cpu": "emulates Tensor Core arithmetic; the alignment timing needs a CUDA GPU and is skipped",
+    "course.03": "trains a small model on {where} and inspects its real gradients",
+    "course.04_gpu": "trains in FP16 on {where} with your scaler and GradScaler",
+    "course.04_cpu_fp16_native": "trains in FP16 on the CPU with your scaler and GradScaler; this CPU multiplies "
+    "FP16 in hardware ({labels})",
+    "course.04_cpu_fp16_emulated": "trains in FP16 on the CPU with your scaler and GradScaler; this CPU has no "
+    "FP16 matmul instructions, so FP16 is emulated and the model is kept small",
+    "course.04_cpu_fp16_unknown": "trains in FP16 on the CPU with your scaler and GradScaler; whether this CPU "
+    "multiplies FP16 in hardware is unknown, so the model is kept small",
+    "course.05_cuda": "probes autocast on CUDA (float16, autocast's default) and on the CPU (bfloat16)",
+    "course.05_mps": "probes autocast on MPS (float16) and lists the CPU and CUDA rules for comparison",
+    "course.05_cpu": "probes CPU autocast (bfloat16); the CUDA list is shown as documented",
+    "course.06": "races FP32 against {dtype} autocast on {device}: {verdict}",
+    "course.07_scaler": "trains end to end in {dtype} on {where} with a GradScaler, then measures it against FP32;",
+    "course.07_no_scaler": "trains end to end in {dtype} on {where} without a GradScaler (bfloat16 needs none), "
+    "then measures it against FP32;",
+    "course.expect_faster": "the verdict expects AMP to beat FP32 on large matrices",
+    "course.expect_not_faster": "the verdict expects AMP not to beat FP32 here",
+    "course.expect_unknown": "the verdict leaves the speed to the measurement",
+    "course.08_gpu": "trains with FP8 matmuls on the Tensor Cores of {where}; make gpu-check races them",
+    "course.08_gpu_without_fp8": "runs its FP8 matmuls on the CPU, emulated: {reason}",
+    "course.08_cpu": "runs its FP8 matmuls on the CPU, emulated: the numbers are a GPU's, the speed is not (FP8 "
+    "GEMMs run in hardware on NVIDIA GPUs of compute capability 8.9 and later)",
+    "course.09_cpu": "runs six pitfalls live on the CPU, the subnormal timing included",
+    "course.09_elsewhere": "runs five pitfalls live on {where}; the subnormal timing runs on the CPU",
+    "course.see_the_notebook": "see the notebook: its first cells say what it needs",
 }
 
 

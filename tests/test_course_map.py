@@ -8,8 +8,9 @@ import nbformat
 import pytest
 import torch
 
-from amp_lab import cpus, gpus, hardware
+from amp_lab import course, cpus, gpus, hardware
 from amp_lab.course import LESSONS, course_map, on_this_machine
+from amp_lab.text import REASONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -177,10 +178,9 @@ def test_07_names_the_dtype_and_scaler_its_decision_flow_picks(here, kind, facts
 
     report = machine(here, kind, facts)
     choice = choose_amp_dtype(report)
-    text = dict((f, t) for f, _, t in course_map(report))["07_amp_training_recipe.ipynb"]
-    named = re.match(r"trains end to end in (\w+) on ", text)
-    assert named and named.group(1) == str(choice.dtype).removeprefix("torch."), text
-    assert ("with a GradScaler" in text) == choice.use_scaler
+    reading = on_this_machine(lesson("07"), report)
+    assert reading.facts["dtype"] == str(choice.dtype).removeprefix("torch.")
+    assert reading.outcome == ("course.07_scaler" if choice.use_scaler else "course.07_no_scaler")
 
 
 def test_07_follows_the_facts_of_a_report_whose_verdict_is_stale(here):
@@ -193,8 +193,8 @@ def test_07_follows_the_facts_of_a_report_whose_verdict_is_stale(here):
     t4 = dataclasses.replace(here, race_device="cuda", cuda_available=True, gpu_name="Tesla T4", capability=(7, 5),
                              tensor_cores=gpus.tensor_core_generation((7, 5)), bf16_supported=True)  # fmt: skip
     assert t4.race_dtype == torch.bfloat16 and choose_amp_dtype(t4).dtype == torch.float16
-    text = dict((f, t) for f, _, t in course_map(t4))["07_amp_training_recipe.ipynb"]
-    assert text.startswith("trains end to end in float16 on Tesla T4 with a GradScaler"), text
+    reading = on_this_machine(lesson("07"), t4)
+    assert (reading.outcome, reading.facts["dtype"], reading.facts["where"]) == ("course.07_scaler", "float16", "Tesla T4")
 
 
 # Issue 14: a wrong argument is a TypeError naming it, not an AttributeError from inside
@@ -219,14 +219,10 @@ def test_09_names_where_the_pitfalls_run(here, name):
     """09 runs its pitfalls on the machine's device; the subnormal timing is a CPU pitfall everywhere."""
     kind, facts, *_ = MACHINES[name]
     report = machine(here, kind, facts)
-    text = dict((f, t) for f, _, t in course_map(report))["09_pitfalls.ipynb"]
-    assert "subnormal timing" in text
+    reading = on_this_machine(lesson("09"), report)
+    assert reading.outcome == ("course.09_cpu" if report.race_device == "cpu" else "course.09_elsewhere")
     if report.race_device == "cuda":
-        assert text == f"runs five pitfalls live on {report.gpu_name}; the subnormal timing runs on the CPU"
-    elif report.race_device == "mps":
-        assert "the Apple GPU (MPS)" in text and "runs on the CPU" in text
-    else:
-        assert text == "runs six pitfalls live on the CPU, the subnormal timing included"
+        assert reading.facts["where"] == report.gpu_name
 
 
 @pytest.mark.parametrize("name", MACHINES)
@@ -235,13 +231,37 @@ def test_08_says_where_its_fp8_matmuls_run(here, name):
     machine in the table runs them on the CPU, emulated, and is told so."""
     kind, facts, *_ = MACHINES[name]
     report = machine(here, kind, facts)
-    text = dict((f, t) for f, _, t in course_map(report))["08_fp8_and_block_scaling.ipynb"]
+    reading = on_this_machine(lesson("08"), report)
     if report.race_device == "cuda" and report.capability >= (8, 9):
-        assert text == f"trains with FP8 matmuls on the Tensor Cores of {report.gpu_name}; make gpu-check races them"
+        assert (reading.outcome, reading.facts["where"]) == ("course.08_gpu", report.gpu_name)
+    elif report.race_device == "cuda":
+        assert reading.outcome == "course.08_gpu_without_fp8"
     else:
-        assert text.startswith("runs its FP8 matmuls on the CPU, emulated")
-        if report.race_device == "cuda":
-            assert "8.9" in text and ("but not FP8" in text or "has no Tensor Cores" in text), text
+        assert reading.outcome == "course.08_cpu"
+
+
+def lesson(number: str):
+    return next(x for x in LESSONS if x.file.startswith(number))
+
+
+def test_a_notebook_joins_the_map_by_being_there(tmp_path):
+    """The map is read from the notebooks: a new one with a heading and a time is on it; one without is refused."""
+    import nbformat.v4 as v4
+
+    nbformat.write(v4.new_notebook(cells=[v4.new_markdown_cell("# 11 · A new lesson\n\n**Time:** about 20 minutes")]),
+                   tmp_path / "11_new.ipynb")  # fmt: skip
+    assert course.lessons(tmp_path) == (course.Lesson("11_new.ipynb", "A new lesson", 20),)
+    nbformat.write(v4.new_notebook(cells=[v4.new_markdown_cell("# no number")]), tmp_path / "12_bad.ipynb")
+    with pytest.raises(ValueError, match="12_bad.ipynb"):
+        course.lessons(tmp_path)
+
+
+def test_every_reading_of_the_map_is_in_the_table(here):
+    for name in MACHINES:
+        kind, facts, *_ = MACHINES[name]
+        report = machine(here, kind, facts)
+        for x in LESSONS:
+            assert all(code in REASONS for code in on_this_machine(x, report).codes)
 
 
 def test_the_map_is_in_notebook_order_with_09_after_07():

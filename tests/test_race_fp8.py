@@ -130,13 +130,6 @@ def test_fp8_support_refuses_malformed_facts(capability, arch_list, exc, match):
         gpus.fp8_matmul_support(capability, arch_list)
 
 
-def test_fp8_support_checks_its_own_fields():
-    with pytest.raises(TypeError, match="supported must be True or False"):
-        gpus.Fp8Support(1, "x")
-    with pytest.raises(TypeError, match="reason must be"):
-        gpus.Fp8Support(True, None)
-
-
 # ------------------------------------------------------------------------------------------
 # The FP8 datasheet figures
 # ------------------------------------------------------------------------------------------
