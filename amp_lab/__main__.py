@@ -13,7 +13,9 @@ def main(argv=None) -> int:
     command line it does not understand, 0 for ``-h``/``--help``."""
     argv = sys.argv[1:] if argv is None else argv
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
-        raise ArgumentTypeError(f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}")
+        raise ArgumentTypeError(
+            f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}"
+        )
     argv = list(argv)
     if argv[:1] == ["doctor"]:
         return doctor(argv[1:])

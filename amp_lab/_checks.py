@@ -112,7 +112,7 @@ def check_instance(name: str, value, types, what: str):
     return value
 
 
-# More bounds (issue 14), documented where they are used.
+# More bounds, documented where they are used.
 MAX_THREADS = 1024  # torch CPU threads: torch.set_num_threads starts that many on the next parallel op
 MAX_CALLS_PER_SAMPLE = 10**6  # calls a timing sample averages (measure's ``number``)
 
@@ -190,7 +190,9 @@ def checkbounded_list(name: str, value, *, max_length: int, what: str = "a list"
         try:
             items = list(islice(value, max_length + 1))
         except TypeError:  # iter() refused it (a 0-d tensor, say)
-            raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}") from None
+            raise ArgumentTypeError(
+                f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}"
+            ) from None
         if len(items) > max_length:
             raise ValueError(f"{name} may hold at most {max_length} items, got more") from None
         return items
@@ -228,7 +230,6 @@ def bounded_list(name: str, value, max_length: int, what: str) -> list:
 # A table for a notebook cell, not a data dump: at most this many rows and columns (text_table,
 # widgets.table_html), checked before any is read.
 MAX_TABLE_ROWS = 10_000
-
 
 
 MAX_TABLE_COLUMNS = 1_000

@@ -40,7 +40,9 @@ def read_lesson(path: Path) -> Lesson:
     title = re.search(r"^# \d\d · (.+)$", header, re.M)
     minutes = re.search(r"\*\*Time:\*\*\s*about (\d+) minutes", header)
     if not (title and minutes):
-        raise ValueError(f"{path.name} needs a '# NN · Title' heading and '**Time:** about N minutes' in its first cells")
+        raise ValueError(
+            f"{path.name} needs a '# NN · Title' heading and '**Time:** about N minutes' in its first cells"
+        )
     return Lesson(path.name, title.group(1).strip(), int(minutes.group(1)))
 
 
@@ -84,7 +86,9 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> Reading:
     prediction), never typed as a fixed outcome, so each machine reads its own story: a prediction that
     notebooks 06 and 07 then measure."""
     check_instance("lesson", lesson, Lesson, "a Lesson (one of course.LESSONS)")
-    check_instance("report", report, MachineReport, "a MachineReport (hardware.describe() or hardware.report_for())")
+    check_instance(
+        "report", report, MachineReport, "a MachineReport (hardware.describe() or hardware.report_for())"
+    )
     device, cuda = report.race_device, report.race_device == "cuda"
     facts = {
         "where": _where(report),
@@ -112,7 +116,11 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> Reading:
         choice = choose_amp_dtype(report)
         facts["dtype"] = str(choice.dtype).removeprefix("torch.")
         scaler = "course.07_scaler" if choice.use_scaler else "course.07_no_scaler"
-        expect = {True: "course.expect_faster", False: "course.expect_not_faster", None: "course.expect_unknown"}
+        expect = {
+            True: "course.expect_faster",
+            False: "course.expect_not_faster",
+            None: "course.expect_unknown",
+        }
         return Reading(scaler, (expect[choice.expect_speedup],), facts)
     elif number == "08":
         code = _fp8(report, facts)

@@ -34,7 +34,6 @@ def check_flags(flags, name: str = "flags") -> dict:
     return flags
 
 
-
 @dataclass(frozen=True)
 class CpuFeature:
     """One CPU instruction set that multiplies a low-precision dtype in hardware.
@@ -49,7 +48,6 @@ class CpuFeature:
     dtype: torch.dtype
     token: str
     sysctl: str | None = None
-
 
 
 # Only instruction sets that torch's CPU matmuls actually use count as "native":
@@ -73,9 +71,7 @@ CPU_FEATURES = (
 )
 
 
-
 CPU_FLAGS = {f.key: f.label for f in CPU_FEATURES}
-
 
 
 # ARM cores by (CPU implementer, CPU part) from /proc/cpuinfo, for a readable CPU name.
@@ -95,7 +91,6 @@ _ARM_PARTS = {
 }
 
 
-
 def read_cpuinfo() -> str | None:
     """This machine's ``/proc/cpuinfo`` text, or None off Linux (or if it cannot be read)."""
     if not sys.platform.startswith("linux"):
@@ -105,7 +100,6 @@ def read_cpuinfo() -> str | None:
             return fh.read()
     except OSError:
         return None
-
 
 
 def read_sysctl() -> str | None:
@@ -126,7 +120,6 @@ def read_sysctl() -> str | None:
     return done.stdout or None
 
 
-
 def _key_values(text: str) -> dict[str, str]:
     pairs = {}
     for line in text.splitlines():
@@ -134,7 +127,6 @@ def _key_values(text: str) -> dict[str, str]:
         if sep and key.strip() not in pairs:
             pairs[key.strip()] = value.strip()
     return pairs
-
 
 
 def _flags_from_cpuinfo(cpuinfo: str) -> dict[str, bool | None]:
@@ -148,10 +140,11 @@ def _flags_from_cpuinfo(cpuinfo: str) -> dict[str, bool | None]:
     return {f.key: (f.token in tokens[f.arch] if f.arch in tokens else None) for f in CPU_FEATURES}
 
 
-
 def _flags_from_sysctl(sysctl: str) -> dict[str, bool | None]:
     values = _key_values(sysctl)
-    apple_silicon = values.get("hw.optional.arm64") == "1" or any(k.startswith("hw.optional.arm.") for k in values)
+    apple_silicon = values.get("hw.optional.arm64") == "1" or any(
+        k.startswith("hw.optional.arm.") for k in values
+    )
     flags: dict[str, bool | None] = dict.fromkeys(CPU_FLAGS)
     if apple_silicon:
         for f in CPU_FEATURES:
@@ -159,7 +152,6 @@ def _flags_from_sysctl(sysctl: str) -> dict[str, bool | None]:
                 flags[f.key] = values[f.sysctl] == "1"
     # Intel Macs: macOS lists no bf16/fp16 instruction sets, so they stay unknown.
     return flags
-
 
 
 def cpu_flags(cpuinfo: str | None = None, *, sysctl: str | None = None) -> dict[str, bool | None]:
@@ -181,7 +173,6 @@ def cpu_flags(cpuinfo: str | None = None, *, sysctl: str | None = None) -> dict[
     return dict.fromkeys(CPU_FLAGS)
 
 
-
 # What the environment lets torch's CPU matmuls use.  A CPU may have AVX512-BF16 while oneDNN or MKL is
 # told to stay below it (the course's own simulated machines do this: see CONTRIBUTING.md, "The machine
 # matrix"); then bf16 runs emulated, exactly as on a CPU without the instructions, and the course must
@@ -193,13 +184,11 @@ _ONEDNN_LADDER = (
 )  # fmt: skip
 
 
-
 _ONEDNN_ALIASES = {
     "AVX10_1_512": "AVX512_CORE_FP16",
     "AVX10_1_512_AMX": "AVX512_CORE_AMX",
     "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16",
 }
-
 
 
 _ONEDNN_NEEDS = {
@@ -210,16 +199,18 @@ _ONEDNN_NEEDS = {
 }
 
 
-
 # MKL_ENABLE_INSTRUCTIONS / MKL_CBWR: AVX512_E3 adds BF16 (Cooper Lake), AVX512_E4 AMX and FP16
 # (Sapphire Rapids).  MKL_CBWR=COMPATIBLE selects MKL's SSE2-class reproducible code paths.
 _MKL_LADDER = ("COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2", "AVX2_E1",
                "AVX512", "AVX512_E1", "AVX512_E2", "AVX512_E3", "AVX512_E4")  # fmt: skip
 
 
-
-_MKL_NEEDS = {"avx512_bf16": "AVX512_E3", "amx_bf16": "AVX512_E4", "avx512_fp16": "AVX512_E4", "amx_fp16": "AVX512_E4"}
-
+_MKL_NEEDS = {
+    "avx512_bf16": "AVX512_E3",
+    "amx_bf16": "AVX512_E4",
+    "avx512_fp16": "AVX512_E4",
+    "amx_fp16": "AVX512_E4",
+}
 
 
 def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -230,7 +221,9 @@ def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
     """
     env = os.environ if env is None else env
     if not isinstance(env, Mapping):
-        raise ArgumentTypeError(f"env must be a dict of environment variables or None, got {type(env).__name__}: {env!r:.80}")
+        raise ArgumentTypeError(
+            f"env must be a dict of environment variables or None, got {type(env).__name__}: {env!r:.80}"
+        )
     limits: dict[str, str] = {}
     for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
         raw = str(env.get(var, "")).strip()
@@ -252,7 +245,6 @@ def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
     return limits
 
 
-
 def usable_cpu_flags(
     flags: dict[str, bool | None] | None = None, env: dict[str, str] | None = None
 ) -> dict[str, bool | None]:
@@ -263,7 +255,6 @@ def usable_cpu_flags(
         if flags.get(key):
             flags[key] = False
     return flags
-
 
 
 def cpu_has_native(dtype, flags: dict[str, bool | None] | None = None) -> bool | None:
@@ -285,7 +276,6 @@ def cpu_has_native(dtype, flags: dict[str, bool | None] | None = None) -> bool |
     return False
 
 
-
 def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tuple[str, ...]:
     """The labels of the instruction sets for ``dtype`` this CPU has (``("AMX-BF16", ...)``), or
     of those it is known to lack when it has none; empty when nothing is known.  For sentences
@@ -295,7 +285,6 @@ def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tup
     features = [f for f in CPU_FEATURES if f.dtype == dtype]
     present = tuple(f.label for f in features if flags.get(f.key))
     return present or tuple(f.label for f in features if flags.get(f.key) is False)
-
 
 
 def cpu_model(cpuinfo: str | None = None, *, sysctl: str | None = None) -> str:

@@ -30,7 +30,6 @@ from .text import format_bytes
 ENV_VAR = "AMP_LAB_DEVICE"
 
 
-
 def _device_available(dev: torch.device) -> bool:
     if dev.type == "cpu":
         return True
@@ -102,14 +101,6 @@ def amp_dtype(device: str | torch.device | None = None) -> torch.dtype:
     return amp_dtype_for(dev.type, capability)
 
 
-
-
-
-
-
-
-
-
 def synchronize(device: str | torch.device | None = None) -> None:
     """Wait until every kernel queued on ``device`` has finished (no-op on CPU)."""
     dev = get_device(device)
@@ -178,7 +169,9 @@ def check_fits(needed: int, device, what: str, hint: str) -> None:
     from numbers import Real
 
     if isinstance(needed, bool) or not isinstance(needed, Real):
-        raise ArgumentTypeError(f"needed must be a number of bytes, got {type(needed).__name__}: {needed!r:.80}")
+        raise ArgumentTypeError(
+            f"needed must be a number of bytes, got {type(needed).__name__}: {needed!r:.80}"
+        )
     if not needed >= 0:  # NaN too
         raise ValueError(f"needed must be a number of bytes >= 0, got {needed!r}")
     for arg, value in (("what", what), ("hint", hint)):

@@ -36,10 +36,18 @@ class Requirement:
 REQUIREMENTS = (
     # pyproject.toml's bound (tests/test_doctor.py keeps the two in step): the oldest torch whose FP8 E4M3
     # cast saturates at 448, as notebook 01 teaches, and on which every test and notebook passed.
-    Requirement("torch", "2.13", "the course teaches torch.amp (autocast, GradScaler(device)) and torch 2.13's FP8 casts"),
+    Requirement(
+        "torch",
+        "2.13",
+        "the course teaches torch.amp (autocast, GradScaler(device)) and torch 2.13's FP8 casts",
+    ),
     Requirement("jupyterlab", "4.0", "the course is a set of JupyterLab notebooks"),
     Requirement("ipywidgets", "8.0", "sliders, buttons and readouts in the notebooks"),
-    Requirement("jupyterlab_widgets", "3.0", "JupyterLab's front end for ipywidgets 8 (without it sliders show as text)"),
+    Requirement(
+        "jupyterlab_widgets",
+        "3.0",
+        "JupyterLab's front end for ipywidgets 8 (without it sliders show as text)",
+    ),
     Requirement("ipykernel", "6.0", "runs the notebooks' Python"),
     Requirement("matplotlib", "3.7", "every plot"),
     Requirement("numpy", "1.24", "plots and data"),
@@ -66,7 +74,9 @@ class Check:
 def version_tuple(text: str) -> tuple[int, ...]:
     """Leading numeric parts of a version string: '2.13.0+cpu' -> (2, 13, 0)."""
     if not isinstance(text, str):
-        raise ArgumentTypeError(f"text must be a version string such as '2.13.0', got {type(text).__name__}: {text!r:.80}")
+        raise ArgumentTypeError(
+            f"text must be a version string such as '2.13.0', got {type(text).__name__}: {text!r:.80}"
+        )
     parts = []
     for piece in text.replace("-", ".").replace("+", ".").split("."):
         digits = ""
@@ -95,15 +105,23 @@ def check_requirement(req: Requirement, version_of=metadata.version) -> Check:
     except metadata.PackageNotFoundError:
         return Check(req.distribution, False, f"not installed; needed for {req.why}", install)
     if not _at_least(found, req.minimum):
-        return Check(req.distribution, False, f"{found} is older than {req.minimum}; needed for {req.why}", install)
+        return Check(
+            req.distribution, False, f"{found} is older than {req.minimum}; needed for {req.why}", install
+        )
     return Check(req.distribution, True, found)
 
 
 def check_python(version_info=sys.version_info) -> Check:
     if isinstance(version_info, (str, bytes)) or not isinstance(version_info, tuple):
-        raise ArgumentTypeError(f"version_info must be a tuple such as (3, 12, 1), got {type(version_info).__name__}: {version_info!r:.80}")
-    if len(version_info) < 2 or not all(isinstance(p, int) and not isinstance(p, bool) for p in tuple(version_info)[:2]):
-        raise ValueError(f"version_info must start with two integers (major, minor), got {version_info!r:.80}")
+        raise ArgumentTypeError(
+            f"version_info must be a tuple such as (3, 12, 1), got {type(version_info).__name__}: {version_info!r:.80}"
+        )
+    if len(version_info) < 2 or not all(
+        isinstance(p, int) and not isinstance(p, bool) for p in tuple(version_info)[:2]
+    ):
+        raise ValueError(
+            f"version_info must start with two integers (major, minor), got {version_info!r:.80}"
+        )
     found = ".".join(str(p) for p in tuple(version_info)[:3])
     if tuple(version_info)[:2] < MIN_PYTHON:
         need = ".".join(map(str, MIN_PYTHON))
@@ -122,7 +140,9 @@ def check_amp_api() -> Check:
     return Check("torch.amp", True, "torch.autocast and torch.amp.GradScaler(device) available")
 
 
-def check_gpu_kernels(capability=None, arch_list=None, cuda_version=None, *, gpu_name: str = "this GPU") -> Check | None:
+def check_gpu_kernels(
+    capability=None, arch_list=None, cuda_version=None, *, gpu_name: str = "this GPU"
+) -> Check | None:
     """Whether the installed torch has kernels for the GPU (None without a CUDA GPU).
 
     On a GPU the wheel was not built for, ``torch.cuda.is_available()`` is still True and the first kernel
@@ -130,7 +150,6 @@ def check_gpu_kernels(capability=None, arch_list=None, cuda_version=None, *, gpu
     kernels.  The facts default to this machine's; tests pass other GPUs' and wheels'.
     """
     import torch
-
 
     if capability is None:
         if not torch.cuda.is_available() or torch.version.hip is not None:
@@ -185,7 +204,9 @@ def run_checks(version_of=metadata.version) -> list[Check]:
 def _parse(argv, out, err) -> int | None:
     """None when ``argv`` asks for the check; else the exit status after printing help (0) or an error (2)."""
     if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
-        raise ArgumentTypeError(f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}")
+        raise ArgumentTypeError(
+            f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}"
+        )
     for arg in argv:
         if arg in ("-h", "--help"):
             print(USAGE, file=out)
@@ -230,8 +251,11 @@ def main(argv=None, *, version_of=metadata.version, out=None, err=None) -> int:
         print(c.line(), file=out)
     problems = [c for c in checks if not c.ok]
     if problems:
-        print(f"\n{len(problems)} problem(s): the course cannot run until they are fixed "
-              f"({', '.join(c.name for c in problems)}).", file=out)
+        print(
+            f"\n{len(problems)} problem(s): the course cannot run until they are fixed "
+            f"({', '.join(c.name for c in problems)}).",
+            file=out,
+        )
         return 1
     print(f"\nAll checks passed: the course can run here. {next_step(_in_notebook())}", file=out)
     return 0

@@ -18,16 +18,13 @@ _DTYPE_NAMES = {
 }
 
 
-
 def dtype_name(dtype) -> str:
     """``torch.bfloat16`` -> ``"bfloat16"``: how the course prints a dtype."""
     return str(dtype).removeprefix("torch.")
 
 
-
 # More entries than torch has dtypes: a longer ``allowed`` is a mistake, refused by its length.
 MAX_ALLOWED_DTYPES = 64
-
 
 
 def _check_allowed_dtypes(allowed) -> tuple[torch.dtype, ...]:
@@ -40,9 +37,10 @@ def _check_allowed_dtypes(allowed) -> tuple[torch.dtype, ...]:
         raise ValueError(f"allowed must hold 1 to {MAX_ALLOWED_DTYPES} torch dtypes, got {len(allowed)}")
     for a in allowed:
         if not isinstance(a, torch.dtype):
-            raise ArgumentTypeError(f"allowed must hold torch dtypes such as torch.float16, got {type(a).__name__}: {a!r:.80}")
+            raise ArgumentTypeError(
+                f"allowed must hold torch dtypes such as torch.float16, got {type(a).__name__}: {a!r:.80}"
+            )
     return tuple(allowed)
-
 
 
 def parse_dtype(dtype, *, allowed=(torch.float16, torch.bfloat16), name: str = "dtype") -> torch.dtype:

@@ -33,27 +33,43 @@ class TensorCoreGeneration:
         return self.generation is not None
 
 
-
 # (major, minor) -> (architecture, Tensor Core generation, low-precision inputs they multiply, note)
 _EXACT = {
     (7, 0): ("Volta", 1, ("fp16",), "first Tensor Cores: FP16 inputs, FP16 or FP32 accumulation"),
-    (7, 2): ("Volta (Jetson Xavier)", 1, ("fp16", "int8"), "Xavier's Volta Tensor Cores add INT8, as Turing's do"),
+    (7, 2): (
+        "Volta (Jetson Xavier)",
+        1,
+        ("fp16", "int8"),
+        "Xavier's Volta Tensor Cores add INT8, as Turing's do",
+    ),
     (7, 5): ("Turing", 2, ("fp16", "int8", "int4"), "adds INT8/INT4 for inference"),
-    (8, 0): ("Ampere", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
-    (8, 6): ("Ampere", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
+    (8, 0): (
+        "Ampere",
+        3,
+        ("fp16", "bf16", "tf32", "int8", "int4"),
+        "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)",
+    ),
+    (8, 6): (
+        "Ampere",
+        3,
+        ("fp16", "bf16", "tf32", "int8", "int4"),
+        "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)",
+    ),
     (8, 7): ("Ampere (Jetson Orin)", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32"),
     (8, 9): ("Ada Lovelace", 4, ("fp16", "bf16", "tf32", "fp8", "int8", "int4"), "adds FP8 (E4M3, E5M2)"),
-    (9, 0): ("Hopper", 4, ("fp16", "bf16", "tf32", "fp8", "int8"), "adds FP8 (E4M3, E5M2) and warp-group MMA"),
+    (9, 0): (
+        "Hopper",
+        4,
+        ("fp16", "bf16", "tf32", "fp8", "int8"),
+        "adds FP8 (E4M3, E5M2) and warp-group MMA",
+    ),
 }
-
 
 
 _BLACKWELL = ("Blackwell", 5, ("fp16", "bf16", "tf32", "fp8", "fp6", "fp4", "int8"), "adds FP6 and FP4")
 
 
-
 _PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
-
 
 
 def check_capability(capability, name: str = "capability") -> tuple[int, int]:
@@ -74,7 +90,6 @@ def check_capability(capability, name: str = "capability") -> tuple[int, int]:
     if major < 1:
         raise ValueError(f"{name} major version must be >= 1, got {capability!r}")
     return int(major), int(minor)
-
 
 
 def tensor_core_generation(capability) -> TensorCoreGeneration:
@@ -116,19 +131,20 @@ def tensor_core_generation(capability) -> TensorCoreGeneration:
         # A minor version the table does not list, within a known major: same generation as the family.
         family = {7: (7, 5), 8: (8, 6), 9: (9, 0)}[major]
         arch, gen, precisions, note = _EXACT[family]
-    summary = f"{arch} (sm_{major}{minor}): Tensor Cores generation {gen}, {', '.join(precisions).upper()}; {note}"
-    return TensorCoreGeneration(capability=cap, architecture=arch, generation=gen, precisions=precisions, summary=summary)
-
+    summary = (
+        f"{arch} (sm_{major}{minor}): Tensor Cores generation {gen}, {', '.join(precisions).upper()}; {note}"
+    )
+    return TensorCoreGeneration(
+        capability=cap, architecture=arch, generation=gen, precisions=precisions, summary=summary
+    )
 
 
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
-
 # GPUs without Tensor Cores whose FP16 units run at twice the FP32 rate (Jetson TX1/Nano, P100,
 # Jetson TX2); every other pre-Volta GPU runs FP16 no faster than FP32.
 _DOUBLE_RATE_FP16 = {(5, 3), (6, 0), (6, 2)}
-
 
 
 def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
@@ -149,7 +165,9 @@ def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
     """
     check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
     if device_type not in DEVICE_TYPES:
-        raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
+        raise ValueError(
+            f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}"
+        )
     if device_type == "cuda":
         if capability is None:
             return torch.float16
@@ -160,7 +178,6 @@ def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
     return torch.bfloat16
 
 
-
 def bf16_hardware(capability) -> bool:
     """Whether a CUDA GPU of compute ``capability`` multiplies bfloat16 on Tensor Cores: True from
     Ampere (8.0) on; before that torch *emulates* bfloat16 (``torch.cuda.is_bf16_supported()`` still
@@ -169,9 +186,7 @@ def bf16_hardware(capability) -> bool:
     return major >= 8
 
 
-
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
-
 
 
 def parse_arch(entry) -> tuple[str, tuple[int, int], str]:
@@ -183,7 +198,6 @@ def parse_arch(entry) -> tuple[str, tuple[int, int], str]:
         )
     digits = m.group(2)
     return m.group(1), (int(digits[:-1]), int(digits[-1])), m.group(3)
-
 
 
 def arch_supported(capability, arch_list) -> bool:
@@ -200,7 +214,9 @@ def arch_supported(capability, arch_list) -> bool:
     """
     cap = check_capability(capability)
     if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
-        raise ArgumentTypeError(f"arch_list must be a list of strings such as ['sm_80', 'sm_90'], got {arch_list!r}")
+        raise ArgumentTypeError(
+            f"arch_list must be a list of strings such as ['sm_80', 'sm_90'], got {arch_list!r}"
+        )
     for entry in arch_list:
         kind, (major, minor), suffix = parse_arch(entry)
         if kind == "compute" and cap >= (major, minor):
@@ -210,7 +226,6 @@ def arch_supported(capability, arch_list) -> bool:
         if kind == "sm" and suffix != "a" and cap[0] == major and cap[1] >= minor:
             return True
     return False
-
 
 
 def arch_advice(capability, arch_list, cuda_version: str | None = None) -> str | None:
@@ -261,10 +276,16 @@ class GpuDatasheet:
         or a float8 dtype for FP8 Tensor Cores)."""
         if dtype == "tf32":
             return self.tf32_tflops
-        if (isinstance(dtype, str) and dtype == "fp8") or (isinstance(dtype, torch.dtype) and dtype in _FP8_DTYPES):
+        if (isinstance(dtype, str) and dtype == "fp8") or (
+            isinstance(dtype, torch.dtype) and dtype in _FP8_DTYPES
+        ):
             return self.fp8_tflops
         dtype = parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
-        return {torch.float32: self.fp32_tflops, torch.float16: self.fp16_tflops, torch.bfloat16: self.bf16_tflops}[dtype]
+        return {
+            torch.float32: self.fp32_tflops,
+            torch.float16: self.fp16_tflops,
+            torch.bfloat16: self.bf16_tflops,
+        }[dtype]
 
     @property
     def fp8_over_bf16(self) -> float | None:
@@ -275,9 +296,7 @@ class GpuDatasheet:
         return self.fp8_tflops / self.bf16_tflops
 
 
-
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-
 
 
 def _hopper(model: str, name: str, fp32: float, tf32_sparse: float, fp16_sparse: float, tb_s: float,
@@ -296,14 +315,12 @@ def _hopper(model: str, name: str, fp32: float, tf32_sparse: float, fp16_sparse:
     )  # fmt: skip
 
 
-
 def _a100(model: str, name: str, gb_s: float) -> GpuDatasheet:
     """An A100 row: every A100 has the same Tensor Cores; the memory differs."""
     return GpuDatasheet(
         model, (name,), 19.5, 156, 312, 312, gb_s,
         f"NVIDIA A100 datasheet: 19.5 TFLOPS FP32; 156 TF32, 312 FP16/BF16 Tensor TFLOPS dense; {gb_s:,g} GB/s ({model})",
     )  # fmt: skip
-
 
 
 DATASHEETS = (
@@ -332,14 +349,11 @@ DATASHEETS = (
 )  # fmt: skip
 
 
-
 def _model_name(name: str) -> str:
     return " ".join(name.split()).casefold()
 
 
-
 _BY_NAME = {_model_name(n): entry for entry in DATASHEETS for n in entry.names}
-
 
 
 def datasheet_entry(gpu_name: str | None) -> GpuDatasheet | None:
@@ -348,13 +362,13 @@ def datasheet_entry(gpu_name: str | None) -> GpuDatasheet | None:
     if gpu_name is None:
         return None
     if not isinstance(gpu_name, str):
-        raise TypeError(f"gpu_name must be a string such as 'NVIDIA H100 80GB HBM3', got {type(gpu_name).__name__}")
+        raise TypeError(
+            f"gpu_name must be a string such as 'NVIDIA H100 80GB HBM3', got {type(gpu_name).__name__}"
+        )
     return _BY_NAME.get(_model_name(gpu_name))
 
 
-
 DATASHEET_HEADER = ["GPU", "FP32", "TF32", "FP16", "BF16", "memory", "FP16 / FP32", "BF16 / TF32"]
-
 
 
 def datasheet_rows() -> list[list[str]]:
@@ -375,9 +389,7 @@ def datasheet_rows() -> list[list[str]]:
     ]  # fmt: skip
 
 
-
 FP8_DATASHEET_HEADER = ["GPU", "FP8", "BF16", "FP8 / BF16", "source"]
-
 
 
 def fp8_datasheet_rows() -> list[list[str]]:
@@ -390,7 +402,6 @@ def fp8_datasheet_rows() -> list[list[str]]:
         for e in DATASHEETS
         if e.fp8_over_bf16 is not None
     ]
-
 
 
 @dataclass(frozen=True)
@@ -440,11 +451,10 @@ def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
     facts = {"gpu": f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]})"}
     if "fp8" not in tc.precisions:
         facts["precisions"] = ", ".join(tc.precisions).upper()
-        return Fp8Support(False, "fp8.tensor_cores_without_fp8" if tc.has_tensor_cores else "fp8.no_tensor_cores", facts)
+        return Fp8Support(
+            False, "fp8.tensor_cores_without_fp8" if tc.has_tensor_cores else "fp8.no_tensor_cores", facts
+        )
     if arch_list is not None and not arch_supported(tc.capability, arch_list):
         facts["advice"] = arch_advice(tc.capability, arch_list)
         return Fp8Support(False, "fp8.no_kernels", facts)
     return Fp8Support(True, "fp8.runs" if arch_list is None else "fp8.runs_with_kernels", facts)
-
-
-

@@ -56,35 +56,6 @@ from .text import Reading, say
 # --------------------------------------------------------------------------------------------
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # --------------------------------------------------------------------------------------------
 # The machine report
 # --------------------------------------------------------------------------------------------
@@ -154,14 +125,21 @@ class MachineReport:
             ("CUDA available", yn(self.cuda_available)),
         ]
         if self.cuda_available:
-            cap = f"compute capability {self.capability[0]}.{self.capability[1]}" if self.capability else "capability unknown"
+            cap = (
+                f"compute capability {self.capability[0]}.{self.capability[1]}"
+                if self.capability
+                else "capability unknown"
+            )
             rows += [
                 ("GPU", f"{self.gpu_name} ({cap})"),
                 ("CUDA (torch build)", str(self.cuda_version)),
                 ("Tensor Cores", self.tensor_cores.summary if self.tensor_cores else "unknown"),
                 ("GPU kernels in this torch", self._kernels_text()),
                 ("bf16 Tensor Cores", yn(self.bf16_supported)),
-                ("TF32 for FP32 matmuls", f"{yn(self.tf32_matmul)} (float32 matmul precision '{self.float32_matmul_precision}')"),
+                (
+                    "TF32 for FP32 matmuls",
+                    f"{yn(self.tf32_matmul)} (float32 matmul precision '{self.float32_matmul_precision}')",
+                ),
             ]
         if self.mps_available:
             rows += [("MPS (Apple GPU)", "yes")]
@@ -192,8 +170,10 @@ class MachineReport:
         scaler = "with a GradScaler" if self.use_scaler else "no GradScaler needed"
         lines = [f"verdict: {self.verdict}", "why:"]
         lines += [f"  - {r}" for r in self.reasons]
-        lines.append(f"so: autocast to {dtype} on {self.race_device}, {scaler}; expected before measuring: "
-                     f"{_EXPECT[self.expect_speedup]} (notebook 06 measures it)")
+        lines.append(
+            f"so: autocast to {dtype} on {self.race_device}, {scaler}; expected before measuring: "
+            f"{_EXPECT[self.expect_speedup]} (notebook 06 measures it)"
+        )
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -208,10 +188,6 @@ class MachineReport:
 # --------------------------------------------------------------------------------------------
 # The one dtype decision, and the verdict
 # --------------------------------------------------------------------------------------------
-
-
-
-
 
 
 @dataclass(frozen=True)
@@ -247,7 +223,10 @@ class Verdict:
 def _cuda_verdict(tc: TensorCoreGeneration | None) -> Verdict:
     if tc is None:
         return Verdict("verdict.cuda_unknown", "cuda", torch.float16, True, None, ("why.cuda_unknown",), {})
-    facts = {"gpu": f"CUDA {tc.architecture} GPU (sm_{tc.capability[0]}{tc.capability[1]})", "arch": tc.architecture}
+    facts = {
+        "gpu": f"CUDA {tc.architecture} GPU (sm_{tc.capability[0]}{tc.capability[1]})",
+        "arch": tc.architecture,
+    }
     dtype = amp_dtype_for("cuda", tc.capability)
     if not tc.has_tensor_cores:
         double = tc.capability in _DOUBLE_RATE_FP16
@@ -258,7 +237,15 @@ def _cuda_verdict(tc: TensorCoreGeneration | None) -> Verdict:
     if dtype == torch.bfloat16:
         reasons = ("why.tensor_cores_bf16", "why.bf16_range", small)
         return Verdict("verdict.cuda_bf16", "cuda", dtype, False, True, reasons, facts)
-    return Verdict("verdict.cuda_fp16", "cuda", dtype, True, True, ("why.tensor_cores_fp16_only", "why.fp16_scaler", small), facts)
+    return Verdict(
+        "verdict.cuda_fp16",
+        "cuda",
+        dtype,
+        True,
+        True,
+        ("why.tensor_cores_fp16_only", "why.fp16_scaler", small),
+        facts,
+    )
 
 
 def _cpu_verdict(flags: dict[str, bool | None], system: str | None) -> Verdict:
@@ -270,7 +257,9 @@ def _cpu_verdict(flags: dict[str, bool | None], system: str | None) -> Verdict:
         reasons = ("why.apple_cpu_bf16", "why.apple_accelerate", scaler)
         return Verdict("verdict.apple_cpu", "cpu", bf16, False, False, reasons, facts)
     if native:
-        return Verdict("verdict.cpu_bf16", "cpu", bf16, False, True, ("why.cpu_bf16", "why.cpu_casts", scaler), facts)
+        return Verdict(
+            "verdict.cpu_bf16", "cpu", bf16, False, True, ("why.cpu_bf16", "why.cpu_casts", scaler), facts
+        )
     if native is None:
         return Verdict("verdict.cpu_unknown", "cpu", bf16, False, None, ("why.cpu_unknown", scaler), facts)
     reasons = ("why.cpu_emulated", "why.cpu_overhead", "why.same_recipe")
@@ -303,11 +292,15 @@ def machine_verdict(
     if device_type is None:
         device_type = "cuda" if cuda_available else "cpu"
     if device_type not in DEVICE_TYPES:
-        raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
+        raise ValueError(
+            f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}"
+        )
     if device_type == "cuda":
         return _cuda_verdict(tensor_cores)
     if device_type == "mps":
-        return Verdict("verdict.mps", "mps", amp_dtype_for("mps"), True, None, ("why.mps", "why.fp16_scaler"), {})
+        return Verdict(
+            "verdict.mps", "mps", amp_dtype_for("mps"), True, None, ("why.mps", "why.fp16_scaler"), {}
+        )
     return _cpu_verdict(flags, system)
 
 
@@ -419,16 +412,6 @@ def tf32_matmul(enabled: bool):
         before.write()
 
 
-
-
-
-
-
-
-
-
-
-
 def tf32_setting() -> tuple[bool, str]:
     """(TF32 used for FP32 CUDA matmuls?, float32 matmul precision), under either torch API."""
     try:
@@ -484,7 +467,10 @@ def describe(device=None) -> MachineReport:
             advice = arch_advice(capability, list(arch_list), torch.version.cuda)
             if advice:
                 notes.append(advice)
-    cpuinfo, sysctl = cpus.read_cpuinfo(), cpus.read_sysctl()  # through the module, so a test can stand in for them
+    cpuinfo, sysctl = (
+        cpus.read_cpuinfo(),
+        cpus.read_sysctl(),
+    )  # through the module, so a test can stand in for them
     flags = cpu_flags(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else dict.fromkeys(CPU_FLAGS)
     capped = {key: why for key, why in cpu_isa_limits().items() if flags.get(key)}
     flags = usable_cpu_flags(flags)
@@ -542,7 +528,9 @@ def report_for(
     """
     check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
     if device_type not in DEVICE_TYPES:
-        raise ValueError(f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}")
+        raise ValueError(
+            f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}"
+        )
     for arg, value in (("gpu_name", gpu_name), ("cpu", cpu), ("system", system)):
         check_optional_str(arg, value)
     if flags is not None:

@@ -23,12 +23,8 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "rule_comparison",
         "rule_groups",
     ),
-    "claims": (
-        "claim",
-    ),
-    "course": (
-        "course_map",
-    ),
+    "claims": ("claim",),
+    "course": ("course_map",),
     "data": (
         "Split",
         "load_digits",
@@ -41,9 +37,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "synchronize",
         "torch_threads",
     ),
-    "doctor": (
-        "main",
-    ),
+    "doctor": ("main",),
     "formats": (
         "bit_explorer",
         "decompose",
@@ -101,9 +95,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "choice",
         "reveal",
     ),
-    "progress": (
-        "progress",
-    ),
+    "progress": ("progress",),
     "race": (
         "describe_reference",
         "elementwise_intensity",

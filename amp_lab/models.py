@@ -10,7 +10,13 @@ from .device import check_fits, get_device, seeded
 
 
 def make_mlp(
-    num_features: int = 64, num_classes: int = 10, *, hidden: int = 64, depth: int = 2, seed: int = 0, device=None
+    num_features: int = 64,
+    num_classes: int = 10,
+    *,
+    hidden: int = 64,
+    depth: int = 2,
+    seed: int = 0,
+    device=None,
 ) -> nn.Sequential:
     """An MLP ``num_features -> hidden (x depth, ReLU) -> num_classes`` with seeded initialisation.
 

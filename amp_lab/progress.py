@@ -19,7 +19,9 @@ def enabled() -> bool:
     return os.environ.get("AMP_LAB_PROGRESS", "1") not in ("0", "false", "no")
 
 
-def progress(iterable=None, *, desc: str | None = None, total: int | None = None, leave: bool = True, **kwargs):
+def progress(
+    iterable=None, *, desc: str | None = None, total: int | None = None, leave: bool = True, **kwargs
+):
     """A tqdm progress bar over ``iterable`` (or a manual bar when ``iterable`` is None).
 
     ``desc`` is a string or None, ``total`` a count >= 0 or None, ``leave`` True or False."""

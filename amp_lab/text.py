@@ -71,6 +71,49 @@ REASONS: dict[str, str] = {
     "fp8.runs": "{gpu} Tensor Cores multiply FP8 (E4M3, E5M2): torch._scaled_mm runs FP8 GEMMs there",
     "fp8.runs_with_kernels": "{gpu} Tensor Cores multiply FP8 (E4M3, E5M2), and this torch build has kernels for "
     "it: torch._scaled_mm runs FP8 GEMMs there",
+    # --- amp ---
+    "amp.q_cuda": "Is the course running on a CUDA GPU?",
+    "amp.a_cuda_yes": "yes: {gpu}.",
+    "amp.q_tensor_cores": "Does it have Tensor Cores?",
+    "amp.a_capability_unknown": "unknown: the GPU's compute capability is not known.",
+    "amp.basis_capability_unknown": "the GPU's compute capability is unknown",
+    "amp.advice_capability_unknown": "{name} runs on every CUDA GPU and needs a GradScaler; measure whether it is "
+    "faster here.",
+    "amp.a_no_tensor_cores": "no ({arch}, {sm}).",
+    "amp.basis_no_tensor_cores": "{arch} has no Tensor Cores",
+    "amp.advice_no_tensor_cores": "{name} halves activation memory, but without Tensor Cores expect {hope}; "
+    "measure it.",
+    "amp.a_tensor_cores": "yes, generation {generation} ({arch}, {sm}).",
+    "amp.q_bf16_cores": "Do they multiply bfloat16 (compute capability 8.0 or later)?",
+    "amp.a_bf16_cores": "yes: bfloat16 has FP32's exponent range, so gradients do not underflow.",
+    "amp.basis_bf16_cores": "{arch} Tensor Cores multiply bfloat16",
+    "amp.advice_bf16_cores": "Expect a speed-up on large matmuls (small ones gain little); the FP32 baseline may "
+    "already use TF32 on these Tensor Cores.",
+    "amp.a_fp16_cores": "no: float16, whose small range needs loss scaling.",
+    "amp.basis_fp16_cores": "{arch} Tensor Cores multiply float16",
+    "amp.advice_fp16_cores": "Expect a speed-up on large matmuls with dimensions that are multiples of 8; small "
+    "ones gain little.",
+    "amp.a_mps": "no: an Apple GPU (MPS), where autocast uses {name}.",
+    "amp.a_mps_no_tensor_cores": "no: {name} mainly halves the bytes moved, and needs loss scaling.",
+    "amp.basis_mps": "Apple GPUs have no Tensor Cores",
+    "amp.advice_mps": "Expect a modest speed-up at most, on large models; measure it.",
+    "amp.a_cpu": "no: the CPU, where autocast uses {name}.",
+    "amp.q_cpu_native": "Does the CPU multiply {name} in hardware?",
+    "amp.a_cpu_unknown": "unknown on this system.",
+    "amp.basis_cpu_unknown": "this system does not report the CPU's {name} instructions",
+    "amp.advice_cpu_unknown": "Measure before you decide: the comparison in section 7 tells.",
+    "amp.a_cpu_emulated": "no (no {lacking}): torch converts to FP32 and back around every multiply.",
+    "amp.basis_cpu_emulated": "this CPU has no {lacking}",
+    "amp.advice_cpu_emulated": "{name} is emulated here, so expect AMP to be slower than FP32: use it to learn the "
+    "recipe (or to save memory), and train in FP32 when speed matters on this machine.",
+    "amp.a_cpu_native": "yes: {having}.",
+    "amp.q_fp32_hardware": "Do FP32 matmuls have faster hardware?",
+    "amp.a_apple_accelerate": "yes: on a Mac they run on Apple's matrix units (Accelerate).",
+    "amp.basis_apple": "this CPU has {having}, but its FP32 matmuls run on Apple's matrix units",
+    "amp.advice_apple": "Expect AMP to be no faster than FP32 here; {name} still halves activation memory.",
+    "amp.basis_cpu_native": "this CPU has {having}",
+    "amp.advice_cpu_native": "Expect a speed-up on large matrices; on small ones the casts cost more than the "
+    "faster multiply saves. {name} needs no GradScaler.",
     # --- timing ---
     # --- race ---
     # --- recipe ---

@@ -44,8 +44,14 @@ class FigurePane:
             check_instance("figure", figure, Figure, "a matplotlib Figure or None")
             size = tuple(float(v) for v in figure.get_size_inches())
         else:
-            if isinstance(figsize, (str, bytes)) or not isinstance(figsize, (tuple, list)) or len(figsize) != 2:
-                raise ArgumentTypeError(f"figsize must be a pair (width, height) in inches, got {figsize!r:.80}")
+            if (
+                isinstance(figsize, (str, bytes))
+                or not isinstance(figsize, (tuple, list))
+                or len(figsize) != 2
+            ):
+                raise ArgumentTypeError(
+                    f"figsize must be a pair (width, height) in inches, got {figsize!r:.80}"
+                )
             size = (check_float("figsize[0]", figsize[0], gt=0), check_float("figsize[1]", figsize[1], gt=0))
         if max(size) * dpi > MAX_PIXELS:
             raise ValueError(
@@ -87,9 +93,14 @@ def table_html(rows, header=None, *, caption: str | None = None) -> str:
     if caption:
         parts.append(f"<caption style='text-align:left'>{html.escape(caption)}</caption>")
     # cells wrap between words when the window is narrow, never inside a word
-    cell = "padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;overflow-wrap:normal;word-break:normal"
+    cell = (
+        "padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;overflow-wrap:normal;word-break:normal"
+    )
     if header:
-        parts.append("<tr>" + "".join(f"<th style='{cell}'>{html.escape(str(h))}</th>" for h in header) + "</tr>")
+        parts.append(
+            "<tr>" + "".join(f"<th style='{cell}'>{html.escape(str(h))}</th>" for h in header) + "</tr>"
+        )
+
     def td(c) -> str:
         text = str(c)
         # one word (a number such as 1.17549e-38) is never broken, not even after its hyphen

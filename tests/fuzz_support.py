@@ -39,16 +39,16 @@ import amp_lab
 from amp_lab import _checks
 
 # The code's own bounds (CONTRIBUTING.md, "Bounded work"), read from amp_lab so the suite cannot drift from
-# them; the defaults are for the code before issue 14, which lacks some of these names.
-MAX_STEPS = getattr(_checks, "MAX_STEPS", 100_000)
-MAX_REPEATS = getattr(_checks, "MAX_REPEATS", 10_000)
-MAX_SECONDS = getattr(_checks, "MAX_SECONDS", 3600.0)
-MAX_SAMPLE_S = getattr(_checks, "MAX_SAMPLE_S", 10.0)
-MAX_SEED = getattr(_checks, "MAX_SEED", 2**32 - 1)
-MAX_THREADS = getattr(_checks, "MAX_THREADS", 1024)
-MAX_CALLS_PER_SAMPLE = getattr(_checks, "MAX_CALLS_PER_SAMPLE", 10**6)
-FLOAT32_TINY = getattr(_checks, "FLOAT32_TINY", 2.0**-126)
-FLOAT32_MAX = getattr(_checks, "FLOAT32_MAX", 3.4028234663852886e38)
+# them.
+MAX_STEPS = _checks.MAX_STEPS
+MAX_REPEATS = _checks.MAX_REPEATS
+MAX_SECONDS = _checks.MAX_SECONDS
+MAX_SAMPLE_S = _checks.MAX_SAMPLE_S
+MAX_SEED = _checks.MAX_SEED
+MAX_THREADS = _checks.MAX_THREADS
+MAX_CALLS_PER_SAMPLE = _checks.MAX_CALLS_PER_SAMPLE
+FLOAT32_TINY = _checks.FLOAT32_TINY
+FLOAT32_MAX = _checks.FLOAT32_MAX
 # An integer argument whose upper bound the suite does not know (no ``hi``): beyond this, refusing is as
 # fine as accepting, because every count has a cap and every size is checked against free memory.
 UNKNOWN_BEYOND = 2**31
