@@ -317,7 +317,7 @@ def read_call(op: str, device_type: str, in_dtype, out_dtype, plain_dtype=None) 
         reasons.append("autocast.plain_gives")
     facts = dict(
         op=op.removeprefix("aten::"),
-        device=device_type,
+        device=device_type.upper(),
         rule=rules[device_type],
         rule_cpu="yes" if rules["cpu"] else "no",
         rule_cuda="yes" if rules["cuda"] else "no",
