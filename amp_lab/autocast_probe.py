@@ -456,27 +456,6 @@ class ProbeTable(dict):
             groups[r.policy].append(r.op)
         return groups
 
-    def as_records(self) -> list[dict]:
-        """Plain ``dict`` rows (dtypes as strings), ready for ``json.dump``."""
-        return [
-            {
-                "op": r.op,
-                "family": r.family,
-                "policy": r.policy,
-                "dtype": short(r.dtype),
-                "low_dtype": short(r.low_dtype),
-                "mixed_dtype": short(r.mixed_dtype),
-                "casts": r.casts,
-                "kernels": list(r.kernels),
-                "evidence": [] if r.evidence is None else list(r.evidence.codes),
-                "reason": r.reason,
-                "device_type": self.device_type,
-                "autocast_dtype": short(self.dtype),
-                "torch_version": self.torch_version,
-            }
-            for r in self.values()
-        ]
-
     def __repr__(self) -> str:
         counts = ", ".join(f"{p}: {len(ops)}" for p, ops in self.by_policy().items() if ops)
         return f"ProbeTable({self.device_type}, {short(self.dtype)}, {len(self)} ops; {counts})"

@@ -392,16 +392,6 @@ def test_classify_rejects_bad_shapes(shapes):
         ao.classify(torch.exp, shapes)
 
 
-def test_records_are_json_ready(cpu_probe):
-    import json
-
-    records = cpu_probe.as_records()
-    assert len(records) == len(cpu_probe)
-    back = json.loads(json.dumps(records))
-    mm = next(r for r in back if r["op"] == "mm")
-    assert (mm["policy"], mm["dtype"], mm["device_type"]) == ("lower", "bfloat16", "cpu")
-
-
 # ----------------------------------------------------------------------------------------------
 # Issue 14: every bad input gets a clear error naming it; no call allocates what cannot fit
 # ----------------------------------------------------------------------------------------------
