@@ -123,6 +123,71 @@ REASONS: dict[str, str] = {
     # --- formats ---
     # --- tensor_cores ---
     # --- autocast_ops ---
+    # the probe's evidence (autocast_probe): which test decided an op's policy
+    "autocast.lowered": "float32 inputs: autocast cast {casts} tensor(s) to {low} and ran {kernels} in {low}.",
+    "autocast.promoted_back": "The output is {dtype}: a later step promoted it back.",
+    "autocast.upcast": "{low} inputs -> float32: autocast cast {casts} tensor(s) up to float32 first.",
+    "autocast.plain_stays": "Without autocast the same call returns {plain}.",
+    "autocast.plain_raises": "Without autocast {low} inputs raise ({error}).",
+    "autocast.kernel_fp32": "Returns float32 from {low} inputs with or without autocast: the kernel's own choice.",
+    "autocast.input_dtype": "Ran in its input dtype (float32 -> {dtype}, {low} -> {low_dtype}).",
+    "autocast.mixed_raise": "Ran in its input dtype; mixed {low}+float32 inputs raise even under autocast ({error}).",
+    "autocast.promote": "Mixed {low}+float32 inputs: autocast cast {casts} input(s) to float32 before the op.",
+    "autocast.plain_no_cast": "The same call without autocast casts nothing extra.",
+    "autocast.plain_mixed_raises": "Without autocast the same call raises ({error}).",
+    "autocast.kernel_promotion": (
+        "Ran in its input dtype; mixed inputs -> {mixed_dtype} by the kernel's own type promotion "
+        "(autocast inserted no cast)."
+    ),
+    "autocast.unavailable": "Not available on {device} in torch {torch}: {error}.",
+    "autocast.refused": "Refused by {device} autocast: {error}.",
+    "autocast.low_inputs_fail": (
+        "Float32 inputs run, but {low} inputs fail and autocast has no rule that upcasts them: {error}."
+    ),
+    # a probe against the docs (autocast_ops.compare)
+    "autocast.compared": (
+        "{device}: probed on torch {probed_torch}, docs of torch {documented_torch}; agree: {agree} ops, "
+        "differ: {differ} ops."
+    ),
+    "autocast.differs": "Documented {documented}, probed {probed}.",
+    "autocast.undocumented_lower": "Not on the docs' lists, yet autocast ran {kernels} in the low dtype.",
+    "autocast.undocumented_fp32": "Not on the docs' lists, yet autocast ran {kernels} in float32.",
+    "autocast.documented_no_cast": "On the docs' list, but no autocast cast happened here.",
+    # docs, registered rules and a probe (autocast_ops.rule_groups): one group of ops each
+    "autocast.rule_cuda_only": "A rule on CUDA, none on CPU ({n}): {ops}",
+    "autocast.rule_cpu_only": "A rule on CPU, none on CUDA ({n}): {ops}",
+    "autocast.rule_undocumented": "{device}: a rule registered, on no documented {device} list ({n}): {ops}",
+    "autocast.documented_no_rule": "{device}: on a documented {device} list, no rule of its own ({n}): {ops}",
+    "autocast.probed_lower_no_rule": "Probed 'lower' on {device} without a {device} rule of its own ({n}): {ops}",
+    "autocast.probed_fp32_no_rule": "Probed 'fp32' on {device} without a {device} rule of its own ({n}): {ops}",
+    "autocast.probed_promote_no_rule": (
+        "Probed 'promote' on {device} without a {device} rule of its own ({n}): {ops}"
+    ),
+    # one call under autocast (autocast_ops.read_call)
+    "autocast.call_lowered": "Autocast cast the {in_dtype} inputs to {dtype} before {op} ran, so the result is {dtype}.",
+    "autocast.call_upcast": "Autocast cast the {in_dtype} input up to {dtype} before {op} ran.",
+    "autocast.call_kept": "{op} ran in the dtype it was given: {dtype}.",
+    "autocast.rule_here": "{device} registers an autocast rule for {op} (cpu: {rule_cpu}, cuda: {rule_cuda}).",
+    "autocast.no_rule_here": "{device} registers no autocast rule for {op} (cpu: {rule_cpu}, cuda: {rule_cuda}).",
+    "autocast.rule_decides": (
+        "Where a device has a rule for {op}, the rule decides the dtype; where it has none, {op} runs in the "
+        "dtype it is given."
+    ),
+    "autocast.plain_gives": "Without autocast the same call gives {plain}.",
+    # the variance by moments (autocast_ops.read_variance)
+    "autocast.variance_close": "Inside autocast the variance by moments stays within 1% of the float64 truth.",
+    "autocast.variance_off": "Inside autocast the variance by moments is off by 1% to 50%.",
+    "autocast.variance_lost": "Inside autocast the variance by moments is off by more than half of it.",
+    "autocast.spacing_far": (
+        "Both moments were computed from inputs rounded to {dtype}, whose spacing near E[x^2] = "
+        "{mean_square:.0f} is {spacing:g}, far more than the variance itself."
+    ),
+    "autocast.spacing_comparable": (
+        "Both moments were computed from inputs rounded to {dtype}, whose spacing near E[x^2] = "
+        "{mean_square:.0f} is {spacing:g}, comparable to the variance itself."
+    ),
+    "autocast.protected_ok": "With autocast switched off, the same formula in float32 stays within 1e-3.",
+    "autocast.protected_off": "With autocast switched off, the same formula in float32 still misses by more than 1e-3.",
     # --- fp8 ---
     # --- pitfalls ---
     # --- predict ---

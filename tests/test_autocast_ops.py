@@ -1,4 +1,4 @@
-"""Tests for amp_lab.autocast_ops.
+"""Tests for amp_lab.autocast_lists, autocast_probe and autocast_ops (notebook 05).
 
 The oracle is autocast itself: each expected policy below is computed by running the op
 under ``torch.autocast`` directly (dtypes, and for "promote" the autograd graph, which is
@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_lab import autocast_ops as ao
+from amp_lab import autocast_probe as ap
+from amp_lab.text import REASONS
 
 LOW = torch.bfloat16  # CPU autocast's default dtype
 
@@ -188,7 +190,8 @@ def test_catalogue_is_wide_and_keyed_by_doc_names(cpu_probe):
     assert {r.family for r in cpu_probe.values()} == set(ao.FAMILIES)
     assert set(r.policy for r in cpu_probe.values()) <= set(ao.POLICIES)
     for r in cpu_probe.values():
-        assert r.reason, r.op
+        assert set(r.evidence.codes) <= set(REASONS), r.op
+        assert len(r.evidence.sentences()) == len(r.evidence.codes)  # every code's facts are there
         if r.policy != "n/a":
             assert r.dtype is not None
 
@@ -199,11 +202,27 @@ def test_lower_results_record_casts_and_kernels(cpu_probe):
     assert cpu_probe["einsum"].policy == _truth_single(*MATMULS["einsum"])
 
 
+@pytest.mark.parametrize(
+    ("op", "codes", "casts"),
+    [("mm", ("autocast.lowered",), 2), ("LSTMCell", ("autocast.lowered", "autocast.promoted_back"), 6),
+     ("mse_loss", ("autocast.upcast", "autocast.plain_stays"), 2), ("softmax", ("autocast.input_dtype",), 0),
+     ("cat", ("autocast.promote", "autocast.plain_no_cast"), 1),
+     ("index_copy", ("autocast.promote", "autocast.plain_mixed_raises"), 1),
+     ("add", ("autocast.kernel_promotion",), 0)],
+)  # fmt: skip
+def test_the_evidence_names_the_test_that_decided(cpu_probe, op, codes, casts):
+    # hand-checked against torch 2.13's CPU autocast: LSTMCell casts its input, both hidden states... (6),
+    # index_copy's kernel refuses mixed dtypes without autocast
+    r = cpu_probe[op]
+    assert (r.evidence.codes, r.casts) == (codes, casts)
+    assert r.evidence.facts["low"] == "bfloat16" and r.evidence.facts["casts"] == casts
+
+
 def test_na_ops_really_fail_in_low_precision(cpu_probe):
     for r in cpu_probe.values():
         if r.policy != "n/a":
             continue
-        op = next(o for o in ao._ops() if o.name == r.op)
+        op = next(o for o in ap._ops() if o.name == r.op)
         xlo = [_rand(*s, dtype=LOW) for s in op.shapes]
         with pytest.raises(Exception), torch.autocast("cpu", dtype=LOW):  # noqa: B017
             op.call(*xlo)
@@ -213,7 +232,7 @@ def test_na_ops_really_fail_in_low_precision(cpu_probe):
 
 
 def _fake(name, call, shapes=((2, 4),)):
-    return ao._Op(name, "pointwise", shapes, call)
+    return ap._Op(name, "pointwise", shapes, call)
 
 
 def _missing(x):
@@ -234,12 +253,13 @@ def _refused(x):
 
 def test_unavailable_ops_come_back_na(monkeypatch):
     fakes = (_fake("missing", _missing), _fake("no_low", _no_low_kernel), _fake("refused", _refused))
-    monkeypatch.setattr(ao, "_CATALOGUE", ao._ops() + fakes)
+    monkeypatch.setattr(ap, "_CATALOGUE", ap._ops() + fakes)
     table = ao.probe("cpu", ops=["missing", "no_low", "refused", "mm"])
     assert [table[n].policy for n in ("missing", "no_low", "refused")] == ["n/a"] * 3
-    assert "not available" in table["missing"].reason
-    assert "bfloat16 inputs fail" in table["no_low"].reason
-    assert "refused by cpu autocast" in table["refused"].reason
+    assert table["missing"].evidence.outcome == "autocast.unavailable"
+    assert table["no_low"].evidence.outcome == "autocast.low_inputs_fail"
+    assert table["refused"].evidence.outcome == "autocast.refused"
+    assert table["refused"].evidence.facts["error"] == "RuntimeError: fake op is unsafe to autocast"
     assert table["mm"].policy == "lower"
 
 
@@ -284,26 +304,28 @@ def test_compare_partitions_the_probe(cpu_probe):
     assert "mm" in cmp.agree
     assert cmp.documented_torch == ao.DOCUMENTED["torch_version"]
     assert "quantile" in cmp.not_probed
+    assert all(len(d.reading.sentences()) == 1 for d in cmp.differ)
+    facts = cmp.reading.facts
+    assert (facts["agree"], facts["differ"], facts["device"]) == (len(cmp.agree), len(cmp.differ), "cpu")
 
 
-def test_compare_reports_a_planted_difference(cpu_probe):
-    fake_docs = {
-        "torch_version": "0.0",
-        "cpu": {"lower": ("softmax",), "fp32": (), "promote": (), "refused": ()},
-    }
-    cmp = ao.compare(cpu_probe, fake_docs)
+def test_compare_reports_a_planted_difference(cpu_probe, monkeypatch):
+    monkeypatch.setitem(ao.DOCUMENTED, "cpu", {"lower": ("softmax",), "fp32": (), "promote": ("mm",), "refused": ()})
+    cmp = ao.compare(cpu_probe)
     diff = {d.op: d for d in cmp.differ}
-    assert diff["softmax"].documented == "lower"
-    assert diff["mm"].documented == "unchanged"
+    assert (diff["softmax"].documented, diff["softmax"].reading.outcome) == ("lower", "autocast.documented_no_cast")
+    assert (diff["mm"].documented, diff["mm"].reading.outcome) == ("promote", "autocast.differs")
+    assert (diff["linear"].documented, diff["linear"].reading.outcome) == ("unchanged", "autocast.undocumented_lower")
+    assert diff["mse_loss"].reading.outcome == "autocast.undocumented_fp32"
+    assert diff["linear"].reading.facts["kernels"] == "addmm"
     with pytest.raises(ValueError, match="probed"):
         ao.compare({"mm": None})
 
 
-def test_tables_name_every_op(cpu_probe):
-    table = ao.format_table(cpu_probe)
+def test_groups_name_every_op(cpu_probe):
     groups = ao.format_groups(cpu_probe)
     for name in cpu_probe:
-        assert name in table and name in groups
+        assert name in groups
 
 
 @settings(max_examples=8)
@@ -326,8 +348,10 @@ def test_dispatch_trace_shows_casts_at_op_boundary():
     a, b = _rand(4, 4), _rand(4, 4)
     out, calls = ao.dispatch_trace(torch.mm, a, b, device="cpu")
     assert out.dtype == LOW
-    assert [str(c) for c in calls] == ["cast  float32 -> bfloat16"] * 2 + [
-        "mm(bfloat16, bfloat16) -> bfloat16"
+    assert [(c.is_cast, c.name, c.inputs, c.to) for c in calls] == [
+        (True, "_to_copy", (torch.float32,), LOW),
+        (True, "_to_copy", (torch.float32,), LOW),
+        (False, "mm", (LOW, LOW), None),
     ]
     out, calls = ao.dispatch_trace(torch.mm, a, b, device="cpu", enabled=False)
     assert out.dtype == torch.float32 and not any(c.is_cast for c in calls)
@@ -346,67 +370,6 @@ def test_weight_cast_cache():
         casts[cache] = sum(c.is_cast and c.to == LOW for c in calls)
     # weight and bias are cast once with the cache; again for the second call without it
     assert casts[False] - casts[True] == 2
-
-
-# --- the quiz widget, driven headlessly ----------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def quiz():
-    return ao.dtype_quiz("cpu")
-
-
-def test_quiz_answers_come_from_autocast(quiz):
-    by_code = {item.code: item.answer for item in quiz.items}
-    a, b = _rand(4, 4), _rand(4, 4)
-    h = _rand(4, 4, dtype=LOW)
-    with torch.autocast("cpu", dtype=LOW):
-        assert by_code["torch.mm(a, b)"] == str(torch.mm(a, b).dtype).removeprefix("torch.")
-        assert by_code["torch.cat([h, a])"] == str(torch.cat([h, a]).dtype).removeprefix("torch.")
-        assert by_code["F.mse_loss(h, h)"] == str(F.mse_loss(h, h).dtype).removeprefix("torch.")
-        with pytest.raises(RuntimeError):
-            torch.dot(h[0], a[0])
-    assert by_code["torch.dot(h[0], a[0])"] == "error"
-
-
-def test_quiz_hides_until_reveal_then_scores(quiz):
-    quiz.reveal.value = False
-    for pick in quiz.predictions:
-        pick.value = "?"
-    assert all("amp-quiz-hidden" in a.value for a in quiz.answers)
-    assert not any(item.answer in a.value for item, a in zip(quiz.items, quiz.answers, strict=True))
-    quiz.predictions[0].value = quiz.items[0].answer
-    assert quiz.score.value == f"<span>1 of {len(quiz.items)} predicted</span>"
-
-    for pick, item in zip(quiz.predictions, quiz.items, strict=True):
-        pick.value = item.answer
-    quiz.reveal.value = True
-    n = len(quiz.items)
-    assert all("amp-quiz-correct" in a.value for a in quiz.answers)
-    assert f"{n} of {n}" in quiz.score.value
-
-    wrong = next(c for c in ao.QUIZ_CHOICES if c not in ("?", quiz.items[0].answer))
-    quiz.predictions[0].value = wrong
-    assert "amp-quiz-wrong" in quiz.answers[0].value
-    assert quiz.items[0].answer in quiz.answers[0].value
-    assert f"{n - 1} of {n}" in quiz.score.value
-    assert quiz.correct() == [False] + [True] * (n - 1)
-
-
-def test_quiz_widget_follows_the_widget_rule(quiz):
-    import ipywidgets as widgets
-
-    assert "amp-quiz" in quiz.widget._dom_classes
-    assert "amp-quiz-reveal" in quiz.reveal._dom_classes
-    assert all("amp-quiz-answer" in a._dom_classes for a in quiz.answers)
-    assert all(isinstance(a, widgets.HTML) for a in quiz.answers)
-
-    def walk(w):
-        yield w
-        for child in getattr(w, "children", ()):
-            yield from walk(child)
-
-    assert not any(isinstance(w, widgets.Output) for w in walk(quiz.widget))
 
 
 # --- classify() and records ------------------------------------------------------------------
@@ -431,16 +394,6 @@ def test_classify_rejects_bad_shapes(shapes):
         ao.classify(torch.exp, shapes)
 
 
-def test_records_are_json_ready(cpu_probe):
-    import json
-
-    records = cpu_probe.as_records()
-    assert len(records) == len(cpu_probe)
-    back = json.loads(json.dumps(records))
-    mm = next(r for r in back if r["op"] == "mm")
-    assert (mm["policy"], mm["dtype"], mm["device_type"]) == ("lower", "bfloat16", "cpu")
-
-
 # ----------------------------------------------------------------------------------------------
 # Issue 14: every bad input gets a clear error naming it; no call allocates what cannot fit
 # ----------------------------------------------------------------------------------------------
@@ -456,17 +409,9 @@ def small_table():
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda t: ao.compare(t, documented={"lower": ["mm"]}), ValueError, "missing 'fp32', 'promote'"),
-        (lambda t: ao.compare(t, documented={"lower": "mm", "fp32": [], "promote": []}), TypeError,
-         r"documented\['lower'\] must be a list of op names"),
-        (lambda t: ao.compare(t, documented=["mm"]), TypeError, "documented must be a dict"),
         (lambda t: ao.compare("table"), TypeError, "probed must be the ProbeTable"),
         (lambda t: t.policy("bogus"), ValueError, "op='bogus' was not probed; this table holds 2 ops: mm, add"),
         (lambda t: t.policy(None), TypeError, "op must be an op name"),
-        (lambda t: ao.format_table("table"), TypeError, "probed must be the ProbeTable"),
-        (lambda t: ao.format_table(t, ops=["bogus"]), ValueError, r"ops\[0\]='bogus' was not probed"),
-        (lambda t: ao.format_table(t, ops="mm"), TypeError, "ops must be a list of op names"),
-        (lambda t: ao.format_table(t, documented={"lower": ["mm"]}), ValueError, "missing 'fp32'"),
         (lambda t: ao.format_groups("table"), TypeError, "probed must be the ProbeTable"),
         (lambda t: ao.format_groups(t, width=0), ValueError, "width must be >= 20"),
         (lambda t: ao.documented_policy(5), TypeError, "op must be an op name"),
@@ -478,11 +423,14 @@ def small_table():
         (lambda t: ao.classify(torch.relu, "34", device="cpu"), TypeError, "shapes must be a non-empty list"),
         (lambda t: ao.classify(torch.relu, [(3, 4.0)], device="cpu"), TypeError, r"shapes\[0\]\[1\] must be an integer"),
         (lambda t: ao.classify(torch.relu, [(3, 4)], name=5, device="cpu"), TypeError, "name must be a string"),
-        (lambda t: ao.quiz_items("cpu", lines=[("a", "bogus", "h")]), ValueError, r"lines\[0\]'s op='bogus'"),
-        (lambda t: ao.quiz_items("cpu", lines=[("a", None)]), ValueError, r"lines\[0\] must be a \(code, op, hint\)"),
-        (lambda t: ao.quiz_items("cpu", lines="a + b"), TypeError, "lines must be a list"),
-        (lambda t: ao.DtypeQuiz([], "cpu", torch.bfloat16), ValueError, "items must be a non-empty list"),
-        (lambda t: ao.DtypeQuiz(["a"], "cpu", torch.bfloat16), TypeError, r"items\[0\] must be a QuizItem"),
+        (lambda t: ao.documented_policy("mm", "mps"), ValueError, "device_type='mps' is not allowed"),
+        (lambda t: ao.read_call("no_such_op", "cpu", torch.float32, LOW), ValueError, "op='no_such_op'"),
+        (lambda t: ao.read_call("mm", "mps", torch.float32, LOW), ValueError, "device_type='mps'"),
+        (lambda t: ao.read_call("mm", "cpu", "float32", LOW), TypeError, "in_dtype must be a torch dtype"),
+        (lambda t: ao.read_call("mm", "cpu", torch.float32, torch.int8), ValueError, "out_dtype=torch.int8"),
+        (lambda t: ao.read_variance(0.0, 1.0, 1.0, 1.0, LOW), ValueError, "truth must be > 0"),
+        (lambda t: ao.read_variance(1.0, float("nan"), 1.0, 1.0, LOW), ValueError, "autocast_value must be finite"),
+        (lambda t: ao.read_variance(1.0, 1.0, 1.0, 1.0, "bf16"), TypeError, "dtype must be a torch dtype"),
     ],
 )  # fmt: skip
 def test_autocast_ops_name_the_bad_argument(small_table, call, exc, match):
@@ -494,7 +442,7 @@ def test_classify_refuses_huge_shapes_before_allocating(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("inputs were allocated")
 
-    monkeypatch.setattr(ao, "_inputs", boom)
+    monkeypatch.setattr(ap, "_inputs", boom)
     with pytest.raises(ValueError, match="allows at most 1,048,576"):
         ao.classify(torch.mm, [(10**6, 10**6), (10**6, 10**6)], device="cpu")
     with pytest.raises(ValueError, match="refused before allocating"):  # under the element cap, over memory
@@ -507,47 +455,12 @@ def test_classify_takes_numpy_integers_in_shapes():
     assert r.policy == "lower"
 
 
-# Issue 14: what the fuzz suite found, each refused by amp_lab with the argument named.
-
-_ONE = ao.OpResult("mm", "matmul", "lower", torch.bfloat16)
-
-
-@pytest.mark.parametrize(
-    ("bad", "exc", "match"),
-    [(None, TypeError, r"^results must be a list of OpResult"), (5, TypeError, r"^results must be a list of OpResult"),
-     ("mm", TypeError, r"^results must be a list"), ({"B": 360}, TypeError, r"^results must be a list"),
-     (range(10**12), ValueError, r"^results may hold at most 1000 items"),
-     ([None], TypeError, r"^results\[0\] must be an OpResult"), ([_ONE, float("nan")], TypeError, r"^results\[1\]"),
-     (torch.tensor([1, 2]), TypeError, r"^results\[0\] must be an OpResult"),
-     (torch.tensor(1.0), TypeError, r"^results must be a list")],
-)  # fmt: skip
-def test_a_probe_table_refuses_results_that_are_not_op_results(bad, exc, match):
-    with pytest.raises(exc, match=match):
-        ao.ProbeTable(bad, device_type="cpu", dtype=torch.bfloat16)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "exc", "match"),
-    [({"device_type": "tpu"}, ValueError, "^device_type='tpu' is not allowed"),
-     ({"dtype": "bf16"}, TypeError, "^dtype must be a torch dtype")],
-)  # fmt: skip
-def test_a_probe_table_refuses_where_it_was_not_probed(kwargs, exc, match):
-    with pytest.raises(exc, match=match):
-        ao.ProbeTable([_ONE], **{"device_type": "cpu", "dtype": torch.bfloat16, **kwargs})
-
-
-def test_a_probe_table_still_takes_any_iterable_of_results():
-    table = ao.ProbeTable(iter([_ONE]), device_type="cpu", dtype=torch.bfloat16)
-    assert table.policy("mm") == "lower"
-
-
 @pytest.mark.parametrize("ops", [range(10**12), range(10**20), ["mm"] * (ao.MAX_OP_NAMES + 1), iter(["mm"] * 10**6)])
 def test_op_lists_are_refused_by_their_length_before_they_are_read(ops):
-    table = ao.ProbeTable([_ONE], device_type="cpu", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=r"^ops may hold at most 1000 items"):
-        ao.format_table(table, ops=ops)
+    with pytest.raises(ValueError, match=r"^ops may hold at most 1,000 items"):
+        ao.rule_comparison(ops=ops)
     if not hasattr(ops, "__next__"):  # an iterator is spent by the first call
-        with pytest.raises(ValueError, match=r"^ops may hold at most 1000 items"):
+        with pytest.raises(ValueError, match=r"^ops may hold at most 1,000 items"):
             ao.probe("cpu", ops=ops)
 
 
@@ -692,43 +605,35 @@ def _groups_oracle(rows, probe):
     docs = {r.op: {d: r.documented[d] for d in _KEYS} for r in rows}
     ops = [r.op for r in rows]
     groups = {
-        "a rule on CUDA, none on CPU": [o for o in ops if rule[o]["cuda"] and not rule[o]["cpu"]],
-        "a rule on CPU, none on CUDA": [o for o in ops if rule[o]["cpu"] and not rule[o]["cuda"]],
+        ("autocast.rule_cuda_only", ""): [o for o in ops if rule[o]["cuda"] and not rule[o]["cpu"]],
+        ("autocast.rule_cpu_only", ""): [o for o in ops if rule[o]["cpu"] and not rule[o]["cuda"]],
     }
     for d in _KEYS:
-        label = d.upper()
-        groups[f"{label}: a rule registered, on no documented {label} list"] = [
-            o for o in ops if rule[o][d] and docs[o][d] == "unchanged"]
-        groups[f"{label}: on a documented {label} list, no rule of its own"] = [
-            o for o in ops if not rule[o][d] and docs[o][d] in listed]
+        groups["autocast.rule_undocumented", d.upper()] = [o for o in ops if rule[o][d] and docs[o][d] == "unchanged"]
+        groups["autocast.documented_no_rule", d.upper()] = [o for o in ops if not rule[o][d] and docs[o][d] in listed]
     dev = probe.device_type
     for policy in listed:
-        groups[f"probed '{policy}' on {dev} without a {dev} rule of its own"] = [
+        groups[f"autocast.probed_{policy}_no_rule", dev.upper()] = [
             o for o in ops if probe[o].policy == policy and not rule[o][dev]]
     return {k: v for k, v in groups.items() if v}
 
 
+def _by_code(readings):
+    return {(g.outcome, g.facts["device"]): list(g.facts["op_list"]) for g in readings}
+
+
 def test_rule_groups_follow_from_the_rules_not_the_docs(cpu_probe):
     rows = ao.rule_comparison(cpu_probe)
-    groups = ao.rule_groups(rows)
+    readings = ao.rule_groups(rows)
+    groups = _by_code(readings)
     assert groups == _groups_oracle(rows, cpu_probe)
+    assert all(g.facts["n"] == len(g.facts["op_list"]) for g in readings)
     # the issue's correction: einsum has a CUDA rule, and on CPU it is lowered by decomposition
-    assert "einsum" in groups["a rule on CUDA, none on CPU"]
-    assert "einsum" in groups["probed 'lower' on cpu without a cpu rule of its own"]
-    assert "cat" in groups["a rule on CPU, none on CUDA"]
+    assert "einsum" in groups["autocast.rule_cuda_only", ""]
+    assert "einsum" in groups["autocast.probed_lower_no_rule", "CPU"]
+    assert "cat" in groups["autocast.rule_cpu_only", ""]
     assert {"einsum", "linalg_vecdot", "scaled_dot_product_attention"} <= set(
-        groups["CUDA: a rule registered, on no documented CUDA list"])
-
-
-def test_format_rules_shows_each_row(cpu_probe):
-    rows = ao.rule_comparison(cpu_probe, ops=["einsum", "softmax", "cat"])
-    text = ao.format_rules(rows)
-    lines = text.splitlines()
-    assert lines[0].split() == ["op", "(aten)", "docs", "cpu", "docs", "cuda", "rule", "cpu", "rule", "cuda",
-                                "probed", "cpu"]
-    assert lines[2].split() == ["einsum", "unchanged", "unchanged", "-", "yes", "lower"]
-    assert lines[3].split()[:2] == ["softmax", "(softmax.int)"]
-    assert ao.format_rules(rows, ops=["cat"]).splitlines()[2].split()[0] == "cat"
+        groups["autocast.rule_undocumented", "CUDA"])
 
 
 @pytest.mark.parametrize(
@@ -738,12 +643,10 @@ def test_format_rules_shows_each_row(cpu_probe):
      (lambda t: ao.rule_comparison(t, ops=["einsum"]), ValueError, r"^ops\[0\]='einsum' was not probed"),
      (lambda t: ao.rule_comparison(t, ops="mm"), TypeError, "^ops must be a list of op names"),
      (lambda t: ao.rule_comparison(t, ops=[3]), TypeError, r"^ops\[0\] must be an op name"),
-     (lambda t: ao.rule_comparison(ops=range(10**12)), ValueError, "^ops may hold at most 1000 items"),
+     (lambda t: ao.rule_comparison(ops=range(10**12)), ValueError, "^ops may hold at most 1,000 items"),
      (lambda t: ao.rule_groups("rows"), TypeError, "^rows must be the list"),
      (lambda t: ao.rule_groups([1]), TypeError, r"^rows\[0\] must be a RuleRow"),
-     (lambda t: ao.format_rules([None]), TypeError, r"^rows\[0\] must be a RuleRow"),
-     (lambda t: ao.format_rules(ao.rule_comparison(t), ops=["sum"]), ValueError, r"^ops\[0\]='sum' is not allowed"),
-     (lambda t: ao.format_rules(ao.rule_comparison(t), ops=[None]), TypeError, r"^ops\[0\] must be an op name")],
+             (lambda t: ao.rule_groups([1] * 1001), ValueError, "^rows may hold at most 1,000 items")],
 )  # fmt: skip
 def test_rule_functions_name_the_bad_argument(small_table, call, exc, match):
     with pytest.raises(exc, match=match):
@@ -805,21 +708,47 @@ def _truth_of(op):
 
 
 def test_notebook_05_groups_match_the_dispatcher(cpu_probe):
-    text = _stored_text("5a8e7dcd")
-    stored = {}
-    for block in re.split(r"\n(?=\S)", text.strip()):
-        head, _, rest = block.partition("): ")
-        label, _, n = head.rpartition(" (")
-        ops = [o.strip() for o in " ".join(rest.split()).split(",")]
-        assert len(ops) == int(n), block
-        stored[label] = ops
-    assert stored == _groups_oracle(ao.rule_comparison(cpu_probe), cpu_probe)
-    assert "einsum" in stored["probed 'lower' on cpu without a cpu rule of its own"]
+    stored = [" ".join(block.split()) for block in re.split(r"\n(?=\S)", _stored_text("5a8e7dcd").strip())]
+    readings = ao.rule_groups(ao.rule_comparison(cpu_probe))
+    assert _by_code(readings) == _groups_oracle(ao.rule_comparison(cpu_probe), cpu_probe)
+    assert stored == [str(g) for g in readings]
 
 
-def test_notebook_05_states_no_cpu_cuda_difference_from_the_docs():
-    nb = json.loads(NB05.read_text())
-    prose = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    assert "lower on CPU (probed) but not lower on CUDA" not in json.dumps(nb)
-    assert "leaves many of CUDA's float32 ops alone" not in prose
-    assert "has_autocast_rule" in prose
+# --- 05's readouts: codes and numbers, the rules from the dispatcher ---------------------------
+
+
+def test_read_call_of_a_lowered_matmul():
+    with torch.autocast("cpu", dtype=LOW):
+        out = torch.mm(_rand(4, 4), _rand(4, 4)).dtype
+    r = ao.read_call("mm", "cpu", torch.float32, out, torch.float32)
+    assert (r.outcome, r.reasons) == ("autocast.call_lowered", ("autocast.rule_here", "autocast.plain_gives"))
+    assert (r.facts["rule_cpu"], r.facts["rule_cuda"], r.facts["dtype"], r.facts["plain"]) == (
+        "yes", "yes", "bfloat16", "float32"
+    )
+
+
+@pytest.mark.parametrize(
+    ("device_type", "in_dtype", "out_dtype", "outcome"),
+    [("cpu", LOW, LOW, "autocast.call_kept"), ("cuda", torch.float16, torch.float32, "autocast.call_upcast")],
+)
+def test_read_call_where_cpu_and_cuda_part_ways(device_type, in_dtype, out_dtype, outcome):
+    r = ao.read_call("layer_norm", device_type, in_dtype, out_dtype)
+    here = "autocast.rule_here" if _dump_rule("layer_norm", device_type) else "autocast.no_rule_here"
+    assert (r.outcome, r.reasons) == (outcome, (here, "autocast.rule_decides"))
+    assert r.facts["rule"] is _dump_rule("layer_norm", device_type)
+
+
+@pytest.mark.parametrize(
+    ("truth", "value", "protected", "mean_square", "dtype", "band", "codes", "spacing"),
+    # spacing = eps(dtype) * 2**floor(log2(E[x^2])): 2**6 * 2**-7 for bfloat16 near 100, 2**1 * 2**-10 for float16 near 3
+    [(0.01, 0.5, 0.0101, 100.0, LOW, 2, ("autocast.variance_lost", "autocast.spacing_far", "autocast.protected_ok"), 0.5),
+     (1.0, 1.005, 1.01, 1.0, torch.float32, 0,
+      ("autocast.variance_close", "autocast.spacing_comparable", "autocast.protected_off"), 2.0**-23),
+     (1.0, 1.5, 1.0, 3.0, torch.float16, 1,
+      ("autocast.variance_off", "autocast.spacing_comparable", "autocast.protected_ok"), 2.0**-9)],
+)  # fmt: skip
+def test_read_variance_hand_computed(truth, value, protected, mean_square, dtype, band, codes, spacing):
+    r = ao.read_variance(truth, value, protected, mean_square, dtype)
+    assert r.codes == codes
+    assert r.facts["band"] == ao.VARIANCE_BANDS[band]
+    assert r.facts["spacing"] == spacing and r.facts["error"] == abs(value - truth)

@@ -51,7 +51,8 @@ def test_ex1_region(truth):
     feed_mistake(nb05.ex1, "linear kept in float32", _with(truth, h=torch.float32), CPU)
     feed_mistake(nb05.ex1, "loss in the low dtype", _with(truth, loss=LOW), CPU)
     partial = run_check(nb05.ex1, {"h": truth["h"]}, CPU)
-    assert partial.status == "not yet" and "not answered yet" in partial.message
+    assert partial.status == "not yet"
+    assert partial.details == {"right": ["h"], "missing": [k for k in nb05.REGION_NAMES if k != "h"]}
     for wrong in ("bf16", [1, 2], {"h": "banana"}):
         assert run_check(nb05.ex1, wrong, CPU).status == "not yet"
 

@@ -21,7 +21,6 @@ MAX_LINES = 700
 OVER_TODAY = {
     "race": 2600,
     "recipe": 2240,
-    "autocast_ops": 1480,
     "fp8": 1430,
     "check": 1390,
     "pitfalls": 1050,

@@ -54,7 +54,9 @@ _PROMOTE_NOT_FP32_HINT = (
     "promote is not fp32: a promote op casts to the widest of its inputs' dtypes, and here both inputs come "
     "from the same line"
 )
-_FLOAT64_HINT = "float64 tensors are not eligible for autocast's casts, even for an op on the lower-precision list"
+_FLOAT64_HINT = (
+    "float64 tensors are not eligible for autocast's casts, even for an op on the lower-precision list"
+)
 _DEVICE_RULE_HINT = (
     "softmax is decided by the rule this device registers (or does not): look at softmax's row in the live "
     "table for this device, and remember that h is already the output of the line before"
@@ -80,22 +82,22 @@ def region_dtypes(device) -> dict[str, torch.dtype]:
     return {"h": h.dtype, "p": p.dtype, "loss": loss.dtype, "hX": hX.dtype, "hh": hh.dtype, "G": G.dtype}
 
 
-def _dtype_hint(key: str, got: torch.dtype, want: torch.dtype, low: torch.dtype) -> str:
-    """The idea missed when ``got`` is the answer for ``key`` and ``want`` is right."""
-    if key == "h":
-        return _LINEAR_HINT
-    if key == "loss":
-        return _FP32_OP_HINT
-    if key == "hX":
-        return _MIXED_PROMOTE_HINT
+_HINTS = {
+    "h": _LINEAR_HINT,
+    "loss": _FP32_OP_HINT,
+    "hX": _MIXED_PROMOTE_HINT,
+    "G": _FLOAT64_HINT,
+    "p": _DEVICE_RULE_HINT,
+}
+
+
+def _dtype_hint(key: str, got: torch.dtype) -> str:
+    """The idea missed when ``got`` is the (wrong) answer for ``key``."""
+    if key == "hh" and got == torch.float32:
+        return _PROMOTE_NOT_FP32_HINT
     if key == "hh":
-        return _PROMOTE_NOT_FP32_HINT if got == torch.float32 else _MIXED_PROMOTE_HINT.replace(
-            "cat meets one low-precision and one float32 input; ", "")
-    if key == "G":
-        return _FLOAT64_HINT
-    if key == "p":
-        return _DEVICE_RULE_HINT
-    return _GENERIC_HINT
+        return _MIXED_PROMOTE_HINT.replace("cat meets one low-precision and one float32 input; ", "")
+    return _HINTS.get(key, _GENERIC_HINT)
 
 
 @exercise(
@@ -114,12 +116,17 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
     check_bool("show", show)
     dev = _device(device)
     expected = region_dtypes(dev)
-    low = ao.autocast_dtype(dev)
     if _is_placeholder(answer):
-        return _no_answer("answer", show, "a dict {" + ", ".join(f"{k!r}: ..." for k in REGION_NAMES) + "} of dtypes")
+        return _no_answer(
+            "answer", show, "a dict {" + ", ".join(f"{k!r}: ..." for k in REGION_NAMES) + "} of dtypes"
+        )
     if not isinstance(answer, dict):
-        return _finish("wrong", "`answer` should be a dict such as {'h': torch.float32, ...}, one dtype per name.",
-                       [f"hint: {_GENERIC_HINT}"], show=show)
+        return _finish(
+            "wrong",
+            "`answer` should be a dict such as {'h': torch.float32, ...}, one dtype per name.",
+            [f"hint: {_GENERIC_HINT}"],
+            show=show,
+        )
     right, notes, missing = [], [], []
     for key, want in expected.items():
         given = answer.get(key)
@@ -128,11 +135,15 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
             continue
         got = _parse_dtype(given)
         if got is None:
-            notes.append(f"answer[{key!r}] = {given!r:.40} is not a dtype; write e.g. torch.float32 or 'bf16'.")
+            notes.append(
+                f"answer[{key!r}] = {given!r:.40} is not a dtype; write e.g. torch.float32 or 'bf16'."
+            )
         elif got == want:
             right.append(key)
         else:
-            notes.append(f"answer[{key!r}] = {_name(got)} is not what the line gives: {_dtype_hint(key, got, want, low)}.")
+            notes.append(
+                f"answer[{key!r}] = {_name(got)} is not what the line gives: {_dtype_hint(key, got)}."
+            )
     if missing and not right and not notes:
         return _no_answer("answer", show, "a dict with one dtype per name (" + ", ".join(REGION_NAMES) + ")")
     details = {"right": right, "missing": missing}
@@ -186,10 +197,18 @@ def _policy_check(answer, fn, shapes, op_name: str, dev: torch.device, show: boo
     if not _is_placeholder(answer) and a != expected and a in POLICIES:
         if a == "promote" and expected == "unchanged" and result.mixed_dtype == torch.float32:
             hint = _KERNEL_PROMOTION_HINT
-        return check_choice(answer, expected, options=list(POLICIES), explanations={a: means[a]}, name="answer",
-                            hint=hint, show=show)
-    r = check_choice(answer, expected, options=list(POLICIES), explanations=means, name="answer", hint=hint,
-                     show=False)
+        return check_choice(
+            answer,
+            expected,
+            options=list(POLICIES),
+            explanations={a: means[a]},
+            name="answer",
+            hint=hint,
+            show=show,
+        )
+    r = check_choice(
+        answer, expected, options=list(POLICIES), explanations=means, name="answer", hint=hint, show=False
+    )
     if r.ok:
         r = CheckResult(r.verdict, r.message + f"\n  the probe's evidence: {result.reason}", r.details)
     if show:
@@ -224,8 +243,9 @@ def ex4(answer, device, *, show: bool = True) -> CheckResult:
     """The policy of F.pairwise_distance under autocast on ``device``: one of POLICIES."""
     check_bool("show", show)
     dev = _device(device)
-    return _policy_check(answer, F.pairwise_distance, [(3, 4), (3, 4)], "pairwise_distance", dev, show,
-                         _EXPERIMENT_HINT)
+    return _policy_check(
+        answer, F.pairwise_distance, [(3, 4), (3, 4)], "pairwise_distance", dev, show, _EXPERIMENT_HINT
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,7 +290,9 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
     if _is_placeholder(safe_variance):
         return _no_answer("safe_variance", show, "your function")
     if not callable(safe_variance):
-        return _finish("wrong", f"`safe_variance` is a {type(safe_variance).__name__}, not a function.", show=show)
+        return _finish(
+            "wrong", f"`safe_variance` is a {type(safe_variance).__name__}, not a function.", show=show
+        )
     x = variance_column(dev)
     truth = x.cpu().double().var(unbiased=False)
     low = ao.autocast_dtype(dev)
@@ -278,31 +300,65 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
         with torch.autocast(dev.type, dtype=low):
             got = safe_variance(x.clone())
     except NotImplementedError:
-        return _finish("unanswered", "safe_variance raises NotImplementedError: write it, run its cell, then run "
-                       "this cell again.", show=show, details={"answered": False})
+        return _finish(
+            "unanswered",
+            "safe_variance raises NotImplementedError: write it, run its cell, then run this cell again.",
+            show=show,
+            details={"answered": False},
+        )
     except Exception as exc:  # the learner's code: report, never raise
         return _finish("wrong", f"safe_variance(x) raised {type(exc).__name__}: {exc}", show=show)
     if got is None:
-        return _finish("unanswered", "safe_variance returns None: write it, run its cell, then run this cell again.",
-                       show=show, details={"answered": False})
+        return _finish(
+            "unanswered",
+            "safe_variance returns None: write it, run its cell, then run this cell again.",
+            show=show,
+            details={"answered": False},
+        )
     if not isinstance(got, torch.Tensor):
-        return _finish("wrong", f"safe_variance(x) returned a {type(got).__name__}; return a tensor.", show=show)
+        return _finish(
+            "wrong", f"safe_variance(x) returned a {type(got).__name__}; return a tensor.", show=show
+        )
     if got.numel() != 1:
-        return _finish("wrong", f"safe_variance(x) returned a tensor of shape {tuple(got.shape)}; the variance is "
-                       "one number (shape (1, 1) or ())", show=show)
+        return _finish(
+            "wrong",
+            f"safe_variance(x) returned a tensor of shape {tuple(got.shape)}; the variance is "
+            "one number (shape (1, 1) or ())",
+            show=show,
+        )
     if got.dtype == low:
-        return _finish("wrong", f"safe_variance(x) returned {_name(got.dtype)}, not float32.",
-                       [f"hint: {_ENABLED_FALSE_HINT}"], show=show)
+        return _finish(
+            "wrong",
+            f"safe_variance(x) returned {_name(got.dtype)}, not float32.",
+            [f"hint: {_ENABLED_FALSE_HINT}"],
+            show=show,
+        )
     with torch.autocast(dev.type, dtype=low):
         too_late = _moments(x).float()
     error = abs(got.detach().double().cpu().reshape(()) - truth).item()
-    if got.dtype == torch.float32 and error > VARIANCE_ATOL and torch.equal(got.detach().reshape(()), too_late.reshape(())):
-        return _finish("wrong", "safe_variance(x) is float32, but far from the float64 reference.",
-                       [f"hint: {_CAST_TOO_LATE_HINT}"], show=show)
-    r_value = check_value(got.detach().cpu().reshape(()), truth, dtype=torch.float32, atol=VARIANCE_ATOL,
-                          name="safe_variance(x)", hint=_ENABLED_FALSE_HINT, show=False)
-    r_dtype = CheckResult("exact" if got.dtype == torch.float32 else "wrong",
-                          f"{'✓ passed' if got.dtype == torch.float32 else '✗ not yet'}: safe_variance(x) is "
-                          f"{_name(got.dtype)}" + ("." if got.dtype == torch.float32 else "; return float32."))
+    if (
+        got.dtype == torch.float32
+        and error > VARIANCE_ATOL
+        and torch.equal(got.detach().reshape(()), too_late.reshape(()))
+    ):
+        return _finish(
+            "wrong",
+            "safe_variance(x) is float32, but far from the float64 reference.",
+            [f"hint: {_CAST_TOO_LATE_HINT}"],
+            show=show,
+        )
+    r_value = check_value(
+        got.detach().cpu().reshape(()),
+        truth,
+        dtype=torch.float32,
+        atol=VARIANCE_ATOL,
+        name="safe_variance(x)",
+        hint=_ENABLED_FALSE_HINT,
+        show=False,
+    )
+    r_dtype = CheckResult(
+        "exact" if got.dtype == torch.float32 else "wrong",
+        f"{'✓ passed' if got.dtype == torch.float32 else '✗ not yet'}: safe_variance(x) is "
+        f"{_name(got.dtype)}" + ("." if got.dtype == torch.float32 else "; return float32."),
+    )
     return combine([r_value, r_dtype], show=show)
-
