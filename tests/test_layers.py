@@ -24,7 +24,6 @@ OVER_TODAY = {
     "autocast_ops": 1480,
     "fp8": 1430,
     "check": 1390,
-    "pitfalls": 1050,
     "timing": 970,
     "formats": 950,
     "tensor_cores": 935,
