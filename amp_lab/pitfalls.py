@@ -102,14 +102,21 @@ class CastCacheResult:
         return self.weight_changed and self.stale_inside
 
     def reading(self) -> Reading:
+        """:func:`read_cast_cache`'s outcome; then the stale output's error and whether each way out matches
+        the updated weight."""
         base = read_cast_cache(self.weight_changed, self.stale_inside)
         reasons = ("pitfalls.cache_stale_error",) if self.cache_applies else ()
-        fixes = (
-            ("new_region", self.matches_update_new_region),
-            ("cleared", self.matches_update_cleared),
-            ("uncached", self.matches_update_uncached),
+        reasons += (
+            "pitfalls.cache_new_region_matches"
+            if self.matches_update_new_region
+            else "pitfalls.cache_new_region_stale",
+            "pitfalls.cache_cleared_matches"
+            if self.matches_update_cleared
+            else "pitfalls.cache_cleared_stale",
+            "pitfalls.cache_uncached_matches"
+            if self.matches_update_uncached
+            else "pitfalls.cache_uncached_stale",
         )
-        reasons += tuple(f"pitfalls.cache_{fix}_{'matches' if ok else 'stale'}" for fix, ok in fixes)
         facts = {**base.facts, "device_type": self.device_type, "dtype": dtype_name(self.dtype)}
         return Reading(base.outcome, reasons, {**facts, "stale_error": self.stale_error})
 
@@ -219,6 +226,8 @@ class AdamEpsResult:
         return len(self.distance_fp32) - 1
 
     def reading(self) -> Reading:
+        """Outcome: whether the FP16 weights turned inf or nan; then :func:`read_fp16_eps`'s outcome, the
+        zero second moments and how the FP32 master weights ended."""
         eps = read_fp16_eps(self.eps)
         fp16_bad, fp32_bad = self.first_nonfinite_step_fp16, self.first_nonfinite_step_fp32
         facts = {

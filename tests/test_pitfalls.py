@@ -2,6 +2,7 @@
 torch's own autocast and casts, torch.finfo, float64 arithmetic and hand computations.  Readings are
 checked by their codes and numbers, never their sentences."""
 
+import inspect
 import math
 
 import pytest
@@ -517,10 +518,15 @@ def test_compile_autocast_refuses_bad_arguments():
 
 
 def test_float64_goes_through_the_cpu_helpers():
-    """Apple GPUs have no float64: the static check of tests/test_mps_paths.py holds for this module too."""
-    import inspect
-
+    """Apple GPUs have no float64: the static check of tests/test_mps_paths.py holds for these rooms too."""
     from test_mps_paths import float64_hazards
 
     for module in (P, S, N):
         assert float64_hazards(inspect.getsource(module)) == [], module.__name__
+
+
+def test_every_reason_of_these_rooms_is_one_a_reading_can_give():
+    """REASONS holds no dead sentence: each pitfalls, swamping and subnormals code is spelled out in its room."""
+    for prefix, module in (("pitfalls.", P), ("swamping.", S), ("subnormals.", N)):
+        source = inspect.getsource(module)
+        assert [c for c in REASONS if c.startswith(prefix) and f'"{c}"' not in source] == [], prefix
