@@ -444,10 +444,8 @@ def test_attention_overflow_rows_follow_float64_logits():
     assert fp16.inf_logits >= int((logits > 65520 * 1.01).sum()) > 0
     for name in ("fp16 with Q scaled first", "bf16", "fp32 logits"):
         assert r.variants[name].ok, name
-    reference = torch.softmax(logits / 8, dim=-1)
     assert r.variants["fp32 logits"].max_error < 1e-5
     assert r.variants["bf16"].max_error > r.variants["fp32 logits"].max_error  # fewer digits, same range
-    assert reference.shape == (16, 16)
     assert math.isnan(fp16.max_error)
     assert codes(r) == ("pitfalls.attention_overflows", "pitfalls.attention_finite_variants")
     facts = r.reading().facts
