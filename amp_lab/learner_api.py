@@ -88,11 +88,17 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "adam_eps_underflow",
         "attention_overflow",
         "compile_autocast",
+        "read_cast_cache",
+        "read_fp16_eps",
+        "weight_cast_cache",
+    ),
+    "subnormals": (
+        "subnormal_slowdown",
+    ),
+    "swamping": (
         "plot_swamping",
         "stochastic_round",
-        "subnormal_slowdown",
         "swamping_run",
-        "weight_cast_cache",
     ),
     "predict": (
         "choice",

@@ -190,6 +190,120 @@ REASONS: dict[str, str] = {
     "autocast.protected_off": "With autocast switched off, the same formula in float32 still misses by more than 1e-3.",
     # --- fp8 ---
     # --- pitfalls ---
+    "pitfalls.cache_stale": (
+        "After opt.step() inside the autocast region, the next forward pass in the same region still used the "
+        "old low-precision copy of the weight: autocast caches the cast until the region ends."
+    ),
+    "pitfalls.cache_fresh": (
+        "After opt.step() inside the autocast region, the next forward pass cast the updated weight afresh: "
+        "no stale copy was used."
+    ),
+    "pitfalls.cache_no_change": "opt.step() did not change the float32 weight, so this run shows nothing.",
+    "pitfalls.cache_stale_error": (
+        "On {device_type} with {dtype} autocast, that output was off by up to {stale_error:.4g} from the "
+        "updated weight's."
+    ),
+    "pitfalls.cache_new_region_matches": (
+        "A new autocast region after the step (the step outside the region) matches the updated weight bit for bit."
+    ),
+    "pitfalls.cache_new_region_stale": "A new autocast region after the step does not match the updated weight.",
+    "pitfalls.cache_cleared_matches": "torch.clear_autocast_cache() after the step matches it bit for bit.",
+    "pitfalls.cache_cleared_stale": "torch.clear_autocast_cache() after the step does not match it.",
+    "pitfalls.cache_uncached_matches": "A region opened with cache_enabled=False matches it bit for bit.",
+    "pitfalls.cache_uncached_stale": "A region opened with cache_enabled=False does not match it.",
+    "pitfalls.eps_lost": (
+        "eps={eps:g} is below half of float16's smallest subnormal ({half_subnormal:.3g}), so round-to-nearest "
+        "stores 0."
+    ),
+    "pitfalls.eps_kept": (
+        "eps={eps:g} is not below half of float16's smallest subnormal ({half_subnormal:.3g}), so "
+        "round-to-nearest stores {eps_in_fp16:.4g}."
+    ),
+    "pitfalls.adam_v_zero": (
+        "After one step {v_zero_fp16:.0%} of the float16 second moments are exactly 0 (gradients up to "
+        "{grad_max:.4g}; float32 state: {v_zero_fp32:.0%})."
+    ),
+    "pitfalls.fp16_adam_nonfinite": (
+        "On {device_type}, Adam with float16 weights and state turned the weights inf or nan at step "
+        "{fp16_bad_step} of {num_steps}."
+    ),
+    "pitfalls.fp16_adam_finite": (
+        "On {device_type}, Adam with float16 weights and state ended {fp16_end:.4g} from the target after "
+        "{num_steps} steps (it started {fp16_start:.4g} away)."
+    ),
+    "pitfalls.fp32_adam_nonfinite": "The FP32 master weights became inf or nan at step {fp32_bad_step}.",
+    "pitfalls.fp32_adam_finite": (
+        "The FP32 master weights and state ended {fp32_end:.4g} from the target (from {fp32_start:.4g})."
+    ),
+    "pitfalls.attention_overflows": (
+        "Every entry of Q and K is at most {largest_input:.4g} (float16 holds up to {fp16_max:.4g}), yet the "
+        "largest logit of Q K^T is {largest_logit:.4g}: in float16 {inf_logits} of {num_logits} logits "
+        "overflow to inf and {nan_rows} of {seq} rows of softmax are nan."
+    ),
+    "pitfalls.attention_fits": (
+        "Every entry of Q and K is at most {largest_input:.4g} and the largest logit of Q K^T is "
+        "{largest_logit:.4g}: float16 (up to {fp16_max:.4g}) holds every logit."
+    ),
+    "pitfalls.attention_finite_variants": (
+        "{num_finite} of the {num_variants} ways of computing the probabilities keep every one finite."
+    ),
+    "pitfalls.compile_unavailable": "torch.compile could not run here: {reason}",
+    "pitfalls.compile_casts": (
+        "On {device_type}, Dynamo's graph kept the autocast region ({autocast_regions} enter/exit pair), and "
+        "AOTAutograd turned it into {casts} explicit casts to {dtype}; the compiled function returned "
+        "{compiled_dtype} like eager ({eager_dtype})."
+    ),
+    "pitfalls.compile_bitwise": "Compiled and eager outputs are equal bit for bit.",
+    "pitfalls.compile_close": "Compiled and eager outputs agree to within {max_abs_diff:.4g}.",
+    "pitfalls.compile_sees_update": (
+        "The compiled function saw a weight updated in place inside the region (its graph casts the weight "
+        "on every call)."
+    ),
+    "pitfalls.compile_stale": "The compiled function did not see a weight updated in place inside the region.",
+    "pitfalls.compile_guard": (
+        "A function without a region of its own, called outside and then inside an autocast region, was "
+        "compiled {graphs} times and returned {dtype_outside} then {dtype_inside}: the autocast state is a guard."
+    ),
+    # --- swamping ---
+    "swamping.bf16_stuck": (
+        "After {num_steps} updates plain bfloat16 weights had not moved from {start:g}, though the exact "
+        "weight is {exact:.4g}."
+    ),
+    "swamping.bf16_exact": "After {num_steps} updates plain bfloat16 weights reached the exact {exact:.4g}.",
+    "swamping.bf16_partway": (
+        "After {num_steps} updates plain bfloat16 weights got {progress_bf16:.0%} of the way to the exact "
+        "{exact:.4g} (they ended at {final_bf16:.4g})."
+    ),
+    "swamping.update_lost": (
+        "Each update of {update:g} is smaller than half the bfloat16 gap at {start:g} ({half_ulp:g}): "
+        "rounding to nearest drops it."
+    ),
+    "swamping.update_kept": (
+        "Each update of {update:g} is not smaller than half the bfloat16 gap at {start:g} ({half_ulp:g})."
+    ),
+    "swamping.remedies": (
+        "FP32 master weights got {progress_fp32:.0%} of the way ({final_fp32:.4g}), Kahan-compensated "
+        "bfloat16 {progress_kahan:.0%} ({final_kahan:.4g}), stochastic rounding {progress_stochastic:.0%} on "
+        "average over {numel} weights ({final_stochastic:.4g}, spread {spread:.4g})."
+    ),
+    # --- subnormals ---
+    "subnormals.slow": (
+        "On this CPU, {op} of {numel:,} float32 numbers took {subnormal_time} on subnormal inputs against "
+        "{normal_time} on normal ones: {slowdown_ratio} as long."
+    ),
+    "subnormals.no_penalty": (
+        "On this CPU, {op} of {numel:,} float32 numbers took {subnormal_time} on subnormal inputs against "
+        "{normal_time} on normal ones: {slowdown_ratio} as long, little or no penalty."
+    ),
+    "subnormals.ftz_unsupported": "torch.set_flush_denormal is not supported here (it returned False).",
+    "subnormals.ftz_zeros": (
+        "With flush-to-zero on, the subnormal inputs read as zero and took {flushed_time} ({flushed_ratio} "
+        "the normal time)."
+    ),
+    "subnormals.ftz_kept": (
+        "With flush-to-zero on, the subnormal inputs were NOT flushed and took {flushed_time} "
+        "({flushed_ratio} the normal time)."
+    ),
     # --- predict ---
     # --- check ---
     # --- course ---

@@ -97,6 +97,8 @@ from amp_lab import (
     ranges,
     recipe,
     scaling,
+    subnormals,
+    swamping,
     tensor_cores,
     text,
     timing,
@@ -128,6 +130,8 @@ MODULES = {
     "hardware": hardware,
     "exercises": exercises,
     "pitfalls": pitfalls,
+    "subnormals": subnormals,
+    "swamping": swamping,
     "predict": predict,
     "progress": progress,
     "race": race,
@@ -1781,6 +1785,7 @@ E(
 
 
 # --- pitfalls -------------------------------------------------------------------------------
+# (and the rooms split off it: swamping, subnormals)
 SWAMP_LIMIT = float(torch.finfo(torch.bfloat16).max) / 2  # swamping_run: no method may overflow
 
 
@@ -1799,37 +1804,13 @@ def swamp_valid(other):
 
 @functools.cache
 def swamp_result():
-    return pitfalls.swamping_run(5, numel=4, device="cpu")
+    return swamping.swamping_run(5, numel=4, device="cpu")
 
 
-def _records():
-    return {
-        "CastCacheResult": dict(device_type="cpu", dtype=torch.bfloat16, cache_enabled=True, weight_changed=True,
-                                stale_inside=True, stale_error=1.0, matches_update_new_region=True,
-                                matches_update_cleared=True, matches_update_uncached=True),
-        "AdamEpsResult": dict(device_type="cpu", eps=1e-8, eps_in_fp16=0.0, grad_size=1e-4, grad_max=1e-4,
-                              v_zero_fraction_fp16=1.0, v_zero_fraction_fp32=0.0, first_nonfinite_step_fp16=1,
-                              first_nonfinite_step_fp32=None, distance_fp16=(1.0, math.nan),
-                              distance_fp32=(1.0, 0.5)),
-        "SwampingResult": dict(start=1.0, update=-1e-3, num_steps=1, numel=1, half_ulp=2**-9, exact=0.999,
-                               history={m: (1.0, 1.0) for m in pitfalls.SWAMPING_METHODS}, stochastic_spread=0.0),
-        "SubnormalResult": dict(op="div", numel=4, flush_supported=True, flushes_to_zero=True, restored=True,
-                                timings={"normal": timing_obj(), "subnormal": timing_obj("b"),
-                                         "subnormal, flush-to-zero": timing_obj("c")}),
-        "AttentionVariant": dict(name="fp16", inf_logits=0, nan_rows=0, max_error=0.0),
-        "AttentionOverflowResult": dict(device_type="cpu", seq=1, head_dim=1, largest_input=1.0, largest_logit=1.0,
-                                        fp16_max=65504.0, variants={n: pitfalls.AttentionVariant(n, 0, 0, 0.0)
-                                                                    for n in pitfalls.ATTENTION_VARIANTS}),
-        "CompileResult": dict(available=False, reason="r", device_type="cpu", dtype=torch.bfloat16,
-                              autocast_regions=0, casts=0, aten_graph="", eager_dtype=None, compiled_dtype=None,
-                              bitwise_equal=False, max_abs_diff=math.nan, sees_in_place_update=False,
-                              graphs_outside_then_inside=0, dtypes_outside_then_inside=()),
-    }  # fmt: skip
-
-
-for _name in _records():
-    E(f"pitfalls.{_name}", functools.partial(lambda n: _records()[n], _name), examples=1, corpus_limit=4)
 E("pitfalls.weight_cast_cache", fuzz={"lr": Float(gt=0, le=1e3)}, examples=2, corpus_limit=2)
+E("pitfalls.read_cast_cache", lambda: dict(weight_changed=True, stale_inside=True),
+  {"weight_changed": Bool(), "stale_inside": Bool()})  # fmt: skip
+E("pitfalls.read_fp16_eps", lambda: dict(eps=1e-8), {"eps": Float(ge=0, le=1.0)})
 E(
     "pitfalls.adam_eps_underflow",
     lambda: dict(num_steps=3, numel=4),
@@ -1842,14 +1823,9 @@ E(
     },
     examples=2,
 )
-E("pitfalls.stochastic_round", lambda: dict(x=T(8)), {"x": Tensor(), "generator": Obj()})
+E("swamping.stochastic_round", lambda: dict(x=T(8)), {"x": Tensor(), "generator": Obj()})
 E(
-    "pitfalls.kahan_add_",
-    lambda: dict(weight=T(4, dtype=torch.bfloat16), compensation=torch.zeros(4, dtype=torch.bfloat16), update=1e-3),
-    {"weight": Tensor(), "compensation": Tensor(), "update": Tensor()},
-)
-E(
-    "pitfalls.swamping_run",
+    "swamping.swamping_run",
     lambda: dict(num_steps=5, numel=4),
     {
         "num_steps": Int(1, pitfalls.MAX_STEPS, skip_above=1000),
@@ -1859,18 +1835,16 @@ E(
     },
     examples=2,
 )
-E("pitfalls.plot_swamping", lambda: dict(result=swamp_result()), {"result": Obj(), "ax": Obj()}, examples=2,
+E("swamping.plot_swamping", lambda: dict(result=swamp_result()), {"result": Obj(), "ax": Obj()}, examples=2,
   corpus_limit=3)  # fmt: skip
-E("pitfalls.flush_denormal_enabled")
-E("pitfalls.flush_denormal", lambda: dict(enabled=False), {"enabled": Bool()}, cm=True)
 E(
-    "pitfalls.subnormal_slowdown",
+    "subnormals.subnormal_slowdown",
     lambda: dict(numel=64, repeats=1, min_sample_s=1e-4),
     {
         "numel": Int(1, pitfalls.MAX_NUMEL, skip_above=1 << 16),
         "op": Str(choices=("div", "mul", "add")),
-        "repeats": Int(1, pitfalls.MAX_TIMING_REPEATS, skip_above=5),
-        "min_sample_s": Float(gt=0, le=pitfalls.MAX_TIMING_SAMPLE_S, skip_above=0.01),
+        "repeats": Int(1, subnormals.MAX_TIMING_REPEATS, skip_above=5),
+        "min_sample_s": Float(gt=0, le=subnormals.MAX_TIMING_SAMPLE_S, skip_above=0.01),
     },
     examples=2,
 )
@@ -1949,17 +1923,6 @@ NOT_YET_PRUNED = {
     "gradients.digits_gradients",
     "gradients.mlp_parameter_count",
     # hardware
-    # pitfalls
-    "pitfalls.AdamEpsResult",
-    "pitfalls.AttentionOverflowResult",
-    "pitfalls.AttentionVariant",
-    "pitfalls.CastCacheResult",
-    "pitfalls.CompileResult",
-    "pitfalls.SubnormalResult",
-    "pitfalls.SwampingResult",
-    "pitfalls.flush_denormal",
-    "pitfalls.flush_denormal_enabled",
-    "pitfalls.kahan_add_",
     # predict
     "predict.Prediction",
     "predict.Reveal",
