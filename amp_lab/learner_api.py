@@ -5,6 +5,15 @@ starts, state is validated before it is changed.  ``tests/test_fuzz.py`` fuzzes 
 else in the package is internal and trusts its callers."""
 
 LEARNER_API: dict[str, tuple[str, ...]] = {
+    "accumulation": (
+        "accumulation_explorer",
+    ),
+    "alignment": (
+        "alignment_demo",
+        "alignment_multiple",
+        "pad_to_multiple",
+        "tile_quantization",
+    ),
     "amp": (
         "choice_rows",
         "choose_amp_dtype",
@@ -43,14 +52,15 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     "doctor": (
         "main",
     ),
-    "formats": (
+    "format_explorer": (
         "bit_explorer",
+    ),
+    "formats": (
         "decompose",
         "format_ulp",
         "formats_table",
         "plot_range_precision",
         "round_to",
-        "text_table",
     ),
     "fp8": (
         "DelayedScaling",
@@ -162,16 +172,13 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "compare_with_grad_scaler",
     ),
     "tensor_cores": (
-        "accumulation_explorer",
-        "alignment_demo",
-        "alignment_multiple",
+        "accumulation_curve",
         "first_stall",
         "generations_table",
         "mma",
-        "pad_to_multiple",
         "reference_mma",
         "running_sum",
-        "tile_quantization",
+        "stall_reading",
     ),
     "timing": (
         "describe_context",

@@ -26,8 +26,6 @@ OVER_TODAY = {
     "check": 1390,
     "pitfalls": 1050,
     "timing": 970,
-    "formats": 950,
-    "tensor_cores": 935,
     "hardware": 905,
     "scaling": 815,
     "ranges": 810,

@@ -14,10 +14,11 @@ from numbers import Integral
 import torch
 
 from .._checks import ArgumentTypeError, check_instance
+from ..alignment import alignment_multiple
 from ..check import CheckResult, check_set, check_tensor, check_value
 from ..device import float64_on_cpu
 from ..formats import FORMATS
-from ..tensor_cores import ACCUMULATE_FORMATS, MAX_MMA_WORK, alignment_multiple, mma, running_sum
+from ..tensor_cores import ACCUMULATE_FORMATS, MAX_MMA_WORK, mma, running_sum
 from . import Mistake, _finite_float, combine, exercise
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "STALL_TERM", "STALL_FORMAT", "SUM_TERM", "SUM_LENGTH", "SUM_TOLERANCE"]
