@@ -16,7 +16,14 @@ from ._checks import MAX_REPEATS, check_int
 from .device import amp_dtype, check_fits, get_device, parse_dtype
 from .text import Reading
 
-__all__ = ["alignment_multiple", "pad_to_multiple", "A100_SMS", "tile_quantization", "alignment_demo"]
+__all__ = [
+    "alignment_multiple",
+    "pad_to_multiple",
+    "A100_SMS",
+    "tile_quantization",
+    "padding_reading",
+    "alignment_demo",
+]
 
 
 def alignment_multiple(fmt="fp16") -> int:
@@ -76,6 +83,31 @@ def tile_quantization(m: int, n: int, *, tile_m: int = 128, tile_n: int = 128, s
         "wave_efficiency": wave_eff,
         "efficiency": tile_eff * wave_eff,
     }
+
+
+def padding_reading(m: int, n: int, *, tile_n: int = 64) -> Reading:
+    """What padding ``n`` to a multiple of ``tile_n`` instead of 8 gains in useful tile work, for an ``m×n``
+    output in 128×``tile_n`` tiles (:func:`tile_quantization`): outcome ``tc.padding_worth_it`` (1 % or more)
+    or ``tc.padding_small_gain``; facts ``n8`` and ``n_tile`` (the padded widths), ``useful_8``,
+    ``useful_tile`` and ``gain`` (shares of the tiles' work).  ``m``, ``n`` and ``tile_n`` are at most 2**30."""
+    m = check_int("m", m, minimum=1, maximum=1 << 30)
+    n = check_int("n", n, minimum=1, maximum=1 << 30)
+    tile_n = check_int("tile_n", tile_n, minimum=1, maximum=1 << 30)
+    n8, n_tile = pad_to_multiple(n, 8), pad_to_multiple(n, tile_n)
+    useful_8 = tile_quantization(m, n8, tile_n=tile_n)["tile_efficiency"]
+    useful_tile = tile_quantization(m, n_tile, tile_n=tile_n)["tile_efficiency"]
+    gain = useful_tile - useful_8
+    facts = {
+        "m": m,
+        "n": n,
+        "tile_n": tile_n,
+        "n8": n8,
+        "n_tile": n_tile,
+        "useful_8": useful_8,
+        "useful_tile": useful_tile,
+        "gain": gain,
+    }
+    return Reading("tc.padding_worth_it" if gain >= 0.01 else "tc.padding_small_gain", (), facts)
 
 
 def _generator_device(dev: torch.device) -> torch.device:

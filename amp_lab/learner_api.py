@@ -12,6 +12,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "alignment_demo",
         "alignment_multiple",
         "pad_to_multiple",
+        "padding_reading",
         "tile_quantization",
     ),
     "amp": (

@@ -50,6 +50,14 @@ REASONS: dict[str, str] = {
         "{low}'s unit roundoff alone is {u_ratio:.0f} times {high}'s, and the {low} sum's step grows with the sum "
         "while the terms stay small, so its error grows faster with K: the ratio is {ratio:.2g}."
     ),
+    "tc.padding_small_gain": (
+        "Padding to a multiple of {tile_n} instead of 8 fills the last tile and gains {gain:.3%} of the work: little "
+        "at this width; tile quantization matters when a dimension is only a few tiles wide."
+    ),
+    "tc.padding_worth_it": (
+        "Padding to a multiple of {tile_n} instead of 8 fills the last tile and gains {gain:.3%} of the work: "
+        "worth it at this width."
+    ),
     "tc.alignment_skipped": "No CUDA GPU here (device: {device}), so this cell is skipped: it needs a CUDA GPU.",
     "tc.alignment_would_show": (
         "On one it times a {n}x{n} {dtype} matmul against {n1}x{n1} with CUDA events (warm-up, {repeats} samples, "

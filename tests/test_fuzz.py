@@ -1573,6 +1573,11 @@ E(
 E("tensor_cores.generations_table", lambda: dict(capabilities=((8, 0),)), {"capabilities": Seq()})
 E("tensor_cores.stall_reading", lambda: dict(n=8), {"n": Int(1, MAX_K, skip_above=2**12), "accumulate": Fmt()})
 E("alignment.alignment_multiple", lambda: dict(fmt="fp16"))
+E(
+    "alignment.padding_reading",
+    lambda: dict(m=4096, n=50257),
+    {"m": Int(1, 2**30), "n": Int(1, 2**30), "tile_n": Int(1, 2**30)},
+)
 E("alignment.pad_to_multiple", lambda: dict(n=7), {"n": Int(0), "multiple": Int(1)}, post=nonneg_int)
 E(
     "alignment.tile_quantization",

@@ -333,7 +333,7 @@ def test_alignment_demo_on_cuda():
 
 
 # --------------------------------------------------------------------------------------------
-# time_matmul on other devices, without them (issue 13, items 8 and 9)
+# time_matmul on other devices, without them
 # --------------------------------------------------------------------------------------------
 
 
@@ -746,3 +746,14 @@ def test_accumulation_reading():
     assert f["k"] == 256 and f["u_ratio"] == 2.0**13  # (2**-11) / (2**-24)
     assert f["e_low"] == float(curve.errors["fp16"][-1]) and f["e_high"] == float(curve.errors["fp32"][-1])
     assert f["ratio"] == f["e_low"] / f["e_high"] and f["ratio"] > 10
+
+
+def test_padding_reading_by_hand():
+    # GPT-2's vocabulary: 50257 -> 50264 (a multiple of 8) or 50304 (of 64); 128x64 tiles
+    r = AL.padding_reading(4096, 50257, tile_n=64)
+    assert r.outcome == "tc.padding_small_gain"
+    assert (r.facts["n8"], r.facts["n_tile"]) == (50264, 50304)
+    assert r.facts["useful_tile"] == 1.0 and r.facts["gain"] == pytest.approx(40 / 50304, rel=1e-12)
+    # a narrow layer: 104 of 128 columns useful against all 128
+    r = AL.padding_reading(128, 100, tile_n=64)
+    assert r.outcome == "tc.padding_worth_it" and r.facts["gain"] == pytest.approx(1 - 104 / 128, rel=1e-12)
