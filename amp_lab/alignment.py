@@ -148,13 +148,14 @@ def _on_device(dev: torch.device):
 
 
 def time_matmul(
-    n: int, *, dtype: torch.dtype, device: torch.device, repeats: int, warmup: int, inner: int
+    n: int, *, dtype=None, device=None, repeats: int = 20, warmup: int = 5, inner: int = 1
 ) -> dict:
-    """Median time of an ``n×n @ n×n`` matmul: CUDA events around ``inner`` back-to-back matmuls after
-    ``warmup`` untimed ones, ``repeats`` samples; elsewhere ``time.perf_counter`` (on an Apple GPU after
-    waiting for the queued work).  Returns ``n``, ``dtype``, ``median_ms`` (per matmul), ``tflops`` and
-    ``samples_ms``."""
-    dev = device
+    """Median time of an ``n×n @ n×n`` matmul in ``dtype`` (default ``amp_dtype(device)``): CUDA events
+    around ``inner`` back-to-back matmuls after ``warmup`` untimed ones, ``repeats`` samples; elsewhere
+    ``time.perf_counter`` (on an Apple GPU after waiting for the queued work).  Returns ``n``, ``dtype``,
+    ``median_ms`` (per matmul), ``tflops`` and ``samples_ms``."""
+    dev = get_device(device)
+    dtype = amp_dtype(dev) if dtype is None else dtype
     samples = []
     with _on_device(dev), torch.inference_mode():
         a, b = _matmul_operands(n, dtype, dev)
