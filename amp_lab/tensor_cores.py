@@ -446,7 +446,7 @@ class _Details:
     note: str
 
 
-# Keyed by Tensor Core generation (hardware.tensor_core_generation(...).generation).  Dense
+# Keyed by Tensor Core generation (gpus.tensor_core_generation(...).generation).  Dense
 # FP16 rates of each generation's data-centre part, from NVIDIA's architecture whitepapers
 # (Volta: 64 FMA per Tensor Core per clock, 8 per SM; A100: 256, 4 per SM; H100: twice A100 per
 # SM).  Consumer parts of the same generation can be slower per SM.
@@ -524,7 +524,7 @@ DEFAULT_CAPABILITIES = ((6, 0), (7, 0), (7, 5), (8, 0), (8, 9), (9, 0), (10, 0))
 
 def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
     """One row per compute capability: architecture, Tensor Core generation, precisions (from
-    ``amp_lab.hardware.tensor_core_generation``) and per-clock throughput (``TENSOR_CORE_DETAILS`` by
+    ``amp_lab.gpus.tensor_core_generation``) and per-clock throughput (``TENSOR_CORE_DETAILS`` by
     generation, ``ARCHITECTURE_DETAILS`` where an architecture differs from its generation's data-centre part)."""
     if isinstance(capabilities, (str, bytes)) or not isinstance(capabilities, (list, tuple)):
         raise ArgumentTypeError(

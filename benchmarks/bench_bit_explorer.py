@@ -34,9 +34,13 @@ def main() -> None:
         explorer.slider.value = v
 
     ms = median_ms(type_value, typed)
-    print(f"bit explorer, typed value: median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)")
+    print(
+        f"bit explorer, typed value: median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)"
+    )
     ms = median_ms(slide, [10.0 ** (e / 3) for e in range(-60, 60, 3)])
-    print(f"bit explorer, slider:      median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)")
+    print(
+        f"bit explorer, slider:      median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)"
+    )
 
     acc = accumulation.accumulation_explorer(k=16, k_max=4096)
 
@@ -44,7 +48,9 @@ def main() -> None:
         acc.slider.value = k
 
     ms = median_ms(set_k, [2**i + j for i in range(1, 12) for j in (0, 1)])
-    print(f"accumulation explorer, K:  median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)")
+    print(
+        f"accumulation explorer, K:  median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)"
+    )
 
 
 if __name__ == "__main__":
