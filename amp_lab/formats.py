@@ -134,12 +134,9 @@ class FloatFormat:
 
 
 def fp8_e4m3_overflow() -> str:
-    """What this torch's ``x.to(torch.float8_e4m3fn)`` does beyond 448: ``"saturate"`` or ``"nan"``.
-
-    torch 2.13 (CPU and CUDA share c10's conversion) saturates finite overflow *and* ±inf to
-    ±448 and keeps NaN; older releases (before the saturating change) produced NaN instead.  We
-    ask torch rather than assume, so ``FORMATS["fp8_e4m3"]`` always describes the installed torch.
-    """
+    """What this torch's ``x.to(torch.float8_e4m3fn)`` does beyond 448: ``"saturate"`` (torch 2.13, CPU and
+    CUDA alike: finite overflow and ±inf become ±448, NaN stays NaN) or ``"nan"``, asked of torch, not assumed,
+    so ``FORMATS["fp8_e4m3"]`` always describes the installed torch."""
     probe = torch.tensor([1e4, float("inf")]).to(torch.float8_e4m3fn).float()
     if bool(torch.all(probe == 448.0)):
         return "saturate"
@@ -443,7 +440,7 @@ class Decomposition:
 
     def rounding(self) -> Reading:
         """What rounding ``input`` to the format did, as facts: outcome ``formats.exact``,
-        ``formats.stored_as`` (with ``formats.step_in_binade`` and ``formats.tie_to_even`` or
+        ``formats.stored_as`` (with ``formats.step_in_binade`` or ``formats.step_subnormal``, and ``formats.tie_to_even`` or
         ``formats.to_nearest``), ``formats.saturates``, ``formats.overflows_to_inf``,
         ``formats.overflows_to_nan`` or ``formats.nan_in``."""
         f = get_format(self.fmt)
@@ -470,7 +467,10 @@ class Decomposition:
         tie = x - below == step / 2
         return Reading(
             "formats.stored_as",
-            ("formats.step_in_binade", "formats.tie_to_even" if tie else "formats.to_nearest"),
+            (
+                "formats.step_in_binade" if low else "formats.step_subnormal",
+                "formats.tie_to_even" if tie else "formats.to_nearest",
+            ),
             facts,
         )
 

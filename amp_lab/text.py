@@ -27,6 +27,7 @@ REASONS: dict[str, str] = {
     "formats.stored_as": "{label} stores {x:g} as {stored:g}.",
     "formats.exact": "{x:g} is a {label} value: it is stored exactly.",
     "formats.step_in_binade": "{label} has {precision} significant bits, so between {low:g} and {high:g} its step is {step:g}.",
+    "formats.step_subnormal": "Below {high:g}, {label}'s smallest normal, its values are subnormal, evenly spaced by {step:g}.",
     "formats.tie_to_even": (
         "{x:g} lies exactly halfway between {below:g} and {above:g}, and round to nearest even picks {stored:g}, "
         "the neighbour whose last mantissa bit is {last_bit}."

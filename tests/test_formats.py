@@ -648,3 +648,12 @@ def test_rounding_reads_exact_values_overflow_and_nan():
     cast = torch.tensor(1e6).to(torch.float8_e4m3fn).float().item()  # oracle: this torch's cast
     assert e4m3.facts["stored"] == cast or (math.isnan(cast) and math.isnan(e4m3.facts["stored"]))
     assert e4m3.outcome == ("formats.saturates" if cast == 448.0 else "formats.overflows_to_nan")
+
+
+def test_rounding_below_the_normal_range_reads_subnormal_steps():
+    r = F.decompose(1e-6, "fp16").rounding()
+    assert r.reasons == ("formats.step_subnormal", "formats.to_nearest")
+    assert (
+        r.facts["step"] == F.FORMATS["fp16"].min_subnormal and r.facts["high"] == F.FORMATS["fp16"].min_normal
+    )
+    assert r.facts["stored"] == torch.tensor(1e-6).half().item()  # oracle: torch's cast
