@@ -23,12 +23,12 @@ name       exponent mantissa notes
   and which TF32 uses.
 * ``decompose(value, fmt)`` gives the sign/exponent/mantissa fields, the class, the ulp and the
   rounding error of a value; ``from_bits(bits, fmt)`` decodes a bit pattern.
-* ``bit_explorer(value)`` is the widget of notebook 01: one value in all six formats.
+* ``Decomposition.rounding()`` reads what the rounding did (exact, nearest, a tie to even, an
+  overflow) as a :class:`~amp_lab.text.Reading`; the bit explorer widget is ``format_explorer``'s.
 """
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -37,16 +37,9 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from ._checks import (
-    MAX_TABLE_COLUMNS,
-    MAX_TABLE_ROWS,
-    ArgumentTypeError,
-    bounded_list,
-    check_choice,
-    check_instance,
-    check_int,
-)
+from ._checks import ArgumentTypeError, bounded_list, check_instance  # noqa: F401 - check.py reads formats.bounded_list
 from .device import float64_on_cpu
+from .text import Reading
 
 __all__ = [
     "FloatFormat",
@@ -59,15 +52,10 @@ __all__ = [
     "Decomposition",
     "from_bits",
     "formats_table",
-    "formats_table_text",
-    "text_table",
     "ulp_curve",
     "plot_range_precision",
     "format_ulp",
     "fp8_e4m3_overflow",
-    "BitExplorer",
-    "bit_explorer",
-    "bits_html",
 ]
 
 
@@ -103,19 +91,7 @@ class FloatFormat:
     eps: float = field(init=False)
 
     def __post_init__(self):
-        check_instance("name", self.name, str, "a string such as 'fp16'")
-        e = check_int("exponent_bits", self.exponent_bits, minimum=2, maximum=11)
-        m = check_int("mantissa_bits", self.mantissa_bits, minimum=1, maximum=52)
-        if self.torch_dtype is not None:
-            check_instance("torch_dtype", self.torch_dtype, torch.dtype, "a torch.dtype (e.g. torch.float16) or None")
-        check_instance("finite_only", self.finite_only, (bool, np.bool_), "True or False")
-        check_instance("overflow", self.overflow, str, "one of 'inf', 'saturate', 'nan'")
-        check_choice("overflow", self.overflow, ["inf", "saturate", "nan"])
-        check_instance("label", self.label, str, "a string")
-        check_instance("note", self.note, str, "a string")
-        object.__setattr__(self, "exponent_bits", e)
-        object.__setattr__(self, "mantissa_bits", m)
-        object.__setattr__(self, "finite_only", bool(self.finite_only))
+        e, m = self.exponent_bits, self.mantissa_bits
         bias = 2 ** (e - 1) - 1
         if self.finite_only:
             # The top binade is ordinary; only its all-ones mantissa is NaN.
@@ -158,12 +134,9 @@ class FloatFormat:
 
 
 def fp8_e4m3_overflow() -> str:
-    """What this torch's ``x.to(torch.float8_e4m3fn)`` does beyond 448: ``"saturate"`` or ``"nan"``.
-
-    torch 2.13 (CPU and CUDA share c10's conversion) saturates finite overflow *and* ±inf to
-    ±448 and keeps NaN; older releases (before the saturating change) produced NaN instead.  We
-    ask torch rather than assume, so ``FORMATS["fp8_e4m3"]`` always describes the installed torch.
-    """
+    """What this torch's ``x.to(torch.float8_e4m3fn)`` does beyond 448: ``"saturate"`` (torch 2.13, CPU and
+    CUDA alike: finite overflow and ±inf become ±448, NaN stays NaN) or ``"nan"``, asked of torch, not assumed,
+    so ``FORMATS["fp8_e4m3"]`` always describes the installed torch."""
     probe = torch.tensor([1e4, float("inf")]).to(torch.float8_e4m3fn).float()
     if bool(torch.all(probe == 448.0)):
         return "saturate"
@@ -230,7 +203,9 @@ def get_format(fmt) -> FloatFormat:
         key = _ALIASES.get(key, key)
         if key in FORMATS:
             return FORMATS[key]
-        raise ValueError(f"fmt={fmt!r} is not allowed; choose one of: {', '.join(repr(n) for n in FORMAT_NAMES)}")
+        raise ValueError(
+            f"fmt={fmt!r} is not allowed; choose one of: {', '.join(repr(n) for n in FORMAT_NAMES)}"
+        )
     raise ArgumentTypeError(
         f"fmt={fmt!r:.80} is a {type(fmt).__name__}, not a format: use a format name (one of: "
         f"{', '.join(repr(n) for n in FORMAT_NAMES)}), a torch dtype or a FloatFormat"
@@ -289,7 +264,9 @@ def _real_tensor(x, name: str = "x", what: str | None = None) -> torch.Tensor:
             except (TypeError, ValueError, RuntimeError, OverflowError):
                 raise ArgumentTypeError(f"{what}, got {type(x).__name__}: {x!r:.80}") from None
     if t.dtype == torch.bool:
-        raise ArgumentTypeError(f"{name} must hold numbers, got a bool tensor (True/False values); use x.float()")
+        raise ArgumentTypeError(
+            f"{name} must hold numbers, got a bool tensor (True/False values); use x.float()"
+        )
     if t.is_complex():
         raise ArgumentTypeError(f"{name} must be real, got a complex {'tensor' if t.dim() else 'number'}")
     return t
@@ -461,6 +438,42 @@ class Decomposition:
             return f"(-1)^{self.sign} × 2^({1 - bias}) × 0.{self.mantissa_bits}b"
         return f"(-1)^{self.sign} × 2^({self.exponent}-{bias}) × 1.{self.mantissa_bits}b"
 
+    def rounding(self) -> Reading:
+        """What rounding ``input`` to the format did, as facts: outcome ``formats.exact``,
+        ``formats.stored_as`` (with ``formats.step_in_binade`` or ``formats.step_subnormal``, and ``formats.tie_to_even`` or
+        ``formats.to_nearest``), ``formats.saturates``, ``formats.overflows_to_inf``,
+        ``formats.overflows_to_nan`` or ``formats.nan_in``."""
+        f = get_format(self.fmt)
+        x, stored = self.input, self.value
+        facts = {"label": f.label, "x": x, "stored": stored, "max": f.max, "precision": f.precision}
+        if math.isnan(x):
+            return Reading("formats.nan_in", (), facts)
+        if abs(x) > f.max or math.isinf(stored):
+            outcome = {"inf": "formats.overflows_to_inf", "saturate": "formats.saturates"}.get(f.overflow)
+            return Reading(outcome or "formats.overflows_to_nan", (), facts)
+        if stored == x:
+            return Reading("formats.exact", (), facts)
+        step = format_ulp(x, f)
+        low = math.ldexp(1.0, math.frexp(abs(x))[1] - 1) if abs(x) >= f.min_normal else 0.0
+        below = math.floor(x / step) * step
+        facts |= {
+            "step": step,
+            "low": low,
+            "high": 2 * low if low else f.min_normal,
+            "below": below,
+            "above": below + step,
+            "last_bit": self.mantissa_bits[-1],
+        }
+        tie = x - below == step / 2
+        return Reading(
+            "formats.stored_as",
+            (
+                "formats.step_in_binade" if low else "formats.step_subnormal",
+                "formats.tie_to_even" if tie else "formats.to_nearest",
+            ),
+            facts,
+        )
+
 
 def format_ulp(value: float, fmt) -> float:
     """Spacing of ``fmt`` at ``value``: ``2**(e - mantissa_bits)`` with ``e`` = the binade of ``|value|``
@@ -562,17 +575,7 @@ def from_bits(bits, fmt) -> float:
     """
     f = get_format(fmt)
     n = f.total_bits
-    if isinstance(bits, str):
-        s = bits.replace(" ", "").replace("_", "")
-        if len(s) != n or set(s) - {"0", "1"}:
-            raise ValueError(f"bits={bits!r} must be {n} characters of 0/1 for {f.name}")
-        pattern = int(s, 2)
-    elif isinstance(bits, Integral) and not isinstance(bits, (bool, np.bool_)):  # numpy integers too
-        if not 0 <= bits < 2**n:
-            raise ValueError(f"bits={bits!r} must be in 0..{2**n - 1} for {f.name}")
-        pattern = int(bits)
-    else:
-        raise ArgumentTypeError(f"bits must be an int or a 0/1 string, got {type(bits).__name__}: {bits!r:.80}")
+    pattern = int(bits.replace(" ", "").replace("_", ""), 2) if isinstance(bits, str) else int(bits)
     sign = -1.0 if pattern >> (n - 1) else 1.0
     exponent = (pattern >> f.mantissa_bits) & (2**f.exponent_bits - 1)
     mantissa = pattern & (2**f.mantissa_bits - 1)
@@ -611,67 +614,6 @@ def formats_table(fmts=None) -> list[dict]:
     return rows
 
 
-
-
-
-
-def text_table(rows: list[dict], columns=None) -> str:
-    """Rows of dicts as an aligned plain-text table (numbers in ``%g``-style short form).
-
-    ``columns`` (a list of keys) picks and orders the columns; default: the first row's keys.
-    Every row must have every column (a ``ValueError`` names the missing one).  At most
-    ``MAX_TABLE_ROWS`` rows and ``MAX_TABLE_COLUMNS`` columns.
-    """
-    rows = bounded_list("rows", rows, MAX_TABLE_ROWS, "a list of dicts")
-    for i, r in enumerate(rows):
-        if not isinstance(r, Mapping):
-            raise ArgumentTypeError(f"rows[{i}] must be a dict (column -> value), got {type(r).__name__}: {r!r:.80}")
-    if columns is None:
-        if not rows:
-            raise ValueError("rows is empty: there is no row to take the columns from (pass columns=[...])")
-        columns = list(rows[0].keys())
-    else:
-        columns = bounded_list("columns", columns, MAX_TABLE_COLUMNS, "a list of column names")
-    if not columns:
-        raise ValueError("columns must name at least one column")
-    for i, r in enumerate(rows):
-        missing = [c for c in columns if c not in r]
-        if missing:
-            raise ValueError(
-                f"rows[{i}] has no column {missing[0]!r}; its columns are: {', '.join(repr(k) for k in r)}"
-            )
-
-    def cell(v):
-        if isinstance(v, float):
-            return f"{v:.6g}"
-        return str(v)
-
-    table = [[str(c) for c in columns]] + [[cell(r[c]) for c in columns] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def formats_table_text(fmts=None) -> str:
-    """:func:`formats_table` as plain text, for notebooks (the numbers are computed, not typed)."""
-    cols = [
-        "format",
-        "bits",
-        "exponent",
-        "mantissa",
-        "bias",
-        "max",
-        "min_normal",
-        "min_subnormal",
-        "eps",
-        "decimal_digits",
-        "decades",
-        "torch_dtype",
-    ]
-    return text_table(formats_table(fmts), cols)
-
-
 FORMAT_COLOURS = {
     "fp32": "#1f77b4",
     "tf32": "#17becf",
@@ -703,7 +645,9 @@ def plot_range_precision(fig=None, fmts=None):
     names = [f.name for f in _format_list(fmts)]
     unknown = [n for n in names if n not in FORMATS]
     if unknown:
-        raise ValueError(f"fmts may name only the course's formats ({', '.join(FORMAT_NAMES)}), got {unknown[0]!r}")
+        raise ValueError(
+            f"fmts may name only the course's formats ({', '.join(FORMAT_NAMES)}), got {unknown[0]!r}"
+        )
     if fig is None:
         fig = Figure(figsize=(11, 4.2))
     else:
@@ -751,198 +695,3 @@ def plot_range_precision(fig=None, fmts=None):
     ax_ulp.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
-
-
-# --------------------------------------------------------------------------------------------
-# The bit explorer widget (notebook 01)
-# --------------------------------------------------------------------------------------------
-
-SIGN_COLOUR = "#d62728"
-EXPONENT_COLOUR = "#1f77b4"
-MANTISSA_COLOUR = "#2ca02c"
-
-
-def _fmt_number(v: float) -> str:
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return repr(v)  # shortest text that reads back as exactly this value
-
-
-def _fmt_error(v: float) -> str:
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf"
-    return "0" if v == 0 else f"{v:.3e}"
-
-
-def bits_html(d: Decomposition) -> str:
-    """The bit pattern of a :class:`Decomposition` as colour-coded HTML spans."""
-    check_instance("d", d, Decomposition, "a Decomposition (from decompose(value, fmt))")
-    return (
-        f"<span class='amp-bits-sign' style='color:{SIGN_COLOUR};font-weight:bold'>{d.sign_bits}</span> "
-        f"<span class='amp-bits-exponent' style='color:{EXPONENT_COLOUR};font-weight:bold'>{d.exponent_bits}</span> "
-        f"<span class='amp-bits-mantissa' style='color:{MANTISSA_COLOUR};font-weight:bold'>{d.mantissa_bits}</span>"
-    )
-
-
-def readout_html(d: Decomposition) -> str:
-    """One format's readout: bits, rounded value, relative error, ulp and class.
-
-    The plain rounded value appears as text in an element with class ``amp-value`` (browser
-    tests read it); the other fields have ``amp-error``, ``amp-ulp`` and ``amp-kind``.
-    """
-    check_instance("d", d, Decomposition, "a Decomposition (from decompose(value, fmt))")
-    f = get_format(d.fmt)
-    cell = "padding:1px 8px;font-family:monospace;white-space:nowrap"
-
-    def field_(cls, label, text):
-        return f"<span style='{cell}'>{label} <span class='{cls}'>{html.escape(text)}</span></span>"
-
-    return (
-        f"<div class='amp-readout' data-format='{f.name}' style='font-family:monospace'>"
-        f"<b style='display:inline-block;width:6.5em'>{html.escape(f.label)}</b>"
-        f"<span style='display:inline-block;min-width:21em'>{bits_html(d)}</span>"
-        + field_("amp-value", "value", _fmt_number(d.value))
-        + field_("amp-error", "rel. error", _fmt_error(d.error))
-        + field_("amp-ulp", "ulp", _fmt_number(d.ulp))
-        + field_("amp-kind", "class", d.kind)
-        + "</div>"
-    )
-
-
-class BitExplorer:
-    """One value shown in every format.  Build it with :func:`bit_explorer`.
-
-    Attributes: ``value_input`` (a ``Text`` a learner types into: numbers such as ``0.1``,
-    ``1e-8``, ``65520``, ``inf``, ``nan``), ``slider`` (a ``FloatLogSlider`` for the magnitude;
-    the typed sign is kept), ``readouts`` (dict: format name -> ``HTML``),
-    ``status`` (an ``HTML`` line: the value read, or why the text is not a number),
-    ``decompositions`` (the latest :class:`Decomposition` per format) and ``widget`` (the layout).
-    """
-
-    def __init__(self, value: float = 0.1, fmts=None):
-        import ipywidgets as widgets
-
-        self.fmts = tuple(f.name for f in _format_list(fmts))
-        # The start value follows the numeric rule of decompose (no text, no bools, one number); text
-        # is what a learner types into the box afterwards (shown as "not a number" if it is not one).
-        if isinstance(value, (str, bytes)):
-            raise ArgumentTypeError(
-                f"value must be a number such as 0.1, got the text {value!r:.80}: write the number without quotes "
-                "(the explorer's text box reads typed text)"
-            )
-        text = repr(_real_scalar(value, "value"))
-        self._syncing = False
-        self.value_input = widgets.Text(
-            value=text,
-            description="value",
-            continuous_update=False,
-            layout=widgets.Layout(width="22em"),
-        )
-        self.value_input.add_class("amp-bit-explorer-value")
-        self.slider = widgets.FloatLogSlider(
-            value=1.0,
-            base=10,
-            min=-45,
-            max=39,
-            step=0.01,
-            description="|value|",
-            readout_format=".3g",
-            continuous_update=True,
-            layout=widgets.Layout(width="36em"),
-        )
-        self.slider.add_class("amp-bit-explorer-slider")
-        self.status = widgets.HTML()
-        self.status.add_class("amp-bit-explorer-status")
-        self.readouts = {}
-        for name in self.fmts:
-            w = widgets.HTML()
-            w.add_class(f"amp-readout-{name}")
-            w.add_class("amp-readout")
-            self.readouts[name] = w
-        self.decompositions: dict[str, Decomposition] = {}
-        legend = widgets.HTML(
-            f"<span style='font-family:monospace'>bits: <span style='color:{SIGN_COLOUR}'>sign</span> "
-            f"<span style='color:{EXPONENT_COLOUR}'>exponent</span> "
-            f"<span style='color:{MANTISSA_COLOUR}'>mantissa</span></span>"
-        )
-        self.value_input.observe(self._on_text, names="value")
-        self.slider.observe(self._on_slider, names="value")
-        self.widget = widgets.VBox(
-            [widgets.HBox([self.value_input, self.status]), self.slider, legend, *self.readouts.values()]
-        )
-        self.widget.add_class("amp-bit-explorer")
-        self._on_text({"new": self.value_input.value})
-
-    # ---- callbacks: they only set values of existing widgets ----
-    @staticmethod
-    def parse(text: str) -> float:
-        """Read a typed value; raises ValueError for text that is not a number."""
-        check_instance("text", text, str, "text such as '0.1'")
-        s = text.strip().lower().replace("_", "").replace(" ", "")
-        if s in ("", "+", "-"):
-            raise ValueError("empty")
-        return float(s)
-
-    def show(self, x: float) -> None:
-        """Update every readout for value ``x``."""
-        self.value = _real_scalar(x, "x")
-        for name in self.fmts:
-            d = decompose(self.value, name)
-            self.decompositions[name] = d
-            self.readouts[name].value = readout_html(d)
-
-    def _on_text(self, change) -> None:
-        if self._syncing:
-            return
-        try:
-            x = self.parse(change["new"])
-        except ValueError:
-            self.status.value = (
-                f"<span class='amp-status-error' style='color:{SIGN_COLOUR}'>"
-                f"not a number: {html.escape(str(change['new']))!s}</span>"
-            )
-            return
-        self.status.value = f"<span class='amp-status-ok'>showing {html.escape(repr(x))}</span>"
-        self.show(x)
-        if math.isfinite(x) and x != 0:
-            self._syncing = True
-            try:
-                self.slider.value = min(max(abs(x), 10.0**self.slider.min), 10.0**self.slider.max)
-            finally:
-                self._syncing = False
-
-    def _on_slider(self, change) -> None:
-        if self._syncing:
-            return
-        # The page snaps the slider to its 0.01-decade grid and sends the snapped value back: a
-        # value within half a step of the one shown is that echo, not a learner's move.
-        current = abs(getattr(self, "value", 0.0))
-        if (
-            math.isfinite(current)
-            and current > 0
-            and change["new"] > 0
-            and abs(math.log10(change["new"]) - math.log10(current)) <= self.slider.step / 2 + 1e-9
-        ):
-            return
-        sign = -1.0 if self.value_input.value.strip().startswith("-") else 1.0
-        x = float(f"{sign * change['new']:.6g}")
-        self._syncing = True
-        try:
-            self.value_input.value = repr(x)
-        finally:
-            self._syncing = False
-        self.status.value = f"<span class='amp-status-ok'>showing {html.escape(repr(x))}</span>"
-        self.show(x)
-
-
-def bit_explorer(value: float = 0.1, fmts=None) -> BitExplorer:
-    """Build the bit explorer of notebook 01: type or slide a value, see it in every format.
-
-    The notebook cell ends with ``explorer.widget``; tests set ``explorer.value_input.value``
-    and read ``explorer.readouts[...]`` / ``explorer.decompositions[...]``.
-    """
-    return BitExplorer(value, fmts)

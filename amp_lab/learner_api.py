@@ -5,6 +5,16 @@ starts, state is validated before it is changed.  ``tests/test_fuzz.py`` fuzzes 
 else in the package is internal and trusts its callers."""
 
 LEARNER_API: dict[str, tuple[str, ...]] = {
+    "accumulation": (
+        "accumulation_explorer",
+    ),
+    "alignment": (
+        "alignment_demo",
+        "alignment_multiple",
+        "pad_to_multiple",
+        "padding_reading",
+        "tile_quantization",
+    ),
     "amp": (
         "choice_rows",
         "choose_amp_dtype",
@@ -41,14 +51,15 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "torch_threads",
     ),
     "doctor": ("main",),
-    "formats": (
+    "format_explorer": (
         "bit_explorer",
+    ),
+    "formats": (
         "decompose",
         "format_ulp",
         "formats_table",
         "plot_range_precision",
         "round_to",
-        "text_table",
     ),
     "fp8": (
         "DelayedScaling",
@@ -166,16 +177,13 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "compare_with_grad_scaler",
     ),
     "tensor_cores": (
-        "accumulation_explorer",
-        "alignment_demo",
-        "alignment_multiple",
+        "accumulation_curve",
         "first_stall",
         "generations_table",
         "mma",
-        "pad_to_multiple",
         "reference_mma",
         "running_sum",
-        "tile_quantization",
+        "stall_reading",
     ),
     "timing": (
         "describe_context",

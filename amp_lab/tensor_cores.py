@@ -11,16 +11,15 @@ dimension ``K`` grows:
   - the same product in float64.
 * ``running_sum(values, accumulate=)`` - every partial sum of a sequential accumulation (the
   famous stall: adding 1.0 to an FP16 sum stops at 2048).
-* ``accumulation_curve`` and the ``accumulation_explorer`` widget - relative error against float64
-  for every ``K`` up to ``k_max``; ``AccumulationCurve.output_errors`` the same error once the
-  result is rounded to FP16/BF16, as an autocast matmul returns it.
+* ``stall_reading(n, accumulate)`` - where adding 1.0 ``n`` times stalls, as a :class:`~amp_lab.text.Reading`.
+* ``accumulation_curve`` - relative error against float64 for every ``K`` up to ``k_max``;
+  ``AccumulationCurve.output_errors`` the same error once the result is rounded to FP16/BF16, as an
+  autocast matmul returns it, and ``AccumulationCurve.reading()`` the two accumulators compared.  The K
+  slider over it is ``amp_lab.accumulation``'s; why dimensions should be multiples of 8 is ``amp_lab.alignment``'s.
 * ``ACCUMULATE_RATES`` - datasheet rates of FP16 accumulation against FP32 accumulation
   (the same on data-centre parts, half on GeForce cards).
-* ``generations_table()`` - Tensor Core generations from ``amp_lab.hardware.tensor_core_generation``
+* ``generations_table()`` - Tensor Core generations from ``amp_lab.gpus.tensor_core_generation``
   plus per-clock throughput from NVIDIA's whitepapers.
-* ``alignment_multiple``, ``pad_to_multiple``, ``time_matmul``, ``alignment_demo`` - why matrix
-  dimensions should be multiples of 8 for FP16, measured with CUDA events when a GPU is present;
-  ``tile_quantization`` - the work a GEMM wastes on partial tiles and partial waves.
 
 The arithmetic model: inputs rounded to ``inputs`` (as ``formats.round_to`` does), every
 product exact, then added one at a time in ``k`` order, each addition rounded once (to nearest,
@@ -39,29 +38,22 @@ Hopper's FP8 GEMMs keep only about 14 bits in their accumulator (DeepSeek-V3 tec
 
 from __future__ import annotations
 
-import contextlib
-import html
-import io
-import statistics
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from . import formats
 from ._checks import (
-    MAX_REPEATS,
     ArgumentTypeError,
     check_choice,
     check_float,
-    check_instance,
     check_int,
     check_seed,
 )
-from .device import amp_dtype, check_fits, float64_on_cpu, float64_to, get_device, parse_dtype
+from .device import check_fits, float64_on_cpu, float64_to, get_device
 from .gpus import tensor_core_generation
-from .widgets import FigurePane
+from .text import Reading
 
 __all__ = [
     "INPUT_FORMATS",
@@ -74,17 +66,9 @@ __all__ = [
     "first_stall",
     "AccumulationCurve",
     "accumulation_curve",
-    "AccumulationExplorer",
-    "accumulation_explorer",
     "generations_table",
     "ACCUMULATE_RATES",
-    "alignment_multiple",
-    "pad_to_multiple",
-    "A100_SMS",
-    "tile_quantization",
-    "time_matmul",
-    "AlignmentDemo",
-    "alignment_demo",
+    "stall_reading",
 ]
 
 # Inputs whose pairwise products fit float64 exactly (at most 26 significant bits each).
@@ -148,7 +132,9 @@ def _operands(A, B, C, inputs, accumulate, device, work_limit: bool = False):
                 "torch.matmul for big products"
             )
     # float64 copies of A, B, C and the accumulator
-    check_fits(8 * (M * A.shape[1] + A.shape[1] * N + 2 * M * N), work, "the emulated product", "use smaller inputs")
+    check_fits(
+        8 * (M * A.shape[1] + A.shape[1] * N + 2 * M * N), work, "the emulated product", "use smaller inputs"
+    )
     if C is None:
         C = torch.zeros(M, N, device=work)
     else:
@@ -245,7 +231,9 @@ def first_stall(partial_sums) -> tuple[int, float] | None:
     be 1-D (one running sum; for a batch, call it on each row): flattening several sums into one
     would report a "stall" where one row ends and the next begins.
     """
-    t = formats._real_tensor(partial_sums, "partial_sums", "partial_sums must be a 1-D tensor or a list of numbers")
+    t = formats._real_tensor(
+        partial_sums, "partial_sums", "partial_sums must be a 1-D tensor or a list of numbers"
+    )
     if t.dim() != 1:
         raise ValueError(
             f"partial_sums must be 1-D (one running sum), got shape {tuple(t.shape)}; "
@@ -259,6 +247,26 @@ def first_stall(partial_sums) -> tuple[int, float] | None:
         return None
     i = int(same[0]) + 1
     return i + 1, float(s[i])
+
+
+def stall_reading(n: int = 3000, accumulate="fp16") -> Reading:
+    """Add 1.0 ``n`` times in ``accumulate`` (:func:`running_sum`) and read where the sum stalls: outcome
+    ``tc.stalls`` (facts ``index``, ``stalled``, ``precision`` and ``start`` = 2**precision, where the
+    format's step becomes 2) or ``tc.no_stall``; ``final`` is the sum after ``n`` additions."""
+    n = check_int("n", n, minimum=1, maximum=MAX_K)
+    f = formats.get_format(accumulate)
+    sums = running_sum(torch.ones(n), f)
+    stall = first_stall(sums)
+    facts = {
+        "n": n,
+        "label": f.label,
+        "precision": f.precision,
+        "start": 2**f.precision,
+        "final": float(sums[-1]),
+    }
+    if stall is None:
+        return Reading("tc.no_stall", (), facts)
+    return Reading("tc.stalls", (), facts | {"index": stall[0], "stalled": stall[1]})
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,9 +318,33 @@ class AccumulationCurve:
         errors = {}
         for name in self.accumulators:
             out = self.output_partial(name, output)
-            rel = (out - self.reference).abs() / self.reference.abs().clamp_min(torch.finfo(torch.float64).tiny)
+            rel = (out - self.reference).abs() / self.reference.abs().clamp_min(
+                torch.finfo(torch.float64).tiny
+            )
             errors[name] = rel.median(dim=0).values
         return errors
+
+    def reading(self, low: str = "fp16", high: str = "fp32") -> Reading:
+        """The ``low`` accumulator's median error at ``K = k_max`` against the ``high`` one's, each also in
+        units of its format's unit roundoff (``eps / 2``): outcome ``tc.accumulator_ratio``, facts ``ratio``,
+        ``e_low``, ``e_high``, ``u_low``, ``u_high``."""
+        fl, fh = formats.get_format(low), formats.get_format(high)
+        e_low, e_high = float(self.errors[fl.name][-1]), float(self.errors[fh.name][-1])
+        u_low, u_high = fl.eps / 2, fh.eps / 2
+        facts = {
+            "k": self.k_max,
+            "low": fl.label,
+            "high": fh.label,
+            "e_low": e_low,
+            "e_high": e_high,
+            "u_low": u_low,
+            "u_high": u_high,
+            "in_u_low": e_low / u_low,
+            "in_u_high": e_high / u_high,
+            "u_ratio": u_low / u_high,
+            "ratio": e_low / e_high,
+        }
+        return Reading("tc.accumulator_ratio", ("tc.accumulator_why",), facts)
 
 
 def accumulation_curve(
@@ -399,164 +431,6 @@ def _accumulator_names(accumulators) -> tuple[str, ...]:
     return accs
 
 
-_ACC_COLOURS = {"fp32": "#1f77b4", "fp16": "#d62728", "bf16": "#ff7f0e"}
-
-
-def plot_accumulation(curve: AccumulationCurve, ax, k: int | None = None):
-    """Draw ``curve``'s median relative error against K on ``ax`` (log-log); returns the K marker line."""
-    from matplotlib.axes import Axes
-
-    check_instance("curve", curve, AccumulationCurve, "an AccumulationCurve (from accumulation_curve)")
-    check_instance("ax", ax, Axes, "matplotlib Axes")
-    if k is not None:
-        k = check_int("k", k, minimum=1, maximum=curve.k_max)
-    # ~400 log-spaced K values are indistinguishable from all of them on log axes, and keep a
-    # slider's redraw fast
-    idx = np.unique(np.geomspace(1, curve.k_max, num=min(curve.k_max, 400)).round().astype(int)) - 1
-    ks = idx + 1
-    for name in curve.accumulators:
-        err = curve.errors[name].clamp_min(1e-12).numpy()[idx]
-        label = f"{formats.FORMATS[name].label} accumulator"
-        ax.loglog(ks, err, color=_ACC_COLOURS.get(name), label=label)
-    ax.axhline(1e-12, color="0.8", lw=0.5)
-    unit = {name: formats.FORMATS[name].eps / 2 for name in curve.accumulators}
-    for name, u in unit.items():
-        ax.axhline(u, color=_ACC_COLOURS.get(name), ls=":", lw=1)
-    ax.set_xlabel("inner dimension K (terms in each dot product)")
-    ax.set_ylabel("median relative error vs float64")
-    ax.set_title(f"{formats.FORMATS[curve.inputs].label} inputs, exact products: error grows with K")
-    ax.set_ylim(1e-12, 1.0)
-    # plain tick labels: log axes' default mathtext labels are slow to lay out on every redraw
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0e}"))
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_minor_formatter(NullFormatter())
-    ax.legend(loc="upper left", fontsize=8)
-    marker = ax.axvline(k if k is not None else 1, color="0.3", ls="--", lw=1)
-    return marker
-
-
-class AccumulationExplorer:
-    """Slide K and compare accumulators; build it with :func:`accumulation_explorer`.
-
-    Attributes: ``slider`` (``IntSlider`` for K), ``readout`` (``HTML`` table at the current K),
-    ``pane`` (a ``FigurePane`` with the error curves and a K marker), ``curve`` (the
-    :class:`AccumulationCurve` shown) and ``widget`` (the layout).
-    """
-
-    def __init__(self, curve: AccumulationCurve, k: int):
-        import ipywidgets as widgets
-
-        check_instance("curve", curve, AccumulationCurve, "an AccumulationCurve (from accumulation_curve)")
-        k = check_int("k", k, minimum=1, maximum=curve.k_max)
-
-
-        self.curve = curve
-        self.slider = widgets.IntSlider(
-            value=k,
-            min=1,
-            max=curve.k_max,
-            description="K",
-            continuous_update=False,
-            layout=widgets.Layout(width="40em"),
-        )
-        self.slider.add_class("amp-accumulation-k")
-        self.readout = widgets.HTML()
-        self.readout.add_class("amp-accumulation-readout")
-        self.pane = FigurePane(figsize=(7.0, 3.8), dpi=80)
-        ax = self.pane.figure.add_subplot()
-        self._ax = ax
-        self._marker = plot_accumulation(curve, ax, k)
-        self.pane.figure.tight_layout()
-        self._background = None
-        self.slider.observe(self._on_k, names="value")
-        self.widget = widgets.VBox([self.slider, self.readout, self.pane.image])
-        self.widget.add_class("amp-accumulation-explorer")
-        self._on_k({"new": k})
-
-    def readout_html(self, k: int) -> str:
-        row = self.curve.at(k)
-        lines = [("exact (float64)", f"{row['reference']!r}", "")]
-        for name in self.curve.accumulators:
-            lines.append(
-                (
-                    f"{formats.FORMATS[name].label} accumulator",
-                    f"{row[f'{name}_value']!r}",
-                    f"{row[f'{name}_error']:.2e}",
-                )
-            )
-        cell = "padding:2px 10px;font-family:monospace;text-align:left"
-        body = "".join(
-            f"<tr><td style='{cell}'>{html.escape(a)}</td><td style='{cell}' class='amp-acc-value'>{html.escape(b)}</td>"
-            f"<td style='{cell}' class='amp-acc-error'>{html.escape(c)}</td></tr>"
-            for a, b, c in lines
-        )
-        head = (
-            f"<tr><th style='{cell}'>K = {k}</th><th style='{cell}'>dot product #0</th>"
-            f"<th style='{cell}'>median rel. error (batch of {self.curve.reference.shape[0]})</th></tr>"
-        )
-        return f"<table style='border-collapse:collapse'>{head}{body}</table>"
-
-    def _redraw(self) -> None:
-        """Re-render the pane's figure with the marker moved.
-
-        Only the marker changes, so after one full render the static part is kept as an Agg
-        background and the marker is blitted onto it (matplotlib's own blitting); the PNG put in
-        ``pane.image`` is the same figure a full redraw would give.
-        """
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-        fig = self.pane.figure
-        if not isinstance(fig.canvas, FigureCanvasAgg):
-            FigureCanvasAgg(fig)
-        canvas = fig.canvas
-        if self._background is None:
-            self._marker.set_visible(False)
-            canvas.draw()
-            self._background = canvas.copy_from_bbox(fig.bbox)
-            self._marker.set_visible(True)
-        canvas.restore_region(self._background)
-        self._ax.draw_artist(self._marker)
-        from PIL import Image
-
-        buf = io.BytesIO()
-        Image.fromarray(np.asarray(canvas.buffer_rgba())).save(buf, format="png")
-        self.pane.image.value = buf.getvalue()
-        self.pane.renders += 1
-
-    def _on_k(self, change) -> None:
-        k = int(change["new"])
-        self.readout.value = self.readout_html(k)
-        self._marker.set_xdata([k, k])
-        self._redraw()
-
-
-def accumulation_explorer(
-    k: int = 256,
-    k_max: int = 4096,
-    *,
-    inputs="fp16",
-    accumulators=("fp32", "fp16"),
-    batch: int = 32,
-    seed: int = 0,
-    device=None,
-) -> AccumulationExplorer:
-    """The K slider of notebook 02: error of FP32 vs FP16 accumulation against float64.
-
-    The curve is computed once (``accumulation_curve``); the slider only moves a marker and
-    refreshes a readout, so it responds instantly.
-    """
-    # checked before the curve is computed, so a wrong k costs nothing
-    k_max = check_int("k_max", k_max, minimum=1, maximum=MAX_K)
-    k = check_int("k", k, minimum=1, maximum=k_max)
-    curve = accumulation_curve(
-        k_max, inputs=inputs, accumulators=accumulators, batch=batch, seed=seed, device=device
-    )
-    return AccumulationExplorer(curve, k)
-
-
 # --------------------------------------------------------------------------------------------
 # Generations
 # --------------------------------------------------------------------------------------------
@@ -572,7 +446,7 @@ class _Details:
     note: str
 
 
-# Keyed by Tensor Core generation (hardware.tensor_core_generation(...).generation).  Dense
+# Keyed by Tensor Core generation (gpus.tensor_core_generation(...).generation).  Dense
 # FP16 rates of each generation's data-centre part, from NVIDIA's architecture whitepapers
 # (Volta: 64 FMA per Tensor Core per clock, 8 per SM; A100: 256, 4 per SM; H100: twice A100 per
 # SM).  Consumer parts of the same generation can be slower per SM.
@@ -650,7 +524,7 @@ DEFAULT_CAPABILITIES = ((6, 0), (7, 0), (7, 5), (8, 0), (8, 9), (9, 0), (10, 0))
 
 def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
     """One row per compute capability: architecture, Tensor Core generation, precisions (from
-    ``amp_lab.hardware.tensor_core_generation``) and per-clock throughput (``TENSOR_CORE_DETAILS`` by
+    ``amp_lab.gpus.tensor_core_generation``) and per-clock throughput (``TENSOR_CORE_DETAILS`` by
     generation, ``ARCHITECTURE_DETAILS`` where an architecture differs from its generation's data-centre part)."""
     if isinstance(capabilities, (str, bytes)) or not isinstance(capabilities, (list, tuple)):
         raise ArgumentTypeError(
@@ -688,242 +562,3 @@ def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
             }
         )
     return rows
-
-
-# --------------------------------------------------------------------------------------------
-# Alignment
-# --------------------------------------------------------------------------------------------
-
-
-def alignment_multiple(fmt="fp16") -> int:
-    """The dimension multiple that keeps rows 16-byte aligned for ``fmt``: 8 for FP16/BF16, 4 for
-    TF32/FP32, 16 for FP8.  cuBLAS picks its fastest Tensor Core kernels when M, N and K (and the
-    leading dimensions) are multiples of it."""
-    f = formats.get_format(fmt)
-    nbytes = 4 if f.torch_dtype is None else torch.empty(0, dtype=f.torch_dtype).element_size()
-    return 16 // nbytes
-
-
-def pad_to_multiple(n: int, multiple: int = 8) -> int:
-    """The smallest multiple of ``multiple`` that is ``>= n`` (e.g. a vocabulary of 50257 -> 50264)."""
-    n = check_int("n", n, minimum=0)
-    multiple = check_int("multiple", multiple, minimum=1)
-    return -(-n // multiple) * multiple
-
-
-A100_SMS = 108  # streaming multiprocessors of an A100 (NVIDIA A100 whitepaper)
-
-
-def tile_quantization(m: int, n: int, *, tile_m: int = 128, tile_n: int = 128, sms: int = A100_SMS) -> dict:
-    """How much of a GEMM's work a partial tile or a partial wave wastes (``02_tensor_cores``).
-
-    A GEMM kernel cuts the ``m×n`` output into tiles of ``tile_m×tile_n`` (128×128, 256×128 and
-    64-wide tiles are common), one thread block each, and the GPU runs the tiles in *waves* of
-    ``sms`` at a time (the simplest model: one tile per streaming multiprocessor, 108 on an A100).
-    A dimension that is not a multiple of the tile leaves a partial tile that costs a full one
-    (tile quantization); a tile count that is not a multiple of ``sms`` leaves the last wave
-    partly idle (wave quantization).  This is the model of NVIDIA's "Matrix Multiplication
-    Background" guide; real kernels choose their tiles per size, so it explains, not predicts.
-
-    Returns ``tiles``, ``tile_efficiency`` (useful share of the tiles' work: ``m*n`` over
-    ``tiles * tile_m * tile_n``), ``waves``, ``wave_efficiency`` (share of SM slots busy:
-    ``tiles`` over ``waves * sms``) and their product ``efficiency``, with the arguments.
-    Every argument is at most 2**31 (work is a handful of integer operations).
-    """
-    limit = 1 << 31
-    m = check_int("m", m, minimum=1, maximum=limit)
-    n = check_int("n", n, minimum=1, maximum=limit)
-    tile_m = check_int("tile_m", tile_m, minimum=1, maximum=limit)
-    tile_n = check_int("tile_n", tile_n, minimum=1, maximum=limit)
-    sms = check_int("sms", sms, minimum=1, maximum=limit)
-    tiles = -(-m // tile_m) * -(-n // tile_n)
-    waves = -(-tiles // sms)
-    tile_eff = m * n / (tiles * tile_m * tile_n)
-    wave_eff = tiles / (waves * sms)
-    return {
-        "m": m,
-        "n": n,
-        "tile_m": tile_m,
-        "tile_n": tile_n,
-        "sms": sms,
-        "tiles": tiles,
-        "tile_efficiency": tile_eff,
-        "waves": waves,
-        "wave_efficiency": wave_eff,
-        "efficiency": tile_eff * wave_eff,
-    }
-
-
-def _generator_device(dev: torch.device) -> torch.device:
-    """Where ``time_matmul`` draws its random operands: on a CUDA device itself (a CUDA generator
-    draws there), anywhere else on the CPU, then moved (a CPU generator cannot draw on an Apple
-    GPU, and torch's MPS generator gives other numbers than the CPU's)."""
-    return dev if dev.type == "cuda" else torch.device("cpu")
-
-
-def _matmul_operands(n: int, dtype: torch.dtype, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The two seeded ``n×n`` operands of ``time_matmul``, in ``dtype`` on ``dev``."""
-    where = _generator_device(dev)
-    g = torch.Generator(device=where).manual_seed(0)
-    a = torch.randn(n, n, generator=g, device=where).to(dev, dtype)
-    b = torch.randn(n, n, generator=g, device=where).to(dev, dtype)
-    return a, b
-
-
-def _time_matmul_bytes(n: int, dtype: torch.dtype) -> int:
-    """Bytes ``time_matmul(n)`` needs at its peak: the two operands and the product in ``dtype``,
-    plus the FP32 draw each operand is made from."""
-    low = torch.empty(0, dtype=dtype).element_size()
-    return n * n * (4 + 3 * low)
-
-
-def _synchronizer(dev: torch.device):
-    """Waits for the work queued on ``dev``: the CPU runs a matmul before returning, an Apple GPU
-    (MPS) only queues it, so its clock must wait for ``torch.mps.synchronize()``."""
-    if dev.type == "mps":
-        return lambda: torch.mps.synchronize()
-    return lambda: None
-
-
-def _on_device(dev: torch.device):
-    """Make ``dev`` the current CUDA device for a block: ``torch.cuda.Event.record()`` records on the
-    *current* device's stream, which is not ``dev`` when ``dev`` is ``cuda:1``."""
-    return torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
-
-
-def time_matmul(
-    n: int, *, dtype=None, device=None, repeats: int = 20, warmup: int = 5, inner: int = 1
-) -> dict:
-    """Median time of an ``n×n @ n×n`` matmul in ``dtype`` (default ``amp_dtype(device)``).
-
-    On CUDA it uses CUDA events around ``inner`` back-to-back matmuls after ``warmup`` untimed
-    ones, ``repeats`` samples, median; elsewhere ``time.perf_counter`` (on an Apple GPU after
-    waiting for the queued work).  Returns ``n``, ``dtype``, ``median_ms`` (per matmul),
-    ``tflops`` and ``samples_ms``.  A size the device's free memory cannot hold is refused with
-    a ``ValueError`` before anything is allocated.  ``repeats``, ``warmup`` and ``inner`` are each at
-    most ``MAX_REPEATS`` (10,000), and so is the number of matmuls in all, ``warmup + repeats * inner``.
-    """
-    dev = get_device(device)
-    n = check_int("n", n, minimum=1, maximum=1 << 15)
-    repeats, warmup, inner = _timing_counts(repeats, warmup, inner)
-    dtype = (
-        amp_dtype(dev)
-        if dtype is None
-        else parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16, torch.float32))
-    )
-    check_fits(
-        _time_matmul_bytes(n, dtype),
-        dev,
-        f"time_matmul(n={n}) in {str(dtype).removeprefix('torch.')}",
-        "choose a smaller n",
-    )
-    samples = []
-    with _on_device(dev), torch.inference_mode():
-        a, b = _matmul_operands(n, dtype, dev)
-        for _ in range(warmup):
-            a @ b
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-            for _ in range(repeats):
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(inner):
-                    a @ b
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end) / inner)
-        else:
-            sync = _synchronizer(dev)
-            for _ in range(repeats):
-                sync()
-                t0 = time.perf_counter()
-                for _ in range(inner):
-                    a @ b
-                sync()
-                samples.append((time.perf_counter() - t0) * 1e3 / inner)
-    median = statistics.median(samples)
-    return {
-        "n": n,
-        "dtype": str(dtype).removeprefix("torch."),
-        "median_ms": median,
-        "tflops": 2.0 * n**3 / (median * 1e-3) / 1e12,
-        "samples_ms": samples,
-    }
-
-
-def _timing_counts(repeats, warmup, inner=1) -> tuple[int, int, int]:
-    repeats = check_int("repeats", repeats, minimum=1, maximum=MAX_REPEATS)
-    warmup = check_int("warmup", warmup, minimum=0, maximum=MAX_REPEATS)
-    inner = check_int("inner", inner, minimum=1, maximum=MAX_REPEATS)
-    if warmup + repeats * inner > MAX_REPEATS:
-        raise ValueError(
-            f"warmup + repeats * inner = {warmup} + {repeats} * {inner} = {warmup + repeats * inner:,} matmuls is "
-            f"more than MAX_REPEATS = {MAX_REPEATS:,}; choose fewer repeats or a smaller inner"
-        )
-    return repeats, warmup, inner
-
-
-@dataclass
-class AlignmentDemo:
-    """Result of :func:`alignment_demo`: ``measured`` is False where no CUDA GPU was used."""
-
-    measured: bool
-    message: str
-    rows: list[dict] = field(default_factory=list)
-
-    def __str__(self) -> str:
-        if not self.measured:
-            return self.message
-        lines = [self.message, f"{'n':>6}  {'multiple of 8':>13}  {'median ms':>9}  {'TFLOP/s':>8}"]
-        for r in self.rows:
-            lines.append(
-                f"{r['n']:>6}  {('yes' if r['n'] % 8 == 0 else 'no'):>13}  {r['median_ms']:>9.3f}  {r['tflops']:>8.1f}"
-            )
-        a, b = self.rows[0], self.rows[1]
-        lines.append(
-            f"n = {b['n']} does {b['n'] ** 3 / a['n'] ** 3:.4f}x the work of n = {a['n']} "
-            f"and takes {b['median_ms'] / a['median_ms']:.2f}x the time"
-        )
-        return "\n".join(lines)
-
-
-def alignment_demo(
-    n: int = 4096, *, dtype=None, device=None, repeats: int = 20, warmup: int = 5
-) -> AlignmentDemo:
-    """Time ``n×n`` against ``(n-1)×(n-1)`` matmuls on CUDA (CUDA events, warm-up, median).
-
-    Without a CUDA device nothing is timed (CPU matmuls say nothing about Tensor Cores): the
-    result's message says what the measurement would show and why it is skipped.
-    """
-    dev = get_device(device)
-    n = check_int("n", n, minimum=9, maximum=1 << 15)
-    repeats, warmup, _ = _timing_counts(repeats, warmup, 3)  # each size is timed with inner=3
-    if dtype is not None:
-        dtype = parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16))
-    if dev.type != "cuda":
-        dtype_name = str(amp_dtype("cuda") if torch.cuda.is_available() else torch.float16).removeprefix(
-            "torch."
-        )
-        return AlignmentDemo(
-            measured=False,
-            message=(
-                f"No CUDA GPU here (device: {dev.type}), so this cell is skipped: it needs a CUDA GPU.\n"
-                f"On one it times a {n}x{n} {dtype_name} matmul against {n - 1}x{n - 1} with CUDA events "
-                f"(warm-up, {repeats} samples, median) and prints milliseconds and TFLOP/s for each.\n"
-                f"{n} is a multiple of {alignment_multiple('fp16')}, {n - 1} is not: cuBLAS must fall back to "
-                "slower kernels for the unaligned size (on old cuBLAS, to no Tensor Cores at all), so the "
-                "smaller matrix usually takes longer and delivers fewer TFLOP/s.\n"
-                "Timing CPU matmuls instead would say nothing about Tensor Cores."
-            ),
-        )
-    dtype = torch.float16 if dtype is None else dtype
-    rows = [
-        time_matmul(m, dtype=dtype, device=dev, repeats=repeats, warmup=warmup, inner=3) for m in (n, n - 1)
-    ]
-    name = torch.cuda.get_device_name(dev)
-    return AlignmentDemo(
-        measured=True,
-        message=f"{name}: {str(dtype).removeprefix('torch.')} matmuls, CUDA events, median of {repeats}",
-        rows=rows,
-    )

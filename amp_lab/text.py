@@ -121,7 +121,51 @@ REASONS: dict[str, str] = {
     # --- scaling ---
     # --- ranges ---
     # --- formats ---
+    "formats.stored_as": "{label} stores {x:g} as {stored:g}.",
+    "formats.exact": "{x:g} is a {label} value: it is stored exactly.",
+    "formats.step_in_binade": "{label} has {precision} significant bits, so between {low:g} and {high:g} its step is {step:g}.",
+    "formats.step_subnormal": "Below {high:g}, {label}'s smallest normal, its values are subnormal, evenly spaced by {step:g}.",
+    "formats.tie_to_even": (
+        "{x:g} lies exactly halfway between {below:g} and {above:g}, and round to nearest even picks {stored:g}, "
+        "the neighbour whose last mantissa bit is {last_bit}."
+    ),
+    "formats.to_nearest": "{x:g} lies between {below:g} and {above:g}, and round to nearest picks {stored:g}, the closer one.",
+    "formats.saturates": "{label} has no infinity: {x:g} is beyond its max {max:g}, so this torch's cast saturates at {stored:g}.",
+    "formats.overflows_to_inf": "{label} has infinities: {x:g} is beyond its max {max:g}, so the cast gives {stored:g}.",
+    "formats.overflows_to_nan": "{label} has no infinity: {x:g} is beyond its max {max:g}, and this torch's cast gives {stored:g}.",
+    "formats.nan_in": "NaN rounds to NaN in {label}.",
     # --- tensor_cores ---
+    "tc.stalls": (
+        "{label} has {precision} significant bits, so from 2**{precision} = {start} on its step is 2; adding 1 there "
+        "is a tie, which rounds back to the even neighbour, so addition #{index} leaves the sum at {stalled:g} for good."
+    ),
+    "tc.no_stall": "{label} adds 1.0 {n} times without a stall: the sum is {final:g}.",
+    "tc.accumulator_ratio": (
+        "At K = {k} the {low} accumulator's median error is {e_low:.1e}, {in_u_low:.0f} times {low}'s unit roundoff; "
+        "the {high} one's is {e_high:.1e}, {in_u_high:.0f} times {high}'s."
+    ),
+    "tc.accumulator_why": (
+        "{low}'s unit roundoff alone is {u_ratio:.0f} times {high}'s, and the {low} sum's step grows with the sum "
+        "while the terms stay small, so its error grows faster with K: the ratio is {ratio:.2g}."
+    ),
+    "tc.padding_small_gain": (
+        "Padding to a multiple of {tile_n} instead of 8 fills the last tile and gains {gain:.3%} of the work: little "
+        "at this width; tile quantization matters when a dimension is only a few tiles wide."
+    ),
+    "tc.padding_worth_it": (
+        "Padding to a multiple of {tile_n} instead of 8 fills the last tile and gains {gain:.3%} of the work: "
+        "worth it at this width."
+    ),
+    "tc.alignment_skipped": "No CUDA GPU here (device: {device}), so this cell is skipped: it needs a CUDA GPU.",
+    "tc.alignment_would_show": (
+        "On one it times a {n}x{n} {dtype} matmul against {n1}x{n1} with CUDA events (warm-up, {repeats} samples, "
+        "median) and prints milliseconds and TFLOP/s for each. {n} is a multiple of {multiple}, {n1} is not: cuBLAS "
+        "must fall back to slower kernels for the unaligned size (on old cuBLAS, to no Tensor Cores at all), so the "
+        "smaller matrix usually takes longer and delivers fewer TFLOP/s. Timing CPU matmuls instead would say "
+        "nothing about Tensor Cores."
+    ),
+    "tc.alignment_measured": "{gpu}: {dtype} matmuls, CUDA events, median of {repeats}.",
+    "tc.alignment_ratio": "n = {n1} does {work:.4f}x the work of n = {n} and takes {time:.2f}x the time.",
     # --- autocast_ops ---
     # the probe's evidence (autocast_probe): which test decided an op's policy
     "autocast.lowered": "float32 inputs: autocast cast {casts} tensor(s) to {low} and ran {kernels} in {low}.",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from amp_lab import formats, tensor_cores
+from amp_lab import accumulation, format_explorer
 
 TARGET_MS = 100.0
 
@@ -24,7 +24,7 @@ def median_ms(fn, values) -> float:
 
 
 def main() -> None:
-    explorer = formats.bit_explorer(0.1)
+    explorer = format_explorer.bit_explorer(0.1)
     typed = ["0.1", "65520", "1e-8", "3e38", "-2.5", "448", "nan", "inf", "2049", "1e-40"] * 5
 
     def type_value(text):
@@ -34,17 +34,23 @@ def main() -> None:
         explorer.slider.value = v
 
     ms = median_ms(type_value, typed)
-    print(f"bit explorer, typed value: median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)")
+    print(
+        f"bit explorer, typed value: median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)"
+    )
     ms = median_ms(slide, [10.0 ** (e / 3) for e in range(-60, 60, 3)])
-    print(f"bit explorer, slider:      median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)")
+    print(
+        f"bit explorer, slider:      median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)"
+    )
 
-    acc = tensor_cores.accumulation_explorer(k=16, k_max=4096)
+    acc = accumulation.accumulation_explorer(k=16, k_max=4096)
 
     def set_k(k):
         acc.slider.value = k
 
     ms = median_ms(set_k, [2**i + j for i in range(1, 12) for j in (0, 1)])
-    print(f"accumulation explorer, K:  median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)")
+    print(
+        f"accumulation explorer, K:  median {ms:.2f} ms per update ({ms / TARGET_MS:.3f}x the {TARGET_MS:.0f} ms target)"
+    )
 
 
 if __name__ == "__main__":

@@ -80,7 +80,11 @@ def test_ex3_ulp_at_1000():
 
 
 def test_ex4_how_far_down():
-    kept = {n for n, f in FORMATS.items() if f.torch_dtype is None or torch.tensor(1e-20).to(f.torch_dtype).item() != 0}
+    kept = {
+        n
+        for n, f in FORMATS.items()
+        if f.torch_dtype is None or torch.tensor(1e-20).to(f.torch_dtype).item() != 0
+    }
     assert kept == {"fp32", "tf32", "bf16"}
     assert_passes(nb01.ex4, kept)
     assert_passes(nb01.ex4, sorted(kept))

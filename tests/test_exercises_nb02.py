@@ -22,7 +22,11 @@ SHAPES = {
 @pytest.fixture(scope="module")
 def abc():
     gen = torch.Generator().manual_seed(0)
-    return torch.randn(4, 8, generator=gen), torch.randn(8, 4, generator=gen), torch.randn(4, 4, generator=gen)
+    return (
+        torch.randn(4, 8, generator=gen),
+        torch.randn(8, 4, generator=gen),
+        torch.randn(4, 4, generator=gen),
+    )
 
 
 def _tensor_core(A, B, C):
@@ -30,7 +34,9 @@ def _tensor_core(A, B, C):
     Ah, Bh = A.half().double(), B.half().double()
     D = C.double().clone()
     for k in range(A.shape[1]):
-        D = (D + Ah[:, k : k + 1] * Bh[k : k + 1, :]).float().double()  # products exact, each sum rounded to FP32
+        D = (
+            (D + Ah[:, k : k + 1] * Bh[k : k + 1, :]).float().double()
+        )  # products exact, each sum rounded to FP32
     return D.float()
 
 
@@ -49,9 +55,13 @@ def test_ex1_one_tensor_core_operation(abc):
 
 def test_ex1_refuses_bad_measurements(abc):
     A, B, C = abc
-    for args, name in (((None, "A", B, C), "A"), ((None, A, B.T, C), "B"), ((None, A, B, C[:2]), "C"),
-                       ((None, A, B, torch.full((4, 4), float("nan"))), "C"),
-                       ((None, A.int(), B, C), "A")):
+    for args, name in (
+        ((None, "A", B, C), "A"),
+        ((None, A, B.T, C), "B"),
+        ((None, A, B, C[:2]), "C"),
+        ((None, A, B, torch.full((4, 4), float("nan"))), "C"),
+        ((None, A.int(), B, C), "A"),
+    ):
         with pytest.raises((TypeError, ValueError), match=name):
             nb02.ex1.check(*args, show=False)
 
@@ -113,8 +123,15 @@ def test_ex4_which_gemms_need_padding():
 
 @pytest.mark.parametrize(
     ("shapes", "error"),
-    [([(8, 8, 8)], TypeError), ({}, ValueError), ({"a": (8, 8)}, ValueError), ({"a": (8, 8, 0)}, ValueError),
-     ({"a": (8, 8, 8.0)}, ValueError), ({1: (8, 8, 8)}, TypeError), ({f"g{i}": (8, 8, 8) for i in range(33)}, ValueError)],
+    [
+        ([(8, 8, 8)], TypeError),
+        ({}, ValueError),
+        ({"a": (8, 8)}, ValueError),
+        ({"a": (8, 8, 0)}, ValueError),
+        ({"a": (8, 8, 8.0)}, ValueError),
+        ({1: (8, 8, 8)}, TypeError),
+        ({f"g{i}": (8, 8, 8) for i in range(33)}, ValueError),
+    ],
 )
 def test_ex4_refuses_bad_shapes(shapes, error):
     with pytest.raises(error, match="shapes"):

@@ -13,7 +13,7 @@ Skipped on purpose (and why):
 * ``progress.progress``: a thin wrapper that hands every argument to ``tqdm``; its errors are tqdm's.
 * ``doctor.main``/``doctor.run_checks``/``doctor.check_amp_api``/``doctor.check_plotting``/
   ``cpus.read_cpuinfo``/``cpus.read_sysctl``/``hardware.tf32_matmul_enabled``/
-  ``hardware.tf32_setting``/``progress.enabled``/``formats.fp8_e4m3_overflow``/``gpus.datasheet_rows``/
+  ``hardware.tf32_setting``/``progress.enabled``/``gpus.datasheet_rows``/
   ``autocast_ops.op_names`` (no argument)/``check_amp_api``: no arguments to fuzz (``doctor.main`` and
   ``run_checks`` are fuzzed only through ``argv``/``version_of``); they are called once with no arguments.
 * widget classes are built (their constructors fuzzed) but never displayed: no ``IPython.display`` calls,
@@ -73,6 +73,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from amp_lab import (
+    accumulation,
+    alignment,
     amp,
     autocast_ops,
     check,
@@ -85,6 +87,7 @@ from amp_lab import (
     doctor,
     dtypes,
     exercises,
+    format_explorer,
     formats,
     fp8,
     gpus,
@@ -111,6 +114,8 @@ from amp_lab.learner_api import LEARNER_API
 MIN_TARGET_REL_WIDTH = getattr(timing, "MIN_TARGET_REL_WIDTH", 0.0)
 
 MODULES = {
+    "accumulation": accumulation,
+    "alignment": alignment,
     "amp": amp,
     "autocast_ops": autocast_ops,
     "cost": cost,
@@ -124,6 +129,7 @@ MODULES = {
     "data": data,
     "device": device,
     "doctor": doctor,
+    "format_explorer": format_explorer,
     "formats": formats,
     "fp8": fp8,
     "gradients": gradients,
@@ -159,7 +165,7 @@ MAX_GROWTH_INTERVAL = getattr(scaling, "MAX_GROWTH_INTERVAL", 2**31 - 1)  # Grad
 MAX_GROWTH_FACTOR = getattr(scaling, "MAX_GROWTH_FACTOR", F32_MAX / F32_TINY)
 RECIPE_MAX_SIZE = getattr(recipe, "_MAX_SIZE", 2**53)  # widths and batch sizes of recipe's helpers
 RECIPE_MAX_STEP = getattr(recipe, "_MAX_STEP_NUMBER", 2**53)  # a step number
-MAX_K = getattr(tensor_cores, "MAX_K", 1 << 16)
+MAX_K = tensor_cores.MAX_K
 MAX_PIXELS = getattr(widgets, "MAX_PIXELS", 4096)  # FigurePane's dpi
 MAX_CONTESTANTS = 3  # race.mlp_bytes: FP32, AMP and (from Ampere on) TF32
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
@@ -310,14 +316,6 @@ def probe_table():
 @functools.cache
 def report():
     return hardware.report_for("cpu")
-
-
-CURVE_K_MAX = 64
-
-
-@functools.cache
-def curve():
-    return tensor_cores.accumulation_curve(CURVE_K_MAX, batch=2)
 
 
 @functools.cache
@@ -757,52 +755,12 @@ E(
 )
 
 # --- formats --------------------------------------------------------------------------------
-E(
-    "formats.FloatFormat",
-    lambda: dict(name="fp16x", exponent_bits=5, mantissa_bits=10),
-    {
-        "exponent_bits": Int(2, 11),
-        "mantissa_bits": Int(1, 52),
-        "torch_dtype": Dtype(),
-        "overflow": Str(),
-    },  # up to fp64's
-)
-E("formats.get_format", lambda: dict(fmt="fp16"))
 E("formats.round_to", lambda: dict(x=T(4), fmt="fp16"), {"x": Tensor()})
-E("formats.emulate_round", lambda: dict(x=T(4), fmt="fp16"), {"x": Tensor()})
 E("formats.decompose", lambda: dict(value=0.1, fmt="fp16"), {"value": Roundable()})
-E(
-    "formats.Decomposition",
-    lambda: dict(
-        fmt="fp16",
-        input=0.1,
-        value=0.1,
-        sign=0,
-        exponent=-4,
-        mantissa=614,
-        bits="0" * 16,
-        kind="normal",
-        ulp=1e-4,
-        error=0.0,
-    ),
-)
-E(
-    "formats.from_bits",
-    lambda: dict(bits=0x3C00, fmt="fp16"),
-    {"bits": Int(0, 2**16 - 1)},
-    accept=[("np.int64(0x3C00), 'fp16'", lambda: dict(bits=np.int64(0x3C00), fmt="fp16"))],
-    post=is_float,
-)
 E("formats.formats_table", fuzz={"fmts": Seq()})
-E("formats.formats_table_text", fuzz={"fmts": Seq()}, post=is_str)
-E("formats.text_table", lambda: dict(rows=[{"a": 1, "b": 2}]), {"rows": Seq(), "columns": Seq()}, post=is_str)
-E("formats.ulp_curve", lambda: dict(fmt="fp16"))
 E("formats.plot_range_precision", fuzz={"fig": Obj(), "fmts": Seq()}, examples=3, corpus_limit=2)
 E("formats.format_ulp", lambda: dict(value=1.0, fmt="fp16"), {"value": Roundable()})
-E("formats.fp8_e4m3_overflow", post=is_str)
-E("formats.BitExplorer", lambda: dict(value=0.1), {"value": Roundable(), "fmts": Seq()}, examples=4)
-E("formats.bit_explorer", lambda: dict(value=0.1), {"value": Roundable(), "fmts": Seq()}, examples=4)
-E("formats.bits_html", lambda: dict(d=formats.decompose(0.1, "fp16")), {"d": Obj()}, post=is_str)
+E("format_explorer.bit_explorer", lambda: dict(value=0.1), {"value": Roundable(), "fmts": Seq()}, examples=4)
 
 # --- gradients ------------------------------------------------------------------------------
 E(
@@ -1436,12 +1394,6 @@ E(
     {"partial_sums": Tensor()},
 )
 E(
-    "tensor_cores.AccumulationCurve",
-    lambda: {k: getattr(curve(), k) for k in inspect.signature(tensor_cores.AccumulationCurve).parameters},
-    corpus_limit=2,
-    examples=2,
-)
-E(
     "tensor_cores.accumulation_curve",
     lambda: dict(k_max=64, batch=2),
     {
@@ -1455,13 +1407,7 @@ E(
     examples=3,
 )
 E(
-    "tensor_cores.AccumulationExplorer",
-    lambda: dict(curve=curve(), k=8),
-    {"curve": Obj(), "k": Int(1, CURVE_K_MAX)},  # the slider: 1 to the curve's k_max
-    examples=3,
-)
-E(
-    "tensor_cores.accumulation_explorer",
+    "accumulation.accumulation_explorer",
     lambda: dict(k=8, k_max=64, batch=2),
     {
         "k": Int(1, 64),
@@ -1473,27 +1419,21 @@ E(
     corpus_limit=2,
 )
 E("tensor_cores.generations_table", lambda: dict(capabilities=((8, 0),)), {"capabilities": Seq()})
-E("tensor_cores.alignment_multiple", lambda: dict(fmt="fp16"))
-E("tensor_cores.pad_to_multiple", lambda: dict(n=7), {"n": Int(0), "multiple": Int(1)}, post=nonneg_int)
+E("tensor_cores.stall_reading", lambda: dict(n=8), {"n": Int(1, MAX_K, skip_above=2**12), "accumulate": Fmt()})
+E("alignment.alignment_multiple", lambda: dict(fmt="fp16"))
 E(
-    "tensor_cores.tile_quantization",
+    "alignment.padding_reading",
+    lambda: dict(m=4096, n=50257),
+    {"m": Int(1, 2**30), "n": Int(1, 2**30), "tile_n": Int(1, 2**30)},
+)
+E("alignment.pad_to_multiple", lambda: dict(n=7), {"n": Int(0), "multiple": Int(1)}, post=nonneg_int)
+E(
+    "alignment.tile_quantization",
     lambda: dict(m=1024, n=1024),
     {"m": Int(1, 2**31), "n": Int(1, 2**31), "tile_m": Int(1, 2**31), "tile_n": Int(1, 2**31), "sms": Int(1, 2**31)},
 )
 E(
-    "tensor_cores.time_matmul",
-    lambda: dict(n=8, repeats=2, warmup=0),
-    {
-        "n": Int(1, skip_above=256),
-        "repeats": Int(1, skip_above=100),
-        "warmup": Int(0, skip_above=100),
-        "inner": Int(1, skip_above=100),
-    },
-    examples=3,
-)
-E("tensor_cores.AlignmentDemo", lambda: dict(measured=False, message="m"), {"rows": Seq()})
-E(
-    "tensor_cores.alignment_demo",
+    "alignment.alignment_demo",
     lambda: dict(n=16, repeats=2, warmup=0),
     {"n": Int(1, skip_above=128), "repeats": Int(1, skip_above=20), "warmup": Int(0, skip_above=20)},
     examples=3,
@@ -1897,17 +1837,6 @@ NOT_YET_PRUNED = {
     "exercises.combine",
     "exercises.exercise",
     "exercises.exercises_of",
-    # formats
-    "formats.BitExplorer",
-    "formats.Decomposition",
-    "formats.FloatFormat",
-    "formats.bits_html",
-    "formats.emulate_round",
-    "formats.formats_table_text",
-    "formats.fp8_e4m3_overflow",
-    "formats.from_bits",
-    "formats.get_format",
-    "formats.ulp_curve",
     # fp8
     "fp8.ElementFormat",
     "fp8.Float8Linear",
@@ -1977,12 +1906,6 @@ NOT_YET_PRUNED = {
     "scaling.ScalerComparison",
     "scaling.check_and_unscale_",
     "scaling.to_float32",
-    # tensor_cores
-    "tensor_cores.AccumulationCurve",
-    "tensor_cores.AccumulationExplorer",
-    "tensor_cores.AlignmentDemo",
-    "tensor_cores.accumulation_curve",
-    "tensor_cores.time_matmul",
     # timing
     "timing.Contestant",
     "timing.RaceProgress",
@@ -2129,7 +2052,6 @@ def hard_timeout():
 # test_factory_forwards_every_argument_to_its_class proves that nothing is checked, changed or dropped on
 # the way (a factory that starts to do anything itself fails there and must be fuzzed again).
 FORWARDERS = {
-    "formats.bit_explorer": "formats.BitExplorer",
     "ranges.scale_explorer": "ranges.ScaleExplorer",
     "training.scaler_explorer": "training.ScalerExplorer",
     "widgets.smoke_test": "widgets.SmokeTest",
@@ -2427,7 +2349,7 @@ MUST_ACCEPT = [
         lambda: device.seed_everything(np.int64(2**32 - 1)) is None,
     ),
     ("race.matmul_bytes(np.int64(8))", lambda: race.matmul_bytes(np.int64(8)) > 0),
-    ("tensor_cores.pad_to_multiple(np.int32(7))", lambda: tensor_cores.pad_to_multiple(np.int32(7)) == 8),
+    ("alignment.pad_to_multiple(np.int32(7))", lambda: alignment.pad_to_multiple(np.int32(7)) == 8),
     (
         "gpus.tensor_core_generation((np.int64(8), np.int64(0)))",
         lambda: gpus.tensor_core_generation((np.int64(8), np.int64(0))).architecture == "Ampere",

@@ -24,8 +24,6 @@ OVER_TODAY = {
     "fp8": 1430,
     "check": 1390,
     "timing": 970,
-    "formats": 950,
-    "tensor_cores": 935,
     "scaling": 815,
     "ranges": 810,
 }

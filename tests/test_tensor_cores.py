@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_lab import device as device_module
+from amp_lab import accumulation as AE
+from amp_lab import alignment as AL
 from amp_lab import formats as F
 from amp_lab import gpus
 from amp_lab import tensor_cores as T
@@ -235,7 +236,7 @@ def test_accumulation_curve():
 
 
 def test_accumulation_explorer_headless():
-    ex = T.accumulation_explorer(k=16, k_max=256, batch=4)
+    ex = AE.accumulation_explorer(k=16, k_max=256, batch=4)
     renders = ex.pane.renders
     assert "amp-accumulation-k" in ex.slider._dom_classes
     ex.slider.value = 200
@@ -298,41 +299,41 @@ def test_per_clock_figures_reproduce_published_peaks(generation, sms, boost_ghz,
 def test_alignment_helpers():
     for name in ("fp16", "bf16", "fp8_e4m3", "fp32"):
         bytes_per = torch.finfo(F.FORMATS[name].torch_dtype).bits // 8
-        assert T.alignment_multiple(name) * bytes_per == 16
-    assert T.alignment_multiple("tf32") == 4
-    assert T.pad_to_multiple(4095, 8) == 4096
-    assert T.pad_to_multiple(4096, 8) == 4096
-    assert T.pad_to_multiple(50257, 64) == 50304
+        assert AL.alignment_multiple(name) * bytes_per == 16
+    assert AL.alignment_multiple("tf32") == 4
+    assert AL.pad_to_multiple(4095, 8) == 4096
+    assert AL.pad_to_multiple(4096, 8) == 4096
+    assert AL.pad_to_multiple(50257, 64) == 50304
     with pytest.raises(ValueError, match="multiple"):
-        T.pad_to_multiple(10, 0)
+        AL.pad_to_multiple(10, 0)
 
 
 def test_alignment_demo_on_cpu_says_it_needs_cuda():
-    demo = T.alignment_demo(4096, device="cpu")
+    demo = AL.alignment_demo(4096, device="cpu")
     assert not demo.measured and demo.rows == []
-    text = str(demo)
-    assert "CUDA GPU" in text and "4096" in text and "4095" in text
+    assert demo.reading.codes == ("tc.alignment_skipped", "tc.alignment_would_show")
+    facts = demo.reading.facts
+    assert (facts["n"], facts["n1"], facts["multiple"], facts["repeats"]) == (4096, 4095, 8, 20)
 
 
 def test_time_matmul_cpu():
-    r = T.time_matmul(16, dtype="fp32", device="cpu", repeats=3, warmup=1)
+    r = AL.time_matmul(16, dtype=torch.float32, device=torch.device("cpu"), repeats=3, warmup=1, inner=1)
     assert r["n"] == 16 and r["dtype"] == "float32" and len(r["samples_ms"]) == 3
     assert r["median_ms"] > 0 and r["tflops"] > 0
-    with pytest.raises(ValueError, match="dtype"):
-        T.time_matmul(16, dtype="int8", device="cpu")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_alignment_demo_on_cuda():
-    demo = T.alignment_demo(1024, device="cuda", repeats=5, warmup=2)
+    demo = AL.alignment_demo(1024, device="cuda", repeats=5, warmup=2)
     assert demo.measured and [r["n"] for r in demo.rows] == [1024, 1023]
+    assert demo.reading.outcome == "tc.alignment_measured" and demo.reading.facts["work"] == 1023**3 / 1024**3
     assert all(r["median_ms"] > 0 for r in demo.rows)
     D = T.mma(torch.ones(2, 3), torch.ones(3, 2), device="cuda")
     assert D.device.type == "cuda" and D.tolist() == [[3.0, 3.0], [3.0, 3.0]]
 
 
 # --------------------------------------------------------------------------------------------
-# time_matmul on other devices, without them (issue 13, items 8 and 9)
+# time_matmul on other devices, without them
 # --------------------------------------------------------------------------------------------
 
 
@@ -343,13 +344,16 @@ def test_alignment_demo_on_cuda():
 )  # fmt: skip
 def test_time_matmul_draws_where_a_generator_can(dev, where):
     # a CUDA generator draws on its own device; a CPU generator cannot draw onto an Apple GPU
-    assert T._generator_device(dev) == torch.device(where)
+    assert AL._generator_device(dev) == torch.device(where)
 
 
 def test_time_matmul_operands_are_the_cpu_draws_elsewhere():
     g = torch.Generator().manual_seed(0)
-    want = torch.randn(6, 6, generator=g).to(torch.bfloat16), torch.randn(6, 6, generator=g).to(torch.bfloat16)
-    got = T._matmul_operands(6, torch.bfloat16, torch.device("cpu"))
+    want = (
+        torch.randn(6, 6, generator=g).to(torch.bfloat16),
+        torch.randn(6, 6, generator=g).to(torch.bfloat16),
+    )
+    got = AL._matmul_operands(6, torch.bfloat16, torch.device("cpu"))
     assert all(torch.equal(a, b) and a.dtype == torch.bfloat16 for a, b in zip(got, want, strict=True))
 
 
@@ -398,42 +402,39 @@ class _FakeCuda:
         monkeypatch.setattr(torch.cuda, "Event", Event)
         monkeypatch.setattr(torch.cuda, "device", device)
         # the operands on the CPU: this machine has no CUDA memory to put them in
-        monkeypatch.setattr(T, "_matmul_operands", lambda n, dtype, dev: (torch.ones(n, n, dtype=dtype),) * 2)
+        monkeypatch.setattr(
+            AL, "_matmul_operands", lambda n, dtype, dev: (torch.ones(n, n, dtype=dtype),) * 2
+        )
 
 
 def test_time_matmul_records_events_on_its_own_gpu(monkeypatch):
     # torch.cuda.Event.record() uses the *current* device's stream: timing cuda:1 while cuda:0 is
     # current would time nothing useful.  time_matmul must make its device current.
     fake = _FakeCuda(monkeypatch)
-    r = T.time_matmul(8, dtype="fp32", device=torch.device("cuda", 1), repeats=3, warmup=1)
+    r = AL.time_matmul(8, dtype=torch.float32, device=torch.device("cuda", 1), repeats=3, warmup=1, inner=1)
     assert r["samples_ms"] == [1.0, 1.0, 1.0]
     assert fake.recorded_on == [1] * 6
     assert fake.current == 0  # and gives the learner's current device back
 
 
-def test_time_matmul_refuses_what_memory_cannot_hold(monkeypatch):
-
+def test_alignment_demo_refuses_what_memory_cannot_hold(monkeypatch):
     fake = _FakeCuda(monkeypatch)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 << 30, 16 << 30))
-    monkeypatch.setattr(T, "_matmul_operands", lambda *a: pytest.fail("allocated before the memory check"))
-    with pytest.raises(ValueError, match=r"time_matmul\(n=32768\).*refused before allocating"):
-        T.time_matmul(2**15, dtype="fp16", device="cuda:1")
+    monkeypatch.setattr(AL, "_matmul_operands", lambda *a: pytest.fail("allocated before the memory check"))
+    with pytest.raises(ValueError, match=r"alignment_demo\(n=32768\).*refused before allocating"):
+        AL.alignment_demo(2**15, dtype="fp16", device="cuda:1")
     assert fake.recorded_on == []
-    # on the CPU too, where the free memory is the machine's: n = 2**15 needs about 10 GiB in BF16
-    monkeypatch.setattr(device_module, "available_bytes", lambda dev=None: 4 << 30)
-    with pytest.raises(ValueError, match="refused before allocating"):
-        T.time_matmul(2**15, device="cpu")
-    assert T._time_matmul_bytes(2**15, torch.bfloat16) == 2**30 * (4 + 3 * 2)
+    # n = 2**15 in BF16: two operands and the product, plus the FP32 draw of each operand
+    assert AL._time_matmul_bytes(2**15, torch.bfloat16) == 2**30 * (4 + 3 * 2)
 
 
-# ---- issue 14: every bad input gets a clear error, no call hangs ----
+# ---- every bad input gets a clear error, no call hangs ----
 
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from amp_lab import tensor_cores as tc  # noqa: E402
-from amp_lab._checks import MAX_REPEATS  # noqa: E402
 
 
 def test_mma_refuses_huge_products_before_starting():
@@ -444,7 +445,6 @@ def test_mma_refuses_huge_products_before_starting():
     with pytest.raises(ValueError, match=r"K <= 65,536"):
         tc.mma(torch.ones(1, 100_000), torch.ones(100_000, 1))
     assert time.perf_counter() - t0 < 2.0  # refused, not attempted
-    assert tc.MAX_MMA_WORK == 2**24
     # the largest allowed product still runs, and reference_mma has no emulation limit
     A = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
     assert tc.mma(A, A).shape == (256, 256)
@@ -531,9 +531,9 @@ def test_accumulation_curve_takes_one_accumulator_name():
 
 def test_accumulation_explorer_checks_k_before_the_curve():
     with pytest.raises(ValueError, match="k must be <= 64"):
-        tc.accumulation_explorer(k=65, k_max=64, batch=2)
+        AE.accumulation_explorer(k=65, k_max=64, batch=2)
     with pytest.raises(TypeError, match="k must be an integer"):
-        tc.accumulation_explorer(k=1.5, k_max=64, batch=2)
+        AE.accumulation_explorer(k=1.5, k_max=64, batch=2)
 
 
 @pytest.mark.parametrize(
@@ -541,16 +541,14 @@ def test_accumulation_explorer_checks_k_before_the_curve():
     [
         ({"repeats": 10**12}, "repeats must be <= 10000"),
         ({"warmup": 10**12}, "warmup must be <= 10000"),
-        ({"inner": 10**12}, "inner must be <= 10000"),
-        ({"repeats": 5000, "inner": 3}, "warmup \\+ repeats \\* inner"),
+        ({"repeats": 3400}, "warmup \\+ 3 \\* repeats"),
         ({"repeats": 0}, "repeats must be >= 1"),
         ({"repeats": True}, "repeats must be an integer"),
     ],
 )
-def test_time_matmul_bounds_its_work(kwargs, words):
+def test_alignment_demo_bounds_its_work(kwargs, words):
     with pytest.raises(ValueError, match=words):
-        tc.time_matmul(1, device="cpu", **kwargs)
-    assert MAX_REPEATS == 10_000
+        AL.alignment_demo(4096, device="cpu", **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -560,7 +558,7 @@ def test_time_matmul_bounds_its_work(kwargs, words):
 def test_alignment_demo_validates_before_skipping(kwargs, words):
     # without a GPU nothing is timed, but a bad argument is still named (it used to print "-5 samples")
     with pytest.raises(ValueError, match=words):
-        tc.alignment_demo(4096, device="cpu", **kwargs)
+        AL.alignment_demo(4096, device="cpu", **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -578,21 +576,8 @@ def test_generations_table_bad_capabilities(caps, err, words):
         tc.generations_table(caps)
 
 
-def test_plot_accumulation_checks_its_arguments():
-    from matplotlib.figure import Figure
-
-    curve = tc.accumulation_curve(16, batch=2)
-    ax = Figure().add_subplot()
-    with pytest.raises(TypeError, match="curve"):
-        tc.plot_accumulation("curve", ax)
-    with pytest.raises(TypeError, match="ax"):
-        tc.plot_accumulation(curve, None)
-    with pytest.raises(ValueError, match="k must be <= 16"):
-        tc.plot_accumulation(curve, ax, 17)
-
-
 # --------------------------------------------------------------------------------------------
-# issue 15: the output rounding autocast adds, accumulate rates, tile and wave quantization
+# the output rounding autocast adds, accumulate rates, tile and wave quantization
 # --------------------------------------------------------------------------------------------
 
 
@@ -642,9 +627,14 @@ def test_accumulate_rates_match_the_datasheets_and_the_lesson():
 
     by_part = {r["part"]: r for r in T.ACCUMULATE_RATES}
     # the FP32-accumulate figures are the dense FP16 rates race's datasheets hold (an independent table)
-    for part, name in [("A100", "NVIDIA A100-SXM4-80GB"), ("H100 SXM", "NVIDIA H100 80GB HBM3"),
-                       ("RTX 4090", "NVIDIA GeForce RTX 4090")]:
-        assert by_part[part]["fp32_accumulate"] == pytest.approx(gpus.datasheet_entry(name).fp16_tflops, rel=1e-3)
+    for part, name in [
+        ("A100", "NVIDIA A100-SXM4-80GB"),
+        ("H100 SXM", "NVIDIA H100 80GB HBM3"),
+        ("RTX 4090", "NVIDIA GeForce RTX 4090"),
+    ]:
+        assert by_part[part]["fp32_accumulate"] == pytest.approx(
+            gpus.datasheet_entry(name).fp16_tflops, rel=1e-3
+        )
     for r in T.ACCUMULATE_RATES:
         ratio = r["fp16_accumulate"] / r["fp32_accumulate"]
         assert ratio == pytest.approx(2.0 if r["kind"] == "GeForce" else 1.0, rel=1e-2), r
@@ -666,25 +656,28 @@ def _tiles_by_enumeration(m, n, tm, tn, sms):
 
 
 def test_tile_quantization_by_hand():
-    q = T.tile_quantization(1024, 1024)
+    q = AL.tile_quantization(1024, 1024)
     assert (q["tiles"], q["waves"], q["tile_efficiency"]) == (64, 1, 1.0)
     assert q["wave_efficiency"] == 64 / 108
-    q = T.tile_quantization(1281, 1281)  # 11 x 11 tiles, the last row and column 1 wide
+    q = AL.tile_quantization(1281, 1281)  # 11 x 11 tiles, the last row and column 1 wide
     assert (q["tiles"], q["waves"]) == (121, 2)
     assert q["tile_efficiency"] == 1281 * 1281 / (121 * 128 * 128)
     assert q["efficiency"] == q["tile_efficiency"] * 121 / 216
     # GPT-2's vocabulary padded to 64 fills 64-wide tiles exactly
-    assert T.tile_quantization(4096, 50304, tile_n=64)["tile_efficiency"] == 1.0
-    assert T.tile_quantization(4096, 50257, tile_n=64)["tile_efficiency"] == 50257 / 50304
+    assert AL.tile_quantization(4096, 50304, tile_n=64)["tile_efficiency"] == 1.0
+    assert AL.tile_quantization(4096, 50257, tile_n=64)["tile_efficiency"] == 50257 / 50304
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.integers(1, 700), st.integers(1, 700), st.sampled_from([16, 64, 128, 256]),
-    st.sampled_from([32, 64, 128]), st.integers(1, 150),
+    st.integers(1, 700),
+    st.integers(1, 700),
+    st.sampled_from([16, 64, 128, 256]),
+    st.sampled_from([32, 64, 128]),
+    st.integers(1, 150),
 )
 def test_tile_quantization_matches_enumeration(m, n, tm, tn, sms):
-    q = T.tile_quantization(m, n, tile_m=tm, tile_n=tn, sms=sms)
+    q = AL.tile_quantization(m, n, tile_m=tm, tile_n=tn, sms=sms)
     tiles, useful, waves = _tiles_by_enumeration(m, n, tm, tn, sms)
     assert (q["tiles"], q["waves"]) == (tiles, waves)
     assert q["tile_efficiency"] == pytest.approx(useful / (tiles * tm * tn), rel=1e-15)
@@ -706,12 +699,58 @@ def test_tile_quantization_matches_enumeration(m, n, tm, tn, sms):
 )
 def test_tile_quantization_bad_arguments(kwargs, err, word):
     with pytest.raises(err, match=word):
-        T.tile_quantization(**kwargs)
+        AL.tile_quantization(**kwargs)
 
 
-def test_docstring_names_what_real_hardware_does_differently():
-    doc = T.__doc__
-    assert "MMA (matrix multiply-accumulate)" in doc and "truncate" in doc
-    assert "allow_fp16_reduced_precision_reduction" in doc and "14 bits" in doc
+def test_the_reduced_precision_flag_notebook_02_reads_exists():
     # the flag the docstring and notebook 02 name exists in this torch and can be read without a GPU
     assert isinstance(torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction, bool)
+
+
+# --------------------------------------------------------------------------------------------
+# readouts: codes and numbers
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fmt, index, stalled", [("fp16", 2049, 2048.0), ("bf16", 257, 256.0), ("fp8_e4m3", 17, 16.0)]
+)
+def test_stall_reading(fmt, index, stalled):
+    r = T.stall_reading(3000, fmt)
+    assert r.outcome == "tc.stalls"
+    assert (r.facts["index"], r.facts["stalled"], r.facts["final"], r.facts["start"]) == (
+        index,
+        stalled,
+        stalled,
+        stalled,
+    )
+    # oracle for the two torch stores: torch's own arithmetic adds 1 to the stalled value and gets it back
+    if fmt in ("fp16", "bf16"):
+        x = torch.tensor(stalled, dtype=F.FORMATS[fmt].torch_dtype)
+        assert (x + 1).item() == stalled
+
+
+def test_stall_reading_without_a_stall():
+    r = T.stall_reading(3000, "fp32")
+    assert r.outcome == "tc.no_stall" and r.facts["final"] == 3000.0 and "index" not in r.facts
+
+
+def test_accumulation_reading():
+    curve = T.accumulation_curve(256, batch=4, seed=0)
+    r = curve.reading("fp16", "fp32")
+    assert r.codes == ("tc.accumulator_ratio", "tc.accumulator_why")
+    f = r.facts
+    assert f["k"] == 256 and f["u_ratio"] == 2.0**13  # (2**-11) / (2**-24)
+    assert f["e_low"] == float(curve.errors["fp16"][-1]) and f["e_high"] == float(curve.errors["fp32"][-1])
+    assert f["ratio"] == f["e_low"] / f["e_high"] and f["ratio"] > 10
+
+
+def test_padding_reading_by_hand():
+    # GPT-2's vocabulary: 50257 -> 50264 (a multiple of 8) or 50304 (of 64); 128x64 tiles
+    r = AL.padding_reading(4096, 50257, tile_n=64)
+    assert r.outcome == "tc.padding_small_gain"
+    assert (r.facts["n8"], r.facts["n_tile"]) == (50264, 50304)
+    assert r.facts["useful_tile"] == 1.0 and r.facts["gain"] == pytest.approx(40 / 50304, rel=1e-12)
+    # a narrow layer: 104 of 128 columns useful against all 128
+    r = AL.padding_reading(128, 100, tile_n=64)
+    assert r.outcome == "tc.padding_worth_it" and r.facts["gain"] == pytest.approx(1 - 104 / 128, rel=1e-12)

@@ -14,7 +14,17 @@ from ..check import CheckResult, check_bits, check_set, check_value
 from ..formats import FORMATS, decompose, round_to
 from . import Mistake, _finite_float, combine, exercise
 
-__all__ = ["ex1", "ex2", "ex3", "ex4", "BITS_VALUE", "INTEGER_FORMAT", "ULP_VALUE", "ULP_FORMAT", "TINY_VALUE"]
+__all__ = [
+    "ex1",
+    "ex2",
+    "ex3",
+    "ex4",
+    "BITS_VALUE",
+    "INTEGER_FORMAT",
+    "ULP_VALUE",
+    "ULP_FORMAT",
+    "TINY_VALUE",
+]
 
 BITS_VALUE = -6.5  # exercise 1: the value whose FP16 and BF16 bits the learner writes
 INTEGER_FORMAT = "bf16"  # exercise 2: the format whose integers are counted
@@ -27,9 +37,7 @@ TINY_VALUE = 1e-20  # exercise 4: which formats keep it non-zero
 # --------------------------------------------------------------------------------------------
 
 _BIAS_HINT = "the exponent field stores the power of two plus the format's bias, not the power itself"
-_IMPLICIT_HINT = (
-    "a normal number's leading 1 is implicit: the mantissa field holds only the fraction bits after the binary point"
-)
+_IMPLICIT_HINT = "a normal number's leading 1 is implicit: the mantissa field holds only the fraction bits after the binary point"
 _SIGN_HINT = "the sign bit is 1 for a negative value"
 _GENERIC_BITS_HINT = (
     "split {v} into (1 + fraction) × 2**power; the exponent field stores power + bias (bias {bias}); "
@@ -91,7 +99,9 @@ def ex1(answer_fp16, answer_bf16, *, show: bool = True) -> CheckResult:
 # --------------------------------------------------------------------------------------------
 
 _IMPLICIT_COUNT_HINT = "count the implicit leading 1 too: it is a bit of precision the format does not store"
-_POWER_HINT = "the power of two at the end of the run is itself exact: a power of two needs one significant bit"
+_POWER_HINT = (
+    "the power of two at the end of the run is itself exact: a power of two needs one significant bit"
+)
 _FIRST_LOST_HINT = "give the last integer of the unbroken run, not the first one that is lost"
 _BITS_FOR_N_HINT = "give the integer n itself, not the number of bits it needs"
 
@@ -179,7 +189,9 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
 # --------------------------------------------------------------------------------------------
 
 _FP8_HINT = "compare the value with each FP8 format's smallest subnormal: FP8 covers only a few decades"
-_MANTISSA_HINT = "range comes from the exponent bits, not the mantissa bits: group the formats by exponent bits"
+_MANTISSA_HINT = (
+    "range comes from the exponent bits, not the mantissa bits: group the formats by exponent bits"
+)
 _TF32_HINT = "TF32 has no storage type, but it keeps FP32's exponent bits and so its range"
 
 

@@ -14,13 +14,24 @@ from numbers import Integral
 import torch
 
 from .._checks import ArgumentTypeError, check_instance
+from ..alignment import alignment_multiple
 from ..check import CheckResult, check_set, check_tensor, check_value
 from ..device import float64_on_cpu
 from ..formats import FORMATS
-from ..tensor_cores import ACCUMULATE_FORMATS, MAX_MMA_WORK, alignment_multiple, mma, running_sum
+from ..tensor_cores import ACCUMULATE_FORMATS, MAX_MMA_WORK, mma, running_sum
 from . import Mistake, _finite_float, combine, exercise
 
-__all__ = ["ex1", "ex2", "ex3", "ex4", "STALL_TERM", "STALL_FORMAT", "SUM_TERM", "SUM_LENGTH", "SUM_TOLERANCE"]
+__all__ = [
+    "ex1",
+    "ex2",
+    "ex3",
+    "ex4",
+    "STALL_TERM",
+    "STALL_FORMAT",
+    "SUM_TERM",
+    "SUM_LENGTH",
+    "SUM_TOLERANCE",
+]
 
 STALL_TERM, STALL_FORMAT = 0.5, "bf16"  # exercise 2: a BF16 running sum of 0.5s
 SUM_TERM, SUM_LENGTH = 0.1, 4096  # exercise 3: 4096 FP16 copies of 0.1, summed by a kernel
@@ -31,7 +42,9 @@ SUM_TOLERANCE = 0.01  # exercise 3: "within 1 % of the exact sum"
 # Exercise 1: one Tensor Core operation with plain torch
 # --------------------------------------------------------------------------------------------
 
-_UNROUNDED_INPUTS_HINT = "the Tensor Core never sees A and B in float32: they are rounded to FP16 before the products"
+_UNROUNDED_INPUTS_HINT = (
+    "the Tensor Core never sees A and B in float32: they are rounded to FP16 before the products"
+)
 _FP16_SUM_HINT = "the products and the running sum stay in FP32; only the inputs A and B are FP16"
 _NO_C_HINT = "the accumulator starts from C: D = A·B + C"
 
@@ -98,18 +111,24 @@ def ex1(answer, A, B, C, *, show: bool = True) -> CheckResult:
             hint = _FP16_SUM_HINT
         elif _close_to(answer, Ah @ Bh, slack) or _close_to(answer, A64 @ B64, slack):
             hint = _NO_C_HINT
-    return check_tensor(answer, D.float(), dtype=torch.float32, atol=slack, name="answer", hint=hint, show=show)
+    return check_tensor(
+        answer, D.float(), dtype=torch.float32, atol=slack, name="answer", hint=hint, show=show
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Exercise 2: where a BF16 running sum of 0.5 stalls
 # --------------------------------------------------------------------------------------------
 
-_OTHER_FORMAT_HINT = "that is where an FP16 sum stalls; BF16 keeps fewer significant bits, so it stalls earlier"
+_OTHER_FORMAT_HINT = (
+    "that is where an FP16 sum stalls; BF16 keeps fewer significant bits, so it stalls earlier"
+)
 _INCREMENT_HINT = (
     "the sum stops where BF16's step is twice the increment, and the increment here is 0.5, not 1"
 )
-_STEP_EQUALS_HINT = "while the step equals the increment, adding it is still exact: the sum stops one binade later"
+_STEP_EQUALS_HINT = (
+    "while the step equals the increment, adding it is still exact: the sum stops one binade later"
+)
 
 
 @functools.lru_cache(maxsize=16)
@@ -150,17 +169,15 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
 # Exercise 3: what an FP16-accumulating kernel returns, and which accumulator the sum needs
 # --------------------------------------------------------------------------------------------
 
-_EXACT_HINT = (
-    "that is the exact sum; the kernel rounds every partial sum to FP16, so follow the step of the running sum"
-)
+_EXACT_HINT = "that is the exact sum; the kernel rounds every partial sum to FP16, so follow the step of the running sum"
 _TOO_EARLY_HINT = (
     "a term larger than half the step still moves the sum by a whole step (it rounds up): the sum stops only "
     "where the term is at most half the step"
 )
-_ONES_HINT = "that is where a sum of 1.0s stops; a smaller term stops the sum where the step is about twice the term"
-_BF16_RANGE_HINT = (
-    "BF16 has FP32's range but fewer significant bits than FP16: range does not help a long sum, precision does"
+_ONES_HINT = (
+    "that is where a sum of 1.0s stops; a smaller term stops the sum where the step is about twice the term"
 )
+_BF16_RANGE_HINT = "BF16 has FP32's range but fewer significant bits than FP16: range does not help a long sum, precision does"
 
 
 @functools.lru_cache(maxsize=8)
@@ -201,14 +218,23 @@ def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
     errors = {acc: abs(_summed(acc) - exact) / exact for acc in ACCUMULATE_FORMATS}
     good = {acc for acc, err in errors.items() if err <= SUM_TOLERANCE}
     acc_hint = "compare each accumulator's step near the final sum with the term it keeps adding"
-    if isinstance(answer_acc, (set, frozenset, list, tuple)) and "bf16" in {str(a).strip().lower() for a in answer_acc}:
+    if isinstance(answer_acc, (set, frozenset, list, tuple)) and "bf16" in {
+        str(a).strip().lower() for a in answer_acc
+    }:
         acc_hint = _BF16_RANGE_HINT
     explanations = {
-        acc: f"its running sum stalls more than {SUM_TOLERANCE:.0%} short of the exact sum" for acc in ACCUMULATE_FORMATS if acc not in good
+        acc: f"its running sum stalls more than {SUM_TOLERANCE:.0%} short of the exact sum"
+        for acc in ACCUMULATE_FORMATS
+        if acc not in good
     }
     acc_part = check_set(
-        answer_acc, good, options=list(ACCUMULATE_FORMATS), explanations=explanations, name="answer_acc",
-        hint=acc_hint, show=False,
+        answer_acc,
+        good,
+        options=list(ACCUMULATE_FORMATS),
+        explanations=explanations,
+        name="answer_acc",
+        hint=acc_hint,
+        show=False,
     )
     return combine([value_part, acc_part], show=show)
 
@@ -217,11 +243,11 @@ def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
 # Exercise 4: which GEMM shapes need padding, in FP16 and in FP8
 # --------------------------------------------------------------------------------------------
 
-_DECIMAL_HINT = (
-    "alignment is about how many elements fill a 16-byte row, not about round decimal numbers: divide, don't eyeball"
-)
+_DECIMAL_HINT = "alignment is about how many elements fill a 16-byte row, not about round decimal numbers: divide, don't eyeball"
 _SAME_RULE_HINT = "an FP8 element is one byte, so a 16-byte row holds twice as many elements as in FP16"
-_K_HINT = "K counts too: the kernel loads rows of A and columns of B along K, so all of M, N and K must be aligned"
+_K_HINT = (
+    "K counts too: the kernel loads rows of A and columns of B along K, so all of M, N and K must be aligned"
+)
 
 MAX_SHAPES = 32
 
@@ -236,9 +262,13 @@ def _shapes_arg(shapes) -> dict[str, tuple[int, int, int]]:
         if not isinstance(name, str):
             raise ArgumentTypeError(f"shapes must be keyed by names (strings), got {name!r}")
         ok = isinstance(shape, (tuple, list)) and len(shape) == 3
-        ok = ok and all(isinstance(d, Integral) and not isinstance(d, bool) and 1 <= d <= 2**31 for d in shape)
+        ok = ok and all(
+            isinstance(d, Integral) and not isinstance(d, bool) and 1 <= d <= 2**31 for d in shape
+        )
         if not ok:
-            raise ValueError(f"shapes[{name!r}] must be (M, N, K), three positive integers, got {shape!r:.60}")
+            raise ValueError(
+                f"shapes[{name!r}] must be (M, N, K), three positive integers, got {shape!r:.60}"
+            )
         out[name] = tuple(int(d) for d in shape)
     return out
 
@@ -286,6 +316,15 @@ def ex4(answer_fp16, answer_fp8, shapes, *, show: bool = True) -> CheckResult:
             for n, s in shapes.items()
             if n not in expected
         }
-        parts.append(check_set(answer, expected, options=list(shapes), explanations=explanations, name=name,
-                               hint=hint, show=False))
+        parts.append(
+            check_set(
+                answer,
+                expected,
+                options=list(shapes),
+                explanations=explanations,
+                name=name,
+                hint=hint,
+                show=False,
+            )
+        )
     return combine(parts, show=show)
