@@ -22,7 +22,6 @@ OVER_TODAY = {
     "race": 2600,
     "recipe": 2240,
     "autocast_ops": 1480,
-    "fp8": 1430,
     "check": 1390,
     "pitfalls": 1050,
     "timing": 970,
