@@ -19,6 +19,7 @@ Block scaling (MX, NVFP4) is :mod:`amp_lab.mx`.  torchao is imported only throug
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 from collections import deque
@@ -191,8 +192,6 @@ def import_torchao():
     :class:`_TorchaoImportNoise`), so neither nbval nor a learner sees them; any other warning still
     shows.  Raises ``ImportError`` with an install hint when torchao is missing.  (Notebook 08, tests.)
     """
-    import importlib
-
     noise = _TorchaoImportNoise()
     loggers = [logging.getLogger("torchao"), logging.getLogger("torch.utils._pytree")]
     for logger in loggers:
