@@ -262,10 +262,10 @@ def test_format_table_agrees_with_torch_finfo():
 
 
 def test_quantization_error_by_hand():
-    # (3, 4) read as (3, 5): sqrt(1 / 25) = 0.2; as (0, 0): 1.0, the error of answering zeros
+    # (3, 4) read as (3, 5): sqrt(1 / 25) = 0.2; as (-3, -4): sqrt(100 / 25) = 2
     x = torch.tensor([3.0, 4.0])
     assert fp8.quantization_error(x, torch.tensor([3.0, 5.0])) == pytest.approx(0.2, rel=1e-15)
-    assert fp8.quantization_error(x, torch.zeros(2)) == 1.0
+    assert fp8.quantization_error(x, -x) == 2.0
 
 
 def test_quantization_error_edges():
