@@ -233,6 +233,45 @@ REASONS: dict[str, str] = {
     "autocast.protected_ok": "With autocast switched off, the same formula in float32 stays within 1e-3.",
     "autocast.protected_off": "With autocast switched off, the same formula in float32 still misses by more than 1e-3.",
     # --- fp8 ---
+    "fp8.runs_on_gpu": "FP8 matmuls run on this GPU's Tensor Cores: {why}",
+    "fp8.gpu_without_fp8": "FP8 matmuls run on the CPU, emulated, because {why}",
+    "fp8.apple_gpu": "FP8 matmuls run on the CPU, emulated, because torch has no FP8 matmul for Apple GPUs (MPS)",
+    "fp8.no_gpu": "FP8 matmuls run on the CPU, emulated, because there is no CUDA GPU here: {why}",
+    "fp8.standard_recipe": "These spreads are the standard recipe's reason: inputs and weights in E4M3 (precision), "
+    "gradients in E5M2 (range).",
+    "fp8.recipe_not_forced": "These spreads do not force the standard recipe's split (inputs and weights in E4M3, "
+    "gradients in E5M2).",
+    "fp8.activations_fit_e4m3": "The activations spread over at most {narrow:.0f} binades: E4M3's {w4:.0f}-binade "
+    "window holds them with room to spare, and its extra mantissa bit halves the rounding error.",
+    "fp8.activations_fill_e4m3": "The activations spread over up to {narrow:.0f} binades: E4M3's {w4:.0f}-binade "
+    "window holds them with little room.",
+    "fp8.gradients_need_e5m2": "The hidden layers' gradients spread over up to {wide:.0f} binades: more than E4M3's "
+    "window, within E5M2's {w5:.0f}.",
+    "fp8.gradients_fit_e4m3": "The hidden layers' gradients spread over up to {wide:.0f} binades: within E4M3's "
+    "window too.",
+    "fp8.gradients_beyond_e5m2": "The hidden layers' gradients spread over up to {wide:.0f} binades: beyond E5M2's "
+    "{w5:.0f} too.",
+    "fp8.logits_beyond_e5m2": "The logits' gradients spread over {logits:.0f} binades (beyond any FP8 window): a "
+    "confident softmax gives the wrong classes vanishing gradients, so the FP8 recipes below keep the 10-class "
+    "output layer in FP32 (10 is not a multiple of 16, as FP8 GEMMs need).",
+    "fp8.logits_within_e5m2": "The logits' gradients spread over {logits:.0f} binades, within E5M2's window.",
+    "fp8.delayed_saturates": "Delayed scaling used the scale of earlier steps (2^{log2_scale_delayed:.1f}), made "
+    "for an amax {amax_ratio:.0f} times smaller, so {saturated_delayed} element(s) landed beyond {max:g} and "
+    "were clipped.",
+    "fp8.delayed_holds": "Delayed scaling's scale from earlier steps (2^{log2_scale_delayed:.1f}) still held this "
+    "step: no element landed beyond {max:g}.",
+    "fp8.below_window": "The largest activation gradient is about 2^{log2_largest}, below {label}'s smallest normal "
+    "2^{log2_min_normal:g}: unscaled, almost the whole histogram lies below {label}'s window.",
+    "fp8.near_window": "The largest activation gradient is about 2^{log2_largest}, near {label}'s smallest normal "
+    "2^{log2_min_normal:g}: unscaled, most of the histogram lies below {label}'s window.",
+    "fp8.losses_identical": "{equal} of {total} losses are equal, bit for bit.",
+    "fp8.losses_close": "{equal} of {total} losses are equal; the others differ.",
+    "fp8.losses_different": "None of the {total} losses are equal.",
+    "fp8.weights_identical": "The trained weights are identical: the same scales (448 / amax, in float64, rounded to "
+    "float32), the same saturating casts and the same torch._scaled_mm calls give the same bits.",
+    "fp8.weights_differ": "The trained weights differ.",
+    "fp8.current_rescales": "Current scaling rescaled that very step (2^{log2_scale_current:.1f}) and clipped "
+    "{saturated_current}.",
     # --- pitfalls ---
     "pitfalls.cache_stale": (
         "After opt.step() inside the autocast region, the next forward pass in the same region still used the "

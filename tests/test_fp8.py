@@ -14,14 +14,13 @@ import math
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from amp_lab import fp8
+from amp_lab import fp8, fp8_explorer, gpus, mx
 from amp_lab.data import load_digits
 from amp_lab.training import train_digits
 
@@ -262,17 +261,11 @@ def test_format_table_agrees_with_torch_finfo():
     assert fp8.ELEMENT_FORMATS["fp4_e2m1"].max == 6.0
 
 
-@settings(max_examples=50)
-@given(x=tensors(), noise=st.floats(0, 1))
-def test_quantization_error_is_the_relative_rms_error_in_float64(x, noise):
-    xq = x * (1 + noise)
-    a, b = x.double().numpy(), xq.double().numpy()
-    den = float(np.sum(a * a))
-    got = fp8.quantization_error(x, xq)
-    if den == 0.0:
-        assert got == (0.0 if not np.any(b) else math.inf)
-    else:
-        assert got == pytest.approx(math.sqrt(float(np.sum((b - a) ** 2)) / den), rel=1e-12)
+def test_quantization_error_by_hand():
+    # (3, 4) read as (3, 5): sqrt(1 / 25) = 0.2; as (-3, -4): sqrt(100 / 25) = 2
+    x = torch.tensor([3.0, 4.0])
+    assert fp8.quantization_error(x, torch.tensor([3.0, 5.0])) == pytest.approx(0.2, rel=1e-15)
+    assert fp8.quantization_error(x, -x) == 2.0
 
 
 def test_quantization_error_edges():
@@ -474,13 +467,24 @@ def test_from_float_shares_parameters_and_refuses_odd_dims():
     with pytest.raises(ValueError, match="out_features=10"):
         fp8.Float8Linear.from_float(nn.Linear(32, 10))
     with pytest.raises(ValueError, match="in_features=20"):
-        fp8.Float8Linear(20, 16)
-    with pytest.raises(TypeError, match="linear"):
-        fp8.Float8Linear.from_float(nn.Conv1d(1, 1, 1))
-    with pytest.raises(ValueError, match="last dimension is 32"):
-        f(torch.randn(4, 16))
-    with pytest.raises(TypeError, match="float32"):
-        f(torch.ones(4, 32, dtype=torch.int64))
+        fp8.Float8Linear.from_float(nn.Linear(20, 16))
+
+
+def test_float8_linear_calls_exactly_the_float8_matmul_the_notebook_shows(monkeypatch):
+    """Notebook 08 prints fp8.Float8Matmul's source; the layer's forward must run that very class."""
+    calls = []
+    original = fp8.Float8Matmul.apply
+
+    def spy(*args):
+        calls.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(fp8.Float8Matmul, "apply", spy)
+    layer = fp8.Float8Linear.from_float(nn.Linear(32, 16))
+    x = torch.randn(4, 32, requires_grad=True)
+    layer(x).sum().backward()
+    assert len(calls) == 1 and calls[0][0] is x and calls[0][1] is layer.weight and calls[0][2] is layer.recipe
+    assert x.grad is not None and layer.weight.grad is not None
 
 
 def test_convert_to_float8_skips_the_10_class_head_like_torchaos_filter(ao):
@@ -581,8 +585,8 @@ def test_delayed_and_mx_training_on_digits_stays_finite_and_learns():
         "delayed": train_digits(
             None, convert=lambda m: fp8.convert_to_float8(m, scaling="delayed"), **kwargs
         ),
-        "mxfp8": train_digits(None, convert=fp8.convert_to_mx, **kwargs),
-        "mxfp4": train_digits(None, convert=lambda m: fp8.convert_to_mx(m, "fp4_e2m1"), **kwargs),
+        "mxfp8": train_digits(None, convert=mx.convert_to_mx, **kwargs),
+        "mxfp4": train_digits(None, convert=lambda m: mx.convert_to_mx(m, "fp4_e2m1"), **kwargs),
     }
     for name, run in runs.items():
         assert run.finite, name
@@ -638,9 +642,9 @@ def _torchao_mx(ao, x, elem, block_size):
 @given(data=st.data())
 def test_mx_quantize_is_torchaos_to_mx_and_to_dtype(ao, elem, block_size, data):
     x = data.draw(mx_tensors(block_size))
-    assert same_bits(fp8.mx_quantize(x, elem, block_size), _torchao_mx(ao, x, elem, block_size))
+    assert same_bits(mx.mx_quantize(x, elem, block_size), _torchao_mx(ao, x, elem, block_size))
     xb = x.to(torch.bfloat16)  # torchao takes bfloat16 too; ours converts it to float32 first
-    assert same_bits(fp8.mx_quantize(xb, elem, block_size), _torchao_mx(ao, xb, elem, block_size))
+    assert same_bits(mx.mx_quantize(xb, elem, block_size), _torchao_mx(ao, xb, elem, block_size))
 
 
 @settings(max_examples=30)
@@ -651,33 +655,34 @@ def test_mx_quantize_is_torchaos_to_mx_and_to_dtype(ao, elem, block_size, data):
 )
 def test_mx_quantize_other_block_sizes_match_torchao_too(ao, elem, block_size, x):
     x = x.repeat_interleave(block_size, dim=-1) * torch.linspace(-1, 1, block_size).repeat(x.shape[-1])
-    assert same_bits(fp8.mx_quantize(x, elem, block_size), _torchao_mx(ao, x.contiguous(), elem, block_size))
+    assume(elem != "fp4_e2m1" or x.shape[-1] % 2 == 0)  # torchao packs FP4 two to a byte
+    assert same_bits(mx.mx_quantize(x, elem, block_size), _torchao_mx(ao, x.contiguous(), elem, block_size))
 
 
 def test_mx_quantize_by_hand():
     """One block worked out by hand: amax 10 -> floor(log2 10) = 3, minus E4M3's emax 8: scale 2**-5."""
     x = torch.tensor([10.0, 1.0, -0.3, 0.0] + [0.0] * 28)
-    q = fp8.mx_quantize(x, "fp8_e4m3", 32)
+    q = mx.mx_quantize(x, "fp8_e4m3", 32)
     # x / 2**-5 = 320, 32, -9.6 -> E4M3 has steps of 1 between 8 and 16: 9.6 -> 10 -> times 2**-5
     assert q[:4].tolist() == [10.0, 1.0, -10 / 32, 0.0]
     # FP4: emax 2: scale 2**(3-2) = 2; 10/2 = 5 -> ties to 4 (even); 1/2 = 0.5; -0.15 -> -0
-    q4 = fp8.mx_quantize(x, "fp4_e2m1", 32)
+    q4 = mx.mx_quantize(x, "fp4_e2m1", 32)
     assert q4[:4].tolist() == [8.0, 1.0, -0.0, 0.0] and math.copysign(1, float(q4[2])) == -1
     # torchao's detail: a block with amax below 2**(emax - 127) comes back halved.
     tiny = torch.full((32,), 2.0**-125)
-    assert fp8.mx_quantize(tiny, "fp8_e4m3", 32)[0].item() == 2.0**-126
+    assert mx.mx_quantize(tiny, "fp8_e4m3", 32)[0].item() == 2.0**-126
     # a NaN poisons its own block only, as torchao's E8M0 NaN scale does
     x = torch.ones(64)
     x[3] = math.nan
-    out = fp8.mx_quantize(x, "fp8_e4m3", 32)
+    out = mx.mx_quantize(x, "fp8_e4m3", 32)
     assert torch.isnan(out[:32]).all() and torch.equal(out[32:], torch.ones(32))
 
 
 def test_fp4_rounding_is_ties_to_even_on_the_e2m1_grid():
     grid = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
     v = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, 1e9, math.inf, 0.24, 5.01])
-    assert fp8._round_to_fp4(v).tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0, 6.0, 0.0, 6.0]
-    assert all(float(fp8._round_to_fp4(torch.tensor(g))) == g for g in grid)
+    assert mx._round_to_fp4(v).tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0, 6.0, 0.0, 6.0]
+    assert all(float(mx._round_to_fp4(torch.tensor(g))) == g for g in grid)
 
 
 @settings(max_examples=60)
@@ -694,42 +699,42 @@ def test_nvfp4_quantize_is_torchaos_nvfp4_tensor(ao, x, cols, explicit, three_d)
     if explicit is None:
         g = ao.per_tensor_amax_to_scale(x.abs().amax())
         assume(float(g) > 0)
-        ours = fp8.nvfp4_quantize(x)
+        ours = mx.nvfp4_quantize(x)
     else:
         g = torch.tensor(explicit, dtype=torch.float32)
-        ours = fp8.nvfp4_quantize(x, per_tensor_scale=explicit)
+        ours = mx.nvfp4_quantize(x, per_tensor_scale=explicit)
     theirs = ao.NVFP4Tensor.to_nvfp4(x.contiguous(), per_tensor_scale=g).dequantize(torch.float32)
     assert same_bits(ours, theirs)
 
 
 def test_nvfp4_zero_tensor_uses_scale_one_where_torchao_returns_nan(ao):
     zeros = torch.zeros(2, 32)
-    assert torch.equal(fp8.nvfp4_quantize(zeros), zeros)
+    assert torch.equal(mx.nvfp4_quantize(zeros), zeros)
     g0 = ao.per_tensor_amax_to_scale(zeros.abs().amax())
     assert torch.isnan(ao.NVFP4Tensor.to_nvfp4(zeros, per_tensor_scale=g0).dequantize(torch.float32)).all()
     one = ao.NVFP4Tensor.to_nvfp4(zeros, per_tensor_scale=torch.tensor(1.0)).dequantize(torch.float32)
-    assert same_bits(fp8.nvfp4_quantize(zeros), one)
+    assert same_bits(mx.nvfp4_quantize(zeros), one)
 
 
 def test_mx_linear_is_mx_quantized_operands_in_fp32():
     gen = torch.Generator().manual_seed(1)
     lin = nn.Linear(64, 10)
-    layer = fp8.MXLinear.from_float(lin, elem="fp8_e4m3", block_size=32)
+    layer = mx.MXLinear.from_float(lin, elem="fp8_e4m3", block_size=32)
     x = torch.randn(32, 64, generator=gen).requires_grad_()
     y = layer(x)
     W = lin.weight.detach()
-    assert same_bits(y, fp8.mx_quantize(x.detach()) @ fp8.mx_quantize(W).t() + lin.bias)
+    assert same_bits(y, mx.mx_quantize(x.detach()) @ mx.mx_quantize(W).t() + lin.bias)
     g = torch.randn(32, 10, generator=gen)
     y.backward(g)
     # grad_weight = go.T @ x, both in blocks along the batch (32 rows: one block)
     assert same_bits(
         lin.weight.grad,
-        fp8.mx_quantize(g.t().contiguous()) @ fp8.mx_quantize(x.detach().t().contiguous()).t(),
+        mx.mx_quantize(g.t().contiguous()) @ mx.mx_quantize(x.detach().t().contiguous()).t(),
     )
     # grad_input = go @ W, blocks along out_features (10, zero-padded to 32)
     gp = nn.functional.pad(g, (0, 22))
     wp = nn.functional.pad(W.t(), (0, 22))
-    assert same_bits(x.grad, (fp8.mx_quantize(gp)[:, :10]) @ fp8.mx_quantize(wp)[:, :10].t())
+    assert same_bits(x.grad, (mx.mx_quantize(gp)[:, :10]) @ mx.mx_quantize(wp)[:, :10].t())
 
 
 # ------------------------------------------------------------------------------------------
@@ -738,9 +743,9 @@ def test_mx_linear_is_mx_quantized_operands_in_fp32():
 
 
 def test_trajectories_follow_their_definitions():
-    tensors_ = fp8.make_tensor_sequence(40, size=256, spike_step=10, spike_size=1000.0, seed=1)
-    current = fp8.scaling_trajectory(tensors_, recipe="current")
-    delayed = fp8.scaling_trajectory(tensors_, recipe="delayed", history_len=8)
+    tensors_ = fp8_explorer.make_tensor_sequence(40, size=256, spike_step=10, spike_size=1000.0, seed=1)
+    current = fp8_explorer.scaling_trajectory(tensors_, recipe="current")
+    delayed = fp8_explorer.scaling_trajectory(tensors_, recipe="delayed", history_len=8)
     ds = fp8.DelayedScaling(history_len=8)
     for i, t in enumerate(tensors_):
         assert current.scale[i] == float(fp8.tensorwise_scale(t))
@@ -763,12 +768,57 @@ def test_trajectories_follow_their_definitions():
     spike_scale = float(torch.tensor(448.0 / delayed.amax[10], dtype=torch.float32))
     assert delayed.scale[11 : 11 + 8] == [spike_scale] * 8
     assert delayed.scale[19] > 100 * spike_scale
-    recent = fp8.scaling_trajectory(tensors_, recipe="delayed", history_len=8, algo="most_recent")
+    recent = fp8_explorer.scaling_trajectory(tensors_, recipe="delayed", history_len=8, algo="most_recent")
     assert recent.scale[11] == spike_scale and recent.scale[12] > 100 * spike_scale
+    # The reveal's reading: the same numbers, picked at the spike.
+    reading = fp8_explorer.spike_reading(current, delayed, 10)
+    assert reading.outcome == "fp8.delayed_saturates" and reading.reasons == ("fp8.current_rescales",)
+    f = reading.facts
+    assert (f["saturated_delayed"], f["saturated_current"], f["n_after"], f["max"]) == (1, 0, 29, 448.0)
+    assert f["amax_ratio"] == delayed.amax[10] / max(delayed.amax[:10])
+    assert f["after_current"] == sum(current.error[11:]) / 29 and f["log2_scale_delayed"] == delayed.log2_scale[10]
+    last = fp8_explorer.spike_reading(current, delayed, 39)  # a spike at the last step has no steps after it
+    assert last.facts["n_after"] == 0 and math.isnan(last.facts["after_delayed"]) and str(last)
+
+
+def test_unscaled_and_identity_readings_by_hand():
+    below = fp8_explorer.unscaled_reading(2.0**-9 * 1.5)  # E4M3's smallest normal is 2**-6
+    assert below.outcome == "fp8.below_window" and below.facts["log2_largest"] == -9
+    assert below.facts["log2_min_normal"] == -6.0
+    assert fp8_explorer.unscaled_reading(2.0**-6).outcome == "fp8.near_window"
+    assert fp8_explorer.unscaled_reading(2.0**-9, "fp8_e5m2").outcome == "fp8.near_window"  # E5M2's is 2**-14
+    same = fp8_explorer.identity_reading([1.0, 0.5, 0.25], [1.0, 0.5, 0.25], True)
+    assert (same.outcome, same.reasons, same.facts) == ("fp8.losses_identical", ("fp8.weights_identical",),
+                                                        {"equal": 3, "total": 3})
+    close = fp8_explorer.identity_reading([1.0, 0.5, 0.25], [1.0, 0.5, 0.3], False)
+    assert (close.outcome, close.reasons, close.facts["equal"]) == ("fp8.losses_close", ("fp8.weights_differ",), 2)
+    assert fp8_explorer.identity_reading([1.0], [2.0], False).outcome == "fp8.losses_different"
+    with pytest.raises(ValueError, match="ours and theirs"):
+        fp8_explorer.identity_reading([1.0], [1.0, 2.0], True)
+
+
+@pytest.mark.parametrize(
+    "acts, grads, outcome, reasons",
+    [
+        # notebook 08's digits MLP, rounded: activations fit E4M3, hidden gradients need E5M2, logits beyond it
+        ([9.5, 9.0], [24.4, 23.7, 57.7], "fp8.standard_recipe",
+         ("fp8.activations_fit_e4m3", "fp8.gradients_need_e5m2", "fp8.logits_beyond_e5m2")),
+        # 16 binades leave under 4 of room in E4M3's 18.8; gradients of 17 binades would fit E4M3 too
+        ([16.0], [17.0, 20.0], "fp8.recipe_not_forced",
+         ("fp8.activations_fill_e4m3", "fp8.gradients_fit_e4m3", "fp8.logits_within_e5m2")),
+        ([9.0], [40.0, 20.0], "fp8.recipe_not_forced",
+         ("fp8.activations_fit_e4m3", "fp8.gradients_beyond_e5m2", "fp8.logits_within_e5m2")),
+    ],
+)
+def test_spread_reading_by_hand(acts, grads, outcome, reasons):
+    reading = fp8_explorer.spread_reading(acts, grads, 18.8, 32.8)
+    assert (reading.outcome, reading.reasons) == (outcome, reasons)
+    assert reading.facts == {"narrow": max(acts), "wide": max(grads[:-1]), "logits": grads[-1], "w4": 18.8, "w5": 32.8}
+    assert len(reading.sentences()) == 4
 
 
 def test_explorer_sliders_recompute_both_recipes():
-    ex = fp8.scaling_explorer(num_steps=30, size=256, spike_step=10, spike_size=1000.0, history_len=4)
+    ex = fp8_explorer.scaling_explorer(num_steps=30, size=256, spike_step=10, spike_size=1000.0, history_len=4)
     renders = ex.pane.renders
     assert ex.delayed.saturated[10] == 1 and ex.current.saturated[10] == 0
     assert (
@@ -782,13 +832,14 @@ def test_explorer_sliders_recompute_both_recipes():
     assert ex.delayed.algo == "most_recent" and ex.delayed.scale[22] > 100 * ex.delayed.scale[21]
     ex.margin.value = 2
     assert ex.current.scale[0] == float(
-        fp8.tensorwise_scale(fp8.make_tensor_sequence(30, size=256)[0], margin=2)
+        fp8.tensorwise_scale(fp8_explorer.make_tensor_sequence(30, size=256)[0], margin=2)
     )
     ex.spike_size.value = 1.0  # no outlier: nothing saturates at step 20 any more
     assert ex.delayed.saturated[20] == 0
     assert ex.pane.renders == renders + 5
-    text = ex.readout.value
-    assert f"{ex.delayed.error[20]:.3g}" in text and "saturated at the spike step" in text
+    reading = fp8_explorer.spike_reading(ex.current, ex.delayed, 20)
+    assert reading.outcome == "fp8.delayed_holds" and reading.facts["error_delayed"] == ex.delayed.error[20]
+    assert fp8_explorer.readout_html(reading) == ex.readout.value
 
 
 # ------------------------------------------------------------------------------------------
@@ -796,6 +847,7 @@ def test_explorer_sliders_recompute_both_recipes():
 # ------------------------------------------------------------------------------------------
 
 X = torch.randn(4, 32)
+TRAJ = fp8_explorer.scaling_trajectory([X, X, X], recipe="current")
 BAD = [
     (lambda: fp8.tensorwise_scale(X, "fp8"), ValueError, "fmt"),
     (lambda: fp8.tensorwise_scale(X, 8), TypeError, "fmt"),
@@ -818,40 +870,41 @@ BAD = [
     (lambda: fp8.DelayedScaling(algo="mean"), ValueError, "algo"),
     (lambda: fp8.DelayedScaling(algo=None), TypeError, "algo"),
     (lambda: fp8.DelayedScaling(fmt="fp16"), ValueError, "fmt"),
-    (lambda: fp8.Float8Linear.from_float(nn.Linear(16, 16), scaling="static"), ValueError, "scaling"),
-    (lambda: fp8.Float8Linear.from_float(nn.Linear(16, 16), history_len=0), ValueError, "history_len"),
+    (lambda: fp8.convert_to_float8(nn.Linear(16, 16), scaling="static"), ValueError, "scaling"),
+    (lambda: fp8.convert_to_float8(nn.Linear(16, 16), history_len=0), ValueError, "history_len"),
     (lambda: fp8.convert_to_float8("model"), TypeError, "model"),
     (lambda: fp8.convert_to_float8(nn.Linear(16, 16), module_filter=3), TypeError, "module_filter"),
-    (lambda: fp8.mx_quantize(X, "fp8", 32), ValueError, "elem"),
-    (lambda: fp8.mx_quantize(X, "fp8_e4m3", 24), ValueError, "block_size"),
-    (lambda: fp8.mx_quantize(X, "fp8_e4m3", 64), ValueError, "block_size"),
-    (lambda: fp8.mx_quantize(X, "fp8_e4m3", 32.0), TypeError, "block_size"),
-    (lambda: fp8.mx_quantize(torch.ones(4, 32, dtype=torch.float64)), TypeError, "x"),
-    (lambda: fp8.mx_quantize(torch.tensor(1.0)), ValueError, "x"),
-    (lambda: fp8.nvfp4_quantize(torch.ones(32)), ValueError, "x"),
-    (lambda: fp8.nvfp4_quantize(torch.ones(2, 24)), ValueError, "16"),
-    (lambda: fp8.nvfp4_quantize(X, per_tensor_scale=0.0), ValueError, "per_tensor_scale"),
-    (lambda: fp8.nvfp4_quantize(X, per_tensor_scale="1"), TypeError, "per_tensor_scale"),
-    (lambda: fp8.convert_to_mx(nn.Linear(16, 16), block_size=3), ValueError, "block_size"),
-    (lambda: fp8.convert_to_mx(nn.Linear(16, 16), elem="int8"), ValueError, "elem"),
-    (lambda: fp8.make_tensor_sequence(0), ValueError, "num_steps"),
-    (lambda: fp8.make_tensor_sequence(10, spike_step=10), ValueError, "spike_step"),
-    (lambda: fp8.make_tensor_sequence(10, spike_step=None, spike_size=0.5), ValueError, "spike_size"),
-    (lambda: fp8.scaling_trajectory([], recipe="current"), ValueError, "tensors"),
-    (lambda: fp8.scaling_trajectory([X], recipe="static"), ValueError, "recipe"),
-    (lambda: fp8.scaling_trajectory("abc"), TypeError, "tensors"),
-    (lambda: fp8.scaling_trajectory([X], history_len=0), ValueError, "history_len"),
-    (lambda: fp8.scaling_explorer(history_len=65), ValueError, "history_len"),
-    (lambda: fp8.scaling_explorer(spike_step=48), ValueError, "spike_step"),
-    (lambda: fp8.scaling_explorer(spike_size=1e5), ValueError, "spike_size"),
-    (lambda: fp8.scaling_explorer(size=5000), ValueError, "size"),
-    (lambda: fp8.make_tensor_sequence(1000, size=65536), ValueError, "num_steps \\* size"),
-    (lambda: fp8.Float8Linear(16, 16, bias="yes"), TypeError, "bias"),
-    (lambda: fp8.Float8Linear(2**20, 2**20), ValueError, "in_features \\* out_features"),
+    (lambda: mx.mx_quantize(X, "fp8", 32), ValueError, "elem"),
+    (lambda: mx.mx_quantize(X, "fp8_e4m3", 24), ValueError, "block_size"),
+    (lambda: mx.mx_quantize(X, "fp8_e4m3", 64), ValueError, "block_size"),
+    (lambda: mx.mx_quantize(X, "fp8_e4m3", 32.0), TypeError, "block_size"),
+    (lambda: mx.mx_quantize(torch.ones(4, 32, dtype=torch.float64)), TypeError, "x"),
+    (lambda: mx.mx_quantize(torch.tensor(1.0)), ValueError, "x"),
+    (lambda: mx.nvfp4_quantize(torch.ones(32)), ValueError, "x"),
+    (lambda: mx.nvfp4_quantize(torch.ones(2, 24)), ValueError, "16"),
+    (lambda: mx.nvfp4_quantize(X, per_tensor_scale=0.0), ValueError, "per_tensor_scale"),
+    (lambda: mx.nvfp4_quantize(X, per_tensor_scale="1"), TypeError, "per_tensor_scale"),
+    (lambda: mx.convert_to_mx(nn.Linear(16, 16), block_size=3), ValueError, "block_size"),
+    (lambda: mx.convert_to_mx(nn.Linear(16, 16), elem="int8"), ValueError, "elem"),
+    (lambda: fp8_explorer.make_tensor_sequence(0), ValueError, "num_steps"),
+    (lambda: fp8_explorer.make_tensor_sequence(10, spike_step=10), ValueError, "spike_step"),
+    (lambda: fp8_explorer.make_tensor_sequence(10, spike_step=None, spike_size=0.5), ValueError, "spike_size"),
+    (lambda: fp8_explorer.scaling_trajectory([], recipe="current"), ValueError, "tensors"),
+    (lambda: fp8_explorer.scaling_trajectory([X], recipe="static"), ValueError, "recipe"),
+    (lambda: fp8_explorer.scaling_trajectory("abc"), TypeError, "tensors"),
+    (lambda: fp8_explorer.scaling_trajectory([X], history_len=0), ValueError, "history_len"),
+    (lambda: fp8_explorer.scaling_explorer(history_len=65), ValueError, "history_len"),
+    (lambda: fp8_explorer.scaling_explorer(spike_step=48), ValueError, "spike_step"),
+    (lambda: fp8_explorer.scaling_explorer(spike_size=1e5), ValueError, "spike_size"),
+    (lambda: fp8_explorer.scaling_explorer(size=5000), ValueError, "size"),
+    (lambda: fp8_explorer.make_tensor_sequence(1000, size=65536), ValueError, "num_steps \\* size"),
+    (lambda: fp8_explorer.spike_reading(TRAJ, "delayed", 1), TypeError, "delayed"),
+    (lambda: fp8_explorer.spike_reading(TRAJ, TRAJ, 4), ValueError, "spike_step"),
+    (lambda: fp8_explorer.spread_reading([9.0], [20.0], 18.8, 32.8), ValueError, "gradients"),
+    (lambda: fp8_explorer.spread_reading([math.nan], [20.0, 50.0], 18.8, 32.8), ValueError, "activations"),
+    (lambda: fp8_explorer.spread_reading([9.0], [20.0, 50.0], 0.0, 32.8), ValueError, "e4m3_window"),
     (lambda: fp8.DelayedScaling().update(2**2000), ValueError, "amax"),
     (lambda: fp8.quantize(torch.ones(2, device="meta"), "fp8_e4m3", 1.0), ValueError, "meta"),
-    (lambda: fp8.Float8Linear(16, 16)(torch.ones(2, 16, device="meta")), ValueError, "device|on meta"),
-    (lambda: fp8.MXLinear(16, 10)(torch.ones(2, 16, dtype=torch.float64)), TypeError, "float32"),
 ]
 
 
@@ -864,7 +917,7 @@ def test_bad_inputs_raise_naming_the_argument(call, error, name):
 def test_no_stderr_from_a_training_run_or_the_widget():
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        fp8.scaling_explorer(num_steps=10, size=64, spike_step=5)
+        fp8_explorer.scaling_explorer(num_steps=10, size=64, spike_step=5)
         train_digits(None, dtype=None, depth=3, width=16, num_steps=2, convert=fp8.convert_to_float8)
     assert err.getvalue() == ""
 
@@ -891,30 +944,17 @@ CU130_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
     ],
 )
 def test_fp8_placement_follows_the_gpu_facts(gpu, capability, arch_list, runs_on):
-    device, reason = fp8.fp8_placement("cuda", capability, arch_list)
-    assert device.type == runs_on, (gpu, reason)
-    if runs_on == "cpu":
-        assert reason.startswith("FP8 matmuls run on the CPU, emulated, because"), reason
-    else:
-        assert "Tensor Cores" in reason and device == torch.device("cuda")
+    device, reading = fp8.fp8_placement(torch.device("cuda"), capability, arch_list)
+    assert device.type == runs_on, (gpu, str(reading))
+    want = "fp8.runs_on_gpu" if runs_on == "cuda" else "fp8.gpu_without_fp8"
+    assert reading.outcome == want
+    assert reading.facts["why"] == gpus.fp8_matmul_support(capability, arch_list).reason
 
 
 def test_fp8_placement_of_a_cpu_and_an_apple_gpu():
-    assert fp8.fp8_placement("cpu")[0] == torch.device("cpu")
-    device, reason = fp8.fp8_placement(torch.device("mps"))
-    assert device == torch.device("cpu") and "Apple" in reason
-    assert fp8.fp8_device("cpu")[0] == torch.device("cpu")
-
-
-@pytest.mark.parametrize(
-    "kwargs, error, words",
-    [
-        (dict(device="cuda"), ValueError, "capability is required"),
-        (dict(device="nonsense"), ValueError, "not a device name"),
-        (dict(device=3), TypeError, "device"),
-        (dict(device="meta"), ValueError, "'cpu', 'cuda'"),
-    ],
-)
-def test_fp8_placement_refuses_bad_facts(kwargs, error, words):
-    with pytest.raises(error, match=words):
-        fp8.fp8_placement(**kwargs)
+    device, reading = fp8.fp8_placement(torch.device("cpu"))
+    assert device == torch.device("cpu") and reading.outcome == "fp8.no_gpu"
+    device, reading = fp8.fp8_placement(torch.device("mps"))
+    assert device == torch.device("cpu") and reading.outcome == "fp8.apple_gpu"
+    device, reading = fp8.fp8_device("cpu")
+    assert device == torch.device("cpu") and reading.outcome == "fp8.no_gpu" and str(reading)

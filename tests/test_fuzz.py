@@ -90,9 +90,11 @@ from amp_lab import (
     format_explorer,
     formats,
     fp8,
+    fp8_explorer,
     gpus,
     gradients,
     hardware,
+    mx,
     pitfalls,
     predict,
     progress,
@@ -132,6 +134,8 @@ MODULES = {
     "format_explorer": format_explorer,
     "formats": formats,
     "fp8": fp8,
+    "fp8_explorer": fp8_explorer,
+    "mx": mx,
     "gradients": gradients,
     "hardware": hardware,
     "exercises": exercises,
@@ -1561,22 +1565,19 @@ E(
 )
 
 # --- fp8 ------------------------------------------------------------------------------------
-def fp8_linear(features: int = 16) -> torch.nn.Linear:
-    torch.manual_seed(0)
-    return torch.nn.Linear(features, features)
-
-
 def fp8_model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10))
 
 
+# fp8.Float8Matmul: an autograd Function notebook 08 shows; a learner reads it and reaches it through
+# convert_to_float8 (fuzzed below), which checks what the layer hands it.
+SKIPPED.add("fp8.Float8Matmul")
 FP8_FMT = Str(choices=tuple(fp8.FP8_FORMATS))
 ELEMENT_FMT = Str(choices=tuple(fp8.ELEMENT_FORMATS))
+HISTORY_KINDS = {"history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN), "algo": Str(choices=fp8.ALGOS)}
 E("fp8.import_torchao")
 E("fp8.fp8_device", fuzz={"device": Device()})
-E("fp8.fp8_placement", lambda: dict(device="cuda", capability=(9, 0), arch_list=["sm_90"]),
-  {"device": Obj(), "capability": Obj(), "arch_list": Obj()})
 E("fp8.tensorwise_scale", lambda: dict(x=T(4, 16)), {"x": Tensor(), "fmt": FP8_FMT, "margin": Int(0, fp8.MAX_MARGIN)})
 E("fp8.quantize", lambda: dict(x=T(4, 16), fmt="fp8_e4m3", scale=torch.tensor(2.0)),
   {"x": Tensor(), "fmt": FP8_FMT, "scale": Obj()})
@@ -1585,62 +1586,55 @@ E("fp8.dequantize", lambda: dict(q=T(4, 16).to(torch.float8_e4m3fn), scale=torch
 E("fp8.saturation_count", lambda: dict(x=T(4, 16), fmt="fp8_e4m3", scale=torch.tensor(2.0)),
   {"x": Tensor(), "fmt": FP8_FMT, "scale": Obj()}, post=nonneg_int)
 E("fp8.quantization_error", lambda: dict(x=T(4, 16), xq=T(4, 16)), {"x": Tensor(), "xq": Tensor()})
-E("fp8.DelayedScaling", fuzz={"fmt": FP8_FMT, "history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN),
-                             "algo": Str(choices=fp8.ALGOS)})
-E("fp8.ElementFormat", lambda: dict(name="fp8_e4m3", dtype=torch.float8_e4m3fn, max=448.0, emax=8, mantissa_bits=3,
-                                    label="FP8 E4M3"))
-E(
-    "fp8.Float8Linear",
-    lambda: dict(in_features=16, out_features=16),
-    {"in_features": Int(1, skip_above=64), "out_features": Int(1, skip_above=64), "bias": Bool(),
-     "scaling": Str(choices=fp8.SCALINGS), "history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN),
-     "algo": Str(choices=fp8.ALGOS), "device": Device(), "dtype": Dtype()},
-)
-E("fp8.float8_module_filter", lambda: dict(module=fp8_linear()), {"module": Obj(), "fqn": Str()})
+E("fp8.DelayedScaling", fuzz={"fmt": FP8_FMT, **HISTORY_KINDS})
+E("fp8.float8_module_filter", lambda: dict(module=torch.nn.Linear(16, 16)), {"module": Obj(), "fqn": Str()})
 E(
     "fp8.convert_to_float8",
     lambda: dict(model=fp8_model()),
-    {"model": Obj(), "scaling": Str(choices=fp8.SCALINGS), "module_filter": Callable_(),
-     "history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN), "algo": Str(choices=fp8.ALGOS)},
+    {"model": Obj(), "scaling": Str(choices=fp8.SCALINGS), "module_filter": Callable_(), **HISTORY_KINDS},
 )
 E(
-    "fp8.MXLinear",
-    lambda: dict(in_features=32, out_features=32),
-    {"in_features": Int(1, skip_above=64), "out_features": Int(1, skip_above=64), "bias": Bool(),
-     "elem": ELEMENT_FMT, "block_size": Obj(), "device": Device(), "dtype": Dtype()},
-)
-E(
-    "fp8.convert_to_mx",
+    "mx.convert_to_mx",
     lambda: dict(model=fp8_model()),
     {"model": Obj(), "elem": ELEMENT_FMT, "block_size": Obj(), "module_filter": Callable_()},
 )
-E("fp8.mx_quantize", lambda: dict(x=T(2, 32)), {"x": Tensor(), "elem": ELEMENT_FMT, "block_size": Obj()})
-E("fp8.nvfp4_quantize", lambda: dict(x=T(2, 32)), {"x": Tensor(), "per_tensor_scale": Obj()})
+E("mx.mx_quantize", lambda: dict(x=T(2, 32)), {"x": Tensor(), "elem": ELEMENT_FMT, "block_size": Obj()})
+E("mx.nvfp4_quantize", lambda: dict(x=T(2, 32)), {"x": Tensor(), "per_tensor_scale": Obj()})
 E(
-    "fp8.make_tensor_sequence",
+    "fp8_explorer.make_tensor_sequence",
     lambda: dict(num_steps=4, size=16, spike_step=2),
-    {"num_steps": Int(1, fp8.MAX_SEQUENCE_STEPS, skip_above=64), "size": Int(1, fp8.MAX_SEQUENCE_SIZE, skip_above=4096),
-     "drift": Float(ge=-fp8.MAX_DRIFT, le=fp8.MAX_DRIFT), "spike_step": Int(0, 3, optional=True),
-     "spike_size": Float(ge=1.0, le=fp8.MAX_SPIKE), "seed": Seed()},
+    {"num_steps": Int(1, fp8_explorer.MAX_SEQUENCE_STEPS, skip_above=64),
+     "size": Int(1, fp8_explorer.MAX_SEQUENCE_SIZE, skip_above=4096),
+     "drift": Float(ge=-fp8_explorer.MAX_DRIFT, le=fp8_explorer.MAX_DRIFT), "spike_step": Int(0, 3, optional=True),
+     "spike_size": Float(ge=1.0, le=fp8_explorer.MAX_SPIKE), "seed": Seed()},
 )
 E(
-    "fp8.scaling_trajectory",
-    lambda: dict(tensors=fp8.make_tensor_sequence(6, size=16, spike_step=3)),
-    {"tensors": Obj(), "fmt": FP8_FMT, "history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN),
-     "algo": Str(choices=fp8.ALGOS), "recipe": Str(choices=fp8.RECIPES)},
+    "fp8_explorer.scaling_trajectory",
+    lambda: dict(tensors=fp8_explorer.make_tensor_sequence(6, size=16, spike_step=3)),
+    {"tensors": Obj(), "fmt": FP8_FMT, "recipe": Str(choices=fp8_explorer.RECIPES), **HISTORY_KINDS},
 )
-E(
-    "fp8.ScalingTrajectory",
-    lambda: dict(recipe="current", fmt="fp8_e4m3", history_len=4, margin=0, algo="max", amax=[1.0], scale=[448.0],
-                 saturated=[0], flushed=[0], error=[0.01]),
-)
+
+
+def fp8_trajectories() -> dict:
+    tensors = fp8_explorer.make_tensor_sequence(6, size=16, spike_step=3)
+    return dict(current=fp8_explorer.scaling_trajectory(tensors, recipe="current"),
+                delayed=fp8_explorer.scaling_trajectory(tensors, recipe="delayed"), spike_step=3)
+
+
+E("fp8_explorer.spike_reading", fp8_trajectories, {"current": Obj(), "delayed": Obj(), "spike_step": Int(0, 5)})
+E("fp8_explorer.spread_reading", lambda: dict(activations=[9.5, 9.0], gradients=[24.4, 57.7], e4m3_window=18.8,
+                                              e5m2_window=32.8),
+  {"activations": Seq(), "gradients": Seq(), "e4m3_window": Float(gt=0), "e5m2_window": Float(gt=0)})
+E("fp8_explorer.unscaled_reading", lambda: dict(largest=2.0**-9), {"largest": Float(gt=0), "fmt": FP8_FMT})
+E("fp8_explorer.identity_reading", lambda: dict(ours=[1.0, 0.5], theirs=[1.0, 0.5], same_weights=True),
+  {"ours": Seq(), "theirs": Seq(), "same_weights": Bool()})
 EXPLORER_KINDS = {
-    "num_steps": Int(2, 200, skip_above=16), "size": Int(1, fp8.MAX_EXPLORER_SIZE, skip_above=64),
+    "num_steps": Int(2, 200, skip_above=16), "size": Int(1, fp8_explorer.MAX_EXPLORER_SIZE, skip_above=64),
     "history_len": Int(1, 64), "margin": Int(0, 8), "spike_step": Int(0, 7), "spike_size": Float(ge=1.0, le=1e4),
     "algo": Str(choices=fp8.ALGOS), "fmt": FP8_FMT, "seed": Seed(),
 }
-E("fp8.ScalingExplorer", lambda: dict(num_steps=8, size=32, spike_step=4), EXPLORER_KINDS, examples=2, corpus_limit=3)
-E("fp8.scaling_explorer", lambda: dict(num_steps=8, size=32, spike_step=4), EXPLORER_KINDS, examples=2, corpus_limit=3)
+E("fp8_explorer.scaling_explorer", lambda: dict(num_steps=8, size=32, spike_step=4), EXPLORER_KINDS, examples=2,
+  corpus_limit=3)
 
 # --- widgets --------------------------------------------------------------------------------
 E(
@@ -1837,14 +1831,6 @@ NOT_YET_PRUNED = {
     "exercises.combine",
     "exercises.exercise",
     "exercises.exercises_of",
-    # fp8
-    "fp8.ElementFormat",
-    "fp8.Float8Linear",
-    "fp8.MXLinear",
-    "fp8.ScalingExplorer",
-    "fp8.ScalingTrajectory",
-    "fp8.fp8_placement",
-    "fp8.saturation_count",
     # gpus
     # gradients
     "gradients.GradientRecord",

@@ -1,15 +1,8 @@
-"""Exercises of notebook 08 (FP8 and block scaling).
-
-The learner writes the key pieces of FP8 training: the tensorwise scale and the saturating cast
-(exercise 1, checked against :func:`amp_lab.fp8.tensorwise_scale`, which equals torchao's
-``tensor_to_scale``, and :func:`amp_lab.fp8.quantize`), and Transformer Engine's delayed-scaling
-rule (exercise 2, run step by step beside :class:`amp_lab.fp8.DelayedScaling` on amax sequences with
-growth, a spike, all-zero tensors, a NaN and a margin).  Exercise 3 picks an MX block size for FP4
-that meets an error target on the notebook's own activations (:func:`amp_lab.fp8.mx_quantize`);
-exercise 4 picks the margin that lets delayed scaling absorb an outlier spike.  Every expected value
-is computed here from the package (and so from torch's casts), never typed in; the common wrong
-answers are recognised by running the wrong rule beside the learner's and comparing.
-"""
+"""Exercises of notebook 08 (FP8 and block scaling): the tensorwise scale and saturating cast (1, against
+:func:`amp_lab.fp8.tensorwise_scale` and :func:`amp_lab.fp8.quantize`), the delayed-scaling rule (2, beside
+:class:`amp_lab.fp8.DelayedScaling`), an MX block size for FP4 (3, :func:`amp_lab.mx.mx_quantize`) and the
+margin that absorbs a spike (4).  Expected values come from the package; common wrong answers are recognised
+by running the wrong rule beside the learner's."""
 
 from __future__ import annotations
 
@@ -19,8 +12,8 @@ from numbers import Integral, Real
 
 import torch
 
-from .. import fp8
-from .._checks import ArgumentTypeError, check_bool, check_float, check_int
+from .. import fp8, mx
+from .._checks import ArgumentTypeError, bounded_list, check_bool, check_float, check_int
 from ..check import CheckResult, _finish, _is_placeholder
 from . import Mistake, combine, exercise
 
@@ -33,21 +26,23 @@ MAX_MARGIN = 30  # margins exercise 4 tries (2**30 is far beyond any useful head
 BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # the block sizes exercise 3 chooses among
 
 
-def _fp8():
-    return fp8
+def _todo(text: str, show: bool = False) -> CheckResult:
+    """Not attempted yet: the answer is still the skeleton."""
+    return _finish("unanswered", text, show=show, details={"answered": False})
 
 
-def _e4m3_max() -> float:
-    return float(torch.finfo(torch.float8_e4m3fn).max)
+def _no(text: str, hint: str, show: bool = False) -> CheckResult:
+    """A wrong answer and the hint that points at the idea."""
+    return _finish("wrong", text, [f"hint: {hint}"], show=show)
 
 
-def _e5m2_max() -> float:
-    return float(torch.finfo(torch.float8_e5m2).max)
+_NOT_WRITTEN = (
+    "is not written yet (it returns None or raises NotImplementedError): fill it in and run this cell again."
+)
 
 
-# --------------------------------------------------------------------------------------------
-# Running the learner's code: a value, "not written yet", or the error it raised
-# --------------------------------------------------------------------------------------------
+E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
+E5M2_MAX = float(torch.finfo(torch.float8_e5m2).max)
 
 
 class _Todo(Exception):
@@ -70,7 +65,9 @@ def _call(fn, *args):
 def _as_float32(value) -> torch.Tensor | None:
     """A scale the learner returned (a number or a one-element tensor) as a float32 scalar, else None."""
     if isinstance(value, torch.Tensor):
-        if value.numel() != 1 or not (value.dtype.is_floating_point or value.dtype in (torch.int32, torch.int64)):
+        if value.numel() != 1 or not (
+            value.dtype.is_floating_point or value.dtype in (torch.int32, torch.int64)
+        ):
             return None
         return value.detach().reshape(()).to("cpu", torch.float32)
     if isinstance(value, Real) and not isinstance(value, bool):
@@ -89,8 +86,14 @@ def _close32(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Within one float32 ulp of b (a scale computed in float32 rather than float64, then rounded)."""
     if not (torch.isfinite(a) and torch.isfinite(b)):
         return _same32(a, b)
-    ulp = torch.finfo(torch.float32).eps * abs(b.item())
-    return abs(a.item() - b.item()) <= ulp
+    return abs(a.item() - b.item()) <= torch.finfo(torch.float32).eps * abs(b.item())
+
+
+def _whole(x) -> int | None:
+    """``x`` as an int if it is a whole real number (3 or 3.0, not True), else None."""
+    if isinstance(x, bool) or not isinstance(x, Real):
+        return None
+    return int(x) if isinstance(x, Integral) or (math.isfinite(x) and float(x).is_integer()) else None
 
 
 def _show(x) -> str:
@@ -99,9 +102,7 @@ def _show(x) -> str:
     return f"{x:.7g}" if isinstance(x, float) else repr(x)
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 1: the tensorwise scale and the saturating cast
-# --------------------------------------------------------------------------------------------
+# --- Exercise 1: the tensorwise scale and the saturating cast ---
 
 
 @functools.lru_cache(maxsize=1)
@@ -137,10 +138,8 @@ _NO_CAST_HINT = "the result is an FP8 tensor: cast the scaled values to torch.fl
 
 
 def _scale_part(scale_fn, show_name: str = "my_tensorwise_scale") -> CheckResult:
-    fp8 = _fp8()
     if _is_placeholder(scale_fn):
-        return _finish("unanswered", f"no answer yet: write `{show_name}` above and run this cell again.",
-                       show=False, details={"answered": False})
+        return _todo(f"no answer yet: write `{show_name}` above and run this cell again.")
     if not callable(scale_fn):
         return _finish("wrong", f"`{show_name}` is a {type(scale_fn).__name__}, not a function.", show=False)
     got, want, errors = {}, {}, {}
@@ -149,34 +148,43 @@ def _scale_part(scale_fn, show_name: str = "my_tensorwise_scale") -> CheckResult
         try:
             kind, out = _call(scale_fn, x.clone())
         except _Todo:
-            return _finish("unanswered", f"`{show_name}` is not written yet (it returns None or raises "
-                           "NotImplementedError): fill it in and run this cell again.", show=False,
-                           details={"answered": False})
+            return _todo(f"`{show_name}` {_NOT_WRITTEN}")
         if kind == "error":
             errors[name] = out
             continue
         value = _as_float32(out)
         if value is None:
-            return _finish("wrong", f"`{show_name}` returned {type(out).__name__} {_show(out)[:60]} for {name}; "
-                           "a scale is one number (a float or a one-element tensor).",
-                           ["hint: return E4M3's largest value divided by the tensor's amax"], show=False)
+            return _no(
+                f"`{show_name}` returned {type(out).__name__} {_show(out)[:60]} for {name}; "
+                "a scale is one number (a float or a one-element tensor).",
+                "return E4M3's largest value divided by the tensor's amax",
+                False,
+            )
         got[name] = value
-    if ZERO_CASE in errors and "ZeroDivision" in errors[ZERO_CASE] or (
-        ZERO_CASE in got and not torch.isfinite(got[ZERO_CASE])
+    if (
+        ZERO_CASE in errors
+        and "ZeroDivision" in errors[ZERO_CASE]
+        or (ZERO_CASE in got and not torch.isfinite(got[ZERO_CASE]))
     ):
         what = errors.get(ZERO_CASE) or f"returned {_show(got[ZERO_CASE])}"
-        return _finish("wrong", f"`{show_name}` on {ZERO_CASE}: {what}.", [f"hint: {_NO_CLAMP_HINT}"], show=False)
+        return _no(f"`{show_name}` on {ZERO_CASE}: {what}.", _NO_CLAMP_HINT, False)
     if errors:
         name, text = next(iter(errors.items()))
-        return _finish("wrong", f"`{show_name}` raised on {name}: {text}",
-                       ["hint: the scale is E4M3's largest value over amax, amax clamped away from zero"], show=False)
+        return _no(
+            f"`{show_name}` raised on {name}: {text}",
+            "the scale is E4M3's largest value over amax, amax clamped away from zero",
+            False,
+        )
     wrong = [n for n in got if not (_same32(got[n], want[n]) or _close32(got[n], want[n]))]
     if not wrong:
         exact = all(_same32(got[n], want[n]) for n in got)
         how = "bit for bit" if exact else "within one float32 ulp (a scale computed in float32, not float64)"
-        return _finish("exact" if exact else "close",
-                       f"`{show_name}` equals fp8.tensorwise_scale (torchao's tensor_to_scale) on all {len(got)} "
-                       f"tensors, {how}.", show=False)
+        return _finish(
+            "exact" if exact else "close",
+            f"`{show_name}` equals fp8.tensorwise_scale (torchao's tensor_to_scale) on all {len(got)} "
+            f"tensors, {how}.",
+            show=False,
+        )
     nonzero = [n for n in got if n != ZERO_CASE]
     notes = [f"on {n}: yours {_show(got[n])}, fp8.tensorwise_scale {_show(want[n])}" for n in wrong[:2]]
 
@@ -185,29 +193,39 @@ def _scale_part(scale_fn, show_name: str = "my_tensorwise_scale") -> CheckResult
 
     amax = {n: x.abs().max().item() for n, x in _ex1_tensors()}
     largest = {n: x.max().item() for n, x in _ex1_tensors()}
-    if all_near(lambda n: amax[n] / _e4m3_max()):
+    if all_near(lambda n: amax[n] / E4M3_MAX):
         hint = _INVERTED_HINT
-    elif all_near(lambda n: _e5m2_max() / amax[n]):
+    elif all_near(lambda n: E5M2_MAX / amax[n]):
         hint = _E5M2_HINT
-    elif NEGATIVE_CASE in wrong and math.isclose(got[NEGATIVE_CASE].item(), _e4m3_max() / largest[NEGATIVE_CASE],
-                                                 rel_tol=1e-5):
+    elif NEGATIVE_CASE in wrong and math.isclose(
+        got[NEGATIVE_CASE].item(), E4M3_MAX / largest[NEGATIVE_CASE], rel_tol=1e-5
+    ):
         hint = _NO_ABS_HINT
     elif wrong == [ZERO_CASE]:
         hint = _EPS_HINT
     else:
         hint = "the scale is E4M3's largest value divided by amax, the tensor's largest magnitude"
-    return _finish("wrong", f"`{show_name}` differs from fp8.tensorwise_scale on {len(wrong)} of {len(got)} tensors.",
-                   [*notes, f"hint: {hint}"], show=False)
+    return _finish(
+        "wrong",
+        f"`{show_name}` differs from fp8.tensorwise_scale on {len(wrong)} of {len(got)} tensors.",
+        [*notes, f"hint: {hint}"],
+        show=False,
+    )
 
 
 def _quantize_cases():
-    fp8 = _fp8()
     cases = []
     for name, x in _ex1_tensors():
         if name != ZERO_CASE:
             cases.append((f"{name}, at its tensorwise scale", x, fp8.tensorwise_scale(x, E4M3)))
     normal = _ex1_tensors()[0][1]
-    cases.append(("normal values at 8 times their scale (many saturate)", normal, 8 * fp8.tensorwise_scale(normal, E4M3)))
+    cases.append(
+        (
+            "normal values at 8 times their scale (many saturate)",
+            normal,
+            8 * fp8.tensorwise_scale(normal, E4M3),
+        )
+    )
     with_nan = normal.clone()
     with_nan[0, 0] = math.nan
     cases.append(("a tensor holding a NaN, scale 1", with_nan, torch.tensor(1.0)))
@@ -216,28 +234,32 @@ def _quantize_cases():
 
 
 def _quantize_part(quantize_fn, show_name: str = "my_quantize") -> CheckResult:
-    fp8 = _fp8()
     if _is_placeholder(quantize_fn):
-        return _finish("unanswered", f"no answer yet: write `{show_name}` above and run this cell again.",
-                       show=False, details={"answered": False})
+        return _todo(f"no answer yet: write `{show_name}` above and run this cell again.")
     if not callable(quantize_fn):
-        return _finish("wrong", f"`{show_name}` is a {type(quantize_fn).__name__}, not a function.", show=False)
+        return _finish(
+            "wrong", f"`{show_name}` is a {type(quantize_fn).__name__}, not a function.", show=False
+        )
     cases = _quantize_cases()
     for name, x, scale in cases:
         want = fp8.quantize(x, E4M3, scale)
         try:
             kind, out = _call(quantize_fn, x.clone(), scale.clone())
         except _Todo:
-            return _finish("unanswered", f"`{show_name}` is not written yet (it returns None or raises "
-                           "NotImplementedError): fill it in and run this cell again.", show=False,
-                           details={"answered": False})
+            return _todo(f"`{show_name}` {_NOT_WRITTEN}")
         if kind == "error":
-            return _finish("wrong", f"`{show_name}` raised on {name}: {out}",
-                           ["hint: multiply x by the scale, then cast to torch.float8_e4m3fn"], show=False)
+            return _no(
+                f"`{show_name}` raised on {name}: {out}",
+                "multiply x by the scale, then cast to torch.float8_e4m3fn",
+                False,
+            )
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             what = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-            return _finish("wrong", f"`{show_name}` returned {what} for {name}; want a tensor of x's shape "
-                           f"{tuple(x.shape)}.", [f"hint: {_NO_CAST_HINT}"], show=False)
+            return _no(
+                f"`{show_name}` returned {what} for {name}; want a tensor of x's shape {tuple(x.shape)}.",
+                _NO_CAST_HINT,
+                False,
+            )
         values = out.detach().to("cpu").float()
         if out.dtype != want.dtype:
             if out.dtype in (torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz):
@@ -245,20 +267,32 @@ def _quantize_part(quantize_fn, show_name: str = "my_quantize") -> CheckResult:
             elif torch.equal(values.nan_to_num(), want.float().nan_to_num()):
                 hint = _NO_CAST_HINT
             else:
-                hint = _NO_CAST_HINT if out.dtype in (torch.float32, torch.float64, torch.float16,
-                                                      torch.bfloat16) else _E5M2_HINT
-            return _finish("wrong", f"`{show_name}` returned a {str(out.dtype).removeprefix('torch.')} tensor for "
-                           f"{name}; fp8.quantize returns {str(want.dtype).removeprefix('torch.')}.",
-                           [f"hint: {hint}"], show=False)
+                hint = _NO_CAST_HINT if out.dtype.is_floating_point and out.dtype.itemsize > 1 else _E5M2_HINT
+            return _no(
+                f"`{show_name}` returned a {str(out.dtype).removeprefix('torch.')} tensor for "
+                f"{name}; fp8.quantize returns {str(want.dtype).removeprefix('torch.')}.",
+                hint,
+                False,
+            )
         if not torch.equal(values.nan_to_num(nan=1234.5), want.float().nan_to_num(nan=1234.5)):
             bad = int((values.nan_to_num(nan=1234.5) != want.float().nan_to_num(nan=1234.5)).sum())
             divided = fp8.quantize(x, E4M3, 1.0 / scale.double()).float()
-            hint = (_DIVIDE_HINT if torch.equal(values.nan_to_num(nan=1234.5), divided.nan_to_num(nan=1234.5))
-                    else "multiply x by the scale (in float32), then cast: torch's cast to E4M3 saturates at its max")
-            return _finish("wrong", f"`{show_name}` differs from fp8.quantize on {name}: {bad} of {x.numel()} "
-                           "elements differ.", [f"hint: {hint}"], show=False)
-    return _finish("exact", f"`{show_name}` equals fp8.quantize bit for bit on all {len(cases)} cases (an outlier, "
-                   "saturation beyond E4M3's max, a NaN, an all-zero tensor).", show=False)
+            hint = (
+                _DIVIDE_HINT
+                if torch.equal(values.nan_to_num(nan=1234.5), divided.nan_to_num(nan=1234.5))
+                else "multiply x by the scale (in float32), then cast: torch's cast to E4M3 saturates at its max"
+            )
+            return _no(
+                f"`{show_name}` differs from fp8.quantize on {name}: {bad} of {x.numel()} elements differ.",
+                hint,
+                False,
+            )
+    return _finish(
+        "exact",
+        f"`{show_name}` equals fp8.quantize bit for bit on all {len(cases)} cases (an outlier, "
+        "saturation beyond E4M3's max, a NaN, an all-zero tensor).",
+        show=False,
+    )
 
 
 @exercise(
@@ -281,9 +315,7 @@ def ex1(scale_fn, quantize_fn, *, show: bool = True) -> CheckResult:
     return combine([_scale_part(scale_fn), _quantize_part(quantize_fn)], show=show)
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 2: MyDelayedScaling
-# --------------------------------------------------------------------------------------------
+# --- Exercise 2: MyDelayedScaling ---
 
 # (what it tests, history_len, margin, the amax of each step)
 DELAYED_SCHEDULES = (
@@ -294,28 +326,13 @@ DELAYED_SCHEDULES = (
     ("a NaN amax", 3, 0, (2.0, 4.0, 1.0, math.nan, 1.0, 1.0, 1.0, 1.0)),
 )
 
-_NEWEST_HINT = "the scale comes from the largest amax of the last history_len steps, not from the newest one alone"
+_NEWEST_HINT = "the scale comes from the largest amax of the last history_len steps, not the newest one alone"
 _MARGIN_HINT = "divide by 2**margin as well: the margin leaves headroom for an amax that grows"
 _UNBOUNDED_HINT = "keep only the last history_len amaxes: an old spike must leave the history"
-_NAN_SCALE_HINT = "a NaN amax must never become the scale: while the history holds a NaN, keep the scale unchanged"
-_NAN_IGNORED_HINT = ("a NaN amax is not skipped: while it is in the history the reduced amax is NaN, and the scale "
-                     "stays frozen")
-_ZERO_HINT = "an amax of 0 (an all-zero tensor) gives no scale: when the reduced amax is not > 0, keep the scale"
+_NAN_SCALE_HINT = "a NaN amax must never become the scale: while the history holds a NaN, keep the scale"
+_NAN_IGNORED_HINT = "a NaN in the history makes the reduced amax NaN: keep the scale frozen, don't skip it"
+_ZERO_HINT = "an all-zero tensor (amax 0) gives no scale: when the reduced amax is not > 0, keep the scale"
 _START_HINT = "before any amax is known the scale is 1.0"
-
-
-class _RefRule:
-    """The right rule, through the package: the oracle every learner's class runs beside."""
-
-    def __init__(self, history_len, margin):
-        self._d = _fp8().DelayedScaling(E4M3, history_len=history_len, margin=margin)
-
-    @property
-    def scale(self):
-        return self._d.scale
-
-    def update(self, amax):
-        self._d.update(amax)
 
 
 class _Wrong:
@@ -346,7 +363,7 @@ class _Wrong:
         elif self.mistake == "zero" and r == 0:
             self.scale = math.inf
         elif math.isfinite(r) and r > 0:
-            self.scale = _e4m3_max() / r / 2.0**margin
+            self.scale = E4M3_MAX / r / 2.0**margin
 
 
 def _wrong(kind: str):
@@ -389,7 +406,13 @@ def _trajectory(cls) -> tuple:
                 return ("todo",) if step == 0 else ("error", what, step, "reading .scale", "it is None")
             value32 = _as_float32(value)
             if value32 is None:
-                return ("error", what, step, "reading .scale", f"it is a {type(value).__name__}, not a number")
+                return (
+                    "error",
+                    what,
+                    step,
+                    "reading .scale",
+                    f"it is a {type(value).__name__}, not a number",
+                )
             scales.append(value32.item())
             if step == len(amaxes):
                 break
@@ -403,19 +426,20 @@ def _trajectory(cls) -> tuple:
     return tuple(out)
 
 
+def _same(p: float, q: float) -> bool:
+    return p == q or (math.isnan(p) and math.isnan(q))
+
+
 def _same_trajectory(a, b) -> bool:
     if len(a) != len(b) or (a and isinstance(a[0], str)) or (b and isinstance(b[0], str)):
         return a == b
-    return all(len(x) == len(y) and all(p == q or (math.isnan(p) and math.isnan(q)) for p, q in zip(x, y, strict=True))
-               for x, y in zip(a, b, strict=True))
+    return all(len(x) == len(y) and all(map(_same, x, y)) for x, y in zip(a, b, strict=True))
 
 
 def _first_difference(got: tuple, want: tuple):
-    """(schedule, learner's scales, the package's scales, first step where they differ) of the first schedule
-    that differs; trajectories that differ somewhere."""
+    """(schedule, yours, the package's, first differing step) of the first schedule that differs."""
     for sched, mine, theirs in zip(DELAYED_SCHEDULES, got, want, strict=True):
-        first = next((i for i, (p, q) in enumerate(zip(mine, theirs, strict=True))
-                      if not (p == q or (math.isnan(p) and math.isnan(q)))), None)
+        first = next((i for i, (p, q) in enumerate(zip(mine, theirs, strict=True)) if not _same(p, q)), None)
         if first is not None:
             return sched, mine, theirs, first
     raise AssertionError("the trajectories are the same")
@@ -423,7 +447,8 @@ def _first_difference(got: tuple, want: tuple):
 
 @functools.lru_cache(maxsize=16)
 def _known(kind: str) -> tuple:
-    return _trajectory(_RefRule if kind == "right" else _wrong(kind))
+    right = functools.partial(fp8.DelayedScaling, E4M3)  # (history_len, margin): the oracle
+    return _trajectory(right if kind == "right" else _wrong(kind))
 
 
 @exercise(
@@ -444,26 +469,36 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     sequences: ``.scale`` is read before every ``update(amax)`` and after the last, and compared in float32."""
     check_bool("show", show)
     if _is_placeholder(answer):
-        return _finish("unanswered", "no answer yet: write the class `MyDelayedScaling` above and run this cell again.",
-                       show=show, details={"answered": False})
+        return _todo("no answer yet: write the class `MyDelayedScaling` above and run this cell again.", show)
     if not callable(answer):
-        return _finish("wrong", f"`MyDelayedScaling` is a {type(answer).__name__}, not a class: pass the class itself.",
-                       show=show)
+        return _finish(
+            "wrong",
+            f"`MyDelayedScaling` is a {type(answer).__name__}, not a class: pass the class itself.",
+            show=show,
+        )
     got, want = _trajectory(answer), _known("right")
     if got == ("todo",):
-        return _finish("unanswered", "MyDelayedScaling is not written yet (a method returns None or raises "
-                       "NotImplementedError): fill in the TODOs and run this cell again.", show=show,
-                       details={"answered": False})
+        return _todo(
+            "MyDelayedScaling is not written yet (a method returns None or raises "
+            "NotImplementedError): fill in the TODOs and run this cell again.",
+            show,
+        )
     steps = sum(len(s) for s in want)
     if _same_trajectory(got, want):
-        return _finish("exact", f"MyDelayedScaling matches fp8.DelayedScaling on all {len(DELAYED_SCHEDULES)} sequences "
-                       f"({steps} scales read): the same float32 scale before every update and after the last.",
-                       show=show)
+        return _finish(
+            "exact",
+            f"MyDelayedScaling matches fp8.DelayedScaling on all {len(DELAYED_SCHEDULES)} sequences "
+            f"({steps} scales read): the same float32 scale before every update and after the last.",
+            show=show,
+        )
     if got and got[0] == "error":
         _, what, step, call, text = got
-        hint = _ZERO_HINT if "ZeroDivision" in text else "read the error: update(amax) appends, reduces and rescales"
-        return _finish("wrong", f"MyDelayedScaling raised on \"{what}\" at step {step}, {call}: {text}",
-                       [f"hint: {hint}"], show=show)
+        hint = (
+            _ZERO_HINT
+            if "ZeroDivision" in text
+            else "read the error: update(amax) appends, reduces, rescales"
+        )
+        return _no(f'MyDelayedScaling raised on "{what}" at step {step}, {call}: {text}', hint, show)
     (what, history_len, margin, amaxes), mine, theirs, first = _first_difference(got, want)
     hint = next((h for kind, h in _KNOWN_DELAYED_MISTAKES if _same_trajectory(got, _known(kind))), None)
     if hint is None:
@@ -480,21 +515,25 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
         else:
             hint = _NEWEST_HINT
     seen = ", ".join(_show(a) for a in amaxes[:first])
-    return _finish("wrong", f"MyDelayedScaling differs from fp8.DelayedScaling on \"{what}\" (history_len={history_len}, "
-                   f"margin={margin}) at step {first}: yours {_show(mine[first])}, fp8.DelayedScaling "
-                   f"{_show(theirs[first])}.", [f"amaxes given so far: {seen or '(none yet)'}", f"hint: {hint}"],
-                   show=show, details={"schedule": what, "step": first})
+    return _finish(
+        "wrong",
+        f'MyDelayedScaling differs from fp8.DelayedScaling on "{what}" (history_len={history_len}, '
+        f"margin={margin}) at step {first}: yours {_show(mine[first])}, fp8.DelayedScaling "
+        f"{_show(theirs[first])}.",
+        [f"amaxes given so far: {seen or '(none yet)'}", f"hint: {hint}"],
+        show=show,
+        details={"schedule": what, "step": first},
+    )
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 3: a block size for FP4 that meets an error target
-# --------------------------------------------------------------------------------------------
+# --- Exercise 3: a block size for FP4 that meets an error target ---
 
 
 def _check_tensor(name: str, x) -> torch.Tensor:
     if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
-        raise ArgumentTypeError(f"{name} must be a floating-point tensor (the notebook's activations), "
-                                f"got {type(x).__name__}")
+        raise ArgumentTypeError(
+            f"{name} must be a floating-point tensor (the notebook's activations), got {type(x).__name__}"
+        )
     if x.dim() < 1 or x.numel() == 0 or x.numel() > MAX_TENSOR_ELEMENTS:
         raise ValueError(f"{name} must hold 1 to {MAX_TENSOR_ELEMENTS} elements, got shape {tuple(x.shape)}")
     if not bool(torch.isfinite(x).all()):
@@ -510,16 +549,13 @@ def _lost_to_zero(x: torch.Tensor, xq: torch.Tensor) -> float:
 
 
 def _block_losses(x: torch.Tensor, elem: str) -> dict[int, float]:
-    """{block size: _lost_to_zero(x, fp8.mx_quantize(x, elem, block size))} for the sizes dividing x's last dim."""
-    fp8 = _fp8()
-    return {b: _lost_to_zero(x, fp8.mx_quantize(x, elem, b)) for b in BLOCK_SIZES if x.shape[-1] % b == 0}
+    """{block size: _lost_to_zero(x, mx.mx_quantize(x, elem, block size))} for the sizes dividing x's last dim."""
+    return {b: _lost_to_zero(x, mx.mx_quantize(x, elem, b)) for b in BLOCK_SIZES if x.shape[-1] % b == 0}
 
 
-_MISSES_HINT = ("at that block size FP4 flushes more than the target to zero: smaller blocks follow the small "
-                "values more closely")
-_TOO_SMALL_HINT = "that block size meets the target, but a larger one does too: fewer blocks, fewer scales to store"
-_E4M3_HINT = ("the question is about FP4 E2M1 elements (fp4_e2m1): E4M3's much wider window meets the target at "
-              "any block size")
+_MISSES_HINT = "that block size flushes more than the target to zero: smaller blocks follow the small values"
+_TOO_SMALL_HINT = "that block size meets the target, but a larger one does too: fewer blocks, fewer scales"
+_E4M3_HINT = "the question is about FP4 E2M1: E4M3's much wider window meets the target at any block size"
 _NOT_A_SIZE_HINT = "give a block size, one of the sizes in the table above (a number of elements per block)"
 
 
@@ -544,20 +580,20 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
         raise ValueError(f"acts' last dimension ({x.shape[-1]}) must be divisible by one of {BLOCK_SIZES}")
     meeting = [b for b, e in fp4.items() if e <= target]
     if not meeting:
-        raise ValueError(f"target={target} is below FP4's share lost to zero at every block size "
-                         f"({min(fp4.values()):.3g} at best): "
-                         "choose a larger target")
+        raise ValueError(
+            f"target={target} is below FP4's share lost to zero at every block size "
+            f"({min(fp4.values()):.3g} at best): "
+            "choose a larger target"
+        )
     best = max(meeting)
     if _is_placeholder(answer):
-        return _finish("unanswered", "no answer yet: set `answer` to a block size and run this cell again.",
-                       show=show, details={"answered": False})
-    if not isinstance(answer, Integral) or isinstance(answer, bool) or int(answer) not in fp4:
-        if isinstance(answer, Real) and not isinstance(answer, bool) and float(answer) in fp4:
-            answer = int(answer)
-        else:
-            return _finish("wrong", f"`answer` = {answer!r:.40} is not one of the block sizes here: "
-                           f"{', '.join(str(b) for b in fp4)}.", [f"hint: {_NOT_A_SIZE_HINT}"], show=show)
-    answer = int(answer)
+        return _todo("no answer yet: set `answer` to a block size and run this cell again.", show)
+    if _whole(answer) not in fp4:
+        sizes = ", ".join(str(b) for b in fp4)
+        return _no(
+            f"`answer` = {answer!r:.40} is not one of the block sizes here: {sizes}.", _NOT_A_SIZE_HINT, show
+        )
+    answer = _whole(answer)
     if answer == best:
         larger = [b for b in fp4 if b > best]
         beyond = f"; the next larger, {min(larger)}, does not" if larger else " (the largest block size here)"
@@ -566,31 +602,35 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
         e4m3 = _block_losses(x, "fp8_e4m3")
         e4m3_best = max((b for b, e in e4m3.items() if e <= target), default=None)
         hint = _E4M3_HINT if answer == e4m3_best else _MISSES_HINT
-        return _finish("wrong", f"block size {answer}: FP4 E2M1 flushes {fp4[answer]:.2%} of acts' non-zero values to "
-                       f"zero, above the target {target:.2%}.", [f"hint: {hint}"], show=show)
-    return _finish("wrong", f"block size {answer} meets the target (FP4 E2M1 flushes {fp4[answer]:.2%} to zero), but it "
-                   "is not the largest that does.", [f"hint: {_TOO_SMALL_HINT}"], show=show)
+        return _no(
+            f"block size {answer}: FP4 E2M1 flushes {fp4[answer]:.2%} of acts' non-zero values to "
+            f"zero, above the target {target:.2%}.",
+            hint,
+            show,
+        )
+    return _no(
+        f"block size {answer} meets the target (FP4 E2M1 flushes {fp4[answer]:.2%} to zero), but it "
+        "is not the largest that does.",
+        _TOO_SMALL_HINT,
+        show,
+    )
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 4: the margin that absorbs a spike
-# --------------------------------------------------------------------------------------------
+# --- Exercise 4: the margin that absorbs a spike ---
 
 
 def _check_amaxes(amaxes) -> tuple[float, ...]:
     if isinstance(amaxes, torch.Tensor):
         amaxes = amaxes.detach().cpu().flatten().tolist()
-    if not isinstance(amaxes, (list, tuple)):
-        raise ArgumentTypeError(f"amaxes must be a list of positive numbers (one amax per step), got {type(amaxes).__name__}")
-    if not 1 <= len(amaxes) <= MAX_AMAXES:
-        raise ValueError(f"amaxes must hold 1 to {MAX_AMAXES} steps, got {len(amaxes)}")
+    amaxes = bounded_list("amaxes", amaxes, MAX_AMAXES, "a list of positive numbers (one amax per step)")
+    if not amaxes:
+        raise ValueError("amaxes must hold at least one step")
     return tuple(check_float("amaxes", a, gt=0) for a in amaxes)
 
 
 def _saturated_steps(amaxes, history_len: int, margin: int) -> list[int]:
     """The steps at which delayed scaling (fp8.DelayedScaling, E4M3) saturates: the step's amax times the
     scale in use rounds past E4M3's max (fp8.saturation_count), so quantize clips it."""
-    fp8 = _fp8()
     rule = fp8.DelayedScaling(E4M3, history_len=history_len, margin=margin)
     out = []
     for step, amax in enumerate(amaxes):
@@ -622,30 +662,38 @@ def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
     history_len = check_int("history_len", history_len, minimum=1, maximum=1024)
     best = next((m for m in range(MAX_MARGIN + 1) if not _saturated_steps(amaxes, history_len, m)), None)
     if best is None:
-        raise ValueError(f"no margin up to {MAX_MARGIN} avoids saturation on these amaxes: choose a smaller spike")
+        raise ValueError(
+            f"no margin up to {MAX_MARGIN} avoids saturation on these amaxes: choose a smaller spike"
+        )
     if _is_placeholder(answer):
-        return _finish("unanswered", "no answer yet: set `answer` to a margin (an integer) and run this cell again.",
-                       show=show, details={"answered": False})
-    if isinstance(answer, Real) and not isinstance(answer, bool) and float(answer).is_integer() and not isinstance(
-        answer, Integral
-    ):
-        answer = int(answer)
-    if not isinstance(answer, Integral) or isinstance(answer, bool) or not 0 <= answer <= 2**MAX_MARGIN:
-        return _finish("wrong", f"`answer` = {answer!r:.40} is not a margin: a whole number of binades, 0 or more.",
-                       ["hint: the margin m divides the scale by 2**m"], show=show)
+        return _todo("no answer yet: set `answer` to a margin (an integer) and run this cell again.", show)
+    if _whole(answer) is None or not 0 <= _whole(answer) <= 2**MAX_MARGIN:
+        return _no(
+            f"`answer` = {answer!r:.40} is not a margin: a whole number of binades, 0 or more.",
+            "the margin m divides the scale by 2**m",
+            show,
+        )
     answer = int(answer)
     if answer == best:
-        return _finish("exact", f"margin {best}: delayed scaling (history {history_len}) saturates at no step; margin "
-                       f"{best - 1} saturates at step(s) {_saturated_steps(amaxes, history_len, best - 1)[:5]}."
-                       if best > 0 else "margin 0: delayed scaling saturates at no step.", show=show)
+        return _finish(
+            "exact",
+            f"margin {best}: delayed scaling (history {history_len}) saturates at no step; margin "
+            f"{best - 1} saturates at step(s) {_saturated_steps(amaxes, history_len, best - 1)[:5]}."
+            if best > 0
+            else "margin 0: delayed scaling saturates at no step.",
+            show=show,
+        )
     if best >= 2 and answer == 2**best:
-        return _finish("wrong", f"`answer` = {answer} = 2**{best}.", [f"hint: {_POWER_HINT}"], show=show)
+        return _no(f"`answer` = {answer} = 2**{best}.", _POWER_HINT, show)
     if answer > MAX_MARGIN:
-        return _finish("wrong", f"`answer` = {answer} is far beyond any useful margin (at most {MAX_MARGIN} here).",
-                       [f"hint: {_MORE_HINT}"], show=show)
+        return _no(
+            f"`answer` = {answer} is far beyond any useful margin (at most {MAX_MARGIN} here).",
+            _MORE_HINT,
+            show,
+        )
     still = _saturated_steps(amaxes, history_len, answer)
     if still:
-        return _finish("wrong", f"margin {answer}: delayed scaling still saturates at step(s) {still[:5]}.",
-                       [f"hint: {_STILL_HINT}"], show=show)
-    return _finish("wrong", f"margin {answer} saturates nothing, but it is not the smallest that does.",
-                   [f"hint: {_MORE_HINT}"], show=show)
+        return _no(
+            f"margin {answer}: delayed scaling still saturates at step(s) {still[:5]}.", _STILL_HINT, show
+        )
+    return _no(f"margin {answer} saturates nothing, but it is not the smallest that does.", _MORE_HINT, show)
