@@ -54,7 +54,9 @@ def claim(statement: str, holds, *, show: bool = True) -> Claim:
     the truthiness of a number or a tensor.  ``show`` must be True or False.
     """
     if not isinstance(statement, str):
-        raise ArgumentTypeError(f"statement must be a non-empty string, got {type(statement).__name__}: {statement!r:.80}")
+        raise ArgumentTypeError(
+            f"statement must be a non-empty string, got {type(statement).__name__}: {statement!r:.80}"
+        )
     if not statement.strip():
         raise ValueError(f"statement must be a non-empty string, got {statement!r}")
     if not isinstance(show, bool) and type(show).__name__ != "bool_":
@@ -64,7 +66,11 @@ def claim(statement: str, holds, *, show: bool = True) -> Claim:
         shape = getattr(holds, "shape", None)
         dtype = str(getattr(holds, "dtype", ""))
         if item is None or shape not in ((), None) or "bool" not in dtype:
-            what = f"{type(holds).__name__} of shape {tuple(shape)}" if shape not in ((), None) else type(holds).__name__
+            what = (
+                f"{type(holds).__name__} of shape {tuple(shape)}"
+                if shape not in ((), None)
+                else type(holds).__name__
+            )
             raise ArgumentTypeError(
                 f"holds must be a bool (the outcome of a comparison), got {what}: {holds!r:.60}"
             )

@@ -95,6 +95,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "weight_cast_cache",
     ),
     "predict": (
+        "Prediction",
         "choice",
         "reveal",
     ),

@@ -23,7 +23,6 @@ OVER_TODAY = {
     "recipe": 2240,
     "autocast_ops": 1480,
     "fp8": 1430,
-    "check": 1390,
     "pitfalls": 1050,
     "timing": 970,
     "formats": 950,
