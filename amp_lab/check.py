@@ -36,7 +36,6 @@ from .check_base import (
     finish,
     hint_lines,
     infer_precision,
-    is_bool_tensor,
     is_placeholder,
     no_answer,
     note,
@@ -44,7 +43,6 @@ from .check_base import (
     read_dtype,
     tensor_list,
     tolerances,
-    value_text,
     worst_verdict,
 )
 from .check_hints import bits_notes, diagnose, dtype_facts, dtype_notes, shape_notes
@@ -54,16 +52,7 @@ __all__ = ["check_value", "check_tensor", "check_bits", "check_dtype", "check_dt
 
 
 def _compare(
-    a,
-    e,
-    prec: Precision,
-    rtol: float,
-    atol: float,
-    name: str,
-    reveal: bool,
-    *,
-    explicit_tol: bool = False,
-    about_format: bool = True,
+    a, e, prec: Precision, rtol, atol, name: str, reveal: bool, *, explicit_tol=False, about_format=True
 ):
     """(verdict, headline, notes, details) for float64 tensors ``a`` and ``e`` of equal shape.
 
@@ -127,7 +116,7 @@ def _compare(
             head = f"`{name}` is right to {prec.name} precision: within {prec.name}'s tolerance ({bound})."
         notes = [f"that is a pass; the difference, not bit for bit: {worst_text if not scalar else size}."]
         if reveal:
-            notes.append(f"expected: {value_text(e)}")
+            notes.append(f"expected: {_value_text(e)}")
         return "close", head, notes, details
     if scalar:
         if math.isfinite(a_w) and math.isfinite(e_w) and e_w != 0 and (a_w > 0) == (e_w > 0) and a_w != 0:
@@ -149,8 +138,12 @@ def _compare(
         head = f"{n_off} of {e.numel()} elements of `{name}` are off; {worst_text}."
     notes = diagnose(a, e, prec, about_format=about_format)
     if reveal:
-        notes.append(f"expected: {value_text(e)}")
+        notes.append(f"expected: {_value_text(e)}")
     return "wrong", head, notes, details
+
+
+def _value_text(t: torch.Tensor) -> str:
+    return num(float(t.reshape(()))) if t.numel() == 1 else str(t)
 
 
 def check_value(
@@ -271,7 +264,9 @@ def check_tensor(
     prec = infer_precision(answer, expected, dtype)
     explicit = rtol is not None or atol is not None
     rtol, atol = tolerances(prec, rtol, atol)
-    a, err = as_float64(answer, name, allow_bool=is_bool_tensor(expected))
+    a, err = as_float64(
+        answer, name, allow_bool=isinstance(expected, torch.Tensor) and expected.dtype == torch.bool
+    )
     if err:
         return finish("wrong", err + ".", hint_lines(hint), show=show, reasons=(err.code,))
     if a.shape != e.shape:
@@ -333,18 +328,16 @@ def check_between(
         return finish("wrong", f"`{name}` is NaN.", hint_lines(hint), show=show)
     if low <= x <= high:
         return finish("exact", f"`{name}` = {num(x)} is in the right range.", show=show, details={"value": x})
-    if x < low:
-        k = math.log2(low / x) if x > 0 else math.inf
-        head = f"`{name}` = {num(x)} is too small" + (
-            f" (by a factor of about 2**{k:.1f})" if math.isfinite(k) else ""
-        )
-        notes = [below] if below else []
-    else:
-        k = math.log2(x / high) if high > 0 else math.inf
-        head = f"`{name}` = {num(x)} is too large" + (
-            f" (by a factor of about 2**{k:.1f})" if math.isfinite(k) else ""
-        )
-        notes = [above] if above else []
+    small = x < low
+    k = (
+        (math.log2(low / x) if x > 0 else math.inf)
+        if small
+        else (math.log2(x / high) if high > 0 else math.inf)
+    )
+    head = f"`{name}` = {num(x)} is too {'small' if small else 'large'}"
+    head += f" (by a factor of about 2**{k:.1f})" if math.isfinite(k) else ""
+    side = below if small else above
+    notes = [side] if side else []
     return finish("wrong", head + ".", notes + hint_lines(hint), show=show, details={"value": x})
 
 

@@ -22,10 +22,7 @@ from . import formats
 from .device import float64_on_cpu
 from .text import say
 
-VERDICTS = ("exact", "close", "wrong", "unanswered")
-# The three states a learner reads: passed (exactly, or within the stated tolerance: a pass either way),
-# not yet (with a hint), not attempted.
-STATUSES = ("passed", "not yet", "not attempted")
+# verdict -> the state a learner reads, and the mark that opens its message
 _STATUS = {"exact": "passed", "close": "passed", "wrong": "not yet", "unanswered": "not attempted"}
 MARK = {
     "exact": "✓ passed",
@@ -244,21 +241,11 @@ def as_float64(x, name: str, *, allow_bool: bool = False) -> tuple[torch.Tensor 
     return t, None
 
 
-def is_bool_tensor(x) -> bool:
-    return isinstance(x, torch.Tensor) and x.dtype == torch.bool
-
-
 def power_of_two(r: float) -> int | None:
     if not math.isfinite(r) or r <= 0:
         return None
     m, e = math.frexp(r)
     return e - 1 if m == 0.5 else None
-
-
-def value_text(t: torch.Tensor) -> str:
-    if t.numel() == 1:
-        return num(float(t.reshape(())))
-    return str(t)
 
 
 def tensor_list(x):

@@ -41,11 +41,6 @@ __all__ = ["check_choice", "check_set", "check_sequence", "check_function", "MAX
 MAX_ITEMS = 1_000
 
 
-def _items(items) -> list:
-    """An author's options or right items as a list (a dict gives its keys)."""
-    return list(items.keys() if isinstance(items, Mapping) else items)
-
-
 def check_choice(
     answer,
     expected,
@@ -65,8 +60,6 @@ def check_choice(
     """
     accepted = expected if isinstance(expected, (set, frozenset, list, tuple)) else [expected]
     accepted_n = {norm(x) for x in accepted}
-    if options is not None:
-        options = _items(options)
     expl = {norm(k): v for k, v in (explanations or {}).items()}
     if is_placeholder(answer):
         shown = ""
@@ -114,8 +107,6 @@ def check_set(
     compare case- and space-insensitively; a single string is read as a one-item set.
     """
     exp = {norm(x) for x in expected}
-    if options is not None:
-        options = _items(options)
     expl = {norm(k): v for k, v in (explanations or {}).items()}
     if is_placeholder(answer):
         return no_answer(name, show, "a set such as {'a', 'b'}")
