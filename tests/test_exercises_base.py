@@ -25,6 +25,8 @@ def test_exercise_keeps_its_check_and_finds_mistakes_by_name():
     ex = Exercise("03", 2, "Two", _check, [Mistake("one for two", "think of")])
     assert ex.check(2.0, show=False).status == "passed"
     assert ex.mistake("one for two").hint == "think of"
+    with pytest.raises(TypeError, match="show"):  # the learner-facing boundary, for every exercise
+        ex.check(2.0, show="yes")
     assert ex.__doc__ == "Is it 2?" and "check(answer, *, show=True)" in repr(ex)
     with pytest.raises(ValueError, match="has no mistake named 'three'.*'one for two'"):
         ex.mistake("three")
