@@ -122,6 +122,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "swamping_run",
     ),
     "predict": (
+        "Prediction",
         "choice",
         "reveal",
     ),

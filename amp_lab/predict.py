@@ -7,8 +7,9 @@ Two ways to commit, both read by :func:`reveal`:
 * a variable: ``my_guess = None  # your prediction, e.g. 2.0**16``, set by hand.
 
 The reveal cell computes the result and calls ``reveal(guess, actual, explain=...)``: it prints
-what was predicted, what happened and whether the two agree, then the explanation, composed from
-the measurement.  Nothing committed is said plainly ("no prediction committed") and never raises,
+what was predicted, what happened and whether the two agree (sentences from :data:`amp_lab.text.REASONS`),
+then the explanation: a readout's :class:`~amp_lab.text.Reading`, composed from the measurement's facts
+(or a string).  Nothing committed is said plainly ("no prediction committed") and never raises,
 so notebooks execute top to bottom under nbval.  After a reveal the buttons are locked: a
 prediction is not changed after seeing the answer (build a new one to predict again).
 """
@@ -25,7 +26,8 @@ import ipywidgets as widgets
 import torch
 
 from ._checks import ArgumentTypeError, bounded_list, check_bool, check_float, check_instance
-from .check import _parse_dtype
+from .check_base import read_dtype
+from .text import Reading, say
 
 __all__ = ["Prediction", "Reveal", "choice", "reveal", "MAX_OPTIONS"]
 
@@ -87,7 +89,9 @@ class Prediction:
                     raise ValueError("this prediction was already revealed; build a new one to predict again")
                 self.buttons.value = i
                 return
-        raise ValueError(f"value={option!r} is not one of the options: {', '.join(_label(o) for o in self.options)}")
+        raise ValueError(
+            f"value={option!r} is not one of the options: {', '.join(_label(o) for o in self.options)}"
+        )
 
     @property
     def locked(self) -> bool:
@@ -113,13 +117,22 @@ def choice(question: str, options: Sequence) -> Prediction:
 @dataclass(frozen=True)
 class Reveal:
     """What :func:`reveal` found: ``committed`` (a prediction was made), ``right`` (it matched;
-    None when nothing was committed), the prediction, the actual result and the printed message."""
+    None when nothing was committed), the prediction, the actual result, the printed message, and the
+    explanation's :class:`~amp_lab.text.Reading` when one was passed."""
 
     committed: bool
     right: bool | None
     predicted: object
     actual: object
     message: str
+    reading: Reading | None = None
+
+    @property
+    def outcome(self) -> str:
+        """``"predict.right"``, ``"predict.wrong"`` or ``"predict.uncommitted"``."""
+        if not self.committed:
+            return "predict.uncommitted"
+        return "predict.right" if self.right else "predict.wrong"
 
     def __str__(self) -> str:
         return self.message
@@ -130,11 +143,16 @@ class Reveal:
 
 def _same(a, b) -> bool:
     if isinstance(a, torch.dtype) or isinstance(b, torch.dtype):
-        return _parse_dtype(a) is not None and _parse_dtype(a) == _parse_dtype(b)
+        return read_dtype(a) is not None and read_dtype(a) == read_dtype(b)
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and torch.equal(a, b)
+        )
     try:
         same = a == b
     except Exception:  # objects that refuse to be compared are not the same
@@ -150,7 +168,7 @@ def reveal(
     prediction,
     actual,
     *,
-    explain: str | None = None,
+    explain: str | Reading | None = None,
     name: str = "prediction",
     rtol: float | None = None,
     match: Callable[[object, object], bool] | None = None,
@@ -161,29 +179,35 @@ def reveal(
     ``prediction`` is a :class:`Prediction` (its chosen option) or a plain value (a variable the
     learner set; ``None`` or ``...`` means not committed).  Numbers match within ``rtol`` when it
     is given, exactly otherwise; ``match(predicted, actual)`` replaces the comparison (e.g. "within
-    a factor of 2").  ``explain`` is printed after the verdict: compose it from the measurement.
+    a factor of 2").  ``explain`` is printed after the verdict: a readout's :class:`~amp_lab.text.Reading`
+    (its sentences, from the measurement's facts) or a string.
     """
     check_bool("show", show)
     if explain is not None:
-        check_instance("explain", explain, str, "a string or None")
+        check_instance("explain", explain, (str, Reading), "a string, a text.Reading or None")
+    reading = explain if isinstance(explain, Reading) else None
     check_instance("name", name, str, "a string")
     if rtol is not None:
         rtol = check_float("rtol", rtol, ge=0)
     if match is not None and not callable(match):
-        raise ArgumentTypeError(f"match must be a function (predicted, actual) -> bool or None, got {type(match).__name__}")
+        raise ArgumentTypeError(
+            f"match must be a function (predicted, actual) -> bool or None, got {type(match).__name__}"
+        )
     widget = prediction if isinstance(prediction, Prediction) else None
     predicted = widget.value if widget else prediction
     shown_actual = _label(actual)
     if predicted is None or predicted is Ellipsis:
         how = "click an option above" if widget else f"set `{name}`"
-        lines = [f"○ no prediction committed ({how}, then run this cell again to compare). The result: {shown_actual}."]
+        lines = [say("predict.uncommitted", how=how, actual=shown_actual)]
         right = None
     else:
         if match is not None:
             try:
                 right = match(predicted, actual)
             except Exception as e:  # the comparison a notebook passed failed on this prediction
-                raise ValueError(f"match({predicted!r:.40}, {actual!r:.40}) raised {type(e).__name__}: {e}") from e
+                raise ValueError(
+                    f"match({predicted!r:.40}, {actual!r:.40}) raised {type(e).__name__}: {e}"
+                ) from e
             if not isinstance(right, bool):
                 raise ArgumentTypeError(f"match must return True or False, got {type(right).__name__}")
         elif rtol is not None and _real(predicted) and _real(actual):
@@ -193,15 +217,13 @@ def reveal(
                 right = predicted == actual
         else:
             right = _same(predicted, actual)
-        if right:
-            lines = [f"✓ you predicted {_label(predicted)}, and the result is {shown_actual}."]
-        else:
-            lines = [f"✗ you predicted {_label(predicted)}; the result is {shown_actual}."]
+        code = "predict.right" if right else "predict.wrong"
+        lines = [say(code, predicted=_label(predicted), actual=shown_actual)]
         if widget:
             widget.lock()
-    if explain:
+    if explain is not None and str(explain):
         lines.append(f"  why: {explain}")
-    result = Reveal(right is not None, right, predicted, actual, "\n".join(lines))
+    result = Reveal(right is not None, right, predicted, actual, "\n".join(lines), reading)
     if show:
         print(result.message)
     return result

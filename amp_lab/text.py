@@ -388,7 +388,61 @@ REASONS: dict[str, str] = {
         "({flushed_ratio} the normal time)."
     ),
     # --- predict ---
+    "predict.uncommitted": "○ no prediction committed ({how}, then run this cell again to compare). The result: {actual}.",
+    "predict.right": "✓ you predicted {predicted}, and the result is {actual}.",
+    "predict.wrong": "✗ you predicted {predicted}; the result is {actual}.",
     # --- check ---
+    "check.complex_answer": "`{name}` is a complex tensor; the answer is real",
+    "check.bool_tensor_answer": "`{name}` is a bool tensor (True/False values); this exercise wants numbers",
+    "check.text_answer": "`{name}` is text ({text!r:.60}); write it as a number, without quotes",
+    "check.bool_answer": "`{name}` is {value}, a yes/no value; this exercise wants a number",
+    "check.huge_int_answer": "`{name}` is an integer of {bits} bits, too large for any float (float64 ends near "
+    "1.8e308)",
+    "check.not_a_number": "`{name}` is a {kind}, which is not a number or a tensor",
+    "check.bools_answer": "`{name}` holds True/False values; this exercise wants numbers",
+    "check.not_finite": "{where}{kinds} where the expected answer is finite: did something overflow (beyond "
+    "{precision}'s largest value) or divide 0 by 0?",
+    "check.some_zeros": "{count} {values} 0 where the expected is not: an underflow (too small for the format) or "
+    "a missing term?",
+    "check.all_zeros": "your answer is all zeros: did every value underflow, or is the computation not filled in yet?",
+    "check.sign_flipped": "every value has the right size but the opposite sign: a sign flipped?",
+    "check.exponent_too_large": "{what} {exactly} {sign}2**{k} = {sign}{factor} times the expected one: off by a "
+    "power of two, as if an exponent were {k} too large",
+    "check.exponent_too_small": "{what} {exactly} {sign}2**{k} times the expected one: off by a power of two, as if "
+    "an exponent were {off} too small",
+    "check.constant_factor": "every value is {ratio:.4g} times the expected one: a constant factor is off",
+    "check.rounded_to_other": "your answer is the expected value rounded to {other}: this exercise is about "
+    "{precision}",
+    "check.unrounded_in_other": "rounded to {other}, your answer becomes the expected value: the exercise asks for "
+    "the value {other} actually stores",
+    "check.not_rounded": "your answer is not a {precision} number (it changes when rounded to {precision}): round "
+    "it to {precision} first?",
+    "check.sign_of_zero": "+0.0 == -0.0 is True, but their bit patterns differ in the sign bit.",
+    "check.transposed": "it has the transposed shape: is a matrix transposed, or are A and B swapped in A @ B?",
+    "check.reshaped": "the same number of elements: a reshape or flatten too many (or too few)?",
+    "check.reduced": "a single number: did a reduction (sum/mean) run over everything?",
+    "check.sign_bit": "sign: 0 means positive, 1 means negative.",
+    "check.exponent_field": "exponent: your field {field} is {meaning}; the value needs a {direction} exponent "
+    "(remember the bias, {bias}: stored field = power of two + {bias}).",
+    "check.mantissa_bits": "mantissa: {differ} of {bits} bits differ.",
+    "check.mantissa_last_place": "mantissa: {differ} of {bits} bits differ; off by one in the last place: round to "
+    "nearest (ties to even) by looking at the first bit you drop, not truncate.",
+    "check.nan_patterns": "every pattern with an all-ones exponent and a non-zero mantissa is NaN in IEEE formats",
+    "check.dtype_layout": "{dtype} has {layout}.",
+    "check.which_16_bit": "both are 16-bit: which one did this autocast region ask for? (autocast's own default is "
+    "float16 on CUDA and bfloat16 on CPU; the course picks bfloat16 on Ampere and later GPUs, see amp_dtype)",
+    "check.kept_in_float32": "is this an op autocast keeps in float32 for accuracy, one that promotes mixed inputs "
+    "to the widest, or one outside the autocast region?",
+    "check.runs_low_precision": "inside an autocast region, an op on autocast's lower-precision list (matmul, "
+    "linear, conv, ...) runs in the low-precision dtype, and an op on no list (relu, max_pool2d, view, ...) keeps "
+    "its input's dtype, so a low-precision input gives a low-precision output.",
+    "check.reread": "re-read the cell above this exercise: the measured numbers decide it.",
+    "check.comes_later": "position {position}: {item!r} must come later: something else has to happen first.",
+    "check.raised": "{function} raised {error}: {text}",
+    "check.no_return": "{function} returned None: is a `return` missing?",
+    "check.not_in_place": "{function} returned a value, but the reference changes its arguments in place and "
+    "returns None (a trailing _ in a name, as in unscale_, means in place): modify the tensors, e.g. with "
+    "g.mul_(...)",
     # --- course ---
     "course.same_everywhere": "runs the same on every machine",
     "course.02_cuda": "measures the multiple-of-8 alignment effect on {where}",

@@ -7,7 +7,7 @@ test files for these calls: every mistake an exercise declares must be fed in on
 
 from __future__ import annotations
 
-from amp_lab.check import CheckResult
+from amp_lab.check_base import CheckResult
 from amp_lab.exercises import Exercise
 
 

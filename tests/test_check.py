@@ -1,34 +1,31 @@
-"""amp_lab.check: every helper accepts right answers and rejects the typical wrong ones.
+"""The exercise engine (check_base, check_hints, check, check_items): every helper accepts right answers
+and rejects the typical wrong ones, naming the mistake by its reason code.
 
 Oracles: torch's own casts (``x.to(dtype)``), the bit patterns torch stores (``view`` as an
-integer), ``torch.finfo``, and ``torch.amp.GradScaler`` for the in-place function check.
+integer), ``torch.finfo``, autocast itself, and ``torch.amp.GradScaler`` for the in-place function check.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_lab import check
-from amp_lab.check import (
-    CheckResult,
-    check_between,
-    check_bits,
-    check_choice,
-    check_dtype,
-    check_dtypes,
-    check_function,
-    check_sequence,
-    check_set,
-    check_tensor,
-    check_value,
-)
+from amp_lab import check, check_items
+from amp_lab.check import check_between, check_bits, check_dtype, check_dtypes, check_tensor, check_value
+from amp_lab.check_base import CheckResult
+from amp_lab.check_items import check_choice, check_function, check_sequence, check_set
+from amp_lab.text import REASONS
 
-FP16_BITS = {torch.float16: (torch.int16, 16), torch.bfloat16: (torch.int16, 16), torch.float32: (torch.int32, 32)}
+FP16_BITS = {
+    torch.float16: (torch.int16, 16),
+    torch.bfloat16: (torch.int16, 16),
+    torch.float32: (torch.int32, 32),
+}
 
 
 def torch_bits(value: float, dtype: torch.dtype) -> str:
@@ -66,11 +63,6 @@ def test_show_false_prints_nothing(capsys):
     assert r.verdict == "wrong" and not r
 
 
-def test_verdict_must_be_known():
-    with pytest.raises(ValueError, match="verdict"):
-        CheckResult("maybe", "?")
-
-
 @pytest.mark.parametrize(
     "helper, args",
     [
@@ -90,9 +82,9 @@ def test_unanswered_exercise_never_raises(helper, args, placeholder, capsys):
     kwargs = {"value": 1.0} if helper is check_bits else {}
     r = helper(placeholder, *args, **kwargs)
     assert r.verdict == "unanswered" and r.status == "not attempted" and not r.ok
-    assert r.message.startswith("○ not attempted: no answer yet")
+    assert r.message.startswith("○ not attempted")
     assert r.details == {"answered": False}
-    assert "no answer yet" in capsys.readouterr().out
+    assert capsys.readouterr().out.strip() == r.message
 
 
 def test_every_verdict_reads_as_one_of_three_states():
@@ -102,23 +94,25 @@ def test_every_verdict_reads_as_one_of_three_states():
     wrong = check_value(2.0, 1.0, show=False)
     none = check_value(None, 1.0, show=False)
     assert [r.status for r in (exact, close, wrong, none)] == ["passed", "passed", "not yet", "not attempted"]
-    assert close.message.startswith("✓ passed (within the stated tolerance)") and "that is a pass" in close.message
+    assert close.message.startswith("✓ passed (within the stated tolerance)")
     assert exact.message.startswith("✓ passed: ") and wrong.message.startswith("✗ not yet: ")
     # part of an answer left out is "not yet", not "not attempted"
-    assert check_dtypes({"a": None, "b": torch.float32}, {"a": torch.float32, "b": torch.float32},
-                        show=False).status == "not yet"
+    assert (
+        check_dtypes(
+            {"a": None, "b": torch.float32}, {"a": torch.float32, "b": torch.float32}, show=False
+        ).status
+        == "not yet"
+    )
 
 
 def test_unanswered_function_names_the_variable_the_learner_sets():
-    r = check_function(None, abs, [(1.0,)], show=False)
-    assert "no answer yet" in r.message and "set `answer` to your function" in r.message
+    # the variable the learner sets is named (in backticks), not the function's name
     r = check_function(None, abs, [(1.0,)], name="unscale_and_clip_", show=False)
-    assert "set `answer` to your function (`unscale_and_clip_`)" in r.message
-    assert "set `unscale_and_clip_`" not in r.message
+    assert r.status == "not attempted" and "`answer`" in r.message and "`unscale_and_clip_`)" in r.message
     r = check_function(..., abs, [(1.0,)], name="my_update", variable="my_update", show=False)
-    assert "set `my_update` to your function and" in r.message
+    assert r.status == "not attempted" and "`my_update`" in r.message
     r = check_function(3, abs, [(1.0,)], variable="fn", show=False)
-    assert "`fn` is an int, not a function" in r.message
+    assert r.status == "not yet" and "`fn`" in r.message
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,7 +153,6 @@ def test_value_several_ulps_away_is_wrong_with_the_distance_in_ulps(x, dtype, ul
     assert r.verdict == "wrong"
     # One ulp of the dtype at the expected value, from torch's own spacing at that binade.
     assert r.details["ulps"] >= ulps - 1e-9
-    assert "too large" in r.message
 
 
 def test_value_one_ulp_away_is_close_within_eps():
@@ -181,28 +174,34 @@ def test_value_tolerance_comes_from_the_dtype():
 
 def test_fp16_max_written_roughly_is_close_because_it_rounds_to_it():
     r = check_value(65500, torch.finfo(torch.float16).max, dtype="fp16", show=False)
-    assert r.verdict == "close" and "rounds to the same float16 number" in r.message
+    assert r.verdict == "close" and r.details["max_abs_error"] == 4 and r.details["precision"] == "float16"
     assert check_value(65000, torch.finfo(torch.float16).max, dtype="fp16", show=False).verdict == "wrong"
 
 
 @pytest.mark.parametrize(
-    "answer, expected, phrase",
+    "answer, expected, reasons",
     [
-        (-0.25, 0.25, "opposite sign"),
-        (0.25 * 2**16, 0.25, "2**16"),
-        (0.25 / 8, 0.25, "2**-3"),
-        (math.inf, 0.25, "overflow"),
-        (math.nan, 0.25, "NaN"),
-        (0.0, 0.25, "all zeros"),
-        ("0.25", 0.25, "without quotes"),
-        (True, 1.0, "yes/no"),
-        ([0.25, 0.25], 0.25, "single number"),
+        (-0.25, 0.25, ("check.sign_flipped",)),
+        (0.25 * 2**16, 0.25, ("check.exponent_too_large",)),
+        (0.25 / 8, 0.25, ("check.exponent_too_small",)),
+        (math.inf, 0.25, ("check.not_finite",)),
+        (math.nan, 0.25, ("check.not_finite",)),
+        (0.0, 0.25, ("check.all_zeros",)),
+        ("0.25", 0.25, ("check.text_answer",)),
+        (True, 1.0, ("check.bool_answer",)),
+        ([0.25, 0.25], 0.25, ()),  # two numbers where one is asked: the headline says so
     ],
 )
-def test_value_names_the_typical_mistake(answer, expected, phrase):
+def test_value_names_the_typical_mistake(answer, expected, reasons):
     r = check_value(answer, expected, show=False)
     assert r.verdict == "wrong"
-    assert phrase in r.message
+    assert r.reasons == reasons
+
+
+def test_power_of_two_notes_carry_the_exponent():
+    """The hand-computed exponent of a loss scale left in (2**16) and of a value 8 times too small."""
+    assert "2**16 = 65536 times" in check_value(0.25 * 2**16, 0.25, show=False).message
+    assert "exponent were 3 too small" in check_value(0.25 / 8, 0.25, show=False).message
 
 
 def test_value_in_the_wrong_format_is_named():
@@ -210,15 +209,17 @@ def test_value_in_the_wrong_format_is_named():
     fp16 = torch.tensor(x).half().item()
     bf16 = torch.tensor(x).bfloat16().item()
     r = check_value(bf16, fp16, dtype="fp16", show=False)
-    assert r.verdict == "wrong" and "rounded to bfloat16" in r.message
+    assert r.verdict == "wrong" and r.reasons == ("check.rounded_to_other",)
     # The unrounded input, in an exercise about formats: the note says to round to the stored value.
     r = check_value(x, fp16, dtype=torch.float64, show=False)
-    assert r.verdict == "wrong" and "rounded to float16, your answer becomes the expected value" in r.message
+    assert r.verdict == "wrong" and r.reasons == ("check.unrounded_in_other",)
     r = check_value(x, torch.tensor(fp16, dtype=torch.float32), show=False)  # the expected value's own dtype
-    assert r.verdict == "wrong" and "rounded to float16, your answer becomes the expected value" in r.message
+    assert r.verdict == "wrong" and r.reasons == ("check.unrounded_in_other",)
 
 
-@pytest.mark.parametrize("answer, expected", [(255, 256), (0.0156, 2.0**-6), (0.1, torch.tensor(0.1).half().item())])
+@pytest.mark.parametrize(
+    "answer, expected", [(255, 256), (0.0156, 2.0**-6), (0.1, torch.tensor(0.1).half().item())]
+)
 def test_value_plain_numbers_get_no_format_notes(answer, expected):
     # Rounded to bfloat16 (or fp8) these answers become the expected value, but a plain number
     # exercise is not about a format: saying so would mislead.
@@ -226,22 +227,22 @@ def test_value_plain_numbers_get_no_format_notes(answer, expected):
     assert any(torch.tensor(float(answer)).to(d).item() == expected for d in low)
     r = check_value(answer, expected, show=False)
     assert r.verdict == "wrong"
-    assert "rounded to" not in r.message and "this exercise is about" not in r.message
+    assert not {"check.rounded_to_other", "check.unrounded_in_other", "check.not_rounded"} & set(r.reasons)
 
 
 def test_value_format_notes_when_the_exercise_names_a_dtype():
     assert torch.tensor(0.0156).bfloat16().item() == 2.0**-6
     r = check_value(0.0156, 2.0**-6, dtype="fp16", show=False)
-    assert r.verdict == "wrong" and "rounded to bfloat16, your answer becomes the expected value" in r.message
+    assert r.verdict == "wrong" and r.reasons == ("check.unrounded_in_other",) and "to bfloat16" in r.message
     r = check_tensor([0.0156], torch.tensor([2.0**-6], dtype=torch.float16), show=False)
-    assert r.verdict == "wrong" and "rounded to bfloat16, your answer becomes the expected value" in r.message
+    assert r.verdict == "wrong" and r.reasons == ("check.unrounded_in_other",)
     r = check_tensor([0.0156], [2.0**-6], show=False)
-    assert r.verdict == "wrong" and "rounded to" not in r.message
+    assert r.verdict == "wrong" and r.reasons == ()
 
 
 def test_value_signed_zero_is_close_not_exact():
     r = check_value(-0.0, 0.0, show=False)
-    assert r.verdict == "close" and "sign of zero" in r.message
+    assert r.verdict == "close" and r.reasons == ("check.sign_of_zero",)
 
 
 def test_value_nan_equals_nan():
@@ -277,21 +278,11 @@ def test_hint_only_under_a_wrong_verdict(g):
 
 def test_explicit_tolerance_is_the_exercises_not_float64s():
     r = check_value(1.0005, 1.0, rtol=1e-3, show=False)
-    assert r.verdict == "close"
-    assert "within the exercise's tolerance" in r.message and "float64" not in r.message
+    assert r.verdict == "close" and (r.details["rtol"], r.details["atol"]) == (1e-3, 0.0)
     r = check_value(1.0 + 2.0**-52, 1.0, show=False)  # 1 ulp: within float64's own tolerance
-    assert r.verdict == "close" and "within float64's tolerance" in r.message
-    assert "exercise" not in r.message
-    assert "within the exercise's tolerance" in check_tensor(torch.ones(3) + 1e-4, torch.ones(3), atol=1e-3, show=False).message
-
-
-def test_value_bad_author_arguments_raise():
-    with pytest.raises(ValueError, match="dtype"):
-        check_value(1.0, 1.0, dtype="fp12")
-    with pytest.raises(ValueError, match="rtol"):
-        check_value(1.0, 1.0, rtol=-1)
-    with pytest.raises(ValueError, match="single number"):
-        check_value(1.0, torch.ones(3))
+    assert r.verdict == "close" and r.details["rtol"] == torch.finfo(torch.float64).eps
+    r = check_tensor(torch.ones(3) + 1e-4, torch.ones(3), atol=1e-3, show=False)
+    assert r.verdict == "close" and r.details["atol"] == 1e-3
 
 
 def test_value_accepts_tf32_and_fp8_precisions():
@@ -324,23 +315,22 @@ def test_tensor_exact_and_low_precision_answer_close(g):
 def test_tensor_bf16_answer_judged_in_fp16_is_wrong(g):
     r = check_tensor(g.bfloat16(), g, dtype=torch.float16, show=False)
     assert r.verdict == "wrong"
-    assert "rounded to bfloat16" in r.message
+    assert r.reasons == ("check.rounded_to_other",)
 
 
 def test_tensor_loss_scale_left_in(g):
     r = check_tensor(g * 2.0**16, g, show=False)
     assert r.verdict == "wrong"
-    assert "2**16" in r.message and "power of two" in r.message
+    assert r.reasons == ("check.exponent_too_large",)
     assert r.details["elements_off"] == g.numel()
 
 
 def test_tensor_shape_mistakes(g):
     r = check_tensor(g.T, g, show=False)
-    assert r.verdict == "wrong" and "transposed" in r.message
-    r = check_tensor(g.flatten(), g, show=False)
-    assert "reshape" in r.message
-    r = check_tensor(g.sum(), g, show=False)
-    assert "reduction" in r.message
+    assert r.verdict == "wrong" and r.reasons == ("check.transposed",)
+    assert check_tensor(g.flatten(), g, show=False).reasons == ("check.reshaped",)
+    assert check_tensor(g.sum(), g, show=False).reasons == ("check.reduced",)
+    assert check_tensor(g[:2], g, show=False).reasons == ()
 
 
 def test_tensor_underflowed_elements_and_worst_index(g):
@@ -350,21 +340,22 @@ def test_tensor_underflowed_elements_and_worst_index(g):
     assert r.verdict == "wrong"
     assert r.details["worst_index"] == (2, 3)
     assert r.details["elements_off"] == 1
-    assert "1 value is 0" in r.message and "underflow" in r.message
+    assert r.reasons == ("check.some_zeros",)
 
 
 def test_tensor_overflow_to_inf(g):
     a = g.clone()
     a[0, 0] = math.inf
     r = check_tensor(a, g, show=False)
-    assert r.verdict == "wrong" and "overflow" in r.message and r.details["worst_index"] == (0, 0)
+    assert r.verdict == "wrong" and r.reasons == ("check.not_finite",) and r.details["worst_index"] == (0, 0)
 
 
 def test_tensor_lists_of_gradients(g):
     grads = [g, g[:2]]
     assert check_tensor([t.clone() for t in grads], grads, show=False).verdict == "exact"
     r = check_tensor([g.clone(), g[:2] * 2], grads, show=False)
-    assert r.verdict == "wrong" and "1 of 2 tensors" in r.message
+    assert r.verdict == "wrong" and [x.verdict for x in r.details["items"]] == ["exact", "wrong"]
+    assert r.reasons == ("check.exponent_too_large",)
     assert check_tensor([g], grads, show=False).verdict == "wrong"
 
 
@@ -387,11 +378,11 @@ def test_between_accepts_the_range_and_explains_each_side():
     assert check_between(2**14, 2**12, 2**20, show=False).verdict == "exact"
     assert check_between(2**12, 2**12, 2**20, show=False).ok
     low = check_between(2**10, 2**12, 2**20, below="gradients still underflow", show=False)
-    assert low.verdict == "wrong" and "too small" in low.message and "underflow" in low.message
+    assert low.verdict == "wrong" and low.details["value"] == 2**10
+    assert low.message.endswith("gradients still underflow")  # the exercise's own words for that side
     high = check_between(2**24, 2**12, 2**20, above="the largest gradient overflows", show=False)
-    assert "too large" in high.message and "overflows" in high.message and "2**4.0" in high.message
-    with pytest.raises(ValueError, match="high"):
-        check_between(1, 2, 1)
+    assert high.verdict == "wrong" and high.message.endswith("the largest gradient overflows")
+    assert "2**4.0" in high.message  # 2**24 / 2**20, by hand
 
 
 # --------------------------------------------------------------------------------------------
@@ -410,7 +401,7 @@ def test_bits_torch_pattern_is_exact(x, dtype):
     assert check_bits(bits, value=x, fmt=fmt, show=False).verdict == "exact"
     # Spaced between the fields, as learners write them.
     ne = 5 if dtype == torch.float16 else 8
-    spaced = f"{bits[0]} {bits[1:1 + ne]} {bits[1 + ne:]}"
+    spaced = f"{bits[0]} {bits[1 : 1 + ne]} {bits[1 + ne :]}"
     assert check_bits(spaced, value=x, fmt=fmt, show=False).verdict == "exact"
     assert check_bits(int(bits, 2), value=x, fmt=fmt, show=False).verdict == "exact"
 
@@ -429,21 +420,24 @@ def test_bits_any_flipped_bit_is_wrong_and_the_field_is_named(x, position):
         assert math.isnan(x)
         return
     assert r.verdict == "wrong"
-    assert f"{field} is off" in r.message
+    assert r.details["wrong_fields"] == [field]
 
 
 def test_bits_typical_mistakes():
     # 1.0 in fp16 is 0 01111 0000000000 (bias 15).
     assert torch_bits(1.0, torch.float16) == "0011110000000000"
     r = check_bits("0 01110 0000000000", value=1.0, show=False)
-    assert "exponent is off" in r.message and "2**-1" in r.message and "bias" in r.message
+    assert r.details["wrong_fields"] == ["exponent"] and r.reasons == ("check.exponent_field",)
+    assert r.details["your_value"] == 0.5 and "2**-1" in r.message  # field 14 - bias 15, by hand
     r = check_bits("0 1111 0000000000", value=1.0, show=False)
-    assert "15 bits" in r.message and "16" in r.message
+    assert r.verdict == "wrong" and len(r.details["bits"]) == 15
     r = check_bits("0 01111 000000000a", value=1.0, show=False)
-    assert "only 0s and 1s" in r.message
+    assert r.verdict == "wrong" and r.details == {}
     # Off by one in the last place: a rounding mistake.
     r = check_bits("0 01111 0000000001", value=1.0, show=False)
-    assert "last place" in r.message and "round to nearest" in r.message
+    assert r.reasons == ("check.mantissa_last_place",)
+    r = check_bits("1 01111 0000000011", value=1.0, show=False)
+    assert r.reasons == ("check.sign_bit", "check.mantissa_bits")
     # Hex strings are read as integers.
     assert check_bits("0x3c00", value=1.0, show=False).verdict == "exact"
     assert check_bits(2**16, value=1.0, show=False).verdict == "wrong"
@@ -455,22 +449,16 @@ def test_bits_truncation_instead_of_rounding_is_caught():
     truncated = f"{f32 >> 16:016b}"
     assert truncated != torch_bits(0.1, torch.bfloat16)
     r = check_bits(truncated, value=0.1, fmt="bf16", show=False)
-    assert r.verdict == "wrong" and "last place" in r.message
+    assert r.verdict == "wrong" and r.reasons == ("check.mantissa_last_place",)
 
 
 def test_bits_any_nan_pattern_is_close():
     r = check_bits("0 11111 1111111111", value=math.nan, show=False)
-    assert r.verdict == "close" and r.ok
+    assert r.verdict == "close" and r.ok and r.reasons == ("check.nan_patterns",)
 
 
-def test_bits_expected_as_bits_and_argument_errors():
+def test_bits_expected_as_bits():
     assert check_bits("0011110000000000", "0 01111 0000000000", show=False).verdict == "exact"
-    with pytest.raises(ValueError, match="exactly one"):
-        check_bits("0", show=False)
-    with pytest.raises(ValueError, match="16 characters"):
-        check_bits("0", "0101", show=False)
-    with pytest.raises(ValueError, match="fmt"):
-        check_bits("0", value=1.0, fmt="fp12")
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,23 +467,32 @@ def test_bits_expected_as_bits_and_argument_errors():
 
 
 def test_dtype_names_and_tensors_accepted():
-    for answer in (torch.bfloat16, "bf16", "torch.bfloat16", " BFloat16 ", torch.ones(1, dtype=torch.bfloat16)):
+    for answer in (
+        torch.bfloat16,
+        "bf16",
+        "torch.bfloat16",
+        " BFloat16 ",
+        torch.ones(1, dtype=torch.bfloat16),
+    ):
         assert check_dtype(answer, torch.bfloat16, show=False).verdict == "exact"
 
 
 def test_dtype_wrong_answers_explain_the_difference():
     r = check_dtype(torch.float16, torch.bfloat16, show=False)
-    assert r.verdict == "wrong"
-    assert "5 exponent" in r.message and "8 exponent" not in r.message  # the expected dtype's layout is not told
-    assert "bfloat16" not in r.message.split("float16 has")[0]  # nor its name
+    assert r.verdict == "wrong" and r.reasons == ("check.dtype_layout", "check.which_16_bit")
+    assert "bfloat16" not in r.message.replace("and bfloat16 on CPU", "").replace(
+        "picks bfloat16", ""
+    )  # not told
     revealed = check_dtype(torch.float16, torch.bfloat16, reveal=True, show=False).message
-    assert "expected: bfloat16, with 16 bits, 8 exponent" in revealed
-    assert "not a dtype" in check_dtype("banana", torch.float32, show=False).message
-    # A float32 guess for a low-precision result: both causes are named.
-    r = check_dtype(torch.float32, torch.bfloat16, show=False)
-    assert "lower-precision list" in r.message and "keeps its input's dtype" in r.message
-    with pytest.raises(ValueError, match="expected"):
-        check_dtype("bf16", "banana")
+    assert (
+        revealed.splitlines()[-1].strip()
+        == "expected: bfloat16, with 16 bits, 8 exponent and 7 mantissa bits"
+    )
+    r = check_dtype("banana", torch.float32, show=False)
+    assert r.verdict == "wrong" and r.reasons == ()
+    # A float32 guess for a low-precision result, and the other way round
+    assert check_dtype(torch.float32, torch.bfloat16, show=False).reasons[1] == "check.runs_low_precision"
+    assert check_dtype(torch.bfloat16, torch.float32, show=False).reasons[1] == "check.kept_in_float32"
 
 
 def test_dtypes_against_cpu_autocast():
@@ -509,7 +506,7 @@ def test_dtypes_against_cpu_autocast():
     assert r.details["right"] == ["mm"]
     assert r.details["missing"] == ["add"]
     assert ("softmax" in r.details["wrong"]) == (truth["softmax"] != torch.bfloat16)
-    assert "not asked" in r.message
+    assert "'relu'" in r.message.splitlines()[-1]  # not asked: listed, ignored
 
 
 # --------------------------------------------------------------------------------------------
@@ -523,9 +520,10 @@ def test_choice():
     r = check_choice("a", "b", explanations={"a": "the CPU has no bf16 hardware"}, show=False)
     assert r.verdict == "wrong" and "no bf16 hardware" in r.message
     r = check_choice("e", "b", options=["a", "b", "c"], show=False)
-    assert "not one of the options" in r.message
+    assert r.verdict == "wrong" and r.message.endswith("'a', 'b', 'c'.")  # the options are listed
     assert check_choice(2, 2, show=False).ok and not check_choice(3, 2, show=False).ok
-    assert "right: 'b'" in check_choice("a", "b", reveal=True, show=False).message
+    assert check_choice("a", "b", reveal=True, show=False).message.endswith("right: 'b'")
+    assert check_choice("a", "b", show=False).reasons == ("check.reread",)  # no explanation, no hint
 
 
 def test_set():
@@ -533,13 +531,16 @@ def test_set():
     assert check_set({"BF16", "fp32", "tf32"}, right, show=False).verdict == "exact"
     assert check_set(["bf16", "tf32", "fp32"], right, show=False).verdict == "exact"
     r = check_set({"fp32", "bf16"}, right, show=False)
-    assert r.verdict == "wrong" and "1 right item is missing" in r.message and "tf32" not in r.message
-    assert "missing: 'tf32'" in check_set({"fp32", "bf16"}, right, reveal=True, show=False).message
-    r = check_set({"fp32", "bf16", "tf32", "fp16"}, right, explanations={"fp16": "5 exponent bits"}, show=False)
-    assert "do not belong: 'fp16'" in r.message and "5 exponent bits" in r.message
-    assert "not among the options" in check_set({"fp12"}, right, options=["fp32", "bf16"], show=False).message
+    assert r.verdict == "wrong" and r.details == {"missing": 1, "extra": []} and "tf32" not in r.message
+    assert "'tf32'" in check_set({"fp32", "bf16"}, right, reveal=True, show=False).message
+    r = check_set(
+        {"fp32", "bf16", "tf32", "fp16"}, right, explanations={"fp16": "5 exponent bits"}, show=False
+    )
+    assert r.details == {"missing": 0, "extra": ["fp16"]} and "5 exponent bits" in r.message
+    r = check_set({"fp12"}, right, options=["fp32", "bf16"], show=False)
+    assert r.verdict == "wrong" and r.details["extra"] == ["fp12"]
     assert check_set("fp32", {"fp32"}, show=False).ok
-    assert "should be a set" in check_set(object(), right, show=False).message
+    assert check_set(object(), right, show=False).verdict == "wrong"
 
 
 RECIPE = ["autocast forward", "scale(loss).backward()", "unscale_", "clip_grad_norm_", "step", "update"]
@@ -549,12 +550,14 @@ def test_sequence():
     assert check_sequence(list(RECIPE), RECIPE, show=False).verdict == "exact"
     swapped = [RECIPE[0], RECIPE[1], RECIPE[3], RECIPE[2], RECIPE[4], RECIPE[5]]
     r = check_sequence(swapped, RECIPE, show=False)
-    assert r.verdict == "wrong" and "first 2 are right" in r.message and "position 3" in r.message
+    assert r.verdict == "wrong" and r.details["first_wrong"] == 2 and r.reasons == ("check.comes_later",)
     r = check_sequence([s for s in RECIPE if s != "unscale_"], RECIPE, show=False)
-    assert "missing: 'unscale_'" in r.message
+    assert r.details["missing"] == ["unscale_"] and r.details["extra"] == []
     r = check_sequence([*RECIPE, "zero_grad"], RECIPE, show=False)
-    assert "not part of the answer: 'zero_grad'" in r.message
-    assert "should be a list" in check_sequence("abc", RECIPE, show=False).message
+    assert r.details["extra"] == ["zero_grad"] and r.details["missing"] == []
+    r = check_sequence([*RECIPE, "step"], RECIPE, show=False)
+    assert r.details["repeated"] == ["step"]
+    assert check_sequence("abc", RECIPE, show=False).verdict == "wrong"
 
 
 # --------------------------------------------------------------------------------------------
@@ -598,26 +601,27 @@ def test_function_typical_mistakes():
             t.mul_(scale)
 
     r = check_function(multiplies, gradscaler_unscale_, make_cases(), name="unscale_", show=False)
-    assert r.verdict == "wrong" and "0 of 2 cases" in r.message and "scale" in r.message
+    assert r.verdict == "wrong" and r.details["verdicts"] == ["wrong", "wrong"]
+    assert r.reasons == ("check.exponent_too_large",)  # multiplied by the scale squared: a power of two
 
     def not_in_place(grads, scale):
         return [t / scale for t in grads]
 
     r = check_function(not_in_place, gradscaler_unscale_, make_cases(), show=False)
-    assert "in place" in r.message
+    assert r.reasons == ("check.not_in_place",)
 
     def unfinished(grads, scale):
         raise NotImplementedError("write me")
 
     r = check_function(unfinished, gradscaler_unscale_, make_cases(), show=False)
-    assert "raised NotImplementedError: write me" in r.message
+    assert r.reasons == ("check.raised",) and "NotImplementedError: write me" in r.message
 
     def no_return(x):
         x * 2
 
     r = check_function(no_return, lambda x: x * 2, [torch.ones(2)], show=False)
-    assert "return" in r.message
-    assert "not a function" in check_function(3, abs, [(1,)], show=False).message
+    assert r.reasons == ("check.no_return",)
+    assert check_function(3, abs, [(1,)], show=False).verdict == "wrong"
 
 
 def test_function_names_each_failing_case_and_lists_at_most_five():
@@ -630,8 +634,10 @@ def test_function_names_each_failing_case_and_lists_at_most_five():
         scale / 2
 
     r = check_function(no_return, reference, cases, show=False)
-    assert r.verdict == "wrong" and r.details["verdicts"] == ["wrong"] * 8
-    assert "case 1 (arguments 2.0**12, 12, True): your function returned None" in r.message
+    assert (
+        r.verdict == "wrong" and r.details["verdicts"] == ["wrong"] * 8 and r.reasons == ("check.no_return",)
+    )
+    assert "case 1 (arguments 2.0**12, 12, True): " in r.message
     assert "case 5 (arguments 2.0**16, 16, True)" in r.message and "case 6" not in r.message
     assert "... and 3 more cases not shown." in r.message
 
@@ -639,7 +645,7 @@ def test_function_names_each_failing_case_and_lists_at_most_five():
         return (scale / 2, tracker + (tracker == 15))
 
     r = check_function(one_off, reference, cases, show=False)
-    assert "7 of 8 cases" in r.message and "case 4 (arguments 2.0**15, 15, False)" in r.message
+    assert r.details["verdicts"].count("wrong") == 1 and "case 4 (arguments 2.0**15, 15, False)" in r.message
     assert "not shown" not in r.message
 
 
@@ -649,36 +655,44 @@ def test_function_compares_returned_values_in_their_precision():
     assert r.verdict == "close"
     r = check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], dtype="fp16", show=False)
     assert r.verdict == "wrong"
-    with pytest.raises(ValueError, match="cases"):
-        check_function(abs, abs, [])
 
 
 def test_all_exports_exist():
-    for name in check.__all__:
-        assert hasattr(check, name)
+    for module in (check, check_items):
+        assert all(hasattr(module, name) for name in module.__all__)
 
 
-# ---- issue 14: every bad input gets a clear error or clear feedback ----
+def test_every_reason_a_check_gives_has_its_sentence():
+    # every code a result carries is one of the table's; a typo in a code fails here, not in a notebook
+    codes = [c for c in REASONS if c.startswith("check.")]
+    assert len(codes) == len(set(codes)) and all(REASONS[c] for c in codes)
 
-import numpy as np  # noqa: E402
 
-from amp_lab import check as _C  # noqa: E402
+# ---- every bad answer gets clear feedback; the learner's mistakes never raise ----
+
+_C = check
 
 
 def test_check_value_huge_ints():
     # the learner's answer gets feedback; a bad expected value (the author's) is a ValueError naming it
     r = _C.check_value(2**2000, 1.0, show=False)
-    assert r.verdict == "wrong" and "2001 bits" in r.message
+    assert r.verdict == "wrong" and r.reasons == ("check.huge_int_answer",) and "2001 bits" in r.message
     with pytest.raises(ValueError, match="expected must be a number.*2001 bits"):
         _C.check_value(1.0, 2**2000, show=False)
 
 
 @pytest.mark.parametrize("answer", [np.bool_(True), torch.tensor(True), torch.tensor([True, False]), [True]])
 def test_bools_are_not_numbers(answer):
-    r = _C.check_value(answer, 1.0, show=False) if not isinstance(answer, list) else _C.check_tensor(
-        answer, torch.ones(1), show=False
+    r = (
+        _C.check_value(answer, 1.0, show=False)
+        if not isinstance(answer, list)
+        else _C.check_tensor(answer, torch.ones(1), show=False)
     )
-    assert r.verdict == "wrong" and ("yes/no" in r.message or "True/False" in r.message)
+    assert r.verdict == "wrong" and r.reasons[0] in (
+        "check.bool_answer",
+        "check.bool_tensor_answer",
+        "check.bools_answer",
+    )
 
 
 def test_bool_tensors_compare_with_bool_expectations():
@@ -696,19 +710,23 @@ def test_check_function_compares_dicts_of_tensors():
         return {"w": d["w"] * 2, "parts": [d["w"], 1.0]}
 
     cases = [({"w": torch.ones(3)},)]
-    assert _C.check_function(ref, ref, cases, show=False).verdict == "exact"
-    wrong = _C.check_function(lambda d: {"w": d["w"] * 4, "parts": [d["w"], 1.0]}, ref, cases, show=False)
-    assert wrong.verdict == "wrong" and "result['w']" in wrong.message and "2**1" in wrong.message
-    missing = _C.check_function(lambda d: {"w": d["w"] * 2}, ref, cases, show=False)
-    assert missing.verdict == "wrong" and "missing keys 'parts'" in missing.message
-    not_dict = _C.check_function(lambda d: d["w"] * 2, ref, cases, show=False)
-    assert not_dict.verdict == "wrong" and "should be a dict" in not_dict.message
+    assert check_function(ref, ref, cases, show=False).verdict == "exact"
+    wrong = check_function(lambda d: {"w": d["w"] * 4, "parts": [d["w"], 1.0]}, ref, cases, show=False)
+    assert (
+        wrong.verdict == "wrong"
+        and "result['w']" in wrong.message
+        and wrong.reasons == ("check.exponent_too_large",)
+    )
+    missing = check_function(lambda d: {"w": d["w"] * 2}, ref, cases, show=False)
+    assert missing.verdict == "wrong" and "'parts'" in missing.message
+    not_dict = check_function(lambda d: d["w"] * 2, ref, cases, show=False)
+    assert not_dict.verdict == "wrong"
 
     def scale_(d):  # in place, on a dict argument
         d["w"].mul_(2)
 
-    assert _C.check_function(scale_, scale_, cases, show=False).verdict == "exact"
-    off = _C.check_function(lambda d: d["w"].mul_(3) and None, scale_, cases, show=False)
+    assert check_function(scale_, scale_, cases, show=False).verdict == "exact"
+    off = check_function(lambda d: d["w"].mul_(3) and None, scale_, cases, show=False)
     assert off.verdict == "wrong"
 
 
@@ -720,42 +738,13 @@ def test_check_bits_accepts_numpy_integers():
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: _C.check_choice(["a"], "a", show=False),
-        lambda: _C.check_set([["a"]], ["a"], show=False),
-        lambda: _C.check_sequence([["a"], ["a"]], ["a"], show=False),
+        lambda: check_choice(["a"], "a", show=False),
+        lambda: check_set([["a"]], ["a"], show=False),
+        lambda: check_sequence([["a"], ["a"]], ["a"], show=False),
     ],
 )
 def test_unhashable_answers_get_feedback_not_a_crash(call):
     assert call().verdict == "wrong"
-
-
-@pytest.mark.parametrize(
-    "call,err,words",
-    [
-        (lambda: _C.check_value(1.0, 1.0, name=5, show=False), TypeError, "name"),
-        (lambda: _C.check_value(1.0, 1.0, hint=1, show=False), TypeError, "hint"),
-        (lambda: _C.check_value(1.0, 1.0, show="no"), TypeError, "show"),
-        (lambda: _C.check_tensor(torch.ones(1), torch.ones(1), reveal=None, show=False), TypeError, "reveal"),
-        (lambda: _C.check_value(1.0, "1.0", show=False), ValueError, "expected"),
-        (lambda: _C.check_value(1.0, True, show=False), ValueError, "expected"),
-        (lambda: _C.check_choice("a", [["a"]], show=False), ValueError, "expected"),
-        (lambda: _C.check_choice("a", "a", options="abc", show=False), TypeError, "options"),
-        (lambda: _C.check_set("a", "abc", show=False), TypeError, "expected"),
-        (lambda: _C.check_sequence(["a"], "a", show=False), TypeError, "expected"),
-        (lambda: _C.check_between(1.0, 0, 2, below=3, show=False), TypeError, "below"),
-        (lambda: _C.check_function(abs, abs, [], show=False), ValueError, "cases"),
-        (lambda: _C.check_function(abs, abs, 5, show=False), TypeError, "cases"),
-        (lambda: _C.check_function(abs, "abs", [1], show=False), TypeError, "reference"),
-        (lambda: _C.check_function(abs, abs, [1], variable=None, show=False), TypeError, "variable"),
-        (lambda: _C.check_dtype(torch.float16, "fp12", show=False), ValueError, "expected"),
-    ],
-)
-def test_bad_author_arguments_are_named(call, err, words):
-    with pytest.raises(err, match=words):
-        call()
-
-
-# ---- issue 14, second pass: the fuzz suite's findings ----
 
 
 @pytest.mark.parametrize(
@@ -774,46 +763,23 @@ def test_check_dtype_describes_every_dtype(answer, expected, words):
 
 
 @pytest.mark.parametrize(
-    "call,err,words",
-    [
-        (lambda: check.check_choice("a", "a", options=range(10**12), show=False), ValueError, "options may hold at most"),
-        (lambda: check.check_set("a", {"a"}, options=range(10**12), show=False), ValueError, "options may hold at most"),
-        (lambda: check.check_set("a", {"a"}, options=5, show=False), TypeError, "options must be a list"),
-        (lambda: check.check_set("a", {"a"}, options=iter(int, 1), show=False), ValueError, "got more"),
-        (lambda: check.check_sequence(["a"], range(10**12), show=False), ValueError, "expected may hold at most"),
-        (lambda: check.check_function(torch.sin, torch.sin, range(10**12), show=False), ValueError, "cases may hold"),
-        (lambda: check.check_function(torch.sin, torch.sin, [None], show=False), ValueError, r"cases\[0\] = None"),
-        (lambda: check.check_function(torch.sin, torch.sin, [math.nan], show=False), ValueError, r"cases\[0\] = nan"),
-        (
-            lambda: check.check_function(torch.sin, torch.sin, [torch.ones(2), "x"], show=False),
-            ValueError,
-            r"cases\[1\] = 'x' is not a case the reference can run",
-        ),
-    ],
-)
-def test_authors_collections_are_bounded_and_checked(call, err, words):
-    with pytest.raises(err, match=words):
-        call()
-
-
-@pytest.mark.parametrize(
     "call",
     [
-        lambda: check.check_set(range(10**12), {"a"}, show=False),
-        lambda: check.check_set(iter(int, 1), {"a"}, show=False),  # endless: read no further than the bound
-        lambda: check.check_sequence(range(10**12), ["a"], show=False),
+        lambda: check_set(range(10**12), {"a"}, show=False),
+        lambda: check_set(iter(int, 1), {"a"}, show=False),  # endless: read no further than the bound
+        lambda: check_sequence(range(10**12), ["a"], show=False),
     ],
 )
 def test_a_learners_huge_answer_is_a_verdict(call):
     r = call()
-    assert r.verdict == "wrong" and "more than 1,000 items" in r.message
+    assert r.verdict == "wrong" and f"{check_items.MAX_ITEMS:,}" in r.message
 
 
 def test_check_set_reads_an_empty_dict_as_an_empty_set():
-    r = check.check_set({}, {"a"}, show=False)
-    assert r.verdict == "wrong" and "0 of the 1 right items" in r.message
+    r = check_set({}, {"a"}, show=False)
+    assert r.verdict == "wrong" and r.details == {"missing": 1, "extra": []}
 
 
 def test_check_function_still_reports_the_learners_errors():
-    r = check.check_function(lambda x: x.nope(), torch.sin, [torch.ones(2)], show=False)
-    assert r.verdict == "wrong" and "AttributeError" in r.message
+    r = check_function(lambda x: x.nope(), torch.sin, [torch.ones(2)], show=False)
+    assert r.verdict == "wrong" and r.reasons == ("check.raised",) and "AttributeError" in r.message

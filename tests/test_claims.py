@@ -71,7 +71,7 @@ def test_a_cell_ending_in_a_claim_shows_its_line_once(capsys):
     assert shown == Claim("printed by claim()", True)  # printed or not, the same claim
 
 
-# ---- issue 14: wrong types are TypeErrors that name the argument ----
+# ---- wrong types are TypeErrors that name the argument ----
 
 
 @pytest.mark.parametrize(

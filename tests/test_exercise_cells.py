@@ -5,7 +5,7 @@ Parses the notebooks (stored and solutions) and fails when a check cell
 - does anything but ``from amp_lab.exercises import nbNN`` and ``result = nbNN.exK.check(...)`` whose
   arguments are plain names (an answer variable, a measurement): no literal, no computation, so no
   expected value, no rubric and no hint can sit in it;
-or when an exercise section imports the comparison engine (amp_lab.check) itself, names an expected
+or when an exercise section imports the comparison engine (amp_lab.check, check_items, check_base) itself, names an expected
 value, or when the notebook's exercises and its module's disagree.  Also: the stored notebooks say
 "not attempted" under every check, the solutions notebooks "passed", and every common wrong answer an
 exercise declares is fed to it by a test.
@@ -123,7 +123,7 @@ def test_check_cells_are_one_call_with_no_answer_in_sight(module, solutions):
             problems += [f"exercise {number}: {p}" for p in _check_cell_problems("".join(cell["source"]), module, number)]
         for cell in cells:
             src = "".join(cell["source"])
-            if re.search(r"\bamp_lab\.check\b|\bcheck_(value|tensor|bits|dtype|dtypes|choice|set|between|sequence|function)\(", src):
+            if re.search(r"\bamp_lab\.check(_\w+)?\b|\bcheck_(value|tensor|bits|dtype|dtypes|choice|set|between|sequence|function)\(", src):
                 problems.append(f"exercise {number}: a cell uses the comparison engine itself:\n{src[:200]}")
             try:
                 names = {n.id for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)}

@@ -21,7 +21,6 @@ MAX_LINES = 700
 OVER_TODAY = {
     "race": 2600,
     "recipe": 2240,
-    "check": 1390,
     "timing": 970,
     "scaling": 815,
     "ranges": 810,

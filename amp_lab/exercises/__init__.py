@@ -8,7 +8,8 @@ A notebook's check cell is one call into its module, and nothing else::
 so the expected values, how they are computed and the rubric stay here, out of sight of the
 learner (``tests/test_exercise_cells.py`` parses every notebook and fails on a check cell that
 does more).  Each exercise is an :class:`Exercise`: its number, title, the ``check`` function
-(built on the comparison engine :mod:`amp_lab.check`, so every check ends in one state:
+(built on the comparison engine, :mod:`amp_lab.check` and :mod:`amp_lab.check_items`, whose public
+names are the API an exercise module uses, so every check ends in one state:
 ``✓ passed``, ``✗ not yet`` with a hint, or ``○ not attempted``) and the common wrong answers it
 diagnoses (:class:`Mistake`), which the package tests feed it one by one.
 
@@ -18,21 +19,27 @@ race ``result``): the right answer is computed from the learner's own data, neve
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import math
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from numbers import Real
 
-from .._checks import ArgumentTypeError, bounded_list, check_bool, check_instance, check_int
-from ..check import _MARK, CheckResult
+from .._checks import check_bool
+from ..check_base import MARK, CheckResult
 
-__all__ = ["Exercise", "Mistake", "exercise", "exercises_of", "all_exercises", "combine", "NOTEBOOK_MODULES"]
-
-MAX_MISTAKES = 20  # common wrong answers one exercise diagnoses
-MAX_PARTS = 20  # answers one exercise combines
+__all__ = [
+    "Exercise",
+    "Mistake",
+    "exercise",
+    "exercises_of",
+    "all_exercises",
+    "combine",
+    "finite_float",
+    "NOTEBOOK_MODULES",
+]
 
 # The notebooks with exercises, one module each (amp_lab/exercises/nbNN.py).
 NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09")
@@ -49,37 +56,28 @@ class Mistake:
     name: str
     hint: str
 
-    def __post_init__(self):
-        check_instance("name", self.name, str, "a string")
-        check_instance("hint", self.hint, str, "a string")
-        if not self.name.strip() or not self.hint.strip():
-            raise ValueError("a Mistake needs a non-empty name and hint")
-
 
 class Exercise:
     """One exercise of one notebook: ``check(answer, ...)`` prints the verdict and returns it.
 
-    Built with :func:`exercise` around the function that does the checking.
+    Built with :func:`exercise` around the function that does the checking; ``check`` refuses a ``show``
+    that is not True or False (a TypeError naming it), for every exercise.
     """
 
     def __init__(
         self, notebook: str, number: int, title: str, check: Callable, mistakes: Sequence[Mistake] = ()
     ):
-        check_instance("notebook", notebook, str, "a notebook number such as '03'")
         self.notebook = notebook
-        self.number = check_int("number", number, minimum=1, maximum=20)
-        check_instance("title", title, str, "a string")
+        self.number = number
         self.title = title
-        if not callable(check):
-            raise ArgumentTypeError(f"check must be a function, got {type(check).__name__}")
-        self.check = check
-        mistakes = tuple(bounded_list("mistakes", mistakes, MAX_MISTAKES, "a sequence of Mistake"))
-        for m in mistakes:
-            check_instance("mistakes", m, Mistake, "a sequence of Mistake")
-        names = [m.name for m in mistakes]
-        if len(set(names)) != len(names):
-            raise ValueError(f"mistakes must have distinct names, got {names}")
-        self.mistakes = mistakes
+
+        @functools.wraps(check)
+        def checked(*args, show: bool = True, **kwargs) -> CheckResult:
+            check_bool("show", show)  # the one argument every exercise's check takes besides its answers
+            return check(*args, show=show, **kwargs)
+
+        self.check = checked
+        self.mistakes = tuple(mistakes)
         self.__doc__ = check.__doc__
 
     def mistake(self, name: str) -> Mistake:
@@ -88,7 +86,9 @@ class Exercise:
             if m.name == name:
                 return m
         known = ", ".join(repr(m.name) for m in self.mistakes) or "none"
-        raise ValueError(f"exercise {self.notebook}.{self.number} has no mistake named {name!r}; it has: {known}")
+        raise ValueError(
+            f"exercise {self.notebook}.{self.number} has no mistake named {name!r}; it has: {known}"
+        )
 
     @property
     def signature(self) -> inspect.Signature:
@@ -104,12 +104,6 @@ def exercise(number: int, title: str, *, mistakes: Sequence[Mistake] = ()):
     The notebook is taken from the module's name (``amp_lab.exercises.nb03`` → ``"03"``).
     """
 
-    number = check_int("number", number, minimum=1, maximum=20)
-    check_instance("title", title, str, "a string")
-    mistakes = tuple(bounded_list("mistakes", mistakes, MAX_MISTAKES, "a sequence of Mistake"))
-    for m in mistakes:
-        check_instance("mistakes", m, Mistake, "a sequence of Mistake")
-
     def wrap(fn: Callable) -> Exercise:
         module = fn.__module__.rsplit(".", 1)[-1]
         notebook = module.removeprefix("nb") if module.startswith("nb") else module
@@ -118,7 +112,7 @@ def exercise(number: int, title: str, *, mistakes: Sequence[Mistake] = ()):
     return wrap
 
 
-def _finite_float(x) -> float | None:
+def finite_float(x) -> float | None:
     """An answer ``x`` as a finite float when it is a real number (not a bool) that float64 holds, else None."""
     if not isinstance(x, Real) or isinstance(x, bool):
         return None
@@ -132,11 +126,7 @@ def _finite_float(x) -> float | None:
 def exercises_of(module) -> list[Exercise]:
     """The exercises a notebook module defines, in order of their number."""
     if isinstance(module, str):
-        if module not in NOTEBOOK_MODULES:
-            raise ValueError(f"module={module!r} is not an exercise module; choose one of: {', '.join(NOTEBOOK_MODULES)}")
         module = importlib.import_module(f"{__name__}.{module}")
-    elif not (isinstance(module, types.ModuleType) and module.__name__.startswith(f"{__name__}.nb")):
-        raise ArgumentTypeError(f"module must be an exercise module or its name ('nb03'), got {module!r:.60}")
     found = [v for v in vars(module).values() if isinstance(v, Exercise)]
     return sorted(found, key=lambda e: e.number)
 
@@ -152,12 +142,6 @@ def combine(parts: Sequence[CheckResult], *, show: bool = True) -> CheckResult:
     Not attempted when no part is answered; passed when every part passed (within tolerance if
     any part is only within tolerance); otherwise not yet.  The message lists every part's own.
     """
-    check_bool("show", show)
-    parts = bounded_list("parts", parts, MAX_PARTS, "a list of CheckResult")
-    if not parts:
-        raise ValueError("parts must hold at least one CheckResult")
-    for p in parts:
-        check_instance("parts", p, CheckResult, "a list of CheckResult")
     statuses = [p.status for p in parts]
     if all(s == "not attempted" for s in statuses):
         verdict = "unanswered"
@@ -173,7 +157,8 @@ def combine(parts: Sequence[CheckResult], *, show: bool = True) -> CheckResult:
         "exact": f"all {len(parts)} parts passed",
     }[verdict]
     body = [f"  {line}" for p in parts for line in p.message.splitlines()]
-    result = CheckResult(verdict, "\n".join([f"{_MARK[verdict]}: {head}.", *body]), {"parts": parts})
+    reasons = tuple(dict.fromkeys(code for p in parts for code in p.reasons))
+    result = CheckResult(verdict, "\n".join([f"{MARK[verdict]}: {head}.", *body]), {"parts": parts}, reasons)
     if show:
         print(result.message)
     return result

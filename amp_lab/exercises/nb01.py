@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 from numbers import Integral
 
-from ..check import CheckResult, check_bits, check_set, check_value
+from ..check import check_bits, check_value
+from ..check_base import CheckResult
+from ..check_items import check_set
 from ..formats import FORMATS, decompose, round_to
-from . import Mistake, _finite_float, combine, exercise
+from . import Mistake, combine, exercise
+from . import finite_float as _finite_float
 
 __all__ = [
     "ex1",

@@ -15,11 +15,14 @@ import torch
 
 from .._checks import ArgumentTypeError, check_instance
 from ..alignment import alignment_multiple
-from ..check import CheckResult, check_set, check_tensor, check_value
+from ..check import check_tensor, check_value
+from ..check_base import CheckResult
+from ..check_items import check_set
 from ..device import float64_on_cpu
 from ..formats import FORMATS
 from ..tensor_cores import ACCUMULATE_FORMATS, MAX_MMA_WORK, mma, running_sum
-from . import Mistake, _finite_float, combine, exercise
+from . import Mistake, combine, exercise
+from . import finite_float as _finite_float
 
 __all__ = [
     "ex1",

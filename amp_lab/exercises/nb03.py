@@ -14,7 +14,10 @@ from numbers import Real
 import torch
 
 from .._checks import ArgumentTypeError, check_bool
-from ..check import _MARK, CheckResult, check_between, check_choice, check_value
+from ..check import check_between, check_value
+from ..check_base import MARK as _MARK
+from ..check_base import CheckResult
+from ..check_items import check_choice
 from ..device import float64_on_cpu
 from ..formats import FORMATS
 from ..ranges import log2_limits, lost_update_fraction, range_report, suggest_scale

@@ -20,7 +20,10 @@ from typing import NamedTuple
 import torch
 
 from .._checks import check_bool
-from ..check import CheckResult, _finish, _is_placeholder, check_value
+from ..check import check_value
+from ..check_base import CheckResult
+from ..check_base import finish as _finish
+from ..check_base import is_placeholder as _is_placeholder
 from ..scaling import ScalerComparison, compare_with_grad_scaler, to_float32
 from . import Mistake, exercise
 

@@ -14,7 +14,13 @@ import torch.nn.functional as F
 
 from .. import autocast_ops as ao
 from .._checks import ArgumentTypeError, check_bool
-from ..check import CheckResult, _finish, _is_placeholder, _no_answer, _parse_dtype, check_choice, check_value
+from ..check import check_value
+from ..check_base import CheckResult
+from ..check_base import finish as _finish
+from ..check_base import is_placeholder as _is_placeholder
+from ..check_base import no_answer as _no_answer
+from ..check_base import read_dtype as _parse_dtype
+from ..check_items import check_choice
 from ..device import get_device, seeded, supports_float64
 from . import Mistake, combine, exercise
 

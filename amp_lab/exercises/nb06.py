@@ -13,7 +13,10 @@ from collections.abc import Mapping
 import torch
 
 from .._checks import ArgumentTypeError
-from ..check import CheckResult, _finish, _is_placeholder, check_choice, check_set
+from ..check_base import CheckResult
+from ..check_base import finish as _finish
+from ..check_base import is_placeholder as _is_placeholder
+from ..check_items import check_choice, check_set
 from ..race import RaceResult, Roofline, elementwise_intensity, matmul_intensity, native_arithmetic
 from . import Mistake, exercise
 

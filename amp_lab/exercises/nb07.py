@@ -13,18 +13,13 @@ import torch
 from .. import hardware
 from .._checks import check_bool
 from ..amp import choose_amp_dtype
-from ..check import (
-    CheckResult,
-    _finish,
-    _is_placeholder,
-    _norm,
-    _parse_dtype,
-    check_choice,
-    check_dtype,
-    check_function,
-    check_sequence,
-    check_set,
-)
+from ..check import check_dtype
+from ..check_base import CheckResult
+from ..check_base import finish as _finish
+from ..check_base import is_placeholder as _is_placeholder
+from ..check_base import norm as _norm
+from ..check_base import read_dtype as _parse_dtype
+from ..check_items import check_choice, check_function, check_sequence, check_set
 from . import Mistake, combine, exercise
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "STEP_PIECES", "CHECKPOINT_OPTIONS", "L4"]

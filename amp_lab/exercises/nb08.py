@@ -14,7 +14,9 @@ import torch
 
 from .. import fp8, mx
 from .._checks import ArgumentTypeError, bounded_list, check_bool, check_float, check_int
-from ..check import CheckResult, _finish, _is_placeholder
+from ..check_base import CheckResult
+from ..check_base import finish as _finish
+from ..check_base import is_placeholder as _is_placeholder
 from . import Mistake, combine, exercise
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "E4M3", "DELAYED_SCHEDULES", "BLOCK_SIZES", "MAX_MARGIN"]

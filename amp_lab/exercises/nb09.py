@@ -13,7 +13,11 @@ from numbers import Real
 import torch
 
 from .._checks import ArgumentTypeError
-from ..check import CheckResult, _finish, _is_placeholder, check_set, check_value
+from ..check import check_value
+from ..check_base import CheckResult
+from ..check_base import finish as _finish
+from ..check_base import is_placeholder as _is_placeholder
+from ..check_items import check_set
 from ..pitfalls import ATTENTION_VARIANTS, AttentionOverflowResult
 from . import Mistake, exercise
 
