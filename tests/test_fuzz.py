@@ -76,7 +76,10 @@ from amp_lab import (
     amp,
     autocast_ops,
     check,
+    checkpoints,
     claims,
+    clipping,
+    compare,
     cost,
     course,
     data,
@@ -89,6 +92,7 @@ from amp_lab import (
     gpus,
     gradients,
     hardware,
+    models,
     pitfalls,
     predict,
     progress,
@@ -131,6 +135,9 @@ MODULES = {
     "race": race,
     "ranges": ranges,
     "recipe": recipe,
+    "checkpoints": checkpoints,
+    "clipping": clipping,
+    "compare": compare,
     "scaling": scaling,
     "tensor_cores": tensor_cores,
     "timing": timing,
@@ -151,8 +158,8 @@ MAX_LR = getattr(training, "MAX_LR", 1e6)
 MAX_EXPLORER_STEPS = getattr(training, "MAX_EXPLORER_STEPS", 500)
 MAX_GROWTH_INTERVAL = getattr(scaling, "MAX_GROWTH_INTERVAL", 2**31 - 1)  # GradScaler takes a C int
 MAX_GROWTH_FACTOR = getattr(scaling, "MAX_GROWTH_FACTOR", F32_MAX / F32_TINY)
-RECIPE_MAX_SIZE = getattr(recipe, "_MAX_SIZE", 2**53)  # widths and batch sizes of recipe's helpers
-RECIPE_MAX_STEP = getattr(recipe, "_MAX_STEP_NUMBER", 2**53)  # a step number
+RECIPE_MAX_SIZE = cost._MAX_SIZE  # widths and batch sizes of recipe's helpers
+RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
 MAX_K = getattr(tensor_cores, "MAX_K", 1 << 16)
 MAX_PIXELS = getattr(widgets, "MAX_PIXELS", 4096)  # FigurePane's dpi
 MAX_CONTESTANTS = 3  # race.mlp_bytes: FP32, AMP and (from Ampere on) TF32
@@ -224,7 +231,7 @@ def split():
 
 
 def model():
-    return recipe.make_model(hidden=8, depth=1, seed=0)
+    return models.make_mlp(hidden=8, depth=1, seed=0)
 
 
 def opt_for(m):
@@ -316,7 +323,7 @@ def curve():
 
 @functools.cache
 def precision_results():
-    return recipe.compare_precisions(digits(), num_steps=2, warmup_steps=0, hidden=8, depth=1)
+    return compare.compare_precisions(digits(), num_steps=2, warmup_steps=0, hidden=8, depth=1)
 
 
 def timing_obj(label="a", scale=1.0):
@@ -734,12 +741,6 @@ E("course.course_map", fuzz={"report": Obj()})
 
 # --- data -----------------------------------------------------------------------------------
 E("data.Split", lambda: dict(X=T(4, 2), y=torch.zeros(4, dtype=torch.long)))
-E(
-    "data.Dataset",
-    lambda: dict(train=split(), test=split(), num_features=64, num_classes=10, name="digits"),
-    # num_features must be the splits' feature count (64); at least 2 classes
-    {"train": Obj(), "test": Obj(), "num_features": Int(64, 64), "num_classes": Int(2)},
-)
 E(
     "data.load_digits",
     fuzz={"test_fraction": with_valid(Float(gt=0, lt=1), digits_test_fraction_valid), "seed": Seed()},
@@ -1303,16 +1304,6 @@ E(
 )
 E("amp.choose_amp_dtype", fuzz={"report": Obj()})
 E(
-    "recipe.make_model",
-    lambda: dict(hidden=8, depth=1),
-    {
-        "hidden": Int(1, skip_above=4096),
-        "depth": Int(1, skip_above=64),
-        "num_features": Int(1, skip_above=4096),
-        "num_classes": Int(1, skip_above=4096),
-    },
-)
-E(
     "recipe.make_scaler",
     lambda: dict(dtype=torch.float16),
     {"init_scale": Scale(), "growth_interval": Int(1, MAX_GROWTH_INTERVAL)},
@@ -1326,11 +1317,6 @@ E(
         "batch_size": Int(1, RECIPE_MAX_SIZE),
         "accumulation_steps": Int(1, RECIPE_MAX_SIZE),
     },
-)
-E("recipe.StepResult", lambda: dict(loss=1.0, grad_norm=1.0, scale=1.0, skipped=False))
-E(
-    "recipe.PendingStep",
-    lambda: dict(loss=torch.tensor(1.0), grad_norm=torch.tensor(1.0), scale=1.0, scale_after=None),
 )
 
 
@@ -1346,30 +1332,15 @@ def _train_step_base():
     )
 
 
-E(
-    "recipe.train_step",
-    _train_step_base,
-    {
-        "model": Obj(),
-        "opt": Obj(),
-        "scaler": Obj(),
-        "batches": Seq(),
-        "max_grad_norm": Float(gt=0, optional=True),
-        "non_blocking": Bool(),
-    },
-    examples=4,
-)
-E(
-    "recipe.History",
-    fuzz={
-        "steps": Seq(),
-        "losses": Seq(),
-        "grad_norms": Seq(),
-        "scales": Seq(),
-        "skipped": Seq(),
-        "seconds": Seq(),
-    },
-)
+STEP_FUZZ = {
+    "model": Obj(),
+    "opt": Obj(),
+    "scaler": Obj(),
+    "batches": Seq(),
+    "max_grad_norm": Float(gt=0, optional=True),
+}
+E("recipe.train_step", _train_step_base, STEP_FUZZ, examples=4)
+E("recipe.sync_free_step", _train_step_base, STEP_FUZZ, examples=4)
 
 
 def _train_base():
@@ -1397,23 +1368,15 @@ E(
     examples=3,
     corpus_limit=2,
 )
-E("recipe.Evaluation", lambda: dict(loss=1.0, accuracy=0.5, num_examples=10))
-E("recipe.HostReads")
 E("recipe.count_host_reads", cm=True)
 E(
-    "recipe.ClippingRun",
-    lambda: dict(optimizer="Adam", scaled=False, scale=1.0, max_norm=1.0, seen_norms=(1.0,), true_norms=(1.0,),
-                 clipped=(False,), skipped=(False,), update_norms=(0.1,)),  # fmt: skip
-)
-E("recipe.ClippingComparison", lambda: dict(runs=()))
-E(
-    "recipe.compare_clipping",
+    "clipping.compare_clipping",
     lambda: dict(data=digits(), num_steps=1, batch_size=8, hidden=8, depth=1),
     {
         "data": Obj(),
         "scale": Scale(),
         "max_norm": Float(gt=0),
-        "num_steps": Int(1, getattr(recipe, "_MAX_CLIPPING_STEPS", MAX_STEPS // 4), skip_above=2),
+        "num_steps": Int(1, clipping.MAX_CLIPPING_STEPS, skip_above=2),
         "batch_size": Int(1, skip_above=64),  # at most the training examples
         "hidden": Int(1, skip_above=64),
         "depth": Int(1, skip_above=4),
@@ -1442,7 +1405,7 @@ def _save_base():
 
 
 E(
-    "recipe.save_checkpoint",
+    "checkpoints.save_checkpoint",
     _save_base,
     {
         "path": Str(),
@@ -1461,7 +1424,7 @@ E(
 @functools.cache
 def _saved_checkpoint():
     b = _save_base()
-    return recipe.save_checkpoint(**b)
+    return checkpoints.save_checkpoint(**b)
 
 
 def _load_base():
@@ -1472,45 +1435,24 @@ def _load_base():
 
 
 E(
-    "recipe.load_checkpoint",
+    "checkpoints.load_checkpoint",
     _load_base,
     {"path": Str(), "model": Obj(), "opt": Obj(), "scaler": Obj(), "scheduler": Obj()},
     examples=3,
     corpus_limit=2,
 )
-E(
-    "recipe.saved_activation_bytes",
-    lambda: dict(model=model(), X=split().X[:8], y=split().y[:8], dtype=torch.float32),
-    {"model": Obj(), "X": Tensor(), "y": Tensor()},
-    post=nonneg_int,
-)
 RECIPE_SIZES = {
     "num_features": Int(1, RECIPE_MAX_SIZE),
     "num_classes": Int(2, RECIPE_MAX_SIZE),
     "hidden": Int(1, RECIPE_MAX_SIZE),
-    "depth": Int(1, getattr(recipe, "MAX_DEPTH", 64)),
+    "depth": Int(1, cost.MAX_DEPTH),
     "batch_size": Int(1, RECIPE_MAX_SIZE),
     "accumulation_steps": Int(1, RECIPE_MAX_SIZE),
 }
 E("cost.step_flops", fuzz=RECIPE_SIZES, post=is_float)
 E("cost.step_bytes", fuzz=RECIPE_SIZES, post=is_float)
 E(
-    "recipe.PrecisionResult",
-    lambda: dict(
-        dtype=torch.float32,
-        seconds_per_step=1e-3,
-        saved_bytes=10,
-        peak_memory_bytes=None,
-        test_accuracy=0.5,
-        test_loss=1.0,
-        final_train_loss=1.0,
-        num_skipped=0,
-    ),
-    corpus_limit=2,
-    examples=2,
-)
-E(
-    "recipe.compare_precisions",
+    "compare.compare_precisions",
     lambda: dict(data=digits(), num_steps=1, warmup_steps=0, hidden=8, depth=1, batch_size=8),
     {
         "data": Obj(),
@@ -1527,26 +1469,19 @@ E(
     examples=2,
     corpus_limit=3,
 )
-E("recipe.comparison_rows", lambda: dict(results=precision_results()), {"results": Seq()})
+E("compare.comparison_rows", lambda: dict(results=precision_results()), {"results": Seq()})
 E(
-    "recipe.ComparisonReading",
-    lambda: dict(
-        speed="s",
-        expectation="e",
-        memory="m",
-        accuracy=claims.Claim("a", True),
-        outcome="o",
-        matches_expectation=None,
-    ),
+    "compare.read_comparison",
+    lambda: dict(results=precision_results(), choice=amp.choose_amp_dtype()),
+    {"results": Seq(), "choice": Obj()},
 )
 E(
-    "recipe.read_comparison",
+    "compare.read_memory",
     lambda: dict(results=precision_results(), choice=amp.choose_amp_dtype()),
     {"results": Seq(), "choice": Obj(), "accuracy_tolerance": Float(ge=0, le=1)},
 )
 E("amp.example_machines", fuzz={"base": Obj()})
 E("amp.choice_rows", lambda: dict(machines=[("cpu", report())]), {"machines": Seq()})
-E("recipe.dtype_name", lambda: dict(dtype=torch.float16), post=is_str)
 
 # --- scaling --------------------------------------------------------------------------------
 E(
@@ -2092,8 +2027,6 @@ NOT_YET_PRUNED = {
     # course
     "course.Lesson",
     "course.on_this_machine",
-    # data
-    "data.Dataset",
     # device
     "device.available_bytes",
     "device.check_fits",
@@ -2226,16 +2159,6 @@ NOT_YET_PRUNED = {
     "ranges.readout_text",
     # recipe
     "amp.AmpChoice",
-    "recipe.ClippingComparison",
-    "recipe.ClippingRun",
-    "recipe.ComparisonReading",
-    "recipe.Evaluation",
-    "recipe.History",
-    "recipe.HostReads",
-    "recipe.PendingStep",
-    "recipe.PrecisionResult",
-    "recipe.StepResult",
-    "recipe.saved_activation_bytes",
     # scaling
     "scaling.ScaleRecord",
     "scaling.ScaleUnderflowError",
