@@ -21,7 +21,8 @@ import torch
 
 from ._checks import ArgumentTypeError, check_instance, check_int
 from .device import get_device
-from .recipe import MAX_STEP_NUMBER, check_opt, check_scaler, check_scheduler, model_params
+from .recipe import MAX_STEP_NUMBER
+from .recipe_checks import check_opt, check_scaler, check_scheduler, model_params
 
 _CHECKPOINT_KEYS = ("step", "model", "optimizer", "scaler", "scheduler", "rng_cpu", "rng_cuda", "extra")
 _EXTRA_DEPTH = 32  # how deeply extra's lists and dicts may nest (a list that holds itself never ends)

@@ -20,15 +20,8 @@ from .cost import _mlp_sizes
 from .data import Dataset
 from .device import get_device
 from .models import make_mlp
-from .recipe import (
-    MAX_GROWTH_INTERVAL,
-    MAX_LR,
-    _micro_batches,
-    check_on,
-    check_per_step,
-    check_split_for,
-    precision,
-)
+from .recipe import MAX_GROWTH_INTERVAL, MAX_LR, _micro_batches
+from .recipe_checks import check_on, check_per_step, check_split_for, precision
 from .text import Reading
 
 MAX_CLIPPING_STEPS = MAX_STEPS // 4  # compare_clipping trains four runs

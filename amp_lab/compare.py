@@ -35,18 +35,8 @@ from .device import get_device, torch_threads
 from .dtypes import dtype_name
 from .models import make_mlp
 from .progress import progress
-from .recipe import (
-    MAX_LR,
-    History,
-    _micro_batches,
-    _sync_free_step,
-    check_on,
-    check_per_step,
-    evaluate,
-    make_scaler,
-    precision,
-    timed_step,
-)
+from .recipe import MAX_LR, History, _micro_batches, _sync_free_step, evaluate, make_scaler, timed_step
+from .recipe_checks import check_on, check_per_step, precision
 from .text import Reading, format_bytes, format_ratio
 from .timing import Regime, SpeedupEstimate, regime_for, speedup_estimate, timing_context
 

@@ -145,6 +145,8 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "evaluate",
         "make_scaler",
         "micro_batches",
+        "read_scale_path",
+        "read_scaled_norm",
         "sync_free_step",
         "train",
         "train_step",

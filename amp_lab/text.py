@@ -71,6 +71,15 @@ REASONS: dict[str, str] = {
     "({peak_ratio:.2f}x).",
     "recipe.accuracy_within": "Test accuracy under {name} is within {points:g} points of FP32's.",
     "recipe.accuracy_beyond": "Test accuracy under {name} is more than {points:g} points from FP32's.",
+    "recipe.scaled_norm": "scaler.scale(loss) multiplied the loss by {scale:g} = 2**{log2:g}, and backward is "
+    "linear, so every gradient, and with them their norm, came out {scale:g} times too large; unscale_ divides "
+    "by it again.",
+    "recipe.scale_grew": "grow it",
+    "recipe.scale_kept": "keep it",
+    "recipe.scale_halved_once": "halve it once, then hold",
+    "recipe.scale_halved_each_step": "halve it at every step",
+    "recipe.scale_backoff": "{num_skipped} of {num_steps} steps found inf or NaN gradients, and GradScaler halves "
+    "its scale after every such step (backoff factor 0.5), from 2**{first_log2:g} to 2**{last_log2:g}.",
     "clip.threshold": "Clipping the scaled gradients at max_norm = {max_norm:g} clips the true gradients at "
     "max_norm / scale = {max_norm:g} / {scale:g} = {effective:.3g}. Adam: {adam_scaled_clipped} of {num_steps} "
     "steps clipped with the scaled gradients, {adam_true_clipped} after unscale_; SGD: {sgd_scaled_clipped} of "

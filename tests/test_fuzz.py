@@ -1369,6 +1369,21 @@ E(
     corpus_limit=2,
 )
 E("recipe.count_host_reads", cm=True)
+
+
+@functools.cache
+def _fp16_history():
+    m = model()
+    scaler = recipe.make_scaler(torch.float16, init_scale=2.0**24)
+    return recipe.train(m, opt_for(m), scaler, split(), dtype=torch.float16, num_steps=2, batch_size=8), scaler
+
+
+E(
+    "recipe.read_scale_path",
+    lambda: dict(history=_fp16_history()[0], scaler=_fp16_history()[1]),
+    {"history": Obj(), "scaler": Obj()},
+)
+E("recipe.read_scaled_norm", lambda: dict(scale=2.0**16), {"scale": Scale()})
 E(
     "clipping.compare_clipping",
     lambda: dict(data=digits(), num_steps=1, batch_size=8, hidden=8, depth=1),

@@ -1887,3 +1887,33 @@ def test_count_host_reads_counts_each_read_and_restores_torch():
             counter.__enter__()
         t.item()
     assert again.total == 1 and torch.Tensor.item is originals["item"]
+
+
+def test_read_scale_path_names_what_the_scaler_did(data):
+    """Hand-made histories: each path of the prediction, and the facts of the backoff sentence."""
+    from amp_lab.recipe import History, StepResult
+
+    def history(scales):
+        h = History()
+        for k, scale in enumerate(scales):
+            h.append(k, StepResult(1.0, 1.0, scale, k % 2 == 0), 0.0)
+        return h
+
+    scaler = recipe.make_scaler(torch.float16, init_scale=2.0**8)
+    cases = {
+        (2.0**16, 2.0**15, 2.0**14): "recipe.scale_halved_each_step",
+        (2.0**16, 2.0**16, 2.0**17): "recipe.scale_grew",
+        (2.0**16, 2.0**16, 2.0**16): "recipe.scale_kept",
+        (2.0**16, 2.0**15, 2.0**15): "recipe.scale_halved_once",
+    }
+    for scales, code in cases.items():
+        reading = recipe.read_scale_path(history(scales), scaler)
+        assert reading.outcome == code and reading.reasons == ("recipe.scale_backoff",)
+        assert reading.facts == dict(num_skipped=2, num_steps=3, first_log2=16.0, last_log2=8.0)
+    assert (
+        recipe.SCALE_PATH_CHOICES[recipe.SCALE_PATHS.index("recipe.scale_halved_each_step")]
+        == "halve it at every step"
+    )
+    with pytest.raises(ValueError, match="history holds no steps"):
+        recipe.read_scale_path(History(), scaler)
+    assert recipe.read_scaled_norm(2.0**16).facts == dict(scale=65536.0, log2=16.0)
