@@ -84,6 +84,9 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "setup_banner",
         "tf32_setting",
     ),
+    "models": (
+        "make_mlp",
+    ),
     "pitfalls": (
         "adam_eps_underflow",
         "attention_overflow",

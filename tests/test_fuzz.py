@@ -134,6 +134,7 @@ MODULES = {
     "progress": progress,
     "race": race,
     "ranges": ranges,
+    "models": models,
     "recipe": recipe,
     "checkpoints": checkpoints,
     "clipping": clipping,
@@ -1303,6 +1304,16 @@ E(
     {"steps": Seq()},
 )
 E("amp.choose_amp_dtype", fuzz={"report": Obj()})
+E(
+    "models.make_mlp",
+    lambda: dict(hidden=8, depth=1),
+    {
+        "hidden": Int(1, skip_above=4096),
+        "depth": Int(1, skip_above=64),
+        "num_features": Int(1, skip_above=4096),
+        "num_classes": Int(1, skip_above=4096),
+    },
+)
 E(
     "recipe.make_scaler",
     lambda: dict(dtype=torch.float16),
