@@ -46,7 +46,7 @@ def test_bad_test_fraction(bad):
 
 
 # --------------------------------------------------------------------------------------------
-# Issue 14: every bad input gets a clear error
+# every bad input gets a clear error
 # --------------------------------------------------------------------------------------------
 
 N = len(sk_load_digits().target)  # 1797: the bounds below come from the data set's size, not from amp_lab
@@ -55,7 +55,6 @@ N = len(sk_load_digits().target)  # 1797: the bounds below come from the data se
 @pytest.mark.parametrize("fraction, empty", [(0.9999, "training"), (0.0001, "test"), ((N - 0.4) / N, "training"),
                                              (0.4 / N, "test")])  # fmt: skip
 def test_a_test_fraction_that_empties_a_split_is_refused_with_the_bounds(fraction, empty):
-    # Before: 0.9999 gave an empty training split and all-NaN test features, 0.0001 an empty test split.
     with pytest.raises(
         ValueError, match=rf"test_fraction={fraction!r} leaves the {empty} split empty"
     ) as err:

@@ -153,7 +153,7 @@ F32_TINY, F32_MAX = FLOAT32_TINY, FLOAT32_MAX
 # Bounds the modules document where they are used (read from the code where it exposes them, so the suite
 # cannot drift; the defaults are the values in the code, for the code before issue 14, which lacks some).
 MAX_FEATURES = getattr(gradients, "MAX_FEATURES", 1 << 20)  # make_mlp's num_features and num_classes
-MLP_MAX_DEPTH = getattr(training, "MAX_DEPTH", 64)  # make_mlp, train_digits, recipe.make_model/step_flops
+MLP_MAX_DEPTH = getattr(training, "MAX_DEPTH", 64)  # make_mlp, train_digits, models.make_mlp/step_flops
 MLP_MAX_WIDTH = getattr(training, "MAX_WIDTH", 4096)  # make_mlp, digits_gradients, train_digits
 MAX_LR = getattr(training, "MAX_LR", 1e6)
 MAX_EXPLORER_STEPS = getattr(training, "MAX_EXPLORER_STEPS", 500)
@@ -1317,7 +1317,7 @@ E(
 E(
     "recipe.make_scaler",
     lambda: dict(dtype=torch.float16),
-    {"init_scale": Scale(), "growth_interval": Int(1, MAX_GROWTH_INTERVAL)},
+    {"init_scale": Scale(), "growth_interval": Int(1, recipe.MAX_GROWTH_INTERVAL)},
 )
 E(
     "recipe.micro_batches",
@@ -1406,7 +1406,7 @@ E(
         "batch_size": Int(1, skip_above=64),  # at most the training examples
         "hidden": Int(1, skip_above=64),
         "depth": Int(1, skip_above=4),
-        "lr": Float(gt=0, le=MAX_LR),
+        "lr": Float(gt=0, le=recipe.MAX_LR),
     },
     examples=2,
     corpus_limit=3,
@@ -1489,7 +1489,7 @@ E(
         "accumulation_steps": Int(1, skip_above=3),
         "hidden": Int(1, skip_above=256),
         "depth": Int(1, skip_above=8),
-        "lr": Float(gt=0, le=MAX_LR),
+        "lr": Float(gt=0, le=recipe.MAX_LR),
         "threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
     },
     examples=2,
@@ -2567,9 +2567,9 @@ def test_dynamic_scaler_update_refuses_without_change(value):
 def test_load_checkpoint_refuses_without_change(what, tmp_path):
     """A refused checkpoint leaves model, optimizer and scaler as they were."""
     path = _saved_checkpoint()
-    m = recipe.make_model(hidden=8, depth=1, seed=1)
+    m = models.make_mlp(hidden=8, depth=1, seed=1)
     if what == "model with other shapes":
-        m = recipe.make_model(hidden=16, depth=1, seed=1)
+        m = models.make_mlp(hidden=16, depth=1, seed=1)
     elif what == "missing file":
         path = str(tmp_path / "missing.pt")
     else:
@@ -2578,7 +2578,7 @@ def test_load_checkpoint_refuses_without_change(what, tmp_path):
     o = opt_for(m)
     sc = recipe.make_scaler(torch.float16, init_scale=2.0**10)
     before = ([p.detach().clone() for p in m.parameters()], repr(o.state_dict()), repr(sc.state_dict()))
-    entry = Entry("recipe.load_checkpoint", recipe.load_checkpoint, lambda: {})
+    entry = Entry("checkpoints.load_checkpoint", checkpoints.load_checkpoint, lambda: {})
     failure = check_call(
         entry, dict(path=path, model=m, opt=o, scaler=sc), arg="path", value=None, valid=False, label=what
     )
@@ -2586,7 +2586,7 @@ def test_load_checkpoint_refuses_without_change(what, tmp_path):
     after = ([p.detach().clone() for p in m.parameters()], repr(o.state_dict()), repr(sc.state_dict()))
     assert (
         all(torch.equal(a, b) for a, b in zip(before[0], after[0], strict=False)) and before[1:] == after[1:]
-    ), f"recipe.load_checkpoint ({what}) refused but changed the model, optimizer or scaler"
+    ), f"checkpoints.load_checkpoint ({what}) refused but changed the model, optimizer or scaler"
 
 
 # --------------------------------------------------------------------------------------------
