@@ -33,6 +33,8 @@ from .cost import _mlp_sizes, step_bytes, step_flops
 from .data import Dataset
 from .device import get_device, torch_threads
 from .dtypes import dtype_name
+from .gpus import tensor_core_generation
+from .hardware import tf32_setting
 from .models import make_mlp
 from .progress import progress
 from .recipe import MAX_LR, History, _micro_batches, _sync_free_step, evaluate, make_scaler, timed_step
@@ -192,34 +194,22 @@ def compare_precisions(
 ) -> list[PrecisionResult]:
     """Train the same seeded model once per dtype, on the same batches, and measure what AMP changes.
 
-    Taught in ``07_amp_training_recipe``.  The runs advance in lockstep (step 0 of every dtype,
-    then step 1, ...), and the order within a step flips every step, so a machine that gets busier
-    halfway through slows every dtype alike and no dtype always goes first.  Each step is timed
-    with the device synchronised around it and no host sync inside (the loss, gradient norm and scale
-    are read after the clock stops; on CUDA Adam is fused, so a float16 step does not read its inf
-    check on the host either); ``seconds_per_step`` is the median over the steps after
-    ``warmup_steps``, and ``speedup`` (every row after the first) is ``timing.speedup_estimate`` of
-    the first dtype's step times against this one's, paired step by step: a speed-up with a
-    confidence interval, which says "too close to call" when the interval straddles 1.
-    ``saved_bytes`` comes from :func:`saved_activation_bytes` on one batch;
-    ``peak_memory_bytes`` is the peak memory of one training step on CUDA: a fresh model takes an
-    untimed warm-up step (which creates cuBLAS workspaces, gradients and Adam's state), then one
-    more step, and the row reports ``torch.cuda.max_memory_allocated`` during that step minus
-    ``torch.cuda.memory_allocated`` just before it.  Without the subtraction the number would be
-    mostly the dataset, the weights and Adam's state, which every dtype shares, and FP32 and AMP
-    would look alike.  Elsewhere it is None: no allocator statistic is reliable there.  Accuracy and
-    loss come from :func:`evaluate` under the same dtype; ``step_flops`` and ``step_bytes`` from
-    :func:`step_flops` and :func:`step_bytes`, so that ``PrecisionResult.regime`` can say what
-    limited a step.
-
-    ``threads`` sets torch's CPU thread count for the comparison (restored afterwards; None keeps
-    the current one).  A model this small runs fastest on one thread, and on a machine shared with
-    other programs, extra threads mostly measure waiting for each other.
+    The runs advance in lockstep (step 0 of every dtype, then step 1, ...), the order within a step flipping
+    every step, so a machine that gets busier slows every dtype alike.  Each step is timed with the device
+    synchronised around it and no host sync inside (:func:`recipe.timed_step`; on CUDA Adam is fused, so a
+    float16 step does not read its inf check either).  Per row: ``seconds_per_step``, the median after
+    ``warmup_steps``; ``speedup`` (rows after the first), ``timing.speedup_estimate`` of the first dtype's
+    step times against this one's, paired step by step; ``saved_bytes`` from :func:`saved_activation_bytes`
+    on one batch; ``peak_memory_bytes`` on CUDA, ``max_memory_allocated`` during one step (after an untimed
+    warm-up step) minus ``memory_allocated`` just before it, so that the data, weights and Adam's state
+    every dtype shares drop out (None elsewhere: no allocator statistic is reliable there); accuracy and
+    loss from ``recipe.evaluate``; ``step_flops`` and ``step_bytes`` from ``amp_lab.cost``, from which
+    ``PrecisionResult.regime`` reads what limited a step.  ``threads`` sets torch's CPU thread count for the
+    comparison (restored afterwards; a model this small runs fastest on one).
 
     Everything is checked before the first model is built: ``data`` a ``data.Dataset`` on ``device``,
-    ``num_steps`` times the number of dtypes at most ``_checks.MAX_STEPS`` steps in all, ``hidden`` and
-    ``depth`` as ``models.make_mlp`` takes them, ``lr`` at most 1e6 (``training.MAX_LR``), ``threads`` from 1
-    to 1024.
+    ``num_steps`` times the number of dtypes at most ``_checks.MAX_STEPS``, ``hidden`` and ``depth`` as
+    ``models.make_mlp`` takes them, ``lr`` at most 1e6, ``threads`` from 1 to 1024.
     """
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     dev = get_device(device)
@@ -512,3 +502,16 @@ def read_memory(
     )
     facts.update(accuracy_gap=gap, points=round(accuracy_tolerance * 100, 6))
     return Reading(f"recipe.memory_{outcome}", tuple(reasons), facts)
+
+
+def read_tf32(device=None) -> Reading:
+    """What the "FP32" baseline computes on ``device``: outcome ``"recipe.tf32_on"`` (a GPU with TF32 Tensor
+    Cores and TF32 on: its FP32 matmuls use them), ``"recipe.tf32_off"`` (such a GPU, TF32 off) or
+    ``"recipe.tf32_none"`` (no TF32 Tensor Cores in use); facts ``allowed`` and ``precision``, from
+    ``hardware.tf32_setting()``."""
+    dev = get_device(device)
+    allowed, matmul_precision = tf32_setting()
+    capability = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+    has_tf32 = capability is not None and "tf32" in tensor_core_generation(capability).precisions
+    outcome = "recipe.tf32_none" if not has_tf32 else "recipe.tf32_on" if allowed else "recipe.tf32_off"
+    return Reading(outcome, (), dict(allowed=allowed, precision=matmul_precision))

@@ -42,7 +42,9 @@ class Split:
                 f"y must be a 1-D int64 tensor of class labels (use y.long()), got {self.y.dtype} of shape {_shape(self.y)}"
             )
         if len(self.X) != len(self.y):
-            raise ValueError(f"X has {len(self.X)} rows but y has {len(self.y)} labels: one label per example")
+            raise ValueError(
+                f"X has {len(self.X)} rows but y has {len(self.y)} labels: one label per example"
+            )
         if self.X.device != self.y.device:
             raise ValueError(f"X is on {self.X.device} but y is on {self.y.device}: put both on one device")
 
@@ -110,4 +112,3 @@ def load_digits(*, device=None, test_fraction: float = 0.25, seed: int = 0) -> D
         num_classes=10,
         name="scikit-learn digits (8x8)",
     )
-

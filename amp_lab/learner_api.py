@@ -166,6 +166,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "comparison_rows",
         "read_comparison",
         "read_memory",
+        "read_tf32",
     ),
     "scaling": (
         "DynamicLossScaler",

@@ -80,6 +80,10 @@ REASONS: dict[str, str] = {
     "recipe.scale_halved_each_step": "halve it at every step",
     "recipe.scale_backoff": "{num_skipped} of {num_steps} steps found inf or NaN gradients, and GradScaler halves "
     "its scale after every such step (backoff factor 0.5), from 2**{first_log2:g} to 2**{last_log2:g}.",
+    "recipe.tf32_on": "This GPU has TF32 Tensor Cores and TF32 is on: 'FP32' matmuls use them. Report it with "
+    "your timings.",
+    "recipe.tf32_off": "This GPU has TF32 Tensor Cores, but TF32 is off: FP32 matmuls are true FP32.",
+    "recipe.tf32_none": "No TF32 Tensor Cores in use here: FP32 matmuls are true FP32.",
     "clip.threshold": "Clipping the scaled gradients at max_norm = {max_norm:g} clips the true gradients at "
     "max_norm / scale = {max_norm:g} / {scale:g} = {effective:.3g}. Adam: {adam_scaled_clipped} of {num_steps} "
     "steps clipped with the scaled gradients, {adam_true_clipped} after unscale_; SGD: {sgd_scaled_clipped} of "

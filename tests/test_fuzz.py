@@ -1506,6 +1506,7 @@ E(
     lambda: dict(results=precision_results(), choice=amp.choose_amp_dtype()),
     {"results": Seq(), "choice": Obj(), "accuracy_tolerance": Float(ge=0, le=1)},
 )
+E("compare.read_tf32", fuzz={"device": Device()})
 E("amp.example_machines", fuzz={"base": Obj()})
 E("amp.choice_rows", lambda: dict(machines=[("cpu", report())]), {"machines": Seq()})
 

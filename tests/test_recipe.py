@@ -1907,3 +1907,18 @@ def test_read_scale_path_names_what_the_scaler_did(data):
     with pytest.raises(ValueError, match="history holds no steps"):
         recipe.read_scale_path(History(), scaler)
     assert recipe.read_scaled_norm(2.0**16).facts == dict(scale=65536.0, log2=16.0)
+
+
+def test_read_tf32_follows_the_setting_and_the_gpu(monkeypatch):
+    """A fake Ampere GPU (its generation from gpus' table) and torch's own TF32 switch."""
+    assert compare.read_tf32("cpu").outcome == "recipe.tf32_none"
+    monkeypatch.setattr(compare, "get_device", lambda device=None: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 0))
+    for allowed, code in [(True, "recipe.tf32_on"), (False, "recipe.tf32_off")]:
+        monkeypatch.setattr(
+            compare, "tf32_setting", lambda allowed=allowed: (allowed, "high" if allowed else "highest")
+        )
+        reading = compare.read_tf32()
+        assert reading.outcome == code and reading.facts["allowed"] is allowed
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (7, 5))  # Turing: no TF32
+    assert compare.read_tf32().outcome == "recipe.tf32_none"
