@@ -639,30 +639,6 @@ def test_make_model_leaves_the_learners_cpu_and_cuda_generators_alone(monkeypatc
     assert gpu_rng[0] == "reseeded to 5"
 
 
-def test_evaluate_sums_losses_exactly_as_the_float64_device_sum_did(data):
-    """The loss is now summed in float64 on the host (MPS has no float64); the oracle is the old
-    formula, a float64 tensor on the device, and the result must be equal to the bit."""
-    model, opt, scaler, _ = fresh(torch.float32)
-    recipe.train(model, opt, scaler, data.train, dtype=torch.float32, num_steps=3)
-    for dtype, batch_size in [
-        (torch.float32, 100),
-        (torch.float32, 7),
-        (torch.bfloat16, 64),
-        (torch.float16, 449),
-    ]:
-        ev = recipe.evaluate(model, data.test, dtype=dtype, batch_size=batch_size)
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        correct = 0
-        with torch.inference_mode(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
-            for start in range(0, len(data.test), batch_size):
-                X, y = data.test.X[start : start + batch_size], data.test.y[start : start + batch_size]
-                logits = model(X)
-                loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
-                correct += int((logits.argmax(dim=1) == y).sum())
-        assert ev.loss == float(loss_sum) / len(data.test)
-        assert ev.accuracy == correct / len(data.test)
-
-
 def test_sync_free_step_is_train_step_on_the_device(data):
     """The sync-free step (GradScaler's private _get_scale_async and _found_inf_per_device) against the
     public-API step, bit for bit, skipped float16 steps included."""
