@@ -20,7 +20,7 @@ from .cost import _mlp_sizes
 from .data import Dataset
 from .device import get_device
 from .models import make_mlp
-from .recipe import MAX_GROWTH_INTERVAL, MAX_LR, _micro_batches
+from .recipe import MAX_GROWTH_INTERVAL, MAX_LR, step_batches
 from .recipe_checks import check_on, check_per_step, check_split_for, precision
 from .text import Reading
 
@@ -149,7 +149,7 @@ def compare_clipping(
     check_on("data.train", data.train.X.device, dev)
     model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
     check_split_for("data.train", data.train, model, dev)
-    batches = [_micro_batches(data.train, k, batch_size, per_step, seed)[0] for k in range(num_steps)]
+    batches = [step_batches(data.train, k, batch_size, per_step, seed)[0] for k in range(num_steps)]
     runs = []
     for optimizer in OPTIMIZERS:
         for scaled in (False, True):

@@ -37,7 +37,7 @@ from .gpus import tensor_core_generation
 from .hardware import tf32_setting
 from .models import make_mlp
 from .progress import progress
-from .recipe import MAX_LR, History, _micro_batches, _sync_free_step, evaluate, make_scaler, timed_step
+from .recipe import MAX_LR, History, evaluate, make_scaler, step_batches, step_on_device, timed_step
 from .recipe_checks import check_on, check_per_step, precision
 from .text import Reading, format_bytes, format_ratio
 from .timing import Regime, SpeedupEstimate, regime_for, speedup_estimate, timing_context
@@ -100,8 +100,8 @@ def _memory_counters(dev: torch.device) -> _MemoryCounters | None:
 
 def _numbered_step(model, opt, scaler, split, step: int, *, dtype, dev, batch_size, per_step, seed):
     """Optimizer step ``step`` of a run on ``split`` (untimed, and without reading anything back)."""
-    batches = _micro_batches(split, step, batch_size, per_step, seed)
-    return _sync_free_step(model, opt, scaler, batches, dtype=dtype, device=dev)
+    batches = step_batches(split, step, batch_size, per_step, seed)
+    return step_on_device(model, opt, scaler, batches, dtype=dtype, device=dev)
 
 
 def _step_memory(step: Callable[[int], object], counters: _MemoryCounters) -> int:
@@ -278,7 +278,7 @@ def compare_precisions(
     if show_progress:
         steps = progress(steps, desc="FP32 vs AMP")
     for step in steps:
-        batches = _micro_batches(data.train, step, batch_size, per_step, seed)
+        batches = step_batches(data.train, step, batch_size, per_step, seed)
         # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked
         # down), and that should not always favour the same dtype.
         for dtype, model, opt, scaler, history in runs if step % 2 == 0 else runs[::-1]:
@@ -288,7 +288,7 @@ def compare_precisions(
     flops = step_flops(data.num_features, data.num_classes, hidden=hidden, depth=depth, batch_size=batch_size,
                        accumulation_steps=accumulation_steps)  # fmt: skip
     rows = []
-    X, y = _micro_batches(data.train, 0, batch_size, batch_size, seed)[0]
+    X, y = step_batches(data.train, 0, batch_size, batch_size, seed)[0]
     base_seconds = tuple(runs[0][4].seconds[warmup_steps:])
     for i, (dtype, model, _opt, _scaler, history) in enumerate(runs):
         ev = evaluate(model, data.test, dtype=dtype, device=dev)

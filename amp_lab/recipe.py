@@ -93,10 +93,10 @@ def micro_batches(
     step = check_int("step", step, minimum=0, maximum=MAX_STEP_NUMBER)
     seed = check_seed("seed", seed)
     batch_size, _, per_step = check_per_step(batch_size, accumulation_steps, len(split))
-    return _micro_batches(split, step, batch_size, per_step, seed)
+    return step_batches(split, step, batch_size, per_step, seed)
 
 
-def _micro_batches(split: Split, step: int, batch_size: int, per_step: int, seed: int) -> list:
+def step_batches(split: Split, step: int, batch_size: int, per_step: int, seed: int) -> list:
     epoch, k = divmod(step, len(split) // per_step)  # the remainder of each epoch is dropped
     idx = _epoch_order(len(split), seed, epoch, str(split.X.device))[k * per_step : (k + 1) * per_step]
     return [(split.X[chunk], split.y[chunk]) for chunk in idx.split(batch_size)]
@@ -223,7 +223,7 @@ def step_result(values) -> StepResult:
     return StepResult(loss, grad_norm, scale, skipped != 0)
 
 
-def _sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None):
+def sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None):
     """:func:`train_step`, reading nothing back from the device: returns a :class:`PendingStep`.
 
     Two numbers of the step are host reads in public torch API: ``scaler.get_scale()`` calls ``.item()``,
@@ -257,16 +257,21 @@ def _sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float 
     return PendingStep(total, grad_norm.detach(), scale, found_inf)
 
 
-@functools.wraps(_sync_free_step)
+step_on_device = (
+    sync_free_step  # the step itself: train and the comparison check their arguments once, up front
+)
+
+
+@functools.wraps(step_on_device)
 def sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None):
     pairs, dtype, max_grad_norm, dev = check_step(
         model, opt, scaler, batches, dtype, max_grad_norm, device, read_values=False
     )
-    return _sync_free_step(model, opt, scaler, pairs, dtype=dtype, max_grad_norm=max_grad_norm, device=dev)
+    return step_on_device(model, opt, scaler, pairs, dtype=dtype, max_grad_norm=max_grad_norm, device=dev)
 
 
 sync_free_step.__doc__ = (
-    (_sync_free_step.__doc__ or "")
+    (step_on_device.__doc__ or "")
     + """
     Its arguments are checked as :func:`train_step` checks them, except that on a GPU the labels' values
     are not read (that read would be a host sync).
@@ -283,7 +288,7 @@ def timed_step(model, opt, scaler, batches, *, dtype, max_grad_norm, dev) -> tup
     the numbers are read only after the clock stopped."""
     synchronize(dev)
     t0 = _clock()
-    pending = _sync_free_step(
+    pending = step_on_device(
         model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, device=dev
     )
     synchronize(dev)
@@ -385,8 +390,8 @@ def train(
     synchronize(dev)
     t0 = _clock()
     for step in steps:
-        batches = _micro_batches(split, step, batch_size, per_step, seed)
-        values = _sync_free_step(
+        batches = step_batches(split, step, batch_size, per_step, seed)
+        values = step_on_device(
             model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, device=dev
         ).values()
         if rows is None:

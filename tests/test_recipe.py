@@ -1081,7 +1081,7 @@ def test_train_refuses_bad_arguments_before_the_first_step(data, kwargs, error, 
     def no_step(*args, **kwargs):
         raise AssertionError("a refused train() ran a step")  # (before, num_steps=10**9 ran for days)
 
-    monkeypatch.setattr(recipe, "_sync_free_step", no_step)
+    monkeypatch.setattr(recipe, "step_on_device", no_step)
     model, opt, scaler, _ = fresh(torch.float32)
     split = kwargs.pop("split", data.train)
     split = (
