@@ -105,6 +105,9 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "mx_quantize",
         "nvfp4_quantize",
     ),
+    "models": (
+        "make_mlp",
+    ),
     "pitfalls": (
         "adam_eps_underflow",
         "attention_overflow",
@@ -167,20 +170,29 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "suggest_scale",
     ),
     "recipe": (
-        "compare_clipping",
-        "compare_precisions",
-        "comparison_rows",
         "count_host_reads",
-        "dtype_name",
         "evaluate",
-        "load_checkpoint",
-        "make_model",
         "make_scaler",
         "micro_batches",
-        "read_comparison",
-        "save_checkpoint",
+        "read_scale_path",
+        "read_scaled_norm",
+        "sync_free_step",
         "train",
         "train_step",
+    ),
+    "checkpoints": (
+        "load_checkpoint",
+        "save_checkpoint",
+    ),
+    "clipping": (
+        "compare_clipping",
+    ),
+    "compare": (
+        "compare_precisions",
+        "comparison_rows",
+        "read_comparison",
+        "read_memory",
+        "read_tf32",
     ),
     "scaling": (
         "DynamicLossScaler",

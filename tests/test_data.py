@@ -46,7 +46,7 @@ def test_bad_test_fraction(bad):
 
 
 # --------------------------------------------------------------------------------------------
-# Issue 14: every bad input gets a clear error
+# every bad input gets a clear error
 # --------------------------------------------------------------------------------------------
 
 N = len(sk_load_digits().target)  # 1797: the bounds below come from the data set's size, not from amp_lab
@@ -55,8 +55,9 @@ N = len(sk_load_digits().target)  # 1797: the bounds below come from the data se
 @pytest.mark.parametrize("fraction, empty", [(0.9999, "training"), (0.0001, "test"), ((N - 0.4) / N, "training"),
                                              (0.4 / N, "test")])  # fmt: skip
 def test_a_test_fraction_that_empties_a_split_is_refused_with_the_bounds(fraction, empty):
-    # Before: 0.9999 gave an empty training split and all-NaN test features, 0.0001 an empty test split.
-    with pytest.raises(ValueError, match=rf"test_fraction={fraction!r} leaves the {empty} split empty") as err:
+    with pytest.raises(
+        ValueError, match=rf"test_fraction={fraction!r} leaves the {empty} split empty"
+    ) as err:
         load_digits(test_fraction=fraction)
     assert f"1/{N}" in str(err.value) and f"{N - 1}/{N}" in str(err.value)
 
@@ -113,16 +114,3 @@ def test_a_split_is_checked_when_built(X, y, error, match):
 
     with pytest.raises(error, match=match):
         Split(X, y)
-
-
-def test_a_dataset_is_checked_when_built():
-    from amp_lab.data import Dataset, Split
-
-    data = load_digits()
-    with pytest.raises(ValueError, match="num_features=10"):
-        Dataset(data.train, data.test, 10, 10, "digits")
-    with pytest.raises(TypeError, match="test must be a data.Split"):
-        Dataset(data.train, (data.test.X, data.test.y), 64, 10, "digits")
-    with pytest.raises(ValueError, match="num_classes"):
-        Dataset(data.train, data.test, 64, 1, "digits")
-    assert Dataset(data.train, Split(data.test.X, data.test.y), 64, 10, "digits").test is not None

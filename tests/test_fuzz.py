@@ -78,7 +78,10 @@ from amp_lab import (
     amp,
     autocast_ops,
     check,
+    checkpoints,
     claims,
+    clipping,
+    compare,
     cost,
     course,
     cpus,
@@ -94,6 +97,7 @@ from amp_lab import (
     gpus,
     gradients,
     hardware,
+    models,
     mx,
     pitfalls,
     predict,
@@ -146,7 +150,11 @@ MODULES = {
     "progress": progress,
     "race": race,
     "ranges": ranges,
+    "models": models,
     "recipe": recipe,
+    "checkpoints": checkpoints,
+    "clipping": clipping,
+    "compare": compare,
     "scaling": scaling,
     "tensor_cores": tensor_cores,
     "timing": timing,
@@ -161,15 +169,15 @@ F32_TINY, F32_MAX = FLOAT32_TINY, FLOAT32_MAX
 # Bounds the modules document where they are used (read from the code where it exposes them, so the suite
 # cannot drift; the defaults are the values in the code, for the code before issue 14, which lacks some).
 MAX_FEATURES = getattr(gradients, "MAX_FEATURES", 1 << 20)  # make_mlp's num_features and num_classes
-MLP_MAX_DEPTH = getattr(training, "MAX_DEPTH", 64)  # make_mlp, train_digits, recipe.make_model/step_flops
+MLP_MAX_DEPTH = getattr(training, "MAX_DEPTH", 64)  # make_mlp, train_digits, models.make_mlp/step_flops
 MLP_MAX_WIDTH = getattr(training, "MAX_WIDTH", 4096)  # make_mlp, digits_gradients, train_digits
 MAX_LR = getattr(training, "MAX_LR", 1e6)
 MAX_EXPLORER_STEPS = getattr(training, "MAX_EXPLORER_STEPS", 500)
 MAX_GROWTH_INTERVAL = getattr(scaling, "MAX_GROWTH_INTERVAL", 2**31 - 1)  # GradScaler takes a C int
 MAX_GROWTH_FACTOR = getattr(scaling, "MAX_GROWTH_FACTOR", F32_MAX / F32_TINY)
-RECIPE_MAX_SIZE = getattr(recipe, "_MAX_SIZE", 2**53)  # widths and batch sizes of recipe's helpers
-RECIPE_MAX_STEP = getattr(recipe, "_MAX_STEP_NUMBER", 2**53)  # a step number
 MAX_K = tensor_cores.MAX_K
+RECIPE_MAX_SIZE = cost._MAX_SIZE  # widths and batch sizes of recipe's helpers
+RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
 MAX_PIXELS = getattr(widgets, "MAX_PIXELS", 4096)  # FigurePane's dpi
 MAX_CONTESTANTS = 3  # race.mlp_bytes: FP32, AMP and (from Ampere on) TF32
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
@@ -240,7 +248,7 @@ def split():
 
 
 def model():
-    return recipe.make_model(hidden=8, depth=1, seed=0)
+    return models.make_mlp(hidden=8, depth=1, seed=0)
 
 
 def opt_for(m):
@@ -324,7 +332,7 @@ def report():
 
 @functools.cache
 def precision_results():
-    return recipe.compare_precisions(digits(), num_steps=2, warmup_steps=0, hidden=8, depth=1)
+    return compare.compare_precisions(digits(), num_steps=2, warmup_steps=0, hidden=8, depth=1)
 
 
 def timing_obj(label="a", scale=1.0):
@@ -1020,7 +1028,7 @@ E(
 # --- recipe ---------------------------------------------------------------------------------
 E("amp.choose_amp_dtype", fuzz={"report": Obj()})
 E(
-    "recipe.make_model",
+    "models.make_mlp",
     lambda: dict(hidden=8, depth=1),
     {
         "hidden": Int(1, skip_above=4096),
@@ -1032,7 +1040,7 @@ E(
 E(
     "recipe.make_scaler",
     lambda: dict(dtype=torch.float16),
-    {"init_scale": Scale(), "growth_interval": Int(1, MAX_GROWTH_INTERVAL)},
+    {"init_scale": Scale(), "growth_interval": Int(1, recipe.MAX_GROWTH_INTERVAL)},
 )
 E(
     "recipe.micro_batches",
@@ -1043,11 +1051,6 @@ E(
         "batch_size": Int(1, RECIPE_MAX_SIZE),
         "accumulation_steps": Int(1, RECIPE_MAX_SIZE),
     },
-)
-E("recipe.StepResult", lambda: dict(loss=1.0, grad_norm=1.0, scale=1.0, skipped=False))
-E(
-    "recipe.PendingStep",
-    lambda: dict(loss=torch.tensor(1.0), grad_norm=torch.tensor(1.0), scale=1.0, scale_after=None),
 )
 
 
@@ -1063,30 +1066,15 @@ def _train_step_base():
     )
 
 
-E(
-    "recipe.train_step",
-    _train_step_base,
-    {
-        "model": Obj(),
-        "opt": Obj(),
-        "scaler": Obj(),
-        "batches": Seq(),
-        "max_grad_norm": Float(gt=0, optional=True),
-        "non_blocking": Bool(),
-    },
-    examples=4,
-)
-E(
-    "recipe.History",
-    fuzz={
-        "steps": Seq(),
-        "losses": Seq(),
-        "grad_norms": Seq(),
-        "scales": Seq(),
-        "skipped": Seq(),
-        "seconds": Seq(),
-    },
-)
+STEP_FUZZ = {
+    "model": Obj(),
+    "opt": Obj(),
+    "scaler": Obj(),
+    "batches": Seq(),
+    "max_grad_norm": Float(gt=0, optional=True),
+}
+E("recipe.train_step", _train_step_base, STEP_FUZZ, examples=4)
+E("recipe.sync_free_step", _train_step_base, STEP_FUZZ, examples=4)
 
 
 def _train_base():
@@ -1114,27 +1102,34 @@ E(
     examples=3,
     corpus_limit=2,
 )
-E("recipe.Evaluation", lambda: dict(loss=1.0, accuracy=0.5, num_examples=10))
-E("recipe.HostReads")
 E("recipe.count_host_reads", cm=True)
+
+
+@functools.cache
+def _fp16_history():
+    m = model()
+    scaler = recipe.make_scaler(torch.float16, init_scale=2.0**24)
+    return recipe.train(m, opt_for(m), scaler, split(), dtype=torch.float16, num_steps=2, batch_size=8), scaler
+
+
 E(
-    "recipe.ClippingRun",
-    lambda: dict(optimizer="Adam", scaled=False, scale=1.0, max_norm=1.0, seen_norms=(1.0,), true_norms=(1.0,),
-                 clipped=(False,), skipped=(False,), update_norms=(0.1,)),  # fmt: skip
+    "recipe.read_scale_path",
+    lambda: dict(history=_fp16_history()[0], scaler=_fp16_history()[1]),
+    {"history": Obj(), "scaler": Obj()},
 )
-E("recipe.ClippingComparison", lambda: dict(runs=()))
+E("recipe.read_scaled_norm", lambda: dict(scale=2.0**16), {"scale": Scale()})
 E(
-    "recipe.compare_clipping",
+    "clipping.compare_clipping",
     lambda: dict(data=digits(), num_steps=1, batch_size=8, hidden=8, depth=1),
     {
         "data": Obj(),
         "scale": Scale(),
         "max_norm": Float(gt=0),
-        "num_steps": Int(1, getattr(recipe, "_MAX_CLIPPING_STEPS", MAX_STEPS // 4), skip_above=2),
+        "num_steps": Int(1, clipping.MAX_CLIPPING_STEPS, skip_above=2),
         "batch_size": Int(1, skip_above=64),  # at most the training examples
         "hidden": Int(1, skip_above=64),
         "depth": Int(1, skip_above=4),
-        "lr": Float(gt=0, le=MAX_LR),
+        "lr": Float(gt=0, le=recipe.MAX_LR),
     },
     examples=2,
     corpus_limit=3,
@@ -1159,7 +1154,7 @@ def _save_base():
 
 
 E(
-    "recipe.save_checkpoint",
+    "checkpoints.save_checkpoint",
     _save_base,
     {
         "path": Str(),
@@ -1178,7 +1173,7 @@ E(
 @functools.cache
 def _saved_checkpoint():
     b = _save_base()
-    return recipe.save_checkpoint(**b)
+    return checkpoints.save_checkpoint(**b)
 
 
 def _load_base():
@@ -1189,45 +1184,24 @@ def _load_base():
 
 
 E(
-    "recipe.load_checkpoint",
+    "checkpoints.load_checkpoint",
     _load_base,
     {"path": Str(), "model": Obj(), "opt": Obj(), "scaler": Obj(), "scheduler": Obj()},
     examples=3,
     corpus_limit=2,
 )
-E(
-    "recipe.saved_activation_bytes",
-    lambda: dict(model=model(), X=split().X[:8], y=split().y[:8], dtype=torch.float32),
-    {"model": Obj(), "X": Tensor(), "y": Tensor()},
-    post=nonneg_int,
-)
 RECIPE_SIZES = {
     "num_features": Int(1, RECIPE_MAX_SIZE),
     "num_classes": Int(2, RECIPE_MAX_SIZE),
     "hidden": Int(1, RECIPE_MAX_SIZE),
-    "depth": Int(1, getattr(recipe, "MAX_DEPTH", 64)),
+    "depth": Int(1, cost.MAX_DEPTH),
     "batch_size": Int(1, RECIPE_MAX_SIZE),
     "accumulation_steps": Int(1, RECIPE_MAX_SIZE),
 }
 E("cost.step_flops", fuzz=RECIPE_SIZES, post=is_float)
 E("cost.step_bytes", fuzz=RECIPE_SIZES, post=is_float)
 E(
-    "recipe.PrecisionResult",
-    lambda: dict(
-        dtype=torch.float32,
-        seconds_per_step=1e-3,
-        saved_bytes=10,
-        peak_memory_bytes=None,
-        test_accuracy=0.5,
-        test_loss=1.0,
-        final_train_loss=1.0,
-        num_skipped=0,
-    ),
-    corpus_limit=2,
-    examples=2,
-)
-E(
-    "recipe.compare_precisions",
+    "compare.compare_precisions",
     lambda: dict(data=digits(), num_steps=1, warmup_steps=0, hidden=8, depth=1, batch_size=8),
     {
         "data": Obj(),
@@ -1238,32 +1212,26 @@ E(
         "accumulation_steps": Int(1, skip_above=3),
         "hidden": Int(1, skip_above=256),
         "depth": Int(1, skip_above=8),
-        "lr": Float(gt=0, le=MAX_LR),
+        "lr": Float(gt=0, le=recipe.MAX_LR),
         "threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
     },
     examples=2,
     corpus_limit=3,
 )
-E("recipe.comparison_rows", lambda: dict(results=precision_results()), {"results": Seq()})
+E("compare.comparison_rows", lambda: dict(results=precision_results()), {"results": Seq()})
 E(
-    "recipe.ComparisonReading",
-    lambda: dict(
-        speed="s",
-        expectation="e",
-        memory="m",
-        accuracy=claims.Claim("a", True),
-        outcome="o",
-        matches_expectation=None,
-    ),
+    "compare.read_comparison",
+    lambda: dict(results=precision_results(), choice=amp.choose_amp_dtype()),
+    {"results": Seq(), "choice": Obj()},
 )
 E(
-    "recipe.read_comparison",
+    "compare.read_memory",
     lambda: dict(results=precision_results(), choice=amp.choose_amp_dtype()),
     {"results": Seq(), "choice": Obj(), "accuracy_tolerance": Float(ge=0, le=1)},
 )
+E("compare.read_tf32", fuzz={"device": Device()})
 E("amp.example_machines", fuzz={"base": Obj()})
 E("amp.choice_rows", lambda: dict(machines=[("cpu", report())]), {"machines": Seq()})
-E("recipe.dtype_name", lambda: dict(dtype=torch.float16), post=is_str)
 
 # --- scaling --------------------------------------------------------------------------------
 E(
@@ -1714,7 +1682,6 @@ NOT_YET_PRUNED = {
     "cost.step_bytes",
     "cost.step_flops",
     # course
-    # data
     # device
     # doctor
     # gpus
@@ -1759,16 +1726,6 @@ NOT_YET_PRUNED = {
     "ranges.readout_html",
     "ranges.readout_text",
     # recipe
-    "recipe.ClippingComparison",
-    "recipe.ClippingRun",
-    "recipe.ComparisonReading",
-    "recipe.Evaluation",
-    "recipe.History",
-    "recipe.HostReads",
-    "recipe.PendingStep",
-    "recipe.PrecisionResult",
-    "recipe.StepResult",
-    "recipe.saved_activation_bytes",
     # scaling
     "scaling.ScaleRecord",
     "scaling.ScaleUnderflowError",
@@ -2142,9 +2099,9 @@ def test_dynamic_scaler_update_refuses_without_change(value):
 def test_load_checkpoint_refuses_without_change(what, tmp_path):
     """A refused checkpoint leaves model, optimizer and scaler as they were."""
     path = _saved_checkpoint()
-    m = recipe.make_model(hidden=8, depth=1, seed=1)
+    m = models.make_mlp(hidden=8, depth=1, seed=1)
     if what == "model with other shapes":
-        m = recipe.make_model(hidden=16, depth=1, seed=1)
+        m = models.make_mlp(hidden=16, depth=1, seed=1)
     elif what == "missing file":
         path = str(tmp_path / "missing.pt")
     else:
@@ -2153,7 +2110,7 @@ def test_load_checkpoint_refuses_without_change(what, tmp_path):
     o = opt_for(m)
     sc = recipe.make_scaler(torch.float16, init_scale=2.0**10)
     before = ([p.detach().clone() for p in m.parameters()], repr(o.state_dict()), repr(sc.state_dict()))
-    entry = Entry("recipe.load_checkpoint", recipe.load_checkpoint, lambda: {})
+    entry = Entry("checkpoints.load_checkpoint", checkpoints.load_checkpoint, lambda: {})
     failure = check_call(
         entry, dict(path=path, model=m, opt=o, scaler=sc), arg="path", value=None, valid=False, label=what
     )
@@ -2161,7 +2118,7 @@ def test_load_checkpoint_refuses_without_change(what, tmp_path):
     after = ([p.detach().clone() for p in m.parameters()], repr(o.state_dict()), repr(sc.state_dict()))
     assert (
         all(torch.equal(a, b) for a, b in zip(before[0], after[0], strict=False)) and before[1:] == after[1:]
-    ), f"recipe.load_checkpoint ({what}) refused but changed the model, optimizer or scaler"
+    ), f"checkpoints.load_checkpoint ({what}) refused but changed the model, optimizer or scaler"
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,9 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from amp_lab import amp as amp_choice
-from amp_lab import cost, cpus, gpus, hardware, models, recipe
+from amp_lab import checkpoints, clipping, compare, cost, cpus, gpus, hardware, models, recipe
 from amp_lab.data import Split, load_digits
 from amp_lab.device import torch_threads
+from amp_lab.dtypes import dtype_name
 from amp_lab.gpus import tensor_core_generation
 from amp_lab.hardware import describe
 from amp_lab.timing import speedup_estimate
@@ -33,7 +34,7 @@ def data():
 
 
 def fresh(dtype, *, seed=0, init_scale=2.0**16, growth_interval=2000, lr=3e-3, with_scheduler=False):
-    model = recipe.make_model(64, 10, hidden=32, seed=seed, device="cpu")
+    model = models.make_mlp(64, 10, hidden=32, seed=seed, device="cpu")
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     scaler = recipe.make_scaler(dtype, "cpu", init_scale=init_scale, growth_interval=growth_interval)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=30) if with_scheduler else None
@@ -54,7 +55,11 @@ def gpu(capability, name="test GPU"):
 
 
 def cpu(cpuinfo=None, *, sysctl=None, system="Linux"):
-    flags = hardware.cpu_flags(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else dict.fromkeys(hardware.CPU_FLAGS)
+    flags = (
+        hardware.cpu_flags(cpuinfo, sysctl=sysctl)
+        if (cpuinfo or sysctl)
+        else dict.fromkeys(hardware.CPU_FLAGS)
+    )
     return hardware.report_for("cpu", flags=flags, system=system)
 
 
@@ -99,7 +104,7 @@ def test_choose_amp_dtype(report, dtype, use_scaler, speedup):
     assert choice.device == report.race_device
     text = str(choice)
     assert text.startswith("1. Is the course running on a CUDA GPU?")
-    assert recipe.dtype_name(dtype) in text.splitlines()[-2]
+    assert dtype_name(dtype) in text.splitlines()[-2]
     assert ("with torch.amp.GradScaler" in text) == use_scaler
 
 
@@ -149,7 +154,10 @@ def test_example_machines_table():
         assert any(wanted in n for n in names), wanted
     rows = {row[0]: row for row in amp_choice.choice_rows(machines)}
     assert all(len(row) == len(amp_choice.CHOICE_HEADER) for row in rows.values())
-    by = {key: next(row for name, row in rows.items() if key in name) for key in ("T4", "A100", "H100", "Graviton", "AVX2")}
+    by = {
+        key: next(row for name, row in rows.items() if key in name)
+        for key in ("T4", "A100", "H100", "Graviton", "AVX2")
+    }
     assert by["T4"][1:4] == ["float16", "yes", "yes, on large matmuls"]
     assert by["A100"][1:3] == by["H100"][1:3] == ["bfloat16", "no"]
     assert by["Graviton"][1:4] == ["bfloat16", "no", "yes, on large matmuls"]
@@ -179,11 +187,13 @@ def test_micro_batches_are_a_pure_function_of_the_step(data):
     b = recipe.micro_batches(data.train, step=7, batch_size=32, accumulation_steps=2)
     assert len(a) == 2 and all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b, strict=True))
     # Accumulating two micro-batches of 32 covers exactly the examples of one batch of 64.
-    (X64, y64), = recipe.micro_batches(data.train, step=7, batch_size=64)
+    ((X64, y64),) = recipe.micro_batches(data.train, step=7, batch_size=64)
     assert torch.equal(torch.cat([a[0][0], a[1][0]]), X64) and torch.equal(torch.cat([a[0][1], a[1][1]]), y64)
     # One epoch never repeats an example.
     per_epoch = len(data.train) // 64
-    seen = torch.cat([recipe.micro_batches(data.train, step=s, batch_size=64)[0][1] for s in range(per_epoch)])
+    seen = torch.cat(
+        [recipe.micro_batches(data.train, step=s, batch_size=64)[0][1] for s in range(per_epoch)]
+    )
     assert len(seen) == per_epoch * 64
     with pytest.raises(ValueError, match="batch_size"):
         recipe.micro_batches(data.train, step=0, batch_size=len(data.train) + 1)
@@ -208,7 +218,9 @@ def test_accumulated_gradients_equal_the_full_batch_gradient(data):
         torch.testing.assert_close(p.grad.double(), g, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("dtype, rtol", [(torch.float32, 1e-5), (torch.bfloat16, 0.05), (torch.float16, 0.01)])
+@pytest.mark.parametrize(
+    "dtype, rtol", [(torch.float32, 1e-5), (torch.bfloat16, 0.05), (torch.float16, 0.01)]
+)
 def test_unscale_before_clipping(data, dtype, rtol):
     """The clipped gradients are the true gradients scaled to max_grad_norm, whatever the loss scale."""
     model, _, scaler, _ = fresh(dtype, init_scale=2.0**10)
@@ -222,7 +234,9 @@ def test_unscale_before_clipping(data, dtype, rtol):
     assert result.grad_norm == pytest.approx(float(true_norm), rel=rtol)
     for p, g in zip(model.parameters(), expected, strict=True):
         clipped = g * (max_norm / true_norm)
-        torch.testing.assert_close(p.grad.double(), clipped, rtol=rtol, atol=rtol * float(clipped.abs().max()))
+        torch.testing.assert_close(
+            p.grad.double(), clipped, rtol=rtol, atol=rtol * float(clipped.abs().max())
+        )
 
 
 def test_a_step_with_overflowing_gradients_is_skipped(data):
@@ -254,13 +268,15 @@ def test_naive_scheduler_after_a_skipped_first_step_warns_but_train_does_not(dat
     model, opt, scaler, scheduler = fresh(torch.float16, init_scale=2.0**24, with_scheduler=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        history = recipe.train(model, opt, scaler, data.train, dtype=torch.float16, num_steps=3, scheduler=scheduler)
+        history = recipe.train(
+            model, opt, scaler, data.train, dtype=torch.float16, num_steps=3, scheduler=scheduler
+        )
     assert history.skipped[0]
     assert scheduler.last_epoch == 3 - history.num_skipped
 
 
 def test_half_model_cannot_be_unscaled():
-    model = recipe.make_model(4, 2, hidden=4).half()
+    model = models.make_mlp(4, 2, hidden=4).half()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cpu")
     loss = model(torch.randn(3, 4, dtype=torch.float16)).float().sum()
@@ -279,18 +295,30 @@ RUN = dict(batch_size=32, accumulation_steps=2)
 
 def run_with_resume(data, dtype, tmp_path, *, load_scaler=True, **scaler_kw):
     model, opt, scaler, scheduler = fresh(dtype, with_scheduler=True, **scaler_kw)
-    first = recipe.train(model, opt, scaler, data.train, dtype=dtype, num_steps=CUT, scheduler=scheduler, **RUN)
-    path = recipe.save_checkpoint(tmp_path / "ckpt.pt", model, opt, scaler, step=CUT, scheduler=scheduler)
+    first = recipe.train(
+        model, opt, scaler, data.train, dtype=dtype, num_steps=CUT, scheduler=scheduler, **RUN
+    )
+    path = checkpoints.save_checkpoint(
+        tmp_path / "ckpt.pt", model, opt, scaler, step=CUT, scheduler=scheduler
+    )
     # A new process would build everything afresh: different initial weights prove the load works.
     model, opt, scaler, scheduler = fresh(dtype, seed=123, with_scheduler=True, **scaler_kw)
     if load_scaler:
-        start = recipe.load_checkpoint(path, model, opt, scaler, scheduler=scheduler)
+        start = checkpoints.load_checkpoint(path, model, opt, scaler, scheduler=scheduler)
     else:  # the classic mistake: restore model and optimizer only
         throwaway = recipe.make_scaler(dtype, "cpu")
-        start = recipe.load_checkpoint(path, model, opt, throwaway, scheduler=scheduler)
+        start = checkpoints.load_checkpoint(path, model, opt, throwaway, scheduler=scheduler)
     assert start == CUT
     second = recipe.train(
-        model, opt, scaler, data.train, dtype=dtype, num_steps=TOTAL - CUT, start_step=start, scheduler=scheduler, **RUN
+        model,
+        opt,
+        scaler,
+        data.train,
+        dtype=dtype,
+        num_steps=TOTAL - CUT,
+        start_step=start,
+        scheduler=scheduler,
+        **RUN,
     )
     return first, second, model
 
@@ -307,7 +335,9 @@ def run_with_resume(data, dtype, tmp_path, *, load_scaler=True, **scaler_kw):
 )
 def test_resumed_run_equals_uninterrupted_run_bit_for_bit(data, tmp_path, dtype, scaler_kw):
     model, opt, scaler, scheduler = fresh(dtype, with_scheduler=True, **scaler_kw)
-    whole = recipe.train(model, opt, scaler, data.train, dtype=dtype, num_steps=TOTAL, scheduler=scheduler, **RUN)
+    whole = recipe.train(
+        model, opt, scaler, data.train, dtype=dtype, num_steps=TOTAL, scheduler=scheduler, **RUN
+    )
     first, second, resumed = run_with_resume(data, dtype, tmp_path, **scaler_kw)
     assert first.losses + second.losses == whole.losses
     assert first.scales + second.scales == whole.scales
@@ -328,10 +358,10 @@ def test_forgetting_the_scaler_state_changes_the_resumed_run(data, tmp_path):
 def test_load_checkpoint_errors(tmp_path):
     model, opt, scaler, scheduler = fresh(torch.float32, with_scheduler=True)
     with pytest.raises(ValueError, match="path"):
-        recipe.load_checkpoint(tmp_path / "missing.pt", model, opt, scaler)
-    path = recipe.save_checkpoint(tmp_path / "c.pt", model, opt, scaler, step=0)
+        checkpoints.load_checkpoint(tmp_path / "missing.pt", model, opt, scaler)
+    path = checkpoints.save_checkpoint(tmp_path / "c.pt", model, opt, scaler, step=0)
     with pytest.raises(ValueError, match="scheduler"):
-        recipe.load_checkpoint(path, model, opt, scaler, scheduler=scheduler)
+        checkpoints.load_checkpoint(path, model, opt, scaler, scheduler=scheduler)
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,10 +384,10 @@ def test_evaluate_under_autocast(data, dtype):
 
 
 def test_amp_halves_what_autograd_saves_for_backward(data):
-    model = recipe.make_model(64, 10, hidden=64)
+    model = models.make_mlp(64, 10, hidden=64)
     X, y = data.train.X[:128], data.train.y[:128]
-    fp32 = recipe.saved_activation_bytes(model, X, y, dtype=torch.float32)
-    bf16 = recipe.saved_activation_bytes(model, X, y, dtype=torch.bfloat16)
+    fp32 = compare.saved_activation_bytes(model, X, y, dtype=torch.float32)
+    bf16 = compare.saved_activation_bytes(model, X, y, dtype=torch.bfloat16)
     # At least the input and the two hidden activations are kept for backward in float32.
     assert fp32 >= (X.numel() + 2 * 128 * 64) * 4
     assert bf16 < 0.75 * fp32
@@ -365,7 +395,9 @@ def test_amp_halves_what_autograd_saves_for_backward(data):
 
 def test_compare_precisions_measures_each_dtype(data):
     threads = torch.get_num_threads()
-    rows = recipe.compare_precisions(data, (torch.float32, "bf16"), num_steps=8, warmup_steps=1, hidden=16, threads=1)
+    rows = compare.compare_precisions(
+        data, (torch.float32, "bf16"), num_steps=8, warmup_steps=1, hidden=16, threads=1
+    )
     assert torch.get_num_threads() == threads  # restored
     assert [r.dtype for r in rows] == [torch.float32, torch.bfloat16]
     assert all(r.threads == 1 and r.context["threads"] == 1 for r in rows)
@@ -380,25 +412,27 @@ def test_compare_precisions_measures_each_dtype(data):
     assert rows[0].speedup is None
     assert rows[1].speedup == speedup_estimate(rows[0].step_seconds, rows[1].step_seconds)
     assert rows[1].saved_bytes < rows[0].saved_bytes
-    table = recipe.comparison_rows(rows)
-    assert len(table) == 2 and all(len(row) == len(recipe.COMPARISON_HEADER) for row in table)
+    table = compare.comparison_rows(rows)
+    assert len(table) == 2 and all(len(row) == len(compare.COMPARISON_HEADER) for row in table)
     assert table[1][2].startswith(f"{rows[1].speedup.ratio:.2f}x (")
     with pytest.raises(ValueError, match="dtypes"):
-        recipe.compare_precisions(data, (torch.float64,), num_steps=2)
+        compare.compare_precisions(data, (torch.float64,), num_steps=2)
     with pytest.raises(ValueError, match="num_steps"):
-        recipe.compare_precisions(data, num_steps=1, warmup_steps=3)
+        compare.compare_precisions(data, num_steps=1, warmup_steps=3)
 
 
 def test_compare_precisions_runs_equal_separate_runs_bit_for_bit(data):
     """Interleaving (and flipping the order every step) changes nothing but the clock: each dtype's
     losses equal those of the same run trained on its own."""
-    rows = recipe.compare_precisions(data, (torch.float32, "bf16"), num_steps=5, warmup_steps=1, hidden=16,
+    rows = compare.compare_precisions(data, (torch.float32, "bf16"), num_steps=5, warmup_steps=1, hidden=16,
                                      lr=1e-2, threads=1)  # fmt: skip
     for r in rows:
-        model = recipe.make_model(64, 10, hidden=16, seed=0)
+        model = models.make_mlp(64, 10, hidden=16, seed=0)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         with torch_threads(1):
-            alone = recipe.train(model, opt, recipe.make_scaler(r.dtype), data.train, dtype=r.dtype, num_steps=5)
+            alone = recipe.train(
+                model, opt, recipe.make_scaler(r.dtype), data.train, dtype=r.dtype, num_steps=5
+            )
         assert list(r.losses) == alone.losses
 
 
@@ -411,9 +445,9 @@ def test_bad_arguments(data):
     with pytest.raises(ValueError, match="dtype"):
         recipe.train(model, opt, scaler, data.train, dtype="fp8", num_steps=1)
     with pytest.raises(ValueError, match="hidden"):
-        recipe.make_model(64, 10, hidden=0)
+        models.make_mlp(64, 10, hidden=0)
     with pytest.raises(ValueError, match="device"):
-        recipe.make_model(64, 10, device="tpu")
+        models.make_mlp(64, 10, device="tpu")
 
 
 # --------------------------------------------------------------------------------------------
@@ -432,7 +466,7 @@ TIMES = {
 
 def fake_results(amp_dtype, outcome, *, saved=(72_000, 37_000), accuracy=(0.91, 0.90), peaks=(None, None)):
     def row(dtype, steps, saved_bytes, acc, peak, speedup):
-        return recipe.PrecisionResult(
+        return compare.PrecisionResult(
             dtype=dtype, seconds_per_step=statistics.median(steps), saved_bytes=saved_bytes,
             peak_memory_bytes=peak, test_accuracy=acc, test_loss=0.3, final_train_loss=0.1, num_skipped=0,
             step_seconds=steps, speedup=speedup,
@@ -455,86 +489,109 @@ READ_MACHINES = {
 }
 
 
+OUTCOME_CODES = {
+    "faster": "recipe.faster",
+    "slower": "recipe.slower",
+    "too close to call": "recipe.too_close",
+}
+
+
 @pytest.mark.parametrize("outcome", list(TIMES))
 @pytest.mark.parametrize("machine_name", list(READ_MACHINES))
-def test_read_comparison_sentences(machine_name, outcome):
+def test_read_comparison_codes(machine_name, outcome):
     choice = amp_choice.choose_amp_dtype(READ_MACHINES[machine_name])
-    peaks = (4 * 2**20, 3 * 2**20) if choice.device == "cuda" else (None, None)
-    results = fake_results(choice.dtype, outcome, peaks=peaks)
-    reading = recipe.read_comparison(results, choice)
+    results = fake_results(choice.dtype, outcome)
+    reading = compare.read_comparison(results, choice)
     oracle = speedup_estimate(FP32_STEPS, TIMES[outcome])  # the interval, from the timer itself
     assert oracle.outcome == outcome  # the fake times really are faster / slower / too close to call
-    assert reading.outcome == outcome
-    name = recipe.dtype_name(choice.dtype)
-    assert str(oracle) in reading.speed and f"AMP ({name})" in reading.speed
-    said = {"faster": "was faster than FP32", "slower": "was slower than FP32", "too close to call": "too close to call"}
-    assert said[outcome] in reading.speed
-    assert sum(phrase in reading.speed for phrase in said.values()) == 1
-    if outcome == "slower":
-        assert f"{1 / oracle.ratio:.2f}x as long" in reading.speed
-    # Does the measurement match the decision flow's expectation?
+    assert reading.outcome == OUTCOME_CODES[outcome]
+    facts = reading.facts
+    assert (facts["ratio"], facts["low"], facts["high"], facts["pairs"]) == (
+        oracle.ratio,
+        oracle.low,
+        oracle.high,
+        27,
+    )
+    assert facts["name"] == dtype_name(choice.dtype) and facts["slowdown"] == 1 / oracle.ratio
+    # Does the measurement match the decision flow's expectation?  Hand-written, case by case.
     expect = choice.expect_speedup
-    if expect is None or outcome == "too close to call":
-        matches = None
-    else:
-        matches = expect == (outcome == "faster")
-    assert reading.matches_expectation is matches
-    assert ("That matches the decision flow" in reading.expectation) == (matches is True)
-    assert ("does not match" in reading.expectation) == (matches is False)
-    assert ("What to do" in reading.expectation) == (matches is False)
-    if outcome == "too close to call" and expect is not None:
-        assert "neither confirms nor contradicts" in reading.expectation
-    if expect is None:
-        assert "could not predict" in reading.expectation
-    assert choice.basis in reading.expectation
-    # Memory and accuracy are read from the numbers too.
-    assert f"{37_000 / 72_000:.2f}x the bytes" in reading.memory and "about half" in reading.memory
-    assert ("Peak CUDA memory" in reading.memory) == (choice.device == "cuda")
-    if choice.device == "cuda":
-        assert "0.75x" in reading.memory
-    assert reading.accuracy.holds and str(reading.accuracy).endswith(": yes")
-    assert str(reading).splitlines()[0] == reading.speed
+    matches = None if expect is None or outcome == "too close to call" else expect == (outcome == "faster")
+    assert facts["matches"] is matches
+    first = {
+        (None, "faster"): "recipe.unpredicted", (None, "slower"): "recipe.unpredicted",
+        (None, "too close to call"): "recipe.unpredicted",
+        (True, "faster"): "recipe.matches_fast", (True, "slower"): "recipe.contradicts_fast",
+        (True, "too close to call"): "recipe.undecided_fast",
+        (False, "faster"): "recipe.contradicts_slow", (False, "slower"): "recipe.matches_slow",
+        (False, "too close to call"): "recipe.undecided_slow",
+    }[expect, outcome]  # fmt: skip
+    assert reading.reasons[0] == first
+    small = {"cuda": "recipe.small_cuda", "cpu": "recipe.small_cpu"}[choice.device]
+    assert (small in reading.reasons) == (
+        (expect is True and outcome != "faster") or (expect is False and outcome == "too close to call")
+    )
+    assert ("recipe.see_race" in reading.reasons) == (first in ("recipe.contradicts_fast", "recipe.undecided_fast",
+                                                                "recipe.undecided_slow") or outcome == "too close to call")  # fmt: skip
+    assert ("recipe.within_noise" in reading.reasons) == (outcome == "too close to call")
+    if choice.basis:
+        assert facts["basis"] == f" ({choice.basis})"
+    assert str(reading)  # every code has its sentence, filled from the facts
 
 
-def test_read_comparison_memory_and_accuracy_follow_the_numbers():
+def test_read_memory_follows_the_numbers():
     choice = amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))
-    same = recipe.read_comparison(fake_results(torch.bfloat16, "slower", saved=(50_000, 50_000)), choice)
-    assert "1.00x the bytes" in same.memory and "about the same" in same.memory
-    some = recipe.read_comparison(fake_results(torch.bfloat16, "slower", saved=(50_000, 40_000)), choice)
-    assert "0.80x the bytes" in some.memory and "not half" in some.memory
-    worse = recipe.read_comparison(fake_results(torch.bfloat16, "slower", accuracy=(0.91, 0.86)), choice)
-    assert not worse.accuracy.holds and str(worse.accuracy).endswith(": NO")
-    edge = recipe.read_comparison(fake_results(torch.bfloat16, "slower", accuracy=(0.91, 0.86)), choice,
-                                  accuracy_tolerance=0.05)  # fmt: skip
-    assert edge.accuracy.holds and "within 5 points" in edge.accuracy.statement
+    half = compare.read_memory(fake_results(torch.bfloat16, "slower"), choice)
+    assert half.outcome == "recipe.memory_half" and half.facts["saved_ratio"] == 37_000 / 72_000
+    assert half.reasons == ("recipe.weights_stay", "recipe.accuracy_within")
+    for saved, code in [((50_000, 50_000), "same"), ((50_000, 40_000), "less"), ((50_000, 60_000), "more")]:
+        assert (
+            compare.read_memory(fake_results(torch.bfloat16, "slower", saved=saved), choice).outcome
+            == f"recipe.memory_{code}"
+        )
+    worse = compare.read_memory(fake_results(torch.bfloat16, "slower", accuracy=(0.91, 0.86)), choice)
+    assert worse.reasons[-1] == "recipe.accuracy_beyond" and worse.facts["accuracy_gap"] == pytest.approx(
+        0.05
+    )
+    edge = compare.read_memory(fake_results(torch.bfloat16, "slower", accuracy=(0.91, 0.86)), choice,
+                               accuracy_tolerance=0.05)  # fmt: skip
+    assert edge.reasons[-1] == "recipe.accuracy_within" and edge.facts["points"] == 5
+    gpu_choice = amp_choice.choose_amp_dtype(gpu((8, 0), "A100"))
+    peak = compare.read_memory(
+        fake_results(gpu_choice.dtype, "slower", peaks=(4 * 2**20, 3 * 2**20)), gpu_choice
+    )
+    assert "recipe.peak" in peak.reasons and peak.facts["peak_ratio"] == 0.75
+    assert (peak.facts["base_peak"], peak.facts["amp_peak"]) == ("4.00 MiB", "3.00 MiB")
 
 
 def test_read_comparison_computes_the_interval_when_results_carry_only_step_times():
     choice = amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))
     results = [dataclasses.replace(r, speedup=None) for r in fake_results(torch.bfloat16, "slower")]
-    assert str(speedup_estimate(FP32_STEPS, TIMES["slower"])) in recipe.read_comparison(results, choice).speed
+    oracle = speedup_estimate(FP32_STEPS, TIMES["slower"])
+    assert compare.read_comparison(results, choice).facts["speedup"] == str(oracle)
 
 
 def test_read_comparison_errors():
     choice = amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))
     results = fake_results(torch.bfloat16, "slower")
     with pytest.raises(TypeError, match="choice"):
-        recipe.read_comparison(results, "bf16")
+        compare.read_comparison(results, "bf16")
     with pytest.raises(ValueError, match="results"):
-        recipe.read_comparison(results[:1], choice)
+        compare.read_comparison(results[:1], choice)
     with pytest.raises(ValueError, match=r"results\[0\]"):
-        recipe.read_comparison(results[::-1], choice)
+        compare.read_comparison(results[::-1], choice)
     with pytest.raises(ValueError, match="float16"):
-        recipe.read_comparison(fake_results(torch.bfloat16, "slower"), amp_choice.choose_amp_dtype(gpu((7, 5))))
+        compare.read_comparison(
+            fake_results(torch.bfloat16, "slower"), amp_choice.choose_amp_dtype(gpu((7, 5)))
+        )
     with pytest.raises(ValueError, match="accuracy_tolerance"):
-        recipe.read_comparison(results, choice, accuracy_tolerance=-0.1)
+        compare.read_memory(results, choice, accuracy_tolerance=-0.1)
     bare = [dataclasses.replace(r, speedup=None, step_seconds=()) for r in results]
     with pytest.raises(ValueError, match="step_seconds"):
-        recipe.read_comparison(bare, choice)
+        compare.read_comparison(bare, choice)
 
 
 # --------------------------------------------------------------------------------------------
-# Issue 13: the CUDA paths, tested without a GPU
+# the CUDA paths, tested without a GPU
 # --------------------------------------------------------------------------------------------
 
 
@@ -544,14 +601,18 @@ def test_make_model_weights_are_those_of_manual_seed():
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             ref = torch.nn.Sequential(
-                *[m for _ in range(depth) for m in (torch.nn.Linear(64 if _ == 0 else 32, 32), torch.nn.ReLU())],
+                *[
+                    m
+                    for _ in range(depth)
+                    for m in (torch.nn.Linear(64 if _ == 0 else 32, 32), torch.nn.ReLU())
+                ],
                 torch.nn.Linear(32, 10),
             )
-        model = recipe.make_model(64, 10, hidden=32, depth=depth, seed=seed)
+        model = models.make_mlp(64, 10, hidden=32, depth=depth, seed=seed)
         assert [n for n, _ in model.named_parameters()] == [n for n, _ in ref.named_parameters()]
         assert all(torch.equal(p, q) for p, q in zip(model.parameters(), ref.parameters(), strict=True))
     with pytest.raises(ValueError, match="seed"):
-        recipe.make_model(64, 10, seed=-1)
+        models.make_mlp(64, 10, seed=-1)
 
 
 def test_make_model_leaves_the_learners_cpu_and_cuda_generators_alone(monkeypatch):
@@ -562,38 +623,25 @@ def test_make_model_leaves_the_learners_cpu_and_cuda_generators_alone(monkeypatc
     gpu_rng = {}
     monkeypatch.setattr(device_module, "_rng_devices", lambda: [0])
     monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=0: gpu_rng[int(device)])
-    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=0: gpu_rng.__setitem__(int(device), state))
-    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: gpu_rng.__setitem__(0, f"reseeded to {seed}"))
+    monkeypatch.setattr(
+        torch.cuda, "set_rng_state", lambda state, device=0: gpu_rng.__setitem__(int(device), state)
+    )
+    monkeypatch.setattr(
+        torch.cuda, "manual_seed_all", lambda seed: gpu_rng.__setitem__(0, f"reseeded to {seed}")
+    )
     torch.manual_seed(1234)
     gpu_rng[0] = "the learner's CUDA state"  # after the learner's own seeding
     cpu_before = torch.random.get_rng_state()
-    recipe.make_model(64, 10, hidden=8, seed=5)
+    models.make_mlp(64, 10, hidden=8, seed=5)
     assert torch.equal(torch.random.get_rng_state(), cpu_before)
     assert gpu_rng[0] == "the learner's CUDA state"
     torch.manual_seed(5)  # the fake is live: a bare manual_seed does reseed it
     assert gpu_rng[0] == "reseeded to 5"
 
 
-def test_evaluate_sums_losses_exactly_as_the_float64_device_sum_did(data):
-    """The loss is now summed in float64 on the host (MPS has no float64); the oracle is the old
-    formula, a float64 tensor on the device, and the result must be equal to the bit."""
-    model, opt, scaler, _ = fresh(torch.float32)
-    recipe.train(model, opt, scaler, data.train, dtype=torch.float32, num_steps=3)
-    for dtype, batch_size in [(torch.float32, 100), (torch.float32, 7), (torch.bfloat16, 64), (torch.float16, 449)]:
-        ev = recipe.evaluate(model, data.test, dtype=dtype, batch_size=batch_size)
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        correct = 0
-        with torch.inference_mode(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
-            for start in range(0, len(data.test), batch_size):
-                X, y = data.test.X[start : start + batch_size], data.test.y[start : start + batch_size]
-                logits = model(X)
-                loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
-                correct += int((logits.argmax(dim=1) == y).sum())
-        assert ev.loss == float(loss_sum) / len(data.test)
-        assert ev.accuracy == correct / len(data.test)
-
-
-def test_train_step_non_blocking_returns_the_same_step_on_the_device(data):
+def test_sync_free_step_is_train_step_on_the_device(data):
+    """The sync-free step (GradScaler's private _get_scale_async and _found_inf_per_device) against the
+    public-API step, bit for bit, skipped float16 steps included."""
     for dtype, kw in [(torch.float32, {}), (torch.bfloat16, {}), (torch.float16, {"init_scale": 2.0**24})]:
         runs = [fresh(dtype, **kw) for _ in range(2)]
         for step in range(3):
@@ -601,15 +649,15 @@ def test_train_step_non_blocking_returns_the_same_step_on_the_device(data):
             model, opt, scaler, _ = runs[0]
             now = recipe.train_step(model, opt, scaler, batches, dtype=dtype)
             model, opt, scaler, _ = runs[1]
-            pending = recipe.train_step(model, opt, scaler, batches, dtype=dtype, non_blocking=True)
+            pending = recipe.sync_free_step(model, opt, scaler, batches, dtype=dtype)
             assert isinstance(pending, recipe.PendingStep) and isinstance(pending.loss, torch.Tensor)
             # repr: a skipped float16 step's gradient norm is inf or NaN, and NaN != NaN
             assert isinstance(now, recipe.StepResult) and repr(pending.result()) == repr(now)
         if dtype == torch.float16:
             assert now.scale < 2.0**24  # the float16 run really skipped steps
-    model, opt, scaler, _ = fresh(torch.float32)
-    with pytest.raises(TypeError, match="non_blocking"):
-        recipe.train_step(model, opt, scaler, batches, dtype=torch.float32, non_blocking="yes")
+        assert all(
+            torch.equal(p, q) for p, q in zip(runs[0][0].parameters(), runs[1][0].parameters(), strict=True)
+        )
 
 
 SYNCS = ("item", "__float__", "__bool__", "__int__", "__index__", "tolist", "cpu", "numpy")
@@ -637,10 +685,14 @@ def test_no_host_sync_inside_a_timed_step(data, monkeypatch):
         return wrapper
 
     monkeypatch.setattr(recipe, "_clock", clock)
-    monkeypatch.setattr(recipe, "_adam", lambda params, *, lr, device: torch.optim.Adam(params, lr=lr, fused=True))
+    monkeypatch.setattr(
+        compare, "_adam", lambda params, *, lr, device: torch.optim.Adam(params, lr=lr, fused=True)
+    )
     for name in SYNCS:
         monkeypatch.setattr(torch.Tensor, name, counting(name, getattr(torch.Tensor, name)))
-    rows = recipe.compare_precisions(data, (torch.float32, "bf16", "fp16"), num_steps=4, warmup_steps=1, hidden=16)
+    rows = compare.compare_precisions(
+        data, (torch.float32, "bf16", "fp16"), num_steps=4, warmup_steps=1, hidden=16
+    )
     assert state["regions"] == 3 * 4 and not state["timing"]
     assert inside == []
     assert "tolist" in outside  # the counter works: the numbers are read, after the clock stopped
@@ -654,7 +706,7 @@ def test_compare_precisions_reports_the_memory_of_one_step_not_everything_alive(
     ALIVE = 50 * 2**20
     STEP = {torch.float32: 300_000, torch.bfloat16: 170_000}
     events, current = [], {}
-    step = recipe._numbered_step
+    step = compare._numbered_step
 
     def numbered_step(model, opt, scaler, split, k, *, dtype, **kw):
         events.append(f"step {k}")
@@ -663,37 +715,38 @@ def test_compare_precisions_reports_the_memory_of_one_step_not_everything_alive(
 
     def allocated():
         events.append("allocated")
-        assert len(current["opt"].state) > 0, "the baseline was read before the warm-up step made Adam's state"
+        assert len(current["opt"].state) > 0, (
+            "the baseline was read before the warm-up step made Adam's state"
+        )
         return ALIVE
 
-    counters = recipe._MemoryCounters(
+    counters = compare._MemoryCounters(
         synchronize=lambda: events.append("sync"),
         allocated=allocated,
         reset_peak=lambda: events.append("reset"),
         peak=lambda: events.append("peak") or ALIVE + STEP[current["dtype"]],
     )
-    monkeypatch.setattr(recipe, "_numbered_step", numbered_step)
-    monkeypatch.setattr(recipe, "_memory_counters", lambda dev: counters)
-    rows = recipe.compare_precisions(data, (torch.float32, "bf16"), num_steps=3, warmup_steps=1, hidden=16)
+    monkeypatch.setattr(compare, "_numbered_step", numbered_step)
+    monkeypatch.setattr(compare, "_memory_counters", lambda dev: counters)
+    rows = compare.compare_precisions(data, (torch.float32, "bf16"), num_steps=3, warmup_steps=1, hidden=16)
     assert [r.peak_memory_bytes for r in rows] == [STEP[torch.float32], STEP[torch.bfloat16]]
     one = ["step 0", "sync", "allocated", "reset", "step 1", "sync", "peak"]
     assert events == one + one
-    table = recipe.comparison_rows(rows)
-    assert recipe.COMPARISON_HEADER[4] == "peak CUDA memory per step"
+    table = compare.comparison_rows(rows)
     assert [row[4] for row in table] == ["292.97 KiB", "166.02 KiB"]
-    reading = recipe.read_comparison(rows, amp_choice.choose_amp_dtype(gpu((8, 0), "A100")))
-    assert "Peak CUDA memory per step" in reading.memory
-    assert f"({STEP[torch.bfloat16] / STEP[torch.float32]:.2f}x)" in reading.memory
+    reading = compare.read_memory(rows, amp_choice.choose_amp_dtype(gpu((8, 0), "A100")))
+    assert "recipe.peak" in reading.reasons
+    assert reading.facts["peak_ratio"] == STEP[torch.bfloat16] / STEP[torch.float32]
 
 
 def test_compare_precisions_uses_fused_adam_only_on_cuda():
     """Fused on CUDA (no found_inf.item() in GradScaler.step); on the CPU the default Adam, whose losses
     the stored notebooks and the bit-for-bit tests hold (the CPU's fused Adam differs in the last bit)."""
     params = [torch.nn.Parameter(torch.zeros(3))]
-    assert recipe._adam(params, lr=1e-3, device=torch.device("cpu")).defaults["fused"] is False
+    assert compare._adam(params, lr=1e-3, device=torch.device("cpu")).defaults["fused"] is False
     # torch.device("cuda") is only a description here: the optimizer is built, never stepped.
-    assert recipe._adam(params, lr=1e-3, device=torch.device("cuda")).defaults["fused"] is True
-    assert recipe._memory_counters(torch.device("cpu")) is None
+    assert compare._adam(params, lr=1e-3, device=torch.device("cuda")).defaults["fused"] is True
+    assert compare._memory_counters(torch.device("cpu")) is None
 
 
 def test_step_flops_counts_the_matmuls_autograd_runs(data):
@@ -702,7 +755,7 @@ def test_step_flops_counts_the_matmuls_autograd_runs(data):
     from torch.utils.flop_counter import FlopCounterMode
 
     for hidden, depth, batch, acc in [(64, 2, 64, 1), (16, 3, 32, 2), (5, 1, 7, 3)]:
-        model = recipe.make_model(64, 10, hidden=hidden, depth=depth)
+        model = models.make_mlp(64, 10, hidden=hidden, depth=depth)
         X, y = data.train.X[: batch * acc], data.train.y[: batch * acc]
         with FlopCounterMode(display=False) as counter:
             F.cross_entropy(model(X), y).backward()
@@ -717,7 +770,7 @@ def test_step_flops_counts_the_matmuls_autograd_runs(data):
 def test_step_bytes_is_parameters_adam_inputs_and_activations(data, dtype):
     """Oracle: the real model's parameter count, and the bytes of each Linear's output as autocast makes
     it (captured by forward hooks), written once and read once."""
-    model = recipe.make_model(64, 10, hidden=24, depth=3)
+    model = models.make_mlp(64, 10, hidden=24, depth=3)
     outputs = []
     hooks = [m.register_forward_hook(lambda m, i, o: outputs.append(o.numel() * o.element_size()))
              for m in model if isinstance(m, torch.nn.Linear)]  # fmt: skip
@@ -734,12 +787,19 @@ def test_step_bytes_is_parameters_adam_inputs_and_activations(data, dtype):
         cost.step_bytes(dtype=torch.float64)
 
 
-H100_CONTEXT = {"device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3", "tf32_matmul": False, "capability": (9, 0)}
+H100_CONTEXT = {
+    "device": "cuda:0",
+    "device_name": "NVIDIA H100 80GB HBM3",
+    "tf32_matmul": False,
+    "capability": (9, 0),
+}
 CPU_CONTEXT = {"device": "cpu", "device_name": "AMD EPYC", "tf32_matmul": None}
 
 
 def with_context(results, context, *, flops=2.5e6, nbytes=4e5):
-    return [dataclasses.replace(r, context=dict(context), step_flops=flops, step_bytes=nbytes) for r in results]
+    return [
+        dataclasses.replace(r, context=dict(context), step_flops=flops, step_bytes=nbytes) for r in results
+    ]
 
 
 @pytest.mark.parametrize("outcome", list(TIMES))
@@ -754,15 +814,16 @@ def test_read_comparison_explains_a_gpu_step_by_its_regime(outcome):
     amp = results[1]
     oracle = regime_for(amp.seconds_per_step, 2.5e6, 4e5, torch.bfloat16, H100_CONTEXT, unit="bfloat16 step")
     assert amp.regime == oracle and amp.regime.name == "launch-bound"
-    reading = recipe.read_comparison(results, choice)
+    reading = compare.read_comparison(results, choice)
+    assert reading.facts["regime"] == "launch-bound"
     if outcome == "faster":  # the flow's expectation holds: nothing to explain
-        assert "launch/sync-bound" not in reading.expectation
+        assert "recipe.regime" not in reading.reasons
         return
-    assert "launch/sync-bound" in reading.expectation
-    assert "A bfloat16 step took" in reading.expectation
-    assert oracle.text[1:] in reading.expectation  # the regime's own numbers, composed into the reading
-    assert "kernel launches and Python, not by arithmetic" not in reading.expectation  # not the generic text
-    assert "noise" not in reading.expectation
+    assert (
+        "recipe.regime" in reading.reasons and "recipe.small_cuda" not in reading.reasons
+    )  # not the generic reason
+    assert reading.facts["regime_text"][1:] == oracle.text[1:]  # the regime's own numbers
+    assert "recipe.within_noise" not in reading.reasons
 
 
 def test_read_comparison_regime_follows_the_numbers():
@@ -770,25 +831,28 @@ def test_read_comparison_regime_follows_the_numbers():
     choice = amp_choice.choose_amp_dtype(gpu((9, 0), "NVIDIA H100 80GB HBM3"))
     results = with_context(fake_results(choice.dtype, "slower"), H100_CONTEXT, flops=3e12)
     assert results[1].regime.name == "compute-bound"
-    reading = recipe.read_comparison(results, choice)
-    assert "compute-bound" in reading.expectation and "launch/sync-bound" not in reading.expectation
+    assert compare.read_comparison(results, choice).facts["regime"] == "compute-bound"
 
 
-@pytest.mark.parametrize("context", [CPU_CONTEXT, {"device": "cuda:0", "device_name": "NVIDIA RTX A1000"}, {}])
+@pytest.mark.parametrize(
+    "context", [CPU_CONTEXT, {"device": "cuda:0", "device_name": "NVIDIA RTX A1000"}, {}]
+)
 def test_read_comparison_keeps_todays_text_where_the_regime_is_unknown(context):
     """On a CPU, on a GPU the datasheet table does not know, and for rows without a context, the regime
     is unknown and the reading is the one it was before regimes existed."""
-    machine = gpu((8, 0), "NVIDIA RTX A1000") if context.get("device", "").startswith("cuda") else cpu(AVX2_ONLY)
+    machine = (
+        gpu((8, 0), "NVIDIA RTX A1000") if context.get("device", "").startswith("cuda") else cpu(AVX2_ONLY)
+    )
     choice = amp_choice.choose_amp_dtype(machine)
     for outcome in TIMES:
         plain = fake_results(choice.dtype, outcome)
         results = with_context(plain, context)
         assert results[1].regime is not None and results[1].regime.name == "unknown"
-        assert recipe.read_comparison(results, choice) == recipe.read_comparison(plain, choice)
-        expectation = recipe.read_comparison(results, choice).expectation
+        assert compare.read_comparison(results, choice).codes == compare.read_comparison(plain, choice).codes
+        reasons = compare.read_comparison(results, choice).reasons
         if outcome == "too close to call":
-            assert recipe._small_model_reason(choice.device) in expectation
-            assert ("within the noise" in expectation) == (choice.expect_speedup is not True)
+            assert {"recipe.small_cuda", "recipe.small_cpu"} & set(reasons)
+            assert "recipe.within_noise" in reasons
 
 
 def test_the_fp32_rows_regime_uses_the_tf32_rate_when_tf32_is_on():
@@ -805,7 +869,7 @@ def test_the_fp32_rows_regime_uses_the_tf32_rate_when_tf32_is_on():
 
 
 # --------------------------------------------------------------------------------------------
-# Issue 14: every bad input gets a clear error, no call hangs, nothing is half-changed
+# every bad input gets a clear error, no call hangs, nothing is half-changed
 # --------------------------------------------------------------------------------------------
 
 
@@ -829,7 +893,9 @@ def assert_unchanged(before, model, opt, scaler):
     assert now["param_groups"] == opt_state["param_groups"]
     assert now["state"].keys() == opt_state["state"].keys()
     for k, entry in opt_state["state"].items():
-        assert all(torch.equal(torch.as_tensor(now["state"][k][n]), torch.as_tensor(v)) for n, v in entry.items())
+        assert all(
+            torch.equal(torch.as_tensor(now["state"][k][n]), torch.as_tensor(v)) for n, v in entry.items()
+        )
     assert scaler.state_dict() == scaler_state
     assert torch.equal(torch.random.get_rng_state(), rng)
 
@@ -837,7 +903,9 @@ def assert_unchanged(before, model, opt, scaler):
 def trained(dtype=torch.float32, *, steps=2, **kw):
     model, opt, scaler, scheduler = fresh(dtype, with_scheduler=True, **kw)
     data = load_digits(device="cpu")
-    recipe.train(model, opt, scaler, data.train, dtype=dtype, num_steps=steps, batch_size=32, scheduler=scheduler)
+    recipe.train(
+        model, opt, scaler, data.train, dtype=dtype, num_steps=steps, batch_size=32, scheduler=scheduler
+    )
     return model, opt, scaler, scheduler
 
 
@@ -847,17 +915,17 @@ def trained(dtype=torch.float32, *, steps=2, **kw):
      ("1", TypeError), (True, TypeError), ([1.0], TypeError)],
 )  # fmt: skip
 def test_train_step_refuses_a_bad_max_grad_norm_before_touching_anything(data, max_grad_norm, error):
-    # Before: -1.0 reversed every SGD update, nan wrote NaN into the weights, 0.0 froze training, "1" was taken.
     model, _, scaler, _ = fresh(torch.float32)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = recipe.micro_batches(data.train, step=0, batch_size=32)
     before = snapshot(model, opt, scaler)
-    with pytest.raises(error, match="max_grad_norm") as err:
+    with pytest.raises(error, match="max_grad_norm"):
         recipe.train_step(model, opt, scaler, batches, dtype=torch.float32, max_grad_norm=max_grad_norm)
-    assert "None (no clipping) or a finite number > 0" in str(err.value)
     assert_unchanged(before, model, opt, scaler)
     with pytest.raises(error, match="max_grad_norm"):
-        recipe.train(model, opt, scaler, data.train, dtype=torch.float32, num_steps=1, max_grad_norm=max_grad_norm)
+        recipe.train(
+            model, opt, scaler, data.train, dtype=torch.float32, num_steps=1, max_grad_norm=max_grad_norm
+        )
     assert_unchanged(before, model, opt, scaler)
 
 
@@ -867,7 +935,9 @@ def test_numpy_scalars_are_numbers(data):
     for kw in (dict(max_grad_norm=0.5, seed=3, batch_size=32, accumulation_steps=2, num_steps=2),
                dict(max_grad_norm=np.float32(0.5), seed=np.int64(3), batch_size=np.int32(32),
                     accumulation_steps=np.int64(2), num_steps=np.int16(2))):  # fmt: skip
-        model = recipe.make_model(np.int64(64), np.int64(10), hidden=np.int32(16), depth=np.int8(2), seed=np.uint8(0))
+        model = models.make_mlp(
+            np.int64(64), np.int64(10), hidden=np.int32(16), depth=np.int8(2), seed=np.uint8(0)
+        )
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         runs.append(recipe.train(model, opt, recipe.make_scaler("fp16", "cpu", init_scale=np.float64(2.0**10)),
                                  data.train, dtype="fp16", **kw).losses)  # fmt: skip
@@ -875,31 +945,41 @@ def test_numpy_scalars_are_numbers(data):
 
 
 BAD_BATCHES = {
-    "empty list": ([], ValueError, "batches is empty"),
+    "empty list": ([], ValueError, "batches must be a non-empty list"),
     "a tensor": (lambda d: d.train.X[:8], TypeError, "batches must be a non-empty list"),
     "a string": ("X, y", TypeError, "batches must be"),
     "None": (None, TypeError, "batches must be"),
     "not a pair": (lambda d: [(d.train.X[:8],)], TypeError, r"batches\[0\] must be an \(X, y\) pair"),
-    "X not a tensor": (lambda d: [(d.train.X[:8].tolist(), d.train.y[:8])], TypeError, r"batches\[0\] X must be"),
+    "X not a tensor": (
+        lambda d: [(d.train.X[:8].tolist(), d.train.y[:8])],
+        TypeError,
+        r"batches\[0\] X must be",
+    ),
     "X 1-D": (lambda d: [(d.train.X[0], d.train.y[:1])], ValueError, "2-D float32"),
     "X float64": (lambda d: [(d.train.X[:8].double(), d.train.y[:8])], ValueError, "float32"),
-    "X too narrow": (lambda d: [(d.train.X[:8, :10], d.train.y[:8])], ValueError, "in_features=64"),
+    "X too narrow": (lambda d: [(d.train.X[:8, :10], d.train.y[:8])], ValueError, "model takes 64"),
     "y float": (lambda d: [(d.train.X[:8], d.train.y[:8].float())], ValueError, "int64"),
     "y int32": (lambda d: [(d.train.X[:8], d.train.y[:8].int())], ValueError, r"y.long\(\)"),
     "y 2-D": (lambda d: [(d.train.X[:8], d.train.y[:8, None])], ValueError, "1-D int64"),
     "sizes differ": (lambda d: [(d.train.X[:8], d.train.y[:7])], ValueError, "8 examples but .* 7 labels"),
     "no examples": (lambda d: [(d.train.X[:0], d.train.y[:0])], ValueError, "holds no examples"),
-    "label 10": (lambda d: [(d.train.X[:8], torch.full((8,), 10))], ValueError, "labels from 10 to 10.*0 to 9"),
+    "label 10": (
+        lambda d: [(d.train.X[:8], torch.full((8,), 10))],
+        ValueError,
+        "labels from 10 to 10.*0 to 9",
+    ),
     "label -1": (lambda d: [(d.train.X[:8], torch.full((8,), -1))], ValueError, "labels from -1"),
     "NaN feature": (lambda d: [(d.train.X[:8] * float("nan"), d.train.y[:8])], ValueError, "NaN or inf"),
-    "second pair bad": (lambda d: [(d.train.X[:8], d.train.y[:8]), (d.train.X[:8], d.train.y[:8, None])],
-                        ValueError, r"batches\[1\] y"),  # fmt: skip
+    "second pair bad": (
+        lambda d: [(d.train.X[:8], d.train.y[:8]), (d.train.X[:8], d.train.y[:8, None])],
+        ValueError,
+        r"batches\[1\] y",
+    ),  # fmt: skip
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_BATCHES))
 def test_train_step_refuses_bad_batches_before_touching_anything(data, case):
-    # Before: [] "stepped" with loss 0.0; the others failed inside torch (some after zero_grad and backward).
     batches, error, match = BAD_BATCHES[case]
     batches = batches(data) if callable(batches) else batches
     model, opt, scaler, _ = fresh(torch.float32)
@@ -915,20 +995,30 @@ def test_train_step_takes_any_sequence_of_pairs(data):
     results = []
     for wrap in (list, tuple, iter):
         model, opt, scaler, _ = fresh(torch.float32)
-        results.append(recipe.train_step(model, opt, scaler, wrap([list(b) for b in batches]), dtype=torch.float32))
+        results.append(
+            recipe.train_step(model, opt, scaler, wrap([list(b) for b in batches]), dtype=torch.float32)
+        )
     assert results[0] == results[1] == results[2]
 
 
 def other_model_opt():
-    return torch.optim.SGD(recipe.make_model(64, 10, hidden=32).parameters(), lr=0.1)
+    return torch.optim.SGD(models.make_mlp(64, 10, hidden=32).parameters(), lr=0.1)
 
 
 BAD_STEP_OBJECTS = {
     "model None": (dict(model=None), TypeError, "model must be a torch.nn.Module"),
     "model a string": (dict(model="mlp"), TypeError, "model must be"),
     "model half": (dict(model=lambda m: copy.deepcopy(m).half()), ValueError, "float16 parameters"),
-    "model frozen": (dict(model=lambda m: copy.deepcopy(m).requires_grad_(False)), ValueError, "requires a gradient"),
-    "model without parameters": (dict(model=lambda m: torch.nn.Sequential(torch.nn.ReLU())), ValueError, "no parameters"),
+    "model frozen": (
+        dict(model=lambda m: copy.deepcopy(m).requires_grad_(False)),
+        ValueError,
+        "requires a gradient",
+    ),
+    "model without parameters": (
+        dict(model=lambda m: torch.nn.Sequential(torch.nn.ReLU())),
+        ValueError,
+        "no parameters",
+    ),
     "opt None": (dict(opt=None), TypeError, "opt must be a torch.optim.Optimizer"),
     "opt of another model": (dict(opt=other_model_opt), ValueError, "not the model's"),
     "scaler None": (dict(scaler=None), TypeError, "scaler must be a torch.amp.GradScaler"),
@@ -936,7 +1026,6 @@ BAD_STEP_OBJECTS = {
     "dtype float64": (dict(dtype=torch.float64), ValueError, "dtype"),
     "dtype junk": (dict(dtype="fp8"), ValueError, "dtype"),
     "device junk": (dict(device="tpu"), ValueError, "device"),
-    "non_blocking 1": (dict(non_blocking=1), TypeError, "non_blocking"),
 }
 
 
@@ -946,7 +1035,13 @@ def test_train_step_and_train_refuse_bad_objects_before_touching_anything(data, 
     model, opt, scaler, _ = fresh(torch.float32)
     args = dict(model=model, opt=opt, scaler=scaler, dtype=torch.float32)
     for key, value in changes.items():
-        args[key] = value(model) if key == "model" and callable(value) else value() if key == "opt" and callable(value) else value
+        args[key] = (
+            value(model)
+            if key == "model" and callable(value)
+            else value()
+            if key == "opt" and callable(value)
+            else value
+        )
     before = snapshot(model, opt, scaler)
     batches = recipe.micro_batches(data.train, step=0)
     with pytest.raises(error, match=match):
@@ -979,21 +1074,27 @@ def test_train_step_and_train_refuse_bad_objects_before_touching_anything(data, 
         (dict(scheduler="plateau"), ValueError, "ReduceLROnPlateau"),
         (dict(split="labels out of range"), ValueError, "split holds class labels from 2 to 11"),
         (dict(split="NaN features"), ValueError, "NaN or inf"),
-        (dict(split="narrow"), ValueError, "in_features=64"),
+        (dict(split="narrow"), ValueError, "model takes 64"),
     ],
 )
 def test_train_refuses_bad_arguments_before_the_first_step(data, kwargs, error, match, monkeypatch):
     def no_step(*args, **kwargs):
         raise AssertionError("a refused train() ran a step")  # (before, num_steps=10**9 ran for days)
 
-    monkeypatch.setattr(recipe, "_recipe_step", no_step)
+    monkeypatch.setattr(recipe, "step_on_device", no_step)
     model, opt, scaler, _ = fresh(torch.float32)
     split = kwargs.pop("split", data.train)
-    split = {
-        "labels out of range": Split(data.train.X, data.train.y + 2),
-        "NaN features": Split(data.train.X.clone().index_fill_(0, torch.tensor([5]), float("nan")), data.train.y),
-        "narrow": Split(data.train.X[:, :32], data.train.y),
-    }.get(split, split) if isinstance(split, str) else split
+    split = (
+        {
+            "labels out of range": Split(data.train.X, data.train.y + 2),
+            "NaN features": Split(
+                data.train.X.clone().index_fill_(0, torch.tensor([5]), float("nan")), data.train.y
+            ),
+            "narrow": Split(data.train.X[:, :32], data.train.y),
+        }.get(split, split)
+        if isinstance(split, str)
+        else split
+    )
     scheduler = kwargs.pop("scheduler", None)
     scheduler = {
         "other optimizer": torch.optim.lr_scheduler.StepLR(other_model_opt(), 3),
@@ -1002,10 +1103,16 @@ def test_train_refuses_bad_arguments_before_the_first_step(data, kwargs, error, 
     before = snapshot(model, opt, scaler)
     model.eval()
     with pytest.raises(error, match=match):
-        recipe.train(model, opt, scaler, split, dtype=torch.float32, **{"num_steps": 2, "scheduler": scheduler, **kwargs})
+        recipe.train(
+            model,
+            opt,
+            scaler,
+            split,
+            dtype=torch.float32,
+            **{"num_steps": 2, "scheduler": scheduler, **kwargs},
+        )
     assert_unchanged(before, model, opt, scaler)
     assert not model.training  # train() did not even switch the model to training mode
-
 
 
 @pytest.mark.parametrize(
@@ -1025,21 +1132,22 @@ def test_train_refuses_bad_arguments_before_the_first_step(data, kwargs, error, 
     ],
 )
 def test_make_model_checks_sizes_before_allocating(kwargs, error, match, monkeypatch):
-    # Before: hidden=10**12 and depth=10**6 allocated first (a MemoryError after 9.5 s).
     built = []
     monkeypatch.setattr(torch.nn.Linear, "__init__", lambda self, *a, **k: built.append(a) or 1 / 0)
     with pytest.raises(error, match=match):
-        recipe.make_model(**kwargs)
+        models.make_mlp(**kwargs)
     assert built == []
 
 
 def test_make_model_asks_check_fits_for_the_parameters_bytes(monkeypatch):
     asked = []
-    monkeypatch.setattr(models, "check_fits", lambda needed, device, what, hint: asked.append((needed, str(device))))
-    model = recipe.make_model(64, 10, hidden=32, depth=3, device="cpu")
+    monkeypatch.setattr(
+        models, "check_fits", lambda needed, device, what, hint: asked.append((needed, str(device)))
+    )
+    model = models.make_mlp(64, 10, hidden=32, depth=3, device="cpu")
     assert asked == [(4 * sum(p.numel() for p in model.parameters()), "cpu")]
     assert len([m for m in model if isinstance(m, torch.nn.Linear)]) == 4
-    assert recipe.make_model(depth=cost.MAX_DEPTH, hidden=2)  # the bound itself is allowed
+    assert models.make_mlp(depth=cost.MAX_DEPTH, hidden=2)  # the bound itself is allowed
 
 
 @pytest.mark.parametrize(
@@ -1080,7 +1188,7 @@ def test_make_scaler_bad_arguments(kwargs, error, match):
 
 def test_compare_precisions_bounds_its_work_before_building_anything(data, monkeypatch):
     built = []
-    monkeypatch.setattr(recipe, "make_model", lambda *a, **k: built.append(a) or 1 / 0)
+    monkeypatch.setattr(compare, "make_mlp", lambda *a, **k: built.append(a) or 1 / 0)
     cases = [
         (dict(num_steps=10**9), ValueError, "num_steps"),
         (dict(num_steps=60_000), ValueError, r"120000 training steps.*num_steps <= 50000"),
@@ -1103,23 +1211,46 @@ def test_compare_precisions_bounds_its_work_before_building_anything(data, monke
     for kwargs, error, match in cases:
         dataset = kwargs.pop("data", data)
         with pytest.raises(error, match=match):
-            recipe.compare_precisions(dataset, **{"dtypes": (torch.float32, torch.bfloat16), "num_steps": 4, **kwargs})
+            compare.compare_precisions(
+                dataset, **{"dtypes": (torch.float32, torch.bfloat16), "num_steps": 4, **kwargs}
+            )
     assert built == [] and torch.get_num_threads() == threads
 
 
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: recipe.comparison_rows([]), ValueError, "at least one row"),
-        (lambda: recipe.comparison_rows(None), TypeError, "results must be"),
-        (lambda: recipe.comparison_rows("rows"), TypeError, "results must be"),
-        (lambda: recipe.comparison_rows([1, 2]), TypeError, r"results\[0\] must be a PrecisionResult"),
-        (lambda: recipe.read_comparison(None, amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))), TypeError, "results"),
-        (lambda: recipe.read_comparison([1, 2], amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))), TypeError, r"results\[0\]"),
-        (lambda: recipe.read_comparison(fake_results(torch.bfloat16, "slower"), amp_choice.choose_amp_dtype(cpu(AVX2_ONLY)),
-                                        accuracy_tolerance="0.03"), TypeError, "accuracy_tolerance"),  # fmt: skip
-        (lambda: recipe.read_comparison(fake_results(torch.bfloat16, "slower", saved=(0, 0)),
-                                        amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))), ValueError, "saved_bytes"),  # fmt: skip
+        (lambda: compare.comparison_rows([]), ValueError, "at least one row"),
+        (lambda: compare.comparison_rows(None), TypeError, "results must be"),
+        (lambda: compare.comparison_rows("rows"), TypeError, "results must be"),
+        (lambda: compare.comparison_rows([1, 2]), TypeError, r"results\[0\] must be a PrecisionResult"),
+        (
+            lambda: compare.read_comparison(None, amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))),
+            TypeError,
+            "results",
+        ),
+        (
+            lambda: compare.read_comparison([1, 2], amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))),
+            TypeError,
+            r"results\[0\]",
+        ),
+        (
+            lambda: compare.read_memory(
+                fake_results(torch.bfloat16, "slower"),
+                amp_choice.choose_amp_dtype(cpu(AVX2_ONLY)),
+                accuracy_tolerance="0.03",
+            ),
+            TypeError,
+            "accuracy_tolerance",
+        ),  # fmt: skip
+        (
+            lambda: compare.read_memory(
+                fake_results(torch.bfloat16, "slower", saved=(0, 0)),
+                amp_choice.choose_amp_dtype(cpu(AVX2_ONLY)),
+            ),
+            ValueError,
+            "saved_bytes",
+        ),  # fmt: skip
         (lambda: amp_choice.choose_amp_dtype("cpu"), TypeError, "report must be a hardware.MachineReport"),
         (lambda: amp_choice.choose_amp_dtype(report={"device": "cpu"}), TypeError, "report"),
         (lambda: amp_choice.example_machines(base="cpu"), TypeError, "base must be a hardware.MachineReport"),
@@ -1135,52 +1266,38 @@ def test_compare_precisions_bounds_its_work_before_building_anything(data, monke
     ],
 )
 def test_errors_come_from_amp_lab_not_from_deep_inside(call, error, match):
-    # Before: comparison_rows([]) raised IndexError, choose_amp_dtype("cpu") AttributeError, ...
     with pytest.raises(error, match=match):
         call()
 
 
 def test_comparison_rows_of_one_row_and_choice_rows_of_none():
-    rows = recipe.comparison_rows(fake_results(torch.bfloat16, "slower")[:1])
+    rows = compare.comparison_rows(fake_results(torch.bfloat16, "slower")[:1])
     assert rows[0][0] == "float32" and rows[0][2] == "1 (baseline)"
     assert amp_choice.choice_rows([]) == []
     machines = amp_choice.example_machines()
-    assert amp_choice.choice_rows(tuple(machines)) == amp_choice.choice_rows(iter(machines)) == amp_choice.choice_rows(machines)
-
-
-@pytest.mark.parametrize(
-    "X, y, error, match",
-    [
-        (lambda d: d.train.X[:8], lambda d: d.train.y[:4], ValueError, "8 examples but y has 4 labels"),
-        (lambda d: d.train.X[:8, :5], lambda d: d.train.y[:8], ValueError, "in_features=64"),
-        (lambda d: d.train.X[:8].half(), lambda d: d.train.y[:8], ValueError, "float32"),
-        (lambda d: d.train.X[:8], lambda d: d.train.y[:8] + 10, ValueError, "labels"),
-        (lambda d: None, lambda d: d.train.y[:8], TypeError, "X must be a tensor"),
-        (lambda d: d.train.X[:8], lambda d: [0] * 8, TypeError, "y must be a tensor"),
-    ],
-)
-def test_saved_activation_bytes_bad_batches(data, X, y, error, match):
-    model = recipe.make_model(64, 10, hidden=16)
-    with pytest.raises(error, match=match):
-        recipe.saved_activation_bytes(model, X(data), y(data), dtype=torch.float32)
+    assert (
+        amp_choice.choice_rows(tuple(machines))
+        == amp_choice.choice_rows(iter(machines))
+        == amp_choice.choice_rows(machines)
+    )
 
 
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda m, d: recipe.evaluate(m, Split(d.test.X[:0], d.test.y[:0]), dtype=torch.float32), ValueError, "empty split"),
+        (lambda m, d: recipe.evaluate(m, Split(d.test.X[:0], d.test.y[:0]), dtype=torch.float32), ValueError, "holds no examples"),
         (lambda m, d: recipe.evaluate(m, (d.test.X, d.test.y), dtype=torch.float32), TypeError, "split must be a data.Split"),
         (lambda m, d: recipe.evaluate(m, d, dtype=torch.float32), TypeError, "split must be a data.Split"),
         (lambda m, d: recipe.evaluate("model", d.test, dtype=torch.float32), TypeError, "model must be"),
         (lambda m, d: recipe.evaluate(m, d.test, dtype=torch.float32, batch_size=0), ValueError, "batch_size"),
         (lambda m, d: recipe.evaluate(m, d.test, dtype=torch.float32, batch_size=1.5), TypeError, "batch_size"),
         (lambda m, d: recipe.evaluate(m, d.test, dtype="int8"), ValueError, "dtype"),
-        (lambda m, d: recipe.evaluate(m, Split(d.test.X[:, :8], d.test.y), dtype=torch.float32), ValueError, "in_features"),
+        (lambda m, d: recipe.evaluate(m, Split(d.test.X[:, :8], d.test.y), dtype=torch.float32), ValueError, "model takes 64"),
         (lambda m, d: recipe.evaluate(m, Split(d.test.X, d.test.y + 9), dtype=torch.float32), ValueError, "labels"),
     ],
 )  # fmt: skip
 def test_evaluate_bad_arguments(data, call, error, match):
-    model = recipe.make_model(64, 10, hidden=16)
+    model = models.make_mlp(64, 10, hidden=16)
     model.train()
     with pytest.raises(error, match=match):
         call(model, data)
@@ -1198,7 +1315,7 @@ def load_refused(path, model, opt, scaler, scheduler, match, error=ValueError):
     before = snapshot(model, opt, scaler)
     sched_before = scheduler.state_dict() if scheduler is not None else None
     with pytest.raises(error, match=match) as err:
-        recipe.load_checkpoint(path, model, opt, scaler, scheduler=scheduler)
+        checkpoints.load_checkpoint(path, model, opt, scaler, scheduler=scheduler)
     assert_unchanged(before, model, opt, scaler)
     if scheduler is not None:
         assert scheduler.state_dict() == sched_before
@@ -1206,9 +1323,8 @@ def load_refused(path, model, opt, scaler, scheduler, match, error=ValueError):
 
 
 def test_a_refused_load_changes_nothing(tmp_path):
-    # Before: a checkpoint without "scaler" replaced the weights, then raised KeyError: 'scaler'.
     model, opt, scaler, scheduler = trained(torch.float16, init_scale=2.0**10)
-    good = recipe.save_checkpoint(tmp_path / "good.pt", model, opt, scaler, step=2, scheduler=scheduler)
+    good = checkpoints.save_checkpoint(tmp_path / "good.pt", model, opt, scaler, step=2, scheduler=scheduler)
     state = torch.load(good, weights_only=True)
     cases = {
         "no scaler": ({k: v for k, v in state.items() if k != "scaler"}, "it lacks scaler"),
@@ -1224,40 +1340,50 @@ def test_a_refused_load_changes_nothing(tmp_path):
     for name, (broken, match) in cases.items():
         path = tmp_path / f"{name}.pt"
         torch.save(broken, path)
-        fresh_model, fresh_opt, fresh_scaler, fresh_scheduler = trained(torch.float16, steps=1, init_scale=2.0**12)
+        fresh_model, fresh_opt, fresh_scaler, fresh_scheduler = trained(
+            torch.float16, steps=1, init_scale=2.0**12
+        )
         load_refused(path, fresh_model, fresh_opt, fresh_scaler, fresh_scheduler, match)
 
 
 def test_a_checkpoint_for_another_model_optimizer_or_scheduler_is_refused(tmp_path):
     model, opt, scaler, scheduler = trained()
-    path = recipe.save_checkpoint(tmp_path / "c.pt", model, opt, scaler, step=2, scheduler=scheduler)
+    path = checkpoints.save_checkpoint(tmp_path / "c.pt", model, opt, scaler, step=2, scheduler=scheduler)
     # Another width: the first Linear's weight has another shape.
-    other = recipe.make_model(64, 10, hidden=16)
+    other = models.make_mlp(64, 10, hidden=16)
     o = torch.optim.Adam(other.parameters(), lr=1e-3)
     err = load_refused(path, other, o, recipe.make_scaler(torch.float32, "cpu"),
                        torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=30), "another model")  # fmt: skip
     assert "0.weight is (32, 64) there and (16, 64)" in str(err)
     # Another depth: keys the model lacks.
-    deeper = recipe.make_model(64, 10, hidden=32, depth=3)
+    deeper = models.make_mlp(64, 10, hidden=32, depth=3)
     o = torch.optim.Adam(deeper.parameters(), lr=1e-3)
     load_refused(path, deeper, o, recipe.make_scaler(torch.float32, "cpu"),
                  torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=30), "another model")  # fmt: skip
     # Another optimizer: SGD cannot step with Adam's hyperparameters.
     m, _, s, _ = fresh(torch.float32)
     sgd = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
-    load_refused(path, m, sgd, s, torch.optim.lr_scheduler.CosineAnnealingLR(sgd, T_max=30), "another kind of optimizer")
+    load_refused(
+        path,
+        m,
+        sgd,
+        s,
+        torch.optim.lr_scheduler.CosineAnnealingLR(sgd, T_max=30),
+        "another kind of optimizer",
+    )
     # Another scheduler, no scheduler, a scheduler the checkpoint lacks.
     m, o, s, _ = fresh(torch.float32)
     load_refused(path, m, o, s, torch.optim.lr_scheduler.StepLR(o, 3), "another kind of lr scheduler")
     load_refused(path, m, o, s, None, "no scheduler was given")
-    bare = recipe.save_checkpoint(tmp_path / "bare.pt", model, opt, scaler, step=2)
+    bare = checkpoints.save_checkpoint(tmp_path / "bare.pt", model, opt, scaler, step=2)
     m, o, s, sch = fresh(torch.float32, with_scheduler=True)
     load_refused(bare, m, o, s, sch, "holds no scheduler state")
 
 
-@pytest.mark.parametrize("content", ["junk", "empty", "foreign pickle", "torch list", "torch dict", "directory"])
+@pytest.mark.parametrize(
+    "content", ["junk", "empty", "foreign pickle", "torch list", "torch dict", "directory"]
+)
 def test_a_file_that_is_not_a_checkpoint_is_a_value_error_naming_the_path(tmp_path, content):
-    # Before: torch's UnpicklingError, EOFError, RuntimeError or a KeyError reached the learner.
     import collections
     import pickle
 
@@ -1291,28 +1417,27 @@ def test_a_missing_checkpoint_is_a_file_not_found_error_that_is_a_value_error(tm
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda p, m, o, s: recipe.save_checkpoint(None, m, o, s, step=0), TypeError, "path must be a file path"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=-1), ValueError, "step"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=1.0), TypeError, "step"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, "model", o, s, step=0), TypeError, "model must be"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, None, s, step=0), TypeError, "opt must be"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, other_model_opt(), s, step=0), ValueError, "not the model's"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, None, step=0), TypeError, "scaler must be"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, scheduler=3), TypeError, "scheduler"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra=[1]), TypeError, "extra must be None or a dict"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={"a": {1, 2}}), TypeError, r"extra\['a'\] is a set"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={"a": object()}), TypeError, "weights_only"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={1: "a"}), TypeError, "string keys"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={"f": len}), TypeError, "extra"),
-        (lambda p, m, o, s: recipe.save_checkpoint(p, m, o, s, step=0, extra={"t": torch.ones(2).to_sparse()}),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(None, m, o, s, step=0), TypeError, "path must be a file path"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=-1), ValueError, "step"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=1.0), TypeError, "step"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, "model", o, s, step=0), TypeError, "model must be"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, None, s, step=0), TypeError, "opt must be"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, other_model_opt(), s, step=0), ValueError, "not the model's"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, None, step=0), TypeError, "scaler must be"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, scheduler=3), TypeError, "scheduler"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra=[1]), TypeError, "extra must be None or a dict"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={"a": {1, 2}}), TypeError, r"extra\['a'\] is a set"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={"a": object()}), TypeError, "weights_only"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={1: "a"}), TypeError, "string keys"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={"f": len}), TypeError, "extra"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={"t": torch.ones(2).to_sparse()}),
          ValueError, "dense"),  # fmt: skip
-        (lambda p, m, o, s: recipe.save_checkpoint(p.parent, m, o, s, step=0), ValueError, "is a directory"),
-        (lambda p, m, o, s: recipe.load_checkpoint(3, m, o, s), TypeError, "path must be"),
-        (lambda p, m, o, s: recipe.load_checkpoint(p, m, o, "scaler"), TypeError, "scaler must be"),
+        (lambda p, m, o, s: checkpoints.save_checkpoint(p.parent, m, o, s, step=0), ValueError, "is a directory"),
+        (lambda p, m, o, s: checkpoints.load_checkpoint(3, m, o, s), TypeError, "path must be"),
+        (lambda p, m, o, s: checkpoints.load_checkpoint(p, m, o, "scaler"), TypeError, "scaler must be"),
     ],
 )  # fmt: skip
 def test_save_and_load_checkpoint_bad_arguments_write_nothing(tmp_path, call, error, match):
-    # Before: save_checkpoint wrote extra={"a": {1, 2}} or an object, which load_checkpoint could not read back.
     model, opt, scaler, _ = fresh(torch.float32)
     path = tmp_path / "ckpt" / "c.pt"
     path.parent.mkdir()
@@ -1326,12 +1451,12 @@ def test_a_cyclic_extra_is_refused():
     loop = []
     loop.append(loop)
     with pytest.raises(ValueError, match="nests more than"):
-        recipe.save_checkpoint("unused.pt", model, opt, scaler, step=0, extra={"loop": loop})
+        checkpoints.save_checkpoint("unused.pt", model, opt, scaler, step=0, extra={"loop": loop})
 
 
 def test_a_failed_save_leaves_an_existing_checkpoint_whole(tmp_path, monkeypatch):
     model, opt, scaler, _ = fresh(torch.float32)
-    path = recipe.save_checkpoint(tmp_path / "c.pt", model, opt, scaler, step=1)
+    path = checkpoints.save_checkpoint(tmp_path / "c.pt", model, opt, scaler, step=1)
     before = path.read_bytes()
 
     def failing_save(obj, f):
@@ -1340,7 +1465,7 @@ def test_a_failed_save_leaves_an_existing_checkpoint_whole(tmp_path, monkeypatch
 
     monkeypatch.setattr(torch, "save", failing_save)
     with pytest.raises(OSError, match="disk full"):
-        recipe.save_checkpoint(path, model, opt, scaler, step=2)
+        checkpoints.save_checkpoint(path, model, opt, scaler, step=2)
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
 
 
@@ -1357,8 +1482,11 @@ def extra_values():
     )  # fmt: skip
     return st.recursive(
         scalars,
-        lambda inner: st.one_of(st.lists(inner, max_size=4), st.lists(inner, max_size=4).map(tuple),
-                                st.dictionaries(st.text(max_size=8), inner, max_size=4)),  # fmt: skip
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4),
+            st.lists(inner, max_size=4).map(tuple),
+            st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        ),  # fmt: skip
         max_leaves=12,
     )
 
@@ -1388,8 +1516,8 @@ def test_a_checkpoint_save_checkpoint_writes_always_loads(tmp_path):
     @settings(max_examples=60, deadline=None)
     @given(st.dictionaries(st.text(max_size=8), extra_values(), max_size=4))
     def check(extra):
-        recipe.save_checkpoint(path, model, opt, scaler, step=1, scheduler=scheduler, extra=extra)
-        assert recipe.load_checkpoint(path, model, opt, scaler, scheduler=scheduler) == 1
+        checkpoints.save_checkpoint(path, model, opt, scaler, step=1, scheduler=scheduler, extra=extra)
+        assert checkpoints.load_checkpoint(path, model, opt, scaler, scheduler=scheduler) == 1
         assert plain(torch.load(path, weights_only=True)["extra"]) == plain(extra)
 
     check()
@@ -1405,18 +1533,43 @@ def endless_pairs(data):
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        # Before: list(range(10**12)) ran until MemoryError (or past any time limit) inside _sequence.
-        (lambda d, s: recipe.train_step(*s, range(10**12), dtype=torch.float32), ValueError, "batches may hold at most"),
-        (lambda d, s: recipe.train_step(*s, range(2**70), dtype=torch.float32), ValueError, "batches may hold at most"),
-        (lambda d, s: recipe.train_step(*s, endless_pairs(d), dtype=torch.float32), ValueError, "batches may hold"),
-        (lambda d, s: recipe.compare_precisions(d, dtypes=range(10**12)), ValueError, "dtypes may hold at most"),
-        (lambda d, s: recipe.comparison_rows(range(10**12)), ValueError, "results may hold at most"),
-        (lambda d, s: recipe.read_comparison(range(10**12), amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))), ValueError,
-         "results may hold at most"),  # fmt: skip
+        (
+            lambda d, s: recipe.train_step(*s, range(10**12), dtype=torch.float32),
+            ValueError,
+            "batches may hold at most",
+        ),
+        (
+            lambda d, s: recipe.train_step(*s, range(2**70), dtype=torch.float32),
+            ValueError,
+            "batches may hold at most",
+        ),
+        (
+            lambda d, s: recipe.train_step(*s, endless_pairs(d), dtype=torch.float32),
+            ValueError,
+            "batches may hold",
+        ),
+        (
+            lambda d, s: compare.compare_precisions(d, dtypes=range(10**12)),
+            ValueError,
+            "dtypes may hold at most",
+        ),
+        (lambda d, s: compare.comparison_rows(range(10**12)), ValueError, "results may hold at most"),
+        (
+            lambda d, s: compare.read_comparison(range(10**12), amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))),
+            ValueError,
+            "results may hold at most",
+        ),  # fmt: skip
         (lambda d, s: amp_choice.choice_rows(range(10**12)), ValueError, "machines may hold at most"),
-        # Before: torch's Adam raised RuntimeError "value cannot be converted to type float without overflow".
-        (lambda d, s: recipe.compare_precisions(d, lr=1e300, num_steps=2, warmup_steps=0), ValueError, "lr must be <="),
-        (lambda d, s: recipe.compare_precisions(d, lr=2e6, num_steps=2, warmup_steps=0), ValueError, "lr must be <="),
+        (
+            lambda d, s: compare.compare_precisions(d, lr=1e300, num_steps=2, warmup_steps=0),
+            ValueError,
+            "lr must be <=",
+        ),
+        (
+            lambda d, s: compare.compare_precisions(d, lr=2e6, num_steps=2, warmup_steps=0),
+            ValueError,
+            "lr must be <=",
+        ),
     ],
 )
 def test_list_arguments_and_lr_are_bounded_before_any_work(data, call, error, match):
@@ -1427,15 +1580,8 @@ def test_list_arguments_and_lr_are_bounded_before_any_work(data, call, error, ma
     assert_unchanged(before, model, opt, scaler)
 
 
-def test_the_list_bound_admits_up_to_max_steps_items(data):
-    assert recipe._sequence("xs", range(recipe._MAX_ITEMS), "a list") == list(range(recipe._MAX_ITEMS))
-    assert recipe._sequence("xs", iter(range(5)), "a list") == [0, 1, 2, 3, 4]
-    with pytest.raises(ValueError, match=f"xs may hold at most {recipe._MAX_ITEMS} items"):
-        recipe._sequence("xs", iter(range(recipe._MAX_ITEMS + 1)), "a list")
-
-
 # --------------------------------------------------------------------------------------------
-# Issue 15, correction 7: the training loop does not wait for the device inside a step
+# the training loop does not wait for the device inside a step
 # --------------------------------------------------------------------------------------------
 
 
@@ -1453,7 +1599,9 @@ def count_reads(monkeypatch):
 
     for name in SYNCS:
         monkeypatch.setattr(torch.Tensor, name, counting(name, getattr(torch.Tensor, name)))
-    monkeypatch.setattr(torch.amp.GradScaler, "get_scale", counting("get_scale", torch.amp.GradScaler.get_scale))
+    monkeypatch.setattr(
+        torch.amp.GradScaler, "get_scale", counting("get_scale", torch.amp.GradScaler.get_scale)
+    )
     return reads
 
 
@@ -1512,7 +1660,7 @@ def test_pending_step_result_is_one_read_of_exactly_what_float_reads(data, monke
     for dtype, kw in [(torch.float32, {}), (torch.float16, {"init_scale": 2.0**24})]:
         model, opt, scaler, _ = fresh(dtype, **kw)
         batches = recipe.micro_batches(data.train, step=0, batch_size=32, accumulation_steps=2)
-        pending = recipe.train_step(model, opt, scaler, batches, dtype=dtype, non_blocking=True)
+        pending = recipe.sync_free_step(model, opt, scaler, batches, dtype=dtype)
         oracle = (float(pending.loss), float(pending.grad_norm), float(pending.scale))
         reads = count_reads(monkeypatch)
         result = pending.result()
@@ -1521,7 +1669,7 @@ def test_pending_step_result_is_one_read_of_exactly_what_float_reads(data, monke
         assert repr((result.loss, result.grad_norm, result.scale)) == repr(oracle)
         assert result.skipped == (dtype == torch.float16)  # 2**24 overflows the first float16 step
         if dtype == torch.float16:  # GradScaler's own oracle: it halved the scale after finding inf
-            assert float(pending.scale_after) == oracle[2] / 2 == scaler.get_scale()
+            assert scaler.get_scale() == oracle[2] / 2
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -1544,7 +1692,9 @@ def test_sync_free_train_gives_bitwise_the_history_of_the_synced_loop(data, dtyp
         model, opt, scaler, scheduler = fresh(dtype, with_scheduler=with_scheduler, **kw)
         history = recipe.train(model, opt, scaler, data.train, dtype=dtype, num_steps=7, batch_size=32,
                                accumulation_steps=2, scheduler=scheduler, log_every=log_every)  # fmt: skip
-        got = repr(list(zip(history.losses, history.grad_norms, history.scales, history.skipped, strict=True)))
+        got = repr(
+            list(zip(history.losses, history.grad_norms, history.scales, history.skipped, strict=True))
+        )
         if with_scheduler:
             assert got == oracle, (log_every, with_scheduler)
         else:  # without a scheduler the learning rate stays put, so the losses move apart after step 0
@@ -1553,18 +1703,18 @@ def test_sync_free_train_gives_bitwise_the_history_of_the_synced_loop(data, dtyp
 
 
 # --------------------------------------------------------------------------------------------
-# Issue 15, correction 4: clipping the scaled gradients
+# clipping the scaled gradients
 # --------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def clipping(data):
-    return recipe.compare_clipping(data, num_steps=4, batch_size=32, hidden=32)
+def clip_runs(data):
+    return clipping.compare_clipping(data, num_steps=4, batch_size=32, hidden=32)
 
 
-def test_clipping_scaled_gradients_fires_every_step_at_max_norm_over_scale(clipping):
+def test_clipping_scaled_gradients_fires_every_step_at_max_norm_over_scale(clip_runs):
     for optimizer in ("Adam", "SGD"):
-        wrong, right = clipping.run(optimizer, scaled=True), clipping.run(optimizer, scaled=False)
+        wrong, right = clip_runs.run(optimizer, scaled=True), clip_runs.run(optimizer, scaled=False)
         assert wrong.effective_max_norm == 1.0 / 2.0**16 and right.effective_max_norm == 1.0
         assert wrong.num_clipped == wrong.num_steps == 4 and not any(wrong.skipped)
         # clip_grad_norm_ saw the true norm times the scale (a power of two: exactly, up to float32 rounding)
@@ -1575,20 +1725,28 @@ def test_clipping_scaled_gradients_fires_every_step_at_max_norm_over_scale(clipp
         assert right.num_clipped == sum(n > 1.0 for n in right.seen_norms)
 
 
-def test_clipping_scaled_gradients_shrinks_sgd_steps_and_barely_changes_adams(clipping):
+def test_clipping_scaled_gradients_shrinks_sgd_steps_and_barely_changes_adams(clip_runs):
     lr = 1e-2
-    right, wrong = clipping.run("SGD", scaled=False), clipping.run("SGD", scaled=True)
+    right, wrong = clip_runs.run("SGD", scaled=False), clip_runs.run("SGD", scaled=True)
     # SGD's update is lr times the (clipped) gradient: an independent formula for both runs' first step
     true = right.true_norms[0]
     assert right.update_norms[0] == pytest.approx(lr * true * min(1.0, 1.0 / (true + 1e-6)), rel=1e-3)
     seen = wrong.seen_norms[0]
     # (10% here: steps of about 1e-9 per weight are below the float32 weights' ulp, so each is rounded)
     assert wrong.update_norms[0] == pytest.approx(lr * seen * (1.0 / (seen + 1e-6)) / 2.0**16, rel=0.1)
-    assert clipping.update_ratio("SGD") < 1e-3
-    assert 0.5 < clipping.update_ratio("Adam") <= 1.01
-    text = str(clipping)
-    assert "1 / 65536 = 1.53e-05" in text and "Adam: 4 of 4 steps clipped with the scaled gradients" in text
-    assert "SGD: with the scaled gradients clipped, the updates shrank to" in text
+    assert clip_runs.update_ratio("SGD") < 1e-3
+    assert 0.5 < clip_runs.update_ratio("Adam") <= 1.01
+    reading = clip_runs.reading()
+    assert reading.outcome == "clip.threshold" and reading.facts["effective"] == 2.0**-16
+    assert (
+        reading.facts["adam_scaled_clipped"],
+        reading.facts["adam_true_clipped"],
+        reading.facts["num_steps"],
+    ) == (4, 0, 4)
+    assert reading.reasons == ("clip.adam_little", "clip.adam_why", "clip.sgd_shrank", "clip.sgd_why")
+    assert reading.facts["sgd_ratio"] == clip_runs.update_ratio("SGD") and str(clip_runs) == "\n".join(
+        reading.sentences()
+    )
 
 
 def test_adam_is_invariant_to_the_gradient_scale_apart_from_eps(data):
@@ -1630,15 +1788,10 @@ def test_compare_clipping_refuses_bad_arguments_before_training(data, kwargs, er
     def no_run(*args, **kw):
         raise AssertionError("a refused compare_clipping trained")
 
-    monkeypatch.setattr(recipe, "_clipping_run", no_run)
+    monkeypatch.setattr(clipping, "_clipping_run", no_run)
     kwargs = {"data": data, **kwargs}
     with pytest.raises(error, match=match):
-        recipe.compare_clipping(**kwargs)
-    comparison = recipe.ClippingComparison(())
-    with pytest.raises(ValueError, match="optimizer='Lion'"):
-        comparison.run("Lion", scaled=True)
-    with pytest.raises(ValueError, match="runs is empty"):
-        str(comparison)
+        clipping.compare_clipping(**kwargs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1646,7 +1799,9 @@ def test_compare_clipping_refuses_bad_arguments_before_training(data, kwargs, er
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("width, batch, in_features, num_classes", [(1, 1, 1, 2), (64, 32, 64, 10), (1000, 7, 3, 5)])
+@pytest.mark.parametrize(
+    "width, batch, in_features, num_classes", [(1, 1, 1, 2), (64, 32, 64, 10), (1000, 7, 3, 5)]
+)
 def test_race_and_recipe_count_the_same_mlp_step_flops(width, batch, in_features, num_classes):
     from amp_lab import race
 
@@ -1659,7 +1814,7 @@ def test_race_and_recipe_count_the_same_mlp_step_flops(width, batch, in_features
 
 
 # --------------------------------------------------------------------------------------------
-# Issue 15, correction 8: a forward overflow is skipped at every scale, 0 included
+# a forward overflow is skipped at every scale, 0 included
 # --------------------------------------------------------------------------------------------
 
 
@@ -1690,9 +1845,56 @@ def test_count_host_reads_counts_each_read_and_restores_torch():
     counter = recipe.count_host_reads()
     with pytest.raises(RuntimeError), counter:
         raise RuntimeError("inside the block")
-    assert all(getattr(torch.Tensor, name) is f for name, f in originals.items())  # restored after an error too
+    assert all(
+        getattr(torch.Tensor, name) is f for name, f in originals.items()
+    )  # restored after an error too
     with counter as again:
         with pytest.raises(ValueError, match="already counting"):
             counter.__enter__()
         t.item()
     assert again.total == 1 and torch.Tensor.item is originals["item"]
+
+
+def test_read_scale_path_names_what_the_scaler_did(data):
+    """Hand-made histories: each path of the prediction, and the facts of the backoff sentence."""
+    from amp_lab.recipe import History, StepResult
+
+    def history(scales):
+        h = History()
+        for k, scale in enumerate(scales):
+            h.append(k, StepResult(1.0, 1.0, scale, k % 2 == 0), 0.0)
+        return h
+
+    scaler = recipe.make_scaler(torch.float16, init_scale=2.0**8)
+    cases = {
+        (2.0**16, 2.0**15, 2.0**14): "recipe.scale_halved_each_step",
+        (2.0**16, 2.0**16, 2.0**17): "recipe.scale_grew",
+        (2.0**16, 2.0**16, 2.0**16): "recipe.scale_kept",
+        (2.0**16, 2.0**15, 2.0**15): "recipe.scale_halved_once",
+    }
+    for scales, code in cases.items():
+        reading = recipe.read_scale_path(history(scales), scaler)
+        assert reading.outcome == code and reading.reasons == ("recipe.scale_backoff",)
+        assert reading.facts == dict(num_skipped=2, num_steps=3, first_log2=16.0, last_log2=8.0)
+    assert (
+        recipe.SCALE_PATH_CHOICES[recipe.SCALE_PATHS.index("recipe.scale_halved_each_step")]
+        == "halve it at every step"
+    )
+    with pytest.raises(ValueError, match="history holds no steps"):
+        recipe.read_scale_path(History(), scaler)
+    assert recipe.read_scaled_norm(2.0**16).facts == dict(scale=65536.0, log2=16.0)
+
+
+def test_read_tf32_follows_the_setting_and_the_gpu(monkeypatch):
+    """A fake Ampere GPU (its generation from gpus' table) and torch's own TF32 switch."""
+    assert compare.read_tf32("cpu").outcome == "recipe.tf32_none"
+    monkeypatch.setattr(compare, "get_device", lambda device=None: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (8, 0))
+    for allowed, code in [(True, "recipe.tf32_on"), (False, "recipe.tf32_off")]:
+        monkeypatch.setattr(
+            compare, "tf32_setting", lambda allowed=allowed: (allowed, "high" if allowed else "highest")
+        )
+        reading = compare.read_tf32()
+        assert reading.outcome == code and reading.facts["allowed"] is allowed
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (7, 5))  # Turing: no TF32
+    assert compare.read_tf32().outcome == "recipe.tf32_none"

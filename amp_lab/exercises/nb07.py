@@ -38,10 +38,18 @@ _ORDER = (ZERO_GRAD, BACKWARDS, UNSCALE, CLIP, STEP, UPDATE)
 # The pieces as the notebook shows them: shuffled, so the list itself does not give the order away.
 STEP_PIECES = (STEP, BACKWARDS, CLIP, ZERO_GRAD, UPDATE, UNSCALE)
 
-_CLIP_FIRST_HINT = "clipping must see true-sized gradients: what has to happen to them before they are measured?"
-_UPDATE_FIRST_HINT = "update() sets the next scale from what step() found (inf/NaN or not), so it cannot run before it"
-_ZERO_LATE_HINT = "gradients add up in .grad over the micro-batches: clear them before they start accumulating, not after"
-_UNSCALE_EARLY_HINT = "unscale_ divides the gradients once: they must be complete (every micro-batch's backward done) first"
+_CLIP_FIRST_HINT = (
+    "clipping must see true-sized gradients: what has to happen to them before they are measured?"
+)
+_UPDATE_FIRST_HINT = (
+    "update() sets the next scale from what step() found (inf/NaN or not), so it cannot run before it"
+)
+_ZERO_LATE_HINT = (
+    "gradients add up in .grad over the micro-batches: clear them before they start accumulating, not after"
+)
+_UNSCALE_EARLY_HINT = (
+    "unscale_ divides the gradients once: they must be complete (every micro-batch's backward done) first"
+)
 _ORDER_HINT = "gradients must be complete before they are unscaled, and true-sized before they are clipped"
 
 
@@ -118,12 +126,22 @@ def ex2(answer_dtype, answer_scaler, *, show: bool = True) -> CheckResult:
     got = _parse_dtype(answer_dtype)
     dtype_hint = _CAPABILITY_HINT
     if got is not None and got != choice.dtype:
-        r_dtype = _finish("wrong", f"`answer_dtype` is {str(got).removeprefix('torch.')}, not what the flow "
-                          "chooses on the L4.", [f"hint: {dtype_hint}"], show=False)
+        r_dtype = _finish(
+            "wrong",
+            f"`answer_dtype` is {str(got).removeprefix('torch.')}, not what the flow chooses on the L4.",
+            [f"hint: {dtype_hint}"],
+            show=False,
+        )
     else:
         r_dtype = check_dtype(answer_dtype, choice.dtype, name="answer_dtype", hint=dtype_hint, show=False)
-    r_scaler = check_choice(answer_scaler, choice.use_scaler, options=[True, False], name="answer_scaler",
-                            hint=_SCALER_HINT if answer_scaler is not choice.use_scaler else None, show=False)
+    r_scaler = check_choice(
+        answer_scaler,
+        choice.use_scaler,
+        options=[True, False],
+        name="answer_scaler",
+        hint=_SCALER_HINT if answer_scaler is not choice.use_scaler else None,
+        show=False,
+    )
     return combine([r_dtype, r_scaler], show=show)
 
 
@@ -131,11 +149,11 @@ def ex2(answer_dtype, answer_scaler, *, show: bool = True) -> CheckResult:
 # Exercise 3: unscale, then clip, in place
 # --------------------------------------------------------------------------------------------
 
-_CLIP_SCALED_HINT = (
-    "the norm was measured on gradients still multiplied by the scale: divide by the scale first, then measure"
-)
+_CLIP_SCALED_HINT = "the norm was measured on gradients still multiplied by the scale: divide by the scale first, then measure"
 _PER_TENSOR_HINT = "clip_grad_norm_ measures one norm over all gradients together, not one norm per tensor"
-_NOT_IN_PLACE_HINT = "modify the tensors in place (g.mul_(...), g.div_(...)); rebinding a name changes nothing outside"
+_NOT_IN_PLACE_HINT = (
+    "modify the tensors in place (g.mul_(...), g.div_(...)); rebinding a name changes nothing outside"
+)
 _CLIP_GENERIC_HINT = "first divide by the scale, then measure the norm of all gradients together"
 
 
@@ -220,16 +238,35 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     check_bool("show", show)
     if callable(answer):
         if _same_as(answer, _clip_scaled):
-            return _finish("wrong", "unscale_and_clip_ does not match unscale_ then clip_grad_norm_.",
-                           [f"hint: {_CLIP_SCALED_HINT}"], show=show)
+            return _finish(
+                "wrong",
+                "unscale_and_clip_ does not match unscale_ then clip_grad_norm_.",
+                [f"hint: {_CLIP_SCALED_HINT}"],
+                show=show,
+            )
         if _same_as(answer, _per_tensor):
-            return _finish("wrong", "unscale_and_clip_ does not match unscale_ then clip_grad_norm_.",
-                           [f"hint: {_PER_TENSOR_HINT}"], show=show)
+            return _finish(
+                "wrong",
+                "unscale_and_clip_ does not match unscale_ then clip_grad_norm_.",
+                [f"hint: {_PER_TENSOR_HINT}"],
+                show=show,
+            )
         if _unchanged(answer):
-            return _finish("wrong", "unscale_and_clip_ left the gradients unchanged.", [f"hint: {_NOT_IN_PLACE_HINT}"],
-                           show=show)
-    return check_function(answer, _clip_reference, _clip_cases(), name="unscale_and_clip_", rtol=1e-6,
-                          hint=_CLIP_GENERIC_HINT, show=show)
+            return _finish(
+                "wrong",
+                "unscale_and_clip_ left the gradients unchanged.",
+                [f"hint: {_NOT_IN_PLACE_HINT}"],
+                show=show,
+            )
+    return check_function(
+        answer,
+        _clip_reference,
+        _clip_cases(),
+        name="unscale_and_clip_",
+        rtol=1e-6,
+        hint=_CLIP_GENERIC_HINT,
+        show=show,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,8 +274,15 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
 # --------------------------------------------------------------------------------------------
 
 _STATE = ("model weights", "optimizer state", "scaler state", "lr scheduler state", "step number")
-CHECKPOINT_OPTIONS = ("model weights", "optimizer state", "scaler state", "lr scheduler state", "step number",
-                      "autocast state", "last loss")
+CHECKPOINT_OPTIONS = (
+    "model weights",
+    "optimizer state",
+    "scaler state",
+    "lr scheduler state",
+    "step number",
+    "autocast state",
+    "last loss",
+)
 
 _SCALER_STATE_HINT = (
     "the loss scale and its growth tracker change from step to step: section 6's run that forgot them took "
@@ -252,7 +296,10 @@ _SET_HINT = "think of everything that changes from one step to the next, and wha
     "What a checkpoint must hold",
     mistakes=[
         Mistake("forgetting the scaler state", _SCALER_STATE_HINT),
-        Mistake("autocast state", "autocast keeps no state between steps: each step enters a fresh autocast region"),
+        Mistake(
+            "autocast state",
+            "autocast keeps no state between steps: each step enters a fresh autocast region",
+        ),
     ],
 )
 def ex4(answer, *, show: bool = True) -> CheckResult:

@@ -1,0 +1,198 @@
+"""Clipping scaled gradients: what goes wrong, measured with Adam and with SGD (``07_amp_training_recipe``).
+
+:func:`compare_clipping` trains four short runs from the same seeded model, clipping after
+``scaler.unscale_`` (right) or before it (the scaled gradients: the mistake), and
+:meth:`ClippingComparison.reading` says what the mistake did, as reason codes and numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._checks import MAX_STEPS, check_float, check_instance, check_int, check_scale, check_seed
+from .cost import _mlp_sizes
+from .data import Dataset
+from .device import get_device
+from .models import make_mlp
+from .recipe import MAX_GROWTH_INTERVAL, MAX_LR, step_batches
+from .recipe_checks import check_on, check_per_step, check_split_for, precision
+from .text import Reading
+
+MAX_CLIPPING_STEPS = MAX_STEPS // 4  # compare_clipping trains four runs
+OPTIMIZERS = ("Adam", "SGD")
+
+
+@dataclass(frozen=True)
+class ClippingRun:
+    """One run of :func:`compare_clipping`: ``optimizer`` ("Adam" or "SGD"), and whether ``clip_grad_norm_``
+    saw the ``scaled`` gradients (before ``unscale_``: the mistake) or the true ones.
+
+    Per step: ``seen_norms`` is the norm ``clip_grad_norm_`` measured (``scale`` times the true norm when
+    ``scaled``), ``true_norms`` the gradients' true norm, ``clipped`` whether clipping fired (as
+    ``clip_grad_norm_`` decides: ``max_norm / (norm + 1e-6) < 1``), ``skipped`` whether ``GradScaler``
+    skipped the step, and ``update_norms`` the norm of the change the step made to the parameters."""
+
+    optimizer: str
+    scaled: bool
+    scale: float
+    max_norm: float
+    seen_norms: tuple[float, ...]
+    true_norms: tuple[float, ...]
+    clipped: tuple[bool, ...]
+    skipped: tuple[bool, ...]
+    update_norms: tuple[float, ...]
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.clipped)
+
+    @property
+    def num_clipped(self) -> int:
+        return sum(self.clipped)
+
+    @property
+    def effective_max_norm(self) -> float:
+        """The threshold in true gradient units: ``max_norm / scale`` when the scaled gradients are clipped."""
+        return self.max_norm / self.scale if self.scaled else self.max_norm
+
+    @property
+    def mean_update_norm(self) -> float:
+        return statistics.fmean(self.update_norms) if self.update_norms else math.nan
+
+
+@dataclass(frozen=True)
+class ClippingComparison:
+    """What :func:`compare_clipping` measured: for each optimizer, the run that clips after ``unscale_``
+    and the one that clips the scaled gradients.  :meth:`reading` reads them; ``str()`` is its sentences."""
+
+    runs: tuple[ClippingRun, ...]
+
+    def run(self, optimizer: str, *, scaled: bool) -> ClippingRun:
+        """The run of ``optimizer`` that clipped the scaled (True) or true (False) gradients."""
+        return next(r for r in self.runs if r.optimizer == optimizer and r.scaled == scaled)
+
+    def update_ratio(self, optimizer: str) -> float:
+        """Mean update size when clipping the scaled gradients over the mean update when clipping the true
+        ones (1: the mistake changes nothing; far below 1: the steps shrink)."""
+        right, wrong = self.run(optimizer, scaled=False), self.run(optimizer, scaled=True)
+        return wrong.mean_update_norm / right.mean_update_norm if right.mean_update_norm > 0 else math.nan
+
+    def reading(self) -> Reading:
+        """Outcome ``"clip.threshold"`` (the scaled threshold in true units, and how often each run clipped),
+        then per optimizer ``"clip.<opt>_little"``, ``"_shrank"`` or ``"_grew"`` (its update ratio) and
+        ``"clip.<opt>_why"``.  Facts: ``max_norm``, ``scale``, ``effective``, ``num_steps`` and, per optimizer
+        ``o`` (lower case), ``o_scaled_clipped``, ``o_true_clipped`` and ``o_ratio``."""
+        first = self.run(OPTIMIZERS[0], scaled=True)
+        facts = dict(max_norm=first.max_norm, scale=first.scale, effective=first.effective_max_norm)
+        facts["num_steps"] = first.num_steps
+        reasons = []
+        for o in OPTIMIZERS:
+            key, ratio = o.lower(), self.update_ratio(o)
+            facts[f"{key}_scaled_clipped"] = self.run(o, scaled=True).num_clipped
+            facts[f"{key}_true_clipped"] = self.run(o, scaled=False).num_clipped
+            facts[f"{key}_ratio"] = ratio
+            size = "little" if 0.8 <= ratio <= 1.25 else "shrank" if ratio < 1 else "grew"
+            reasons += [f"clip.{key}_{size}", f"clip.{key}_why"]
+        return Reading("clip.threshold", tuple(reasons), facts)
+
+    def __str__(self) -> str:
+        return "\n".join(self.reading().sentences())
+
+
+def compare_clipping(
+    data,
+    *,
+    scale: float = 2.0**16,
+    max_norm: float = 1.0,
+    num_steps: int = 10,
+    batch_size: int = 64,
+    hidden: int = 64,
+    depth: int = 2,
+    lr: float = 1e-2,
+    dtype=torch.float16,
+    seed: int = 0,
+    device=None,
+) -> ClippingComparison:
+    """Clip after ``unscale_`` (right) and before it (the scaled gradients: wrong), with Adam and with SGD.
+
+    Four runs of ``num_steps`` steps each from the same seeded ``models.make_mlp`` on the same batches of
+    ``data.train``: for Adam and for SGD (both at learning rate ``lr``), one run calls
+    ``clip_grad_norm_(params, max_norm)`` after ``scaler.unscale_(opt)`` and one before it, on gradients
+    still multiplied by ``scale``.  The scaler is a ``torch.amp.GradScaler`` enabled at ``scale`` (it never
+    grows; it halves only after a skipped step).
+
+    Clipping the scaled gradients puts the threshold at ``max_norm / scale`` in true units, so it fires on
+    almost every step.  SGD's steps shrink with the gradient; Adam's barely change (it is invariant to the
+    gradient's scale, apart from its eps).
+
+    Everything is checked before anything is built: ``data`` a ``data.Dataset`` on ``device``, ``scale`` a
+    normal float32, ``max_norm`` and ``lr`` finite and > 0 (``lr`` at most 1e6), ``num_steps`` from 1 to
+    ``_checks.MAX_STEPS // 4``, ``batch_size`` at most the training examples, ``hidden`` and ``depth`` as
+    ``models.make_mlp`` takes them.
+    """
+    check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
+    scale = check_scale("scale", scale)
+    max_norm = check_float("max_norm", max_norm, gt=0)
+    num_steps = check_int("num_steps", num_steps, minimum=1, maximum=MAX_CLIPPING_STEPS)
+    lr = check_float("lr", lr, gt=0, le=MAX_LR)
+    dtype = precision(dtype)
+    seed = check_seed("seed", seed)
+    dev = get_device(device)
+    _mlp_sizes(data.num_features, data.num_classes, hidden, depth)
+    batch_size, _, per_step = check_per_step(batch_size, 1, len(data.train))
+    check_on("data.train", data.train.X.device, dev)
+    model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
+    check_split_for("data.train", data.train, model, dev)
+    batches = [step_batches(data.train, k, batch_size, per_step, seed)[0] for k in range(num_steps)]
+    runs = []
+    for optimizer in OPTIMIZERS:
+        for scaled in (False, True):
+            model = make_mlp(
+                data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
+            )
+            runs.append(_clipping_run(model, optimizer, scaled, batches, scale, max_norm, lr, dtype, dev))
+    return ClippingComparison(tuple(runs))
+
+
+def _clipping_run(model, optimizer, scaled, batches, scale, max_norm, lr, dtype, dev) -> ClippingRun:
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=lr) if optimizer == "Adam" else torch.optim.SGD(params, lr=lr)
+    scaler = torch.amp.GradScaler(dev.type, init_scale=scale, growth_interval=MAX_GROWTH_INTERVAL)
+    wide = torch.float32 if dev.type == "mps" else torch.float64  # Apple GPUs have no float64
+    rows = []  # per step, on the device: seen norm, true norm, skipped, update norm
+    for X, y in batches:
+        before = [p.detach().clone() for p in params]
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = F.cross_entropy(model(X), y)
+        scaler.scale(loss).backward()
+        if scaled:
+            seen = nn.utils.clip_grad_norm_(params, max_norm)  # the mistake: the gradients are still x scale
+            scaler.unscale_(opt)
+            true = seen / scaler.get_scale()
+        else:
+            scaler.unscale_(opt)
+            seen = true = nn.utils.clip_grad_norm_(params, max_norm)
+        scaler.step(opt)
+        scaler.update()
+        update = nn.utils.get_total_norm([p.detach() - b for p, b in zip(params, before, strict=True)])
+        skipped = ~torch.isfinite(seen)  # GradScaler skips exactly when a gradient is inf or NaN
+        rows.append(torch.stack([seen, true, skipped.to(seen.dtype), update]).to(wide))
+    values = torch.stack(rows).tolist()  # one read for the whole run
+    return ClippingRun(
+        optimizer=optimizer,
+        scaled=scaled,
+        scale=scale,
+        max_norm=max_norm,
+        seen_norms=tuple(r[0] for r in values),
+        true_norms=tuple(r[1] for r in values),
+        clipped=tuple(bool(max_norm / (r[0] + 1e-6) < 1) for r in values),
+        skipped=tuple(r[2] != 0 for r in values),
+        update_norms=tuple(r[3] for r in values),
+    )

@@ -1,0 +1,517 @@
+"""FP32 against AMP, measured and read (taught in ``07_amp_training_recipe``).
+
+:func:`compare_precisions` trains the same seeded model once per dtype on the same batches, in lockstep,
+and measures time per step (with the speed-up's interval, from paired steps), the bytes autograd saves for
+backward, the peak CUDA memory of one step and test accuracy.  :func:`comparison_rows` tabulates them;
+:func:`read_comparison` (speed, against the AMP decision's expectation) and :func:`read_memory` (memory and
+accuracy) return ``text.Reading`` records: outcome and reason codes with the numbers they rest on.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ._checks import (
+    MAX_STEPS,
+    MAX_THREADS,
+    ArgumentTypeError,
+    bounded_list,
+    check_bool,
+    check_float,
+    check_instance,
+    check_int,
+    check_seed,
+)
+from .amp import AmpChoice
+from .cost import _mlp_sizes, step_bytes, step_flops
+from .data import Dataset
+from .device import get_device, torch_threads
+from .dtypes import dtype_name
+from .gpus import tensor_core_generation
+from .hardware import tf32_setting
+from .models import make_mlp
+from .progress import progress
+from .recipe import MAX_LR, History, evaluate, make_scaler, step_batches, step_on_device, timed_step
+from .recipe_checks import check_on, check_per_step, precision
+from .text import Reading, format_bytes, format_ratio
+from .timing import Regime, SpeedupEstimate, regime_for, speedup_estimate, timing_context
+
+
+def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
+    """Bytes autograd saves for backward during one forward pass of ``model`` on ``X``.
+
+    Measured with ``torch.autograd.graph.saved_tensors_hooks``: every tensor the forward keeps
+    for the backward pass is counted once (by storage).  This is the activation memory AMP
+    shrinks; the float32 weights and optimizer state do not shrink.  ``X`` and ``y`` are one batch.
+    """
+    dev = get_device(device)
+    seen: dict[tuple[int, int], int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = F.cross_entropy(model(X), y)
+    del loss
+    return sum(seen.values())
+
+
+def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:
+    """Adam for the comparison: fused on CUDA, the default elsewhere.
+
+    On CUDA the fused kernel is one launch for all parameters, and with an enabled GradScaler it takes
+    the inf check as a tensor: a non-fused optimizer makes ``scaler.step`` call ``found_inf.item()``, a
+    host sync in every float16 step.  The CPU has a fused Adam too, but it rounds differently in the
+    last bit (so every stored CPU loss would change), and a CPU ``.item()`` waits for nothing.
+    """
+    return torch.optim.Adam(params, lr=lr, fused=device.type == "cuda")
+
+
+@dataclass(frozen=True)
+class _MemoryCounters:
+    """The allocator statistics :func:`_step_memory` reads (CUDA's, or a test's fakes)."""
+
+    synchronize: Callable[[], None]
+    allocated: Callable[[], int]
+    reset_peak: Callable[[], None]
+    peak: Callable[[], int]
+
+
+def _memory_counters(dev: torch.device) -> _MemoryCounters | None:
+    """CUDA's allocator counters for ``dev``; None elsewhere, where no allocator statistic is reliable."""
+    if dev.type != "cuda":
+        return None
+    return _MemoryCounters(
+        synchronize=lambda: torch.cuda.synchronize(dev),
+        allocated=lambda: torch.cuda.memory_allocated(dev),
+        reset_peak=lambda: torch.cuda.reset_peak_memory_stats(dev),
+        peak=lambda: torch.cuda.max_memory_allocated(dev),
+    )
+
+
+def _numbered_step(model, opt, scaler, split, step: int, *, dtype, dev, batch_size, per_step, seed):
+    """Optimizer step ``step`` of a run on ``split`` (untimed, and without reading anything back)."""
+    batches = step_batches(split, step, batch_size, per_step, seed)
+    return step_on_device(model, opt, scaler, batches, dtype=dtype, device=dev)
+
+
+def _step_memory(step: Callable[[int], object], counters: _MemoryCounters) -> int:
+    """Peak bytes one training step allocates above what was already allocated before it.
+
+    ``step(k)`` runs optimizer step ``k`` of a fresh model.  Step 0 is a warm-up, not measured: first
+    steps create cuBLAS workspaces, the gradients and Adam's state, which then stay.  The baseline
+    taken after it holds everything alive (the dataset, the model, its gradients, Adam's state), so the
+    difference is what a step itself needs on top: activations kept for backward, autocast's copies,
+    temporaries (as ``race._measure_memory`` measures a race's contestants).
+    """
+    step(0)
+    counters.synchronize()
+    base = int(counters.allocated())
+    counters.reset_peak()
+    step(1)
+    counters.synchronize()
+    return int(counters.peak()) - base
+
+
+@dataclass(frozen=True)
+class PrecisionResult:
+    """One row of :func:`compare_precisions`.
+
+    ``step_seconds`` are the timed steps (after the warm-up), in the lockstep rounds all dtypes took
+    together, so round ``i`` of every row belongs together; ``speedup`` is this row's
+    ``timing.SpeedupEstimate`` against the first row (FP32) from those rounds (None for the first
+    row); ``context`` is ``timing.timing_context`` at the time (device, threads, CPU instructions).
+    ``peak_memory_bytes`` is what one training step allocated on the GPU above what was already
+    allocated (None off CUDA); ``step_flops`` and ``step_bytes`` are :func:`step_flops` and the lower
+    bound :func:`step_bytes` for one step, from which :attr:`regime` reads what limited the step.
+    """
+
+    dtype: torch.dtype
+    seconds_per_step: float
+    saved_bytes: int
+    peak_memory_bytes: int | None
+    test_accuracy: float
+    test_loss: float
+    final_train_loss: float
+    num_skipped: int
+    losses: tuple[float, ...] = ()
+    threads: int = 0
+    step_seconds: tuple[float, ...] = ()
+    speedup: SpeedupEstimate | None = None
+    context: dict = field(default_factory=dict, compare=False)
+    step_flops: float | None = None
+    step_bytes: float | None = None
+
+    @property
+    def name(self) -> str:
+        return dtype_name(self.dtype)
+
+    @property
+    def regime(self) -> Regime | None:
+        """What limited this row's median step on its device (``race.regime_for``: launch-bound,
+        memory-bound, compute-bound, or unknown where the device's datasheet is not known, as on a
+        CPU); None when the row carries no FLOP and byte counts."""
+        if self.step_flops is None or self.step_bytes is None or self.seconds_per_step <= 0:
+            return None
+
+        dtype = self.dtype
+        ctx = self.context or {}
+        if (
+            dtype == torch.float32
+            and ctx.get("tf32_matmul")
+            and tuple(ctx.get("capability") or (0, 0)) >= (8, 0)
+        ):
+            dtype = "tf32"  # with TF32 on, the "FP32" baseline's matmuls run at the TF32 Tensor Core rate
+        return regime_for(
+            self.seconds_per_step, self.step_flops, self.step_bytes, dtype, ctx, unit=f"{self.name} step"
+        )
+
+
+def compare_precisions(
+    data,
+    dtypes: Sequence = (torch.float32, torch.bfloat16),
+    *,
+    num_steps: int = 30,
+    batch_size: int = 64,
+    accumulation_steps: int = 1,
+    hidden: int = 64,
+    depth: int = 2,
+    lr: float = 1e-2,
+    warmup_steps: int = 3,
+    seed: int = 0,
+    threads: int | None = None,
+    device=None,
+    show_progress: bool = False,
+) -> list[PrecisionResult]:
+    """Train the same seeded model once per dtype, on the same batches, and measure what AMP changes.
+
+    The runs advance in lockstep (step 0 of every dtype, then step 1, ...), the order within a step flipping
+    every step, so a machine that gets busier slows every dtype alike.  Each step is timed with the device
+    synchronised around it and no host sync inside (:func:`recipe.timed_step`; on CUDA Adam is fused, so a
+    float16 step does not read its inf check either).  Per row: ``seconds_per_step``, the median after
+    ``warmup_steps``; ``speedup`` (rows after the first), ``timing.speedup_estimate`` of the first dtype's
+    step times against this one's, paired step by step; ``saved_bytes`` from :func:`saved_activation_bytes`
+    on one batch; ``peak_memory_bytes`` on CUDA, ``max_memory_allocated`` during one step (after an untimed
+    warm-up step) minus ``memory_allocated`` just before it, so that the data, weights and Adam's state
+    every dtype shares drop out (None elsewhere: no allocator statistic is reliable there); accuracy and
+    loss from ``recipe.evaluate``; ``step_flops`` and ``step_bytes`` from ``amp_lab.cost``, from which
+    ``PrecisionResult.regime`` reads what limited a step.  ``threads`` sets torch's CPU thread count for the
+    comparison (restored afterwards; a model this small runs fastest on one).
+
+    Everything is checked before the first model is built: ``data`` a ``data.Dataset`` on ``device``,
+    ``num_steps`` times the number of dtypes at most ``_checks.MAX_STEPS``, ``hidden`` and ``depth`` as
+    ``models.make_mlp`` takes them, ``lr`` at most 1e6, ``threads`` from 1 to 1024.
+    """
+    check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
+    dev = get_device(device)
+    if isinstance(dtypes, (torch.dtype, str)):
+        raise ArgumentTypeError(
+            f"dtypes must be a sequence of dtypes, e.g. (torch.float32, 'bf16'), got {dtypes!r}"
+        )
+    dts = [
+        precision(d, name="dtypes") for d in bounded_list("dtypes", dtypes, MAX_STEPS, "a sequence of dtypes")
+    ]
+    if threads is not None:
+        threads = check_int("threads", threads, minimum=1, maximum=MAX_THREADS)
+        with torch_threads(threads):
+            return compare_precisions(
+                data, dts, num_steps=num_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
+                hidden=hidden, depth=depth, lr=lr, warmup_steps=warmup_steps, seed=seed, threads=None,
+                device=dev, show_progress=show_progress,
+            )  # fmt: skip
+    if not dts:
+        raise ValueError("dtypes must name at least one of: float32, bfloat16, float16")
+    warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0, maximum=MAX_STEPS - 1)
+    num_steps = check_int("num_steps", num_steps, minimum=warmup_steps + 1, maximum=MAX_STEPS)
+    if num_steps * len(dts) > MAX_STEPS:
+        raise ValueError(
+            f"num_steps={num_steps} for {len(dts)} dtypes is {num_steps * len(dts)} training steps, more than the "
+            f"{MAX_STEPS} allowed in all (_checks.MAX_STEPS): choose num_steps <= {MAX_STEPS // len(dts)}"
+        )
+    lr = check_float("lr", lr, gt=0, le=MAX_LR)
+    _mlp_sizes(data.num_features, data.num_classes, hidden, depth)
+    seed = check_seed("seed", seed)
+    check_bool("show_progress", show_progress)
+    batch_size, _, per_step = check_per_step(batch_size, accumulation_steps, len(data.train))
+    for which, split in (("data.train", data.train), ("data.test", data.test)):
+        if len(split) == 0:
+            raise ValueError(f"{which} holds no examples")
+        check_on(which, split.X.device, dev)
+        labels = split.y
+        low, high = torch.stack([labels.min(), labels.max()]).tolist()
+        if low < 0 or high >= data.num_classes:
+            raise ValueError(
+                f"{which} holds class labels from {low} to {high}, but data.num_classes={data.num_classes} allows "
+                f"0 to {data.num_classes - 1}"
+            )
+
+    def fresh(dtype):
+        model = make_mlp(
+            data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
+        )
+        return model, _adam(model.parameters(), lr=lr, device=dev), make_scaler(dtype, dev)
+
+    batch_kw = dict(batch_size=batch_size, per_step=per_step, seed=seed)
+    peaks: dict[torch.dtype, int | None] = dict.fromkeys(dts)
+    counters = _memory_counters(dev)
+    if counters is not None:
+        for dtype in dts:
+            model, opt, scaler = fresh(dtype)
+            step = functools.partial(
+                _numbered_step, model, opt, scaler, data.train, dtype=dtype, dev=dev, **batch_kw
+            )
+            peaks[dtype] = _step_memory(step, counters)
+            del model, opt, scaler, step
+
+    context = timing_context(dev)
+    runs = [(dtype, *fresh(dtype), History()) for dtype in dts]
+    steps = range(num_steps)
+    if show_progress:
+        steps = progress(steps, desc="FP32 vs AMP")
+    for step in steps:
+        batches = step_batches(data.train, step, batch_size, per_step, seed)
+        # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked
+        # down), and that should not always favour the same dtype.
+        for dtype, model, opt, scaler, history in runs if step % 2 == 0 else runs[::-1]:
+            result, seconds = timed_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=1.0, dev=dev)
+            history.append(step, result, seconds)
+
+    flops = step_flops(data.num_features, data.num_classes, hidden=hidden, depth=depth, batch_size=batch_size,
+                       accumulation_steps=accumulation_steps)  # fmt: skip
+    rows = []
+    X, y = step_batches(data.train, 0, batch_size, batch_size, seed)[0]
+    base_seconds = tuple(runs[0][4].seconds[warmup_steps:])
+    for i, (dtype, model, _opt, _scaler, history) in enumerate(runs):
+        ev = evaluate(model, data.test, dtype=dtype, device=dev)
+        timed = tuple(history.seconds[warmup_steps:])
+        rows.append(
+            PrecisionResult(
+                dtype=dtype,
+                seconds_per_step=statistics.median(timed),
+                saved_bytes=saved_activation_bytes(model, X, y, dtype=dtype, device=dev),
+                peak_memory_bytes=peaks[dtype],
+                test_accuracy=ev.accuracy,
+                test_loss=ev.loss,
+                final_train_loss=history.losses[-1],
+                num_skipped=history.num_skipped,
+                losses=tuple(history.losses),
+                threads=torch.get_num_threads(),
+                step_seconds=timed,
+                speedup=speedup_estimate(base_seconds, timed) if i > 0 else None,
+                context=context,
+                step_flops=flops,
+                step_bytes=step_bytes(
+                    data.num_features,
+                    data.num_classes,
+                    hidden=hidden,
+                    depth=depth,
+                    batch_size=batch_size,
+                    accumulation_steps=accumulation_steps,
+                    dtype=dtype,
+                ),
+            )  # fmt: skip
+        )
+    return rows
+
+
+def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
+    """Table rows (for ``widgets.table_html``, header :data:`COMPARISON_HEADER`), against the first
+    result (FP32).
+
+    The speed-up is FP32 time / AMP time, with its 95% interval from the paired steps: above 1 AMP
+    is faster, below 1 it is slower.  ``results`` is :func:`compare_precisions`' non-empty list."""
+    results = _results("results", results, minimum=1)
+    base = results[0]
+    rows = []
+    for i, r in enumerate(results):
+        if i == 0:
+            speed = "1 (baseline)"
+        else:
+            est = r.speedup if r.speedup is not None else _speedup_of(base, r)
+            speed = f"{format_ratio(est.ratio)} ({est.ends_text()})" if est is not None else "n/a"
+        peak = "n/a" if r.peak_memory_bytes is None else format_bytes(r.peak_memory_bytes)
+        rows.append(
+            [
+                r.name,
+                f"{r.seconds_per_step * 1e3:.2f} ms",
+                speed,
+                f"{r.saved_bytes / 1024:.0f} KiB"
+                + (f" ({r.saved_bytes / base.saved_bytes:.2f}x)" if base.saved_bytes > 0 else ""),
+                peak,
+                f"{r.test_accuracy:.1%}",
+                str(r.num_skipped),
+            ]
+        )
+    return rows
+
+
+COMPARISON_HEADER = [
+    "precision",
+    "time per step (median)",
+    "speed-up vs FP32 (95% interval)",
+    "saved for backward (one batch)",
+    "peak CUDA memory per step",
+    "test accuracy",
+    "skipped steps",
+]
+
+
+def _results(name: str, results, *, minimum: int) -> list[PrecisionResult]:
+    what = "compare_precisions' list of PrecisionResult rows (the float32 baseline first)"
+    results = bounded_list(name, results, MAX_STEPS, what)
+    for i, r in enumerate(results):
+        check_instance(f"{name}[{i}]", r, PrecisionResult, "a PrecisionResult (a row of compare_precisions)")
+    if len(results) < minimum:
+        need = "at least one row" if minimum == 1 else "the float32 baseline, then at least one AMP row"
+        raise ValueError(f"{name} must be {what}: {need}, got {len(results)} row(s)")
+    return results
+
+
+def _speedup_of(base: PrecisionResult, r: PrecisionResult) -> SpeedupEstimate | None:
+    if not base.step_seconds or len(base.step_seconds) != len(r.step_seconds):
+        return None
+    return speedup_estimate(base.step_seconds, r.step_seconds)
+
+
+# --------------------------------------------------------------------------------------------
+# What the comparison says, read from the numbers
+# --------------------------------------------------------------------------------------------
+
+_OUTCOMES = {"faster": "recipe.faster", "slower": "recipe.slower", "too close to call": "recipe.too_close"}
+
+
+def _why_small(device: str, regime: Regime | None) -> str:
+    """Why a small model's speed-up is not a large matmul's: the measured regime where the device's
+    datasheet is known, else what is typical of ``device``."""
+    if regime is not None and regime.name != "unknown":
+        return "recipe.regime"
+    return {"cuda": "recipe.small_cuda", "cpu": "recipe.small_cpu"}.get(device, "recipe.small_other")
+
+
+def _expectation(expect: bool | None, outcome: str, why: str) -> tuple[tuple[str, ...], bool | None]:
+    """The reason codes comparing the measured ``outcome`` with the decision's ``expect`` (``choice.
+    expect_speedup``), and whether they agree (None: no prediction, or the measurement cannot decide)."""
+    race = "recipe.see_race"
+    noise = "recipe.within_interval" if why == "recipe.regime" else "recipe.within_noise"
+    if expect is None:
+        then = {
+            "faster": ("recipe.advice_pays",),
+            "slower": ("recipe.advice_fp32",),
+            "too close to call": (
+                noise,
+                "recipe.advice_memory",
+                *((why,) if why == "recipe.regime" else ()),
+                race,
+            ),
+        }[outcome]
+        return ("recipe.unpredicted", *then), None
+    if outcome == "too close to call":
+        return ("recipe.undecided_fast" if expect else "recipe.undecided_slow", noise, why, race), None
+    if expect == (outcome == "faster"):
+        return ("recipe.matches_fast" if expect else "recipe.matches_slow",), True
+    if expect:
+        return ("recipe.contradicts_fast", why, "recipe.trust_measurement", race), False
+    return ("recipe.contradicts_slow",), False
+
+
+def _amp_row(results, choice) -> tuple[PrecisionResult, PrecisionResult]:
+    check_instance("choice", choice, AmpChoice, "an AmpChoice (from amp.choose_amp_dtype)")
+    results = _results("results", results, minimum=2)
+    base = results[0]
+    if base.dtype != torch.float32:
+        raise ValueError(f"results[0] must be the float32 baseline, got {base.name}")
+    amp = next((r for r in results[1:] if r.dtype == choice.dtype), None)
+    if amp is None:
+        held = ", ".join(r.name for r in results)
+        raise ValueError(f"results holds no {dtype_name(choice.dtype)} row (choice.dtype); it holds: {held}")
+    return base, amp
+
+
+def read_comparison(results: Sequence[PrecisionResult], choice: AmpChoice) -> Reading:
+    """What :func:`compare_precisions`' ``results`` say about speed on the machine ``choice`` describes.
+
+    Outcome ``"recipe.faster"``, ``"recipe.slower"`` or ``"recipe.too_close"`` (the speed-up's interval
+    against 1); the reasons compare it with the AMP decision's expectation (``choice.expect_speedup``) and
+    say why a small model differs (the AMP step's measured regime where the GPU's datasheet is known:
+    ``PrecisionResult.regime``).  Facts: ``name``, ``ratio``, ``low``, ``high``, ``pairs``, ``speedup`` (the
+    estimate as printed), ``slowdown``, ``matches`` (True, False or None), ``regime``, ``regime_text`` and
+    ``basis``.  ``results[0]`` must be the float32 baseline; the AMP row read is the one in ``choice.dtype``.
+    The outcome rests on timings: show it in a cell marked volatile."""
+    base, amp = _amp_row(results, choice)
+    est = amp.speedup if amp.speedup is not None else _speedup_of(base, amp)
+    if est is None:
+        raise ValueError(
+            "results carry no paired step times (step_seconds): run compare_precisions to get them"
+        )
+    regime = amp.regime
+    reasons, matches = _expectation(choice.expect_speedup, est.outcome, _why_small(choice.device, regime))
+    text = regime.text if regime is not None else ""
+    facts = dict(
+        name=amp.name, ratio=est.ratio, low=est.low, high=est.high, pairs=est.pairs, speedup=str(est),
+        slowdown=1 / est.ratio if est.ratio > 0 else float("inf"), matches=matches,
+        regime=regime.name if regime is not None else None, regime_text=text[:1].upper() + text[1:],
+        basis=f" ({choice.basis})" if choice.basis else "",
+    )  # fmt: skip
+    return Reading(_OUTCOMES[est.outcome], reasons, facts)
+
+
+def read_memory(
+    results: Sequence[PrecisionResult], choice: AmpChoice, *, accuracy_tolerance: float = 0.03
+) -> Reading:
+    """What :func:`compare_precisions`' ``results`` say about memory and accuracy (these rest on tensor sizes
+    and a tolerance, so they hold on every machine).
+
+    Outcome ``"recipe.memory_half"`` (AMP saved at most 0.6x FP32's bytes for backward), ``"_less"`` (below
+    0.95x), ``"_same"`` (up to 1.05x) or ``"_more"``; reasons ``"recipe.weights_stay"``, ``"recipe.peak"``
+    (on CUDA, where the peak memory per step was measured) and ``"recipe.accuracy_within"`` or
+    ``"recipe.accuracy_beyond"`` (AMP's test accuracy against FP32's, ``accuracy_tolerance`` a fraction:
+    0.03 is 3 points).  Facts: ``name``, ``saved_ratio``, ``base_kib``, ``amp_kib``, ``peak_ratio``,
+    ``base_peak``, ``amp_peak`` (formatted bytes), ``accuracy_gap``, ``points``."""
+    base, amp = _amp_row(results, choice)
+    accuracy_tolerance = check_float("accuracy_tolerance", accuracy_tolerance, ge=0, lt=1)
+    if not base.saved_bytes > 0:
+        raise ValueError(
+            f"results[0].saved_bytes must be > 0 (the baseline's memory), got {base.saved_bytes!r}"
+        )
+    ratio = amp.saved_bytes / base.saved_bytes
+    outcome = "half" if ratio <= 0.6 else "less" if ratio < 0.95 else "same" if ratio <= 1.05 else "more"
+    reasons = ["recipe.weights_stay"]
+    facts = dict(
+        name=amp.name, saved_ratio=ratio, base_kib=base.saved_bytes / 1024, amp_kib=amp.saved_bytes / 1024
+    )
+    if base.peak_memory_bytes and amp.peak_memory_bytes:
+        reasons.append("recipe.peak")
+        facts.update(
+            peak_ratio=amp.peak_memory_bytes / base.peak_memory_bytes,
+            base_peak=format_bytes(base.peak_memory_bytes),
+            amp_peak=format_bytes(amp.peak_memory_bytes),
+        )
+    gap = abs(amp.test_accuracy - base.test_accuracy)
+    # 1e-12: a difference of exactly the tolerance counts as within it, whatever the float rounding.
+    reasons.append(
+        "recipe.accuracy_within" if gap <= accuracy_tolerance + 1e-12 else "recipe.accuracy_beyond"
+    )
+    facts.update(accuracy_gap=gap, points=round(accuracy_tolerance * 100, 6))
+    return Reading(f"recipe.memory_{outcome}", tuple(reasons), facts)
+
+
+def read_tf32(device=None) -> Reading:
+    """What the "FP32" baseline computes on ``device``: outcome ``"recipe.tf32_on"`` (a GPU with TF32 Tensor
+    Cores and TF32 on: its FP32 matmuls use them), ``"recipe.tf32_off"`` (such a GPU, TF32 off) or
+    ``"recipe.tf32_none"`` (no TF32 Tensor Cores in use); facts ``allowed`` and ``precision``, from
+    ``hardware.tf32_setting()``."""
+    dev = get_device(device)
+    allowed, matmul_precision = tf32_setting()
+    capability = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+    has_tf32 = capability is not None and "tf32" in tensor_core_generation(capability).precisions
+    outcome = "recipe.tf32_none" if not has_tf32 else "recipe.tf32_on" if allowed else "recipe.tf32_off"
+    return Reading(outcome, (), dict(allowed=allowed, precision=matmul_precision))
