@@ -37,7 +37,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from ._checks import ArgumentTypeError, bounded_list, check_instance  # noqa: F401 - check.py reads formats.bounded_list
+from ._checks import ArgumentTypeError, check_instance
 from .device import float64_on_cpu
 from .text import Reading
 

@@ -25,13 +25,13 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import amp_lab.device as D
-from amp_lab import check, formats, gradients, ranges, scaling, tensor_cores, training
+from amp_lab import alignment, check, formats, gradients, ranges, scaling, tensor_cores, training
 
 # --------------------------------------------------------------------------------------------
 # The static check
 # --------------------------------------------------------------------------------------------
 
-MODULES = (tensor_cores, ranges, gradients, scaling, training, formats, check)
+MODULES = (tensor_cores, alignment, ranges, gradients, scaling, training, formats, check)
 
 
 def _is_float64(node: ast.AST) -> bool:
@@ -273,7 +273,7 @@ def test_tensor_core_emulation_on_mps(fake_mps):
 def test_time_matmul_on_mps(fake_mps, monkeypatch):
     waits = []
     monkeypatch.setattr(torch.mps, "synchronize", lambda: waits.append(1))
-    r = tensor_cores.time_matmul(8, device="mps", repeats=3, warmup=1)
+    r = alignment.time_matmul(8, device="mps", repeats=3, warmup=1)
     assert r["dtype"] == "float16" and len(r["samples_ms"]) == 3
     assert len(waits) == 6  # before and after each sample: MPS only queues the matmuls
 

@@ -14,8 +14,7 @@ from ..check import check_bits, check_value
 from ..check_base import CheckResult
 from ..check_items import check_set
 from ..formats import FORMATS, decompose, round_to
-from . import Mistake, combine, exercise
-from . import finite_float as _finite_float
+from . import Mistake, combine, exercise, finite_float
 
 __all__ = [
     "ex1",
@@ -132,7 +131,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     expected = _largest_exact_integer(INTEGER_FORMAT)
     stored = FORMATS[INTEGER_FORMAT].mantissa_bits
     hint = f"BF16 stores {stored} mantissa bits; where does the gap between neighbouring values become 2?"
-    a = _finite_float(answer)
+    a = finite_float(answer)
     if a is not None and a != expected:
         if a in (2.0**stored, 2.0**stored - 1):
             hint = _IMPLICIT_COUNT_HINT
@@ -173,7 +172,7 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
         f"find the power of two just below {ULP_VALUE:g}: FP16 splits the interval from it to the next power "
         f"of two into 2**{f.mantissa_bits} equal steps"
     )
-    a = _finite_float(answer)
+    a = finite_float(answer)
     if a is not None and a != expected:
         below = 2.0 ** math.floor(math.log2(ULP_VALUE))
         if a == f.eps:

@@ -21,8 +21,7 @@ from ..check_items import check_set
 from ..device import float64_on_cpu
 from ..formats import FORMATS
 from ..tensor_cores import ACCUMULATE_FORMATS, MAX_MMA_WORK, mma, running_sum
-from . import Mistake, combine, exercise
-from . import finite_float as _finite_float
+from . import Mistake, combine, exercise, finite_float
 
 __all__ = [
     "ex1",
@@ -157,7 +156,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     """The value at which a BF16 running sum of 0.5s stops growing."""
     expected = _stall_value(STALL_TERM, STALL_FORMAT)
     hint = "the sum stops when adding 0.5 becomes a tie: where BF16's step is twice the increment"
-    a = _finite_float(answer)
+    a = finite_float(answer)
     if a is not None and a != expected:
         if a == _stall_value(STALL_TERM, "fp16"):
             hint = _OTHER_FORMAT_HINT
@@ -208,7 +207,7 @@ def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
     expected = _summed("fp16")
     exact = _exact_sum()
     hint = "follow the running sum through the binades: where does the step become more than twice the term?"
-    a = _finite_float(answer)
+    a = finite_float(answer)
     if a is not None and a != expected:
         if abs(a - exact) <= 0.01 * exact or abs(a - SUM_LENGTH * SUM_TERM) <= 0.01 * exact:
             hint = _EXACT_HINT

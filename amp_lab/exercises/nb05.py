@@ -15,11 +15,7 @@ import torch.nn.functional as F
 from .. import autocast_ops as ao
 from .._checks import ArgumentTypeError, check_bool
 from ..check import check_value
-from ..check_base import CheckResult
-from ..check_base import finish as _finish
-from ..check_base import is_placeholder as _is_placeholder
-from ..check_base import no_answer as _no_answer
-from ..check_base import read_dtype as _parse_dtype
+from ..check_base import CheckResult, finish, is_placeholder, no_answer, read_dtype
 from ..check_items import check_choice
 from ..device import get_device, seeded, supports_float64
 from . import Mistake, combine, exercise
@@ -122,12 +118,12 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
     check_bool("show", show)
     dev = _device(device)
     expected = region_dtypes(dev)
-    if _is_placeholder(answer):
-        return _no_answer(
+    if is_placeholder(answer):
+        return no_answer(
             "answer", show, "a dict {" + ", ".join(f"{k!r}: ..." for k in REGION_NAMES) + "} of dtypes"
         )
     if not isinstance(answer, dict):
-        return _finish(
+        return finish(
             "wrong",
             "`answer` should be a dict such as {'h': torch.float32, ...}, one dtype per name.",
             [f"hint: {_GENERIC_HINT}"],
@@ -136,10 +132,10 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
     right, notes, missing = [], [], []
     for key, want in expected.items():
         given = answer.get(key)
-        if _is_placeholder(given):
+        if is_placeholder(given):
             missing.append(key)
             continue
-        got = _parse_dtype(given)
+        got = read_dtype(given)
         if got is None:
             notes.append(
                 f"answer[{key!r}] = {given!r:.40} is not a dtype; write e.g. torch.float32 or 'bf16'."
@@ -151,17 +147,17 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
                 f"answer[{key!r}] = {_name(got)} is not what the line gives: {_dtype_hint(key, got)}."
             )
     if missing and not right and not notes:
-        return _no_answer("answer", show, "a dict with one dtype per name (" + ", ".join(REGION_NAMES) + ")")
+        return no_answer("answer", show, "a dict with one dtype per name (" + ", ".join(REGION_NAMES) + ")")
     details = {"right": right, "missing": missing}
     if len(right) == len(expected):
-        return _finish("exact", f"all {len(right)} dtypes in `answer` are right.", show=show, details=details)
+        return finish("exact", f"all {len(right)} dtypes in `answer` are right.", show=show, details=details)
     if missing:
         notes.append("not answered yet: " + ", ".join(repr(k) for k in missing))
     extra = [k for k in answer if k not in expected]
     if extra:
         notes.append("not asked (ignored): " + ", ".join(repr(k) for k in extra))
     head = f"{len(right)} of {len(expected)} dtypes in `answer` are right."
-    return _finish("wrong", head, notes, show=show, details=details)
+    return finish("wrong", head, notes, show=show, details=details)
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,7 +196,7 @@ def _policy_check(answer, fn, shapes, op_name: str, dev: torch.device, show: boo
     low = ao.autocast_dtype(dev)
     means = _policy_means(low)
     a = answer.strip().lower() if isinstance(answer, str) else answer
-    if not _is_placeholder(answer) and a != expected and a in POLICIES:
+    if not is_placeholder(answer) and a != expected and a in POLICIES:
         if a == "promote" and expected == "unchanged" and result.mixed_dtype == torch.float32:
             hint = _KERNEL_PROMOTION_HINT
         return check_choice(
@@ -293,10 +289,10 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
     the column ``x`` as a float32 tensor within VARIANCE_ATOL of the float64 reference."""
     check_bool("show", show)
     dev = _device(device)
-    if _is_placeholder(safe_variance):
-        return _no_answer("safe_variance", show, "your function")
+    if is_placeholder(safe_variance):
+        return no_answer("safe_variance", show, "your function")
     if not callable(safe_variance):
-        return _finish(
+        return finish(
             "wrong", f"`safe_variance` is a {type(safe_variance).__name__}, not a function.", show=show
         )
     x = variance_column(dev)
@@ -306,34 +302,34 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
         with torch.autocast(dev.type, dtype=low):
             got = safe_variance(x.clone())
     except NotImplementedError:
-        return _finish(
+        return finish(
             "unanswered",
             "safe_variance raises NotImplementedError: write it, run its cell, then run this cell again.",
             show=show,
             details={"answered": False},
         )
     except Exception as exc:  # the learner's code: report, never raise
-        return _finish("wrong", f"safe_variance(x) raised {type(exc).__name__}: {exc}", show=show)
+        return finish("wrong", f"safe_variance(x) raised {type(exc).__name__}: {exc}", show=show)
     if got is None:
-        return _finish(
+        return finish(
             "unanswered",
             "safe_variance returns None: write it, run its cell, then run this cell again.",
             show=show,
             details={"answered": False},
         )
     if not isinstance(got, torch.Tensor):
-        return _finish(
+        return finish(
             "wrong", f"safe_variance(x) returned a {type(got).__name__}; return a tensor.", show=show
         )
     if got.numel() != 1:
-        return _finish(
+        return finish(
             "wrong",
             f"safe_variance(x) returned a tensor of shape {tuple(got.shape)}; the variance is "
             "one number (shape (1, 1) or ())",
             show=show,
         )
     if got.dtype == low:
-        return _finish(
+        return finish(
             "wrong",
             f"safe_variance(x) returned {_name(got.dtype)}, not float32.",
             [f"hint: {_ENABLED_FALSE_HINT}"],
@@ -347,7 +343,7 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
         and error > VARIANCE_ATOL
         and torch.equal(got.detach().reshape(()), too_late.reshape(()))
     ):
-        return _finish(
+        return finish(
             "wrong",
             "safe_variance(x) is float32, but far from the float64 reference.",
             [f"hint: {_CAST_TOO_LATE_HINT}"],

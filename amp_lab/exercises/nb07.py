@@ -14,11 +14,8 @@ from .. import hardware
 from .._checks import check_bool
 from ..amp import choose_amp_dtype
 from ..check import check_dtype
-from ..check_base import CheckResult
-from ..check_base import finish as _finish
-from ..check_base import is_placeholder as _is_placeholder
+from ..check_base import CheckResult, finish, is_placeholder, read_dtype
 from ..check_base import norm as _norm
-from ..check_base import read_dtype as _parse_dtype
 from ..check_items import check_choice, check_function, check_sequence, check_set
 from . import Mistake, combine, exercise
 
@@ -78,7 +75,7 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
     """The items of STEP_PIECES (the notebook's ``pieces``) in the order one optimizer step runs them."""
     check_bool("show", show)
     hint = _ORDER_HINT
-    if not _is_placeholder(answer) and not isinstance(answer, str):
+    if not is_placeholder(answer) and not isinstance(answer, str):
         pos = _positions(answer)
         if pos is not None:
             if pos[CLIP] < pos[UNSCALE]:
@@ -123,10 +120,10 @@ def ex2(answer_dtype, answer_scaler, *, show: bool = True) -> CheckResult:
     (``answer_scaler``, True/False) on an NVIDIA L4."""
     check_bool("show", show)
     choice = _l4_choice()
-    got = _parse_dtype(answer_dtype)
+    got = read_dtype(answer_dtype)
     dtype_hint = _CAPABILITY_HINT
     if got is not None and got != choice.dtype:
-        r_dtype = _finish(
+        r_dtype = finish(
             "wrong",
             f"`answer_dtype` is {str(got).removeprefix('torch.')}, not what the flow chooses on the L4.",
             [f"hint: {dtype_hint}"],
@@ -238,21 +235,21 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     check_bool("show", show)
     if callable(answer):
         if _same_as(answer, _clip_scaled):
-            return _finish(
+            return finish(
                 "wrong",
                 "unscale_and_clip_ does not match unscale_ then clip_grad_norm_.",
                 [f"hint: {_CLIP_SCALED_HINT}"],
                 show=show,
             )
         if _same_as(answer, _per_tensor):
-            return _finish(
+            return finish(
                 "wrong",
                 "unscale_and_clip_ does not match unscale_ then clip_grad_norm_.",
                 [f"hint: {_PER_TENSOR_HINT}"],
                 show=show,
             )
         if _unchanged(answer):
-            return _finish(
+            return finish(
                 "wrong",
                 "unscale_and_clip_ left the gradients unchanged.",
                 [f"hint: {_NOT_IN_PLACE_HINT}"],
@@ -306,7 +303,7 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
     """A set of items from CHECKPOINT_OPTIONS (the notebook's ``options``)."""
     check_bool("show", show)
     hint = _SET_HINT
-    if not _is_placeholder(answer) and isinstance(answer, (set, frozenset, list, tuple)):
+    if not is_placeholder(answer) and isinstance(answer, (set, frozenset, list, tuple)):
         try:
             got = {_norm(x) for x in answer}
         except TypeError:

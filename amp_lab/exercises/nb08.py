@@ -14,9 +14,7 @@ import torch
 
 from .. import fp8, mx
 from .._checks import ArgumentTypeError, bounded_list, check_bool, check_float, check_int
-from ..check_base import CheckResult
-from ..check_base import finish as _finish
-from ..check_base import is_placeholder as _is_placeholder
+from ..check_base import CheckResult, finish, is_placeholder
 from . import Mistake, combine, exercise
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "E4M3", "DELAYED_SCHEDULES", "BLOCK_SIZES", "MAX_MARGIN"]
@@ -30,12 +28,12 @@ BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # the block sizes exercise 3 chooses am
 
 def _todo(text: str, show: bool = False) -> CheckResult:
     """Not attempted yet: the answer is still the skeleton."""
-    return _finish("unanswered", text, show=show, details={"answered": False})
+    return finish("unanswered", text, show=show, details={"answered": False})
 
 
 def _no(text: str, hint: str, show: bool = False) -> CheckResult:
     """A wrong answer and the hint that points at the idea."""
-    return _finish("wrong", text, [f"hint: {hint}"], show=show)
+    return finish("wrong", text, [f"hint: {hint}"], show=show)
 
 
 _NOT_WRITTEN = (
@@ -59,7 +57,7 @@ def _call(fn, *args):
         raise _Todo from e
     except Exception as e:  # the learner's code: reported in the feedback, never raised
         return "error", f"{type(e).__name__}: {e}"
-    if _is_placeholder(out):
+    if is_placeholder(out):
         raise _Todo
     return "ok", out
 
@@ -140,10 +138,10 @@ _NO_CAST_HINT = "the result is an FP8 tensor: cast the scaled values to torch.fl
 
 
 def _scale_part(scale_fn, show_name: str = "my_tensorwise_scale") -> CheckResult:
-    if _is_placeholder(scale_fn):
+    if is_placeholder(scale_fn):
         return _todo(f"no answer yet: write `{show_name}` above and run this cell again.")
     if not callable(scale_fn):
-        return _finish("wrong", f"`{show_name}` is a {type(scale_fn).__name__}, not a function.", show=False)
+        return finish("wrong", f"`{show_name}` is a {type(scale_fn).__name__}, not a function.", show=False)
     got, want, errors = {}, {}, {}
     for name, x in _ex1_tensors():
         want[name] = fp8.tensorwise_scale(x, E4M3).detach().reshape(()).to("cpu", torch.float32)
@@ -181,7 +179,7 @@ def _scale_part(scale_fn, show_name: str = "my_tensorwise_scale") -> CheckResult
     if not wrong:
         exact = all(_same32(got[n], want[n]) for n in got)
         how = "bit for bit" if exact else "within one float32 ulp (a scale computed in float32, not float64)"
-        return _finish(
+        return finish(
             "exact" if exact else "close",
             f"`{show_name}` equals fp8.tensorwise_scale (torchao's tensor_to_scale) on all {len(got)} "
             f"tensors, {how}.",
@@ -207,7 +205,7 @@ def _scale_part(scale_fn, show_name: str = "my_tensorwise_scale") -> CheckResult
         hint = _EPS_HINT
     else:
         hint = "the scale is E4M3's largest value divided by amax, the tensor's largest magnitude"
-    return _finish(
+    return finish(
         "wrong",
         f"`{show_name}` differs from fp8.tensorwise_scale on {len(wrong)} of {len(got)} tensors.",
         [*notes, f"hint: {hint}"],
@@ -236,10 +234,10 @@ def _quantize_cases():
 
 
 def _quantize_part(quantize_fn, show_name: str = "my_quantize") -> CheckResult:
-    if _is_placeholder(quantize_fn):
+    if is_placeholder(quantize_fn):
         return _todo(f"no answer yet: write `{show_name}` above and run this cell again.")
     if not callable(quantize_fn):
-        return _finish(
+        return finish(
             "wrong", f"`{show_name}` is a {type(quantize_fn).__name__}, not a function.", show=False
         )
     cases = _quantize_cases()
@@ -289,7 +287,7 @@ def _quantize_part(quantize_fn, show_name: str = "my_quantize") -> CheckResult:
                 hint,
                 False,
             )
-    return _finish(
+    return finish(
         "exact",
         f"`{show_name}` equals fp8.quantize bit for bit on all {len(cases)} cases (an outlier, "
         "saturation beyond E4M3's max, a NaN, an all-zero tensor).",
@@ -404,7 +402,7 @@ def _trajectory(cls) -> tuple:
                 return ("error", what, step, "reading .scale", f"{type(e).__name__}: {e}")
             except Exception as e:
                 return ("error", what, step, "reading .scale", f"{type(e).__name__}: {e}")
-            if _is_placeholder(value):
+            if is_placeholder(value):
                 return ("todo",) if step == 0 else ("error", what, step, "reading .scale", "it is None")
             value32 = _as_float32(value)
             if value32 is None:
@@ -470,10 +468,10 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     """``MyDelayedScaling(history_len, margin)`` beside fp8.DelayedScaling (E4M3, algo "max") on five amax
     sequences: ``.scale`` is read before every ``update(amax)`` and after the last, and compared in float32."""
     check_bool("show", show)
-    if _is_placeholder(answer):
+    if is_placeholder(answer):
         return _todo("no answer yet: write the class `MyDelayedScaling` above and run this cell again.", show)
     if not callable(answer):
-        return _finish(
+        return finish(
             "wrong",
             f"`MyDelayedScaling` is a {type(answer).__name__}, not a class: pass the class itself.",
             show=show,
@@ -487,7 +485,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
         )
     steps = sum(len(s) for s in want)
     if _same_trajectory(got, want):
-        return _finish(
+        return finish(
             "exact",
             f"MyDelayedScaling matches fp8.DelayedScaling on all {len(DELAYED_SCHEDULES)} sequences "
             f"({steps} scales read): the same float32 scale before every update and after the last.",
@@ -517,7 +515,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
         else:
             hint = _NEWEST_HINT
     seen = ", ".join(_show(a) for a in amaxes[:first])
-    return _finish(
+    return finish(
         "wrong",
         f'MyDelayedScaling differs from fp8.DelayedScaling on "{what}" (history_len={history_len}, '
         f"margin={margin}) at step {first}: yours {_show(mine[first])}, fp8.DelayedScaling "
@@ -588,7 +586,7 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
             "choose a larger target"
         )
     best = max(meeting)
-    if _is_placeholder(answer):
+    if is_placeholder(answer):
         return _todo("no answer yet: set `answer` to a block size and run this cell again.", show)
     if _whole(answer) not in fp4:
         sizes = ", ".join(str(b) for b in fp4)
@@ -599,7 +597,7 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
     if answer == best:
         larger = [b for b in fp4 if b > best]
         beyond = f"; the next larger, {min(larger)}, does not" if larger else " (the largest block size here)"
-        return _finish("exact", f"block size {best}: FP4 E2M1 meets the target on acts{beyond}.", show=show)
+        return finish("exact", f"block size {best}: FP4 E2M1 meets the target on acts{beyond}.", show=show)
     if fp4[answer] > target:
         e4m3 = _block_losses(x, "fp8_e4m3")
         e4m3_best = max((b for b, e in e4m3.items() if e <= target), default=None)
@@ -667,7 +665,7 @@ def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
         raise ValueError(
             f"no margin up to {MAX_MARGIN} avoids saturation on these amaxes: choose a smaller spike"
         )
-    if _is_placeholder(answer):
+    if is_placeholder(answer):
         return _todo("no answer yet: set `answer` to a margin (an integer) and run this cell again.", show)
     if _whole(answer) is None or not 0 <= _whole(answer) <= 2**MAX_MARGIN:
         return _no(
@@ -677,7 +675,7 @@ def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
         )
     answer = int(answer)
     if answer == best:
-        return _finish(
+        return finish(
             "exact",
             f"margin {best}: delayed scaling (history {history_len}) saturates at no step; margin "
             f"{best - 1} saturates at step(s) {_saturated_steps(amaxes, history_len, best - 1)[:5]}."

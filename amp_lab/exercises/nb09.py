@@ -14,9 +14,7 @@ import torch
 
 from .._checks import ArgumentTypeError
 from ..check import check_value
-from ..check_base import CheckResult
-from ..check_base import finish as _finish
-from ..check_base import is_placeholder as _is_placeholder
+from ..check_base import CheckResult, finish, is_placeholder
 from ..check_items import check_set
 from ..pitfalls import ATTENTION_VARIANTS, AttentionOverflowResult
 from . import Mistake, exercise
@@ -39,14 +37,18 @@ def _is_number(x) -> bool:
 
 
 def _diagnosed(answer, hint: str, show: bool) -> CheckResult:
-    """"Not yet" for a common wrong answer: the hint for the idea it missed, and nothing that would mislead."""
-    return _finish("wrong", f"`answer` = {answer!r} is not the right value yet.", [f"hint: {hint}"], show=show)
+    """ "Not yet" for a common wrong answer: the hint for the idea it missed, and nothing that would mislead."""
+    return finish("wrong", f"`answer` = {answer!r} is not the right value yet.", [f"hint: {hint}"], show=show)
 
 
 def _one_number(answer, show: bool) -> CheckResult | None:
-    """"Not yet" for a collection given where one number is asked for (a list [1.0] is not the number 1.0)."""
-    if isinstance(answer, (list, tuple, set, frozenset, dict)) or (isinstance(answer, torch.Tensor) and answer.numel() != 1):
-        return _finish("wrong", f"`answer` is a {type(answer).__name__}; this exercise wants one number.", show=show)
+    """ "Not yet" for a collection given where one number is asked for (a list [1.0] is not the number 1.0)."""
+    if isinstance(answer, (list, tuple, set, frozenset, dict)) or (
+        isinstance(answer, torch.Tensor) and answer.numel() != 1
+    ):
+        return finish(
+            "wrong", f"`answer` is a {type(answer).__name__}; this exercise wants one number.", show=show
+        )
     return None
 
 
@@ -60,7 +62,9 @@ def _fp16(x: float) -> float:
 
 _K_HINT = "give eps itself (a float such as 10.0**-k), not the exponent k"
 _KEPT_HINT = "float16 still keeps that one, as a subnormal: compare each power of ten with half of the smallest subnormal"
-_NOT_POWER_HINT = "the answer is of the form 10**-k: which power of ten is the first below the rounding boundary?"
+_NOT_POWER_HINT = (
+    "the answer is of the form 10**-k: which power of ten is the first below the rounding boundary?"
+)
 _NOT_LARGEST_HINT = "float16 loses that one too, but it is not the largest power of ten it loses"
 _EPS_HINT = "half of float16's smallest subnormal (2**-24) is the rounding boundary; which power of ten is the first one below it?"
 
@@ -92,7 +96,9 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
             hint = _KEPT_HINT
         elif is_power:
             hint = _NOT_LARGEST_HINT
-        elif a > 0 and any(math.isclose(a, s, rel_tol=0.02) for s in (smallest_subnormal, smallest_subnormal / 2)):
+        elif a > 0 and any(
+            math.isclose(a, s, rel_tol=0.02) for s in (smallest_subnormal, smallest_subnormal / 2)
+        ):
             hint = _NOT_POWER_HINT
         if hint != _EPS_HINT:  # a diagnosed slip: its hint alone (the generic ratio notes would mislead)
             return _diagnosed(answer, hint, show)
@@ -104,8 +110,12 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
 # --------------------------------------------------------------------------------------------
 
 _GAP_HINT = "an update of a whole gap lands exactly on the next bfloat16 value: it is not lost"
-_SPACING_HINT = "the spacing of bfloat16 grows with the value: how far apart are its numbers between 256 and 512?"
-_TIE_HINT = "mind the tie: a sum exactly halfway between two bfloat16 numbers rounds to the one with an even last bit"
+_SPACING_HINT = (
+    "the spacing of bfloat16 grows with the value: how far apart are its numbers between 256 and 512?"
+)
+_TIE_HINT = (
+    "mind the tie: a sum exactly halfway between two bfloat16 numbers rounds to the one with an even last bit"
+)
 _SWAMP_HINT = "bfloat16 keeps 8 significant bits: how far apart are the bfloat16 numbers between 256 and 512?"
 
 
@@ -130,8 +140,12 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     w = torch.tensor(SWAMP_WEIGHT, dtype=torch.bfloat16)
     gap = _bf16_gap_above(SWAMP_WEIGHT)
     half_gap = gap / 2
-    lost_at_half = (w.float() + half_gap).to(torch.bfloat16).item() == SWAMP_WEIGHT  # the tie goes to the even one
-    largest_lost = half_gap if lost_at_half else float(torch.nextafter(torch.tensor(half_gap), torch.tensor(0.0)))
+    lost_at_half = (w.float() + half_gap).to(
+        torch.bfloat16
+    ).item() == SWAMP_WEIGHT  # the tie goes to the even one
+    largest_lost = (
+        half_gap if lost_at_half else float(torch.nextafter(torch.tensor(half_gap), torch.tensor(0.0)))
+    )
     hint = _SWAMP_HINT
     if _is_number(answer) and math.isfinite(float(answer)) and answer != largest_lost:
         a = float(answer)
@@ -170,14 +184,21 @@ def ex3(answer, att, *, show: bool = True) -> CheckResult:
     """Which of the attention variants other than plain "fp16" keep every probability finite for the inputs
     of ``att`` (:func:`amp_lab.pitfalls.attention_overflow`): a set of variant names."""
     if not isinstance(att, AttentionOverflowResult):
-        raise ArgumentTypeError(f"att must be the result of pitfalls.attention_overflow, got {type(att).__name__}")
+        raise ArgumentTypeError(
+            f"att must be the result of pitfalls.attention_overflow, got {type(att).__name__}"
+        )
     options = [n for n in ATTENTION_VARIANTS if n != "fp16"]
     finite = {n for n in options if att.variants[n].ok}
     if not finite:  # every variant overflowed: these inputs cannot tell the fixes apart
-        raise ValueError("att has no variant that stays finite: run pitfalls.attention_overflow with the notebook's inputs")
+        raise ValueError(
+            "att has no variant that stays finite: run pitfalls.attention_overflow with the notebook's inputs"
+        )
     hints = []
-    if not _is_placeholder(answer):
-        picked = {" ".join(str(x).split()).lower() for x in (answer if isinstance(answer, (set, frozenset, list, tuple)) else [answer])}
+    if not is_placeholder(answer):
+        picked = {
+            " ".join(str(x).split()).lower()
+            for x in (answer if isinstance(answer, (set, frozenset, list, tuple)) else [answer])
+        }
         too_late = "fp16 logits, fp32 softmax"
         if too_late not in finite and too_late in picked:
             hints.append(_TOO_LATE_HINT)

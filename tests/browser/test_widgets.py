@@ -146,8 +146,8 @@ def test_a_broken_callback_fails_the_drive(runs, lab_server):
 @needs(FORMATS_NB)
 def test_bit_explorer_typed_values(runs):
     """Type a value into the explorer's box and press Enter; every format's readout must read as
-    ``formats.readout_html(formats.decompose(value, fmt))``."""
-    from amp_lab import formats
+    ``format_explorer.readout_html(formats.decompose(value, fmt))``."""
+    from amp_lab import format_explorer, formats
 
     nb, _ = runs.get_clean(FORMATS_NB)
     with widget_shot(nb, ".amp-bit-explorer", "01_float_formats-bit-explorer.png"):
@@ -166,7 +166,7 @@ def test_bit_explorer_typed_values(runs):
             box.press("Enter")
             value = float(typed)
             want = {
-                name: nb.html_text(formats.readout_html(formats.decompose(value, name))) for name in present
+                name: nb.html_text(format_explorer.readout_html(formats.decompose(value, name))) for name in present
             }
             expect()(status).to_contain_text(repr(value), timeout=15_000)
             for name in present:
