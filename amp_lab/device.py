@@ -204,7 +204,7 @@ def _rng_devices() -> list[int]:
 def seeded(seed: int):
     """Run a block with torch's generators seeded to ``seed``, then give the learner's generators back
     exactly as they were: the CPU's *and* every CUDA device's (``torch.manual_seed`` reseeds them all,
-    so forking only the CPU's would silently reseed a learner's GPU).  (``make_model``, ``make_mlp``,
+    so forking only the CPU's would silently reseed a learner's GPU).  (``models.make_mlp``,
     the race's model.)"""
     seed = check_int("seed", seed, minimum=0, maximum=2**64 - 1)
     mps = getattr(torch, "mps", None)
