@@ -29,8 +29,6 @@ OVER_TODAY = {
     "formats": 950,
     "tensor_cores": 935,
     "hardware": 905,
-    "scaling": 815,
-    "ranges": 810,
 }
 
 
