@@ -76,7 +76,6 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     ),
     "gradients": (
         "collect_gradients",
-        "make_mlp",
         "train_steps",
     ),
     "hardware": (
@@ -84,6 +83,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "setup_banner",
         "tf32_setting",
     ),
+    "models": ("make_mlp",),
     "pitfalls": (
         "adam_eps_underflow",
         "attention_overflow",

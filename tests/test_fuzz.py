@@ -89,6 +89,7 @@ from amp_lab import (
     gpus,
     gradients,
     hardware,
+    models,
     pitfalls,
     predict,
     progress,
@@ -124,6 +125,7 @@ MODULES = {
     "fp8": fp8,
     "gradients": gradients,
     "hardware": hardware,
+    "models": models,
     "exercises": exercises,
     "pitfalls": pitfalls,
     "predict": predict,
@@ -144,13 +146,12 @@ F32_TINY, F32_MAX = FLOAT32_TINY, FLOAT32_MAX
 
 # Bounds the modules document where they are used (read from the code where it exposes them, so the suite
 # cannot drift; the defaults are the values in the code, for the code before issue 14, which lacks some).
-MAX_FEATURES = getattr(gradients, "MAX_FEATURES", 1 << 20)  # make_mlp's num_features and num_classes
-MLP_MAX_DEPTH = getattr(training, "MAX_DEPTH", 64)  # make_mlp, train_digits, recipe.make_model/step_flops
-MLP_MAX_WIDTH = getattr(training, "MAX_WIDTH", 4096)  # make_mlp, digits_gradients, train_digits
-MAX_LR = getattr(training, "MAX_LR", 1e6)
-MAX_EXPLORER_STEPS = getattr(training, "MAX_EXPLORER_STEPS", 500)
-MAX_GROWTH_INTERVAL = getattr(scaling, "MAX_GROWTH_INTERVAL", 2**31 - 1)  # GradScaler takes a C int
-MAX_GROWTH_FACTOR = getattr(scaling, "MAX_GROWTH_FACTOR", F32_MAX / F32_TINY)
+MLP_MAX_DEPTH = training.MAX_DEPTH  # train_digits, recipe.make_model/step_flops
+MLP_MAX_WIDTH = training.MAX_WIDTH  # train_digits
+MAX_LR = training.MAX_LR
+MAX_EXPLORER_STEPS = training.MAX_EXPLORER_STEPS
+MAX_GROWTH_INTERVAL = scaling.MAX_GROWTH_INTERVAL  # GradScaler takes a C int
+MAX_GROWTH_FACTOR = scaling.MAX_GROWTH_FACTOR
 RECIPE_MAX_SIZE = getattr(recipe, "_MAX_SIZE", 2**53)  # widths and batch sizes of recipe's helpers
 RECIPE_MAX_STEP = getattr(recipe, "_MAX_STEP_NUMBER", 2**53)  # a step number
 MAX_K = getattr(tensor_cores, "MAX_K", 1 << 16)
@@ -158,7 +159,7 @@ MAX_PIXELS = getattr(widgets, "MAX_PIXELS", 4096)  # FigurePane's dpi
 MAX_CONTESTANTS = 3  # race.mlp_bytes: FP32, AMP and (from Ampere on) TF32
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
 SMOKE_TEST_K = (0, 15)  # widgets.SmokeTest's slider: 2**16 is beyond float16's largest value
-SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.ScaleExplorer's slider range
+SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.scale_explorer's slider range
 LOG2_HISTOGRAM_LO, LOG2_HISTOGRAM_HI = (-400, 400), (-399, 401)  # ranges.log2_histogram's bins
 # training.ScalerExplorer's sliders
 SCALER_EXPLORER_LOG2, SCALER_EXPLORER_GROWTH, SCALER_EXPLORER_BACKOFF = (0, 32), (1, 100), (0.05, 0.95)
@@ -324,7 +325,7 @@ def timing_obj(label="a", scale=1.0):
 
 
 def grads_record():
-    m = gradients.make_mlp(num_features=64, depth=2, width=8)
+    m = models.make_mlp(64, hidden=8, depth=1)
     s = split()
     return gradients.collect_gradients(m, s.X[:16], s.y[:16])
 
@@ -674,7 +675,6 @@ E(
     examples=2,
     corpus_limit=3,
 )
-E("scaling.ScalerComparison", lambda: dict(same=True, steps=1))
 
 # --- exercises (issue 16): the notebooks' checks are tested in tests/test_exercises_nbNN.py -------------
 E(
@@ -782,13 +782,6 @@ if hasattr(device, "cuda_available_bytes"):
         {"free": Int(0), "reserved": Int(0), "allocated": Int(0)},
         post=nonneg_int,
     )
-if hasattr(gradients, "mlp_parameter_count"):
-    E(
-        "gradients.mlp_parameter_count",
-        lambda: dict(num_features=64, num_classes=10, depth=2, width=8),
-        {"num_features": Int(1), "num_classes": Int(1), "depth": Int(1), "width": Int(1)},
-        post=nonneg_int,
-    )
 
 # --- doctor ---------------------------------------------------------------------------------
 E("doctor.Requirement", lambda: dict(distribution="torch", minimum="2.0", why="autocast"))
@@ -865,34 +858,30 @@ E("formats.bit_explorer", lambda: dict(value=0.1), {"value": Roundable(), "fmts"
 E("formats.bits_html", lambda: dict(d=formats.decompose(0.1, "fp16")), {"d": Obj()}, post=is_str)
 
 # --- gradients ------------------------------------------------------------------------------
+# models.make_mlp is 03's and 04's network since issue 23 (gradients.make_mlp is gone); its bounds: cost's
 E(
-    "gradients.LayerGradients",
-    lambda: dict(
-        name="l", kind="linear", output=T(2), activation_grad=T(2), weight_grad=None, bias_grad=None
-    ),
-)
-E("gradients.GradientRecord", lambda: dict(layers=[], loss=1.0), {"layers": Seq(), "loss_scale": Scale()})
-E(
-    "gradients.make_mlp",
-    lambda: dict(depth=2, width=8),
+    "models.make_mlp",
+    lambda: dict(hidden=8, depth=1),
     {
-        "num_features": Int(1, MAX_FEATURES),
-        "num_classes": Int(2, MAX_FEATURES),
-        "depth": Int(1, MLP_MAX_DEPTH),
-        "width": Int(1, MLP_MAX_WIDTH),
+        "num_features": Int(1, cost._MAX_SIZE, skip_above=4096),
+        "num_classes": Int(2, cost._MAX_SIZE, skip_above=4096),
+        "hidden": Int(1, cost._MAX_SIZE, skip_above=256),
+        "depth": Int(1, cost.MAX_DEPTH, skip_above=8),
+        "seed": Seed(),
+        "device": Device(),
     },
     examples=6,
 )
 E(
     "gradients.train_steps",
-    lambda: dict(model=gradients.make_mlp(depth=2, width=8), data=split(), num_steps=1, batch_size=8),
+    lambda: dict(model=models.make_mlp(hidden=8, depth=1), data=split(), num_steps=1, batch_size=8),
     {"model": Obj(), "data": Obj(), "lr": Float(gt=0), "num_steps": Int(0, MAX_STEPS, skip_above=4)},
     examples=4,
     corpus_limit=2,
 )
 E(
     "gradients.collect_gradients",
-    lambda: dict(model=gradients.make_mlp(depth=2, width=8), X=split().X[:16], y=split().y[:16]),
+    lambda: dict(model=models.make_mlp(hidden=8, depth=1), X=split().X[:16], y=split().y[:16]),
     {
         "model": Obj(),
         "X": Tensor(),
@@ -903,18 +892,6 @@ E(
         "layer_types": Seq(),
     },
     examples=4,
-)
-E(
-    "gradients.digits_gradients",
-    lambda: dict(depth=2, width=8, num_steps=1, batch_size=16),
-    {
-        "lr": Float(gt=0),
-        "depth": Int(1, MLP_MAX_DEPTH, skip_above=8),
-        "width": Int(1, MLP_MAX_WIDTH, skip_above=256),
-        "num_steps": Int(0, MAX_STEPS, skip_above=4),
-    },
-    examples=3,
-    corpus_limit=2,
 )
 
 # --- hardware -------------------------------------------------------------------------------
@@ -1216,11 +1193,6 @@ E("race.sweep_summary", lambda: dict(result=sweep_result()), post=is_str)
 E("race.timing_context")
 
 # --- ranges ---------------------------------------------------------------------------------
-E(
-    "ranges.RangeReport",
-    lambda: dict(fmt="fp16", scale=1.0, total=4, counts={c: 1 for c in ranges.CATEGORIES[:4]}),
-    {"scale": Scale(), "total": Int(0), "counts": Mapping_(), "zeros": Int(0), "nonfinite": Int(0)},
-)
 E("ranges.range_report", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor(), "scale": Scale()})
 E(
     "ranges.per_layer_reports",
@@ -1231,13 +1203,6 @@ E("ranges.overflow_threshold", lambda: dict(fmt="fp16"))
 E("ranges.log2_limits", lambda: dict(fmt="fp16"))
 E("ranges.suggest_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()}, post=float32_scale)
 E("ranges.suggest_log2_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()})
-E(
-    "ranges.Log2Histogram",
-    lambda: dict(
-        edges=np.arange(3), counts=np.ones(2, dtype=np.int64), zeros=0, nonfinite=0, outside=0, scale=1.0
-    ),
-    {"edges": Tensor(), "counts": Tensor(), "scale": Scale()},
-)
 E(
     "ranges.log2_histogram",
     lambda: dict(x=T(8)),
@@ -1262,24 +1227,6 @@ E(
     lambda: dict(weight=torch.ones(4), update=torch.full((4,), 1e-4)),
     {"weight": Tensor(), "update": Tensor()},
     post=is_float,
-)
-E("ranges.readout_text", lambda: dict(report=ranges.range_report(T(8), "fp16")), {"report": Obj()})
-E(
-    "ranges.readout_html",
-    lambda: dict(report=ranges.range_report(T(8), "fp16")),
-    {"report": Obj(), "suggested_log2": Int(optional=True)},
-    post=is_str,
-)
-E(
-    "ranges.ScaleExplorer",
-    lambda: dict(x=T(8)),
-    {
-        "x": Tensor(),
-        "log2_scale": Int(0, default_of(ranges.scale_explorer, "max_log2")),  # the slider: 0 to max_log2
-        "max_log2": Int(*SCALE_EXPLORER_MAX_LOG2),
-    },
-    examples=2,
-    corpus_limit=3,
 )
 E(
     "ranges.scale_explorer",
@@ -1559,14 +1506,7 @@ E(
     },
     post=scaler_scale_ok,
 )
-E("scaling.ScaleRecord", lambda: dict(step=0, scale=1.0, found_inf=False, skipped=False))
 E("scaling.StaticLossScaler", lambda: dict(scale=1024.0), {"scale": Scale()}, post=scaler_scale_ok)
-E(
-    "scaling.check_and_unscale_",
-    lambda: dict(grads=[T(3)], inv_scale=torch.tensor(0.5)),
-    {"grads": Seq(), "inv_scale": Tensor()},
-)
-E("scaling.to_float32", lambda: dict(x=1.0), {"x": Float(finite=False)}, post=is_float)
 
 # --- tensor_cores ---------------------------------------------------------------------------
 E(
@@ -1722,14 +1662,6 @@ SCALER_EXPLORER_KINDS = {
     "train_kwargs": Mapping_(),
 }
 E(
-    "training.ScalerExplorer",
-    lambda: dict(num_steps=1, train_kwargs=dict(depth=2, width=4, batch_size=8)),
-    SCALER_EXPLORER_KINDS,
-    examples=2,
-    corpus_limit=3,
-)
-E("training.TrainingRun", lambda: dict(label="x"), {"losses": Seq(), "test_accuracy": Float(finite=False)})
-E(
     "training.runs_table",
     lambda: dict(runs=[training.TrainingRun(label="x", losses=[1.0, math.nan])]),
     {"runs": Seq(), "last": Int(1)},
@@ -1739,12 +1671,6 @@ E(
     lambda: dict(num_threads=1, device=torch.device("cpu")),
     {"num_threads": Int(1, MAX_THREADS, optional=True)},
     cm=True,
-)
-E(
-    "training.gradient_zero_fraction",
-    lambda: dict(parameters=list(model().parameters())),
-    {"parameters": Seq()},
-    post=is_float,
 )
 E(
     "training.scaler_explorer",
@@ -1761,7 +1687,7 @@ E(
         "num_steps": Int(1, MAX_STEPS, skip_above=3),
         "batch_size": Int(1, skip_above=256),
         "lr": Float(gt=0, le=MAX_LR),
-        "depth": Int(1, MLP_MAX_DEPTH, skip_above=16),
+        "depth": Int(2, MLP_MAX_DEPTH, skip_above=16),
         "width": Int(1, MLP_MAX_WIDTH, skip_above=64),
         "max_grad_norm": Float(gt=0, optional=True),
         "data": Obj(),
@@ -2152,11 +2078,6 @@ NOT_YET_PRUNED = {
     "gpus.bf16_hardware",
     "gpus.datasheet_entry",
     "gpus.fp8_matmul_support",
-    # gradients
-    "gradients.GradientRecord",
-    "gradients.LayerGradients",
-    "gradients.digits_gradients",
-    "gradients.mlp_parameter_count",
     # hardware
     "hardware.CpuFeature",
     "hardware.Fp32MatmulState",
@@ -2219,11 +2140,6 @@ NOT_YET_PRUNED = {
     "race.speedup_estimate",
     "race.timing_context",
     # ranges
-    "ranges.Log2Histogram",
-    "ranges.RangeReport",
-    "ranges.ScaleExplorer",
-    "ranges.readout_html",
-    "ranges.readout_text",
     # recipe
     "amp.AmpChoice",
     "recipe.ClippingComparison",
@@ -2237,11 +2153,7 @@ NOT_YET_PRUNED = {
     "recipe.StepResult",
     "recipe.saved_activation_bytes",
     # scaling
-    "scaling.ScaleRecord",
     "scaling.ScaleUnderflowError",
-    "scaling.ScalerComparison",
-    "scaling.check_and_unscale_",
-    "scaling.to_float32",
     # tensor_cores
     "tensor_cores.AccumulationCurve",
     "tensor_cores.AccumulationExplorer",
@@ -2261,9 +2173,6 @@ NOT_YET_PRUNED = {
     "timing.measure",
     "timing.regime_for",
     # training
-    "training.ScalerExplorer",
-    "training.TrainingRun",
-    "training.gradient_zero_fraction",
     # widgets
     "widgets.FigurePane",
     "widgets.SmokeTest",
@@ -2376,7 +2285,7 @@ def guard_memory(in_tmp_dir):
     digits()  # loaded before the cap: scikit-learn's first load maps a lot
     # First calls import lazily (torch.optim's first step, matplotlib's first figure) and take seconds;
     # made here, so the time limit measures the call and not the imports.
-    gradients.train_steps(gradients.make_mlp(depth=2, width=8), split(), num_steps=1, batch_size=8)
+    gradients.train_steps(models.make_mlp(hidden=8, depth=1), split(), num_steps=1, batch_size=8)
     import matplotlib.pyplot as plt
 
     plt.close(plt.figure())
@@ -2397,8 +2306,6 @@ def hard_timeout():
 # the way (a factory that starts to do anything itself fails there and must be fuzzed again).
 FORWARDERS = {
     "formats.bit_explorer": "formats.BitExplorer",
-    "ranges.scale_explorer": "ranges.ScaleExplorer",
-    "training.scaler_explorer": "training.ScalerExplorer",
     "widgets.smoke_test": "widgets.SmokeTest",
     "predict.choice": "predict.Prediction",
 }

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from amp_lab.data import load_digits
+from amp_lab.gradients import gradient_zero_fraction
 from amp_lab.scaling import DynamicLossScaler, StaticLossScaler
 from amp_lab.training import (
     _readout_html,
     cpu_threads,
-    gradient_zero_fraction,
     scaler_explorer,
     train_digits,
 )
@@ -170,9 +170,9 @@ def _fail_if_called(*args, **kwargs):
 def no_building(monkeypatch):
     """Refusals must come before the network is built or the data loaded."""
     import amp_lab.data
-    import amp_lab.gradients
+    import amp_lab.training
 
-    monkeypatch.setattr(amp_lab.gradients, "make_mlp", _fail_if_called)
+    monkeypatch.setattr(amp_lab.training, "make_mlp", _fail_if_called)
     monkeypatch.setattr(amp_lab.data, "load_digits", _fail_if_called)
 
 
@@ -273,9 +273,9 @@ def test_train_digits_accepts_numpy_scalars(data):
 def test_data_that_does_not_fit_the_network_is_refused_with_a_clear_message(
     data, change, name, error, monkeypatch
 ):
-    import amp_lab.gradients
+    import amp_lab.training
 
-    monkeypatch.setattr(amp_lab.gradients, "make_mlp", _fail_if_called)
+    monkeypatch.setattr(amp_lab.training, "make_mlp", _fail_if_called)
     with pytest.raises(error, match=name):
         train_digits(None, dtype=None, num_steps=1, data=_dataset(data, **change(data)), **SMALL)
 
@@ -291,10 +291,10 @@ def test_the_torch_errors_the_checks_replace(data):
 
 def test_a_network_too_big_for_memory_is_refused_before_allocating(data, monkeypatch):
     import amp_lab.device
-    import amp_lab.gradients
+    import amp_lab.training
 
     monkeypatch.setattr(amp_lab.device, "available_bytes", lambda device=None: 10**6)  # a 1 MB machine
-    monkeypatch.setattr(amp_lab.gradients, "make_mlp", _fail_if_called)
+    monkeypatch.setattr(amp_lab.training, "make_mlp", _fail_if_called)
     with pytest.raises(ValueError, match="refused before allocating.*depth or width"):
         train_digits(None, dtype=None, num_steps=1, data=data, depth=8, width=1024)
 
@@ -334,28 +334,6 @@ def test_cpu_threads_accepts_numpy_ints_and_none_and_refuses_a_bad_device():
     assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="device"):
         cpu_threads(1, "tpu")
-
-
-@pytest.mark.parametrize(
-    "parameters, name",
-    [
-        (None, "parameters"),
-        ("abc", "parameters"),
-        (3, "parameters"),
-        ([torch.zeros(2), "x"], "parameters\\[1\\]"),
-        (torch.nn.Linear(2, 2), "parameters"),
-        (range(10**12), "parameters\\[0\\]"),  # fails at its first element, without listing a trillion
-    ],
-)
-def test_gradient_zero_fraction_refuses_what_is_not_tensors(parameters, name):
-    with pytest.raises(TypeError, match=name):
-        gradient_zero_fraction(parameters)
-
-
-def test_gradient_zero_fraction_of_a_single_tensor_counts_the_tensor():
-    p = torch.nn.Parameter(torch.zeros(2, 3))
-    p.grad = torch.tensor([[0.0, 1.0, 2.0], [3.0, 0.0, 5.0]])
-    assert gradient_zero_fraction(p) == gradient_zero_fraction([p]) == 2 / 6
 
 
 @pytest.mark.parametrize(
