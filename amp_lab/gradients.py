@@ -279,40 +279,39 @@ def train_loop(
     """
     params = list(model.parameters())
     dev = X.device
-    losses = []
-    for _ in range(num_steps):
-        idx = torch.randint(0, len(y), (min(batch_size, len(y)),), generator=gen).to(dev)
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            logits = model(X[idx])
-        loss = nn.functional.cross_entropy(logits.float(), y[idx])
-        if scaler is None:
-            loss.backward()
-        else:
-            scaler.scale(loss).backward()
-            scale = float(scaler.get_scale())  # the scale this step used
-            scaler.unscale_(opt)
-        if max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(params, max_grad_norm)
-        if log is not None:
-            log.scales.append(1.0 if scaler is None else scale)
-            log.zero_fraction.append(gradient_zero_fraction(params))
-        if scaler is None:
-            opt.step()
-            stepped = True
-        else:
-            # GradScaler skips exactly on inf/NaN; ours say whether they stepped; a hand-written
-            # static scaler has no check and always steps.
-            grad_scaler = isinstance(scaler, torch.amp.GradScaler)
-            finite = grad_scaler and all(
-                bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None
-            )
-            result = scaler.step(opt)
-            stepped = result if isinstance(result, bool) else finite if grad_scaler else True
-            scaler.update()
-        if log is not None:
-            log.stepped.append(stepped)
-        losses.append(float(loss.detach()))
+    losses, calls = [], []
+    # whether the optimizer stepped, whatever the scaler (GradScaler, ours, a learner's): a step hook sees it
+    hook = opt.register_step_post_hook(lambda *_: calls.append(1)) if log is not None else None
+    try:
+        for _ in range(num_steps):
+            idx = torch.randint(0, len(y), (min(batch_size, len(y)),), generator=gen).to(dev)
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                logits = model(X[idx])
+            loss = nn.functional.cross_entropy(logits.float(), y[idx])
+            if scaler is None:
+                loss.backward()
+            else:
+                scaler.scale(loss).backward()
+                scale = float(scaler.get_scale())  # the scale this step used
+                scaler.unscale_(opt)
+            if max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(params, max_grad_norm)
+            if log is not None:
+                log.scales.append(1.0 if scaler is None else scale)
+                log.zero_fraction.append(gradient_zero_fraction(params))
+            before = len(calls)
+            if scaler is None:
+                opt.step()  # no scaler, no protection: inf/NaN gradients go into the weights
+            else:
+                scaler.step(opt)  # a dynamic scaler skips the step on inf/NaN
+                scaler.update()
+            if log is not None:
+                log.stepped.append(len(calls) > before)
+            losses.append(float(loss.detach()))
+    finally:
+        if hook is not None:
+            hook.remove()
     return losses
 
 
@@ -491,9 +490,7 @@ def digits_gradients(
     """
     dev = get_device(device)
     data = load_digits(device=dev)
-    model = make_mlp(
-        data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
-    )
+    model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
     train_steps(model, data.train, num_steps=num_steps, lr=lr, seed=seed, device=dev)
     n = min(batch_size, len(data.train))
     record = collect_gradients(model, data.train.X[:n], data.train.y[:n], device=dev)

@@ -160,6 +160,9 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "DynamicLossScaler",
         "StaticLossScaler",
         "compare_with_grad_scaler",
+        "read_backoff",
+        "read_schedule",
+        "runs_use",
     ),
     "tensor_cores": (
         "accumulation_explorer",
@@ -182,6 +185,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     ),
     "training": (
         "cpu_threads",
+        "read_static_runs",
         "runs_table",
         "scaler_explorer",
         "train_digits",

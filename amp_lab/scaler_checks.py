@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
 import torch
 
 from ._checks import (
@@ -48,12 +47,6 @@ def backoff_factor(name: str, value) -> float:
 
 def growth_interval(name: str, value) -> int:
     return check_int(name, value, minimum=1, maximum=MAX_GROWTH_INTERVAL)
-
-
-def flag(name: str, value) -> bool:
-    if not isinstance(value, (bool, np.bool_)):  # numpy's bool counts; 1 or "no" do not
-        raise ArgumentTypeError(f"{name} must be True or False, got {type(value).__name__}: {value!r:.80}")
-    return bool(value)
 
 
 def optimizer(value) -> torch.optim.Optimizer:

@@ -36,8 +36,17 @@ from typing import NamedTuple
 import torch
 
 from . import scaler_checks as checks
-from ._checks import FLOAT32_TINY, ArgumentTypeError, check_float, check_scale
+from ._checks import (
+    FLOAT32_TINY,
+    ArgumentTypeError,
+    bounded_list,
+    check_bool,
+    check_float,
+    check_instance,
+    check_scale,
+)
 from .device import float64_on_cpu, get_device, seeded
+from .text import Reading
 
 __all__ = [
     "DynamicLossScaler",
@@ -46,6 +55,9 @@ __all__ = [
     "StaticLossScaler",
     "check_and_unscale_",
     "compare_with_grad_scaler",
+    "read_backoff",
+    "read_schedule",
+    "runs_use",
     "ScalerComparison",
     "to_float32",
 ]
@@ -132,7 +144,7 @@ class StaticLossScaler:
 
     def __init__(self, scale: float, *, record_history: bool = True):
         self._init_scale = check_scale("scale", scale)
-        self.record_history = checks.flag("record_history", record_history)
+        self.record_history = check_bool("record_history", record_history)
         self._scale: float | None = None  # float32 value, set on the first scale() call
         self._states: dict[int, dict] = defaultdict(self._fresh_state)
         self._num_updates = 0
@@ -612,3 +624,59 @@ def compare_with_grad_scaler(
                 worst = ((p - q).abs() / q.abs().clamp_min(FLOAT32_TINY)).max().item()
                 return result(step, fault, "parameters", worst, 0.0)
     return ScalerComparison(True, len(schedule), scales=tuple(scales), skipped=tuple(skipped_steps))
+
+
+def read_schedule(
+    found: ScalerComparison, init_scale: float, growth_interval: int, backoff_factor: float = 0.5
+) -> Reading:
+    """04's reveal after a fault schedule: GradScaler's final scale, its skips and how often it grew."""
+    check_instance("found", found, ScalerComparison, "a ScalerComparison (from compare_with_grad_scaler)")
+    init_scale = check_scale("init_scale", init_scale)
+    growth_interval = checks.growth_interval("growth_interval", growth_interval)
+    backoff_factor = checks.backoff_factor("backoff_factor", backoff_factor)
+    before = (init_scale, *found.scales[:-1])
+    facts = {
+        "final": _show_value(found.scales[-1]) if found.scales else "?",
+        "final_scale": found.scales[-1] if found.scales else None,
+        "num_skipped": len(found.skipped),
+        "skipped": list(found.skipped),
+        "grew": sum(b > a for a, b in zip(before, found.scales, strict=True)),
+        "growth_interval": growth_interval,
+        "backoff_factor": backoff_factor,
+    }
+    return Reading("scaling.schedule_end", ("scaling.schedule_skips", "scaling.schedule_growth"), facts)
+
+
+def read_backoff(scales: list[float], ours_refused: bool) -> Reading:
+    """04's reveal after backing GradScaler off again and again: where its scale ends (``facts["answer"]``,
+    worded as the prediction's options), and whether ours refused to leave float32's normal range."""
+    scales = [
+        check_float(f"scales[{i}]", s, ge=0.0)
+        for i, s in enumerate(bounded_list("scales", scales, 10_000, "a list of scales"))
+    ]
+    ours_refused = check_bool("ours_refused", ours_refused)
+    subnormal = next((n for n, s in enumerate(scales, 1) if s < FLOAT32_TINY), None)
+    last_normal = scales[subnormal - 2] if subnormal and subnormal > 1 else None
+    zero = bool(scales) and scales[-1] == 0
+    facts = {
+        "answer": "goes on down to exactly 0" if zero else "stops at float32's smallest normal number",
+        "num_backoffs": len(scales),
+        "first_subnormal": subnormal,
+        "last_normal_log2": math.log2(last_normal) if last_normal else None,
+        "last_log2": math.log2(scales[-1]) if scales and scales[-1] > 0 else None,
+        "to_zero": len(scales) - subnormal if subnormal else None,
+    }
+    outcome = "scaling.backoff_reaches_zero" if zero else "scaling.backoff_stops"
+    return Reading(outcome, ("scaling.ours_refuses" if ours_refused else "scaling.ours_carries_on",), facts)
+
+
+def runs_use(chosen: type, mine: type) -> Reading:
+    """Which scaler class 04's runs use: the learner's ``mine`` once its check passed, else the package's."""
+    for name, value in (("chosen", chosen), ("mine", mine)):
+        if not isinstance(value, type):
+            raise ArgumentTypeError(
+                f"{name} must be a scaler class, got {type(value).__name__}: {value!r:.60}"
+            )
+    yours = chosen is mine
+    facts = {"mine": mine.__name__, "package": chosen.__name__, "yours": yours}
+    return Reading("scaling.runs_use_yours" if yours else "scaling.runs_use_package", (), facts)

@@ -49,12 +49,14 @@ from .device import check_fits, get_device, parse_dtype, torch_threads
 from .gradients import train_loop
 from .models import make_mlp
 from .scaling import DynamicLossScaler
+from .text import Reading
 from .widgets import FigurePane, Table
 
 __all__ = [
     "ScalerExplorer",
     "TrainingRun",
     "cpu_threads",
+    "read_static_runs",
     "runs_table",
     "scaler_explorer",
     "train_digits",
@@ -140,6 +142,40 @@ RUNS_HEADER = (
     "weights finite",
     "first NaN loss",
 )
+
+
+def _power_name(scale: float) -> str:
+    return f"2^{math.log2(scale):g}"
+
+
+def _joined(scales) -> str:
+    return " and ".join(_power_name(S) for S in scales)
+
+
+def read_static_runs(runs: dict) -> Reading:
+    """04's reveal after the static scales' runs (``{scale: TrainingRun}``): which kept the weights finite
+    (``facts["answer"]``, worded as the prediction's options) and when each of the others was lost."""
+    if not isinstance(runs, dict) or not 1 <= len(runs) <= 64:
+        raise ArgumentTypeError(
+            f"runs must be a dict of 1 to 64 {{scale: TrainingRun}}, got {type(runs).__name__}"
+        )
+    for S, run in runs.items():
+        check_float("runs' scales", S, gt=0.0)
+        check_instance(f"runs[{S!r}]", run, TrainingRun, "a TrainingRun (from train_digits)")
+    survivors = [S for S, run in runs.items() if run.finite]
+    lost = {S: run.first_nonfinite_step for S, run in runs.items() if not run.finite}
+    answers = {0: "none", len(runs): "all three" if len(runs) == 3 else f"all {len(runs)}"}
+    answer = answers.get(len(survivors), ("only " if len(survivors) == 1 else "") + _joined(survivors))
+    groups = {
+        "lost_early": [S for S, step in lost.items() if step is not None and step < 5],
+        "lost_mid": [S for S, step in lost.items() if step is not None and 5 <= step < 10],
+        "lost_later": [S for S, step in lost.items() if step is None or step >= 10],
+    }
+    reasons = tuple(f"training.static_{key}" for key, scales in groups.items() if scales)
+    facts = {"answer": answer, "survivors": _joined(survivors) or "none", "lost_steps": dict(lost)}
+    facts.update({key: _joined(scales) for key, scales in groups.items()})
+    outcome = "training.static_some_lost" if lost else "training.static_none_lost"
+    return Reading(outcome, reasons, facts)
 
 
 def runs_table(runs, last: int = 20):

@@ -1508,6 +1508,23 @@ E(
 )
 E("scaling.StaticLossScaler", lambda: dict(scale=1024.0), {"scale": Scale()}, post=scaler_scale_ok)
 
+E(
+    "scaling.read_schedule",
+    lambda: dict(found=scaling.ScalerComparison(True, 2, scales=(2.0, 4.0)), init_scale=2.0, growth_interval=1),
+    {
+        "found": Obj(),
+        "init_scale": Scale(),
+        "growth_interval": Int(1, MAX_GROWTH_INTERVAL),
+        "backoff_factor": Float(gt=0, lt=1),
+    },
+)
+E("scaling.read_backoff", lambda: dict(scales=[0.5, 0.25, 0.0], ours_refused=True), {"scales": Seq(), "ours_refused": Bool()})
+E(
+    "scaling.runs_use",
+    lambda: dict(chosen=scaling.StaticLossScaler, mine=scaling.StaticLossScaler),
+    {"chosen": Obj(), "mine": Obj()},
+)
+
 # --- tensor_cores ---------------------------------------------------------------------------
 E(
     "tensor_cores.mma",
@@ -1678,6 +1695,11 @@ E(
     SCALER_EXPLORER_KINDS,
     examples=2,
     corpus_limit=3,
+)
+E(
+    "training.read_static_runs",
+    lambda: dict(runs={16.0: training.TrainingRun(label="x", losses=[1.0])}),
+    {"runs": Mapping_()},
 )
 E(
     "training.train_digits",
