@@ -925,3 +925,48 @@ def test_a_bad_new_scale_is_named_even_before_the_first_scale_call(new_scale):
         DynamicLossScaler().update(new_scale)
     with pytest.raises(RuntimeError, match="before scale"):  # a good one: GradScaler's misuse error
         DynamicLossScaler().update(8.0)
+
+
+# -- 04's reveals: codes and numbers --------------------------------------------------------------
+
+
+def test_read_schedule_counts_skips_and_growth_of_gradscalers_run():
+    # GradScaler from 2**10, growth_interval=2: clean, clean (grow), clean, inf (back off), nan (back off),
+    # clean, clean (grow), clean, clean (grow): worked out by hand, then checked against GradScaler itself
+    schedule = ["clean", "clean", "clean", "inf", "nan", "clean", "clean", "clean", "clean"]
+    found = scaling.compare_with_grad_scaler(
+        lambda: DynamicLossScaler(init_scale=2.0**10, growth_interval=2), schedule, init_scale=2.0**10,
+        growth_interval=2, device="cpu",
+    )  # fmt: skip
+    assert found.scales == (2**10, 2**11, 2**11, 2**10, 2**9, 2**9, 2**10, 2**10, 2**11)
+    reading = scaling.read_schedule(found, 2.0**10, 2)
+    assert reading.codes == ("scaling.schedule_end", "scaling.schedule_skips", "scaling.schedule_growth")
+    assert reading.facts["skipped"] == [3, 4] and reading.facts["grew"] == 3
+    assert reading.facts["final"] == "2**11"
+
+
+def test_read_backoff_finds_the_last_normal_scale_and_zero():
+    tiny = FLOAT32_TINY
+    scales = [4 * tiny, 2 * tiny, tiny, tiny / 2, tiny / 4, 0.0]
+    reading = scaling.read_backoff(scales, ours_refused=True)
+    assert reading.codes == ("scaling.backoff_reaches_zero", "scaling.ours_refuses")
+    assert reading.facts["answer"] == "goes on down to exactly 0"
+    assert reading.facts["first_subnormal"] == 4 and reading.facts["last_normal_log2"] == -126
+    assert reading.facts["to_zero"] == 2
+    assert scaling.read_backoff([0.5, 0.25], ours_refused=False).codes == (
+        "scaling.backoff_stops",
+        "scaling.ours_carries_on",
+    )
+    with pytest.raises(ValueError, match="scales"):
+        scaling.read_backoff([-1.0], ours_refused=True)
+
+
+def test_runs_use_says_whose_scaler_the_runs_use():
+    class MyStaticScaler:
+        pass
+
+    assert scaling.runs_use(MyStaticScaler, mine=MyStaticScaler).outcome == "scaling.runs_use_yours"
+    fallback = scaling.runs_use(StaticLossScaler, mine=MyStaticScaler)
+    assert fallback.outcome == "scaling.runs_use_package" and fallback.facts["package"] == "StaticLossScaler"
+    with pytest.raises(TypeError, match="chosen"):
+        scaling.runs_use(StaticLossScaler(2.0), mine=MyStaticScaler)

@@ -400,3 +400,39 @@ def test_convert_replaces_the_model_that_trains():
 def test_convert_must_give_a_module_with_parameters(convert):
     with pytest.raises(TypeError, match="convert"):
         train_digits(None, dtype=None, num_steps=1, depth=2, width=4, batch_size=8, convert=convert)
+
+
+# -- 04's reveal after the static runs: codes and numbers, from hand-made runs --------------------
+
+
+def _run(losses):
+    from amp_lab.training import TrainingRun
+
+    return TrainingRun(label="x", losses=list(losses), finite=all(math.isfinite(v) for v in losses))
+
+
+def test_read_static_runs_names_survivors_and_when_the_others_were_lost():
+    from amp_lab.training import read_static_runs
+
+    runs = {2.0**4: _run([2.0] * 20), 2.0**16: _run([1.0] * 12 + [math.nan] * 8), 2.0**24: _run([1.0, math.nan])}
+    reading = read_static_runs(runs)
+    assert reading.outcome == "training.static_some_lost"
+    assert reading.reasons == ("training.static_lost_early", "training.static_lost_later")
+    assert reading.facts["answer"] == "only 2^4"
+    assert reading.facts["lost_steps"] == {2.0**16: 12, 2.0**24: 1}
+    assert reading.facts["lost_early"] == "2^24" and reading.facts["lost_later"] == "2^16"
+
+
+def test_read_static_runs_when_all_or_none_survive():
+    from amp_lab.training import read_static_runs
+
+    clean = {2.0**k: _run([1.0]) for k in (4, 16, 24)}
+    assert read_static_runs(clean).outcome == "training.static_none_lost"
+    assert read_static_runs(clean).facts["answer"] == "all three"
+    lost = {2.0**k: _run([1.0] * 6 + [math.nan]) for k in (4, 16)}
+    reading = read_static_runs(lost)
+    assert reading.facts["answer"] == "none" and reading.reasons == ("training.static_lost_mid",)
+    assert reading.facts["lost_mid"] == "2^4 and 2^16"
+    assert read_static_runs({2.0**4: _run([1.0]), 2.0**16: _run([1.0])}).facts["answer"] == "all 2"
+    with pytest.raises(TypeError, match="runs"):
+        read_static_runs([_run([1.0])])
