@@ -393,7 +393,9 @@ def test_convert_replaces_the_model_that_trains():
     run = train_digits(None, dtype=None, num_steps=2, depth=2, width=4, batch_size=8, convert=wrap)
     assert run.model is seen["wrapped"]
     after = list(run.model.parameters())
-    assert any(not torch.equal(a, b) for a, b in zip(after, seen["before"], strict=True)), "the converted model did not train"
+    assert any(not torch.equal(a, b) for a, b in zip(after, seen["before"], strict=True)), (
+        "the converted model did not train"
+    )
 
 
 @pytest.mark.parametrize("convert", [lambda m: None, lambda m: torch.nn.ReLU(), 3])
@@ -414,7 +416,11 @@ def _run(losses):
 def test_read_static_runs_names_survivors_and_when_the_others_were_lost():
     from amp_lab.training import read_static_runs
 
-    runs = {2.0**4: _run([2.0] * 20), 2.0**16: _run([1.0] * 12 + [math.nan] * 8), 2.0**24: _run([1.0, math.nan])}
+    runs = {
+        2.0**4: _run([2.0] * 20),
+        2.0**16: _run([1.0] * 12 + [math.nan] * 8),
+        2.0**24: _run([1.0, math.nan]),
+    }
     reading = read_static_runs(runs)
     assert reading.outcome == "training.static_some_lost"
     assert reading.reasons == ("training.static_lost_early", "training.static_lost_later")
@@ -436,3 +442,51 @@ def test_read_static_runs_when_all_or_none_survive():
     assert read_static_runs({2.0**4: _run([1.0]), 2.0**16: _run([1.0])}).facts["answer"] == "all 2"
     with pytest.raises(TypeError, match="runs"):
         read_static_runs([_run([1.0])])
+
+
+class _HandWrittenDynamicScaler:
+    """A learner's dynamic scaler (04's exercise 2): its step() returns None, so train_digits must see
+    the skipped steps itself (the optimizer's step hook), as it does for GradScaler."""
+
+    def __init__(self, init_scale, growth_interval):
+        self.s = torch.tensor(init_scale, dtype=torch.float32)
+        self.interval, self.tracker, self.found_inf = growth_interval, 0, False
+
+    def scale(self, loss):
+        return loss * self.s
+
+    def unscale_(self, opt):
+        inv = (1 / self.s.double()).float()
+        self.found_inf = False
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.found_inf |= not bool(torch.isfinite(p.grad).all())
+                    p.grad.mul_(inv)
+
+    def step(self, opt):
+        if not self.found_inf:
+            opt.step()
+
+    def update(self):
+        if self.found_inf:
+            self.s, self.tracker = (self.s.double() * 0.5).float(), 0
+        else:
+            self.tracker += 1
+            if self.tracker == self.interval:
+                grown = (self.s.double() * 2.0).float()
+                self.s = grown if torch.isfinite(grown) else self.s
+                self.tracker = 0
+
+    def get_scale(self):
+        return self.s.item()
+
+
+def test_a_hand_written_scaler_records_the_same_skips_as_gradscaler(data):
+    # 2**30 overflows at once on this network: the first steps are skipped until the scale has backed off
+    mine = train_digits(_HandWrittenDynamicScaler(2.0**30, 5), num_steps=12, data=data, **SMALL)
+    ref = train_digits(
+        torch.amp.GradScaler("cpu", init_scale=2.0**30, growth_interval=5), num_steps=12, data=data, **SMALL
+    )
+    assert ref.skipped_steps and mine.skipped_steps == ref.skipped_steps
+    assert mine.scales == ref.scales and mine.losses == ref.losses
