@@ -374,14 +374,6 @@ def test_scaler_explorer_refuses_bad_arguments_before_building(kwargs, name, err
         scaler_explorer(**kwargs)
 
 
-def test_explorer_step_bound_is_the_documented_one():
-    from amp_lab import _checks, training
-
-    assert training.MAX_EXPLORER_STEPS <= _checks.MAX_STEPS
-    # five times the largest growth interval the slider offers: growth is visible at every setting
-    assert training.MAX_EXPLORER_STEPS == 5 * 100
-
-
 def test_convert_replaces_the_model_that_trains():
     seen = {}
 
