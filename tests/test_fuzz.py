@@ -658,7 +658,7 @@ E(
     {"cases": Seq(), "rtol": Float(ge=0, optional=True), "atol": Float(ge=0, optional=True)},
 )
 
-# --- scaling: the learner's scaler beside GradScaler (issue 16) ----------------------------------
+# --- scaling: the learner's scaler beside GradScaler ------------------------------------------
 E(
     "scaling.compare_with_grad_scaler",
     lambda: dict(make_scaler=lambda: scaling.DynamicLossScaler(), schedule=["clean", "inf"], device="cpu"),

@@ -224,7 +224,7 @@ def test_models_make_mlp_builds_the_weights_of_the_old_construction(seed, depth,
     assert all(torch.equal(p, q) for p, q in zip(got.parameters(), want.parameters(), strict=True))
 
 
-# ---- issue 14: every bad input gets a clear error, no call hangs, nothing is half-changed ----
+# ---- every bad input gets a clear error, no call hangs, nothing is half-changed ----
 
 
 from amp_lab._checks import MAX_STEPS  # noqa: E402
@@ -293,7 +293,7 @@ def test_collect_gradients_other_arguments():
     assert G.collect_gradients(model, X, probs).loss > 0
 
 
-# ---- issue 14, second pass: the fuzz suite's findings ----
+# ---- the fuzz suite's findings ----
 
 def test_zero_steps_are_allowed_and_train_nothing():
     # documented: num_steps=0 gives the untrained model's gradients (digits_gradients) or [] (train_steps)

@@ -358,7 +358,7 @@ def test_scale_explorer_shows_overflow_of_large_values():
 
 
 # ---------------------------------------------------------------------------------------------
-# Without float64 (Apple GPUs have none): the overflow test in float32 (issue 13, item 8)
+# Without float64 (Apple GPUs have none): the overflow test in float32
 # ---------------------------------------------------------------------------------------------
 
 # Course formats, plus formats of one's own whose threshold float32 cannot hold: between two
@@ -409,7 +409,7 @@ def test_lost_update_fraction_is_the_float64_mean_to_the_bit(n):
     assert R.lost_update_fraction(w, dw, "fp16") == old
 
 
-# ---- issue 14: every bad input gets a clear error; a suggested scale is always usable ----
+# ---- every bad input gets a clear error; a suggested scale is always usable ----
 
 
 
@@ -419,7 +419,7 @@ def test_suggested_scale_is_a_usable_float32_loss_scale():
     with pytest.warns(UserWarning, match=r"2\*\*164.*suggesting 2\*\*127"):
         s = R.suggest_scale([1e-45], "fp16")
     assert s == 2.0**127 == check_scale("scale", s)
-    R.range_report([1e-45], "fp16", s)  # accepted by the other scale checks (it used to be 2**164)
+    R.range_report([1e-45], "fp16", s)  # accepted by the other scale checks
     with pytest.warns(UserWarning):
         assert R.suggest_log2_scale(torch.tensor([1e-45]), "fp16") == R.MAX_LOG2_SCALE == 127
 

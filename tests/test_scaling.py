@@ -557,7 +557,7 @@ def test_factors_that_are_not_float32_values_round_like_the_kernel(growth_factor
         assert ours.scaler.get_scale() == ref.scaler.get_scale()
 
 
-# -- issue 14: loss scales are validated in float64, used in float32 -------------------------------
+# -- loss scales are validated in float64, used in float32 -------------------------------
 
 
 def _inf_step(run):
@@ -789,7 +789,7 @@ def test_growth_interval_cannot_be_set_at_or_below_the_clean_steps_counted():
     assert ours.scaler.get_scale() == 16.0  # the fourth clean step grew it
 
 
-# -- issue 14: load_state_dict checks everything first and changes nothing on refusal -------------
+# -- load_state_dict checks everything first and changes nothing on refusal -------------
 
 GOOD_STATE = {
     "scale": 4.0,
@@ -876,7 +876,7 @@ def test_static_scaler_load_state_dict_checks_first(state, name):
     assert scaler.get_scale() == 2.0
 
 
-# -- issue 14: duck-typed arguments get a TypeError naming them ------------------------------------
+# -- duck-typed arguments get a TypeError naming them ------------------------------------
 
 
 @pytest.mark.parametrize("method", ["unscale_", "step"])

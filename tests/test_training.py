@@ -159,7 +159,7 @@ def test_recent_figures_and_first_nonfinite_step_read_the_run():
     assert f"{run.recent_loss():7.4f}" in run.summary() and "zero gradients  25.0%" in run.summary()
 
 
-# -- issue 14: every bad input gets a clear error, no call hangs, nothing is half-changed ----------
+# -- every bad input gets a clear error, no call hangs, nothing is half-changed ----------
 
 
 def _fail_if_called(*args, **kwargs):
