@@ -4,7 +4,7 @@ Taught in ``03_underflow_and_overflow`` (and reused by the loss-scaling notebook
 problem of mixed precision is that gradients are tiny.  To see it on gradients a learner made
 themselves, this module
 
-* builds a plain deep MLP with PyTorch's *default* initialisation (:func:`make_mlp`),
+* uses the course's plain MLP with PyTorch's *default* initialisation (:func:`amp_lab.models.make_mlp`),
 * trains it for a few hundred cheap steps on scikit-learn's digits (:func:`train_steps`),
 * and runs one forward/backward pass with hooks that record, per layer, the forward output,
   the *activation gradient* dL/d(output) and the weight and bias gradients
@@ -41,16 +41,10 @@ from ._checks import (
     check_seed,
 )
 from .data import load_digits
-from .device import check_fits, get_device, parse_dtype, seeded, torch_threads
+from .device import get_device, parse_dtype, torch_threads
+from .models import make_mlp
 
 KINDS = ("activation", "weight", "bias", "output")
-
-# make_mlp's bounds: a teaching MLP, not a language model.  Its parameters are also checked against
-# free memory (device.check_fits) before any is allocated.
-MAX_FEATURES = 1 << 20  # input features and classes
-MAX_PARAMETERS = 1 << 28  # 268 million parameters, 1 GiB of float32
-MAX_DEPTH = 64  # Linear layers
-MAX_WIDTH = 4096  # hidden units per layer
 
 
 @dataclass
@@ -117,75 +111,16 @@ class GradientRecord:
         """All layers' tensors of one ``kind`` ('activation', 'weight', 'bias', 'output') as one
         1-D float32 tensor (float16/bfloat16 values convert to float32 exactly)."""
         check_choice("kind", kind, KINDS)
-        attr = {"activation": "activation_grad", "weight": "weight_grad", "bias": "bias_grad", "output": "output"}[kind]
+        attr = {
+            "activation": "activation_grad",
+            "weight": "weight_grad",
+            "bias": "bias_grad",
+            "output": "output",
+        }[kind]
         parts = [t.detach().reshape(-1).float() for t in self._by_name(attr).values()]
         if not parts:
             return torch.empty(0)
         return torch.cat(parts)
-
-
-
-
-def make_mlp(
-    *,
-    num_features: int = 64,
-    num_classes: int = 10,
-    depth: int = 8,
-    width: int = 64,
-    seed: int = 0,
-    device=None,
-) -> nn.Sequential:
-    """A plain ReLU MLP with ``depth`` Linear layers and PyTorch's default initialisation.
-
-    No normalisation layers, no special init: ``nn.Linear``'s default (uniform with bound
-    1/sqrt(fan_in)) shrinks the signal at every layer, forward and backward, which is part of
-    why its gradients are small.  The learner's generators are left untouched: ``seed`` seeds a
-    fork of the CPU's and every CUDA device's (:func:`amp_lab.device.seeded`).
-    """
-    num_features, num_classes, depth, width = _check_mlp_shape(num_features, num_classes, depth, width)
-    seed = check_seed("seed", seed)
-    dev = get_device(device)
-    n_params = mlp_parameter_count(num_features, num_classes, depth, width)
-    if n_params > MAX_PARAMETERS:
-        raise ValueError(
-            f"make_mlp(num_features={num_features}, num_classes={num_classes}, depth={depth}, width={width}) would "
-            f"have {n_params:,} parameters, more than the {MAX_PARAMETERS:,} (2**28) allowed; choose a smaller "
-            "num_features, width or depth"
-        )
-    what = f"an MLP of {n_params:,} float32 parameters"
-    check_fits(4 * n_params, torch.device("cpu"), what, "choose a smaller num_features, width or depth")
-    if dev.type != "cpu":
-        check_fits(4 * n_params, dev, what, "choose a smaller num_features, width or depth")
-    with seeded(seed):
-        layers: list[nn.Module] = []
-        fan_in = num_features
-        for _ in range(depth - 1):
-            layers += [nn.Linear(fan_in, width), nn.ReLU()]
-            fan_in = width
-        layers.append(nn.Linear(fan_in, num_classes))
-        model = nn.Sequential(*layers)
-    return model.to(dev)
-
-
-def _check_mlp_shape(num_features, num_classes, depth, width) -> tuple[int, int, int, int]:
-    """:func:`make_mlp`'s bounds on its sizes, shared with :func:`mlp_parameter_count`."""
-    return (
-        check_int("num_features", num_features, minimum=1, maximum=MAX_FEATURES),
-        check_int("num_classes", num_classes, minimum=2, maximum=MAX_FEATURES),
-        check_int("depth", depth, minimum=1, maximum=MAX_DEPTH),
-        check_int("width", width, minimum=1, maximum=MAX_WIDTH),
-    )
-
-
-def mlp_parameter_count(num_features: int, num_classes: int, depth: int, width: int) -> int:
-    """Weights and biases of :func:`make_mlp`'s network (computed before anything is allocated).
-
-    The sizes are checked as :func:`make_mlp` checks them (integers, ``num_classes`` at least 2,
-    ``depth`` at most 64, ``width`` at most 4096); the count is a Python int."""
-    num_features, num_classes, depth, width = _check_mlp_shape(num_features, num_classes, depth, width)
-    if depth == 1:
-        return num_features * num_classes + num_classes
-    return (num_features * width + width) + (depth - 2) * (width * width + width) + (width * num_classes + num_classes)
 
 
 def _split_xy(data):
@@ -193,7 +128,9 @@ def _split_xy(data):
         return data.X, data.y
     if isinstance(data, (tuple, list)) and len(data) == 2:
         return data[0], data[1]
-    raise ArgumentTypeError(f"data must be a Split (with .X and .y) or an (X, y) pair, got {type(data).__name__}")
+    raise ArgumentTypeError(
+        f"data must be a Split (with .X and .y) or an (X, y) pair, got {type(data).__name__}"
+    )
 
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
@@ -256,7 +193,9 @@ def _check_xy(model: nn.Module, X, y, *, class_labels: bool = True) -> None:
             "use y.long()"
         )
     if y.dtype != torch.int64:
-        raise ArgumentTypeError(f"y must hold class labels as int64 (torch.long), got dtype {y.dtype}; use y.long()")
+        raise ArgumentTypeError(
+            f"y must hold class labels as int64 (torch.long), got dtype {y.dtype}; use y.long()"
+        )
     if y.dim() != 1 or y.shape[0] != X.shape[0]:
         raise ValueError(
             f"y must have one class label per example, shape ({X.shape[0]},), got shape {tuple(y.shape)}"
@@ -311,18 +250,68 @@ def train_steps(
             f"outputs (labels 0 .. {last.out_features - 1})"
         )
     model.to(dev)
-    X, y = X.to(dev), y.to(dev)
-    gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    losses = []
+    gen = torch.Generator().manual_seed(seed)
     with torch_threads(1, dev):
+        return train_loop(model, opt, X.to(dev), y.to(dev), gen, num_steps=num_steps, batch_size=batch_size)
+
+
+def gradient_zero_fraction(parameters) -> float:
+    """Fraction of the elements of all ``.grad`` tensors of ``parameters`` that are exactly zero (None counts as zero)."""
+    zeros, total = 0, 0
+    for p in parameters:
+        total += p.numel()
+        zeros += p.numel() if p.grad is None else int((p.grad == 0).sum())
+    return zeros / total if total else 0.0
+
+
+def train_loop(
+    model, opt, X, y, gen, *, num_steps, batch_size, dtype=None, scaler=None, max_grad_norm=None, log=None
+) -> list[float]:
+    """The course's one training loop (03's :func:`train_steps`, 04's ``training.train_digits``).
+
+    Each step draws a mini-batch with ``gen``, runs the forward pass under ``torch.autocast`` when
+    ``dtype`` is given, and takes the cross-entropy step: plain (``scaler=None``: an inf/NaN gradient
+    goes into the weights) or through any object with GradScaler's methods, clipping to
+    ``max_grad_norm`` after ``unscale_``.  With ``log`` (a ``training.TrainingRun``) it also records,
+    per step, the scale used, the fraction of exactly-zero gradients and whether the optimizer
+    stepped.  Returns the unscaled losses.  Internal: its callers check the arguments.
+    """
+    params = list(model.parameters())
+    dev = X.device
+    losses, calls = [], []
+    # whether the optimizer stepped, whatever the scaler (GradScaler, ours, a learner's): a step hook sees it
+    hook = opt.register_step_post_hook(lambda *_: calls.append(1)) if log is not None else None
+    try:
         for _ in range(num_steps):
             idx = torch.randint(0, len(y), (min(batch_size, len(y)),), generator=gen).to(dev)
-            loss = nn.functional.cross_entropy(model(X[idx]), y[idx])
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+            with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                logits = model(X[idx])
+            loss = nn.functional.cross_entropy(logits.float(), y[idx])
+            if scaler is None:
+                loss.backward()
+            else:
+                scaler.scale(loss).backward()
+                scale = float(scaler.get_scale())  # the scale this step used
+                scaler.unscale_(opt)
+            if max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(params, max_grad_norm)
+            if log is not None:
+                log.scales.append(1.0 if scaler is None else scale)
+                log.zero_fraction.append(gradient_zero_fraction(params))
+            before = len(calls)
+            if scaler is None:
+                opt.step()  # no scaler, no protection: inf/NaN gradients go into the weights
+            else:
+                scaler.step(opt)  # a dynamic scaler skips the step on inf/NaN
+                scaler.update()
+            if log is not None:
+                log.stepped.append(len(calls) > before)
+            losses.append(float(loss.detach()))
+    finally:
+        if hook is not None:
+            hook.remove()
     return losses
 
 
@@ -396,7 +385,9 @@ def collect_gradients(
     ):
         raise ArgumentTypeError(f"layer_types must be a tuple of nn.Module classes, got {layer_types!r:.80}")
     if loss_fn is not None and not callable(loss_fn):
-        raise ArgumentTypeError(f"loss_fn must be a function loss_fn(output, y) or None, got {type(loss_fn).__name__}")
+        raise ArgumentTypeError(
+            f"loss_fn must be a function loss_fn(output, y) or None, got {type(loss_fn).__name__}"
+        )
     _check_xy(model, X, y, class_labels=loss_fn is None)
     dev = get_device(device)
     model.to(dev)
@@ -411,7 +402,9 @@ def collect_gradients(
         def forward_hook(module, inputs, output):
             if not isinstance(output, torch.Tensor):
                 return
-            key = name if name not in records else f"{name}#{sum(k.split('#')[0] == name for k in records) + 1}"
+            key = (
+                name if name not in records else f"{name}#{sum(k.split('#')[0] == name for k in records) + 1}"
+            )
             entry = {"output": output.detach().clone(), "activation_grad": None}
             records[key] = entry
             modules[key] = module
@@ -471,20 +464,22 @@ def collect_gradients(
                 bias_grad=None if bg is None else bg.detach(),
             )
         )
-    return GradientRecord(layers=layers, loss=float(loss.detach().float()), loss_scale=loss_scale, autocast_dtype=autocast_dtype)
+    return GradientRecord(
+        layers=layers, loss=float(loss.detach().float()), loss_scale=loss_scale, autocast_dtype=autocast_dtype
+    )
 
 
 def digits_gradients(
     *,
-    depth: int = 8,
-    width: int = 64,
+    hidden: int = 64,
+    depth: int = 7,
     num_steps: int = 300,
     batch_size: int = 512,
     lr: float = 1e-3,
     seed: int = 0,
     device=None,
 ) -> GradientRecord:
-    """The notebook's gradients in one call: load the digits, build :func:`make_mlp`, train it
+    """The notebook's gradients in one call: load the digits, build :func:`~amp_lab.models.make_mlp` (``depth`` hidden layers), train it
     for ``num_steps`` Adam steps (mini-batches of 64), then :func:`collect_gradients` on the
     first ``batch_size`` training examples.  The trained model is in ``record.model``.
 
@@ -493,21 +488,11 @@ def digits_gradients(
 
     Takes about a second on a 2-core CPU with the defaults.
     """
-    # every argument checked before any data is loaded or any step runs
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    depth = check_int("depth", depth, minimum=1, maximum=MAX_DEPTH)
-    width = check_int("width", width, minimum=1, maximum=MAX_WIDTH)
-    num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
-    lr = check_float("lr", lr, gt=0.0)
-    seed = check_seed("seed", seed)
     dev = get_device(device)
     data = load_digits(device=dev)
-    model = make_mlp(
-        num_features=data.num_features, num_classes=data.num_classes, depth=depth, width=width, seed=seed, device=dev
-    )
+    model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
     train_steps(model, data.train, num_steps=num_steps, lr=lr, seed=seed, device=dev)
     n = min(batch_size, len(data.train))
     record = collect_gradients(model, data.train.X[:n], data.train.y[:n], device=dev)
     record.model = model
     return record
-

@@ -91,7 +91,6 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     ),
     "gradients": (
         "collect_gradients",
-        "make_mlp",
         "train_steps",
     ),
     "hardware": (
@@ -198,6 +197,9 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "DynamicLossScaler",
         "StaticLossScaler",
         "compare_with_grad_scaler",
+        "read_backoff",
+        "read_schedule",
+        "runs_use",
     ),
     "tensor_cores": (
         "accumulation_curve",
@@ -217,6 +219,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     ),
     "training": (
         "cpu_threads",
+        "read_static_runs",
         "runs_table",
         "scaler_explorer",
         "train_digits",

@@ -201,7 +201,27 @@ REASONS: dict[str, str] = {
     "run's.",
     "clip.sgd_why": "SGD's step is the learning rate times the gradient, so a clipped gradient is a shrunken step.",
     # --- training ---
+    "training.static_some_lost": "{survivors} kept the weights finite to the end.",
+    "training.static_none_lost": "Every static scale kept the weights finite: no scale overflowed.",
+    "training.static_lost_early": "{lost_early} turned the weights into NaN within the first 5 steps.",
+    "training.static_lost_mid": "{lost_mid} turned the weights into NaN between steps 5 and 9.",
+    "training.static_lost_later": "{lost_later} turned the weights into NaN after the first 10 steps: a scale that "
+    "is safe for the first batch is not safe for the whole run, because the gradients grow as the network learns.",
     # --- scaling ---
+    "scaling.schedule_end": "GradScaler's scale ends at {final}.",
+    "scaling.schedule_skips": "{num_skipped} steps with an inf/NaN gradient (steps {skipped}) were skipped, each "
+    "multiplying the scale by {backoff_factor:g}.",
+    "scaling.schedule_growth": "The scale grew {grew} times, each after {growth_interval} clean steps in a row.",
+    "scaling.backoff_reaches_zero": "Halving a float32 walks through the subnormals: 2^{last_normal_log2:g} is the "
+    "last normal scale, and {to_zero} more halvings reach exactly 0, where 1/S is inf and the unscaled gradients "
+    "turn into NaN.",
+    "scaling.backoff_stops": "GradScaler's scale stopped at 2^{last_log2:g} after {num_backoffs} backoffs.",
+    "scaling.ours_refuses": "Our DynamicLossScaler matches it down to 2^{last_normal_log2:g} and then raises "
+    "ScaleUnderflowError instead, naming the likely culprit: an inf/NaN loss.",
+    "scaling.ours_carries_on": "Our DynamicLossScaler carries on too.",
+    "scaling.runs_use_yours": "The runs below use your {mine}: it passed its check.",
+    "scaling.runs_use_package": "Your {mine} has not passed its check yet, so the runs below use the package's "
+    "{package} (the same algorithm); run them again once your check passes.",
     # --- ranges ---
     # --- formats ---
     "formats.stored_as": "{label} stores {x:g} as {stored:g}.",

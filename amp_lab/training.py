@@ -6,7 +6,7 @@ with ``torch.amp.GradScaler`` — and compares loss curves, the fraction of grad
 exactly zero, and the scale trajectories.  :func:`train_digits` is that loop, written once so
 every run differs only in what is being compared.
 
-The default network is the deep plain MLP of :func:`amp_lab.gradients.make_mlp` (ReLU,
+The default network is the course's plain MLP (:func:`amp_lab.models.make_mlp` ReLU,
 PyTorch's default initialisation) made deeper and narrower: 18 Linear layers of width 16.
 Each layer shrinks the backward signal (about 0.4x with the default init), and the mean over
 a batch of 256 divides the logits' gradient by 256, so the gradients of the lower layers are
@@ -46,15 +46,17 @@ from ._checks import (
 )
 from .data import load_digits
 from .device import check_fits, get_device, parse_dtype, torch_threads
-from .gradients import make_mlp
+from .gradients import train_loop
+from .models import make_mlp
 from .scaling import DynamicLossScaler
+from .text import Reading
 from .widgets import FigurePane, Table
 
 __all__ = [
     "ScalerExplorer",
     "TrainingRun",
     "cpu_threads",
-    "gradient_zero_fraction",
+    "read_static_runs",
     "runs_table",
     "scaler_explorer",
     "train_digits",
@@ -67,7 +69,7 @@ MAX_EXPLORER_STEPS = 500
 # Adam's learning rate: its steps are about lr in size (lr / (1 - beta1**t) at most 10 lr), so far
 # beyond 1 the weights only turn inf; far enough beyond, torch's Adam cannot even convert it to float32.
 MAX_LR = 1e6
-# The network's shape, as amp_lab.gradients.make_mlp bounds it.
+# The network's shape: depth Linear layers (models.make_mlp's depth + 1), each at most MAX_WIDTH wide.
 MAX_DEPTH = 64
 MAX_WIDTH = 4096
 # The settings ScalerExplorer passes to train_digits itself; train_kwargs may hold the others.
@@ -131,8 +133,49 @@ class TrainingRun:
         )
 
 
-RUNS_HEADER = ("run", "loss (last steps)", "zero gradients", "skipped", "test accuracy", "weights finite",
-               "first NaN loss")
+RUNS_HEADER = (
+    "run",
+    "loss (last steps)",
+    "zero gradients",
+    "skipped",
+    "test accuracy",
+    "weights finite",
+    "first NaN loss",
+)
+
+
+def _power_name(scale: float) -> str:
+    return f"2^{math.log2(scale):g}"
+
+
+def _joined(scales) -> str:
+    return " and ".join(_power_name(S) for S in scales)
+
+
+def read_static_runs(runs: dict) -> Reading:
+    """04's reveal after the static scales' runs (``{scale: TrainingRun}``): which kept the weights finite
+    (``facts["answer"]``, worded as the prediction's options) and when each of the others was lost."""
+    if not isinstance(runs, dict) or not 1 <= len(runs) <= 64:
+        raise ArgumentTypeError(
+            f"runs must be a dict of 1 to 64 {{scale: TrainingRun}}, got {type(runs).__name__}"
+        )
+    for S, run in runs.items():
+        check_float("runs' scales", S, gt=0.0)
+        check_instance(f"runs[{S!r}]", run, TrainingRun, "a TrainingRun (from train_digits)")
+    survivors = [S for S, run in runs.items() if run.finite]
+    lost = {S: run.first_nonfinite_step for S, run in runs.items() if not run.finite}
+    answers = {0: "none", len(runs): "all three" if len(runs) == 3 else f"all {len(runs)}"}
+    answer = answers.get(len(survivors), ("only " if len(survivors) == 1 else "") + _joined(survivors))
+    groups = {
+        "lost_early": [S for S, step in lost.items() if step is not None and step < 5],
+        "lost_mid": [S for S, step in lost.items() if step is not None and 5 <= step < 10],
+        "lost_later": [S for S, step in lost.items() if step is None or step >= 10],
+    }
+    reasons = tuple(f"training.static_{key}" for key, scales in groups.items() if scales)
+    facts = {"answer": answer, "survivors": _joined(survivors) or "none", "lost_steps": dict(lost)}
+    facts.update({key: _joined(scales) for key, scales in groups.items()})
+    outcome = "training.static_some_lost" if lost else "training.static_none_lost"
+    return Reading(outcome, reasons, facts)
 
 
 def runs_table(runs, last: int = 20):
@@ -148,35 +191,18 @@ def runs_table(runs, last: int = 20):
     rows = []
     for r in runs:
         first = r.first_nonfinite_step
-        rows.append([
-            r.label,
-            f"{r.recent_loss(last):.4f} (last {len(r.losses[-last:])})",
-            f"{100 * r.recent_zero_fraction(last):.1f}%",
-            len(r.skipped_steps),
-            f"{100 * r.test_accuracy:.1f}%",
-            "yes" if r.finite else "no",
-            "none" if first is None else f"step {first}",
-        ])
-    return Table(rows, list(RUNS_HEADER))
-
-
-def gradient_zero_fraction(parameters) -> float:
-    """Fraction of the elements of all ``.grad`` tensors that are exactly zero (None grads count as zero).
-
-    ``parameters`` is an iterable of tensors (``model.parameters()``) or a single tensor."""
-    if isinstance(parameters, torch.Tensor):
-        parameters = [parameters]
-    elif isinstance(parameters, (str, bytes, nn.Module)) or not hasattr(parameters, "__iter__"):
-        raise ArgumentTypeError(
-            f"parameters must be an iterable of tensors such as model.parameters(), got "
-            f"{type(parameters).__name__}: {parameters!r:.80}"
+        rows.append(
+            [
+                r.label,
+                f"{r.recent_loss(last):.4f} (last {len(r.losses[-last:])})",
+                f"{100 * r.recent_zero_fraction(last):.1f}%",
+                len(r.skipped_steps),
+                f"{100 * r.test_accuracy:.1f}%",
+                "yes" if r.finite else "no",
+                "none" if first is None else f"step {first}",
+            ]
         )
-    zeros, total = 0, 0
-    for i, p in enumerate(parameters):  # lazily: an endless or huge iterable fails at its first non-tensor
-        check_instance(f"parameters[{i}]", p, torch.Tensor, "a tensor")
-        total += p.numel()
-        zeros += p.numel() if p.grad is None else int((p.grad == 0).sum())
-    return zeros / total if total else 0.0
+    return Table(rows, list(RUNS_HEADER))
 
 
 def cpu_threads(num_threads: int | None, device: torch.device):
@@ -226,7 +252,7 @@ def _check_train_settings(
         check_int("num_steps", num_steps, minimum=1, maximum=MAX_STEPS),
         check_int("batch_size", batch_size, minimum=1),
         check_float("lr", lr, gt=0.0, le=MAX_LR),
-        check_int("depth", depth, minimum=1, maximum=MAX_DEPTH),
+        check_int("depth", depth, minimum=2, maximum=MAX_DEPTH),
         check_int("width", width, minimum=1, maximum=MAX_WIDTH),
         None if max_grad_norm is None else check_float("max_grad_norm", max_grad_norm, gt=0.0),
         check_seed("seed", seed),
@@ -299,10 +325,6 @@ def _training_bytes(num_features: int, num_classes: int, depth: int, width: int,
     return 16 * params + 12 * activations
 
 
-def _scale_of(scaler) -> float:
-    return 1.0 if scaler is None else float(scaler.get_scale())
-
-
 def train_digits(
     scaler=None,
     *,
@@ -320,7 +342,7 @@ def train_digits(
     device=None,
     convert=None,
 ) -> TrainingRun:
-    """Train :func:`amp_lab.gradients.make_mlp` on the digits with Adam; return a :class:`TrainingRun`.
+    """Train :func:`amp_lab.models.make_mlp` (``depth`` Linear layers: ``depth - 1`` hidden) on the digits with Adam; return a :class:`TrainingRun`.
 
     Parameters
     ----------
@@ -373,13 +395,9 @@ def train_digits(
         f"training an MLP of depth {depth} and width {width}",
         "choose a smaller depth or width",
     )
+    # depth counts Linear layers here (08 relies on it): depth - 1 hidden layers of width units
     model = make_mlp(
-        num_features=data.num_features,
-        num_classes=data.num_classes,
-        depth=depth,
-        width=width,
-        seed=seed,
-        device=dev,
+        data.num_features, data.num_classes, hidden=width, depth=depth - 1, seed=seed, device=dev
     )
     if convert is not None:
         model = convert(model)
@@ -388,8 +406,6 @@ def train_digits(
                 f"convert must return the nn.Module to train, with parameters; it returned {type(model).__name__}"
             )
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    params = list(model.parameters())
-    X_train, y_train = data.train.X.to(dev), data.train.y.to(dev)
     gen = torch.Generator().manual_seed(seed)
     if label is None:
         label = ("FP32" if dtype is None else str(dtype).removeprefix("torch.")) + (
@@ -397,43 +413,15 @@ def train_digits(
         )
     run = TrainingRun(label=label, model=model)
     with cpu_threads(num_threads, dev):
-        for _ in range(num_steps):
-            idx = torch.randint(0, len(y_train), (min(batch_size, len(y_train)),), generator=gen).to(dev)
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(dev.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                logits = model(X_train[idx])
-            loss = nn.functional.cross_entropy(logits.float(), y_train[idx])
-
-            if scaler is None:
-                loss.backward()
-                run.scales.append(1.0)
-                if max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(params, max_grad_norm)
-                run.zero_fraction.append(gradient_zero_fraction(params))
-                opt.step()  # no scaler, no protection: inf/NaN gradients go into the weights
-                run.stepped.append(True)
-            else:
-                scaler.scale(loss).backward()
-                run.scales.append(_scale_of(scaler))
-                scaler.unscale_(opt)
-                if max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(params, max_grad_norm)
-                run.zero_fraction.append(gradient_zero_fraction(params))
-                finite = all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None)
-                result = scaler.step(opt)
-                if isinstance(result, bool):  # our scalers say whether they stepped
-                    run.stepped.append(result)
-                elif isinstance(scaler, torch.amp.GradScaler):  # skips exactly on inf/NaN
-                    run.stepped.append(finite)
-                else:  # a scaler without a check (a hand-written static one) always steps
-                    run.stepped.append(True)
-                scaler.update()
-            run.losses.append(float(loss.detach()))
-
+        X_train, y_train = data.train.X.to(dev), data.train.y.to(dev)
+        run.losses = train_loop(
+            model, opt, X_train, y_train, gen, num_steps=num_steps, batch_size=batch_size, dtype=dtype,
+            scaler=scaler, max_grad_norm=max_grad_norm, log=run,
+        )  # fmt: skip
         with torch.no_grad():
             logits = model(data.test.X.to(dev))
         run.test_accuracy = float((logits.argmax(1) == data.test.y.to(dev)).float().mean())
-    run.finite = all(bool(torch.isfinite(p).all()) for p in params)
+    run.finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
     return run
 
 
@@ -464,7 +452,6 @@ class ScalerExplorer:
         device=None,
     ):
         import ipywidgets as widgets
-
 
         # Everything is checked before the widget is built; the values must lie on the sliders
         # (a slider would silently clamp one outside its range).

@@ -81,14 +81,20 @@ def main(argv=None) -> int:
 
     med = statistics.median(total) * 1e3
     med_render = statistics.median(render) * 1e3
-    print(f"scale slider over {values} values, fp16, {len(total)} moves, torch threads: {torch.get_num_threads()}")
-    print(f"callback median: {med:.1f} ms   p90: {percentile(total, 0.9) * 1e3:.1f} ms   "
-          f"(render median {med_render:.1f} ms, compute + readout {med - med_render:.1f} ms)")
+    print(
+        f"scale slider over {values} values, fp16, {len(total)} moves, torch threads: {torch.get_num_threads()}"
+    )
+    print(
+        f"callback median: {med:.1f} ms   p90: {percentile(total, 0.9) * 1e3:.1f} ms   "
+        f"(render median {med_render:.1f} ms, compute + readout {med - med_render:.1f} ms)"
+    )
     # CPU time of this process: what the callback costs when the machine is not shared
     # (wall time above includes waiting for cores that other processes hold).
     print(f"callback CPU time median: {statistics.median(cpu) * 1e3:.1f} ms")
-    print(f"target <= {TARGET_MS:.0f} ms: {'met' if med <= TARGET_MS else 'NOT met'} "
-          f"(median / target = {med / TARGET_MS:.2f})")
+    print(
+        f"target <= {TARGET_MS:.0f} ms: {'met' if med <= TARGET_MS else 'NOT met'} "
+        f"(median / target = {med / TARGET_MS:.2f})"
+    )
     return 0
 
 

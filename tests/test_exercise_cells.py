@@ -38,10 +38,12 @@ def _notebook(module: str, solutions: bool) -> Path:
 
 
 def _exercise_sections(path: Path) -> dict[int, list[dict]]:
-    """{exercise number: its code cells}, from '## Exercises' to the end of the notebook."""
+    """{exercise number: its code cells}, from '## Exercises' (or the first exercise, where the lesson places
+    one where its idea is taught, as 04 does) to the end of the notebook."""
     cells = json.loads(path.read_text())["cells"]
     start = next((i for i, c in enumerate(cells) if c["cell_type"] == "markdown"
-                  and re.search(r"^## Exercises", "".join(c["source"]), re.M)), None)
+                  and (re.search(r"^## Exercises", "".join(c["source"]), re.M)
+                       or EXERCISE_HEADING.search("".join(c["source"])))), None)
     assert start is not None, f"{path.name} has no '## Exercises' section"
     sections: dict[int, list[dict]] = {}
     current = None

@@ -488,23 +488,23 @@ def test_float8_linear_calls_exactly_the_float8_matmul_the_notebook_shows(monkey
 
 
 def test_convert_to_float8_skips_the_10_class_head_like_torchaos_filter(ao):
-    from amp_lab.gradients import make_mlp
+    from amp_lab.models import make_mlp
 
-    model = fp8.convert_to_float8(make_mlp(num_features=64, num_classes=10, depth=4, width=32))
+    model = fp8.convert_to_float8(make_mlp(64, 10, hidden=32, depth=3))
     kinds = [type(m).__name__ for m in model if isinstance(m, nn.Linear)]
     assert kinds == ["Float8Linear", "Float8Linear", "Float8Linear", "Linear"]
     # torchao converts every Linear unless told otherwise (on a CPU its 10-wide GEMM even runs:
     # CPU _scaled_mm takes any shape; a GPU's does not); given our filter, it converts the same ones.
-    plain = ao.convert_to_float8_training(make_mlp(num_features=64, num_classes=10, depth=4, width=32))
+    plain = ao.convert_to_float8_training(make_mlp(64, 10, hidden=32, depth=3))
     assert sum(type(m).__name__ == "Float8Linear" for m in plain) == 4
     filtered = ao.convert_to_float8_training(
-        make_mlp(num_features=64, num_classes=10, depth=4, width=32),
+        make_mlp(64, 10, hidden=32, depth=3),
         module_filter_fn=fp8.float8_module_filter,
     )
     assert [type(m).__name__ for m in filtered if isinstance(m, nn.Linear)] == kinds
     # A root Linear comes back converted; a filter that picks an unsuitable layer changes nothing.
     assert isinstance(fp8.convert_to_float8(nn.Linear(16, 16)), fp8.Float8Linear)
-    model = make_mlp(num_features=64, num_classes=10, depth=3, width=32)
+    model = make_mlp(64, 10, hidden=32, depth=2)
     with pytest.raises(ValueError, match="out_features=10"):
         fp8.convert_to_float8(model, module_filter=lambda m, fqn: True)
     assert not any(isinstance(m, fp8.Float8Linear) for m in model)

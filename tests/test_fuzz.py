@@ -142,6 +142,7 @@ MODULES = {
     "mx": mx,
     "gradients": gradients,
     "hardware": hardware,
+    "models": models,
     "exercises": exercises,
     "pitfalls": pitfalls,
     "subnormals": subnormals,
@@ -150,7 +151,6 @@ MODULES = {
     "progress": progress,
     "race": race,
     "ranges": ranges,
-    "models": models,
     "recipe": recipe,
     "checkpoints": checkpoints,
     "clipping": clipping,
@@ -168,13 +168,12 @@ F32_TINY, F32_MAX = FLOAT32_TINY, FLOAT32_MAX
 
 # Bounds the modules document where they are used (read from the code where it exposes them, so the suite
 # cannot drift; the defaults are the values in the code, for the code before issue 14, which lacks some).
-MAX_FEATURES = getattr(gradients, "MAX_FEATURES", 1 << 20)  # make_mlp's num_features and num_classes
-MLP_MAX_DEPTH = getattr(training, "MAX_DEPTH", 64)  # make_mlp, train_digits, models.make_mlp/step_flops
-MLP_MAX_WIDTH = getattr(training, "MAX_WIDTH", 4096)  # make_mlp, digits_gradients, train_digits
-MAX_LR = getattr(training, "MAX_LR", 1e6)
-MAX_EXPLORER_STEPS = getattr(training, "MAX_EXPLORER_STEPS", 500)
-MAX_GROWTH_INTERVAL = getattr(scaling, "MAX_GROWTH_INTERVAL", 2**31 - 1)  # GradScaler takes a C int
-MAX_GROWTH_FACTOR = getattr(scaling, "MAX_GROWTH_FACTOR", F32_MAX / F32_TINY)
+MLP_MAX_DEPTH = training.MAX_DEPTH  # train_digits, models.make_mlp/step_flops
+MLP_MAX_WIDTH = training.MAX_WIDTH  # train_digits
+MAX_LR = training.MAX_LR
+MAX_EXPLORER_STEPS = training.MAX_EXPLORER_STEPS
+MAX_GROWTH_INTERVAL = scaling.MAX_GROWTH_INTERVAL  # GradScaler takes a C int
+MAX_GROWTH_FACTOR = scaling.MAX_GROWTH_FACTOR
 MAX_K = tensor_cores.MAX_K
 RECIPE_MAX_SIZE = cost._MAX_SIZE  # widths and batch sizes of recipe's helpers
 RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
@@ -182,7 +181,7 @@ MAX_PIXELS = getattr(widgets, "MAX_PIXELS", 4096)  # FigurePane's dpi
 MAX_CONTESTANTS = 3  # race.mlp_bytes: FP32, AMP and (from Ampere on) TF32
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
 SMOKE_TEST_K = (0, 15)  # widgets.SmokeTest's slider: 2**16 is beyond float16's largest value
-SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.ScaleExplorer's slider range
+SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.scale_explorer's slider range
 LOG2_HISTOGRAM_LO, LOG2_HISTOGRAM_HI = (-400, 400), (-399, 401)  # ranges.log2_histogram's bins
 # training.ScalerExplorer's sliders
 SCALER_EXPLORER_LOG2, SCALER_EXPLORER_GROWTH, SCALER_EXPLORER_BACKOFF = (0, 32), (1, 100), (0.05, 0.95)
@@ -340,7 +339,7 @@ def timing_obj(label="a", scale=1.0):
 
 
 def grads_record():
-    m = gradients.make_mlp(num_features=64, depth=2, width=8)
+    m = models.make_mlp(64, hidden=8, depth=1)
     s = split()
     return gradients.collect_gradients(m, s.X[:16], s.y[:16])
 
@@ -585,7 +584,7 @@ E(
 # The exercise engine is internal: its callers are the exercise modules; a learner calls an exercise's
 # check, whose answers tests/test_exercises_base.py feeds junk and whose `show` amp_lab.exercises checks.
 
-# --- scaling: the learner's scaler beside GradScaler (issue 16) ----------------------------------
+# --- scaling: the learner's scaler beside GradScaler ------------------------------------------
 E(
     "scaling.compare_with_grad_scaler",
     lambda: dict(make_scaler=lambda: scaling.DynamicLossScaler(), schedule=["clean", "inf"], device="cpu"),
@@ -602,7 +601,6 @@ E(
     examples=2,
     corpus_limit=3,
 )
-E("scaling.ScalerComparison", lambda: dict(same=True, steps=1))
 
 # --- exercises -----------------------------------------------------------------------------
 # Internal (the notebooks call nbNN.exK.check, fed junk in tests/test_exercises_base.py).
@@ -657,13 +655,6 @@ E(
     cm=True,
 )
 E("device.supports_float64", lambda: dict(device="cpu"))
-if hasattr(gradients, "mlp_parameter_count"):
-    E(
-        "gradients.mlp_parameter_count",
-        lambda: dict(num_features=64, num_classes=10, depth=2, width=8),
-        {"num_features": Int(1), "num_classes": Int(1), "depth": Int(1), "width": Int(1)},
-        post=nonneg_int,
-    )
 
 # --- doctor ---------------------------------------------------------------------------------
 E(
@@ -682,34 +673,30 @@ E("formats.format_ulp", lambda: dict(value=1.0, fmt="fp16"), {"value": Roundable
 E("format_explorer.bit_explorer", lambda: dict(value=0.1), {"value": Roundable(), "fmts": Seq()}, examples=4)
 
 # --- gradients ------------------------------------------------------------------------------
+# models.make_mlp is 03's and 04's network since issue 23 (gradients.make_mlp is gone); its bounds: cost's
 E(
-    "gradients.LayerGradients",
-    lambda: dict(
-        name="l", kind="linear", output=T(2), activation_grad=T(2), weight_grad=None, bias_grad=None
-    ),
-)
-E("gradients.GradientRecord", lambda: dict(layers=[], loss=1.0), {"layers": Seq(), "loss_scale": Scale()})
-E(
-    "gradients.make_mlp",
-    lambda: dict(depth=2, width=8),
+    "models.make_mlp",
+    lambda: dict(hidden=8, depth=1),
     {
-        "num_features": Int(1, MAX_FEATURES),
-        "num_classes": Int(2, MAX_FEATURES),
-        "depth": Int(1, MLP_MAX_DEPTH),
-        "width": Int(1, MLP_MAX_WIDTH),
+        "num_features": Int(1, cost._MAX_SIZE, skip_above=4096),
+        "num_classes": Int(2, cost._MAX_SIZE, skip_above=4096),
+        "hidden": Int(1, cost._MAX_SIZE, skip_above=256),
+        "depth": Int(1, cost.MAX_DEPTH, skip_above=8),
+        "seed": Seed(),
+        "device": Device(),
     },
     examples=6,
 )
 E(
     "gradients.train_steps",
-    lambda: dict(model=gradients.make_mlp(depth=2, width=8), data=split(), num_steps=1, batch_size=8),
+    lambda: dict(model=models.make_mlp(hidden=8, depth=1), data=split(), num_steps=1, batch_size=8),
     {"model": Obj(), "data": Obj(), "lr": Float(gt=0), "num_steps": Int(0, MAX_STEPS, skip_above=4)},
     examples=4,
     corpus_limit=2,
 )
 E(
     "gradients.collect_gradients",
-    lambda: dict(model=gradients.make_mlp(depth=2, width=8), X=split().X[:16], y=split().y[:16]),
+    lambda: dict(model=models.make_mlp(hidden=8, depth=1), X=split().X[:16], y=split().y[:16]),
     {
         "model": Obj(),
         "X": Tensor(),
@@ -720,18 +707,6 @@ E(
         "layer_types": Seq(),
     },
     examples=4,
-)
-E(
-    "gradients.digits_gradients",
-    lambda: dict(depth=2, width=8, num_steps=1, batch_size=16),
-    {
-        "lr": Float(gt=0),
-        "depth": Int(1, MLP_MAX_DEPTH, skip_above=8),
-        "width": Int(1, MLP_MAX_WIDTH, skip_above=256),
-        "num_steps": Int(0, MAX_STEPS, skip_above=4),
-    },
-    examples=3,
-    corpus_limit=2,
 )
 
 # --- hardware -------------------------------------------------------------------------------
@@ -948,11 +923,6 @@ E("race.sweep_summary", lambda: dict(result=sweep_result()), post=is_str)
 E("race.timing_context")
 
 # --- ranges ---------------------------------------------------------------------------------
-E(
-    "ranges.RangeReport",
-    lambda: dict(fmt="fp16", scale=1.0, total=4, counts={c: 1 for c in ranges.CATEGORIES[:4]}),
-    {"scale": Scale(), "total": Int(0), "counts": Mapping_(), "zeros": Int(0), "nonfinite": Int(0)},
-)
 E("ranges.range_report", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor(), "scale": Scale()})
 E(
     "ranges.per_layer_reports",
@@ -963,13 +933,6 @@ E("ranges.overflow_threshold", lambda: dict(fmt="fp16"))
 E("ranges.log2_limits", lambda: dict(fmt="fp16"))
 E("ranges.suggest_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()}, post=float32_scale)
 E("ranges.suggest_log2_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()})
-E(
-    "ranges.Log2Histogram",
-    lambda: dict(
-        edges=np.arange(3), counts=np.ones(2, dtype=np.int64), zeros=0, nonfinite=0, outside=0, scale=1.0
-    ),
-    {"edges": Tensor(), "counts": Tensor(), "scale": Scale()},
-)
 E(
     "ranges.log2_histogram",
     lambda: dict(x=T(8)),
@@ -994,24 +957,6 @@ E(
     lambda: dict(weight=torch.ones(4), update=torch.full((4,), 1e-4)),
     {"weight": Tensor(), "update": Tensor()},
     post=is_float,
-)
-E("ranges.readout_text", lambda: dict(report=ranges.range_report(T(8), "fp16")), {"report": Obj()})
-E(
-    "ranges.readout_html",
-    lambda: dict(report=ranges.range_report(T(8), "fp16")),
-    {"report": Obj(), "suggested_log2": Int(optional=True)},
-    post=is_str,
-)
-E(
-    "ranges.ScaleExplorer",
-    lambda: dict(x=T(8)),
-    {
-        "x": Tensor(),
-        "log2_scale": Int(0, default_of(ranges.scale_explorer, "max_log2")),  # the slider: 0 to max_log2
-        "max_log2": Int(*SCALE_EXPLORER_MAX_LOG2),
-    },
-    examples=2,
-    corpus_limit=3,
 )
 E(
     "ranges.scale_explorer",
@@ -1244,14 +1189,24 @@ E(
     },
     post=scaler_scale_ok,
 )
-E("scaling.ScaleRecord", lambda: dict(step=0, scale=1.0, found_inf=False, skipped=False))
 E("scaling.StaticLossScaler", lambda: dict(scale=1024.0), {"scale": Scale()}, post=scaler_scale_ok)
+
 E(
-    "scaling.check_and_unscale_",
-    lambda: dict(grads=[T(3)], inv_scale=torch.tensor(0.5)),
-    {"grads": Seq(), "inv_scale": Tensor()},
+    "scaling.read_schedule",
+    lambda: dict(found=scaling.ScalerComparison(True, 2, scales=(2.0, 4.0)), init_scale=2.0, growth_interval=1),
+    {
+        "found": Obj(),
+        "init_scale": Scale(),
+        "growth_interval": Int(1, MAX_GROWTH_INTERVAL),
+        "backoff_factor": Float(gt=0, lt=1),
+    },
 )
-E("scaling.to_float32", lambda: dict(x=1.0), {"x": Float(finite=False)}, post=is_float)
+E("scaling.read_backoff", lambda: dict(scales=[0.5, 0.25, 0.0], ours_refused=True), {"scales": Seq(), "ours_refused": Bool()})
+E(
+    "scaling.runs_use",
+    lambda: dict(chosen=scaling.StaticLossScaler, mine=scaling.StaticLossScaler),
+    {"chosen": Obj(), "mine": Obj()},
+)
 
 # --- tensor_cores ---------------------------------------------------------------------------
 E(
@@ -1389,14 +1344,6 @@ SCALER_EXPLORER_KINDS = {
     "train_kwargs": Mapping_(),
 }
 E(
-    "training.ScalerExplorer",
-    lambda: dict(num_steps=1, train_kwargs=dict(depth=2, width=4, batch_size=8)),
-    SCALER_EXPLORER_KINDS,
-    examples=2,
-    corpus_limit=3,
-)
-E("training.TrainingRun", lambda: dict(label="x"), {"losses": Seq(), "test_accuracy": Float(finite=False)})
-E(
     "training.runs_table",
     lambda: dict(runs=[training.TrainingRun(label="x", losses=[1.0, math.nan])]),
     {"runs": Seq(), "last": Int(1)},
@@ -1408,17 +1355,16 @@ E(
     cm=True,
 )
 E(
-    "training.gradient_zero_fraction",
-    lambda: dict(parameters=list(model().parameters())),
-    {"parameters": Seq()},
-    post=is_float,
-)
-E(
     "training.scaler_explorer",
     lambda: dict(num_steps=1, train_kwargs=dict(depth=2, width=4, batch_size=8)),
     SCALER_EXPLORER_KINDS,
     examples=2,
     corpus_limit=3,
+)
+E(
+    "training.read_static_runs",
+    lambda: dict(runs={16.0: training.TrainingRun(label="x", losses=[1.0])}),
+    {"runs": Mapping_()},
 )
 E(
     "training.train_digits",
@@ -1428,7 +1374,7 @@ E(
         "num_steps": Int(1, MAX_STEPS, skip_above=3),
         "batch_size": Int(1, skip_above=256),
         "lr": Float(gt=0, le=MAX_LR),
-        "depth": Int(1, MLP_MAX_DEPTH, skip_above=16),
+        "depth": Int(2, MLP_MAX_DEPTH, skip_above=16),
         "width": Int(1, MLP_MAX_WIDTH, skip_above=64),
         "max_grad_norm": Float(gt=0, optional=True),
         "data": Obj(),
@@ -1685,11 +1631,6 @@ NOT_YET_PRUNED = {
     # device
     # doctor
     # gpus
-    # gradients
-    "gradients.GradientRecord",
-    "gradients.LayerGradients",
-    "gradients.digits_gradients",
-    "gradients.mlp_parameter_count",
     # hardware
     # progress
     # race
@@ -1720,18 +1661,9 @@ NOT_YET_PRUNED = {
     "race.speedup_estimate",
     "race.timing_context",
     # ranges
-    "ranges.Log2Histogram",
-    "ranges.RangeReport",
-    "ranges.ScaleExplorer",
-    "ranges.readout_html",
-    "ranges.readout_text",
     # recipe
     # scaling
-    "scaling.ScaleRecord",
     "scaling.ScaleUnderflowError",
-    "scaling.ScalerComparison",
-    "scaling.check_and_unscale_",
-    "scaling.to_float32",
     # timing
     "timing.Contestant",
     "timing.RaceProgress",
@@ -1745,9 +1677,6 @@ NOT_YET_PRUNED = {
     "timing.measure",
     "timing.regime_for",
     # training
-    "training.ScalerExplorer",
-    "training.TrainingRun",
-    "training.gradient_zero_fraction",
     # widgets
 }
 
@@ -1858,7 +1787,7 @@ def guard_memory(in_tmp_dir):
     digits()  # loaded before the cap: scikit-learn's first load maps a lot
     # First calls import lazily (torch.optim's first step, matplotlib's first figure) and take seconds;
     # made here, so the time limit measures the call and not the imports.
-    gradients.train_steps(gradients.make_mlp(depth=2, width=8), split(), num_steps=1, batch_size=8)
+    gradients.train_steps(models.make_mlp(hidden=8, depth=1), split(), num_steps=1, batch_size=8)
     import matplotlib.pyplot as plt
 
     plt.close(plt.figure())
@@ -1878,8 +1807,6 @@ def hard_timeout():
 # test_factory_forwards_every_argument_to_its_class proves that nothing is checked, changed or dropped on
 # the way (a factory that starts to do anything itself fails there and must be fuzzed again).
 FORWARDERS = {
-    "ranges.scale_explorer": "ranges.ScaleExplorer",
-    "training.scaler_explorer": "training.ScalerExplorer",
     "widgets.smoke_test": "widgets.SmokeTest",
     "predict.choice": "predict.Prediction",
 }

@@ -21,8 +21,6 @@ MAX_LINES = 700
 OVER_TODAY = {
     "race": 2600,
     "timing": 970,
-    "scaling": 815,
-    "ranges": 810,
 }
 
 

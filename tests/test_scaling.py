@@ -557,7 +557,7 @@ def test_factors_that_are_not_float32_values_round_like_the_kernel(growth_factor
         assert ours.scaler.get_scale() == ref.scaler.get_scale()
 
 
-# -- issue 14: loss scales are validated in float64, used in float32 -------------------------------
+# -- loss scales are validated in float64, used in float32 -------------------------------
 
 
 def _inf_step(run):
@@ -789,7 +789,7 @@ def test_growth_interval_cannot_be_set_at_or_below_the_clean_steps_counted():
     assert ours.scaler.get_scale() == 16.0  # the fourth clean step grew it
 
 
-# -- issue 14: load_state_dict checks everything first and changes nothing on refusal -------------
+# -- load_state_dict checks everything first and changes nothing on refusal -------------
 
 GOOD_STATE = {
     "scale": 4.0,
@@ -876,7 +876,7 @@ def test_static_scaler_load_state_dict_checks_first(state, name):
     assert scaler.get_scale() == 2.0
 
 
-# -- issue 14: duck-typed arguments get a TypeError naming them ------------------------------------
+# -- duck-typed arguments get a TypeError naming them ------------------------------------
 
 
 @pytest.mark.parametrize("method", ["unscale_", "step"])
@@ -908,38 +908,6 @@ def test_scale_refuses_what_is_not_a_loss_and_changes_nothing(outputs, what):
     assert scaler._scale is None and scaler.get_scale() == 0.1  # not even the lazy float32 rounding
 
 
-@pytest.mark.parametrize(
-    "grads, inv_scale, name",
-    [
-        (None, torch.tensor(0.5), "grads"),
-        (torch.ones(3), torch.tensor(0.5), "grads"),
-        ([torch.ones(3), "x"], torch.tensor(0.5), "grads\\[1\\]"),
-        ([torch.ones(3), torch.ones(2, dtype=torch.int32)], torch.tensor(0.5), "grads\\[1\\]"),
-        ([torch.ones(3)], 0.5, "inv_scale"),
-        ([torch.ones(3)], torch.tensor(0.5, dtype=torch.float64), "inv_scale"),
-        ([torch.ones(3)], torch.tensor([0.5]), "inv_scale"),
-    ],
-)
-def test_check_and_unscale_refuses_bad_arguments_before_changing_a_gradient(grads, inv_scale, name):
-    originals = (
-        [g.clone() for g in grads]
-        if isinstance(grads, list) and all(isinstance(g, torch.Tensor) for g in grads)
-        else None
-    )
-    with pytest.raises((TypeError, ValueError), match=name):
-        scaling.check_and_unscale_(grads, inv_scale)
-    if originals is not None:
-        assert all(torch.equal(a, b) for a, b in zip(grads, originals, strict=True))
-
-
-@pytest.mark.parametrize(
-    "x, error", [(True, TypeError), ("1.0", TypeError), (None, TypeError), (10**400, ValueError)]
-)
-def test_to_float32_refuses_what_is_not_a_real_number(x, error):
-    with pytest.raises(error, match="x"):
-        to_float32(x)
-
-
 @pytest.mark.parametrize("x", [0.1, np.float32(0.1), np.float64(1e39), 7, np.int64(2**60), math.inf])
 def test_to_float32_rounds_like_torch(x):
     expected = torch.tensor(float(x), dtype=torch.float64).float().item()
@@ -957,3 +925,48 @@ def test_a_bad_new_scale_is_named_even_before_the_first_scale_call(new_scale):
         DynamicLossScaler().update(new_scale)
     with pytest.raises(RuntimeError, match="before scale"):  # a good one: GradScaler's misuse error
         DynamicLossScaler().update(8.0)
+
+
+# -- 04's reveals: codes and numbers --------------------------------------------------------------
+
+
+def test_read_schedule_counts_skips_and_growth_of_gradscalers_run():
+    # GradScaler from 2**10, growth_interval=2: clean, clean (grow), clean, inf (back off), nan (back off),
+    # clean, clean (grow), clean, clean (grow): worked out by hand, then checked against GradScaler itself
+    schedule = ["clean", "clean", "clean", "inf", "nan", "clean", "clean", "clean", "clean"]
+    found = scaling.compare_with_grad_scaler(
+        lambda: DynamicLossScaler(init_scale=2.0**10, growth_interval=2), schedule, init_scale=2.0**10,
+        growth_interval=2, device="cpu",
+    )  # fmt: skip
+    assert found.scales == (2**10, 2**11, 2**11, 2**10, 2**9, 2**9, 2**10, 2**10, 2**11)
+    reading = scaling.read_schedule(found, 2.0**10, 2)
+    assert reading.codes == ("scaling.schedule_end", "scaling.schedule_skips", "scaling.schedule_growth")
+    assert reading.facts["skipped"] == [3, 4] and reading.facts["grew"] == 3
+    assert reading.facts["final"] == "2**11"
+
+
+def test_read_backoff_finds_the_last_normal_scale_and_zero():
+    tiny = FLOAT32_TINY
+    scales = [4 * tiny, 2 * tiny, tiny, tiny / 2, tiny / 4, 0.0]
+    reading = scaling.read_backoff(scales, ours_refused=True)
+    assert reading.codes == ("scaling.backoff_reaches_zero", "scaling.ours_refuses")
+    assert reading.facts["answer"] == "goes on down to exactly 0"
+    assert reading.facts["first_subnormal"] == 4 and reading.facts["last_normal_log2"] == -126
+    assert reading.facts["to_zero"] == 2
+    assert scaling.read_backoff([0.5, 0.25], ours_refused=False).codes == (
+        "scaling.backoff_stops",
+        "scaling.ours_carries_on",
+    )
+    with pytest.raises(ValueError, match="scales"):
+        scaling.read_backoff([-1.0], ours_refused=True)
+
+
+def test_runs_use_says_whose_scaler_the_runs_use():
+    class MyStaticScaler:
+        pass
+
+    assert scaling.runs_use(MyStaticScaler, mine=MyStaticScaler).outcome == "scaling.runs_use_yours"
+    fallback = scaling.runs_use(StaticLossScaler, mine=MyStaticScaler)
+    assert fallback.outcome == "scaling.runs_use_package" and fallback.facts["package"] == "StaticLossScaler"
+    with pytest.raises(TypeError, match="chosen"):
+        scaling.runs_use(StaticLossScaler(2.0), mine=MyStaticScaler)

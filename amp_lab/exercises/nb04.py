@@ -61,9 +61,21 @@ STATIC_SCHEDULES = (
 
 DYNAMIC_SCHEDULES = (
     Schedule("clean steps: growth every 3", _steps(("clean", 8)), 2.0**10, growth_interval=3),
-    Schedule("an inf gradient at step 2", _steps(("clean", 2), "inf", ("clean", 7)), 2.0**10, growth_interval=3),
-    Schedule("two skips in a row (NaN, then inf)", _steps("clean", "nan", "inf", ("clean", 5)), 2.0**12, growth_interval=2),
-    Schedule("growth up against float32's max", _steps(("clean", 3), "inf", ("clean", 3)), 2.0**126, growth_interval=1),
+    Schedule(
+        "an inf gradient at step 2", _steps(("clean", 2), "inf", ("clean", 7)), 2.0**10, growth_interval=3
+    ),
+    Schedule(
+        "two skips in a row (NaN, then inf)",
+        _steps("clean", "nan", "inf", ("clean", 5)),
+        2.0**12,
+        growth_interval=2,
+    ),
+    Schedule(
+        "growth up against float32's max",
+        _steps(("clean", 3), "inf", ("clean", 3)),
+        2.0**126,
+        growth_interval=1,
+    ),
     Schedule(
         "a scale float32 must round (init_scale=1000.1, backoff_factor=0.3)",
         _steps(("clean", 3), "inf", "inf", ("clean", 4)),
@@ -116,20 +128,32 @@ def _skeleton(found: ScalerComparison) -> bool:
 
 def _not_a_class(answer, name: str, show: bool) -> CheckResult | None:
     if _is_placeholder(answer):
-        return _finish("unanswered", f"no answer yet: write the class `{name}` above and run this cell again.",
-                       show=show, details={"answered": False})
+        return _finish(
+            "unanswered",
+            f"no answer yet: write the class `{name}` above and run this cell again.",
+            show=show,
+            details={"answered": False},
+        )
     if not callable(answer):
-        return _finish("wrong", f"`{name}` is a {type(answer).__name__}, not a class: pass the class itself, "
-                       f"`{name}`, not an instance or a value.", show=show)
+        return _finish(
+            "wrong",
+            f"`{name}` is a {type(answer).__name__}, not a class: pass the class itself, "
+            f"`{name}`, not an instance or a value.",
+            show=show,
+        )
     return None
 
 
 def _failed(name: str, sched: Schedule, found: ScalerComparison, hint: str, show: bool) -> CheckResult:
-    head = f"{name} differs from torch.amp.GradScaler on the schedule \"{sched.name}\"."
-    notes = [found.describe(), f"GradScaler's scale after each update so far: {_scales(found.scales)}",
-             f"hint: {hint}"]
-    return _finish("wrong", head, notes, show=show,
-                   details={"schedule": sched.name, "comparison": found, "hint": hint})
+    head = f'{name} differs from torch.amp.GradScaler on the schedule "{sched.name}".'
+    notes = [
+        found.describe(),
+        f"GradScaler's scale after each update so far: {_scales(found.scales)}",
+        f"hint: {hint}",
+    ]
+    return _finish(
+        "wrong", head, notes, show=show, details={"schedule": sched.name, "comparison": found, "hint": hint}
+    )
 
 
 def _scales(scales) -> str:
@@ -144,8 +168,10 @@ def _show(x: float) -> str:
 
 def _passed(verdict: str, name: str, schedules, steps: int, show: bool) -> CheckResult:
     exactly = "bit for bit" if verdict == "exact" else f"within a relative {PARAM_RTOL:g} on the parameters"
-    head = (f"{name} matches torch.amp.GradScaler on all {len(schedules)} schedules ({steps} steps), {exactly}: "
-            "the same scaled loss, skipped steps, scale and parameters at every step (first difference: none).")
+    head = (
+        f"{name} matches torch.amp.GradScaler on all {len(schedules)} schedules ({steps} steps), {exactly}: "
+        "the same scaled loss, skipped steps, scale and parameters at every step (first difference: none)."
+    )
     return _finish(verdict, head, show=show, details={"steps": steps})
 
 
@@ -153,13 +179,11 @@ def _passed(verdict: str, name: str, schedules, steps: int, show: bool) -> Check
 # Exercise 1: MyStaticScaler
 # --------------------------------------------------------------------------------------------
 
-_NO_UNSCALE_HINT = (
-    "the optimizer saw gradients still multiplied by S: unscale_ must divide every parameter's .grad by S, in place"
+_NO_UNSCALE_HINT = "the optimizer saw gradients still multiplied by S: unscale_ must divide every parameter's .grad by S, in place"
+_TWICE_HINT = "the optimizer saw gradients divided by S twice: unscale_ has already divided them, so step must not divide again"
+_MULTIPLY_HINT = (
+    "the optimizer saw gradients multiplied by S twice: unscaling divides by S (or multiplies by 1/S)"
 )
-_TWICE_HINT = (
-    "the optimizer saw gradients divided by S twice: unscale_ has already divided them, so step must not divide again"
-)
-_MULTIPLY_HINT = "the optimizer saw gradients multiplied by S twice: unscaling divides by S (or multiplies by 1/S)"
 
 
 class _RecordingOptimizer(torch.optim.Optimizer):
@@ -170,7 +194,9 @@ class _RecordingOptimizer(torch.optim.Optimizer):
         self.seen = None
 
     def step(self, closure=None):
-        self.seen = [p.grad.detach().clone() for g in self.param_groups for p in g["params"] if p.grad is not None]
+        self.seen = [
+            p.grad.detach().clone() for g in self.param_groups for p in g["params"] if p.grad is not None
+        ]
 
 
 def _gradient_ratio(answer, scale: float) -> float | None:
@@ -237,8 +263,13 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
     if verdict != "wrong":
         return _passed(verdict, name, STATIC_SCHEDULES, steps, show)
     if _skeleton(found):
-        return _finish("unanswered", f"{name} is not written yet: its {found.call} {found.mine}. Fill in the "
-                       "TODOs and run this cell again.", show=show, details={"answered": False})
+        return _finish(
+            "unanswered",
+            f"{name} is not written yet: its {found.call} {found.mine}. Fill in the "
+            "TODOs and run this cell again.",
+            show=show,
+            details={"answered": False},
+        )
     return _failed(name, sched, found, _static_hint(answer, sched, found), show)
 
 
@@ -246,16 +277,12 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
 # Exercise 2: MyDynamicScaler
 # --------------------------------------------------------------------------------------------
 
-_TRACKER_HINT = (
-    "count the clean steps since the scale last changed: the count goes back to 0 after a skipped step and after a growth"
-)
+_TRACKER_HINT = "count the clean steps since the scale last changed: the count goes back to 0 after a skipped step and after a growth"
 _FLOAT64_HINT = (
     "GradScaler keeps its scale in a float32 tensor, not in a Python float (a float64): round every scale you store "
     "to float32"
 )
-_OVERFLOW_HINT = (
-    "a growth whose result overflows float32 to inf is no growth: keep the old scale (GradScaler never stores an inf scale)"
-)
+_OVERFLOW_HINT = "a growth whose result overflows float32 to inf is no growth: keep the old scale (GradScaler never stores an inf scale)"
 _SKIP_HINT = "when unscale_ finds an inf or NaN in the gradients, step(opt) must not call opt.step()"
 _BACKOFF_HINT = "after a step with an inf or NaN gradient, update() multiplies the scale by backoff_factor"
 _SCALE_HINT = (
@@ -283,7 +310,9 @@ def _dynamic_hint(sched: Schedule, found: ScalerComparison) -> str:
         if found.fault != "clean":
             return _BACKOFF_HINT
         before = found.scales[:-1]
-        changed_before = any(a != b for a, b in zip((sched.init_scale, *before), before, strict=False)) or bool(found.skipped)
+        changed_before = any(
+            a != b for a, b in zip((sched.init_scale, *before), before, strict=False)
+        ) or bool(found.skipped)
         ratios = (mine / theirs, theirs / mine) if mine > 0 and theirs > 0 else ()
         if any(math.isclose(r, sched.growth_factor) for r in ratios):
             return _TRACKER_HINT if changed_before else _GROWTH_HINT
@@ -296,7 +325,10 @@ def _dynamic_hint(sched: Schedule, found: ScalerComparison) -> str:
     "Write the dynamic loss scaler",
     mistakes=[
         Mistake("forgetting to reset the growth tracker after a skip", _TRACKER_HINT),
-        Mistake("forgetting to reset the growth tracker after a growth", "the count goes back to 0 after a skipped step and after a growth"),
+        Mistake(
+            "forgetting to reset the growth tracker after a growth",
+            "the count goes back to 0 after a skipped step and after a growth",
+        ),
         Mistake("scale kept as a Python float64", _FLOAT64_HINT),
         Mistake("growing when the doubled scale overflows", _OVERFLOW_HINT),
         Mistake("stepping on an inf gradient", _SKIP_HINT),
@@ -317,8 +349,13 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     if verdict != "wrong":
         return _passed(verdict, name, DYNAMIC_SCHEDULES, steps, show)
     if _skeleton(found):
-        return _finish("unanswered", f"{name} is not written yet: its {found.call} {found.mine}. Fill in the "
-                       "TODOs and run this cell again.", show=show, details={"answered": False})
+        return _finish(
+            "unanswered",
+            f"{name} is not written yet: its {found.call} {found.mine}. Fill in the "
+            "TODOs and run this cell again.",
+            show=show,
+            details={"answered": False},
+        )
     return _failed(name, sched, found, _dynamic_hint(sched, found), show)
 
 
@@ -357,13 +394,27 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     if isinstance(answer, Real) and not isinstance(answer, bool):
         value = float(answer) if not (isinstance(answer, int) and answer.bit_length() > 1000) else math.inf
         if value == grown:
-            return _finish("wrong", "`answer` = 2**128 fits a Python float (a float64), but GradScaler keeps its scale in a float32.",
-                           [f"hint: {_EXCEEDS_HINT}; what does GradScaler do with a growth it cannot store?"], show=show)
+            return _finish(
+                "wrong",
+                "`answer` = 2**128 fits a Python float (a float64), but GradScaler keeps its scale in a float32.",
+                [f"hint: {_EXCEEDS_HINT}; what does GradScaler do with a growth it cannot store?"],
+                show=show,
+            )
         if value == math.inf:
-            return _finish("wrong", "`answer` = inf is not a scale GradScaler would keep.",
-                           [f"hint: {_INF_HINT}: what does it keep instead?"], show=show)
-    return check_value(answer, expected, dtype=torch.float32, name="answer", show=show,
-                       hint="double the scale in float32: is the result a number GradScaler can use as a scale?")
+            return _finish(
+                "wrong",
+                "`answer` = inf is not a scale GradScaler would keep.",
+                [f"hint: {_INF_HINT}: what does it keep instead?"],
+                show=show,
+            )
+    return check_value(
+        answer,
+        expected,
+        dtype=torch.float32,
+        name="answer",
+        show=show,
+        hint="double the scale in float32: is the result a number GradScaler can use as a scale?",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -483,23 +534,25 @@ def _trajectory(step_fn):
 def _same_trajectory(a, b) -> bool:
     if isinstance(a, tuple) or isinstance(b, tuple):
         return a == b
-    return all(
-        _same_step(sa, pa, sb, pb) for (sa, pa), (sb, pb) in zip(a, b, strict=True)
-    )
+    return all(_same_step(sa, pa, sb, pb) for (sa, pa), (sb, pb) in zip(a, b, strict=True))
 
 
 def _same_step(sa, pa, sb, pb) -> bool:
     # NaN weights (a step taken on inf/NaN gradients) count as the same where both have them
-    return sa == sb and all(torch.allclose(p, q, rtol=0.0, atol=0.0, equal_nan=True) for p, q in zip(pa, pb, strict=True))
+    return sa == sb and all(
+        torch.allclose(p, q, rtol=0.0, atol=0.0, equal_nan=True) for p, q in zip(pa, pb, strict=True)
+    )
 
 
-_CLIP_FIRST_HINT = (
-    "clip_grad_norm_ reads the gradients while they are still multiplied by the scale: make them the true gradients first"
+_CLIP_FIRST_HINT = "clip_grad_norm_ reads the gradients while they are still multiplied by the scale: make them the true gradients first"
+_PLAIN_STEP_HINT = (
+    "opt.step() steps even when a gradient is inf or NaN: let the scaler decide whether to step"
 )
-_PLAIN_STEP_HINT = "opt.step() steps even when a gradient is inf or NaN: let the scaler decide whether to step"
 _NO_UPDATE_HINT = "the scale never changes: without scaler.update() it can neither back off nor grow"
 _NO_CLIP_HINT = "keep the clipping: the fixed step still clips the gradient norm to max_norm"
-_TWICE_RAISES_HINT = "unscale_ may run once per step, before clipping; scaler.step(opt) then does not unscale again"
+_TWICE_RAISES_HINT = (
+    "unscale_ may run once per step, before clipping; scaler.step(opt) then does not unscale again"
+)
 
 _KNOWN_LOOP_MISTAKES = (
     (_clip_first, _CLIP_FIRST_HINT),
@@ -524,20 +577,33 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
     steps with a GradScaler (one batch overflows FP16) beside the right step: same scale, same weights."""
     check_bool("show", show)
     if _is_placeholder(answer):
-        return _finish("unanswered", "no answer yet: write `fixed_step` above and run this cell again.",
-                       show=show, details={"answered": False})
+        return _finish(
+            "unanswered",
+            "no answer yet: write `fixed_step` above and run this cell again.",
+            show=show,
+            details={"answered": False},
+        )
     if not callable(answer):
         return _finish("wrong", f"`fixed_step` is a {type(answer).__name__}, not a function.", show=show)
     want = _known_trajectory(_good_step)
     got = _trajectory(answer)
     if isinstance(got, tuple) and got[0] == "nothing" and got[1] == 0:
-        return _finish("unanswered", "fixed_step does not train yet (it never calls scaler.scale): fill in the TODO "
-                       "and run this cell again.", show=show, details={"answered": False})
+        return _finish(
+            "unanswered",
+            "fixed_step does not train yet (it never calls scaler.scale): fill in the TODO "
+            "and run this cell again.",
+            show=show,
+            details={"answered": False},
+        )
     if _same_trajectory(got, want):
         fell = want[LOOP_OVERFLOW_STEP][0] < want[LOOP_OVERFLOW_STEP - 1][0]
-        return _finish("exact", f"fixed_step trains exactly as the right step does: the same scale and the same "
-                       f"weights, bit for bit, after each of {LOOP_STEPS} steps (step {LOOP_OVERFLOW_STEP}'s batch "
-                       f"overflows FP16{' and is skipped' if fell else ''}).", show=show)
+        return _finish(
+            "exact",
+            f"fixed_step trains exactly as the right step does: the same scale and the same "
+            f"weights, bit for bit, after each of {LOOP_STEPS} steps (step {LOOP_OVERFLOW_STEP}'s batch "
+            f"overflows FP16{' and is skipped' if fell else ''}).",
+            show=show,
+        )
     if isinstance(got, tuple):
         if got[0] == "error":
             if "unscale_() has already been called" in got[2]:
@@ -546,13 +612,28 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
                 hint = _NO_UPDATE_HINT
             else:
                 hint = "read the error: the step must run scale, backward, unscale_, clip, step, update"
-            return _finish("wrong", f"fixed_step raised at step {got[1]}: {got[2]}", [f"hint: {hint}"], show=show)
-        return _finish("wrong", f"fixed_step stopped training at step {got[1]} (it never called scaler.scale).",
-                       ["hint: every step scales the loss, steps and updates the scaler"], show=show)
-    hint = next((h for fn, h in _KNOWN_LOOP_MISTAKES if _same_trajectory(got, _known_trajectory(fn))),
-                "compare your step line by line with the modern loop of section 6")
-    first = next(i for i, ((sa, pa), (sb, pb)) in enumerate(zip(got, want, strict=True))
-                 if not _same_step(sa, pa, sb, pb))
+            return _finish(
+                "wrong", f"fixed_step raised at step {got[1]}: {got[2]}", [f"hint: {hint}"], show=show
+            )
+        return _finish(
+            "wrong",
+            f"fixed_step stopped training at step {got[1]} (it never called scaler.scale).",
+            ["hint: every step scales the loss, steps and updates the scaler"],
+            show=show,
+        )
+    hint = next(
+        (h for fn, h in _KNOWN_LOOP_MISTAKES if _same_trajectory(got, _known_trajectory(fn))),
+        "compare your step line by line with the modern loop of section 6",
+    )
+    first = next(
+        i
+        for i, ((sa, pa), (sb, pb)) in enumerate(zip(got, want, strict=True))
+        if not _same_step(sa, pa, sb, pb)
+    )
     what = "the scale" if got[first][0] != want[first][0] else "the weights"
-    return _finish("wrong", f"fixed_step differs from the right step at step {first}: {what} differ.",
-                   [f"hint: {hint}"], show=show)
+    return _finish(
+        "wrong",
+        f"fixed_step differs from the right step at step {first}: {what} differ.",
+        [f"hint: {hint}"],
+        show=show,
+    )
