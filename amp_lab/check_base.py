@@ -20,6 +20,7 @@ import torch
 
 from . import formats
 from .device import float64_on_cpu
+from .dtypes import dtype_named
 from .text import say
 
 # verdict -> the state a learner reads, and the mark that opens its message
@@ -262,18 +263,6 @@ def worst_verdict(verdicts) -> str:
     )
 
 
-_DTYPE_ALIASES = {
-    "fp64": torch.float64, "float64": torch.float64, "double": torch.float64,
-    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
-    "fp8_e4m3": torch.float8_e4m3fn, "float8_e4m3fn": torch.float8_e4m3fn, "e4m3": torch.float8_e4m3fn,
-    "fp8_e5m2": torch.float8_e5m2, "float8_e5m2": torch.float8_e5m2, "e5m2": torch.float8_e5m2,
-    "int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
-    "bool": torch.bool, "uint8": torch.uint8, "int8": torch.int8, "int16": torch.int16,
-}  # fmt: skip
-
-
 def read_dtype(x) -> torch.dtype | None:
     """The dtype a learner's answer names (a torch dtype, a tensor's, or a name such as ``"bf16"``,
     ``"torch.float16"``, ``"half"``), or None when it names none."""
@@ -282,7 +271,7 @@ def read_dtype(x) -> torch.dtype | None:
     if isinstance(x, torch.Tensor):
         return x.dtype
     if isinstance(x, str):
-        return _DTYPE_ALIASES.get(x.strip().lower().removeprefix("torch."))
+        return dtype_named(x)
     return None
 
 
