@@ -26,6 +26,10 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     "claims": (
         "claim",
     ),
+    "cost": (
+        "elementwise_intensity",
+        "matmul_intensity",
+    ),
     "course": (
         "course_map",
     ),
@@ -102,31 +106,21 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "progress",
     ),
     "race": (
-        "describe_reference",
-        "elementwise_intensity",
-        "explain",
-        "format_bytes",
-        "format_seconds",
         "fp8_summary",
-        "load_reference_results",
-        "matmul_intensity",
-        "measure_roofline",
-        "memory_summary",
         "native_arithmetic",
-        "plot_memory",
-        "plot_roofline",
-        "plot_sweep",
-        "race_elementwise",
         "race_fp8_matmul",
         "race_matmul",
         "race_mlp",
-        "race_widget",
-        "reference_table_html",
-        "roofline_summary",
-        "sizes_for",
-        "sweep",
+    ),
+    "race_readout": (
+        "explain",
+        "memory_summary",
         "sweep_summary",
         "tf32_summary",
+    ),
+    "race_widget": (
+        "RaceWidget",
+        "race_widget",
     ),
     "ranges": (
         "log2_histogram",
@@ -156,10 +150,27 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "train",
         "train_step",
     ),
+    "references": (
+        "describe_reference",
+        "load_reference_results",
+        "reference_table_html",
+    ),
+    "roofline": (
+        "measure_roofline",
+        "plot_roofline",
+        "race_elementwise",
+        "roofline_summary",
+    ),
     "scaling": (
         "DynamicLossScaler",
         "StaticLossScaler",
         "compare_with_grad_scaler",
+    ),
+    "sweeps": (
+        "plot_memory",
+        "plot_sweep",
+        "sizes_for",
+        "sweep",
     ),
     "tensor_cores": (
         "accumulation_explorer",
@@ -173,8 +184,13 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "running_sum",
         "tile_quantization",
     ),
+    "text": (
+        "format_bytes",
+        "format_seconds",
+    ),
     "timing": (
         "describe_context",
+        "measure",
         "min_pairs",
         "speedup_estimate",
         "sync_summary",

@@ -17,8 +17,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_lab import cost, gpus, hardware, intervals, race, race_readout, sweeps, timing
 from amp_lab import device as device_module
-from amp_lab import gpus, hardware, race, timing
 
 FAST = {"warmup": 0, "repeats": 4, "min_sample_s": 1e-4, "target_rel_width": None}
 
@@ -181,7 +181,7 @@ def test_datasheet_rows_and_constructors_are_unchanged_by_the_fp8_fields():
     assert old_style.fp8_tflops is None and old_style.fp8_over_bf16 is None
     h100 = gpus.datasheet_entry("NVIDIA H100 80GB HBM3")
     assert h100.fp8_tflops == 1979 and h100.fp8_over_bf16 == 2.0
-    assert race.datasheet_ceiling("NVIDIA H100 80GB HBM3", torch.bfloat16).source == h100.source
+    assert sweeps.datasheet_ceiling("NVIDIA H100 80GB HBM3", torch.bfloat16).source == h100.source
 
 
 # ------------------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ def test_datasheet_rows_and_constructors_are_unchanged_by_the_fp8_fields():
 def spy(monkeypatch):
     """What each contestant computes, asked of the tensors themselves just before they are timed."""
     seen = {}
-    real_measure = race.measure
+    real_measure = timing.measure
 
     def measure(contestants, **kwargs):
         seen.update({name: c.fn() for name, c in contestants.items()})
@@ -323,17 +323,15 @@ def test_bad_arguments_are_refused_before_anything_is_allocated(no_allocation, k
 def test_an_oversized_request_is_refused_before_allocating(monkeypatch, no_allocation):
     monkeypatch.setattr(device_module, "available_bytes", lambda dev=None: 10**7)
     n = 1024
-    assert race.fp8_matmul_bytes(n) == n * n * (12 + 6 + 2 + 2 + 12) > 10**7
+    assert cost.fp8_matmul_bytes(n) == n * n * (12 + 6 + 2 + 2 + 12) > 10**7
     with pytest.raises(ValueError, match=r"race_fp8_matmul\(n=1024\).*refused before allocating"):
         race.race_fp8_matmul(n, device="cpu", **FAST)
-    assert race.fp8_matmul_bytes(16, torch.float16) == race.matmul_bytes(16, torch.float16) + 16 * 16 * 16
-    with pytest.raises(ValueError, match="n must be >= 1"):
-        race.fp8_matmul_bytes(0)
+    assert cost.fp8_matmul_bytes(16, torch.float16) == cost.matmul_bytes(16, torch.float16) + 16 * 16 * 16
 
 
 def _gpu_facts(monkeypatch, capability, arch_list, device_type="cuda"):
     """A GPU's facts for a race on the CPU: the CUDA path's checks and contexts run with CPU tensors."""
-    monkeypatch.setattr(race, "_device_facts", lambda dev: (device_type, capability))
+    monkeypatch.setattr(race, "device_facts", lambda dev: (device_type, capability))
     monkeypatch.setattr(race, "_cuda_arch_list", lambda: tuple(arch_list))
 
 
@@ -359,7 +357,7 @@ def test_a_build_without_kernels_for_the_gpu_is_refused_with_the_advice(monkeypa
 def test_an_fp8_gpu_races_with_tf32_off_for_every_contestant(monkeypatch, capability):
     _gpu_facts(monkeypatch, capability, CU130)
     seen = []
-    real_measure = race.measure
+    real_measure = timing.measure
 
     def measure(contestants, **kwargs):
         for name, c in contestants.items():
@@ -385,7 +383,7 @@ def test_reuse_returns_the_fp8_race_and_never_mixes_it_with_race_matmul(monkeypa
     monkeypatch.setattr(race, "measure", refuse)
     assert race.race_fp8_matmul(16, device="cpu", reuse=[plain, fp8], **FAST) is fp8
     assert race.race_fp8_matmul(16, device="cpu", reuse=fp8, **FAST) is fp8
-    s = race.SweepResult("matmul", (16,), (fp8,), race.Ceiling(1.0, None, "x"), fp8.context)
+    s = sweeps.SweepResult("matmul", (16,), (fp8,), sweeps.Ceiling(1.0, None, "x"), fp8.context)
     assert race.race_fp8_matmul(16, device="cpu", reuse=s, **FAST) is fp8
     assert race.race_matmul(16, device="cpu", reuse=[fp8, plain], **FAST) is plain
     for call in (
@@ -423,7 +421,7 @@ def test_fp8_summary_on_the_cpu_says_it_measured_no_fp8_hardware(fp8_result):
     rates = {k: f"{v:.3g}" for k, v in fp8_result.tflops.items()}
     assert f"TFLOP/s: FP32 {rates['fp32']}, bfloat16 {rates['amp']}, FP8 {rates['fp8']}." in text
     assert "There are no FP8 Tensor Cores on cpu" in text
-    assert race.explain(fp8_result)  # the plain race reading still reads FP32 against AMP
+    assert race_readout.explain(fp8_result)  # the plain race reading still reads FP32 against AMP
 
 
 NO_BF16 = {"avx512_bf16": False, "amx_bf16": False, "avx512_fp16": False}
@@ -439,7 +437,7 @@ AVX512_BF16 = {"avx512_bf16": True, "amx_bf16": False, "avx512_fp16": False}
     ],
 )
 def test_fp8_summary_blames_an_emulated_amp_dtype_only_when_it_was_the_slowest(medians, flags, says):
-    timings = {k: race.Timing(k, (m, m * 1.01, m * 0.99, m), 1, 1) for k, m in medians.items()}
+    timings = {k: intervals.Timing(k, (m, m * 1.01, m * 0.99, m), 1, 1) for k, m in medians.items()}
     ctx = {"device": "cpu", "threads": 1, "cpu_flags": flags, "torch": torch.__version__}
     r = race.RaceResult("fp8_matmul", {"n": 64}, torch.bfloat16, timings, 2.0 * 64**3, None, ctx)
     text = race.fp8_summary(r)
@@ -473,8 +471,6 @@ def test_fp8_summary_refuses_what_is_not_an_fp8_race(fp8_result):
 
 def test_step_bytes_of_an_fp8_race_counts_no_casts():
     n = 48
-    assert race.step_bytes("fp8_matmul", {"n": n}, None) == 12 * n * n
-    assert race.step_bytes("fp8_matmul", {"n": n}, torch.bfloat16) == 6 * n * n
-    assert race.step_bytes("matmul", {"n": n}, torch.bfloat16) == 18 * n * n  # race_matmul: + casts (8 + 4)
-    with pytest.raises(ValueError, match="missing 'n'"):
-        race.step_bytes("fp8_matmul", {}, None)
+    assert cost.call_bytes("fp8_matmul", {"n": n}, None) == 12 * n * n
+    assert cost.call_bytes("fp8_matmul", {"n": n}, torch.bfloat16) == 6 * n * n
+    assert cost.call_bytes("matmul", {"n": n}, torch.bfloat16) == 18 * n * n  # race_matmul: + casts (8 + 4)
