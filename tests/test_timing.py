@@ -655,3 +655,59 @@ def test_measure_refuses_a_target_interval_too_narrow_to_reach(target):
     with pytest.raises(ValueError, match=r"^target_rel_width=.* is narrower than a timer can resolve"):
         timing.measure({"a": never, "b": never}, target_rel_width=target)
     assert timing.check_target_rel_width(timing.MIN_TARGET_REL_WIDTH) == timing.MIN_TARGET_REL_WIDTH
+
+
+# --------------------------------------------------------------------------------------------
+# The notebook's timer cell and measure agree (on one fake clock)
+# --------------------------------------------------------------------------------------------
+
+
+def _timer_cell() -> str:
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "06_timing_race.ipynb").read_text())
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    (cell,) = [c for c in cells if "def honest_race(" in c]
+    return cell
+
+
+def test_the_notebook_timer_cell_is_short():
+    assert len(_timer_cell().splitlines()) <= 40
+
+
+class _FakeClock:
+    """Time moves only when a contestant runs: call k of contestant c takes ``c.ticks(k)``."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def contestant(self, durations):
+        calls = iter(range(10**6))
+        return lambda: setattr(self, "now", self.now + durations[next(calls) % len(durations)])
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_notebook_timer_cell_and_measure_take_the_same_samples(monkeypatch):
+    namespace = {"device": "cpu"}
+    exec(_timer_cell(), namespace)  # the learner's cell, as the notebook runs it
+    results = []
+    for use_cell in (True, False):
+        clock = _FakeClock()
+        # different per-call times that depend on the call's index: the order of every call matters
+        fns = {"fp32": clock.contestant([3.0, 5.0, 4.0]), "amp": clock.contestant([2.0, 1.0])}
+        if use_cell:
+            samples, ratio = namespace["honest_race"](fns, warmup=2, rounds=7, number=3, clock=clock)
+        else:
+            monkeypatch.setattr(timing, "_clock", clock)
+            t = timing.measure(fns, device="cpu", warmup=2, repeats=7, number=3)
+            samples = {k: list(v.samples) for k, v in t.items()}
+            ratio = speedup_estimate(t["fp32"], t["amp"]).ratio
+        results.append((samples, ratio))
+    (cell_samples, cell_ratio), (measure_samples, measure_ratio) = results
+    assert cell_samples == measure_samples and len(cell_samples["fp32"]) == 7
+    assert cell_ratio == measure_ratio
+    # a hand-computed round: after 2 warm-up calls each, round 0 runs fp32 calls 2-4 (4+3+5) then amp's 2-4 (2+1+2)
+    assert cell_samples["fp32"][0] == 4.0 and cell_samples["amp"][0] == 5.0 / 3
