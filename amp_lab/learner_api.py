@@ -113,6 +113,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "race_mlp",
     ),
     "race_readout": (
+        "elementwise_band",
         "explain",
         "memory_summary",
         "sweep_summary",

@@ -273,7 +273,7 @@ def result_card_html(result: RaceResult) -> str:
         rows.append("<tr>" + "".join(f"<td style='{cell}'>{e(v)}</td>" for v in values) + "</tr>")
     ctx = result.context
     tf32 = tf32_text(ctx)
-    mem_note = f"<br>memory: {e(memory_summary(result))}" if result.memory else ""
+    mem_note = f"<br>memory: {e(str(memory_summary(result)))}" if result.memory else ""
     interval = (
         f"{est.confidence_text} interval {est.ends_text()}"
         if math.isfinite(est.high)
@@ -284,7 +284,7 @@ def result_card_html(result: RaceResult) -> str:
         f"(<span class='amp-race-interval'>{e(interval)}</span>): "
         f"<b class='amp-race-outcome' data-outcome='{e(est.outcome)}'>{e(est.outcome)}</b></div>"
         f"<div>AMP {e(dtype_name(result.dtype))} vs FP32, {e(result.size)}</div>"
-        f"<p>{e(explain(result))}</p>"
+        f"<p>{e(str(explain(result)))}</p>"
         f"<table style='font-family:monospace;border-collapse:collapse'>{''.join(rows)}</table>"
         f"<small>{plural(est.pairs, 'interleaved round')} after "
         f"{plural(result.fp32.warmup, 'untimed warm-up ' + unit)}; {plural(ctx['threads'], 'thread')}; TF32 for FP32: {tf32}; "

@@ -351,6 +351,10 @@ def is_float(result, kwargs):
     )
 
 
+def is_reading(result, kwargs):
+    assert isinstance(result, text.Reading) and isinstance(str(result), str)
+
+
 def is_str(result, kwargs):
     return None if isinstance(result, str) else f"not a str: {type(result).__name__}"
 
@@ -1066,16 +1070,17 @@ E(
 )
 E("gpus.datasheet_entry", lambda: dict(gpu_name="NVIDIA H100 80GB HBM3"))
 E("gpus.datasheet_rows")
-E("race_readout.tf32_summary", lambda: dict(result=race_result()), post=is_str)
+E("race_readout.tf32_summary", lambda: dict(result=race_result()), post=is_reading)
 E(
     "references.describe_reference",
     lambda: dict(reference={"machine": {"gpu_name": "H100"}, "date": "2025-01-01"}),
     {"reference": Mapping_()},
     post=is_str,
 )
-E("race_readout.explain", lambda: dict(result=race_result()), {"result": Obj()}, post=is_str)
+E("race_readout.explain", lambda: dict(result=race_result()), {"result": Obj()}, post=is_reading)
+E("race_readout.elementwise_band", lambda: dict(result=race_result()), {"result": Obj()}, post=is_reading)
 E("references.load_reference_results", fuzz={"directory": Str()}, examples=4)
-E("race_readout.memory_summary", lambda: dict(result=mlp_result()), post=is_str)
+E("race_readout.memory_summary", lambda: dict(result=mlp_result()), post=is_reading)
 E("race.native_arithmetic", lambda: dict(result=race_result()))
 E("sweeps.plot_memory", lambda: dict(result=mlp_sweep()), {"ax": Obj()}, examples=2, corpus_limit=3)
 E("sweeps.plot_sweep", lambda: dict(result=sweep_result()), {"ax": Obj()}, examples=2, corpus_limit=3)
@@ -1132,7 +1137,7 @@ E(
     examples=3,
     corpus_limit=2,
 )
-E("race_readout.sweep_summary", lambda: dict(result=sweep_result()), post=is_str)
+E("race_readout.sweep_summary", lambda: dict(result=sweep_result()), post=is_reading)
 
 # --- ranges ---------------------------------------------------------------------------------
 E(

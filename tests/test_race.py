@@ -31,6 +31,7 @@ from amp_lab import (
     references,
     roofline,
     sweeps,
+    text,
     timing,
 )
 from amp_lab import device as device_module
@@ -357,86 +358,85 @@ def test_first_paying_size_needs_every_larger_size_to_be_measurably_faster():
 
 
 @pytest.mark.parametrize(
-    "ratios, flags, starts, reason",
+    "ratios, flags, verdict, reason",
     [
-        (SLOWER, NO_BF16, "AMP is slower: 0.25x", "emulated with conversions and autocast's casts are pure overhead"),
-        (CLOSE, NO_BF16, "Too close to call: 1.01x", "AMP cannot gain here"),
-        (FASTER, NO_BF16, "AMP is faster: 2.00x", "a win is not expected here, so suspect noise"),
-        (FASTER, AVX512_BF16, "AMP is faster: 2.00x", "This CPU multiplies bfloat16 in hardware"),
-        (SLOWER, AVX512_BF16, "AMP is slower: 0.25x", "so the size is the likely reason"),
-        (CLOSE, AVX512_BF16, "Too close to call", "so the size is the likely reason"),
-        (CLOSE, UNKNOWN, "Too close to call", "is unknown; the measurement is the answer"),
+        (SLOWER, NO_BF16, "race.verdict_slower", "race.cpu_emulated_slower"),
+        (CLOSE, NO_BF16, "race.verdict_close", "race.cpu_emulated_close"),
+        (FASTER, NO_BF16, "race.verdict_faster", "race.cpu_emulated_faster"),
+        (FASTER, AVX512_BF16, "race.verdict_faster", "race.cpu_native_faster"),
+        (SLOWER, AVX512_BF16, "race.verdict_slower", "race.cpu_native_not_faster"),
+        (CLOSE, AVX512_BF16, "race.verdict_close", "race.cpu_native_not_faster"),
+        (CLOSE, UNKNOWN, "race.verdict_close", "race.cpu_unknown"),
     ],
 )
-def test_explain_on_a_cpu_with_and_without_bf16(ratios, flags, starts, reason):
+def test_explain_on_a_cpu_with_and_without_bf16(ratios, flags, verdict, reason):
     r = _result(ratios, flags=flags)
-    text = race_readout.explain(r)
-    assert text.startswith(starts), text
-    assert reason in text, text
-    assert str(r.speedup_interval.ends_text()) in text and "8 interleaved pairs" in text
-    if r.outcome == "slower":
-        assert f"{1 / r.speedup:.2f}x as long" in text
-    if r.outcome == "too close to call":
-        assert "straddles 1" in text
+    reading = race_readout.explain(r)
+    assert reading.outcome == r.outcome and reading.reasons[:2] == (verdict, reason)
+    assert reading.facts["ratio"] == text.format_ratio(r.speedup) and reading.facts["low"] == "bfloat16"
+    assert reading.facts["basis"] == f"95% interval {r.speedup_interval.ends_text()}, 8 interleaved pairs"
+    assert reading.facts["inverse"] == pytest.approx(1 / r.speedup)
+    assert str(reading)  # every code has its sentence
     assert race.native_arithmetic(r) is hardware.cpu_has_native(torch.bfloat16, flags=flags)
 
 
 def test_explain_reads_the_recorded_flags_not_this_machines(monkeypatch):
     monkeypatch.setattr(race, "cpu_has_native", lambda dtype, flags=None: None if flags is None else flags["x"])
-    assert "no AVX512-BF16" in race_readout.explain(_result(SLOWER, flags={"x": False}))
-    assert "multiplies bfloat16 in hardware" in race_readout.explain(_result(FASTER, flags={"x": True}))
+    slow = race_readout.explain(_result(SLOWER, flags={"x": False}))
+    assert "race.cpu_emulated_slower" in slow.reasons and slow.facts["insn"].startswith("AVX512-BF16, AMX-BF16")
+    assert "race.cpu_native_faster" in race_readout.explain(_result(FASTER, flags={"x": True})).reasons
 
 
 def test_explain_names_the_fp16_instructions_for_fp16():
-    text = race_readout.explain(_result(SLOWER, dtype=torch.float16))
-    assert "no AVX512-FP16 or AMX-FP16 instructions, so float16 matmuls are emulated" in text
+    reading = race_readout.explain(_result(SLOWER, dtype=torch.float16))
+    assert reading.facts["insn"] == "AVX512-FP16 or AMX-FP16" and reading.facts["low"] == "float16"
 
 
 @pytest.mark.parametrize(
-    "gpu, dtype, ratios, expected",
+    "gpu, dtype, ratios, codes, arch",
     [
-        ("volta", torch.float16, FASTER, "Volta (sm_70) Tensor Cores multiply float16"),
-        ("volta", torch.bfloat16, SLOWER, "bfloat16 is emulated on Volta (sm_70): its Tensor Cores multiply FP16 but not BF16"),
-        ("volta", torch.float16, CLOSE, "Tensor Cores multiply float16, but this race does not keep them busy. "
-                                        "For AMP, a step took 1 ms, while at the datasheet's peak rates"),
-        ("ampere", torch.bfloat16, FASTER, "Ampere (sm_80) Tensor Cores multiply bfloat16"),
-        ("ampere", torch.float16, SLOWER, "launch/sync-bound"),
-        ("hopper", torch.bfloat16, FASTER, "Hopper (sm_90) Tensor Cores multiply bfloat16"),
-        ("hopper", torch.float16, CLOSE, "Hopper (sm_90) Tensor Cores multiply float16, but this race does not keep"),
-        ("blackwell", torch.bfloat16, CLOSE, "this GPU has no entry in the course's datasheet table"),
+        ("volta", torch.float16, FASTER, ("race.gpu_faster", "race.gpu_regime"), "Volta"),
+        ("volta", torch.bfloat16, SLOWER, ("race.gpu_bf16_emulated",), "Volta"),
+        ("volta", torch.float16, CLOSE, ("race.gpu_launch_bound",), "Volta"),
+        ("ampere", torch.bfloat16, FASTER, ("race.gpu_faster", "race.gpu_regime"), "Ampere"),
+        ("ampere", torch.float16, SLOWER, ("race.gpu_launch_bound",), "Ampere"),
+        ("hopper", torch.bfloat16, FASTER, ("race.gpu_faster", "race.gpu_regime"), "Hopper"),
+        ("hopper", torch.float16, CLOSE, ("race.gpu_launch_bound",), "Hopper"),
+        ("blackwell", torch.bfloat16, CLOSE, ("race.gpu_unknown_regime",), "Blackwell"),
     ],
 )
-def test_explain_on_cuda_volta_ampere_hopper(gpu, dtype, ratios, expected):
+def test_explain_on_cuda_volta_ampere_hopper(gpu, dtype, ratios, codes, arch):
     r = _result(ratios, gpu=gpu, dtype=dtype, tf32_ratios=[x / 2 for x in ratios])
-    text = race_readout.explain(r)
-    assert expected in text, text
-    assert text.startswith({"faster": "AMP is faster", "slower": "AMP is slower", "too close to call": "Too close"}[r.outcome])
-    tf32 = r.speedup_vs_tf32_interval
-    if r.outcome != "faster" and gpu not in ("blackwell",) and race.native_arithmetic(r):
+    reading = race_readout.explain(r)
+    assert reading.outcome == r.outcome and reading.reasons[1 : 1 + len(codes)] == codes
+    assert reading.facts["arch"].startswith(arch)
+    if "race.gpu_launch_bound" in codes:
         assert r.regimes["amp"].name == "launch-bound"  # 1 ms for a width-8 step: no GPU is busy with that
-    if gpu == "volta":
-        assert f"Volta has no TF32, so the TF32 contestant ran plain FP32: AMP against it {tf32}" in text
-    else:
-        assert f"Against TF32 (FP32 on Tensor Cores) the speedup is {tf32}: {tf32.outcome}" in text
+        assert reading.facts["regime"] == str(r.regimes["amp"])
+    tf32 = r.speedup_vs_tf32_interval
+    assert reading.facts["vs_tf32"] == str(tf32)
+    assert ("race.tf32_none_on_arch" if gpu == "volta" else "race.tf32_vs") in reading.reasons
     assert race.native_arithmetic(r) is (not (gpu == "volta" and dtype == torch.bfloat16))
+    assert str(reading)
 
 
 def test_explain_warns_when_the_measurement_is_noisy():
     # noisy samples whose pairs still agree (the zig-zag hits both contestants alike): a remark only
     paired = race_readout.explain(_result(FASTER, spread=0.5, flags=AVX512_BF16))
-    assert "The samples were noisy (IQR up to" in paired and "load average 3.5 on 2 cores" in paired
-    assert "kept the interval narrow enough to read" in paired and "race again" not in paired
+    assert paired.reasons[-1] == "race.noisy_but_narrow" and "race.noisy" not in paired.reasons
+    assert paired.facts["worst_iqr_pct"] > 20 and paired.facts["busy"] == ", load average 3.5 on 2 cores"
     # pairs that disagree: the interval is wide, and the reading says to race again
     wide = race_readout.explain(_result([0.5, 1.6, 0.7, 1.4, 0.6, 1.5, 0.8, 1.3]))
-    assert "Noisy: an interval up to" in wide and "race again when it is quiet" in wide
-    assert "noisy" not in race_readout.explain(_result(FASTER, flags=AVX512_BF16)).lower()
+    assert wide.reasons[-1] == "race.noisy" and wide.facts["widest_pct"] > 25
+    assert not {"race.noisy", "race.noisy_but_narrow"} & set(race_readout.explain(_result(FASTER, flags=AVX512_BF16)).reasons)
 
 
 def test_too_few_pairs_is_too_close_to_call_and_says_why():
     r = _result([3.0, 3.0, 3.0])
     assert r.outcome == "too close to call"
-    text = race_readout.explain(r)
-    assert "3 interleaved pairs: too few for a 95% interval" in text and "Noisy" not in text
+    reading = race_readout.explain(r)
+    assert reading.reasons[0] == "race.verdict_close" and "race.noisy" not in reading.reasons
+    assert reading.facts["basis"] == "3 interleaved pairs: too few for a 95% interval"
 
 
 # ------------------------------------------------------------------------------------------
@@ -546,8 +546,9 @@ def test_batch_sweep_races_batches_at_one_width_and_reuses_the_main_race():
         s.result_for(3)
     ax = sweeps.plot_memory(s)
     assert "batch (width 16)" in ax.get_xlabel()
-    text = race_readout.sweep_summary(s)
-    assert text.startswith("training step of the tutorial loop's model at width 16, by batch")
+    reading = race_readout.sweep_summary(s)
+    assert reading.facts["what"] == "training step of the tutorial loop's model at width 16, by batch"
+    assert reading.facts["name"] == "batch" and reading.facts["largest"] == 8
 
 
 # ------------------------------------------------------------------------------------------
@@ -556,19 +557,22 @@ def test_batch_sweep_races_batches_at_one_width_and_reuses_the_main_race():
 
 
 @pytest.mark.parametrize(
-    "fp32, amp, says, why",
+    "fp32, amp, outcome, why",
     [
-        (100.0, 60.0, "AMP saves 40%", "they outweigh the FP32 weights"),
-        (100.0, 102.0, "AMP uses 2% more", "which are a small part of this step"),
-        (100.0, 97.0, "AMP saves 3%", "which are a small part of this step"),
-        (100.0, 130.0, "AMP uses 30% more", "cost more here than it saves"),
+        (100.0, 60.0, "saves", "race.memory_activations_win"),
+        (100.0, 102.0, "costs", "race.memory_small_share"),
+        (100.0, 97.0, "saves", "race.memory_small_share"),
+        (100.0, 130.0, "costs", "race.memory_copies_cost"),
+        (100.0, 100.2, "nothing", "race.memory_small_share"),
     ],
 )
-def test_memory_summary_reads_the_measured_memory(fp32, amp, says, why):
+def test_memory_summary_reads_the_measured_memory(fp32, amp, outcome, why):
     mib = 2**20
     r = _result(FASTER, memory={"fp32": fp32 * mib, "amp": amp * mib, "method": "measured: max_memory_allocated"})
-    text = race_readout.memory_summary(r)
-    assert says in text and why in text and f"{fp32:.2f} MiB in FP32" in text and "(measured)" in text
+    reading = race_readout.memory_summary(r)
+    assert reading.outcome == outcome and reading.reasons == (f"race.memory_{outcome}", why)
+    assert reading.facts["saving"] == pytest.approx(1 - amp / fp32)  # hand-computed: 40%, -2%, 3%, -30%
+    assert reading.facts["fp32_bytes"] == f"{fp32:.2f} MiB" and reading.facts["how"] == "measured"
 
 
 def test_memory_summary_of_a_sweep_and_bad_input():
@@ -576,8 +580,10 @@ def test_memory_summary_of_a_sweep_and_bad_input():
     rs = tuple(_result(FASTER, params={"width": w, "batch": 4}, memory={"fp32": 100 * mib, "amp": a * mib, "method": "estimate"})
                for w, a in ((8, 101), (16, 70)))  # fmt: skip
     s = sweeps.SweepResult("mlp", (8, 16), rs, sweeps.Ceiling(1.0, None, "x"), {})
-    text = race_readout.memory_summary(s)
-    assert "Across the sweep, against FP32, AMP uses 1% more at width 8 and saves 30% at width 16" in text
+    reading = race_readout.memory_summary(s)
+    assert reading.reasons[-2:] == ("race.sweep_memory_first_costs", "race.sweep_memory_last_saves")
+    assert reading.facts["first_saving"] == pytest.approx(0.01) and reading.facts["last_saving"] == pytest.approx(0.3)
+    assert reading.outcome == "saves" and reading.facts["how"] == "estimated"
     with pytest.raises(ValueError, match="memory"):
         race_readout.memory_summary(_result(FASTER))
 
@@ -672,7 +678,7 @@ def test_pressing_race_runs_the_race_moves_both_lanes_and_fills_the_card(racer):
     assert 'data-race-state="done"' in racer.result.value
     assert f"<b class='amp-race-speedup'>{timing.format_ratio(r.speedup)}</b>" in racer.result.value
     assert f"data-outcome='{r.outcome}'" in racer.result.value
-    assert html.escape(race_readout.explain(r)) in racer.result.value
+    assert html.escape(str(race_readout.explain(r))) in racer.result.value
     assert "TF32 for FP32: n/a (CPU)" in racer.result.value and "spread (IQR)" in racer.result.value
     assert f"{r.context['threads']} thread" in racer.result.value
     assert len(moves) >= racer.repeats  # the lane moved during the race, not only at the end
@@ -699,8 +705,9 @@ def test_lanes_grow_when_sampling_goes_past_the_minimum_and_colours_follow_the_o
 def test_the_card_says_too_close_to_call_and_reads_the_memory():
     mib = 2**20
     card = race_widget.result_card_html(_result(CLOSE, memory={"fp32": 4 * mib, "amp": 4.1 * mib, "method": "estimate"}))
-    assert "data-outcome='too close to call'" in card and "straddles 1" in card
-    assert "AMP uses 2% more" in card
+    assert "data-outcome='too close to call'" in card
+    reading = race_readout.explain(_result(CLOSE))
+    assert reading.reasons[0] == "race.verdict_close" and html.escape(str(reading)) in card
 
 
 def test_a_failed_race_is_shown_in_the_card(racer, monkeypatch):
@@ -729,29 +736,26 @@ def _sweep_of(kinds, ceiling, spread=0.0, flags=NO_BF16):
 def test_sweep_summary_reads_the_sweep_with_intervals():
     datasheet = sweeps.datasheet_ceiling("NVIDIA A100-SXM4-80GB", torch.float16)
     s = _sweep_of("scfF", datasheet)
-    text = race_readout.sweep_summary(s)
-    lines = text.splitlines()
-    assert lines[0] == "n x n matmul, AMP bfloat16 vs FP32 (95% intervals):"
+    reading = race_readout.sweep_summary(s)
+    assert reading.outcome == "pays" and reading.facts["pays_from"] == 128
+    assert reading.reasons == ("race.sweep_sizes", "race.sweep_pays", "race.sweep_grew", "race.ceiling_share")
     for n, e in zip(s.sizes, s.intervals, strict=True):
-        assert f"  n {n}: {timing.format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}" in lines
-    assert "AMP is measurably faster from n 128 on." in text
-    assert "The speedup grew with the n: from 0.25x at n 32 to 8.00x at n 256" in text
-    assert "Best 8.00x at n 256, 50% of the ceiling 16x" in text
-    assert "Noisy" not in text
+        assert f"n {n}: {timing.format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}" in reading.facts["per_size"]
+    assert (reading.facts["first_ratio"], reading.facts["last_ratio"]) == ("0.25x", "8.00x")
+    assert reading.facts["best"] == "8.00x" and reading.facts["best_at"] == 256
+    assert reading.facts["share"] == 0.5 and reading.facts["ceiling"] == 16  # 8x of the A100's 16x
 
 
 def test_sweep_summary_too_close_at_the_top_and_a_ceiling_below_one():
     cpu = sweeps.Ceiling(0.05, None, "measured on this cpu", measured_interval=timing.speedup_estimate([0.05] * 8, [1.0] * 8))
-    text = race_readout.sweep_summary(_sweep_of("Ssc", cpu))
-    assert "AMP is not measurably faster at the largest n raced (128: too close to call)." in text
-    assert "The ceiling is 0.05x (95% interval 0.05x to 0.05x)" in text and "AMP cannot pay" in text
-    assert "The speedup grew with the n" in text  # 0.06x -> 1.0x: intervals apart
-    flat = race_readout.sweep_summary(_sweep_of("cc", cpu))
-    assert "did not change measurably between n 32 and n 64" in flat and "their intervals overlap" in flat
-    shrank = race_readout.sweep_summary(_sweep_of("fs", cpu))
-    assert "The speedup shrank as the n grew" in shrank
+    reading = race_readout.sweep_summary(_sweep_of("Ssc", cpu))
+    assert reading.outcome == "does_not_pay" and reading.facts["last_outcome"] == "too close to call"
+    assert reading.reasons == ("race.sweep_sizes", "race.sweep_never_pays", "race.sweep_grew", "race.ceiling_below_one")
+    assert reading.facts["measured"] == "0.05x (95% interval 0.05x to 0.05x)"
+    assert "race.sweep_flat" in race_readout.sweep_summary(_sweep_of("cc", cpu)).reasons
+    assert "race.sweep_shrank" in race_readout.sweep_summary(_sweep_of("fs", cpu)).reasons
     noisy = race_readout.sweep_summary(_sweep_of("cs", cpu, spread=0.5))
-    assert "The samples were noisy (IQR up to 100% of a median, load average 3.5 on 2 cores)" in noisy
+    assert noisy.reasons[-1] == "race.noisy_but_narrow" and noisy.facts["worst_iqr_pct"] == pytest.approx(100)
 
 
 def test_the_plot_draws_the_interval():
@@ -1176,13 +1180,17 @@ def test_measure_roofline_bad_inputs(no_racing):
 
 def test_explain_reads_an_elementwise_race_by_its_bytes():
     faster = _result(FASTER, kind="elementwise", params={"numel": 2**20})
-    text = race_readout.explain(faster)
-    assert text.startswith("AMP is faster: 2.00x")
-    assert "12.00 MiB per call in FP32 but 6.00 MiB in bfloat16, 2x fewer bytes" in text
-    assert "memory-bound" in text and "100% of the 2x" in text
-    assert "emulated" not in text  # the matmul reading (bf16 arithmetic emulated) does not apply to an add
+    reading = race_readout.explain(faster)
+    assert reading.reasons[:3] == ("race.verdict_faster", "race.add_head", "race.add_faster")
+    assert (reading.facts["b32"], reading.facts["blow"], reading.facts["fewer"]) == ("12.00 MiB", "6.00 MiB", 2.0)
+    assert reading.facts["share"] == 1.0  # a 2x speedup is all of the 2x the bytes allow
+    assert not any(code.startswith("race.cpu_") for code in reading.reasons)  # the matmul reading does not apply
     slower = race_readout.explain(_result(SLOWER, kind="elementwise", params={"numel": 2**20}))
-    assert slower.startswith("AMP is slower") and "did not turn its fewer bytes into time" in slower
+    assert slower.reasons[:3] == ("race.verdict_slower", "race.add_head", "race.add_not_faster")
+    band = race_readout.elementwise_band(faster)
+    assert band.outcome == ("faster, by less than 2x" if faster.speedup < 2 else "2x or more")
+    assert band.facts["b32"] == "12.00 MiB" and band.reasons == ("race.add_band",)
+    assert race_readout.elementwise_band(_result(SLOWER, kind="elementwise", params={"numel": 8})).outcome == "slower"
     assert "step" not in race_widget.result_card_html(faster).split("</div>")[0]
 
 
