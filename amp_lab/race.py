@@ -45,7 +45,7 @@ from .hardware import CPU_FEATURES, cpu_has_native, cpu_native_labels, tf32_matm
 from .intervals import SpeedupEstimate, Timing, jsonable, plural, speedup_estimate
 from .models import make_mlp
 from .race_trainer import Trainer, measure_memory
-from .text import format_bytes, format_seconds
+from .text import Reading, format_bytes, format_seconds
 from .timing import (
     Contestant,
     RaceProgress,
@@ -638,7 +638,7 @@ def race_fp8_matmul(
                      fp8="float8_e4m3fn, tensorwise scales made before timing, bfloat16 output")  # fmt: skip
 
 
-def fp8_summary(result: RaceResult) -> str:
+def fp8_summary(result: RaceResult) -> Reading:
     """What an FP8 race (:func:`race_fp8_matmul`) says: FP8 over the AMP dtype and over FP32 with their
     intervals, the TFLOP/s, and why (no FP8 hardware on a CPU; on a GPU :func:`fp8_matmul_support`'s reason
     and the datasheet's FP8 / BF16 ratio beside the measured one).  (``08_fp8_and_block_scaling``)"""
@@ -649,44 +649,27 @@ def fp8_summary(result: RaceResult) -> str:
         )
     est = result.fp8_speedup_interval
     vs32 = speedup_estimate(result.fp32, result.fp8, confidence=result.confidence)
-    low = dtype_name(result.dtype)
-    rates = ", ".join(
-        f"{label} {result.tflops[name]:.3g}"
-        for name, label in (("fp32", "FP32"), ("amp", low), ("fp8", "FP8"))
-    )
     dev = str(result.context.get("device", ""))
-    head = (
-        f"FP8 (E4M3) against {low}, {result.size} on {dev or '?'}: {est}: {est.outcome}; against FP32: {vs32}: "
-        f"{vs32.outcome}. TFLOP/s: {rates}."
-    )
+    facts = {"low": dtype_name(result.dtype), "size": result.size, "device": dev or "?", "vs_amp": str(est),
+             "vs_amp_outcome": est.outcome, "vs_fp32": str(vs32), "vs_fp32_outcome": vs32.outcome,
+             **{f"tflops_{k}": v for k, v in result.tflops.items()}}  # fmt: skip
     if not dev.startswith("cuda"):
-        text = (
-            f"{head} There are no FP8 Tensor Cores on {dev or 'this device'}: torch._scaled_mm there converts the "
-            "E4M3 operands and multiplies them with ordinary arithmetic, so the race checks that FP8 GEMMs run, "
-            "not how fast they are on the hardware built for them."
-        )
         slowest = max(result.timings, key=lambda name: result.timings[name].median)
-        if native_arithmetic(result) is False and slowest == "amp":
-            insn = _cpu_instructions(result, False)
-            text += (
-                f" This CPU has no {insn} instructions either, so its {low} GEMM is emulated: that is why it was "
-                "the slowest of the three, not a sign that FP8 is fast here."
-            )
-        return text
+        emulated = native_arithmetic(result) is False and slowest == "amp"
+        facts["insn"] = _cpu_instructions(result, False)
+        return Reading(
+            est.outcome,
+            ("race.fp8_head", "race.fp8_no_units", *(("race.fp8_amp_emulated",) if emulated else ())),
+            facts,
+        )
     cap = result.context.get("capability")
-    support = fp8_matmul_support(tuple(cap) if cap else None)
     entry = datasheet_entry(result.context.get("device_name"))
     ratio = None if entry is None else entry.fp8_over_bf16
+    facts["support"] = fp8_matmul_support(tuple(cap) if cap else None).reason
     if ratio is None:
-        sheet = (
-            "The course's datasheet table has no FP8 figure for this GPU, so the measurement is the answer."
-        )
-    else:
-        sheet = (
-            f"The {entry.model} datasheet gives FP8 {ratio:.3g}x the BF16 rate; this race measured "
-            f"{est.ratio:.3g}x against {low} ({est.ratio / ratio:.0%} of that ceiling)."
-        )
-    return f"{head} {support.reason}. {sheet}"
+        return Reading(est.outcome, ("race.fp8_head", "race.fp8_support", "race.fp8_no_datasheet"), facts)
+    facts.update(model=entry.model, sheet_ratio=ratio, measured=est.ratio, share=est.ratio / ratio)
+    return Reading(est.outcome, ("race.fp8_head", "race.fp8_support", "race.fp8_datasheet"), facts)
 
 
 def _cuda_arch_list() -> tuple[str, ...]:

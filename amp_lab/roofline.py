@@ -24,7 +24,7 @@ from .race import (
     _tf32_context,
     _unit,
 )
-from .text import format_bytes
+from .text import Reading, format_bytes, say
 from .timing import (
     Contestant,
     RaceProgress,
@@ -281,32 +281,25 @@ def plot_roofline(roofline: Roofline, results, ax=None):
     return ax
 
 
-def roofline_summary(roofline: Roofline, results) -> str:
+def roofline_summary(roofline: Roofline, results) -> Reading:
     """The roofline read: this machine's roofs and ridge point, then for each race's FP32 contestant its
     arithmetic intensity against the ridge, the share of the roof it reached and its regime
-    (:meth:`Roofline.regime`).  Every number comes from the measurements.  (``06_timing_race``)"""
+    (:meth:`Roofline.regime`).  Outcome ``"measured"``; ``facts["points"]`` one dict per race.
+    (``06_timing_race``)"""
     _check_roofline("roofline", roofline)
-    races = _races("results", results)
-    lines = [
-        f"This machine's roof, measured: {roofline.peak_flops / 1e9:.3g} GFLOP/s (an FP32 matmul, n={roofline.matmul_n}) "
-        f"and {roofline.bytes_per_s / 1e9:.3g} GB/s; the ridge point is {roofline.ridge:.3g} FLOP per byte. An op "
-        "with fewer FLOPs per byte is memory-bound here, one with more can be compute-bound."
-    ]
-    for r in races:
+    points = []
+    for r in _races("results", results):
         intensity = r.intensity("fp32")
-        side = (f"{roofline.ridge / intensity:.3g}x below the ridge" if intensity < roofline.ridge
-                else f"{intensity / roofline.ridge:.3g}x above the ridge")  # fmt: skip
-        achieved = r.flops / r.fp32.median
+        share = r.flops / r.fp32.median / roofline.attainable(intensity)
         regime = roofline.regime(r.fp32.median, r.flops, r.bytes_moved("fp32"), unit=_unit(r.kind))
-        what = "torch.add" if r.kind == "elementwise" else r.kind
-        share = achieved / roofline.attainable(intensity)
-        above = (
-            " (above the roof: the roof is itself a measurement, taken at another moment)"
-            if share > 1
-            else ""
-        )
-        lines.append(
-            f"  {what} {r.size}, FP32: {intensity:.3g} FLOP/byte, {side}; reached {share:.0%} of the roof "
-            f"there{above}: {regime.name}."
-        )
-    return "\n".join(lines)
+        below = intensity < roofline.ridge
+        points.append({
+            "what": "torch.add" if r.kind == "elementwise" else r.kind, "size": r.size, "intensity": intensity,
+            "times": roofline.ridge / intensity if below else intensity / roofline.ridge,
+            "side": "below" if below else "above", "share": share, "regime": regime.name,
+            "above_roof": say("race.roof_above") if share > 1 else "",
+        })  # fmt: skip
+    facts = {"gflops": roofline.peak_flops / 1e9, "n": roofline.matmul_n, "gbs": roofline.bytes_per_s / 1e9,
+             "ridge": roofline.ridge, "points": tuple(points),
+             "points_text": " ".join(say("race.roof_point", **p) for p in points)}  # fmt: skip
+    return Reading("measured", ("race.roof", "race.roof_points") if points else ("race.roof",), facts)

@@ -18,6 +18,22 @@ from ._checks import ArgumentTypeError, check_int
 REASONS: dict[str, str] = {
     # --- hardware ---
     # --- timing ---
+    "timing.sync_queued_only": (
+        "The first reading caught only the queueing: finishing took {ratio:.1f}x as long. A timing without "
+        "synchronisation measures how fast Python queued the work, not how fast the {device} did it."
+    ),
+    "timing.sync_close": (
+        "The two readings are close ({ratio:.2f}x): the queue filled up and Python had to wait, so this time "
+        "the missing synchronisation hid little; with less work per call it hides almost everything."
+    ),
+    "timing.sync_agree": (
+        "The two readings nearly agree ({ratio:.2f}x): CPU ops return when they are done, so there is nothing "
+        "to wait for; on a GPU the first reading would be far smaller."
+    ),
+    "timing.sync_disturbed": (
+        "The readings differ ({ratio:.2f}x) although CPU ops return when they are done: something else (another "
+        "program, the operating system) ran between the two clock readings."
+    ),
     # --- race ---
     # explain: the verdict
     "race.verdict_faster": "AMP is faster: {ratio} the speed of FP32 ({basis}), {low} on {device}.",
@@ -119,6 +135,40 @@ REASONS: dict[str, str] = {
         "torch.add moves {b32} per call in FP32 and {blow} in {low}: the bytes alone would make it 2x as fast, "
         "and this machine measured {speedup}, {outcome}"
     ),
+    # fp8_summary
+    "race.fp8_head": (
+        "FP8 (E4M3) against {low}, {size} on {device}: {vs_amp}: {vs_amp_outcome}; against FP32: {vs_fp32}: "
+        "{vs_fp32_outcome}. TFLOP/s: FP32 {tflops_fp32:.3g}, {low} {tflops_amp:.3g}, FP8 {tflops_fp8:.3g}."
+    ),
+    "race.fp8_no_units": (
+        "There are no FP8 Tensor Cores on {device}: torch._scaled_mm there converts the E4M3 operands and "
+        "multiplies them with ordinary arithmetic, so the race checks that FP8 GEMMs run, not how fast they are "
+        "on the hardware built for them."
+    ),
+    "race.fp8_amp_emulated": (
+        "This CPU has no {insn} instructions either, so its {low} GEMM is emulated: that is why it was the "
+        "slowest of the three, not a sign that FP8 is fast here."
+    ),
+    "race.fp8_support": "{support}.",
+    "race.fp8_no_datasheet": (
+        "The course's datasheet table has no FP8 figure for this GPU, so the measurement is the answer."
+    ),
+    "race.fp8_datasheet": (
+        "The {model} datasheet gives FP8 {sheet_ratio:.3g}x the BF16 rate; this race measured {measured:.3g}x "
+        "against {low} ({share:.0%} of that ceiling)."
+    ),
+    # roofline_summary
+    "race.roof": (
+        "This machine's roof, measured: {gflops:.3g} GFLOP/s (an FP32 matmul, n={n}) and {gbs:.3g} GB/s; the "
+        "ridge point is {ridge:.3g} FLOP per byte. An op with fewer FLOPs per byte is memory-bound here, one "
+        "with more can be compute-bound."
+    ),
+    "race.roof_points": "{points_text}",
+    "race.roof_point": (
+        "{what} {size}, FP32: {intensity:.3g} FLOP/byte, {times:.3g}x {side} the ridge; reached {share:.0%} of "
+        "the roof there{above_roof}: {regime}."
+    ),
+    "race.roof_above": " (above the roof: the roof is itself a measurement, taken at another moment)",
     # tf32_summary
     "race.tf32_measured": (
         "TF32 against IEEE FP32: {tf32_vs_fp32}: {tf32_outcome}. AMP against TF32: {amp_vs_tf32}: {amp_outcome}."

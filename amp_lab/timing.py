@@ -55,7 +55,7 @@ from .device import dtype_name, get_device, torch_threads
 from .gpus import datasheet_entry
 from .hardware import cpu_has_native, cpu_model, tf32_matmul_enabled, usable_cpu_flags
 from .intervals import SpeedupEstimate, Timing, min_pairs, plural, speedup_estimate
-from .text import format_bytes, format_ratio, format_seconds
+from .text import Reading, format_bytes, format_ratio, format_seconds
 
 __all__ = [
     "DEFAULT_MAX_REPEATS",
@@ -598,9 +598,11 @@ def measure(
     return timings[names[0]] if single else timings
 
 
-def sync_summary(queued_s: float, finished_s: float, device=None) -> str:
+def sync_summary(queued_s: float, finished_s: float, device=None) -> Reading:
     """Read a synchronisation experiment: the clock read right after queueing work (``queued_s``) and
-    after waiting for the device (``finished_s``), both from the same start.  (``06_timing_race``)"""
+    after waiting for the device (``finished_s``), both from the same start.  Outcome ``"queued_only"``,
+    ``"close"`` (a GPU), ``"agree"`` or ``"disturbed"`` (a CPU); ``facts["ratio"]`` = finished / queued.
+    (``06_timing_race``)"""
     queued_s = check_float("queued_s", queued_s, gt=0)
     finished_s = check_float("finished_s", finished_s, gt=0)
     if finished_s < queued_s:
@@ -608,24 +610,10 @@ def sync_summary(queued_s: float, finished_s: float, device=None) -> str:
     dev = get_device(device)
     ratio = finished_s / queued_s
     if dev.type in ("cuda", "mps"):
-        if ratio >= 2:
-            return (
-                f"The first reading caught only the queueing: finishing took {ratio:.1f}x as long. A timing "
-                f"without synchronisation measures how fast Python queued the work, not how fast the {dev.type.upper()} did it."
-            )
-        return (
-            f"The two readings are close ({ratio:.2f}x): the queue filled up and Python had to wait, so this time "
-            "the missing synchronisation hid little; with less work per call it hides almost everything."
-        )
-    if ratio < 1.2:
-        return (
-            f"The two readings nearly agree ({ratio:.2f}x): CPU ops return when they are done, so there is nothing "
-            "to wait for; on a GPU the first reading would be far smaller."
-        )
-    return (
-        f"The readings differ ({ratio:.2f}x) although CPU ops return when they are done: something else (another "
-        "program, the operating system) ran between the two clock readings."
-    )
+        outcome = "queued_only" if ratio >= 2 else "close"
+    else:
+        outcome = "agree" if ratio < 1.2 else "disturbed"
+    return Reading(outcome, (f"timing.sync_{outcome}",), {"ratio": ratio, "device": dev.type.upper()})
 
 
 def regime_for(

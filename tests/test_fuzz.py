@@ -1104,7 +1104,7 @@ E("gpus.Fp8Support", lambda: dict(supported=True, reason="x"))
 E("gpus.fp8_matmul_support", lambda: dict(capability=(9, 0), arch_list=["sm_90"]),
   {"capability": Obj(), "arch_list": Obj()})
 E("gpus.fp8_datasheet_rows")
-E("race.fp8_summary", lambda: dict(result=fp8_race_result()), {"result": Obj()}, post=is_str)
+E("race.fp8_summary", lambda: dict(result=fp8_race_result()), {"result": Obj()}, post=is_reading)
 E(
     "race.race_mlp",
     lambda: dict(width=8, batch=8, in_features=8, **RACE_FAST),
@@ -1614,7 +1614,7 @@ E(
     "timing.sync_summary",
     lambda: dict(queued_s=1e-3, finished_s=2e-3),
     {"queued_s": Float(gt=0, le=2e-3), "finished_s": Float(ge=1e-3)},  # finished_s is read later: >= queued_s
-    post=is_str,
+    post=is_reading,
 )
 E("timing.timing_context")
 
@@ -1830,7 +1830,7 @@ E(
     "roofline.roofline_summary",
     lambda: dict(roofline=roofline(), results=[race_result()]),
     {"roofline": Obj(), "results": Obj()},
-    post=is_str,
+    post=is_reading,
 )
 
 

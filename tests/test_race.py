@@ -1201,10 +1201,13 @@ def test_roofline_summary_and_plot_place_every_contestant():
     roof = _roofline(100e9, 20e9)
     add = dataclasses.replace(_result(FASTER, kind="elementwise", params={"numel": 2**20}), flops=float(2**20))
     gemm = dataclasses.replace(_result(SLOWER, kind="matmul", params={"n": 256}), flops=2.0 * 256**3)
-    text = roofline.roofline_summary(roof, [add, gemm])
-    assert "the ridge point is 5 FLOP per byte" in text
-    assert "torch.add numel=1048576, FP32: 0.0833 FLOP/byte, 60x below the ridge" in text
-    assert "matmul n=256, FP32: 42.7 FLOP/byte, 8.53x above the ridge" in text
+    reading = roofline.roofline_summary(roof, [add, gemm])
+    assert reading.reasons == ("race.roof", "race.roof_points") and reading.facts["ridge"] == 5.0
+    p_add, p_gemm = reading.facts["points"]
+    # hand-computed: an add does 1 FLOP per 12 bytes, 60x below a ridge of 5; a GEMM of n = 256 does
+    # 2 * 256**3 FLOPs over 3 * 256**2 * 4 bytes = 42.7 FLOP per byte, 8.53x above it
+    assert (p_add["side"], p_add["times"]) == ("below", pytest.approx(60)) and p_add["intensity"] == pytest.approx(1 / 12)
+    assert (p_gemm["side"], p_gemm["times"]) == ("above", pytest.approx(512 / 60)) and p_gemm["what"] == "matmul"
     ax = roofline.plot_roofline(roof, [add, gemm])
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert {"add FP32", "add bf16", "matmul FP32", "matmul AMP bf16"} <= set(lines)

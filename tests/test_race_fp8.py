@@ -412,15 +412,13 @@ def _on_gpu(result, name, capability):
 
 
 def test_fp8_summary_on_the_cpu_says_it_measured_no_fp8_hardware(fp8_result):
-    text = race.fp8_summary(fp8_result)
+    reading = race.fp8_summary(fp8_result)
     est = fp8_result.fp8_speedup_interval
     vs32 = timing.speedup_estimate(fp8_result.fp32, fp8_result.fp8)
-    assert text.startswith(
-        f"FP8 (E4M3) against bfloat16, n=32 on cpu: {est}: {est.outcome}; against FP32: {vs32}: {vs32.outcome}. "
-    )
-    rates = {k: f"{v:.3g}" for k, v in fp8_result.tflops.items()}
-    assert f"TFLOP/s: FP32 {rates['fp32']}, bfloat16 {rates['amp']}, FP8 {rates['fp8']}." in text
-    assert "There are no FP8 Tensor Cores on cpu" in text
+    assert reading.outcome == est.outcome and reading.reasons[:2] == ("race.fp8_head", "race.fp8_no_units")
+    assert (reading.facts["vs_amp"], reading.facts["vs_fp32"]) == (str(est), str(vs32))
+    assert {k: reading.facts[f"tflops_{k}"] for k in ("fp32", "amp", "fp8")} == fp8_result.tflops
+    assert str(reading).startswith(f"FP8 (E4M3) against bfloat16, n=32 on cpu: {est}")
     assert race_readout.explain(fp8_result)  # the plain race reading still reads FP32 against AMP
 
 
@@ -440,23 +438,23 @@ def test_fp8_summary_blames_an_emulated_amp_dtype_only_when_it_was_the_slowest(m
     timings = {k: intervals.Timing(k, (m, m * 1.01, m * 0.99, m), 1, 1) for k, m in medians.items()}
     ctx = {"device": "cpu", "threads": 1, "cpu_flags": flags, "torch": torch.__version__}
     r = race.RaceResult("fp8_matmul", {"n": 64}, torch.bfloat16, timings, 2.0 * 64**3, None, ctx)
-    text = race.fp8_summary(r)
-    assert ("so its bfloat16 GEMM is emulated: that is why it was the slowest of the three" in text) is says
-    assert "no AVX512-BF16" in text if says else "AVX512-BF16" not in text
-    ratio = medians["amp"] / medians["fp8"]
-    assert r.fp8_speedup == pytest.approx(ratio) and f"{ratio:.2f}x" in text
+    reading = race.fp8_summary(r)
+    assert ("race.fp8_amp_emulated" in reading.reasons) is says
+    ratio = medians["amp"] / medians["fp8"]  # hand-computed from the medians: 20/3 or 2/3
+    assert r.fp8_speedup == pytest.approx(ratio) and reading.facts["vs_amp"].startswith(f"{ratio:.2f}x")
 
 
 def test_fp8_summary_on_a_gpu_sets_the_measurement_beside_the_datasheet(fp8_result):
     h100 = _on_gpu(fp8_result, "NVIDIA H100 80GB HBM3", (9, 0))
-    text = race.fp8_summary(h100)
+    reading = race.fp8_summary(h100)
     measured = h100.fp8_speedup
-    assert "Hopper (sm_90) Tensor Cores multiply FP8" in text
-    assert f"The H100 SXM datasheet gives FP8 2x the BF16 rate; this race measured {measured:.3g}x" in text
-    assert f"({measured / 2:.0%} of that ceiling)" in text
+    assert reading.reasons == ("race.fp8_head", "race.fp8_support", "race.fp8_datasheet")
+    assert reading.facts["support"].startswith("Hopper (sm_90) Tensor Cores multiply FP8")
+    assert (reading.facts["model"], reading.facts["sheet_ratio"]) == ("H100 SXM", 2.0)
+    assert reading.facts["share"] == pytest.approx(measured / 2)
     assert h100.regimes["fp8"].name != "unknown"  # the FP8 peak comes from the datasheet
     l4 = race.fp8_summary(_on_gpu(fp8_result, "NVIDIA L4", (8, 9)))
-    assert "Ada Lovelace (sm_89)" in l4 and "no FP8 figure for this GPU" in l4
+    assert l4.reasons[-1] == "race.fp8_no_datasheet" and l4.facts["support"].startswith("Ada Lovelace (sm_89)")
 
 
 def test_fp8_summary_refuses_what_is_not_an_fp8_race(fp8_result):

@@ -529,20 +529,21 @@ def test_format_helpers():
 
 
 @pytest.mark.parametrize(
-    "queued, finished, device, says",
-    [
-        (0.010, 0.0101, "cpu", "nearly agree (1.01x)"),
-        (0.010, 0.030, "cpu", "something else"),
-    ],
+    "queued, finished, outcome",
+    [(0.010, 0.0101, "agree"), (0.010, 0.030, "disturbed")],
 )
-def test_sync_summary_reads_the_two_clock_readings(queued, finished, device, says):
-    assert says in timing.sync_summary(queued, finished, device)
+def test_sync_summary_reads_the_two_clock_readings(queued, finished, outcome):
+    reading = timing.sync_summary(queued, finished, "cpu")
+    assert reading.outcome == outcome and reading.reasons == (f"timing.sync_{outcome}",)
+    assert reading.facts["ratio"] == pytest.approx(finished / queued)
 
 
 def test_sync_summary_on_a_gpu_and_bad_input(monkeypatch):
     monkeypatch.setattr(timing, "get_device", lambda device=None: torch.device("cuda"))
-    assert "caught only the queueing: finishing took 50.0x as long" in timing.sync_summary(0.001, 0.05, "cuda")
-    assert "The two readings are close (1.10x)" in timing.sync_summary(0.01, 0.011, "cuda")
+    queued = timing.sync_summary(0.001, 0.05, "cuda")
+    assert queued.outcome == "queued_only" and queued.facts["ratio"] == pytest.approx(50)
+    assert "finishing took 50.0x as long" in str(queued)  # the one sentence check: the number reaches it
+    assert timing.sync_summary(0.01, 0.011, "cuda").outcome == "close"
     with pytest.raises(ValueError, match="finished_s"):
         timing.sync_summary(0.02, 0.01)
     with pytest.raises(ValueError, match="queued_s"):
