@@ -18,6 +18,25 @@ from ._checks import ArgumentTypeError, check_int
 REASONS: dict[str, str] = {
     # --- hardware ---
     # --- timing ---
+    "timing.regime_unknown": (
+        "a {unit} took {took}; without this device's peak rates the course cannot tell whether arithmetic, "
+        "memory traffic or launch overhead set its pace"
+    ),
+    "timing.regime_launch": (
+        "a {unit} took {took}, while at {source} its arithmetic needs {compute} and its memory traffic at least "
+        "{memory}: launch/sync-bound. Arithmetic and memory traffic explain at most {share_pct:.2g}% of the "
+        "{unit}; the rest went to launching kernels, waiting on the host and Python, which a faster dtype does "
+        "not shorten"
+    ),
+    "timing.regime_memory": (
+        "a {unit} took {took}, while at {source} its arithmetic needs {compute} and its memory traffic at least "
+        "{memory}: memory-bound. Moving the bytes sets the pace, so a 16-bit dtype helps by moving half as "
+        "many, not by multiplying faster"
+    ),
+    "timing.regime_compute": (
+        "a {unit} took {took}, while at {source} its arithmetic needs {compute} and its memory traffic at least "
+        "{memory}: compute-bound. The arithmetic sets the pace, which is where faster Tensor Core dtypes pay"
+    ),
     "timing.sync_queued_only": (
         "The first reading caught only the queueing: finishing took {ratio:.1f}x as long. A timing without "
         "synchronisation measures how fast Python queued the work, not how fast the {device} did it."

@@ -55,7 +55,7 @@ from .device import dtype_name, get_device, torch_threads
 from .gpus import datasheet_entry
 from .hardware import cpu_has_native, cpu_model, tf32_matmul_enabled, usable_cpu_flags
 from .intervals import SpeedupEstimate, Timing, min_pairs, plural, speedup_estimate
-from .text import Reading, format_bytes, format_ratio, format_seconds
+from .text import Reading, format_bytes, format_ratio, format_seconds, say
 
 __all__ = [
     "DEFAULT_MAX_REPEATS",
@@ -278,27 +278,16 @@ def classify_regime(
         raise ValueError(
             f'peak_source must be a non-empty string such as "the datasheet\'s peak rates", got {peak_source!r}'
         )
-    took = f"a {unit} took {format_seconds(seconds)}"
+    facts = {"unit": unit, "took": format_seconds(seconds), "source": peak_source}
     if peak_flops is None or peak_bytes_per_s is None:
-        return Regime("unknown", seconds, None, None,
-                      f"{took}; without this device's peak rates the course cannot tell whether arithmetic, "
-                      "memory traffic or launch overhead set its pace")  # fmt: skip
+        return Regime("unknown", seconds, None, None, say("timing.regime_unknown", **facts))
     compute_s, memory_s = flops / peak_flops, bytes_moved / peak_bytes_per_s
-    bounds = (f"at {peak_source} its arithmetic needs {format_seconds(compute_s)} and its memory "
-              f"traffic at least {format_seconds(memory_s)}")  # fmt: skip
+    facts.update(compute=format_seconds(compute_s), memory=format_seconds(memory_s))
     if seconds > overhead_factor * max(compute_s, memory_s):
-        share = max(compute_s, memory_s) / seconds
-        text = (f"{took}, while {bounds}: launch/sync-bound. Arithmetic and memory traffic explain at most "
-                f"{100 * share:.2g}% of the {unit}; the rest went to launching kernels, waiting on the host and "
-                "Python, which a faster dtype does not shorten")  # fmt: skip
-        return Regime("launch-bound", seconds, compute_s, memory_s, text)
-    if memory_s > compute_s:
-        text = (f"{took}, while {bounds}: memory-bound. Moving the bytes sets the pace, so a 16-bit dtype helps "
-                "by moving half as many, not by multiplying faster")  # fmt: skip
-        return Regime("memory-bound", seconds, compute_s, memory_s, text)
-    text = (f"{took}, while {bounds}: compute-bound. The arithmetic sets the pace, which is where faster "
-            "Tensor Core dtypes pay")  # fmt: skip
-    return Regime("compute-bound", seconds, compute_s, memory_s, text)
+        name, facts["share_pct"] = "launch-bound", 100 * max(compute_s, memory_s) / seconds
+    else:
+        name = "memory-bound" if memory_s > compute_s else "compute-bound"
+    return Regime(name, seconds, compute_s, memory_s, say(f"timing.regime_{name.split('-')[0]}", **facts))
 
 
 # ----------------------------------------------------------------------------------------------
