@@ -36,6 +36,7 @@ from .race import (
     _tf32_context,
     contestant_names,
 )
+from .text import say
 from .timing import DEFAULT_MAX_TIME_S, Contestant, measure
 
 # ----------------------------------------------------------------------------------------------
@@ -223,25 +224,9 @@ def race_sizes(device_type: str, dtype=torch.bfloat16, *, native: bool | None = 
         f"MLP width {s['width']} with batch {s['batch']}"
     )
     threads = " on one CPU thread" if s["budget"].get("num_threads") == 1 else ""
-    description = {
-        "gpu": (
-            f"A GPU ({device_type}): matmuls from sizes where launching kernels sets the pace to sizes where the "
-            f"matrix units do, and a training step large enough for its matmuls to matter ({shown}); each race "
-            f"says which regime it found."
-        ),
-        "cpu-native": (
-            f"This CPU multiplies {low} in hardware, so the races go up to sizes where {low} can beat FP32 "
-            f"({shown}{threads})."
-        ),
-        "cpu-emulated": (
-            f"This CPU has no {low} instructions: it emulates {low} matmuls with conversions, tens of times "
-            f"slower than FP32, so the races stay small ({shown}{threads})."
-        ),
-        "cpu-unknown": (
-            f"Whether this CPU multiplies {low} in hardware is unknown, so the races stay as small as on a "
-            f"CPU without it ({shown}{threads})."
-        ),
-    }[case]
+    description = say(
+        f"race.sizes_{case.replace('-', '_')}", device_type=device_type, low=low, shown=shown, threads=threads
+    )
     return RaceSizes(
         case=case,
         device_type=device_type,

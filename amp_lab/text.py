@@ -176,6 +176,24 @@ REASONS: dict[str, str] = {
         "The {model} datasheet gives FP8 {sheet_ratio:.3g}x the BF16 rate; this race measured {measured:.3g}x "
         "against {low} ({share:.0%} of that ceiling)."
     ),
+    # the sizes a machine races (sweeps.race_sizes)
+    "race.sizes_gpu": (
+        "A GPU ({device_type}): matmuls from sizes where launching kernels sets the pace to sizes where the "
+        "matrix units do, and a training step large enough for its matmuls to matter ({shown}); each race says "
+        "which regime it found."
+    ),
+    "race.sizes_cpu_native": (
+        "This CPU multiplies {low} in hardware, so the races go up to sizes where {low} can beat FP32 "
+        "({shown}{threads})."
+    ),
+    "race.sizes_cpu_emulated": (
+        "This CPU has no {low} instructions: it emulates {low} matmuls with conversions, tens of times slower "
+        "than FP32, so the races stay small ({shown}{threads})."
+    ),
+    "race.sizes_cpu_unknown": (
+        "Whether this CPU multiplies {low} in hardware is unknown, so the races stay as small as on a CPU "
+        "without it ({shown}{threads})."
+    ),
     # roofline_summary
     "race.roof": (
         "This machine's roof, measured: {gflops:.3g} GFLOP/s (an FP32 matmul, n={n}) and {gbs:.3g} GB/s; the "
