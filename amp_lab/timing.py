@@ -241,7 +241,8 @@ def classify_regime(
     peak_source: str = "the datasheet's peak rates",
 ) -> Regime:
     """Which regime a step of ``seconds`` was in, given its ``flops`` and ``bytes_moved`` and the device's
-    peak rates (``None``: unknown, and so is the regime).  Pure: tests feed it any GPU's numbers.
+    peak rates (``None``: unknown, and so is the regime).  Pure: tests feed it any GPU's numbers.  Internal:
+    its callers (the races, the roofline, recipe) pass checked numbers.
 
     * **launch-bound** (launch/sync-bound): the step took more than ``overhead_factor`` times the longer
       of its two lower bounds, so neither arithmetic nor memory set its pace: launching kernels, waiting
@@ -256,28 +257,6 @@ def classify_regime(
     above 1: a step can never take less than its lower bounds, so a factor of 1 or less would call every
     step launch-bound.
     """
-    seconds = check_float("seconds", seconds, gt=0)
-    flops = check_float("flops", flops, ge=0)
-    bytes_moved = check_float("bytes_moved", bytes_moved, ge=0)
-    overhead_factor = check_float("overhead_factor", overhead_factor, gt=1)
-    if peak_flops is not None:
-        peak_flops = check_float("peak_flops", peak_flops, gt=0)
-    if peak_bytes_per_s is not None:
-        peak_bytes_per_s = check_float("peak_bytes_per_s", peak_bytes_per_s, gt=0)
-    if not isinstance(unit, str):
-        raise ArgumentTypeError(
-            f"unit must be a string such as 'step' or 'call', got {type(unit).__name__}: {unit!r:.80}"
-        )
-    if not unit.strip():
-        raise ValueError(f"unit must be a non-empty string such as 'step' or 'call', got {unit!r}")
-    if not isinstance(peak_source, str):
-        raise ArgumentTypeError(
-            f"peak_source must be a string, got {type(peak_source).__name__}: {peak_source!r:.80}"
-        )
-    if not peak_source.strip():
-        raise ValueError(
-            f'peak_source must be a non-empty string such as "the datasheet\'s peak rates", got {peak_source!r}'
-        )
     facts = {"unit": unit, "took": format_seconds(seconds), "source": peak_source}
     if peak_flops is None or peak_bytes_per_s is None:
         return Regime("unknown", seconds, None, None, say("timing.regime_unknown", **facts))
@@ -302,10 +281,6 @@ class Contestant:
 
     fn: Callable[[], Any]
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-
-    def __post_init__(self):
-        check_callable("fn", self.fn)
-        check_callable("context", self.context)
 
 
 class RaceProgress(NamedTuple):
@@ -612,10 +587,6 @@ def regime_for(
     names (``context["device"]``, ``context["device_name"]``): the datasheet's peak rate for ``dtype``
     (``torch.float32``, ``"tf32"``, ``torch.float16``, ``torch.bfloat16`` or ``"fp8"``) and bandwidth.  "unknown" on
     a CPU, an Apple GPU, or a GPU the datasheet table does not know."""
-    if not isinstance(context, dict):
-        raise TypeError(
-            f"context must be a timing context dict (timing_context()), got {type(context).__name__}"
-        )
     entry = (
         datasheet_entry(context.get("device_name"))
         if str(context.get("device", "")).startswith("cuda")

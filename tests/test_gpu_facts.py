@@ -189,13 +189,7 @@ def test_regime_is_unknown_without_a_datasheet(context):
     assert r.name == "unknown" and r.compute_s is None and "cannot tell" in r.text
 
 
-def test_classify_regime_validates_and_is_pure():
-    with pytest.raises(ValueError, match="seconds"):
-        timing.classify_regime(0, flops=1, bytes_moved=1)
-    with pytest.raises(ValueError, match="peak_flops"):
-        timing.classify_regime(1, flops=1, bytes_moved=1, peak_flops=-1, peak_bytes_per_s=1)
-    with pytest.raises(ValueError, match="unit"):
-        timing.classify_regime(1, flops=1, bytes_moved=1, unit="")
+def test_classify_regime_is_pure():
     a = timing.classify_regime(1e-3, flops=1e9, bytes_moved=1e6, peak_flops=1e12, peak_bytes_per_s=1e12)
     assert a == timing.classify_regime(1e-3, flops=1e9, bytes_moved=1e6, peak_flops=1e12, peak_bytes_per_s=1e12)
     assert a.name == "compute-bound"  # 1 ms of arithmetic in a 1 ms step

@@ -1141,9 +1141,6 @@ def test_classify_regime_names_where_its_peak_rates_come_from():
     r = timing.classify_regime(1e-3, flops=1e6, bytes_moved=1e8, peak_flops=1e12, peak_bytes_per_s=1e11,
                                peak_source="a measured roof")  # fmt: skip
     assert "at a measured roof its arithmetic" in r.text
-    for bad, exc in ((5, TypeError), ("  ", ValueError)):
-        with pytest.raises(exc, match="peak_source"):
-            timing.classify_regime(1e-3, flops=1.0, bytes_moved=1.0, peak_source=bad)
 
 
 def test_measure_roofline_measures_both_roofs_from_its_timings(monkeypatch):
