@@ -15,6 +15,7 @@ from .cost import MAX_GEMM_DIM, MAX_NUMEL, elementwise_bytes
 from .device import check_fits, get_device
 from .intervals import plural
 from .race import (
+    _SHORT,
     RACE_MAX_TIME_S,
     RACE_TARGET_REL_WIDTH,
     RaceResult,
@@ -34,8 +35,6 @@ from .timing import (
     classify_regime,
     measure,
 )
-
-_SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 # ----------------------------------------------------------------------------------------------
 # The memory-bound regime: an elementwise race, and this machine's measured roofline
