@@ -11,19 +11,30 @@ from ._checks import check_int
 from .dtypes import parse_dtype
 
 # Bounds (CONTRIBUTING.md, "Bounded work"), each checked before anything is allocated or run:
-MAX_DEPTH = 64  # hidden layers of make_model's MLP: far deeper than plain MLPs train well without normalisation
-
-
-
-_MAX_SIZE = 2**53  # any width or batch size: an integer float64 holds exactly (step_flops stays a finite float)
-
+MAX_DEPTH = (
+    64  # hidden layers of make_model's MLP: far deeper than plain MLPs train well without normalisation
+)
+_MAX_SIZE = (
+    2**53
+)  # any width or batch size: an integer float64 holds exactly (step_flops stays a finite float)
+# The largest matrix dimension and element count the intensities accept: far beyond any memory, small
+# enough that every FLOP and byte count stays exact.
+MAX_GEMM_DIM = 2**31
+MAX_NUMEL = 2**40
+# The race's MLP (notebook 06): Linear(IN_FEATURES -> width) -> ReLU -> Linear(width -> NUM_CLASSES).
+IN_FEATURES = 1024
+NUM_CLASSES = 10
+# The bytes one Adam step moves per float32 parameter, counted once for every cost in the course: the
+# backward pass writes the gradient (4), Adam reads the parameter, the gradient and both moments (16) and
+# writes the parameter and both moments back (12).
+ADAM_BYTES_PER_PARAMETER = 32
+_STORED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _linear_shapes(num_features: int, num_classes: int, hidden: int, depth: int) -> list[tuple[int, int]]:
     """``(in, out)`` of each Linear of :func:`make_model`'s MLP, in order."""
     widths = [num_features] + [hidden] * depth + [num_classes]
     return list(zip(widths[:-1], widths[1:], strict=True))
-
 
 
 def _mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, int]:
@@ -35,10 +46,10 @@ def _mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int,
     )
 
 
-
 def _num_parameters(num_features: int, num_classes: int, hidden: int, depth: int) -> int:
-    return sum(n_in * n_out + n_out for n_in, n_out in _linear_shapes(num_features, num_classes, hidden, depth))
-
+    return sum(
+        n_in * n_out + n_out for n_in, n_out in _linear_shapes(num_features, num_classes, hidden, depth)
+    )
 
 
 def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation_steps):
@@ -47,7 +58,6 @@ def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation
         check_int("batch_size", batch_size, minimum=1, maximum=_MAX_SIZE)
         * check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=_MAX_SIZE),
     )
-
 
 
 def step_flops(
@@ -74,7 +84,6 @@ def step_flops(
     return _mlp_matmul_flops([num_features] + [hidden] * depth + [num_classes], b)
 
 
-
 def _mlp_matmul_flops(widths: Sequence[int], b: int) -> float:
     """Matmul FLOPs of one training step of an MLP of Linear layers whose widths are ``widths`` (the input's
     first, checked by the caller) on ``b`` examples: the course's one MLP cost model (:func:`step_flops`;
@@ -84,7 +93,6 @@ def _mlp_matmul_flops(widths: Sequence[int], b: int) -> float:
     for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
         total += 2 * b * n_in * n_out * (2 if i == 0 else 3)
     return float(total)
-
 
 
 def step_bytes(
@@ -100,9 +108,8 @@ def step_bytes(
     """A lower bound on the bytes one optimizer step of :func:`make_model`'s MLP moves to and from memory
     (``07_amp_training_recipe``).
 
-    Counted once each: the float32 parameters and their gradients, each read once and written once
-    (16 bytes per parameter), Adam's two float32 moments, read once and written once (16 more); the
-    float32 inputs, read once; and each Linear's output, written in the forward pass and read once in
+    Counted once each: :data:`ADAM_BYTES_PER_PARAMETER` (32) per parameter for the gradient and Adam's
+    update; the float32 inputs, read once; and each Linear's output, written in the forward pass and read once in
     the backward pass, in ``dtype`` (2 bytes under bfloat16 or float16 autocast, 4 in float32).
     Real kernels move more (autocast's 16-bit copies of the weights, the loss, extra passes over
     the gradients for clipping and the inf check), so a step can only be slower than these bytes at
@@ -115,4 +122,118 @@ def step_bytes(
     shapes = _linear_shapes(num_features, num_classes, hidden, depth)
     params = _num_parameters(num_features, num_classes, hidden, depth)
     activations = sum(b * n_out for _, n_out in shapes)
-    return float(32 * params + 4 * b * num_features + 2 * itemsize * activations)
+    return float(ADAM_BYTES_PER_PARAMETER * params + 4 * b * num_features + 2 * itemsize * activations)
+
+
+# ----------------------------------------------------------------------------------------------
+# The race's costs (06): a GEMM, an elementwise add, and the race's MLP step
+# ----------------------------------------------------------------------------------------------
+
+
+def _itemsize(name: str, dtype) -> int:
+    return parse_dtype(dtype, allowed=_STORED_DTYPES, name=name).itemsize
+
+
+def _gemm_bytes(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:
+    """The least traffic of ``C = A @ B``: A (m x k) and B (k x n) read once, C (m x n) written once."""
+    return (m * k + k * n) * in_bytes + m * n * out_bytes
+
+
+def matmul_intensity(m: int, n: int, k: int, dtype=torch.float32, *, out_dtype=None) -> float:
+    """Arithmetic intensity of ``C = A @ B`` with A m x k and B k x n: its ``2mnk`` FLOPs over the bytes of
+    A, B and C, in FLOP per byte.  (``06_timing_race``, the memory-bound regime)
+
+    A and B are stored in ``dtype`` and C in ``out_dtype`` (default: ``dtype``; float32 with 16-bit
+    inputs is a GEMM that writes its FP32 accumulator out).  Each matrix is counted once, the least
+    traffic there can be, so a real kernel's intensity is at most this.  Compare it with a machine's
+    ridge point: below, the matmul is memory-bound; above, compute-bound.
+
+    >>> round(matmul_intensity(1024, 1024, 1024, torch.float32), 2)  # 2 * 1024**3 / (3 * 1024**2 * 4)
+    170.67
+    """
+    m = check_int("m", m, minimum=1, maximum=MAX_GEMM_DIM)
+    n = check_int("n", n, minimum=1, maximum=MAX_GEMM_DIM)
+    k = check_int("k", k, minimum=1, maximum=MAX_GEMM_DIM)
+    a = _itemsize("dtype", dtype)
+    c = a if out_dtype is None else _itemsize("out_dtype", out_dtype)
+    return 2 * m * n * k / _gemm_bytes(m, n, k, a, c)
+
+
+def elementwise_intensity(dtype=torch.float32) -> float:
+    """Arithmetic intensity of ``torch.add(a, b)``: one FLOP per element over the bytes of two inputs read
+    and one output written, all in ``dtype`` (float32, float16 or bfloat16): ``1 / (3 * itemsize)`` FLOP
+    per byte, far below any machine's ridge point, so an elementwise op is memory-bound everywhere.
+    (``06_timing_race``)"""
+    return 1 / (3 * _itemsize("dtype", dtype))
+
+
+def matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes ``race_matmul(n)`` keeps alive at its peak: A, B and C in FP32, plus A, B and C in
+    the low-precision ``dtype`` (autocast's casts of the inputs and its result)."""
+    return n * n * (3 * 4 + 3 * dtype.itemsize)
+
+
+def elementwise_bytes(numel: int, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes ``race_elementwise(numel)`` keeps alive: two inputs and an output in FP32 and the same three
+    in the low-precision ``dtype``."""
+    return 3 * numel * (4 + dtype.itemsize)
+
+
+def fp8_matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes ``race_fp8_matmul(n)`` keeps alive at its peak: what :func:`matmul_bytes` counts, the two
+    E4M3 operands (1 byte per element), the FP8 GEMM's bfloat16 result, and three FP32 temporaries while
+    B's transpose is scaled into E4M3 (the transpose, ``x * scale`` and its clamped copy)."""
+    return matmul_bytes(n, dtype) + n * n * (2 * 1 + 2 + 3 * 4)
+
+
+def _race_mlp_parameters(in_features: int, width: int, num_classes: int) -> int:
+    return _num_parameters(in_features, num_classes, width, 1)
+
+
+def mlp_bytes(width, batch, dtype=torch.bfloat16, *, in_features=IN_FEATURES, num_classes=NUM_CLASSES,
+              contestants=2) -> int:  # fmt: skip
+    """A generous estimate of what ``race_mlp`` needs: per contestant the parameters, gradients
+    and Adam's two moments (FP32), autocast's low-precision weight copies, and activations."""
+    low = dtype.itemsize
+    params = _race_mlp_parameters(in_features, width, num_classes)
+    activations = batch * (in_features + 3 * width + 3 * num_classes)
+    per_contestant = 16 * params + low * params + 4 * activations + low * batch * in_features
+    return contestants * per_contestant + 4 * batch * in_features
+
+
+def mlp_step_flops(
+    width: int, batch: int, *, in_features: int = IN_FEATURES, num_classes: int = NUM_CLASSES
+) -> float:
+    """Matmul FLOPs of one training step of the race's MLP (one hidden layer of ``width``): the course's
+    one MLP count (:func:`_mlp_matmul_flops`)."""
+    return _mlp_matmul_flops([in_features, width, num_classes], batch)
+
+
+def call_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
+    """A lower bound on the bytes one call of a race moves through memory: ``dtype`` None is the FP32
+    (or TF32) contestant, a 16-bit dtype the AMP one, casts included.  (``06_timing_race``'s roofline)
+
+    * ``"matmul"`` (``params["n"]``): FP32 reads A and B and writes C (12 n² bytes); AMP also reads A and
+      B in FP32, writes their 16-bit copies, reads those and writes a 16-bit C (8 n² + 10 n²).
+    * ``"fp8_matmul"``: each contestant's inputs are already in its dtype, so FP32 moves 12 n² bytes and
+      the 16-bit GEMM 6 n².
+    * ``"elementwise"`` (``params["numel"]``): ``torch.add`` reads two tensors and writes one, each
+      ``numel`` elements in the contestant's dtype (the 16-bit copies were made before the race).
+    * ``"mlp"``: :data:`ADAM_BYTES_PER_PARAMETER` per parameter for the gradient and Adam's update; forward
+      and backward each read the weights (FP32, or a 16-bit copy made from them); every activation is
+      written once and read once forward and backward, in the contestant's dtype.
+    """
+    low = 4 if dtype is None else dtype.itemsize
+    if kind in ("matmul", "fp8_matmul"):
+        n = params["n"]
+        if kind == "fp8_matmul" or dtype is None:
+            return _gemm_bytes(n, n, n, low, low)
+        return 8 * n * n + 2 * low * n * n + _gemm_bytes(n, n, n, low, low)  # casts: read FP32, write 16-bit
+    if kind == "elementwise":
+        return 3 * low * params["numel"]
+    i, c = params.get("in_features", IN_FEATURES), params.get("num_classes", NUM_CLASSES)
+    w, b = params["width"], params["batch"]
+    n_params = _race_mlp_parameters(i, w, c)
+    weights = 8 * n_params if dtype is None else 4 * n_params + 3 * low * n_params
+    activations = b * (i + 2 * w + c)  # input, pre- and post-ReLU hidden, logits
+    return ADAM_BYTES_PER_PARAMETER * n_params + weights + 4 * low * activations

@@ -24,34 +24,18 @@ It builds on ``torch.utils.benchmark`` where that fits: :meth:`Timing.to_measure
 ``benchmarks/bench_race_fidelity.py`` checks this timer against ``benchmark.Timer`` measuring the same
 kernels.  Mind that ``benchmark.Timer`` uses **one thread** unless given ``num_threads``: here the thread
 count is whatever torch uses (or ``num_threads=``) and is always recorded.
-
-The interval
-------------
-Each round ``i`` gives a ratio ``r_i = baseline_i / contender_i`` (above 1: the contender is faster).  The
-speedup is the median of those ratios, and its interval is the distribution-free interval for a median
-(the inverted sign test): with the ratios sorted, ``[r_(k), r_(n+1-k)]`` contains the true median ratio
-with probability ``1 - 2 P(B <= k-1)``, ``B ~ Binomial(n, 1/2)``, whatever the distribution of the ratios,
-as long as the rounds are independent.  ``k`` is the largest that keeps that probability at or above the
-confidence asked for.  Order statistics do not care whether the ratios are on a log scale or not, so the
-interval is the same for ``log r`` (and swapping the contestants gives exactly ``1/high .. 1/low``).  No
-normality is assumed, and a sample slowed down by another program moves the interval by one rank at most
-(a t-interval would be dragged by it).  The price: at 95% at least six pairs are needed; with fewer the
-interval is ``0 .. inf`` ("too close to call").
+The interval itself (:func:`speedup_estimate`, :class:`Timing`) is :mod:`amp_lab.intervals`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import platform
-import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from fractions import Fraction
-from numbers import Real
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -70,9 +54,32 @@ from ._checks import (
 from .cpus import cpu_has_native, cpu_model, usable_cpu_flags
 from .device import dtype_name, get_device, torch_threads
 from .gpus import datasheet_entry
-from .hardware import tf32_matmul
-from .hardware import tf32_matmul_enabled as _tf32_matmul_enabled
-from .text import format_bytes, format_ratio, format_seconds
+from .hardware import tf32_matmul_enabled
+from .intervals import SpeedupEstimate, Timing, min_pairs, plural, speedup_estimate
+from .text import Reading, format_bytes, format_ratio, format_seconds, say
+
+__all__ = [
+    "DEFAULT_MAX_REPEATS",
+    "DEFAULT_MAX_TIME_S",
+    "MIN_TARGET_REL_WIDTH",
+    "Contestant",
+    "RaceProgress",
+    "Regime",
+    "SpeedupEstimate",
+    "Timing",
+    "classify_regime",
+    "describe_context",
+    "format_bytes",
+    "format_ratio",
+    "format_seconds",
+    "measure",
+    "min_pairs",
+    "regime_for",
+    "speedup_estimate",
+    "sync_summary",
+    "timing_context",
+]
+
 
 # The clocks and the synchroniser are module attributes so tests can replace them with fakes and check
 # *when* they are called relative to the timed work.  ``_clock`` times samples; ``_budget_clock`` only
@@ -88,43 +95,10 @@ DEFAULT_MAX_REPEATS = 1000
 # target is never reached and would only spend the whole time budget.
 MIN_TARGET_REL_WIDTH = 1e-3
 # The most samples a Timing (or speedup_estimate) accepts: measure takes at most MAX_REPEATS rounds, and
-# a longer sequence is refused by its length before any of it is read.
-MAX_SAMPLES = 100_000
-
-__all__ = [
-    "DEFAULT_MAX_REPEATS",
-    "DEFAULT_MAX_TIME_S",
-    "MAX_SAMPLES",
-    "MIN_TARGET_REL_WIDTH",
-    "Contestant",
-    "RaceProgress",
-    "SpeedupEstimate",
-    "Timing",
-    "describe_context",
-    "format_bytes",
-    "format_ratio",
-    "format_seconds",
-    "Regime",
-    "classify_regime",
-    "measure",
-    "min_pairs",
-    "speedup_estimate",
-    "sync_summary",
-    "timing_context",
-]
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
 
 # ----------------------------------------------------------------------------------------------
 # Context: what a timing needs next to it to mean anything
 # ----------------------------------------------------------------------------------------------
-
-def _tf32_matmul(enabled: bool):
-    """Kept for older callers: :func:`amp_lab.hardware.tf32_matmul`, the one TF32 switch."""
-    return tf32_matmul(enabled)
 
 
 def _cpu_fp32_matmul_precision() -> str:
@@ -166,9 +140,11 @@ def timing_context(device=None) -> dict:
         "device": str(dev),
         "device_name": _device_name(dev),
         "threads": torch.get_num_threads(),
-        "tf32_matmul": _tf32_matmul_enabled() if dev.type == "cuda" else None,
+        "tf32_matmul": tf32_matmul_enabled() if dev.type == "cuda" else None,
         "fp32_matmul_precision": (
-            ("tf32" if _tf32_matmul_enabled() else "ieee") if dev.type == "cuda" else _cpu_fp32_matmul_precision()
+            ("tf32" if tf32_matmul_enabled() else "ieee")
+            if dev.type == "cuda"
+            else _cpu_fp32_matmul_precision()
         ),
         "sync": _sync_method(dev),
         "torch": torch.__version__,
@@ -186,7 +162,7 @@ def timing_context(device=None) -> dict:
     return ctx
 
 
-def _tf32_text(ctx: dict) -> str:
+def tf32_text(ctx: dict) -> str:
     value = ctx.get("tf32_matmul")
     return "n/a (CPU)" if value is None else ("on" if value else "off")
 
@@ -210,8 +186,8 @@ def describe_context(context: dict) -> str:
         cap = context.get("capability")
         if cap:
             parts.append(f"compute capability {cap[0]}.{cap[1]}")
-        parts.append(f"TF32 for FP32 matmuls {_tf32_text(context)}")
-    parts.append(_plural(int(context.get("threads", 0) or 0), "CPU thread"))
+        parts.append(f"TF32 for FP32 matmuls {tf32_text(context)}")
+    parts.append(plural(int(context.get("threads", 0) or 0), "CPU thread"))
     parts.append(f"torch CPU kernels {context.get('cpu_capability', '?')}")
     flags = context.get("cpu_flags")
     if flags:
@@ -224,311 +200,6 @@ def describe_context(context: dict) -> str:
     if load is not None:
         parts.append(f"load average {load} on {context.get('cpu_count', '?')} cores")
     return ", ".join(parts)
-
-
-def _jsonable(value):
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, torch.dtype):
-        return dtype_name(value)
-    if isinstance(value, torch.device):
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, SpeedupEstimate):
-        return value.to_dict()
-    return str(value)
-
-
-# ----------------------------------------------------------------------------------------------
-# Samples
-# ----------------------------------------------------------------------------------------------
-
-
-def _quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's and torch's default method)."""
-    n = len(sorted_values)
-    pos = q * (n - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def _float_or_inf(x) -> float:
-    """``float(x)``, or inf for an int beyond float64's range (which no sample of seconds can be)."""
-    try:
-        return float(x)
-    except OverflowError:
-        return math.inf
-
-
-def _bounded_samples(name: str, value):
-    """``value`` with its length checked against :data:`MAX_SAMPLES` before anything is read: a NumPy array
-    or a tensor as a list (a 0-d one is left for the caller to refuse), ``range(10**12)`` refused at once."""
-    n = getattr(value, "size", None) if type(value).__module__ == "numpy" else None
-    if isinstance(value, torch.Tensor):
-        n = value.numel()
-    elif n is None and isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        try:
-            n = len(value)
-        except OverflowError:  # range(10**20): longer than len() can say
-            raise ValueError(f"{name} may hold at most {MAX_SAMPLES} samples, got far more") from None
-    if isinstance(n, int) and n > MAX_SAMPLES:
-        raise ValueError(f"{name} may hold at most {MAX_SAMPLES} samples, got {n}")
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):  # a NumPy array or a tensor
-        value = value.tolist()
-    return value
-
-
-@dataclass(frozen=True)
-class Timing:
-    """Repeated samples of one contestant.  ``samples`` are seconds **per call**, one per sample."""
-
-    label: str
-    samples: tuple[float, ...]
-    number: int  # calls averaged into each sample
-    warmup: int  # untimed calls made before the first sample
-    context: dict = field(default_factory=dict, compare=False)
-
-    def __post_init__(self):
-        # Checked here, so a Timing always has samples to summarise (no IndexError from its median).
-        if not isinstance(self.label, str):
-            raise ArgumentTypeError(f"label must be a string, got {type(self.label).__name__}: {self.label!r:.80}")
-        samples = _bounded_samples("samples", self.samples)
-        if isinstance(samples, (str, bytes)) or not isinstance(samples, Sequence):
-            raise ArgumentTypeError(
-                f"samples must be a sequence of per-call seconds, got {type(samples).__name__}: {samples!r:.80}"
-            )
-        if len(samples) == 0:
-            raise ValueError("samples must hold at least one per-call time in seconds, got none")
-        clean = []
-        for i, x in enumerate(samples):
-            if isinstance(x, bool) or not isinstance(x, Real):
-                raise ArgumentTypeError(f"samples[{i}] must be a number of seconds, got {type(x).__name__}: {x!r:.80}")
-            if not (math.isfinite(_float_or_inf(x)) and float(x) >= 0):
-                raise ValueError(f"samples[{i}] must be a finite number of seconds >= 0, got {x!r}")
-            clean.append(float(x))
-        object.__setattr__(self, "samples", tuple(clean))
-        object.__setattr__(self, "number", check_int("number", self.number, minimum=1))
-        object.__setattr__(self, "warmup", check_int("warmup", self.warmup, minimum=0))
-        if not isinstance(self.context, dict):
-            raise ArgumentTypeError(f"context must be a dict, got {type(self.context).__name__}: {self.context!r:.80}")
-
-    @property
-    def median(self) -> float:
-        return _quantile(sorted(self.samples), 0.5)
-
-    @property
-    def q1(self) -> float:
-        return _quantile(sorted(self.samples), 0.25)
-
-    @property
-    def q3(self) -> float:
-        return _quantile(sorted(self.samples), 0.75)
-
-    @property
-    def iqr(self) -> float:
-        """Interquartile range: the spread of the middle half of the samples."""
-        return self.q3 - self.q1
-
-    @property
-    def rel_iqr(self) -> float:
-        return self.iqr / self.median if self.median > 0 else math.inf
-
-    @property
-    def mean(self) -> float:
-        return sum(self.samples) / len(self.samples)
-
-    @property
-    def min(self) -> float:
-        return min(self.samples)
-
-    @property
-    def calls(self) -> int:
-        """Every call made: warm-up plus timed."""
-        return self.warmup + self.number * len(self.samples)
-
-    def to_measurement(self):
-        """The same samples as a ``torch.utils.benchmark.Measurement`` (for ``benchmark.Compare``)."""
-        from torch.utils import benchmark
-
-        task = benchmark.TaskSpec(
-            stmt=self.label,
-            setup="",
-            label=self.context.get("race", "amp_lab race"),
-            sub_label=self.context.get("size", ""),
-            description=self.label,
-            num_threads=int(self.context.get("threads", torch.get_num_threads())),
-        )
-        raw = [s * self.number for s in self.samples]
-        return benchmark.Measurement(number_per_run=self.number, raw_times=raw, task_spec=task)
-
-    def to_dict(self) -> dict:
-        return {
-            "label": self.label,
-            "median_s": self.median,
-            "iqr_s": self.iqr,
-            "samples_s": list(self.samples),
-            "number": self.number,
-            "warmup": self.warmup,
-            "context": _jsonable(self.context),
-        }
-
-    def __str__(self) -> str:
-        return (
-            f"{self.label}: median {format_seconds(self.median)}, IQR {format_seconds(self.iqr)} "
-            f"({100 * self.rel_iqr:.0f}%), {len(self.samples)} samples x {self.number} calls "
-            f"after {self.warmup} warm-up calls, {self.context.get('threads', '?')} threads"
-        )
-
-
-# ----------------------------------------------------------------------------------------------
-# How sure a speedup is: the interval from interleaved pairs
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SpeedupEstimate:
-    """A speedup (baseline time / contender time) with its confidence interval.  (``06_timing_race``)
-
-    ``ratio`` is the median of the per-round ratios; ``low`` and ``high`` bound the true median ratio with
-    probability at least ``confidence`` (see the module docstring); ``pairs`` is how many interleaved
-    rounds it rests on.  Above 1 the contender (AMP, in a race) is faster.
-    """
-
-    ratio: float
-    low: float
-    high: float
-    confidence: float
-    pairs: int
-
-    @property
-    def outcome(self) -> str:
-        """``"faster"`` (the whole interval above 1), ``"slower"`` (below 1), else ``"too close to call"``."""
-        if self.low > 1:
-            return "faster"
-        if self.high < 1:
-            return "slower"
-        return "too close to call"
-
-    @property
-    def rel_width(self) -> float:
-        """The interval's width relative to the speedup: 0.1 means about +-5%; infinite with too few pairs."""
-        if not math.isfinite(self.high) or self.ratio <= 0:
-            return math.inf
-        return (self.high - self.low) / self.ratio
-
-    @property
-    def confidence_text(self) -> str:
-        return f"{100 * self.confidence:g}%"
-
-    def ends_text(self) -> str:
-        """``'1.25x to 1.40x'``, with a third decimal where two would hide which side of 1 an end is on."""
-        if not math.isfinite(self.high):
-            return "0x to infx"
-        for digits in (2, 3, 4):
-            ends = [format_ratio(self.low, digits), format_ratio(self.high, digits)]
-            one = format_ratio(1.0, digits)
-            if not any(text == one and value != 1 for text, value in zip(ends, (self.low, self.high), strict=True)):
-                break
-        return f"{ends[0]} to {ends[1]}"
-
-    def __str__(self) -> str:
-        if not math.isfinite(self.high):
-            return (
-                f"{format_ratio(self.ratio)} ({_plural(self.pairs, 'pair')}: too few for a "
-                f"{self.confidence_text} interval)"
-            )
-        return f"{format_ratio(self.ratio)} ({self.confidence_text} interval {self.ends_text()})"
-
-    def to_dict(self) -> dict:
-        return {
-            "ratio": self.ratio,
-            "low": self.low,
-            "high": _jsonable(self.high),
-            "confidence": self.confidence,
-            "pairs": self.pairs,
-            "outcome": self.outcome,
-        }
-
-
-def min_pairs(confidence: float = 0.95) -> int:
-    """The fewest pairs for which :func:`speedup_estimate` can give a finite interval: 6 at 95%, 8 at 99%.
-    (``06_timing_race``)"""
-    confidence = check_float("confidence", confidence, gt=0, lt=1)
-    n = 1
-    while _order_statistic(n, confidence) == 0:
-        n += 1
-    return n
-
-
-@functools.lru_cache(maxsize=4096)
-def _order_statistic(n: int, confidence: float) -> int:
-    """The largest ``k`` (1-based, ``k <= n/2`` rounded up) with ``1 - 2 P(B <= k-1) >= confidence``,
-    ``B ~ Binomial(n, 1/2)``; 0 when even ``[min, max]`` falls short of ``confidence``."""
-    tail = Fraction(1 - Fraction(confidence)) / 2  # exact: the allowed probability in each tail
-    total = 2**n
-    k, cdf = 0, 0  # cdf = sum_{j < k+1} C(n, j), as an integer count of the 2**n outcomes
-    while k < (n + 1) // 2:
-        cdf += math.comb(n, k)
-        if Fraction(cdf, total) > tail:
-            break
-        k += 1
-    return k
-
-
-def _per_call_samples(name: str, value) -> tuple[float, ...]:
-    if isinstance(value, Timing):
-        value = value.samples
-    else:
-        value = _bounded_samples(name, value)
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise ValueError(
-            f"{name} must be a Timing or a sequence of per-call seconds, got {type(value).__name__}"
-        )
-    if len(value) == 0:
-        raise ValueError(f"{name} must hold at least one sample, got an empty sequence")
-    out = []
-    for i, x in enumerate(value):
-        if isinstance(x, bool) or not isinstance(x, Real) or not math.isfinite(_float_or_inf(x)) or float(x) <= 0:
-            raise ValueError(f"{name}[{i}] must be a positive, finite number of seconds, got {x!r}")
-        out.append(float(x))
-    return tuple(out)
-
-
-def speedup_estimate(baseline, contender, *, confidence: float = 0.95) -> SpeedupEstimate:
-    """How much faster ``contender`` is than ``baseline``, with an interval.  (``06_timing_race``)
-
-    ``baseline`` and ``contender`` are :class:`Timing` objects or equal-length sequences of per-call
-    seconds taken in interleaved rounds (round ``i`` of each belongs together, as :func:`measure` takes
-    them).  The speedup is the median of the per-round ratios ``baseline[i] / contender[i]``; the interval
-    is the distribution-free interval for that median (order statistics of the ratios, see the module
-    docstring), so it holds whatever shape the timing noise has.  With fewer pairs than
-    :func:`min_pairs` the interval is ``0 .. inf``.
-
-    >>> e = speedup_estimate([2.0, 2.1, 1.9, 2.0, 2.2, 2.0], [1.0] * 6)
-    >>> str(e), e.outcome
-    ('2.00x (95% interval 1.90x to 2.20x)', 'faster')
-    """
-    b = _per_call_samples("baseline", baseline)
-    c = _per_call_samples("contender", contender)
-    if len(b) != len(c):
-        raise ValueError(
-            f"contender has {len(c)} samples but baseline has {len(b)}: the speedup pairs round i of one "
-            "with round i of the other, so both need the same number of interleaved rounds"
-        )
-    confidence = check_float("confidence", confidence, gt=0, lt=1)
-    ratios = sorted(x / y for x, y in zip(b, c, strict=True))
-    n = len(ratios)
-    ratio = statistics.median(ratios)
-    k = _order_statistic(n, confidence)
-    if k == 0:
-        return SpeedupEstimate(ratio=ratio, low=0.0, high=math.inf, confidence=confidence, pairs=n)
-    return SpeedupEstimate(ratio=ratio, low=ratios[k - 1], high=ratios[n - k], confidence=confidence, pairs=n)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -571,7 +242,8 @@ def classify_regime(
     peak_source: str = "the datasheet's peak rates",
 ) -> Regime:
     """Which regime a step of ``seconds`` was in, given its ``flops`` and ``bytes_moved`` and the device's
-    peak rates (``None``: unknown, and so is the regime).  Pure: tests feed it any GPU's numbers.
+    peak rates (``None``: unknown, and so is the regime).  Pure: tests feed it any GPU's numbers.  Internal:
+    its callers (the races, the roofline, recipe) pass checked numbers.
 
     * **launch-bound** (launch/sync-bound): the step took more than ``overhead_factor`` times the longer
       of its two lower bounds, so neither arithmetic nor memory set its pace: launching kernels, waiting
@@ -582,47 +254,20 @@ def classify_regime(
 
     ``unit`` names what took ``seconds`` in the sentence ("step", "call"); ``peak_source`` where the peak
     rates come from ("the datasheet's peak rates", or a measured roofline's:
-    :meth:`amp_lab.race.Roofline.regime`).  ``overhead_factor`` must be
+    :meth:`amp_lab.roofline.Roofline.regime`).  ``overhead_factor`` must be
     above 1: a step can never take less than its lower bounds, so a factor of 1 or less would call every
     step launch-bound.
     """
-    seconds = check_float("seconds", seconds, gt=0)
-    flops = check_float("flops", flops, ge=0)
-    bytes_moved = check_float("bytes_moved", bytes_moved, ge=0)
-    overhead_factor = check_float("overhead_factor", overhead_factor, gt=1)
-    if peak_flops is not None:
-        peak_flops = check_float("peak_flops", peak_flops, gt=0)
-    if peak_bytes_per_s is not None:
-        peak_bytes_per_s = check_float("peak_bytes_per_s", peak_bytes_per_s, gt=0)
-    if not isinstance(unit, str):
-        raise ArgumentTypeError(f"unit must be a string such as 'step' or 'call', got {type(unit).__name__}: {unit!r:.80}")
-    if not unit.strip():
-        raise ValueError(f"unit must be a non-empty string such as 'step' or 'call', got {unit!r}")
-    if not isinstance(peak_source, str):
-        raise ArgumentTypeError(f"peak_source must be a string, got {type(peak_source).__name__}: {peak_source!r:.80}")
-    if not peak_source.strip():
-        raise ValueError(f"peak_source must be a non-empty string such as \"the datasheet's peak rates\", got {peak_source!r}")
-    took = f"a {unit} took {format_seconds(seconds)}"
+    facts = {"unit": unit, "took": format_seconds(seconds), "source": peak_source}
     if peak_flops is None or peak_bytes_per_s is None:
-        return Regime("unknown", seconds, None, None,
-                      f"{took}; without this device's peak rates the course cannot tell whether arithmetic, "
-                      "memory traffic or launch overhead set its pace")  # fmt: skip
+        return Regime("unknown", seconds, None, None, say("timing.regime_unknown", **facts))
     compute_s, memory_s = flops / peak_flops, bytes_moved / peak_bytes_per_s
-    bounds = (f"at {peak_source} its arithmetic needs {format_seconds(compute_s)} and its memory "
-              f"traffic at least {format_seconds(memory_s)}")  # fmt: skip
+    facts.update(compute=format_seconds(compute_s), memory=format_seconds(memory_s))
     if seconds > overhead_factor * max(compute_s, memory_s):
-        share = max(compute_s, memory_s) / seconds
-        text = (f"{took}, while {bounds}: launch/sync-bound. Arithmetic and memory traffic explain at most "
-                f"{100 * share:.2g}% of the {unit}; the rest went to launching kernels, waiting on the host and "
-                "Python, which a faster dtype does not shorten")  # fmt: skip
-        return Regime("launch-bound", seconds, compute_s, memory_s, text)
-    if memory_s > compute_s:
-        text = (f"{took}, while {bounds}: memory-bound. Moving the bytes sets the pace, so a 16-bit dtype helps "
-                "by moving half as many, not by multiplying faster")  # fmt: skip
-        return Regime("memory-bound", seconds, compute_s, memory_s, text)
-    text = (f"{took}, while {bounds}: compute-bound. The arithmetic sets the pace, which is where faster "
-            "Tensor Core dtypes pay")  # fmt: skip
-    return Regime("compute-bound", seconds, compute_s, memory_s, text)
+        name, facts["share_pct"] = "launch-bound", 100 * max(compute_s, memory_s) / seconds
+    else:
+        name = "memory-bound" if memory_s > compute_s else "compute-bound"
+    return Regime(name, seconds, compute_s, memory_s, say(f"timing.regime_{name.split('-')[0]}", **facts))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -637,10 +282,6 @@ class Contestant:
 
     fn: Callable[[], Any]
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
-
-    def __post_init__(self):
-        check_callable("fn", self.fn)
-        check_callable("context", self.context)
 
 
 class RaceProgress(NamedTuple):
@@ -717,7 +358,9 @@ def _as_contestant(name: str, value) -> Contestant:
         return value
     if callable(value):
         return Contestant(value)
-    raise ArgumentTypeError(f"contestant {name!r} must be a callable or a Contestant, got {type(value).__name__}")
+    raise ArgumentTypeError(
+        f"contestant {name!r} must be a callable or a Contestant, got {type(value).__name__}"
+    )
 
 
 def _narrow_enough(samples: dict, baseline: str, target: float, confidence: float) -> bool:
@@ -763,7 +406,7 @@ def check_planned_time(repeats: int, contestants: int, min_sample_s: float) -> N
     planned = repeats * contestants * min_sample_s
     if planned > MAX_SECONDS:
         raise ValueError(
-            f"repeats={repeats} rounds of {_plural(contestants, 'contestant')} at min_sample_s={min_sample_s:g} "
+            f"repeats={repeats} rounds of {plural(contestants, 'contestant')} at min_sample_s={min_sample_s:g} "
             f"would take at least {format_seconds(planned)}, more than the course's limit of {MAX_SECONDS:g} s "
             "for one measurement; choose fewer repeats or a shorter min_sample_s"
         )
@@ -812,14 +455,18 @@ def measure(
     elif isinstance(fns, dict) and fns:
         contestants = {str(k): _as_contestant(str(k), v) for k, v in fns.items()}
         if len(contestants) != len(fns):
-            raise ValueError(f"fns has labels that are equal as strings: {list(fns)!r:.200}; give each a distinct name")
+            raise ValueError(
+                f"fns has labels that are equal as strings: {list(fns)!r:.200}; give each a distinct name"
+            )
     elif isinstance(fns, dict):
         raise ValueError("fns must be a callable or a non-empty dict of callables, got an empty dict")
     else:
         raise ArgumentTypeError(
             f"fns must be a callable or a non-empty dict of callables, got {type(fns).__name__}: {fns!r:.80}"
         )
-    warmup, repeats, number, min_sample_s, num_threads = check_budget(warmup, repeats, min_sample_s, num_threads, number)
+    warmup, repeats, number, min_sample_s, num_threads = check_budget(
+        warmup, repeats, min_sample_s, num_threads, number
+    )
     check_callable("callback", callback, optional=True)
     if extra_context is not None and not isinstance(extra_context, dict):
         raise ArgumentTypeError(f"extra_context must be a dict or None, got {type(extra_context).__name__}")
@@ -852,7 +499,9 @@ def measure(
     if baseline is None:
         baseline = names[0]
     elif not isinstance(baseline, str) or baseline not in contestants:
-        raise ValueError(f"baseline={baseline!r} is not a contestant; choose one of: {', '.join(map(repr, names))}")
+        raise ValueError(
+            f"baseline={baseline!r} is not a contestant; choose one of: {', '.join(map(repr, names))}"
+        )
     dev = get_device(device)
 
     samples: dict[str, list[float]] = {name: [] for name in names}
@@ -872,7 +521,9 @@ def measure(
                     # costs (waking the thread pool, refilling caches) that a training loop does not.
                     times = [sampler(c.fn, 1) for _ in range(max(warmup, 1))]
                     untimed[name] = len(times)
-                    numbers[name] = max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / max(min(times), 1e-9))))
+                    numbers[name] = max(
+                        1, min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / max(min(times), 1e-9)))
+                    )
                 else:
                     for _ in range(warmup):
                         c.fn()
@@ -894,7 +545,9 @@ def measure(
                     seconds = sampler(c.fn, numbers[name])
                 samples[name].append(seconds / numbers[name])
                 if callback is not None:
-                    callback(RaceProgress("sample", name, r + 1, repeats, {k: list(v) for k, v in samples.items()}))
+                    callback(
+                        RaceProgress("sample", name, r + 1, repeats, {k: list(v) for k, v in samples.items()})
+                    )
             round_s = max(round_s, _budget_clock() - round_start)  # the slowest round so far
             r += 1
     timings = {
@@ -910,9 +563,11 @@ def measure(
     return timings[names[0]] if single else timings
 
 
-def sync_summary(queued_s: float, finished_s: float, device=None) -> str:
+def sync_summary(queued_s: float, finished_s: float, device=None) -> Reading:
     """Read a synchronisation experiment: the clock read right after queueing work (``queued_s``) and
-    after waiting for the device (``finished_s``), both from the same start.  (``06_timing_race``)"""
+    after waiting for the device (``finished_s``), both from the same start.  Outcome ``"queued_only"``,
+    ``"close"`` (a GPU), ``"agree"`` or ``"disturbed"`` (a CPU); ``facts["ratio"]`` = finished / queued.
+    (``06_timing_race``)"""
     queued_s = check_float("queued_s", queued_s, gt=0)
     finished_s = check_float("finished_s", finished_s, gt=0)
     if finished_s < queued_s:
@@ -920,34 +575,24 @@ def sync_summary(queued_s: float, finished_s: float, device=None) -> str:
     dev = get_device(device)
     ratio = finished_s / queued_s
     if dev.type in ("cuda", "mps"):
-        if ratio >= 2:
-            return (
-                f"The first reading caught only the queueing: finishing took {ratio:.1f}x as long. A timing "
-                f"without synchronisation measures how fast Python queued the work, not how fast the {dev.type.upper()} did it."
-            )
-        return (
-            f"The two readings are close ({ratio:.2f}x): the queue filled up and Python had to wait, so this time "
-            "the missing synchronisation hid little; with less work per call it hides almost everything."
-        )
-    if ratio < 1.2:
-        return (
-            f"The two readings nearly agree ({ratio:.2f}x): CPU ops return when they are done, so there is nothing "
-            "to wait for; on a GPU the first reading would be far smaller."
-        )
-    return (
-        f"The readings differ ({ratio:.2f}x) although CPU ops return when they are done: something else (another "
-        "program, the operating system) ran between the two clock readings."
-    )
+        outcome = "queued_only" if ratio >= 2 else "close"
+    else:
+        outcome = "agree" if ratio < 1.2 else "disturbed"
+    return Reading(outcome, (f"timing.sync_{outcome}",), {"ratio": ratio, "device": dev.type.upper()})
 
 
-def regime_for(seconds: float, flops: float, bytes_moved: float, dtype, context: dict, *, unit: str = "step") -> Regime:
+def regime_for(
+    seconds: float, flops: float, bytes_moved: float, dtype, context: dict, *, unit: str = "step"
+) -> Regime:
     """:func:`amp_lab.timing.classify_regime` for a step measured on the device a timing ``context``
     names (``context["device"]``, ``context["device_name"]``): the datasheet's peak rate for ``dtype``
     (``torch.float32``, ``"tf32"``, ``torch.float16``, ``torch.bfloat16`` or ``"fp8"``) and bandwidth.  "unknown" on
     a CPU, an Apple GPU, or a GPU the datasheet table does not know."""
-    if not isinstance(context, dict):
-        raise TypeError(f"context must be a timing context dict (timing_context()), got {type(context).__name__}")
-    entry = datasheet_entry(context.get("device_name")) if str(context.get("device", "")).startswith("cuda") else None
+    entry = (
+        datasheet_entry(context.get("device_name"))
+        if str(context.get("device", "")).startswith("cuda")
+        else None
+    )
     peak = entry.tflops(dtype) if entry is not None else None
     return classify_regime(
         seconds,

@@ -4,7 +4,7 @@ Races ``race.race_mlp`` (FP32 with TF32 off, TF32, AMP) for each AMP dtype at wi
 notebook 06's old GPU default (4096, 1024) up to (8192, 8192), and prints per size: the speedup of AMP
 over FP32 with its 95% interval, AMP against TF32, each contestant's median step time and TFLOP/s, the
 regime ``timing.classify_regime`` names for each (launch-, memory- or compute-bound) and peak memory.
-Target: the size notebook 06 uses on a GPU (``race.race_sizes("cuda")``) shows AMP faster than FP32 with
+Target: the size notebook 06 uses on a GPU (``sweeps.race_sizes("cuda")``) shows AMP faster than FP32 with
 an interval above 1.  ``docs/results/mlp-sizes_nvidia-h200_20261130.txt`` is its output on an H200.
 
 Usage: ``python benchmarks/bench_gpu_mlp_sizes.py`` (exits 2 without a CUDA GPU).
@@ -20,7 +20,7 @@ import torch
 
 os.environ.setdefault("AMP_LAB_PROGRESS", "0")
 
-from amp_lab import race  # noqa: E402
+from amp_lab import race, sweeps  # noqa: E402
 from amp_lab.gpus import amp_dtype_for, bf16_hardware  # noqa: E402
 
 SIZES = [(4096, 1024), (4096, 4096), (4096, 8192), (8192, 4096), (8192, 8192), (4096, 16384)]
@@ -32,7 +32,7 @@ def main() -> int:
         return 2
     cap = torch.cuda.get_device_capability()
     dtypes = [torch.bfloat16, torch.float16] if bf16_hardware(cap) else [torch.float16]
-    course = race.race_sizes("cuda", amp_dtype_for("cuda", cap))
+    course = sweeps.race_sizes("cuda", amp_dtype_for("cuda", cap))
     print(f"{torch.cuda.get_device_name()} (sm_{cap[0]}{cap[1]}), torch {torch.__version__}; "
           f"notebook 06's MLP race on a GPU: width {course.width}, batch {course.batch}")
     start, course_ok = time.time(), []

@@ -38,7 +38,7 @@ os.environ.setdefault("AMP_LAB_PROGRESS", "0")
 import torch  # noqa: E402
 from torch.utils import benchmark  # noqa: E402
 
-from amp_lab import hardware, race, timing  # noqa: E402
+from amp_lab import hardware, race, roofline, timing  # noqa: E402
 from amp_lab.device import amp_dtype, dtype_name, get_device, parse_dtype  # noqa: E402
 
 AMP_STMT = "with torch.autocast(device_type, dtype=dtype):\n    A @ B"
@@ -52,7 +52,7 @@ def timer_speedup(n, dev, dtype, threads, min_run_time, chunks, kind="matmul") -
     the AMP measurement does not land on one of them only, the same reason ``race`` interleaves.
     """
     if kind == "elementwise":
-        a, b = race._elementwise_operands(n, dev)  # the very operands race_elementwise adds
+        a, b = roofline._elementwise_operands(n, dev)  # the very operands race_elementwise adds
         env = {"torch": torch, "a": a, "b": b, "c": torch.empty_like(a), "al": a.to(dtype), "bl": b.to(dtype),
                "cl": torch.empty(n, dtype=dtype, device=dev)}  # fmt: skip
         stmts = ("torch.add(a, b, out=c)", "torch.add(al, bl, out=cl)")
@@ -103,7 +103,7 @@ def run(argv=None) -> list[tuple[int, float, float, float, bool]]:
         sizes = args.sizes or ((2**24, 2**26, 2**28) if dev.type == "cuda" else (2**20, 2**22, 2**24))
     else:
         sizes = args.sizes or ((1024, 2048, 4096) if dev.type == "cuda" else (64, 128, 256))
-    racer = race.race_elementwise if args.kind == "elementwise" else race.race_matmul
+    racer = roofline.race_elementwise if args.kind == "elementwise" else race.race_matmul
     ctx = timing.timing_context(dev)
     print(
         f"{racer.__name__} fidelity on {dev} ({ctx['device_name']}), AMP dtype {dtype_name(dtype)}, "

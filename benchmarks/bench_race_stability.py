@@ -11,7 +11,7 @@ same kernels, with the races' thread count) and prints its ratios, which must st
 is printed: on a machine other programs are using, both targets can fail for reasons that are not the
 timer's.
 
-The configuration defaults to notebook 06's main race on this machine (``race.sizes_for``): the MLP race
+The configuration defaults to notebook 06's main race on this machine (``sweeps.sizes_for``): the MLP race
 at its width and batch, with its budget.  Exit status 0 when both targets hold, 1 otherwise.
 
     python benchmarks/bench_race_stability.py [--kind mlp|matmul] [--width W --batch B | --n N]
@@ -29,7 +29,7 @@ from pathlib import Path
 
 os.environ.setdefault("AMP_LAB_PROGRESS", "0")
 
-from amp_lab import race, timing  # noqa: E402
+from amp_lab import race, sweeps, timing  # noqa: E402
 from amp_lab.device import amp_dtype, dtype_name, get_device, parse_dtype  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
 
     dev = get_device(args.device)
     dtype = amp_dtype(dev) if args.dtype is None else parse_dtype(args.dtype)
-    sizes = race.sizes_for(dev, dtype)
+    sizes = sweeps.sizes_for(dev, dtype)
     budget = dict(sizes.budget)
     if args.max_time_s is not None:
         budget["max_time_s"] = args.max_time_s

@@ -251,7 +251,7 @@ def plan(sizes: dict, dtypes: list, *, device_type: str = "cuda", capability=Non
     """Worst-case seconds per section (and ``"total"``) for these sizes and AMP dtypes: pure, so tests
     check the budget of any GPU's plan.  Races that an earlier section ran are counted once, as the
     script reuses them.  A section the machine skips (:func:`skipped_sections`) plans 0 s."""
-    from amp_lab.race import mlp_step_flops
+    from amp_lab.cost import mlp_step_flops
 
     if fp32_tflops is None:
         fp32_tflops = ASSUMED_FP32_TFLOPS if device_type == "cuda" else CPU_ASSUMED_FP32_TFLOPS
@@ -400,7 +400,7 @@ def machine_info(dev, facts: CudaFacts | None = None) -> dict:
 
 def _plain(value):
     """JSON-ready form of whatever the autocast probe returns."""
-    from amp_lab.timing import _jsonable
+    from amp_lab.intervals import jsonable as _jsonable
 
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _jsonable(dataclasses.asdict(value))
@@ -706,13 +706,13 @@ def section_autocast_probe(check: Check, sec: Section) -> None:
 
 
 def section_sweeps(check: Check, sec: Section) -> None:
-    from amp_lab import race
+    from amp_lab import sweeps as sweeps_module
 
     sweeps = sec.report.setdefault("sweeps", {})
 
     def one(name: str, **kwargs) -> None:
         try:
-            s = race.sweep(show_progress=False, reuse=check.races, **kwargs, **check.common)
+            s = sweeps_module.sweep(show_progress=False, reuse=check.races, **kwargs, **check.common)
         except Exception as exc:
             sec.failed(name, exc)
             return
@@ -964,7 +964,7 @@ def main(argv: list[str] | None = None, *, facts: CudaFacts | None = None, log=_
 
     from amp_lab.device import get_device
     from amp_lab.gpus import arch_advice, arch_supported
-    from amp_lab.race import RESULTS_SCHEMA, utc_now
+    from amp_lab.references import RESULTS_SCHEMA, utc_now
 
     try:
         requested = torch.device(args.device)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from amp_lab import race
+from amp_lab import cost, intervals, race, roofline
 from amp_lab.exercises import nb06
 from tests.exercise_support import assert_not_attempted, assert_passes, feed_mistake, run_check
 
@@ -26,15 +26,15 @@ CLOSE = [0.9, 1.1, 0.95, 1.05, 1.0, 0.98, 1.02, 1.01]
 def _result(ratios, flags=NO_BF16):
     """A RaceResult whose per-round FP32/AMP ratios are ``ratios``, raced on a CPU with ``flags``."""
     amp = [1e-3] * len(ratios)
-    timings = {"fp32": race.Timing("fp32", tuple(r * a for r, a in zip(ratios, amp, strict=True)), 1, 1),
-               "amp": race.Timing("amp", tuple(amp), 1, 1)}  # fmt: skip
+    timings = {"fp32": intervals.Timing("fp32", tuple(r * a for r, a in zip(ratios, amp, strict=True)), 1, 1),
+               "amp": intervals.Timing("amp", tuple(amp), 1, 1)}  # fmt: skip
     ctx = {"device": "cpu", "threads": 2, "tf32_matmul": None, "cpu_flags": flags, "torch": torch.__version__}
     return race.RaceResult("mlp", {"width": 8, "batch": 4}, torch.bfloat16, timings, 1e6, None, ctx)
 
 
 def _roof(ridge):
     """A Roofline with the given ridge point (FLOP per byte)."""
-    return race.Roofline(ridge * 1e10, 1e10, 1024, 2**20, {}, {"device": "cpu", "threads": 1})
+    return roofline.Roofline(ridge * 1e10, 1e10, 1024, 2**20, {}, {"device": "cpu", "threads": 1})
 
 
 WORKLOAD = {
@@ -48,7 +48,7 @@ WORKLOAD = {
 def _classify(workload, ridge):
     out = {}
     for name, op in workload.items():
-        i = race.matmul_intensity(*op[1:], torch.float32) if op[0] == "matmul" else race.elementwise_intensity(torch.float32)
+        i = cost.matmul_intensity(*op[1:], torch.float32) if op[0] == "matmul" else cost.elementwise_intensity(torch.float32)
         out[name] = "memory-bound" if i < ridge else "compute-bound"
     return out
 

@@ -19,7 +19,7 @@ Skipped on purpose (and why):
 * widget classes are built (their constructors fuzzed) but never displayed: no ``IPython.display`` calls,
   and callbacks are not fired (``tests/test_foundation_widgets.py`` drives them).
 * ``scaling.ScaleUnderflowError``: an exception class, raised by amp_lab, not called by a learner.
-* ``**kwargs`` of ``race.race_widget`` are fuzzed through ``RaceWidget``'s own keyword arguments.
+* ``**kwargs`` of ``race_widget.race_widget`` are fuzzed through ``RaceWidget``'s own keyword arguments.
 """
 
 from __future__ import annotations
@@ -103,17 +103,22 @@ from amp_lab import (
     predict,
     progress,
     race,
+    race_readout,
     ranges,
     recipe,
+    references,
     scaling,
     subnormals,
     swamping,
+    sweeps,
     tensor_cores,
     text,
     timing,
     training,
     widgets,
 )
+from amp_lab import race_widget as race_widget_module
+from amp_lab import roofline as roofline_module
 from amp_lab.learner_api import LEARNER_API
 
 # the narrowest interval the timer samples towards (older code had no bound: any positive target)
@@ -150,6 +155,11 @@ MODULES = {
     "predict": predict,
     "progress": progress,
     "race": race,
+    "race_readout": race_readout,
+    "race_widget": race_widget_module,
+    "references": references,
+    "roofline": roofline_module,
+    "sweeps": sweeps,
     "ranges": ranges,
     "recipe": recipe,
     "checkpoints": checkpoints,
@@ -178,7 +188,6 @@ MAX_K = tensor_cores.MAX_K
 RECIPE_MAX_SIZE = cost._MAX_SIZE  # widths and batch sizes of recipe's helpers
 RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
 MAX_PIXELS = getattr(widgets, "MAX_PIXELS", 4096)  # FigurePane's dpi
-MAX_CONTESTANTS = 3  # race.mlp_bytes: FP32, AMP and (from Ampere on) TF32
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
 SMOKE_TEST_K = (0, 15)  # widgets.SmokeTest's slider: 2**16 is beyond float16's largest value
 SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.scale_explorer's slider range
@@ -285,7 +294,7 @@ def multiple_of(k: int, kind: Kind) -> Kind:
 
 @functools.cache
 def sweep_result():
-    return race.sweep(
+    return sweeps.sweep(
         [8, 16],
         repeats=6,
         warmup=0,
@@ -306,7 +315,7 @@ def mlp_result():
 
 @functools.cache
 def mlp_sweep():
-    return race.sweep(
+    return sweeps.sweep(
         [8, 16],
         kind="mlp",
         batch=8,
@@ -753,30 +762,8 @@ def adaptive_race_kinds(**more) -> dict:
     return race_kinds(target_rel_width=Float(ge=MIN_TARGET_REL_WIDTH), **more)
 
 
-E("race.Ceiling", lambda: dict(vs_fp32=2.0, vs_tf32=None, source="datasheet"))
-E("race.Contestant", lambda: dict(fn=lambda: None), {"fn": Callable_(), "context": Callable_()})
-E("race.RaceProgress", lambda: dict(phase="timing", label="fp32", done=0, total=1, samples={}))
 E(
-    "race.RaceResult",
-    lambda: dict(
-        kind="matmul",
-        params={"n": 8},
-        dtype=torch.bfloat16,
-        timings=dict(race_result().timings),
-        flops=1e3,
-        memory=None,
-        context=dict(race_result().context),
-    ),
-    {"confidence": Float(gt=0, lt=1), "flops": Float(ge=0)},
-)
-E(
-    "race.RaceSizes",
-    lambda: {k: getattr(race.sizes_for("cpu"), k) for k in inspect.signature(race.RaceSizes).parameters},
-    corpus_limit=3,
-    examples=2,
-)
-E(
-    "race.RaceWidget",
+    "race_widget.RaceWidget",
     lambda: dict(device="cpu", widths=[8], batches=[8], in_features=8, warmup=0, repeats=2),
     race_kinds(
         widths=Seq(),
@@ -788,70 +775,21 @@ E(
     ),
     examples=3,
 )
-E(
-    "race.SpeedupEstimate",
-    lambda: dict(ratio=1.0, low=0.9, high=1.1, confidence=0.95, pairs=10),
-)
-E(
-    "race.SweepResult",
-    lambda: dict(
-        kind="matmul", sizes=(8,), results=(race_result(),), ceiling=race.Ceiling(2.0, None, "x"), context={}
-    ),
-    {"sizes": Seq(), "results": Seq()},
-)
-E("race.Timing", lambda: dict(label="a", samples=(1.0, 2.0), number=1, warmup=0), {"samples": Seq()})
-E("race.datasheet_ceiling", lambda: dict(gpu_name="NVIDIA H100 80GB HBM3"))
-E(
-    "timing.regime_for",
-    lambda: dict(seconds=1e-3, flops=1e9, bytes_moved=1e6, dtype=torch.float16, context={"device": "cpu"}),
-    {"seconds": Float(gt=0), "flops": Float(ge=0), "bytes_moved": Float(ge=0), "context": Mapping_()},
-)
-E("race.contestant_names", lambda: dict(device_type="cuda", capability=(8, 0)))
-E("race.precision_choices", lambda: dict(device_type="cuda", capability=(8, 0)))
 E("gpus.datasheet_rows")
-E("race.tf32_summary", lambda: dict(result=race_result()), post=is_str)
+E("race_readout.tf32_summary", lambda: dict(result=race_result()), post=is_reading)
 E(
-    "race.precision_warning",
-    lambda: dict(device_type="cuda", capability=(7, 5), dtype=torch.bfloat16),
-    {"capability": Capability(optional=True)},  # None: not known, so no warning
-)
-E(
-    "race.cuda_available_bytes",
-    lambda: dict(free=2**30, reserved=2**20, allocated=2**19),
-    {"free": Int(0), "reserved": Int(0), "allocated": Int(0)},
-    post=nonneg_int,
-)
-E(
-    "race.describe_reference",
+    "references.describe_reference",
     lambda: dict(reference={"machine": {"gpu_name": "H100"}, "date": "2025-01-01"}),
     {"reference": Mapping_()},
     post=is_str,
 )
-E("race.explain", lambda: dict(result=race_result()), {"result": Obj()}, post=is_str)
-E("race.format_bytes", lambda: dict(nbytes=1024), {"nbytes": Float(optional=True, finite=False)}, post=is_str)
-E("race.format_seconds", lambda: dict(seconds=1e-3), {"seconds": Float(finite=False)}, post=is_str)
-E("race.load_reference_results", fuzz={"directory": Str()}, examples=4)
-E("race.matmul_bytes", lambda: dict(n=8), {"n": Int(1)}, post=nonneg_int)
-E(
-    "race.measure",
-    lambda: dict(fns={"a": lambda: None, "b": lambda: None}, **RACE_FAST),
-    adaptive_race_kinds(
-        fns=Mapping_(),
-        number=Int(1, MAX_CALLS_PER_SAMPLE, optional=True, skip_above=1000),
-        max_repeats=Int(RACE_FAST["repeats"], MAX_REPEATS, optional=True),
-        confidence=Float(gt=0, lt=1),
-        extra_context=Mapping_(),
-        callback=Callable_(),
-    ),
-    arg_base=MEASURE_ARG_BASE,
-    examples=4,
-)
-E("race.memory_summary", lambda: dict(result=mlp_result()), post=is_str)
-E("race.mlp_bytes", lambda: dict(width=8, batch=8), {"contestants": Int(1, MAX_CONTESTANTS)}, post=nonneg_int)
-E("race.mlp_step_flops", lambda: dict(width=8, batch=8), post=is_float)
+E("race_readout.explain", lambda: dict(result=race_result()), {"result": Obj()}, post=is_reading)
+E("race_readout.elementwise_band", lambda: dict(result=race_result()), {"result": Obj()}, post=is_reading)
+E("references.load_reference_results", fuzz={"directory": Str()}, examples=4)
+E("race_readout.memory_summary", lambda: dict(result=mlp_result()), post=is_reading)
 E("race.native_arithmetic", lambda: dict(result=race_result()))
-E("race.plot_memory", lambda: dict(result=mlp_sweep()), {"ax": Obj()}, examples=2, corpus_limit=3)
-E("race.plot_sweep", lambda: dict(result=sweep_result()), {"ax": Obj()}, examples=2, corpus_limit=3)
+E("sweeps.plot_memory", lambda: dict(result=mlp_sweep()), {"ax": Obj()}, examples=2, corpus_limit=3)
+E("sweeps.plot_sweep", lambda: dict(result=sweep_result()), {"ax": Obj()}, examples=2, corpus_limit=3)
 E(
     "race.race_matmul",
     lambda: dict(n=8, **RACE_FAST),
@@ -863,14 +801,13 @@ E(
 E(
     "race.race_fp8_matmul",
     lambda: dict(n=16, **RACE_FAST),
-    race_kinds(n=multiple_of(16, Int(1, race.MAX_GEMM_DIM, skip_above=256)), callback=Callable_(), reuse=Obj()),
+    race_kinds(n=multiple_of(16, Int(1, cost.MAX_GEMM_DIM, skip_above=256)), callback=Callable_(), reuse=Obj()),
     arg_base=RACE_ARG_BASE,
     examples=3,
     corpus_limit=2,
 )
 E("gpus.fp8_datasheet_rows")
-E("race.fp8_matmul_bytes", lambda: dict(n=16), {"n": Int(1, race.MAX_GEMM_DIM)}, post=nonneg_int)
-E("race.fp8_summary", lambda: dict(result=fp8_race_result()), {"result": Obj()}, post=is_str)
+E("race.fp8_summary", lambda: dict(result=fp8_race_result()), {"result": Obj()}, post=is_reading)
 E(
     "race.race_mlp",
     lambda: dict(width=8, batch=8, in_features=8, **RACE_FAST),
@@ -886,27 +823,11 @@ E(
     examples=3,
     corpus_limit=2,
 )
-E("race.race_sizes", lambda: dict(device_type="cpu"), {"device_type": Str(), "native": Bool()})
-E("race.race_widget", lambda: dict(device="cpu", widths=[8], batches=[8], in_features=8, repeats=2, warmup=0))
-E("race.reference_table_html", lambda: dict(references=[]), {"references": Seq(), "mine": Obj()}, post=is_str)
-E("race.result_card_html", lambda: dict(result=race_result()), post=is_str)
+E("race_widget.race_widget", lambda: dict(device="cpu", widths=[8], batches=[8], in_features=8, repeats=2, warmup=0))
+E("references.reference_table_html", lambda: dict(references=[]), {"references": Seq(), "mine": Obj()}, post=is_str)
+E("sweeps.sizes_for")
 E(
-    "race.seed_model",
-    lambda: dict(width=8, in_features=8),
-    {
-        "width": Int(1, skip_above=512),
-        "in_features": Int(1, skip_above=512),
-        "num_classes": Int(1, skip_above=512),
-    },
-)
-E("race.sizes_for")
-E(
-    "race.speedup_estimate",
-    lambda: dict(baseline=timing_obj("a", 2.0), contender=timing_obj("b")),
-    {"baseline": Seq(), "contender": Seq(), "confidence": Float(gt=0, lt=1)},
-)
-E(
-    "race.sweep",
+    "sweeps.sweep",
     lambda: dict(sizes=[8], show_progress=False, **RACE_FAST),
     race_kinds(
         sizes=Seq(),
@@ -919,8 +840,7 @@ E(
     examples=3,
     corpus_limit=2,
 )
-E("race.sweep_summary", lambda: dict(result=sweep_result()), post=is_str)
-E("race.timing_context")
+E("race_readout.sweep_summary", lambda: dict(result=sweep_result()), post=is_reading)
 
 # --- ranges ---------------------------------------------------------------------------------
 E("ranges.range_report", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor(), "scale": Scale()})
@@ -1274,10 +1194,6 @@ E(
 )
 
 # --- timing ---------------------------------------------------------------------------------
-E("timing.Contestant", lambda: dict(fn=lambda: None), {"fn": Callable_(), "context": Callable_()})
-E("timing.RaceProgress", lambda: dict(phase="timing", label="fp32", done=0, total=1, samples={}))
-E("timing.SpeedupEstimate", lambda: dict(ratio=1.0, low=0.9, high=1.1, confidence=0.95, pairs=10))
-E("timing.Timing", lambda: dict(label="a", samples=(1.0, 2.0), number=1, warmup=0), {"samples": Seq()})
 E(
     "timing.describe_context",
     lambda: dict(context=timing.timing_context()),
@@ -1285,27 +1201,12 @@ E(
     post=is_str,
 )
 E(
-    "timing.format_bytes",
+    "text.format_bytes",
     lambda: dict(nbytes=1024),
     {"nbytes": Float(optional=True, finite=False)},
     post=is_str,
 )
-E("timing.format_ratio", lambda: dict(x=2.0), {"x": Float(finite=False), "digits": Int(0, 20)}, post=is_str)
-E("timing.format_seconds", lambda: dict(seconds=1e-3), {"seconds": Float(finite=False)}, post=is_str)
-E("timing.Regime", lambda: dict(name="compute", seconds=1.0, compute_s=None, memory_s=None, text="t"))
-E(
-    "timing.classify_regime",
-    lambda: dict(seconds=1e-3, flops=1e9, bytes_moved=1e6, peak_flops=1e12, peak_bytes_per_s=1e11),
-    {
-        "seconds": Float(gt=0),
-        "flops": Float(ge=0),
-        "bytes_moved": Float(ge=0),
-        "peak_flops": Float(gt=0, optional=True),
-        "peak_bytes_per_s": Float(gt=0, optional=True),
-        "overhead_factor": Float(gt=1),  # launch-bound: more than overhead_factor times the roofline
-        "peak_source": Str(),
-    },
-)
+E("text.format_seconds", lambda: dict(seconds=1e-3), {"seconds": Float(finite=False)}, post=is_str)
 E(
     "timing.measure",
     lambda: dict(fns={"a": lambda: None, "b": lambda: None}, **RACE_FAST),
@@ -1331,7 +1232,7 @@ E(
     "timing.sync_summary",
     lambda: dict(queued_s=1e-3, finished_s=2e-3),
     {"queued_s": Float(gt=0, le=2e-3), "finished_s": Float(ge=1e-3)},  # finished_s is read later: >= queued_s
-    post=is_str,
+    post=is_reading,
 )
 E("timing.timing_context")
 
@@ -1479,35 +1380,22 @@ E("widgets.smoke_test", fuzz={"k": Int(*SMOKE_TEST_K)}, examples=3)
 
 @functools.cache
 def roofline():
-    return race.measure_roofline("cpu", n=8, numel=64, warmup=0, repeats=2, min_sample_s=1e-4)
+    return roofline_module.measure_roofline("cpu", n=8, numel=64, warmup=0, repeats=2, min_sample_s=1e-4)
 
 
+E("cost.elementwise_intensity", post=is_float)
 E(
-    "race.Roofline",
-    lambda: dict(peak_flops=1e11, bytes_per_s=1e10, matmul_n=8, numel=8, timings={}, context={}),
-    {
-        "peak_flops": Float(gt=0),
-        "bytes_per_s": Float(gt=0),
-        "matmul_n": Int(1, race.MAX_GEMM_DIM),
-        "numel": Int(1, race.MAX_NUMEL),
-        "timings": Mapping_(),
-        "context": Mapping_(),
-    },
-)
-E("race.elementwise_bytes", lambda: dict(numel=8), {"numel": Int(1, race.MAX_NUMEL)}, post=nonneg_int)
-E("race.elementwise_intensity", post=is_float)
-E(
-    "race.matmul_intensity",
+    "cost.matmul_intensity",
     lambda: dict(m=8, n=8, k=8),
-    {"m": Int(1, race.MAX_GEMM_DIM), "n": Int(1, race.MAX_GEMM_DIM), "k": Int(1, race.MAX_GEMM_DIM)},
+    {"m": Int(1, cost.MAX_GEMM_DIM), "n": Int(1, cost.MAX_GEMM_DIM), "k": Int(1, cost.MAX_GEMM_DIM)},
     post=is_float,
 )
 E(
-    "race.measure_roofline",
+    "roofline.measure_roofline",
     lambda: dict(n=8, numel=64, warmup=0, repeats=2, min_sample_s=1e-4),
     {
-        "n": Int(1, race.MAX_GEMM_DIM, optional=True, skip_above=256),
-        "numel": Int(1, race.MAX_NUMEL, optional=True, skip_above=2**16),
+        "n": Int(1, cost.MAX_GEMM_DIM, optional=True, skip_above=256),
+        "numel": Int(1, cost.MAX_NUMEL, optional=True, skip_above=2**16),
         "warmup": Int(0, MAX_REPEATS, skip_above=50),
         "repeats": Int(1, MAX_REPEATS, skip_above=50),
         "min_sample_s": Float(gt=0, le=MAX_SAMPLE_S, skip_above=0.05),
@@ -1517,25 +1405,25 @@ E(
     corpus_limit=2,
 )
 E(
-    "race.plot_roofline",
+    "roofline.plot_roofline",
     lambda: dict(roofline=roofline(), results=[race_result()]),
     {"roofline": Obj(), "results": Obj(), "ax": Obj()},
     examples=2,
     corpus_limit=3,
 )
 E(
-    "race.race_elementwise",
+    "roofline.race_elementwise",
     lambda: dict(numel=64, **RACE_FAST),
-    race_kinds(numel=Int(1, race.MAX_NUMEL, skip_above=2**16), callback=Callable_(), reuse=Obj()),
+    race_kinds(numel=Int(1, cost.MAX_NUMEL, skip_above=2**16), callback=Callable_(), reuse=Obj()),
     arg_base=RACE_ARG_BASE,
     examples=3,
     corpus_limit=2,
 )
 E(
-    "race.roofline_summary",
+    "roofline.roofline_summary",
     lambda: dict(roofline=roofline(), results=[race_result()]),
     {"roofline": Obj(), "results": Obj()},
-    post=is_str,
+    post=is_reading,
 )
 
 
@@ -1633,49 +1521,10 @@ NOT_YET_PRUNED = {
     # gpus
     # hardware
     # progress
-    # race
-    "race.Ceiling",
-    "race.Contestant",
-    "race.RaceProgress",
-    "race.RaceResult",
-    "race.RaceSizes",
-    "race.RaceWidget",
-    "race.Roofline",
-    "race.SpeedupEstimate",
-    "race.SweepResult",
-    "race.Timing",
-    "race.contestant_names",
-    "race.cuda_available_bytes",
-    "race.datasheet_ceiling",
-    "race.elementwise_bytes",
-    "race.fp8_matmul_bytes",
-    "race.matmul_bytes",
-    "race.measure",
-    "race.mlp_bytes",
-    "race.mlp_step_flops",
-    "race.precision_choices",
-    "race.precision_warning",
-    "race.race_sizes",
-    "race.result_card_html",
-    "race.seed_model",
-    "race.speedup_estimate",
-    "race.timing_context",
     # ranges
     # recipe
     # scaling
     "scaling.ScaleUnderflowError",
-    # timing
-    "timing.Contestant",
-    "timing.RaceProgress",
-    "timing.Regime",
-    "timing.SpeedupEstimate",
-    "timing.Timing",
-    "timing.classify_regime",
-    "timing.format_bytes",
-    "timing.format_ratio",
-    "timing.format_seconds",
-    "timing.measure",
-    "timing.regime_for",
     # training
     # widgets
 }
@@ -2101,7 +1950,7 @@ MUST_ACCEPT = [
         "device.seed_everything(np.int64(2**32 - 1))",
         lambda: device.seed_everything(np.int64(2**32 - 1)) is None,
     ),
-    ("race.matmul_bytes(np.int64(8))", lambda: race.matmul_bytes(np.int64(8)) > 0),
+    ("cost.matmul_intensity(np.int64(8), 8, 8)", lambda: cost.matmul_intensity(np.int64(8), 8, 8) > 0),
     ("alignment.pad_to_multiple(np.int32(7))", lambda: alignment.pad_to_multiple(np.int32(7)) == 8),
     (
         "gpus.tensor_core_generation((np.int64(8), np.int64(0)))",
@@ -2120,8 +1969,8 @@ MUST_ACCEPT = [
         lambda: check.check_value(torch.tensor(0.5), 0.5, show=False).ok,
     ),
     (
-        "timing.format_seconds(np.float64(1e-3))",
-        lambda: isinstance(timing.format_seconds(np.float64(1e-3)), str),
+        "text.format_seconds(np.float64(1e-3))",
+        lambda: isinstance(text.format_seconds(np.float64(1e-3)), str),
     ),
     (
         "tensor_cores.running_sum(torch.ones(3, dtype=torch.float16))",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from amp_lab import gpus, race, timing
+from amp_lab import gpus, race, references, sweeps, timing
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,7 +51,7 @@ def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys
     stems = {name.rsplit(".", 1)[0] for name in names}
     assert len(stems) == 1 and STEM.match(stems.pop())
     report = _report(tmp_path)
-    assert report["schema"] == race.RESULTS_SCHEMA and report["complete"] is True
+    assert report["schema"] == references.RESULTS_SCHEMA and report["complete"] is True
     # every section ok, but the FP8 race: skipped by design on the CPU test device, with the reason
     assert {k: v["status"] for k, v in report["sections"].items()} == {
         **dict.fromkeys(gpu_check.SECTIONS, "ok"), "race_fp8_matmul": "skipped"}
@@ -76,7 +76,7 @@ def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys
     assert "planned worst case" in out and out.count("race_matmul n=") == 1
     assert f"race_fp8_matmul skipped: {fp8['reason']}" in out
     # The notebook's loader finds the timestamped file; the summary is beside it.
-    assert race.load_reference_results(tmp_path)[0]["_file"] == names[0]
+    assert references.load_reference_results(tmp_path)[0]["_file"] == names[0]
     md = (tmp_path / names[1]).read_text()
     assert md.startswith("# GPU check") and "## race_fp8_matmul" in md
     assert f"Not raced: {fp8['reason']}." in md and "| race_fp8_matmul | skipped: no CUDA GPU" in md
@@ -96,7 +96,7 @@ def test_a_failing_section_is_recorded_and_the_others_still_run(gpu_check, tmp_p
     def boom(*args, **kwargs):
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(race, "sweep", boom)
+    monkeypatch.setattr(sweeps, "sweep", boom)
     # The real sweeps section (its two sweeps fail); the other sections are stand-ins that note that they
     # ran and add nothing to the report (test_cpu_run_writes_every_section_with_status_ok runs them all).
     ran = []
@@ -182,13 +182,13 @@ def test_file_stem_has_the_utc_time_and_same_second_runs_do_not_overwrite(gpu_ch
         == "gpu-check_nvidia-h100-80gb-hbm3_20250304-050607_quick"
     )
     assert gpu_check.file_stem("Tesla T4", "2025-03-04T23:59:58+00:00", False) == "gpu-check_tesla-t4_20250304-235958"
-    monkeypatch.setattr(race, "utc_now", lambda: "2025-03-04T05:06:07+00:00")
+    monkeypatch.setattr(references, "utc_now", lambda: "2025-03-04T05:06:07+00:00")
     _fast(gpu_check, monkeypatch)
     for _ in range(2):
         assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 0
     jsons = sorted(p.name for p in tmp_path.glob("*.json"))
     assert jsons == ["gpu-check_cpu_20250304-050607_quick-2.json", "gpu-check_cpu_20250304-050607_quick.json"]
-    assert sorted(r["_file"] for r in race.load_reference_results(tmp_path)) == jsons
+    assert sorted(r["_file"] for r in references.load_reference_results(tmp_path)) == jsons
 
 
 # Real GPUs: (name, compute capability, AMP dtypes with Tensor Core support).  bf16 Tensor Cores

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amp_lab import device, gpus, hardware, race, timing
+from amp_lab import cost, device, gpus, hardware, models, race, race_trainer, race_widget, sweeps, timing
 
 # torch.cuda.get_arch_list() of the CUDA wheels: cu130 read from torch 2.14.1+cu130's libtorch_cuda.so
 # (its -gencode flags); cu126 is the older CUDA 12 variant that still builds Volta and Pascal.
@@ -71,13 +71,13 @@ def test_each_gpu_against_the_wheels(gpu):
 @pytest.mark.parametrize("gpu", GPUS, ids=IDS)
 def test_each_gpu_datasheet_ceiling_by_exact_name(gpu):
     for dtype, expected in ((torch.float16, gpu.ceiling_fp16), (torch.bfloat16, gpu.ceiling_bf16)):
-        c = race.datasheet_ceiling(gpu.name, dtype)
+        c = sweeps.datasheet_ceiling(gpu.name, dtype)
         assert (c is None) if expected is None else (c.vs_fp32 == expected and "datasheet" in c.source)
     entry = gpus.datasheet_entry(gpu.name)
     if entry is not None:  # ratios are computed from the rates the entry states, never typed
         assert entry.fp16_tflops / entry.fp32_tflops == pytest.approx(gpu.ceiling_fp16, abs=0.005)
         if entry.tf32_tflops is not None:
-            assert race.datasheet_ceiling(gpu.name, torch.float16).vs_tf32 == 2.0
+            assert sweeps.datasheet_ceiling(gpu.name, torch.float16).vs_tf32 == 2.0
 
 
 def test_datasheet_matches_exact_names_only():
@@ -87,11 +87,11 @@ def test_datasheet_matches_exact_names_only():
     assert gpus.datasheet_entry("NVIDIA H100 80GB HBM3").model == "H100 SXM"
     assert gpus.datasheet_entry("  nvidia  h200 ").model == "H200 SXM"  # case and spacing aside
     assert gpus.datasheet_entry("NVIDIA H200 NVL").model == "H200 NVL"
-    assert gpus.datasheet_entry(None) is None and race.datasheet_ceiling(None) is None
+    assert gpus.datasheet_entry(None) is None and sweeps.datasheet_ceiling(None) is None
     with pytest.raises(TypeError, match="gpu_name"):
         gpus.datasheet_entry(90)
-    assert race.datasheet_ceiling("Tesla V100-SXM2-32GB", torch.bfloat16) is None  # no bf16 Tensor Cores
-    assert race.datasheet_ceiling("Tesla V100-SXM2-32GB", torch.float16).vs_tf32 is None  # no TF32
+    assert sweeps.datasheet_ceiling("Tesla V100-SXM2-32GB", torch.bfloat16) is None  # no bf16 Tensor Cores
+    assert sweeps.datasheet_ceiling("Tesla V100-SXM2-32GB", torch.float16).vs_tf32 is None  # no TF32
 
 
 def test_arch_supported_follows_cubin_and_ptx_rules():
@@ -138,11 +138,11 @@ def test_describe_flags_a_wheel_without_this_gpu(fake_gpu):
 def test_cuda_available_bytes_counts_memory_the_allocator_holds():
     # a 10 GB card after a sweep: 4 GiB free for the driver, 5 GiB reserved by torch, 1 GiB in use
     gib = 2**30
-    assert race.cuda_available_bytes(4 * gib, 5 * gib, 1 * gib) == 8 * gib
-    assert race.cuda_available_bytes(4 * gib, 0, 0) == 4 * gib
-    assert race.cuda_available_bytes(4 * gib, 1 * gib, 2 * gib) == 4 * gib  # never less than the driver's
+    assert device.cuda_available_bytes(4 * gib, 5 * gib, 1 * gib) == 8 * gib
+    assert device.cuda_available_bytes(4 * gib, 0, 0) == 4 * gib
+    assert device.cuda_available_bytes(4 * gib, 1 * gib, 2 * gib) == 4 * gib  # never less than the driver's
     with pytest.raises(ValueError, match="reserved"):
-        race.cuda_available_bytes(1, -1, 0)
+        device.cuda_available_bytes(1, -1, 0)
 
 
 def test_available_bytes_on_cuda_reads_the_allocator(monkeypatch):
@@ -150,8 +150,7 @@ def test_available_bytes_on_cuda_reads_the_allocator(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (4 * gib, 10 * gib))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 5 * gib)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 1 * gib)
-    assert race._available_bytes(torch.device("cuda", 0)) == 8 * gib
-    assert race.cuda_available_bytes is device.cuda_available_bytes  # one helper, re-exported
+    assert device.available_bytes(torch.device("cuda", 0)) == 8 * gib
 
 
 # ------------------------------------------------------------------------------------------------
@@ -167,13 +166,13 @@ def test_regimes_on_an_h100():
     h100 = _ctx("NVIDIA H100 80GB HBM3")
     n = 8192
     # An FP32 n=8192 matmul at 20 ms: 1.1 TFLOP at 67 TFLOP/s is 16.4 ms: the arithmetic sets the pace.
-    r = timing.regime_for(20e-3, 2 * n**3, race.step_bytes("matmul", {"n": n}, None), torch.float32, h100, unit="call")
+    r = timing.regime_for(20e-3, 2 * n**3, cost.call_bytes("matmul", {"n": n}, None), torch.float32, h100, unit="call")
     assert r.name == "compute-bound" and r.compute_s == pytest.approx(2 * n**3 / 67e12)
     assert "a call took 20 ms" in r.text
     # The digits-sized MLP step on a GPU: microseconds of work in a 300 us step.
     params = {"in_features": 64, "width": 64, "num_classes": 10, "batch": 64}
-    flops = race.mlp_step_flops(64, 64, in_features=64, num_classes=10)
-    r = timing.regime_for(300e-6, flops, race.step_bytes("mlp", params, torch.bfloat16), torch.bfloat16, h100)
+    flops = cost.mlp_step_flops(64, 64, in_features=64, num_classes=10)
+    r = timing.regime_for(300e-6, flops, cost.call_bytes("mlp", params, torch.bfloat16), torch.bfloat16, h100)
     assert r.name == "launch-bound" and "launch/sync-bound" in r.text and "300 µs" in r.text
     # A copy-like step: bytes at 3.35 TB/s take longer than the arithmetic.
     r = timing.regime_for(1e-3, 1e6, 3e9, torch.bfloat16, h100)
@@ -190,13 +189,7 @@ def test_regime_is_unknown_without_a_datasheet(context):
     assert r.name == "unknown" and r.compute_s is None and "cannot tell" in r.text
 
 
-def test_classify_regime_validates_and_is_pure():
-    with pytest.raises(ValueError, match="seconds"):
-        timing.classify_regime(0, flops=1, bytes_moved=1)
-    with pytest.raises(ValueError, match="peak_flops"):
-        timing.classify_regime(1, flops=1, bytes_moved=1, peak_flops=-1, peak_bytes_per_s=1)
-    with pytest.raises(ValueError, match="unit"):
-        timing.classify_regime(1, flops=1, bytes_moved=1, unit="")
+def test_classify_regime_is_pure():
     a = timing.classify_regime(1e-3, flops=1e9, bytes_moved=1e6, peak_flops=1e12, peak_bytes_per_s=1e12)
     assert a == timing.classify_regime(1e-3, flops=1e9, bytes_moved=1e6, peak_flops=1e12, peak_bytes_per_s=1e12)
     assert a.name == "compute-bound"  # 1 ms of arithmetic in a 1 ms step
@@ -333,7 +326,7 @@ def _spy_measure(monkeypatch, seen):
 def test_cuda_race_contestants_on_cpu(monkeypatch, clean_tf32, gpu):
     """race_matmul and race_mlp through the CUDA race's contestant code: a GPU's facts, CPU tensors.  A
     program that had set only the new TF32 flag first (the state that crashed every race) races fine."""
-    monkeypatch.setattr(race, "_device_facts", lambda dev: ("cuda", gpu.capability))
+    monkeypatch.setattr(race, "device_facts", lambda dev: ("cuda", gpu.capability))
     torch.backends.cuda.matmul.fp32_precision = "tf32"  # new API only: cuBLAS's read refuses
     before = _observe()
     assert before[1] == "refused"
@@ -371,9 +364,9 @@ def test_fp16_race_on_cuda_uses_fused_adam(monkeypatch):
         return real(params, **{k: v for k, v in kw.items() if k != "fused"})
 
     monkeypatch.setattr(torch.optim, "Adam", adam)
-    model = race.seed_model(8, in_features=8)
+    model = models.make_mlp(8, 10, hidden=8, depth=1)
     X, y = torch.randn(4, 8), torch.randint(0, 10, (4,))
-    race._Trainer(model, X, y, torch.device("cpu"), torch.float16)
+    race_trainer.Trainer(model, X, y, torch.device("cpu"), torch.float16)
     assert made[-1].get("fused") is None
     fake_cuda = torch.device("cuda", 0)
     monkeypatch.setattr(torch.nn.Module, "to", lambda self, *a, **k: self)  # the model stays on the CPU
@@ -381,29 +374,29 @@ def test_fp16_race_on_cuda_uses_fused_adam(monkeypatch):
     # tensors fails later.  Either way the optimizer was asked for fused Adam first.
     warns = pytest.warns(UserWarning, match="CUDA is not available") if not torch.cuda.is_available() else contextlib.nullcontext()
     with warns, contextlib.suppress(RuntimeError):
-        race._Trainer(model, X, y, fake_cuda, torch.float16)
+        race_trainer.Trainer(model, X, y, fake_cuda, torch.float16)
     assert made[-1].get("fused") is True
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=IDS)
 def test_race_widget_precisions_for_each_gpu(gpu):
-    choices = race.precision_choices("cuda", gpu.capability)
+    choices = race_widget.precision_choices("cuda", gpu.capability)
     assert choices[0][1] == str(gpu.amp_dtype).removeprefix("torch.")
     labels = dict((v, k) for k, v in choices)
     assert labels["bfloat16"] == ("bf16" if gpu.bf16_hardware else "bf16 (emulated)")
-    warning = race.precision_warning("cuda", gpu.capability, torch.bfloat16)
+    warning = race_widget.precision_warning("cuda", gpu.capability, torch.bfloat16)
     assert (warning is None) is gpu.bf16_hardware
-    assert race.precision_warning("cuda", gpu.capability, torch.float16) is None
+    assert race_widget.precision_warning("cuda", gpu.capability, torch.float16) is None
 
 
 def test_race_widget_on_a_t4_warns_before_an_emulated_bf16_race(monkeypatch):
-    monkeypatch.setattr(race, "_device_facts", lambda dev: ("cuda", (7, 5)))
-    w = race.RaceWidget(device="cpu")
+    monkeypatch.setattr(race, "device_facts", lambda dev: ("cuda", (7, 5)))
+    w = race_widget.RaceWidget(device="cpu")
     assert [o for o in w.precision.options] == [("fp16", "float16"), ("bf16 (emulated)", "bfloat16")]
     assert w.precision.value == "float16" and "Note:" not in w.result.value
     w.precision.value = "bfloat16"
     assert "Turing (sm_75) has no bf16 Tensor Cores" in w.result.value
-    assert race.precision_choices("cpu") == [("bf16", "bfloat16"), ("fp16", "float16")]
+    assert race_widget.precision_choices("cpu") == [("bf16", "bfloat16"), ("fp16", "float16")]
 
 
 @pytest.mark.parametrize("gpu", GPUS, ids=IDS)

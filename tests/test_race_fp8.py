@@ -17,8 +17,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_lab import cost, gpus, hardware, intervals, race, race_readout, sweeps, timing
 from amp_lab import device as device_module
-from amp_lab import gpus, hardware, race, timing
 
 FAST = {"warmup": 0, "repeats": 4, "min_sample_s": 1e-4, "target_rel_width": None}
 
@@ -174,7 +174,7 @@ def test_datasheet_rows_and_constructors_are_unchanged_by_the_fp8_fields():
     assert old_style.fp8_tflops is None and old_style.fp8_over_bf16 is None
     h100 = gpus.datasheet_entry("NVIDIA H100 80GB HBM3")
     assert h100.fp8_tflops == 1979 and h100.fp8_over_bf16 == 2.0
-    assert race.datasheet_ceiling("NVIDIA H100 80GB HBM3", torch.bfloat16).source == h100.source
+    assert sweeps.datasheet_ceiling("NVIDIA H100 80GB HBM3", torch.bfloat16).source == h100.source
 
 
 # ------------------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def test_datasheet_rows_and_constructors_are_unchanged_by_the_fp8_fields():
 def spy(monkeypatch):
     """What each contestant computes, asked of the tensors themselves just before they are timed."""
     seen = {}
-    real_measure = race.measure
+    real_measure = timing.measure
 
     def measure(contestants, **kwargs):
         seen.update({name: c.fn() for name, c in contestants.items()})
@@ -316,17 +316,15 @@ def test_bad_arguments_are_refused_before_anything_is_allocated(no_allocation, k
 def test_an_oversized_request_is_refused_before_allocating(monkeypatch, no_allocation):
     monkeypatch.setattr(device_module, "available_bytes", lambda dev=None: 10**7)
     n = 1024
-    assert race.fp8_matmul_bytes(n) == n * n * (12 + 6 + 2 + 2 + 12) > 10**7
+    assert cost.fp8_matmul_bytes(n) == n * n * (12 + 6 + 2 + 2 + 12) > 10**7
     with pytest.raises(ValueError, match=r"race_fp8_matmul\(n=1024\).*refused before allocating"):
         race.race_fp8_matmul(n, device="cpu", **FAST)
-    assert race.fp8_matmul_bytes(16, torch.float16) == race.matmul_bytes(16, torch.float16) + 16 * 16 * 16
-    with pytest.raises(ValueError, match="n must be >= 1"):
-        race.fp8_matmul_bytes(0)
+    assert cost.fp8_matmul_bytes(16, torch.float16) == cost.matmul_bytes(16, torch.float16) + 16 * 16 * 16
 
 
 def _gpu_facts(monkeypatch, capability, arch_list, device_type="cuda"):
     """A GPU's facts for a race on the CPU: the CUDA path's checks and contexts run with CPU tensors."""
-    monkeypatch.setattr(race, "_device_facts", lambda dev: (device_type, capability))
+    monkeypatch.setattr(race, "device_facts", lambda dev: (device_type, capability))
     monkeypatch.setattr(race, "_cuda_arch_list", lambda: tuple(arch_list))
 
 
@@ -352,7 +350,7 @@ def test_a_build_without_kernels_for_the_gpu_is_refused_with_the_advice(monkeypa
 def test_an_fp8_gpu_races_with_tf32_off_for_every_contestant(monkeypatch, capability):
     _gpu_facts(monkeypatch, capability, CU130)
     seen = []
-    real_measure = race.measure
+    real_measure = timing.measure
 
     def measure(contestants, **kwargs):
         for name, c in contestants.items():
@@ -378,7 +376,7 @@ def test_reuse_returns_the_fp8_race_and_never_mixes_it_with_race_matmul(monkeypa
     monkeypatch.setattr(race, "measure", refuse)
     assert race.race_fp8_matmul(16, device="cpu", reuse=[plain, fp8], **FAST) is fp8
     assert race.race_fp8_matmul(16, device="cpu", reuse=fp8, **FAST) is fp8
-    s = race.SweepResult("matmul", (16,), (fp8,), race.Ceiling(1.0, None, "x"), fp8.context)
+    s = sweeps.SweepResult("matmul", (16,), (fp8,), sweeps.Ceiling(1.0, None, "x"), fp8.context)
     assert race.race_fp8_matmul(16, device="cpu", reuse=s, **FAST) is fp8
     assert race.race_matmul(16, device="cpu", reuse=[fp8, plain], **FAST) is plain
     for call in (
@@ -407,16 +405,14 @@ def _on_gpu(result, name, capability):
 
 
 def test_fp8_summary_on_the_cpu_says_it_measured_no_fp8_hardware(fp8_result):
-    text = race.fp8_summary(fp8_result)
+    reading = race.fp8_summary(fp8_result)
     est = fp8_result.fp8_speedup_interval
     vs32 = timing.speedup_estimate(fp8_result.fp32, fp8_result.fp8)
-    assert text.startswith(
-        f"FP8 (E4M3) against bfloat16, n=32 on cpu: {est}: {est.outcome}; against FP32: {vs32}: {vs32.outcome}. "
-    )
-    rates = {k: f"{v:.3g}" for k, v in fp8_result.tflops.items()}
-    assert f"TFLOP/s: FP32 {rates['fp32']}, bfloat16 {rates['amp']}, FP8 {rates['fp8']}." in text
-    assert "There are no FP8 Tensor Cores on cpu" in text
-    assert race.explain(fp8_result)  # the plain race reading still reads FP32 against AMP
+    assert reading.outcome == est.outcome and reading.reasons[:2] == ("race.fp8_head", "race.fp8_no_units")
+    assert (reading.facts["vs_amp"], reading.facts["vs_fp32"]) == (str(est), str(vs32))
+    assert {k: reading.facts[f"tflops_{k}"] for k in ("fp32", "amp", "fp8")} == fp8_result.tflops
+    assert str(reading).startswith(f"FP8 (E4M3) against bfloat16, n=32 on cpu: {est}")
+    assert race_readout.explain(fp8_result)  # the plain race reading still reads FP32 against AMP
 
 
 NO_BF16 = {"avx512_bf16": False, "amx_bf16": False, "avx512_fp16": False}
@@ -432,26 +428,26 @@ AVX512_BF16 = {"avx512_bf16": True, "amx_bf16": False, "avx512_fp16": False}
     ],
 )
 def test_fp8_summary_blames_an_emulated_amp_dtype_only_when_it_was_the_slowest(medians, flags, says):
-    timings = {k: race.Timing(k, (m, m * 1.01, m * 0.99, m), 1, 1) for k, m in medians.items()}
+    timings = {k: intervals.Timing(k, (m, m * 1.01, m * 0.99, m), 1, 1) for k, m in medians.items()}
     ctx = {"device": "cpu", "threads": 1, "cpu_flags": flags, "torch": torch.__version__}
     r = race.RaceResult("fp8_matmul", {"n": 64}, torch.bfloat16, timings, 2.0 * 64**3, None, ctx)
-    text = race.fp8_summary(r)
-    assert ("so its bfloat16 GEMM is emulated: that is why it was the slowest of the three" in text) is says
-    assert "no AVX512-BF16" in text if says else "AVX512-BF16" not in text
-    ratio = medians["amp"] / medians["fp8"]
-    assert r.fp8_speedup == pytest.approx(ratio) and f"{ratio:.2f}x" in text
+    reading = race.fp8_summary(r)
+    assert ("race.fp8_amp_emulated" in reading.reasons) is says
+    ratio = medians["amp"] / medians["fp8"]  # hand-computed from the medians: 20/3 or 2/3
+    assert r.fp8_speedup == pytest.approx(ratio) and reading.facts["vs_amp"].startswith(f"{ratio:.2f}x")
 
 
 def test_fp8_summary_on_a_gpu_sets_the_measurement_beside_the_datasheet(fp8_result):
     h100 = _on_gpu(fp8_result, "NVIDIA H100 80GB HBM3", (9, 0))
-    text = race.fp8_summary(h100)
+    reading = race.fp8_summary(h100)
     measured = h100.fp8_speedup
-    assert "Hopper (sm_90) Tensor Cores multiply FP8" in text
-    assert f"The H100 SXM datasheet gives FP8 2x the BF16 rate; this race measured {measured:.3g}x" in text
-    assert f"({measured / 2:.0%} of that ceiling)" in text
+    assert reading.reasons == ("race.fp8_head", "race.fp8_support", "race.fp8_datasheet")
+    assert reading.facts["support"].startswith("Hopper (sm_90) Tensor Cores multiply FP8")
+    assert (reading.facts["model"], reading.facts["sheet_ratio"]) == ("H100 SXM", 2.0)
+    assert reading.facts["share"] == pytest.approx(measured / 2)
     assert h100.regimes["fp8"].name != "unknown"  # the FP8 peak comes from the datasheet
     l4 = race.fp8_summary(_on_gpu(fp8_result, "NVIDIA L4", (8, 9)))
-    assert "Ada Lovelace (sm_89)" in l4 and "no FP8 figure for this GPU" in l4
+    assert l4.reasons[-1] == "race.fp8_no_datasheet" and l4.facts["support"].startswith("Ada Lovelace (sm_89)")
 
 
 def test_fp8_summary_refuses_what_is_not_an_fp8_race(fp8_result):
@@ -466,8 +462,6 @@ def test_fp8_summary_refuses_what_is_not_an_fp8_race(fp8_result):
 
 def test_step_bytes_of_an_fp8_race_counts_no_casts():
     n = 48
-    assert race.step_bytes("fp8_matmul", {"n": n}, None) == 12 * n * n
-    assert race.step_bytes("fp8_matmul", {"n": n}, torch.bfloat16) == 6 * n * n
-    assert race.step_bytes("matmul", {"n": n}, torch.bfloat16) == 18 * n * n  # race_matmul: + casts (8 + 4)
-    with pytest.raises(ValueError, match="missing 'n'"):
-        race.step_bytes("fp8_matmul", {}, None)
+    assert cost.call_bytes("fp8_matmul", {"n": n}, None) == 12 * n * n
+    assert cost.call_bytes("fp8_matmul", {"n": n}, torch.bfloat16) == 6 * n * n
+    assert cost.call_bytes("matmul", {"n": n}, torch.bfloat16) == 18 * n * n  # race_matmul: + casts (8 + 4)

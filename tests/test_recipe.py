@@ -1795,7 +1795,7 @@ def test_compare_clipping_refuses_bad_arguments_before_training(data, kwargs, er
 
 
 # --------------------------------------------------------------------------------------------
-# One MLP cost model: race.mlp_step_flops is cost.step_flops of a one-hidden-layer MLP
+# One MLP cost model: cost.mlp_step_flops is cost.step_flops of a one-hidden-layer MLP
 # --------------------------------------------------------------------------------------------
 
 
@@ -1803,12 +1803,10 @@ def test_compare_clipping_refuses_bad_arguments_before_training(data, kwargs, er
     "width, batch, in_features, num_classes", [(1, 1, 1, 2), (64, 32, 64, 10), (1000, 7, 3, 5)]
 )
 def test_race_and_recipe_count_the_same_mlp_step_flops(width, batch, in_features, num_classes):
-    from amp_lab import race
-
     # hand count: forward 2b(iw + wc); backward: weight gradients 2b(iw + wc), input gradient of layer 2 only 2bwc
     b, i, w, c = batch, in_features, width, num_classes
     hand = 2 * b * (i * w + w * c) * 2 + 2 * b * w * c
-    assert race.mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes) == hand
+    assert cost.mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes) == hand
     assert cost.step_flops(in_features, num_classes, hidden=width, depth=1, batch_size=batch) == hand
     assert cost._mlp_matmul_flops([in_features, width, num_classes], batch) == hand  # what race can call
 

@@ -13,11 +13,11 @@ from collections.abc import Mapping
 import torch
 
 from .._checks import ArgumentTypeError
-from ..check_base import CheckResult
-from ..check_base import finish as _finish
-from ..check_base import is_placeholder as _is_placeholder
+from ..check_base import CheckResult, finish, is_placeholder
 from ..check_items import check_choice, check_set
-from ..race import RaceResult, Roofline, elementwise_intensity, matmul_intensity, native_arithmetic
+from ..cost import elementwise_intensity, matmul_intensity
+from ..race import RaceResult, native_arithmetic
+from ..roofline import Roofline
 from . import Mistake, exercise
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "TIMING_LOOP", "FLAWS", "REGIMES", "MAX_OPS"]
@@ -31,7 +31,9 @@ def _norm(x) -> str:
 # Exercise 1: who pays for the start-up?
 # --------------------------------------------------------------------------------------------
 
-_RATIO_HINT = "which contestant ran first, and is its time in the numerator or the denominator of FP32 time / AMP time?"
+_RATIO_HINT = (
+    "which contestant ran first, and is its time in the numerator or the denominator of FP32 time / AMP time?"
+)
 
 
 @exercise(1, "Who pays for the start-up?", mistakes=[Mistake("too high", "the numerator or the denominator")])
@@ -89,7 +91,9 @@ FLAWS = {
           "they all ran before the second reading"),
 }  # fmt: skip
 
-_SYNC_HINT = "Python gets control back as soon as a GPU kernel is queued: what has finished when the clock is read?"
+_SYNC_HINT = (
+    "Python gets control back as soon as a GPU kernel is queued: what has finished when the clock is read?"
+)
 _WARMUP_HINT = "what does the first call pay for that later calls do not, and which sample is it?"
 _MEAN_HINT = "one slow sample among five: what does it do to a mean, and to a median?"
 _CLOCK_HINT = "perf_counter is a monotonic clock made for measuring intervals"
@@ -128,11 +132,15 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     """Which of :data:`FLAWS` make the number :data:`TIMING_LOOP` prints untrustworthy (a set of letters)."""
     flaws = {k for k, (_, is_flaw, _) in FLAWS.items() if is_flaw}
     hints = []
-    letters = _letters(answer) if not _is_placeholder(answer) else None
+    letters = _letters(answer) if not is_placeholder(answer) else None
     if letters is not None:
         hints += [_MISSING_HINTS[k] for k in sorted(flaws - letters) if k in _MISSING_HINTS]
         hints += [_EXTRA_HINTS[k] for k in sorted(letters - flaws) if k in _EXTRA_HINTS]
-    hint = "; ".join(hints) if hints else "compare the loop with section 1's list of what a naive timing gets wrong"
+    hint = (
+        "; ".join(hints)
+        if hints
+        else "compare the loop with section 1's list of what a naive timing gets wrong"
+    )
     return check_set(
         answer,
         sorted(flaws),
@@ -156,7 +164,9 @@ _INVERTED_HINT = (
     "below the ridge point an op needs more bytes per FLOP than the memory can deliver at full arithmetic speed: "
     "which roof stops it?"
 )
-_SHAPE_HINT = "a matmul's intensity depends on its shape: count its 2mnk FLOPs against the bytes of A, B and C"
+_SHAPE_HINT = (
+    "a matmul's intensity depends on its shape: count its 2mnk FLOPs against the bytes of A, B and C"
+)
 _BYTES_HINT = "count bytes, not elements: each FP32 number is 4 bytes"
 
 
@@ -204,18 +214,26 @@ def _check_workload(workload) -> dict:
 )
 def ex3(answer, workload, roof, *, show: bool = True) -> CheckResult:
     """Classify each op of ``workload`` (FP32) as memory- or compute-bound against this machine's measured
-    roofline ``roof`` (:func:`amp_lab.race.measure_roofline`): its intensity below the ridge point is
+    roofline ``roof`` (:func:`amp_lab.roofline.measure_roofline`): its intensity below the ridge point is
     memory-bound.  ``answer`` is a dict {op name: "memory-bound" or "compute-bound"}."""
     workload = _check_workload(workload)
     if not isinstance(roof, Roofline):
-        raise ArgumentTypeError(f"roof must be the Roofline of race.measure_roofline, got {type(roof).__name__}")
+        raise ArgumentTypeError(
+            f"roof must be the Roofline of roofline.measure_roofline, got {type(roof).__name__}"
+        )
     intensity = {name: _op_intensity(name, op) for name, op in workload.items()}
     want = {name: _regime(i, roof.ridge) for name, i in intensity.items()}
     shape = "a dict {op name: 'memory-bound' or 'compute-bound'}, one entry per op of `workload`"
-    if _is_placeholder(answer) or (isinstance(answer, Mapping) and answer and all(_is_placeholder(v) for v in answer.values())):
-        return _finish("unanswered", f"no answer yet: set `answer` to {shape} and run this cell again.", show=show)
+    if is_placeholder(answer) or (
+        isinstance(answer, Mapping) and answer and all(is_placeholder(v) for v in answer.values())
+    ):
+        return finish(
+            "unanswered", f"no answer yet: set `answer` to {shape} and run this cell again.", show=show
+        )
     if not isinstance(answer, Mapping):
-        return _finish("wrong", f"`answer` is a {type(answer).__name__}; this exercise wants {shape}.", show=show)
+        return finish(
+            "wrong", f"`answer` is a {type(answer).__name__}; this exercise wants {shape}.", show=show
+        )
     missing = [n for n in workload if n not in answer]
     unknown = [repr(n) for n in answer if n not in workload]
     if missing or unknown:
@@ -224,14 +242,16 @@ def ex3(answer, workload, roof, *, show: bool = True) -> CheckResult:
             notes.append("no entry for: " + ", ".join(repr(n) for n in missing))
         if unknown:
             notes.append("not an op of `workload`: " + ", ".join(unknown))
-        return _finish("wrong", "`answer` should have one entry per op of `workload`.", notes, show=show)
+        return finish("wrong", "`answer` should have one entry per op of `workload`.", notes, show=show)
     got = {}
     for name in workload:
         value = answer[name]
         regime = _ALIASES.get(_norm(value)) if isinstance(value, str) else None
         if regime is None:
-            return _finish(
-                "wrong", f"`answer[{name!r}]` = {value!r:.40} is neither 'memory-bound' nor 'compute-bound'.", show=show
+            return finish(
+                "wrong",
+                f"`answer[{name!r}]` = {value!r:.40} is neither 'memory-bound' nor 'compute-bound'.",
+                show=show,
             )
         got[name] = regime
     n_right = sum(got[n] == want[n] for n in workload)
@@ -239,19 +259,24 @@ def ex3(answer, workload, roof, *, show: bool = True) -> CheckResult:
     if n_right == len(workload):
         notes = [f"{n}: {intensity[n]:.3g} FLOP/byte, {'below' if want[n] == 'memory-bound' else 'above'} the ridge"
                  for n in workload]  # fmt: skip
-        return _finish("exact", f"all {len(workload)} ops classified right ({ridge}).", notes, show=show)
+        return finish("exact", f"all {len(workload)} ops classified right ({ridge}).", notes, show=show)
     hints = []
     if n_right == 0 and len(workload) > 1:
         hints.append(_INVERTED_HINT)
-    if any(workload[n][0] == "matmul" and want[n] == "memory-bound" and got[n] == "compute-bound" for n in workload):
+    if any(
+        workload[n][0] == "matmul" and want[n] == "memory-bound" and got[n] == "compute-bound"
+        for n in workload
+    ):
         hints.append(_SHAPE_HINT)
-    per_element = {n: _regime(_op_intensity(n, op, per_element=True), roof.ridge) for n, op in workload.items()}
+    per_element = {
+        n: _regime(_op_intensity(n, op, per_element=True), roof.ridge) for n, op in workload.items()
+    }
     if per_element != want and got == per_element:
         hints.append(_BYTES_HINT)
     if not hints:
-        hints.append("compute each op's FLOPs per byte (race.matmul_intensity, race.elementwise_intensity) and "
+        hints.append("compute each op's FLOPs per byte (cost.matmul_intensity, cost.elementwise_intensity) and "
                      "compare it with roof.ridge")  # fmt: skip
-    return _finish(
+    return finish(
         "wrong",
         f"{n_right} of {len(workload)} ops classified right ({ridge}).",
         [f"hint: {h}" for h in hints],
@@ -287,7 +312,9 @@ def ex4(answer, result, *, show: bool = True) -> CheckResult:
     """Which statement ("a" to "e") explains the race ``result``: its outcome and whether the hardware that
     ran it multiplies the AMP dtype natively (:func:`amp_lab.race.native_arithmetic`)."""
     if not isinstance(result, RaceResult):
-        raise ArgumentTypeError(f"result must be the RaceResult of race.race_mlp, got {type(result).__name__}")
+        raise ArgumentTypeError(
+            f"result must be the RaceResult of race.race_mlp, got {type(result).__name__}"
+        )
     native = native_arithmetic(result)
     faster = result.outcome == "faster"
     if native is None:  # the hardware is unknown: only the measurement decides (a win is taken at its word)

@@ -266,9 +266,9 @@ def check_scale_readouts(before: str, after: str, k: int, k_new: int) -> None:
 @needs(RACE_NB)
 def test_race_button_smallest_settings(runs):
     """Choose the smallest width and batch in the dropdowns, press Race: the card must first read
-    the MFLOP count ``race.mlp_step_flops`` gives, then show a finished race for those settings: a
+    the MFLOP count ``cost.mlp_step_flops`` gives, then show a finished race for those settings: a
     speedup, its interval, and an outcome consistent with that interval."""
-    from amp_lab import race
+    from amp_lab import cost
 
     nb, _ = runs.get_clean(RACE_NB)
     with widget_shot(nb, ".amp-race-button", "06_timing_race-race.png"):
@@ -288,7 +288,7 @@ def test_race_button_smallest_settings(runs):
             return f"width {w}, batch {b}"
 
         def mflop(w: int, b: int) -> str:
-            return f"{race.mlp_step_flops(w, b) / 1e6:,.1f} MFLOP"
+            return f"{cost.mlp_step_flops(w, b) / 1e6:,.1f} MFLOP"
 
         # Change a setting and back (the cards must follow), ending on the smallest settings.
         if len(batch_options) > 1:

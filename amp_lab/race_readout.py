@@ -1,0 +1,268 @@
+"""What a race means (``06_timing_race``): readings of a race, a sweep, a step's memory and TF32.
+
+Each readout returns a :class:`amp_lab.text.Reading`: the outcome, reason codes chosen from the measurement
+and the machine's facts (so an AVX2 laptop, a bf16 CPU and a GPU each read a true story), and the numbers.
+The sentences are ``text.REASONS``' ``race.*`` entries; ``str(reading)`` reads them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ._checks import check_instance
+from .cost import elementwise_intensity
+from .device import dtype_name
+from .gpus import bf16_hardware
+from .intervals import SpeedupEstimate, plural, speedup_estimate
+from .race import (
+    _SHORT,
+    RaceResult,
+    _check_result,
+    _cpu_instructions,
+    _tensor_cores,
+    _unit,
+    native_arithmetic,
+)
+from .sweeps import SweepResult, _check_sweep
+from .text import Reading, format_bytes, format_ratio
+
+
+def _size_name(kind: str) -> str:
+    return {"matmul": "n", "mlp": "width", "batch": "batch"}[kind]
+
+
+def _est_text(e: SpeedupEstimate) -> str:
+    """``'1.32x (1.25x to 1.40x): faster'``: a speedup, its interval and what the interval says."""
+    if not math.isfinite(e.high):
+        return f"{format_ratio(e.ratio)} (too few pairs for an interval): {e.outcome}"
+    return f"{format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}"
+
+
+def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...], dict]:
+    """``race.noisy`` when an interval is too wide to read, ``race.noisy_but_narrow`` when the interleaved
+    pairs kept it narrow all the same; an interval infinite for want of pairs is not noise."""
+    worst_iqr = max(t.rel_iqr for r in results for t in r.timings.values())
+    widest = max((w for r in results if math.isfinite(w := r.speedup_interval.rel_width)), default=0.0)
+    load, cores = context.get("load_avg_1min"), context.get("cpu_count")
+    facts = {
+        "widest_pct": 100 * widest,
+        "worst_iqr_pct": 100 * worst_iqr,
+        "busy": f", load average {load} on {cores} cores" if load is not None and cores else "",
+    }
+    if widest > 0.25:
+        return ("race.noisy",), facts
+    return (("race.noisy_but_narrow",) if worst_iqr > 0.2 else ()), facts
+
+
+def sweep_summary(result: SweepResult) -> Reading:
+    """The sweep, read: each size's speedup with its interval, where AMP is measurably faster, whether the
+    speedup grew with the size, how close it gets to the ceiling, and a warning when it was too noisy.
+    Outcome ``"pays"`` (from ``facts["pays_from"]`` on) or ``"does_not_pay"``.  (``06_timing_race``)"""
+    _check_sweep("result", result)
+    r0, name = result.results[0], _size_name(result.kind)
+    p = r0.params
+    what = {
+        "matmul": "n x n matmul",
+        "mlp": f"training step of the tutorial loop's model at batch {p.get('batch')}, by width",
+        "batch": f"training step of the tutorial loop's model at width {p.get('width')}, by batch",
+    }[result.kind]
+    first, last = result.intervals[0], result.intervals[-1]
+    best = max(result.speedups)
+    c = result.ceiling
+    facts = {
+        "what": what, "name": name, "low": dtype_name(r0.dtype), "confidence": r0.speedup_interval.confidence_text,
+        "per_size": "; ".join(f"{name} {s}: {_est_text(e)}" for s, e in zip(result.sizes, result.intervals, strict=True)),
+        "pays_from": result.first_paying_size, "largest": result.sizes[-1], "last_outcome": result.outcomes[-1],
+        "first_size": result.sizes[0], "first_ratio": format_ratio(first.ratio), "last_ratio": format_ratio(last.ratio),
+        "best": format_ratio(best), "best_at": result.sizes[result.speedups.index(best)],
+        "share": best / c.vs_fp32, "ceiling": c.vs_fp32, "ceiling_source": c.source, "measured": str(c.measured_interval),
+    }  # fmt: skip
+    reasons = [
+        "race.sweep_sizes",
+        "race.sweep_pays" if facts["pays_from"] is not None else "race.sweep_never_pays",
+    ]
+    if len(result.sizes) >= 2:
+        grew, shrank = last.low > first.high, last.high < first.low
+        reasons.append("race.sweep_grew" if grew else "race.sweep_shrank" if shrank else "race.sweep_flat")
+    measured = c.measured_interval
+    slower = "datasheet" not in c.source and measured is not None and measured.outcome == "slower"
+    reasons.append("race.ceiling_below_one" if slower else "race.ceiling_share")
+    noise, noise_facts = _noise(result.results, result.context)
+    outcome = "pays" if facts["pays_from"] is not None else "does_not_pay"
+    return Reading(outcome, (*reasons, *noise), {**facts, **noise_facts})
+
+
+def _saving(result: RaceResult) -> float:
+    return 1 - result.memory["amp"] / result.memory["fp32"]
+
+
+def _saving_code(saving: float) -> str:
+    return "nothing" if abs(saving) < 0.005 else "saves" if saving > 0 else "costs"
+
+
+def memory_summary(result) -> Reading:
+    """What AMP did to the memory of a training step, read from a ``race_mlp`` result (or an MLP/batch
+    sweep: its largest size, then its smallest and largest), with the mechanism that explains it.  Outcome
+    ``"saves"``, ``"nothing"`` or ``"costs"``; ``facts["saving"]`` the fraction saved.  (``06_timing_race``)"""
+    if not isinstance(result, (RaceResult, SweepResult)):
+        check_instance("result", result, (RaceResult, SweepResult), "a race_mlp result or an MLP/batch sweep")
+    if isinstance(result, SweepResult):
+        if result.kind not in ("mlp", "batch") or result.results[0].memory is None:
+            raise ValueError("result must be a race_mlp result or an MLP/batch sweep with memory measured")
+        first, last = result.results[0], result.results[-1]
+        one = memory_summary(last)
+        s0, s1 = _saving(first), _saving(last)
+        facts = {**one.facts, "name": _size_name(result.kind), "first_size": result.sizes[0],
+                 "last_size": result.sizes[-1], "first_saving": abs(s0), "last_saving": abs(s1)}  # fmt: skip
+        codes = (f"race.sweep_memory_first_{_saving_code(s0)}", f"race.sweep_memory_last_{_saving_code(s1)}")
+        return Reading(one.outcome, (*one.reasons, "race.sweep_memory", *codes), facts)
+    if result.memory is None:
+        raise ValueError("result must be a race_mlp result with memory measured (race_mlp(..., memory=True))")
+    m = result.memory
+    saving = _saving(result)
+    why = (
+        "race.memory_activations_win"
+        if saving >= 0.1
+        else "race.memory_small_share"
+        if saving > -0.1
+        else "race.memory_copies_cost"
+    )
+    facts = {
+        "size": result.size, "fp32_bytes": format_bytes(m["fp32"]), "amp_bytes": format_bytes(m["amp"]),
+        "how": "measured" if m["method"].startswith("measured") else "estimated", "saving": saving,
+        "abs_saving": abs(saving), "low": dtype_name(result.dtype),
+    }  # fmt: skip
+    return Reading(_saving_code(saving), (f"race.memory_{_saving_code(saving)}", why), facts)
+
+
+def _verdict(result: RaceResult) -> tuple[str, dict]:
+    e = result.speedup_interval
+    basis = (
+        f"{plural(e.pairs, 'interleaved pair')}: too few for a {e.confidence_text} interval"
+        if not math.isfinite(e.high)
+        else f"{e.confidence_text} interval {e.ends_text()}, {plural(e.pairs, 'interleaved pair')}"
+    )
+    facts = {"ratio": format_ratio(e.ratio), "inverse": 1 / e.ratio if e.ratio else math.inf, "basis": basis,
+             "low": dtype_name(result.dtype), "device": result.context.get("device", "?"), "unit": _unit(result.kind)}  # fmt: skip
+    code = {"faster": "race.verdict_faster", "slower": "race.verdict_slower"}.get(
+        e.outcome, "race.verdict_close"
+    )
+    return code, facts
+
+
+def _elementwise_reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
+    b32, blow = result.bytes_moved("fp32"), result.bytes_moved("amp")
+    rate = {name: result.bytes_moved(name) / t.median / 1e9 for name, t in result.timings.items()}
+    facts = {"b32": format_bytes(b32), "blow": format_bytes(blow), "fewer": b32 / blow,
+             "intensity": elementwise_intensity(torch.float32), "gbs_fp32": rate["fp32"], "gbs_amp": rate["amp"],
+             "share": result.speedup / (b32 / blow)}  # fmt: skip
+    return (
+        "race.add_head",
+        "race.add_faster" if result.outcome == "faster" else "race.add_not_faster",
+    ), facts
+
+
+def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
+    """Why the race came out as it did: reason codes from the hardware's facts and the outcome."""
+    if result.kind == "elementwise":
+        return _elementwise_reason(result)
+    outcome = result.outcome
+    dev = str(result.context.get("device", ""))
+    native = native_arithmetic(result)
+    if dev.startswith("cpu"):
+        facts = {"insn": _cpu_instructions(result, native)}
+        if native is False:
+            return (
+                {"slower": "race.cpu_emulated_slower", "faster": "race.cpu_emulated_faster"}.get(
+                    outcome, "race.cpu_emulated_close"
+                ),
+            ), facts
+        if native is True:
+            return ("race.cpu_native_faster" if outcome == "faster" else "race.cpu_native_not_faster",), facts
+        return ("race.cpu_unknown",), facts
+    if not dev.startswith("cuda"):
+        return ("race.other_device",), {}
+    tc = _tensor_cores(result)
+    if tc is None:
+        return ("race.gpu_no_capability",), {}
+    facts = {"arch": tc.architecture, "cap": f"sm_{tc.capability[0]}{tc.capability[1]}",
+             "precisions": ", ".join(tc.precisions).upper(), "short": _SHORT[result.dtype].upper()}  # fmt: skip
+    if not tc.has_tensor_cores:
+        return ("race.gpu_no_tensor_cores",), facts
+    if not native:
+        emulated = result.dtype == torch.bfloat16 and not bf16_hardware(tc.capability)
+        return ("race.gpu_bf16_emulated" if emulated else "race.gpu_dtype_unsupported",), facts
+    regime = result.regimes["amp"]
+    facts["regime"] = str(regime)
+    if outcome == "faster":
+        return ("race.gpu_faster", *(("race.gpu_regime",) if regime.name != "unknown" else ())), facts
+    code = {"launch-bound": "race.gpu_launch_bound", "memory-bound": "race.gpu_memory_bound",
+            "compute-bound": "race.gpu_compute_bound"}.get(regime.name, "race.gpu_unknown_regime")  # fmt: skip
+    return (code,), facts
+
+
+def _tf32(result: RaceResult) -> tuple[tuple[str, ...], dict]:
+    est = result.speedup_vs_tf32_interval
+    if est is None:
+        return (), {}
+    tc = _tensor_cores(result)
+    facts = {"vs_tf32": str(est), "vs_tf32_outcome": est.outcome, "tf32_arch": tc.architecture if tc else "?"}
+    return (
+        ("race.tf32_none_on_arch",) if tc is not None and "tf32" not in tc.precisions else ("race.tf32_vs",)
+    ), facts
+
+
+def tf32_summary(result: RaceResult) -> Reading:
+    """What TF32 did in a race: on a GPU with TF32 Tensor Cores the TF32 contestant against IEEE FP32 and AMP
+    against TF32; on an older GPU or a CPU why there is none.  Outcome: TF32's outcome against FP32, or
+    ``"no_tf32"``.  (``06_timing_race``)"""
+    _check_result("result", result)
+    dev = str(result.context.get("device", ""))
+    if result.tf32 is not None:
+        vs = speedup_estimate(result.fp32, result.tf32, confidence=result.confidence)
+        amp = result.speedup_vs_tf32_interval
+        facts = {
+            "tf32_vs_fp32": str(vs),
+            "tf32_outcome": vs.outcome,
+            "amp_vs_tf32": str(amp),
+            "amp_outcome": amp.outcome,
+        }
+        return Reading(vs.outcome, ("race.tf32_measured",), facts)
+    tc = _tensor_cores(result) if dev.startswith("cuda") else None
+    if tc is not None:
+        facts = {"arch": tc.architecture, "cap": f"sm_{tc.capability[0]}{tc.capability[1]}"}
+        return Reading("no_tf32", ("race.tf32_no_tensor_cores",), facts)
+    if dev.startswith("cuda"):
+        return Reading("no_tf32", ("race.tf32_no_capability",), {})
+    facts = {"device": dev or "this device", "precision": repr(result.context.get("fp32_matmul_precision")),
+             "recorded": result.context.get("tf32_matmul")}  # fmt: skip
+    return Reading("no_tf32", ("race.tf32_not_cuda",), facts)
+
+
+def explain(result: RaceResult) -> Reading:
+    """A plain-language reading of a race result: the outcome with its interval ("too close to call" when
+    it straddles 1), the likely reason (native or emulated arithmetic, Tensor Cores, size, the bytes of an
+    elementwise op), TF32, and a warning when the measurement was noisy.  (``06_timing_race``; the race
+    widget's card shows it.)"""
+    _check_result("result", result)
+    verdict, facts = _verdict(result)
+    reasons, more = _reason(result)
+    tf32, tf32_facts = _tf32(result)
+    noise, noise_facts = _noise([result], result.context)
+    return Reading(
+        result.outcome, (verdict, *reasons, *tf32, *noise), {**facts, **more, **tf32_facts, **noise_facts}
+    )
+
+
+def elementwise_band(result: RaceResult) -> Reading:
+    """The band an elementwise race (:func:`amp_lab.roofline.race_elementwise`) fell in, as notebook 06's
+    prediction offers them: its outcome when not "faster", else "faster, by less than 2x" or "2x or more";
+    with the bytes each contestant moved and the measured speedup.  (``06_timing_race``)"""
+    _check_result("result", result)
+    e = result.speedup_interval
+    band = e.outcome if e.outcome != "faster" else "faster, by less than 2x" if e.ratio < 2 else "2x or more"
+    facts = {"b32": format_bytes(result.bytes_moved("fp32")), "blow": format_bytes(result.bytes_moved("amp")),
+             "low": dtype_name(result.dtype), "speedup": str(e), "outcome": e.outcome}  # fmt: skip
+    return Reading(band, ("race.add_band",), facts)
