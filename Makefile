@@ -64,8 +64,10 @@ lab: $(STAMP)
 doctor: $(STAMP)
 	$(BIN)/python -m amp_lab doctor
 
+# The package is ruff-formatted, so its 700-line rooms (tests/test_layers.py) are counted in one layout.
 lint: $(STAMP)
 	$(BIN)/ruff check amp_lab tests benchmarks scripts notebooks
+	$(BIN)/ruff format --check amp_lab
 
 # The package tests time nothing, so they run on one thread: in make test they share 2 cores with the
 # browser tests' kernel, and torch's OpenMP threads spin-wait when more threads than cores want to run.

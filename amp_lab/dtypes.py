@@ -61,13 +61,8 @@ def parse_dtype(dtype, *, allowed=(torch.float16, torch.bfloat16), name: str = "
         raise ArgumentTypeError(
             f"{name} must be a torch dtype or its name, one of: {shown}; got {type(dtype).__name__}: {dtype!r:.80}"
         )
-    if isinstance(dtype, str):
-        named = dtype_named(dtype)
-        if named is None:
-            shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
-            raise ValueError(f"{name}={dtype!r} is not allowed; choose one of: {shown}")
-        dtype = named
-    if dtype not in allowed:
+    found = dtype_named(dtype) if isinstance(dtype, str) else dtype
+    if found not in allowed:  # the message shows what the learner typed
         shown = ", ".join(str(a).removeprefix("torch.") for a in allowed)
         raise ValueError(f"{name}={dtype!r} is not allowed; choose one of: {shown}")
-    return dtype
+    return found

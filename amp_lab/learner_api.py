@@ -5,9 +5,7 @@ starts, state is validated before it is changed.  ``tests/test_fuzz.py`` fuzzes 
 else in the package is internal and trusts its callers."""
 
 LEARNER_API: dict[str, tuple[str, ...]] = {
-    "accumulation": (
-        "accumulation_explorer",
-    ),
+    "accumulation": ("accumulation_explorer",),
     "alignment": (
         "alignment_demo",
         "alignment_multiple",
@@ -36,16 +34,12 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "rule_comparison",
         "rule_groups",
     ),
-    "claims": (
-        "claim",
-    ),
+    "claims": ("claim",),
     "cost": (
         "elementwise_intensity",
         "matmul_intensity",
     ),
-    "course": (
-        "course_map",
-    ),
+    "course": ("course_map",),
     "data": (
         "Split",
         "load_digits",
@@ -59,9 +53,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "torch_threads",
     ),
     "doctor": ("main",),
-    "format_explorer": (
-        "bit_explorer",
-    ),
+    "format_explorer": ("bit_explorer",),
     "formats": (
         "decompose",
         "format_ulp",
@@ -112,9 +104,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "mx_quantize",
         "nvfp4_quantize",
     ),
-    "models": (
-        "make_mlp",
-    ),
+    "models": ("make_mlp",),
     "pitfalls": (
         "adam_eps_underflow",
         "attention_overflow",
@@ -123,9 +113,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "read_fp16_eps",
         "weight_cast_cache",
     ),
-    "subnormals": (
-        "subnormal_slowdown",
-    ),
+    "subnormals": ("subnormal_slowdown",),
     "swamping": (
         "plot_swamping",
         "stochastic_round",
@@ -182,9 +170,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "load_checkpoint",
         "save_checkpoint",
     ),
-    "clipping": (
-        "compare_clipping",
-    ),
+    "clipping": ("compare_clipping",),
     "compare": (
         "compare_precisions",
         "comparison_rows",
