@@ -35,12 +35,13 @@ from .device import get_device, torch_threads
 from .dtypes import dtype_name
 from .gpus import tensor_core_generation
 from .hardware import tf32_setting
+from .intervals import SpeedupEstimate, speedup_estimate
 from .models import make_mlp
 from .progress import progress
 from .recipe import MAX_LR, History, evaluate, make_scaler, step_batches, step_on_device, timed_step
 from .recipe_checks import check_on, check_per_step, precision
 from .text import Reading, format_bytes, format_ratio
-from .timing import Regime, SpeedupEstimate, regime_for, speedup_estimate, timing_context
+from .timing import Regime, regime_for, timing_context
 
 
 def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
@@ -111,7 +112,7 @@ def _step_memory(step: Callable[[int], object], counters: _MemoryCounters) -> in
     steps create cuBLAS workspaces, the gradients and Adam's state, which then stay.  The baseline
     taken after it holds everything alive (the dataset, the model, its gradients, Adam's state), so the
     difference is what a step itself needs on top: activations kept for backward, autocast's copies,
-    temporaries (as ``race._measure_memory`` measures a race's contestants).
+    temporaries (as ``race_trainer.measure_memory`` measures a race's contestants).
     """
     step(0)
     counters.synchronize()

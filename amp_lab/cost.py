@@ -12,7 +12,7 @@ from .dtypes import parse_dtype
 
 # Bounds (CONTRIBUTING.md, "Bounded work"), each checked before anything is allocated or run:
 MAX_DEPTH = (
-    64  # hidden layers of make_model's MLP: far deeper than plain MLPs train well without normalisation
+    64  # hidden layers of models.make_mlp's MLP: far deeper than plain MLPs train well without normalisation
 )
 _MAX_SIZE = (
     2**53
@@ -32,7 +32,7 @@ _STORED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _linear_shapes(num_features: int, num_classes: int, hidden: int, depth: int) -> list[tuple[int, int]]:
-    """``(in, out)`` of each Linear of :func:`make_model`'s MLP, in order."""
+    """``(in, out)`` of each Linear of :func:`models.make_mlp`'s MLP, in order."""
     widths = [num_features] + [hidden] * depth + [num_classes]
     return list(zip(widths[:-1], widths[1:], strict=True))
 
@@ -69,7 +69,7 @@ def step_flops(
     batch_size: int = 64,
     accumulation_steps: int = 1,
 ) -> float:
-    """Matmul FLOPs of one optimizer step of :func:`make_model`'s MLP (``07_amp_training_recipe``).
+    """Matmul FLOPs of one optimizer step of :func:`models.make_mlp`'s MLP (``07_amp_training_recipe``).
 
     A Linear with ``in`` inputs and ``out`` outputs on ``b`` examples costs ``2*b*in*out`` FLOPs
     forward (a multiply and an add per weight and example), as much again backward for its weight's
@@ -105,7 +105,7 @@ def step_bytes(
     accumulation_steps: int = 1,
     dtype=torch.float32,
 ) -> float:
-    """A lower bound on the bytes one optimizer step of :func:`make_model`'s MLP moves to and from memory
+    """A lower bound on the bytes one optimizer step of :func:`models.make_mlp`'s MLP moves to and from memory
     (``07_amp_training_recipe``).
 
     Counted once each: :data:`ADAM_BYTES_PER_PARAMETER` (32) per parameter for the gradient and Adam's
