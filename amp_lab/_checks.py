@@ -174,33 +174,6 @@ def check_axes(name: str, value, *, optional: bool = True):
     return check_instance(name, value, Axes, what)
 
 
-def checkbounded_list(name: str, value, *, max_length: int, what: str = "a list") -> list:
-    """``value`` (any iterable but a string, bytes or a dict) as a list of at most ``max_length`` items.
-    The length is checked *before* anything is copied (``len()`` where the object has one, else by reading
-    at most ``max_length + 1`` items), so ``range(10**12)`` is refused at once, not materialised."""
-    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
-        raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}")
-    try:
-        n = len(value)
-    except OverflowError:  # range(10**20): longer than len() can say
-        raise ValueError(f"{name} may hold at most {max_length} items, got more") from None
-    except TypeError:  # an iterator or a generator: read one item past the bound, no more
-        from itertools import islice
-
-        try:
-            items = list(islice(value, max_length + 1))
-        except TypeError:  # iter() refused it (a 0-d tensor, say)
-            raise ArgumentTypeError(
-                f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}"
-            ) from None
-        if len(items) > max_length:
-            raise ValueError(f"{name} may hold at most {max_length} items, got more") from None
-        return items
-    if n > max_length:
-        raise ValueError(f"{name} may hold at most {max_length} items, got {n}")
-    return list(value)
-
-
 def bounded_list(name: str, value, max_length: int, what: str) -> list:
     """The items of an iterable ``value`` as a list of at most ``max_length`` (a ValueError beyond),
     checked by ``len()`` first where it has one and otherwise read no further than the bound, so a

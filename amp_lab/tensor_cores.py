@@ -16,7 +16,7 @@ dimension ``K`` grows:
   ``AccumulationCurve.output_errors`` the same error once the result is rounded to FP16/BF16, as an
   autocast matmul returns it, and ``AccumulationCurve.reading()`` the two accumulators compared.  The K
   slider over it is ``amp_lab.accumulation``'s; why dimensions should be multiples of 8 is ``amp_lab.alignment``'s.
-* ``ACCUMULATE_RATES`` - datasheet rates of FP16 accumulation against FP32 accumulation
+* ``gpus.ACCUMULATE_RATES`` - datasheet rates of FP16 accumulation against FP32 accumulation
   (the same on data-centre parts, half on GeForce cards).
 * ``generations_table()`` - Tensor Core generations from ``amp_lab.gpus.tensor_core_generation``
   plus per-clock throughput from NVIDIA's whitepapers.
@@ -52,14 +52,12 @@ from ._checks import (
     check_seed,
 )
 from .device import check_fits, float64_on_cpu, float64_to, get_device
-from .gpus import tensor_core_generation
+from .gpus import ARCHITECTURE_DETAILS, TENSOR_CORE_DETAILS, tensor_core_generation
 from .text import Reading
 
 __all__ = [
     "INPUT_FORMATS",
     "ACCUMULATE_FORMATS",
-    "TENSOR_CORE_DETAILS",
-    "ARCHITECTURE_DETAILS",
     "mma",
     "reference_mma",
     "running_sum",
@@ -67,7 +65,6 @@ __all__ = [
     "AccumulationCurve",
     "accumulation_curve",
     "generations_table",
-    "ACCUMULATE_RATES",
     "stall_reading",
 ]
 
@@ -435,89 +432,6 @@ def _accumulator_names(accumulators) -> tuple[str, ...]:
 # Generations
 # --------------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class _Details:
-    reference_part: str
-    fma_per_tensor_core_per_clock: int | None
-    tensor_cores_per_sm: int | None
-    per_clock: str
-    instruction: str
-    note: str
-
-
-# Keyed by Tensor Core generation (gpus.tensor_core_generation(...).generation).  Dense
-# FP16 rates of each generation's data-centre part, from NVIDIA's architecture whitepapers
-# (Volta: 64 FMA per Tensor Core per clock, 8 per SM; A100: 256, 4 per SM; H100: twice A100 per
-# SM).  Consumer parts of the same generation can be slower per SM.
-TENSOR_CORE_DETAILS: dict[int, _Details] = {
-    1: _Details(
-        "V100",
-        64,
-        8,
-        "4×4×4 FP16 MMA per clock (D = A·B + C, 64 FMA)",
-        "mma.sync m8n8k4",
-        "FP16 inputs, FP16 or FP32 accumulator",
-    ),
-    2: _Details(
-        "T4",
-        64,
-        8,
-        "4×4×4 FP16 MMA per clock (64 FMA); INT8/INT4 at 2×/4× that",
-        "mma.sync m16n8k8",
-        "adds integer inputs for inference",
-    ),
-    3: _Details(
-        "A100",
-        256,
-        4,
-        "256 FP16 FMA per clock (4× a Volta Tensor Core)",
-        "mma.sync m16n8k16",
-        "BF16 at the FP16 rate, TF32 at half of it; 2:4 sparsity doubles both",
-    ),
-    4: _Details(
-        "H100",
-        512,
-        4,
-        "512 FP16 FMA per clock; FP8 at twice the FP16 rate",
-        "wgmma.mma_async m64nNk16",
-        "FP8 (E4M3/E5M2), its accumulator about 14 bits, not FP32 (DeepSeek-V3 report); Ada parts are 4th generation too, slower per SM",
-    ),
-    5: _Details(
-        "B200",
-        None,
-        None,
-        "not listed here",
-        "tcgen05.mma",
-        "FP6/FP4 and block-scaled (microscaling) formats",
-    ),
-}
-
-# Architectures whose figures differ from their generation's data-centre part.
-ARCHITECTURE_DETAILS: dict[str, _Details] = {
-    "Ada Lovelace": _Details(
-        "L4 / RTX 40",
-        None,
-        4,
-        "FP8 added as on Hopper; lower per-SM rates than H100",
-        "mma.sync (FP8: m16n8k32)",
-        "4th generation like Hopper, without Hopper's warp-group MMA",
-    ),
-}
-
-# Dense FP16 Tensor Core TFLOP/s with an FP16 accumulator and with an FP32 accumulator, from NVIDIA's
-# whitepapers (which print both; sparse rates are twice these).  Data-centre parts run both at one
-# rate; GeForce parts run FP32 accumulation at half the FP16-accumulation rate.
-ACCUMULATE_RATES = (
-    {"part": "A100", "kind": "data centre", "fp16_accumulate": 312.0, "fp32_accumulate": 312.0,
-     "source": "NVIDIA A100 Tensor Core GPU architecture whitepaper (A100 SXM4)"},
-    {"part": "H100 SXM", "kind": "data centre", "fp16_accumulate": 989.4, "fp32_accumulate": 989.4,
-     "source": "NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5)"},
-    {"part": "RTX 3090", "kind": "GeForce", "fp16_accumulate": 142.0, "fp32_accumulate": 71.0,
-     "source": "NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090)"},
-    {"part": "RTX 4090", "kind": "GeForce", "fp16_accumulate": 330.3, "fp32_accumulate": 165.2,
-     "source": "NVIDIA Ada Lovelace GPU architecture whitepaper (GeForce RTX 4090)"},
-)  # fmt: skip
 
 DEFAULT_CAPABILITIES = ((6, 0), (7, 0), (7, 5), (8, 0), (8, 9), (9, 0), (10, 0))
 

@@ -290,7 +290,7 @@ def test_generations_table_reuses_hardware():
     [(1, 80, 1.530, 125.0), (3, 108, 1.410, 312.0), (4, 132, 1.830, 989.4)],  # V100, A100, H100 SXM
 )
 def test_per_clock_figures_reproduce_published_peaks(generation, sms, boost_ghz, published_tflops):
-    d = T.TENSOR_CORE_DETAILS[generation]
+    d = gpus.TENSOR_CORE_DETAILS[generation]
     per_sm = d.fma_per_tensor_core_per_clock * d.tensor_cores_per_sm
     tflops = 2 * per_sm * sms * boost_ghz * 1e9 / 1e12
     assert tflops == pytest.approx(published_tflops, rel=0.01)
@@ -625,7 +625,7 @@ def test_output_partial_bad_arguments():
 
 def test_accumulate_rates_match_the_datasheets_and_the_lesson():
 
-    by_part = {r["part"]: r for r in T.ACCUMULATE_RATES}
+    by_part = {r["part"]: r for r in gpus.ACCUMULATE_RATES}
     # the FP32-accumulate figures are the dense FP16 rates race's datasheets hold (an independent table)
     for part, name in [
         ("A100", "NVIDIA A100-SXM4-80GB"),
@@ -635,10 +635,10 @@ def test_accumulate_rates_match_the_datasheets_and_the_lesson():
         assert by_part[part]["fp32_accumulate"] == pytest.approx(
             gpus.datasheet_entry(name).fp16_tflops, rel=1e-3
         )
-    for r in T.ACCUMULATE_RATES:
+    for r in gpus.ACCUMULATE_RATES:
         ratio = r["fp16_accumulate"] / r["fp32_accumulate"]
         assert ratio == pytest.approx(2.0 if r["kind"] == "GeForce" else 1.0, rel=1e-2), r
-    assert {r["kind"] for r in T.ACCUMULATE_RATES} == {"GeForce", "data centre"}
+    assert {r["kind"] for r in gpus.ACCUMULATE_RATES} == {"GeForce", "data centre"}
 
 
 def _tiles_by_enumeration(m, n, tm, tn, sms):

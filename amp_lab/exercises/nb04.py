@@ -489,16 +489,6 @@ def _plain_opt_step(model, opt, scaler, X, y, max_norm=LOOP_MAX_NORM):
     return loss.detach()
 
 
-def _no_update(model, opt, scaler, X, y, max_norm=LOOP_MAX_NORM):
-    opt.zero_grad(set_to_none=True)
-    loss = _forward_loss(model, X, y)
-    scaler.scale(loss).backward()
-    scaler.unscale_(opt)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    scaler.step(opt)
-    return loss.detach()
-
-
 def _no_clip(model, opt, scaler, X, y, max_norm=LOOP_MAX_NORM):
     opt.zero_grad(set_to_none=True)
     loss = _forward_loss(model, X, y)
