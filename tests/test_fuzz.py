@@ -123,8 +123,8 @@ from amp_lab import race_widget as race_widget_module
 from amp_lab import roofline as roofline_module
 from amp_lab.learner_api import LEARNER_API
 
-# the narrowest interval the timer samples towards (older code had no bound: any positive target)
-MIN_TARGET_REL_WIDTH = getattr(timing, "MIN_TARGET_REL_WIDTH", 0.0)
+# the narrowest interval the timer samples towards
+MIN_TARGET_REL_WIDTH = timing.MIN_TARGET_REL_WIDTH
 
 MODULES = {
     "accumulation": accumulation,
@@ -189,7 +189,6 @@ MAX_GROWTH_FACTOR = scaling.MAX_GROWTH_FACTOR
 MAX_K = tensor_cores.MAX_K
 RECIPE_MAX_SIZE = cost._MAX_SIZE  # widths and batch sizes of recipe's helpers
 RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
-MAX_PIXELS = getattr(widgets, "MAX_PIXELS", 4096)  # FigurePane's dpi
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
 SMOKE_TEST_K = (0, 15)  # widgets.SmokeTest's slider: 2**16 is beyond float16's largest value
 SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.scale_explorer's slider range
