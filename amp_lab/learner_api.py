@@ -38,6 +38,8 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     "cost": (
         "elementwise_intensity",
         "matmul_intensity",
+        "step_bytes",  # documented public: notebook 07 and the guide name them as what its reading uses
+        "step_flops",
     ),
     "course": ("course_map",),
     "data": (

@@ -1383,6 +1383,8 @@ def roofline():
 
 
 E("cost.elementwise_intensity", post=is_float)
+E("cost.step_flops", fuzz=RECIPE_SIZES, post=is_float)
+E("cost.step_bytes", fuzz=RECIPE_SIZES, post=is_float)
 E(
     "cost.matmul_intensity",
     lambda: dict(m=8, n=8, k=8),
