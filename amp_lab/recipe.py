@@ -158,27 +158,31 @@ def train_step(
     return StepResult(loss_value, norm, scale, scaler.is_enabled() and not math.isfinite(norm))
 
 
-_recipe_step = train_step
+def _checked(step, *, read_values: bool, note: str):
+    """``step`` with every argument checked first (:func:`~amp_lab.recipe_checks.check_step`), its docstring
+    extended by ``note``.  ``functools.wraps`` keeps the step's own source what ``inspect.getsource`` shows
+    (notebook 07 prints it)."""
+
+    @functools.wraps(step)
+    def checked(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None):
+        pairs, dtype, max_grad_norm, dev = check_step(
+            model, opt, scaler, batches, dtype, max_grad_norm, device, read_values=read_values
+        )
+        return step(model, opt, scaler, pairs, dtype=dtype, max_grad_norm=max_grad_norm, device=dev)
+
+    checked.__doc__ = (step.__doc__ or "") + note
+    return checked
 
 
-@functools.wraps(_recipe_step)  # notebook 07 prints the step above (inspect.getsource follows __wrapped__)
-def train_step(
-    model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None
-) -> StepResult:
-    pairs, dtype, max_grad_norm, dev = check_step(
-        model, opt, scaler, batches, dtype, max_grad_norm, device, read_values=True
-    )
-    return _recipe_step(model, opt, scaler, pairs, dtype=dtype, max_grad_norm=max_grad_norm, device=dev)
-
-
-train_step.__doc__ = (
-    (_recipe_step.__doc__ or "")
-    + """
+train_step = _checked(
+    train_step,
+    read_values=True,
+    note="""
     Every argument is checked before anything changes: ``model`` a ``torch.nn.Module`` with float32
     parameters on ``device``, ``opt`` an optimizer over them, ``scaler`` a ``torch.amp.GradScaler``,
     ``batches`` a non-empty list of ``(X, y)`` pairs (``X`` 2-D float32 of the model's input width, ``y``
     1-D int64 labels within its outputs, finite features), ``max_grad_norm`` None or a finite number > 0.
-    """
+    """,
 )
 
 
@@ -260,22 +264,13 @@ def sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float |
 step_on_device = (
     sync_free_step  # the step itself: train and the comparison check their arguments once, up front
 )
-
-
-@functools.wraps(step_on_device)
-def sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None):
-    pairs, dtype, max_grad_norm, dev = check_step(
-        model, opt, scaler, batches, dtype, max_grad_norm, device, read_values=False
-    )
-    return step_on_device(model, opt, scaler, pairs, dtype=dtype, max_grad_norm=max_grad_norm, device=dev)
-
-
-sync_free_step.__doc__ = (
-    (step_on_device.__doc__ or "")
-    + """
+sync_free_step = _checked(
+    step_on_device,
+    read_values=False,
+    note="""
     Its arguments are checked as :func:`train_step` checks them, except that on a GPU the labels' values
     are not read (that read would be a host sync).
-    """
+    """,
 )
 
 
