@@ -242,6 +242,23 @@ def _static_hint(answer, sched: Schedule, found: ScalerComparison) -> str:
     return f"fix your class's {found.call} first: the check calls scale, unscale_, step, update and get_scale as a training loop does"
 
 
+def _judge(name: str, schedules, make_for, hint_for, show: bool) -> CheckResult:
+    """Run the learner's scaler beside GradScaler on ``schedules``: a pass, "not written yet" for an
+    untouched skeleton, or the first difference with the hint ``hint_for(schedule, found)`` gives."""
+    verdict, sched, found, steps = _run_all(make_for, schedules)
+    if verdict != "wrong":
+        return _passed(verdict, name, schedules, steps, show)
+    if _skeleton(found):
+        return _finish(
+            "unanswered",
+            f"{name} is not written yet: its {found.call} {found.mine}. Fill in the "
+            "TODOs and run this cell again.",
+            show=show,
+            details={"answered": False},
+        )
+    return _failed(name, sched, found, hint_for(sched, found), show)
+
+
 @exercise(
     1,
     "Write the static loss scaler",
@@ -259,18 +276,14 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
     early = _not_a_class(answer, "MyStaticScaler", show)
     if early is not None:
         return early
-    verdict, sched, found, steps = _run_all(lambda s: lambda: answer(s.init_scale), STATIC_SCHEDULES)
-    if verdict != "wrong":
-        return _passed(verdict, name, STATIC_SCHEDULES, steps, show)
-    if _skeleton(found):
-        return _finish(
-            "unanswered",
-            f"{name} is not written yet: its {found.call} {found.mine}. Fill in the "
-            "TODOs and run this cell again.",
-            show=show,
-            details={"answered": False},
-        )
-    return _failed(name, sched, found, _static_hint(answer, sched, found), show)
+
+    def make_for(s: Schedule):
+        return lambda: answer(s.init_scale)
+
+    def hint_for(sched: Schedule, found: ScalerComparison) -> str:
+        return _static_hint(answer, sched, found)
+
+    return _judge(name, STATIC_SCHEDULES, make_for, hint_for, show)
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,18 +358,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     def make_for(s: Schedule):
         return lambda: answer(s.init_scale, s.growth_factor, s.backoff_factor, s.growth_interval)
 
-    verdict, sched, found, steps = _run_all(make_for, DYNAMIC_SCHEDULES)
-    if verdict != "wrong":
-        return _passed(verdict, name, DYNAMIC_SCHEDULES, steps, show)
-    if _skeleton(found):
-        return _finish(
-            "unanswered",
-            f"{name} is not written yet: its {found.call} {found.mine}. Fill in the "
-            "TODOs and run this cell again.",
-            show=show,
-            details={"answered": False},
-        )
-    return _failed(name, sched, found, _dynamic_hint(sched, found), show)
+    return _judge(name, DYNAMIC_SCHEDULES, make_for, _dynamic_hint, show)
 
 
 # --------------------------------------------------------------------------------------------
