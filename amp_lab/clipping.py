@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._checks import MAX_STEPS, check_float, check_instance, check_int, check_scale, check_seed
-from .cost import _mlp_sizes
+from .cost import mlp_sizes
 from .data import Dataset
 from .device import get_device
 from .models import make_mlp
@@ -144,7 +144,7 @@ def compare_clipping(
     dtype = precision(dtype)
     seed = check_seed("seed", seed)
     dev = get_device(device)
-    _mlp_sizes(data.num_features, data.num_classes, hidden, depth)
+    mlp_sizes(data.num_features, data.num_classes, hidden, depth)
     batch_size, _, per_step = check_per_step(batch_size, 1, len(data.train))
     check_on("data.train", data.train.X.device, dev)
     model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)

@@ -29,7 +29,7 @@ from ._checks import (
     check_seed,
 )
 from .amp import AmpChoice
-from .cost import _mlp_sizes, step_bytes, step_flops
+from .cost import mlp_sizes, step_bytes, step_flops
 from .data import Dataset
 from .device import get_device, torch_threads
 from .dtypes import dtype_name
@@ -239,7 +239,7 @@ def compare_precisions(
             f"{MAX_STEPS} allowed in all (_checks.MAX_STEPS): choose num_steps <= {MAX_STEPS // len(dts)}"
         )
     lr = check_float("lr", lr, gt=0, le=MAX_LR)
-    _mlp_sizes(data.num_features, data.num_classes, hidden, depth)
+    mlp_sizes(data.num_features, data.num_classes, hidden, depth)
     seed = check_seed("seed", seed)
     check_bool("show_progress", show_progress)
     batch_size, _, per_step = check_per_step(batch_size, accumulation_steps, len(data.train))

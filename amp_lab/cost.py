@@ -14,7 +14,7 @@ from .dtypes import parse_dtype
 MAX_DEPTH = (
     64  # hidden layers of models.make_mlp's MLP: far deeper than plain MLPs train well without normalisation
 )
-_MAX_SIZE = (
+MAX_SIZE = (
     2**53
 )  # any width or batch size: an integer float64 holds exactly (step_flops stays a finite float)
 # The largest matrix dimension and element count the intensities accept: far beyond any memory, small
@@ -37,16 +37,16 @@ def _linear_shapes(num_features: int, num_classes: int, hidden: int, depth: int)
     return list(zip(widths[:-1], widths[1:], strict=True))
 
 
-def _mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, int]:
+def mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, int]:
     return (
-        check_int("num_features", num_features, minimum=1, maximum=_MAX_SIZE),
-        check_int("num_classes", num_classes, minimum=2, maximum=_MAX_SIZE),
-        check_int("hidden", hidden, minimum=1, maximum=_MAX_SIZE),
+        check_int("num_features", num_features, minimum=1, maximum=MAX_SIZE),
+        check_int("num_classes", num_classes, minimum=2, maximum=MAX_SIZE),
+        check_int("hidden", hidden, minimum=1, maximum=MAX_SIZE),
         check_int("depth", depth, minimum=1, maximum=MAX_DEPTH),
     )
 
 
-def _num_parameters(num_features: int, num_classes: int, hidden: int, depth: int) -> int:
+def num_parameters(num_features: int, num_classes: int, hidden: int, depth: int) -> int:
     return sum(
         n_in * n_out + n_out for n_in, n_out in _linear_shapes(num_features, num_classes, hidden, depth)
     )
@@ -54,9 +54,9 @@ def _num_parameters(num_features: int, num_classes: int, hidden: int, depth: int
 
 def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation_steps):
     return (
-        *_mlp_sizes(num_features, num_classes, hidden, depth),
-        check_int("batch_size", batch_size, minimum=1, maximum=_MAX_SIZE)
-        * check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=_MAX_SIZE),
+        *mlp_sizes(num_features, num_classes, hidden, depth),
+        check_int("batch_size", batch_size, minimum=1, maximum=MAX_SIZE)
+        * check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=MAX_SIZE),
     )
 
 
@@ -120,7 +120,7 @@ def step_bytes(
     )
     itemsize = parse_dtype(dtype, allowed=(torch.float32, torch.bfloat16, torch.float16)).itemsize
     shapes = _linear_shapes(num_features, num_classes, hidden, depth)
-    params = _num_parameters(num_features, num_classes, hidden, depth)
+    params = num_parameters(num_features, num_classes, hidden, depth)
     activations = sum(b * n_out for _, n_out in shapes)
     return float(ADAM_BYTES_PER_PARAMETER * params + 4 * b * num_features + 2 * itemsize * activations)
 
@@ -134,7 +134,7 @@ def _itemsize(name: str, dtype) -> int:
     return parse_dtype(dtype, allowed=_STORED_DTYPES, name=name).itemsize
 
 
-def _gemm_bytes(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:
+def gemm_bytes(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:
     """The least traffic of ``C = A @ B``: A (m x k) and B (k x n) read once, C (m x n) written once."""
     return (m * k + k * n) * in_bytes + m * n * out_bytes
 
@@ -156,7 +156,7 @@ def matmul_intensity(m: int, n: int, k: int, dtype=torch.float32, *, out_dtype=N
     k = check_int("k", k, minimum=1, maximum=MAX_GEMM_DIM)
     a = _itemsize("dtype", dtype)
     c = a if out_dtype is None else _itemsize("out_dtype", out_dtype)
-    return 2 * m * n * k / _gemm_bytes(m, n, k, a, c)
+    return 2 * m * n * k / gemm_bytes(m, n, k, a, c)
 
 
 def elementwise_intensity(dtype=torch.float32) -> float:
@@ -187,7 +187,7 @@ def fp8_matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
 
 
 def _race_mlp_parameters(in_features: int, width: int, num_classes: int) -> int:
-    return _num_parameters(in_features, num_classes, width, 1)
+    return num_parameters(in_features, num_classes, width, 1)
 
 
 def mlp_bytes(width, batch, dtype=torch.bfloat16, *, in_features=IN_FEATURES, num_classes=NUM_CLASSES,
@@ -227,8 +227,8 @@ def call_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
     if kind in ("matmul", "fp8_matmul"):
         n = params["n"]
         if kind == "fp8_matmul" or dtype is None:
-            return _gemm_bytes(n, n, n, low, low)
-        return 8 * n * n + 2 * low * n * n + _gemm_bytes(n, n, n, low, low)  # casts: read FP32, write 16-bit
+            return gemm_bytes(n, n, n, low, low)
+        return 8 * n * n + 2 * low * n * n + gemm_bytes(n, n, n, low, low)  # casts: read FP32, write 16-bit
     if kind == "elementwise":
         return 3 * low * params["numel"]
     i, c = params.get("in_features", IN_FEATURES), params.get("num_classes", NUM_CLASSES)

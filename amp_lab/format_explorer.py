@@ -13,7 +13,7 @@ import math
 import ipywidgets as widgets
 
 from ._checks import ArgumentTypeError
-from .formats import Decomposition, _format_list, _real_scalar, decompose, get_format
+from .formats import Decomposition, decompose, format_list, get_format, real_scalar
 
 __all__ = ["bit_explorer", "BitExplorer", "readout_html", "bits_html"]
 
@@ -198,5 +198,5 @@ def bit_explorer(value: float = 0.1, fmts=None) -> BitExplorer:
             f"value must be a number such as 0.1, got the text {value!r:.80}: write the number without quotes "
             "(the explorer's text box reads typed text)"
         )
-    start = _real_scalar(value, "value")
-    return BitExplorer(start, tuple(f.name for f in _format_list(fmts)))
+    start = real_scalar(value, "value")
+    return BitExplorer(start, tuple(f.name for f in format_list(fmts)))

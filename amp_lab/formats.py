@@ -212,7 +212,7 @@ def get_format(fmt) -> FloatFormat:
     )
 
 
-def _format_list(fmts, name: str = "fmts") -> tuple[FloatFormat, ...]:
+def format_list(fmts, name: str = "fmts") -> tuple[FloatFormat, ...]:
     """Formats from ``None`` (all of them), one format, or a non-empty list of them."""
     if fmts is None:
         return tuple(FORMATS.values())
@@ -231,7 +231,7 @@ def _format_list(fmts, name: str = "fmts") -> tuple[FloatFormat, ...]:
 # --------------------------------------------------------------------------------------------
 
 
-def _real_tensor(x, name: str = "x", what: str | None = None) -> torch.Tensor:
+def real_tensor(x, name: str = "x", what: str | None = None) -> torch.Tensor:
     """``x`` (a tensor, a number, a numpy array or a (nested) list of numbers) as a real, non-bool tensor.
 
     The one rule every function that takes numbers follows: text is refused (write ``0.1``, not
@@ -273,12 +273,12 @@ def _real_tensor(x, name: str = "x", what: str | None = None) -> torch.Tensor:
 
 
 def _as_float32(x, name: str = "x") -> torch.Tensor:
-    return _real_tensor(x, name).float()
+    return real_tensor(x, name).float()
 
 
-def _real_scalar(value, name: str = "value") -> float:
+def real_scalar(value, name: str = "value") -> float:
     """One real number (a Python or numpy number, or a one-element tensor) as a float, by the rule
-    of :func:`_real_tensor` (no text, no bools, no complex; huge ints become ±inf)."""
+    of :func:`real_tensor` (no text, no bools, no complex; huge ints become ±inf)."""
     if isinstance(value, float):
         return value
     if isinstance(value, Real) and not isinstance(value, (bool, np.bool_)):
@@ -286,7 +286,7 @@ def _real_scalar(value, name: str = "value") -> float:
             return float(value)  # Python and numpy numbers, Fractions
         except OverflowError:  # an int beyond float64's range
             return math.inf if value > 0 else -math.inf
-    t = _real_tensor(value, name, f"{name} must be a real number (or a one-element tensor)")
+    t = real_tensor(value, name, f"{name} must be a real number (or a one-element tensor)")
     if t.numel() != 1:
         raise ValueError(f"{name} must be a single number, got a tensor of shape {tuple(t.shape)}")
     return float(t.reshape(()).item())
@@ -343,7 +343,7 @@ def round_to(x, fmt) -> torch.Tensor:
         return emulate_round(t, f)
 
 
-def _round_array(x: np.ndarray, f: FloatFormat, residual: np.ndarray | None = None) -> np.ndarray:
+def round_array(x: np.ndarray, f: FloatFormat, residual: np.ndarray | None = None) -> np.ndarray:
     """Round float64 values to ``f`` exactly (ties to even); returns float64.
 
     The one implementation of rounding from the bit widths, used by :func:`emulate_round` and by
@@ -377,10 +377,10 @@ def _round_array(x: np.ndarray, f: FloatFormat, residual: np.ndarray | None = No
 
 
 def _round_float64(x: torch.Tensor, f: FloatFormat, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`_round_array` for a tensor's values, computed in float64 on the CPU; returns a float64
+    """:func:`round_array` for a tensor's values, computed in float64 on the CPU; returns a float64
     tensor on the CPU (an Apple GPU has no float64, so the result cannot go back as it is)."""
     res = None if residual is None else float64_on_cpu(residual).numpy()
-    return torch.from_numpy(_round_array(float64_on_cpu(x).numpy(), f, res))
+    return torch.from_numpy(round_array(float64_on_cpu(x).numpy(), f, res))
 
 
 def emulate_round(x, fmt) -> torch.Tensor:
@@ -481,7 +481,7 @@ def format_ulp(value: float, fmt) -> float:
     non-finite values.  An integer beyond float64's range is finite: its spacing is exact where
     float64 can hold it and ``inf`` where it cannot (never NaN)."""
     f = get_format(fmt)
-    v = _real_scalar(value, "value")
+    v = real_scalar(value, "value")
     if _is_huge_int(value):
         # finite, but beyond float64: its spacing 2**(e - mantissa_bits), exact while float64 holds it
         e = abs(int(value)).bit_length() - 1
@@ -521,7 +521,7 @@ def decompose(value, fmt) -> Decomposition:
     one-element tensor, as for :func:`round_to`.
     """
     f = get_format(fmt)
-    x = _real_scalar(value, "value")  # the same rule as round_to's: no text, no bools, huge ints are ±inf
+    x = real_scalar(value, "value")  # the same rule as round_to's: no text, no bools, huge ints are ±inf
     r = float(round_to(x, f).item())
     kind = _kind(r, f)
     e_all = 2**f.exponent_bits - 1
@@ -593,7 +593,7 @@ def from_bits(bits, fmt) -> float:
 def formats_table(fmts=None) -> list[dict]:
     """One row per format: bit widths, bias, limits and decimal digits, computed from the formats."""
     rows = []
-    for f in _format_list(fmts):
+    for f in format_list(fmts):
         rows.append(
             {
                 "format": f.label,
@@ -642,7 +642,7 @@ def plot_range_precision(fig=None, fmts=None):
     log-log, one staircase per format with its min subnormal (o), min normal (^) and max (s)."""
     from matplotlib.figure import Figure
 
-    names = [f.name for f in _format_list(fmts)]
+    names = [f.name for f in format_list(fmts)]
     unknown = [n for n in names if n not in FORMATS]
     if unknown:
         raise ValueError(

@@ -144,7 +144,7 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 # GPUs without Tensor Cores whose FP16 units run at twice the FP32 rate (Jetson TX1/Nano, P100,
 # Jetson TX2); every other pre-Volta GPU runs FP16 no faster than FP32.
-_DOUBLE_RATE_FP16 = {(5, 3), (6, 0), (6, 2)}
+DOUBLE_RATE_FP16 = {(5, 3), (6, 0), (6, 2)}
 
 
 def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:

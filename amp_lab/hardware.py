@@ -39,8 +39,8 @@ from .cpus import (
 )
 from .device import get_device
 from .gpus import (
-    _DOUBLE_RATE_FP16,
     DEVICE_TYPES,
+    DOUBLE_RATE_FP16,
     TensorCoreGeneration,
     amp_dtype_for,
     arch_advice,
@@ -229,7 +229,7 @@ def _cuda_verdict(tc: TensorCoreGeneration | None) -> Verdict:
     }
     dtype = amp_dtype_for("cuda", tc.capability)
     if not tc.has_tensor_cores:
-        double = tc.capability in _DOUBLE_RATE_FP16
+        double = tc.capability in DOUBLE_RATE_FP16
         outcome = "verdict.cuda_no_tensor_cores_double_fp16" if double else "verdict.cuda_no_tensor_cores"
         reasons = ("why.pre_volta", "why.fp16_memory", "why.fp16_scaler")
         return Verdict(outcome, "cuda", dtype, True, None if double else False, reasons, facts)

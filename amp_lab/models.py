@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from ._checks import check_seed
-from .cost import _mlp_sizes, _num_parameters
+from .cost import mlp_sizes, num_parameters
 from .device import check_fits, get_device, seeded
 
 
@@ -28,10 +28,10 @@ def make_mlp(
     ``depth`` is at most :data:`MAX_DEPTH`; the parameters' bytes are checked against free memory
     (``device.check_fits``) before anything is allocated.
     """
-    num_features, num_classes, hidden, depth = _mlp_sizes(num_features, num_classes, hidden, depth)
+    num_features, num_classes, hidden, depth = mlp_sizes(num_features, num_classes, hidden, depth)
     seed = check_seed("seed", seed)
     dev = get_device(device)
-    needed = 4 * _num_parameters(num_features, num_classes, hidden, depth)  # float32
+    needed = 4 * num_parameters(num_features, num_classes, hidden, depth)  # float32
     hint = "choose a smaller hidden, depth, num_features or num_classes"
     what = f"make_mlp({num_features}, {num_classes}, hidden={hidden}, depth={depth})"
     check_fits(needed, "cpu", what, hint)  # the layers are built on the CPU, then moved

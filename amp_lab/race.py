@@ -31,9 +31,9 @@ from .cost import (
     IN_FEATURES,
     MAX_GEMM_DIM,
     NUM_CLASSES,
-    _gemm_bytes,
     call_bytes,
     fp8_matmul_bytes,
+    gemm_bytes,
     matmul_bytes,
     mlp_bytes,
     mlp_step_flops,
@@ -149,7 +149,7 @@ class RaceResult:
         (:func:`amp_lab.cost.call_bytes`): what a roofline compares with the bandwidth."""
         if name == "fp8":  # E4M3 operands (1 byte) made before the race, a bfloat16 result
             n = self.params["n"]
-            return _gemm_bytes(n, n, n, 1, 2)
+            return gemm_bytes(n, n, n, 1, 2)
         return call_bytes(self.kind, self.params, self.dtype if name == "amp" else None)
 
     @property
@@ -159,7 +159,12 @@ class RaceResult:
         peak = {"fp32": torch.float32, "tf32": "tf32", "amp": self.dtype, "fp8": "fp8"}
         return {
             name: regime_for(
-                t.median, self.flops, self.bytes_moved(name), peak[name], self.context, unit=_unit(self.kind)
+                t.median,
+                self.flops,
+                self.bytes_moved(name),
+                peak[name],
+                self.context,
+                unit=unit_of(self.kind),
             )
             for name, t in self.timings.items()
         }
@@ -213,7 +218,7 @@ class RaceResult:
         )
 
     def __str__(self) -> str:
-        unit = _unit(self.kind)
+        unit = unit_of(self.kind)
         lines = [
             f"race {self.kind} {self.size}, AMP dtype {dtype_name(self.dtype)} on {self.context['device']}"
         ]
@@ -240,11 +245,11 @@ class RaceResult:
         return "\n".join(lines)
 
 
-def _unit(kind: str) -> str:
+def unit_of(kind: str) -> str:
     return "step" if kind == "mlp" else "call"
 
 
-def _reusable(
+def reusable(
     reuse, kind: str, params: dict, dtype: torch.dtype, dev: torch.device, num_threads
 ) -> RaceResult | None:
     """The first result in ``reuse`` (a RaceResult, a SweepResult or a list of them) that raced this very
@@ -296,7 +301,7 @@ def device_facts(dev: torch.device) -> tuple[str, tuple[int, int] | None]:
     return dev.type, (tuple(torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else None)
 
 
-def _tf32_context(device_type: str, enabled: bool):
+def tf32_context(device_type: str, enabled: bool):
     """The context a contestant runs in: on CUDA a defined TF32 setting (torch's two records agreeing,
     so cuBLAS can read it), elsewhere nothing (TF32 is a CUDA setting)."""
     if device_type != "cuda":
@@ -309,12 +314,12 @@ def _contestants(run: dict, device_type: str, capability) -> dict:
     picks for the device, each with its TF32 context.  On CUDA every contestant runs with a defined TF32
     setting: FP32 and AMP with TF32 off (so an FP32 matmul left in AMP's step is plain FP32 too), TF32 on."""
     return {
-        name: Contestant(run[name], _tf32_context(device_type, name == "tf32"))
+        name: Contestant(run[name], tf32_context(device_type, name == "tf32"))
         for name in contestant_names(device_type, capability)
     }
 
 
-def _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width=None, max_time_s=None,
+def check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width=None, max_time_s=None,
                   callback=None):  # fmt: skip
     """Check a race's arguments before anything is allocated or run: the device, the dtype and the budget
     (``timing.check_budget``: repeats and warm-up calls up to ``MAX_REPEATS``, ``min_sample_s`` up to
@@ -331,14 +336,14 @@ def _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, tar
     return dev, dtype
 
 
-def _sampling(target_rel_width, max_time_s) -> dict:
+def sampling_args(target_rel_width, max_time_s) -> dict:
     """measure's arguments for "sample until the interval is narrow or the budget is spent"."""
     if target_rel_width is None:
         return {}
     return {"target_rel_width": target_rel_width, "max_time_s": max_time_s, "baseline": "fp32"}
 
 
-def _run_race(kind, params, size, dtype, dev, contestants, flops, budget, memory=None, **extra) -> RaceResult:
+def run_race(kind, params, size, dtype, dev, contestants, flops, budget, memory=None, **extra) -> RaceResult:
     """Time ``contestants`` (``measure``, sampling as ``budget`` asks) and wrap them as a ``RaceResult``: the
     one tail of every race.  ``budget`` is ``(warmup, repeats, min_sample_s, num_threads, callback,
     target_rel_width, max_time_s)``; ``size`` and ``extra`` go into each timing's context."""
@@ -352,7 +357,7 @@ def _run_race(kind, params, size, dtype, dev, contestants, flops, budget, memory
         num_threads=num_threads,
         callback=callback,
         extra_context={"race": kind, "size": size, "amp_dtype": dtype_name(dtype), **extra},
-        **_sampling(target_rel_width, max_time_s),
+        **sampling_args(target_rel_width, max_time_s),
     )
     return RaceResult(kind=kind, params=params, dtype=dtype, timings=timings, flops=flops, memory=memory,
                       context=timings["fp32"].context)  # fmt: skip
@@ -386,9 +391,9 @@ def race_matmul(
     again, so a notebook that refers to one configuration twice reads one measurement.
     """
     n = check_int("n", n, minimum=1)
-    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
+    dev, dtype = check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
                                callback)  # fmt: skip
-    found = _reusable(reuse, "matmul", {"n": n}, dtype, dev, num_threads)
+    found = reusable(reuse, "matmul", {"n": n}, dtype, dev, num_threads)
     if found is not None:
         return found
     check_fits(
@@ -408,7 +413,7 @@ def race_matmul(
 
     contestants = _contestants({"fp32": fp32, "amp": amp, "tf32": fp32}, *device_facts(dev))
     budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
-    return _run_race("matmul", {"n": n}, f"n={n}", dtype, dev, contestants, 2.0 * n**3, budget)
+    return run_race("matmul", {"n": n}, f"n={n}", dtype, dev, contestants, 2.0 * n**3, budget)
 
 
 # --- race_mlp: training steps of the tutorial loop's model -----------------------------------------------
@@ -448,10 +453,10 @@ def race_mlp(
     in_features = check_int("in_features", in_features, minimum=1)
     num_classes = check_int("num_classes", num_classes, minimum=2)
     memory = check_bool("memory", memory)
-    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
+    dev, dtype = check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
                                callback)  # fmt: skip
     params = {"width": width, "batch": batch, "in_features": in_features, "num_classes": num_classes}
-    found = _reusable(reuse, "mlp", params, dtype, dev, num_threads)
+    found = reusable(reuse, "mlp", params, dtype, dev, num_threads)
     if found is not None and (found.memory is not None or not memory):
         return found
     facts = device_facts(dev)
@@ -476,7 +481,7 @@ def race_mlp(
     contestants = {name: Contestant(trainers[name].step, make[name].context) for name in make}
     flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
     budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
-    return _run_race(
+    return run_race(
         "mlp", params, f"width={width}, batch={batch}", dtype, dev, contestants, flops, budget, memory=mem
     )
 
@@ -493,11 +498,11 @@ def _mlp_setup(width, batch, in_features, num_classes, dev):
 # --- The facts of the hardware that ran a result ---------------------------------------------------------
 
 
-def _check_result(name: str, value) -> RaceResult:
+def check_result(name: str, value) -> RaceResult:
     return check_instance(name, value, RaceResult, "a RaceResult (from race_matmul or race_mlp)")
 
 
-def _cpu_instructions(result: RaceResult, native: bool | None) -> str:
+def cpu_instructions(result: RaceResult, native: bool | None) -> str:
     """The instruction sets for the result's dtype, named by ``hardware``: those the recorded CPU has
     when it multiplies the dtype natively, else every one that would have counted."""
     flags = result.context.get("cpu_flags")
@@ -506,10 +511,10 @@ def _cpu_instructions(result: RaceResult, native: bool | None) -> str:
     return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} or {labels[-1]}"
 
 
-_SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+SHORT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
-def _tensor_cores(result: RaceResult):
+def result_tensor_cores(result: RaceResult):
     cap = result.context.get("capability")
     if not cap:
         return None
@@ -521,13 +526,13 @@ def native_arithmetic(result: RaceResult) -> bool | None:
     (unknown).  On a CPU: ``hardware.cpu_has_native`` with the CPU flags recorded in the result (this
     machine's when none were recorded); on CUDA: whether the recorded compute capability's Tensor Cores
     take that dtype.  (``06_timing_race``, exercise 4)"""
-    _check_result("result", result)
+    check_result("result", result)
     dev = str(result.context.get("device", ""))
     if dev.startswith("cuda"):
-        tc = _tensor_cores(result)
+        tc = result_tensor_cores(result)
         if tc is None:
             return None
-        return tc.has_tensor_cores and _SHORT[result.dtype] in tc.precisions
+        return tc.has_tensor_cores and SHORT_NAMES[result.dtype] in tc.precisions
     if dev.startswith("cpu"):
         flags = result.context.get("cpu_flags")
         return (
@@ -597,7 +602,7 @@ def race_fp8_matmul(
             f"n={n} is not a multiple of {FP8_GEMM_MULTIPLE}: FP8 GEMMs (torch._scaled_mm on CUDA) need every "
             f"dimension a multiple of {FP8_GEMM_MULTIPLE}; choose n={lower} or n={lower + FP8_GEMM_MULTIPLE}"
         )
-    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
+    dev, dtype = check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
                                callback)  # fmt: skip
     check_planned_time(repeats, 3, min_sample_s)
     device_type, capability = device_facts(dev)
@@ -610,7 +615,7 @@ def race_fp8_matmul(
         support = fp8_matmul_support(capability, _cuda_arch_list())
         if not support:
             raise ValueError(f"race_fp8_matmul cannot race on {dev}: {support.reason}")
-    found = _reusable(reuse, "fp8_matmul", {"n": n}, dtype, dev, num_threads)
+    found = reusable(reuse, "fp8_matmul", {"n": n}, dtype, dev, num_threads)
     if found is not None:
         return found
     check_fits(
@@ -632,10 +637,10 @@ def race_fp8_matmul(
     def fp8():
         return torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16)
 
-    off = _tf32_context(device_type, False)
+    off = tf32_context(device_type, False)
     contestants = {name: Contestant(fn, off) for name, fn in (("fp32", fp32), ("amp", amp), ("fp8", fp8))}
     budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
-    return _run_race("fp8_matmul", {"n": n}, f"n={n}", dtype, dev, contestants, 2.0 * n**3, budget,
+    return run_race("fp8_matmul", {"n": n}, f"n={n}", dtype, dev, contestants, 2.0 * n**3, budget,
                      fp8="float8_e4m3fn, tensorwise scales made before timing, bfloat16 output")  # fmt: skip
 
 
@@ -643,7 +648,7 @@ def fp8_summary(result: RaceResult) -> Reading:
     """What an FP8 race (:func:`race_fp8_matmul`) says: FP8 over the AMP dtype and over FP32 with their
     intervals, the TFLOP/s, and why (no FP8 hardware on a CPU; on a GPU :func:`fp8_matmul_support`'s reason
     and the datasheet's FP8 / BF16 ratio beside the measured one).  (``08_fp8_and_block_scaling``)"""
-    _check_result("result", result)
+    check_result("result", result)
     if result.fp8 is None:
         raise ValueError(
             f"result must be an FP8 race (race_fp8_matmul), got a {result.kind!r} race without an 'fp8' timing"
@@ -657,7 +662,7 @@ def fp8_summary(result: RaceResult) -> Reading:
     if not dev.startswith("cuda"):
         slowest = max(result.timings, key=lambda name: result.timings[name].median)
         emulated = native_arithmetic(result) is False and slowest == "amp"
-        facts["insn"] = _cpu_instructions(result, False)
+        facts["insn"] = cpu_instructions(result, False)
         return Reading(
             est.outcome,
             ("race.fp8_head", "race.fp8_no_units", *(("race.fp8_amp_emulated",) if emulated else ())),

@@ -17,15 +17,15 @@ from .device import dtype_name
 from .gpus import bf16_hardware
 from .intervals import SpeedupEstimate, plural, speedup_estimate
 from .race import (
-    _SHORT,
+    SHORT_NAMES,
     RaceResult,
-    _check_result,
-    _cpu_instructions,
-    _tensor_cores,
-    _unit,
+    check_result,
+    cpu_instructions,
     native_arithmetic,
+    result_tensor_cores,
+    unit_of,
 )
-from .sweeps import SweepResult, _check_sweep
+from .sweeps import SweepResult, check_sweep
 from .text import Reading, format_bytes, format_ratio
 
 
@@ -60,7 +60,7 @@ def sweep_summary(result: SweepResult) -> Reading:
     """The sweep, read: each size's speedup with its interval, where AMP is measurably faster, whether the
     speedup grew with the size, how close it gets to the ceiling, and a warning when it was too noisy.
     Outcome ``"pays"`` (from ``facts["pays_from"]`` on) or ``"does_not_pay"``.  (``06_timing_race``)"""
-    _check_sweep("result", result)
+    check_sweep("result", result)
     r0, name = result.results[0], _size_name(result.kind)
     p = r0.params
     what = {
@@ -145,7 +145,7 @@ def _verdict(result: RaceResult) -> tuple[str, dict]:
         else f"{e.confidence_text} interval {e.ends_text()}, {plural(e.pairs, 'interleaved pair')}"
     )
     facts = {"ratio": format_ratio(e.ratio), "inverse": 1 / e.ratio if e.ratio else math.inf, "basis": basis,
-             "low": dtype_name(result.dtype), "device": result.context.get("device", "?"), "unit": _unit(result.kind)}  # fmt: skip
+             "low": dtype_name(result.dtype), "device": result.context.get("device", "?"), "unit": unit_of(result.kind)}  # fmt: skip
     code = {"faster": "race.verdict_faster", "slower": "race.verdict_slower"}.get(
         e.outcome, "race.verdict_close"
     )
@@ -172,7 +172,7 @@ def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
     dev = str(result.context.get("device", ""))
     native = native_arithmetic(result)
     if dev.startswith("cpu"):
-        facts = {"insn": _cpu_instructions(result, native)}
+        facts = {"insn": cpu_instructions(result, native)}
         if native is False:
             return (
                 {"slower": "race.cpu_emulated_slower", "faster": "race.cpu_emulated_faster"}.get(
@@ -184,11 +184,11 @@ def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
         return ("race.cpu_unknown",), facts
     if not dev.startswith("cuda"):
         return ("race.other_device",), {}
-    tc = _tensor_cores(result)
+    tc = result_tensor_cores(result)
     if tc is None:
         return ("race.gpu_no_capability",), {}
     facts = {"arch": tc.architecture, "cap": f"sm_{tc.capability[0]}{tc.capability[1]}",
-             "precisions": ", ".join(tc.precisions).upper(), "short": _SHORT[result.dtype].upper()}  # fmt: skip
+             "precisions": ", ".join(tc.precisions).upper(), "short": SHORT_NAMES[result.dtype].upper()}  # fmt: skip
     if not tc.has_tensor_cores:
         return ("race.gpu_no_tensor_cores",), facts
     if not native:
@@ -207,7 +207,7 @@ def _tf32(result: RaceResult) -> tuple[tuple[str, ...], dict]:
     est = result.speedup_vs_tf32_interval
     if est is None:
         return (), {}
-    tc = _tensor_cores(result)
+    tc = result_tensor_cores(result)
     facts = {"vs_tf32": str(est), "vs_tf32_outcome": est.outcome, "tf32_arch": tc.architecture if tc else "?"}
     return (
         ("race.tf32_none_on_arch",) if tc is not None and "tf32" not in tc.precisions else ("race.tf32_vs",)
@@ -218,7 +218,7 @@ def tf32_summary(result: RaceResult) -> Reading:
     """What TF32 did in a race: on a GPU with TF32 Tensor Cores the TF32 contestant against IEEE FP32 and AMP
     against TF32; on an older GPU or a CPU why there is none.  Outcome: TF32's outcome against FP32, or
     ``"no_tf32"``.  (``06_timing_race``)"""
-    _check_result("result", result)
+    check_result("result", result)
     dev = str(result.context.get("device", ""))
     if result.tf32 is not None:
         vs = speedup_estimate(result.fp32, result.tf32, confidence=result.confidence)
@@ -230,7 +230,7 @@ def tf32_summary(result: RaceResult) -> Reading:
             "amp_outcome": amp.outcome,
         }
         return Reading(vs.outcome, ("race.tf32_measured",), facts)
-    tc = _tensor_cores(result) if dev.startswith("cuda") else None
+    tc = result_tensor_cores(result) if dev.startswith("cuda") else None
     if tc is not None:
         facts = {"arch": tc.architecture, "cap": f"sm_{tc.capability[0]}{tc.capability[1]}"}
         return Reading("no_tf32", ("race.tf32_no_tensor_cores",), facts)
@@ -246,7 +246,7 @@ def explain(result: RaceResult) -> Reading:
     it straddles 1), the likely reason (native or emulated arithmetic, Tensor Cores, size, the bytes of an
     elementwise op), TF32, and a warning when the measurement was noisy.  (``06_timing_race``; the race
     widget's card shows it.)"""
-    _check_result("result", result)
+    check_result("result", result)
     verdict, facts = _verdict(result)
     reasons, more = _reason(result)
     tf32, tf32_facts = _tf32(result)
@@ -260,7 +260,7 @@ def elementwise_band(result: RaceResult) -> Reading:
     """The band an elementwise race (:func:`amp_lab.roofline.race_elementwise`) fell in, as notebook 06's
     prediction offers them: its outcome when not "faster", else "faster, by less than 2x" or "2x or more";
     with the bytes each contestant moved and the measured speedup.  (``06_timing_race``)"""
-    _check_result("result", result)
+    check_result("result", result)
     e = result.speedup_interval
     band = e.outcome if e.outcome != "faster" else "faster, by less than 2x" if e.ratio < 2 else "2x or more"
     facts = {"b32": format_bytes(result.bytes_moved("fp32")), "blow": format_bytes(result.bytes_moved("amp")),

@@ -18,9 +18,9 @@ from .intervals import Timing, plural
 from .race import (
     RACE_TARGET_REL_WIDTH,
     RaceResult,
-    _check_result,
-    _unit,
+    check_result,
     contestant_names,
+    unit_of,
 )
 from .race_readout import explain, memory_summary
 from .sweeps import sizes_for
@@ -259,10 +259,10 @@ class RaceWidget:
 def result_card_html(result: RaceResult) -> str:
     """The body of the race widget's result card: the speedup with its interval and outcome, the reading
     :func:`explain` composes, the timings, and the context."""
-    _check_result("result", result)
+    check_result("result", result)
     e = html.escape
     est = result.speedup_interval
-    unit = _unit(result.kind)
+    unit = unit_of(result.kind)
     cell = "padding:1px 10px 1px 0;text-align:right"
     header = ["", f"median per {unit}", "spread (IQR)", "TFLOP/s"] + (["memory"] if result.memory else [])
     rows = ["<tr>" + "".join(f"<th style='{cell}'>{e(h)}</th>" for h in header) + "</tr>"]

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ._checks import FLOAT32_MAX, FLOAT32_TINY, ArgumentTypeError, check_int, check_scale
-from .formats import FloatFormat, _real_tensor, get_format, round_to
+from .formats import FloatFormat, get_format, real_tensor, round_to
 
 CATEGORIES = ("underflow", "subnormal", "normal", "overflow")
 
@@ -43,7 +43,7 @@ COLORS = {"underflow": "#d62728", "subnormal": "#ff7f0e", "normal": "#2ca02c", "
 # --------------------------------------------------------------------------------------------
 
 
-def _flat_float32(x, name: str = "x") -> torch.Tensor:
+def flat_float32(x, name: str = "x") -> torch.Tensor:
     """One 1-D float32 tensor from a tensor, tensors in a dict/list, a GradientRecord or numbers.
 
     Real numbers only: text, bools (and bool tensors) and complex values are refused, as
@@ -58,11 +58,11 @@ def _flat_float32(x, name: str = "x") -> torch.Tensor:
     elif isinstance(x, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in x):
         parts = list(x)
     else:
-        parts = [_real_tensor(x, name, what)]
+        parts = [real_tensor(x, name, what)]
     for i, t in enumerate(parts):
         if not isinstance(t, torch.Tensor):
             raise ArgumentTypeError(f"{name} must contain only tensors, found {type(t).__name__} at item {i}")
-        _real_tensor(t, name)  # no bool or complex tensors
+        real_tensor(t, name)  # no bool or complex tensors
     if not parts:
         return torch.empty(0)
     flat = [t.detach().reshape(-1).float() for t in parts]
@@ -207,7 +207,7 @@ class RangeReport:
     def summary(self, digits: int = 3) -> str:
         """One line: format, scale and the four percentages with ``digits`` decimals."""
         digits = check_int("digits", digits, minimum=0, maximum=12)
-        return f"{get_format(self.fmt).label} at scale {_scale_str(self.scale)}: " + ", ".join(
+        return f"{get_format(self.fmt).label} at scale {scale_str(self.scale)}: " + ", ".join(
             f"{c} {100 * self.fraction(c):.{digits}f}%" for c in CATEGORIES
         )
 
@@ -234,7 +234,7 @@ def range_report(x, fmt, scale: float = 1.0) -> RangeReport:
     """
     f = get_format(fmt)
     s = check_scale("scale", scale)
-    return _report(*_select(_flat_float32(x)), f, s)
+    return report_of(*select_values(flat_float32(x)), f, s)
 
 
 def _count(mask: torch.Tensor) -> int:
@@ -242,7 +242,7 @@ def _count(mask: torch.Tensor) -> int:
     return int(torch.count_nonzero(mask))
 
 
-def _select(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+def select_values(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     """``(non-zero finite elements, number of exact zeros, number of inf/NaN)`` of flat ``t``."""
     finite = torch.isfinite(t)
     nonzero = t != 0
@@ -250,7 +250,7 @@ def _select(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     return t[finite & nonzero], _count(finite & ~nonzero), _count(~finite)
 
 
-def _report(sel: torch.Tensor, zeros: int, nonfinite: int, f: FloatFormat, s: float) -> RangeReport:
+def report_of(sel: torch.Tensor, zeros: int, nonfinite: int, f: FloatFormat, s: float) -> RangeReport:
     y = sel * torch.tensor(s, dtype=torch.float32, device=sel.device)
     masks = _categorize(y, f)
     return RangeReport(
@@ -291,7 +291,7 @@ def suggest_log2_scale(x, fmt) -> int | None:
     usable scale, would overflow, a ``ValueError`` says that no scale fits.)
     """
     f = get_format(fmt)
-    t = _flat_float32(x)
+    t = flat_float32(x)
     t = t[torch.isfinite(t) & (t != 0)]
     if t.numel() == 0:
         return None
@@ -383,7 +383,7 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
         lo = check_int("lo", lo, minimum=-400, maximum=400)
     if hi is not None:
         hi = check_int("hi", hi, minimum=-399 if lo is None else lo + 1, maximum=401)
-    t = _flat_float32(x)
+    t = flat_float32(x)
     finite = torch.isfinite(t)
     nonzero = t != 0
     prod = t[finite & nonzero] * torch.tensor(s, dtype=torch.float32, device=t.device)
@@ -411,7 +411,7 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
     )
 
 
-def _bin_categories(lefts: np.ndarray, f: FloatFormat) -> list[str]:
+def bin_categories(lefts: np.ndarray, f: FloatFormat) -> list[str]:
     """Category of each binade ``[2**k, 2**(k+1))``, judged at its geometric middle with the
     same :func:`_categorize` as :func:`range_report` (a bin straddling a boundary gets one colour;
     the readouts, not the colours, are exact)."""
@@ -441,8 +441,8 @@ def lost_update_fraction(weight, update, fmt="fp16") -> float:
     precision, so this equals the correctly rounded ``fmt`` addition.  (Notebook 03.)
     """
     f = get_format(fmt)
-    w = _flat_float32(weight, "weight")
-    d = _flat_float32(update, "update")
+    w = flat_float32(weight, "weight")
+    d = flat_float32(update, "update")
     if w.shape != d.shape:
         raise ValueError(
             f"weight and update must have the same number of elements, got {w.numel()} and {d.numel()}"
@@ -458,7 +458,7 @@ def lost_update_fraction(weight, update, fmt="fp16") -> float:
     return int((new == w_f).sum()) / int(w.numel())
 
 
-def _scale_str(scale: float) -> str:
+def scale_str(scale: float) -> str:
     m, e = math.frexp(scale)
     if m == 0.5:
         return f"2^{e - 1}"

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._checks import ArgumentTypeError, check_float, check_instance, check_int
 from .device import torch_threads
-from .formats import _format_list, get_format
+from .formats import format_list, get_format
 from .range_counts import (
     CATEGORIES,
     COLORS,
@@ -25,17 +25,17 @@ from .range_counts import (
     MIN_LOG2_SCALE,
     Log2Histogram,
     RangeReport,
-    _bin_categories,
-    _flat_float32,
-    _report,
-    _scale_str,
-    _select,
+    bin_categories,
+    flat_float32,
     log2_histogram,
     log2_limits,
     lost_update_fraction,
     overflow_threshold,
     per_layer_reports,
     range_report,
+    report_of,
+    scale_str,
+    select_values,
     suggest_log2_scale,
     suggest_scale,
 )
@@ -129,7 +129,7 @@ def plot_log2_histogram(
     """
     from matplotlib.axes import Axes
 
-    fmts = _format_list(fmts)
+    fmts = format_list(fmts)
     if ax is not None:
         check_instance("ax", ax, Axes, "matplotlib Axes or None")
     if title is not None:
@@ -150,7 +150,7 @@ def plot_log2_histogram(
     primary = fmts[0]
     lo, hi = xlim if xlim is not None else _view_range(hist, fmts)
     if hist.counts.size:
-        cats = np.array(_bin_categories(hist.lefts, primary))
+        cats = np.array(bin_categories(hist.lefts, primary))
         edges = hist.edges.astype(float)
         for c in CATEGORIES:
             values = np.where(cats == c, hist.counts, 0)
@@ -197,7 +197,7 @@ def readout_text(report: RangeReport) -> list[str]:
 
 def readout_html(report: RangeReport, suggested_log2: int | None = None) -> str:
     """HTML of :func:`readout_text` with a header naming the format and scale."""
-    head = f"{get_format(report.fmt).label}, scale {_scale_str(report.scale)} = {report.scale:.10g}"
+    head = f"{get_format(report.fmt).label}, scale {scale_str(report.scale)} = {report.scale:.10g}"
     if suggested_log2 is not None:
         head += f" · suggested scale: 2^{suggested_log2} (largest with no overflow)"
     lines = [f'<div class="amp-scale-head" style="font-weight:bold">{html.escape(head)}</div>']
@@ -222,8 +222,8 @@ class ScaleExplorer:
         if title is not None:
             check_instance("title", title, str, "a string or None")
         # Select the non-zero finite values once; every slider move then costs one multiply,
-        # one round_to and a few comparisons (the same _report that range_report uses).
-        self._sel, self._zeros, self._nonfinite = _select(_flat_float32(x))
+        # one round_to and a few comparisons (the same report_of that range_report uses).
+        self._sel, self._zeros, self._nonfinite = select_values(flat_float32(x))
         self.suggested_log2 = suggest_log2_scale(self._sel, self.fmt)
         self._hist = log2_histogram(self._sel)
         self.report: RangeReport | None = None
@@ -348,12 +348,12 @@ class ScaleExplorer:
         # A few element-wise passes over ~1e5 values: one thread is plenty, and it never waits
         # for a second core that another process holds (that wait dominated on a busy machine).
         with torch_threads(1, self._sel.device):
-            report = _report(self._sel, self._zeros, self._nonfinite, self.fmt, math.ldexp(1.0, k))
+            report = report_of(self._sel, self._zeros, self._nonfinite, self.fmt, math.ldexp(1.0, k))
         self.report = report
         self.readout.value = readout_html(report, self.suggested_log2)
         edges, counts = self._hist.edges, self._hist.counts
         if counts.size:
-            cats = np.array(_bin_categories(edges[:-1] + k, self.fmt))
+            cats = np.array(bin_categories(edges[:-1] + k, self.fmt))
             shifted = (edges + k).astype(float)
             for c, patch in self._stairs.items():
                 patch.set_data(np.where(cats == c, counts, 0), shifted)

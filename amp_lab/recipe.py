@@ -35,7 +35,7 @@ from ._checks import (
     check_scale,
     check_seed,
 )
-from .cost import _MAX_SIZE
+from .cost import MAX_SIZE
 from .data import Split
 from .device import get_device, synchronize
 from .dtypes import dtype_name
@@ -527,7 +527,7 @@ def evaluate(model, split, *, dtype, batch_size: int = 512, device=None) -> Eval
     matmuls in ``dtype``.  ``model`` and ``split`` are checked as :func:`train` checks them."""
     dev = get_device(device)
     dtype = precision(dtype)
-    batch_size = check_int("batch_size", batch_size, minimum=1, maximum=_MAX_SIZE)
+    batch_size = check_int("batch_size", batch_size, minimum=1, maximum=MAX_SIZE)
     params = check_model("model", model, dev, trainable=False)
     check_split_for("split", split, model, params[0].device)
     was_training = model.training

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ._checks import MAX_STEPS, ArgumentTypeError, bounded_list, check_float, check_instance, check_int
-from .cost import _MAX_SIZE
+from .cost import MAX_SIZE
 from .data import Split
 from .device import get_device
 from .dtypes import dtype_name, parse_dtype
@@ -23,8 +23,8 @@ def precision(dtype, name: str = "dtype") -> torch.dtype:
 
 def check_per_step(batch_size, accumulation_steps, n: int) -> tuple[int, int, int]:
     """``batch_size``, ``accumulation_steps`` and their product, checked against the ``n`` examples."""
-    batch_size = check_int("batch_size", batch_size, minimum=1, maximum=_MAX_SIZE)
-    accumulation_steps = check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=_MAX_SIZE)
+    batch_size = check_int("batch_size", batch_size, minimum=1, maximum=MAX_SIZE)
+    accumulation_steps = check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=MAX_SIZE)
     per_step = batch_size * accumulation_steps
     if per_step > n:
         raise ValueError(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ._checks import ArgumentTypeError, check_instance
 from .device import dtype_name
-from .sweeps import SweepResult, _check_sweep
+from .sweeps import SweepResult, check_sweep
 from .widgets import table_html
 
 # ----------------------------------------------------------------------------------------------
@@ -82,7 +82,7 @@ def reference_table_html(references: Sequence[dict], mine: SweepResult | None = 
     for i, ref in enumerate(references):
         check_instance(f"references[{i}]", ref, dict, "a reference result dict")
     if mine is not None:
-        _check_sweep("mine", mine)
+        check_sweep("mine", mine)
     columns: list[tuple[str, dict]] = []
     for ref in references:
         sweeps = {k: v for k, v in ref.get("sweeps", {}).items() if k.startswith("matmul_")}

@@ -15,15 +15,15 @@ from .cost import MAX_GEMM_DIM, MAX_NUMEL, elementwise_bytes
 from .device import check_fits, get_device
 from .intervals import plural
 from .race import (
-    _SHORT,
     RACE_MAX_TIME_S,
     RACE_TARGET_REL_WIDTH,
+    SHORT_NAMES,
     RaceResult,
-    _check_common,
-    _reusable,
-    _run_race,
-    _tf32_context,
-    _unit,
+    check_race_args,
+    reusable,
+    run_race,
+    tf32_context,
+    unit_of,
 )
 from .text import Reading, format_bytes, say
 from .timing import (
@@ -77,9 +77,9 @@ def race_elementwise(
     :func:`race_matmul`.
     """
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
-    dev, dtype = _check_common(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
+    dev, dtype = check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
                                callback)  # fmt: skip
-    found = _reusable(reuse, "elementwise", {"numel": numel}, dtype, dev, num_threads)
+    found = reusable(reuse, "elementwise", {"numel": numel}, dtype, dev, num_threads)
     if found is not None:
         return found
     per = elementwise_bytes(1, dtype)
@@ -97,10 +97,10 @@ def race_elementwise(
     def amp():
         return torch.add(a_low, b_low, out=c_low)
 
-    off = _tf32_context(dev.type, False)
+    off = tf32_context(dev.type, False)
     contestants = {"fp32": Contestant(fp32, off), "amp": Contestant(amp, off)}
     budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
-    return _run_race("elementwise", {"numel": numel}, f"numel={numel}", dtype, dev, contestants, float(numel), budget,
+    return run_race("elementwise", {"numel": numel}, f"numel={numel}", dtype, dev, contestants, float(numel), budget,
                      op="torch.add")  # fmt: skip
 
 
@@ -183,7 +183,7 @@ def measure_roofline(
     # operands are filled, not drawn: drawing 2**24 random numbers would cost more than measuring them.
     A, B, C = (torch.full((n, n), 0.5, device=dev) for _ in range(3))
     a, b, c = (torch.full((numel,), 0.5, device=dev) for _ in range(3))
-    off = _tf32_context(dev.type, False)
+    off = tf32_context(dev.type, False)
     timings = measure(
         {
             "matmul": Contestant(lambda: torch.matmul(A, B, out=C), off),
@@ -229,7 +229,9 @@ def _point_label(r: RaceResult, name: str) -> str:
     what = {"matmul": "matmul", "fp8_matmul": "matmul", "elementwise": "add", "mlp": "MLP step"}[r.kind]
     if name == "fp32":
         return f"{what} FP32"
-    return f"{what} {_SHORT[r.dtype]}" if r.kind == "elementwise" else f"{what} AMP {_SHORT[r.dtype]}"
+    return (
+        f"{what} {SHORT_NAMES[r.dtype]}" if r.kind == "elementwise" else f"{what} AMP {SHORT_NAMES[r.dtype]}"
+    )
 
 
 def plot_roofline(roofline: Roofline, results, ax=None):
@@ -290,7 +292,7 @@ def roofline_summary(roofline: Roofline, results) -> Reading:
     for r in _races("results", results):
         intensity = r.intensity("fp32")
         share = r.flops / r.fp32.median / roofline.attainable(intensity)
-        regime = roofline.regime(r.fp32.median, r.flops, r.bytes_moved("fp32"), unit=_unit(r.kind))
+        regime = roofline.regime(r.fp32.median, r.flops, r.bytes_moved("fp32"), unit=unit_of(r.kind))
         below = intensity < roofline.ridge
         points.append({
             "what": "torch.add" if r.kind == "elementwise" else r.kind, "size": r.size, "intensity": intensity,

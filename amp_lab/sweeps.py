@@ -31,10 +31,10 @@ from .race import (
     RACE_MAX_TIME_S,
     RACE_TARGET_REL_WIDTH,
     RaceResult,
-    _check_common,
-    _sampling,
-    _tf32_context,
+    check_race_args,
     contestant_names,
+    sampling_args,
+    tf32_context,
 )
 from .text import say
 from .timing import DEFAULT_MAX_TIME_S, Contestant, measure
@@ -80,15 +80,15 @@ def _raw_gemm_ratio(m, k, n, *, device, dtype, warmup, repeats, min_sample_s, nu
     B = torch.randn(k, n, device=dev, generator=gen)
     A_low, B_low = A.to(dtype), B.to(dtype)
     device_type = _race.device_facts(dev)[0]
-    fp32 = Contestant(lambda: A @ B, _tf32_context(device_type, False))
+    fp32 = Contestant(lambda: A @ B, tf32_context(device_type, False))
     t = measure(
-        {"fp32": fp32, "amp": Contestant(lambda: A_low @ B_low, _tf32_context(device_type, False))},
+        {"fp32": fp32, "amp": Contestant(lambda: A_low @ B_low, tf32_context(device_type, False))},
         device=dev,
         warmup=warmup,
         repeats=repeats,
         min_sample_s=min_sample_s,
         num_threads=num_threads,
-        **_sampling(target_rel_width, max_time_s),
+        **sampling_args(target_rel_width, max_time_s),
     )
     return speedup_estimate(t["fp32"], t["amp"], confidence=CONFIDENCE)
 
@@ -357,7 +357,7 @@ def sweep(
     in low precision, at the largest size.
     """
     kind = check_choice("kind", kind, ["matmul", "mlp", "batch"])
-    dev, dtype = _check_common(
+    dev, dtype = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s
     )
     show_progress = check_bool("show_progress", show_progress)
@@ -438,15 +438,7 @@ def sweep(
     )
 
 
-def _check_result(name: str, value) -> RaceResult:
-    return check_instance(name, value, RaceResult, "a RaceResult (from race_matmul or race_mlp)")
-
-
-def _check_sweep(name: str, value) -> SweepResult:
-    return check_instance(name, value, SweepResult, "a SweepResult (from sweep)")
-
-
-def _check_sweep(name: str, value) -> SweepResult:
+def check_sweep(name: str, value) -> SweepResult:
     return check_instance(name, value, SweepResult, "a SweepResult (from sweep)")
 
 
@@ -487,7 +479,7 @@ def _axis_label(result: SweepResult) -> str:
 
 def plot_sweep(result: SweepResult, ax=None):
     """Speedup (FP32 / AMP) against size on log-log axes, with its interval, break-even and the ceiling."""
-    _check_sweep("result", result)
+    check_sweep("result", result)
     check_axes("ax", ax)
     if ax is None:
         import matplotlib.pyplot as plt
@@ -523,7 +515,7 @@ def plot_sweep(result: SweepResult, ax=None):
 
 def plot_memory(result: SweepResult, ax=None):
     """Peak memory per training step, FP32 against AMP, for a ``kind="mlp"`` or ``kind="batch"`` sweep."""
-    _check_sweep("result", result)
+    check_sweep("result", result)
     if result.kind not in ("mlp", "batch") or result.results[0].memory is None:
         raise ValueError(
             "plot_memory needs a sweep with kind='mlp' or 'batch' (memory is measured for training steps)"

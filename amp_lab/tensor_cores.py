@@ -91,12 +91,12 @@ def _add_rounded(acc: np.ndarray, p: np.ndarray, f: formats.FloatFormat) -> np.n
     """``acc + p`` rounded once to ``f`` (correctly: the float64 sum plus its exact error)."""
     with np.errstate(all="ignore"):
         s, err = _two_sum(acc, p)
-    return formats._round_array(s, f, err)
+    return formats.round_array(s, f, err)
 
 
 def _matrix(name: str, x, dev: torch.device) -> torch.Tensor:
     # real numbers only: a bool or complex matrix is refused (its imaginary part would be dropped)
-    x = formats._real_tensor(x, name, f"{name} must be a 2-D tensor or nested list of numbers")
+    x = formats.real_tensor(x, name, f"{name} must be a 2-D tensor or nested list of numbers")
     if x.dim() != 2:
         raise ValueError(f"{name} must be 2-D (a matrix), got shape {tuple(x.shape)}")
     return x.to(dev).float()
@@ -159,7 +159,7 @@ def mma(A, B, C=None, *, inputs="fp16", accumulate="fp32", device=None) -> torch
     """
     dev, Ar, Br, C = _operands(A, B, C, inputs, accumulate, device, work_limit=True)
     facc = formats.get_format(accumulate)
-    acc = formats._round_array(C, facc)
+    acc = formats.round_array(C, facc)
     for k in range(Ar.shape[1]):
         acc = _add_rounded(acc, Ar[:, k : k + 1] * Br[k : k + 1, :], facc)  # products exact in float64
     return torch.from_numpy(acc).float().to(dev)
@@ -187,7 +187,7 @@ def running_sum(values, accumulate="fp16", *, device=None) -> torch.Tensor:
     """
     dev = get_device(device)
     f = formats.get_format(accumulate)
-    values = formats._real_tensor(values, "values", "values must be a tensor or a list of numbers")
+    values = formats.real_tensor(values, "values", "values must be a tensor or a list of numbers")
     if values.dim() == 0 or values.shape[-1] == 0:
         raise ValueError(
             f"values must have at least one element along the last dimension, got shape {tuple(values.shape)}"
@@ -228,7 +228,7 @@ def first_stall(partial_sums) -> tuple[int, float] | None:
     be 1-D (one running sum; for a batch, call it on each row): flattening several sums into one
     would report a "stall" where one row ends and the next begins.
     """
-    t = formats._real_tensor(
+    t = formats.real_tensor(
         partial_sums, "partial_sums", "partial_sums must be a 1-D tensor or a list of numbers"
     )
     if t.dim() != 1:

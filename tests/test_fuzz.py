@@ -187,7 +187,7 @@ MAX_EXPLORER_STEPS = training.MAX_EXPLORER_STEPS
 MAX_GROWTH_INTERVAL = scaling.MAX_GROWTH_INTERVAL  # GradScaler takes a C int
 MAX_GROWTH_FACTOR = scaling.MAX_GROWTH_FACTOR
 MAX_K = tensor_cores.MAX_K
-RECIPE_MAX_SIZE = cost._MAX_SIZE  # widths and batch sizes of recipe's helpers
+RECIPE_MAX_SIZE = cost.MAX_SIZE  # widths and batch sizes of recipe's helpers
 RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
 SMOKE_TEST_K = (0, 15)  # widgets.SmokeTest's slider: 2**16 is beyond float16's largest value
@@ -688,9 +688,9 @@ E(
     "models.make_mlp",
     lambda: dict(hidden=8, depth=1),
     {
-        "num_features": Int(1, cost._MAX_SIZE, skip_above=4096),
-        "num_classes": Int(2, cost._MAX_SIZE, skip_above=4096),
-        "hidden": Int(1, cost._MAX_SIZE, skip_above=256),
+        "num_features": Int(1, cost.MAX_SIZE, skip_above=4096),
+        "num_classes": Int(2, cost.MAX_SIZE, skip_above=4096),
+        "hidden": Int(1, cost.MAX_SIZE, skip_above=256),
         "depth": Int(1, cost.MAX_DEPTH, skip_above=8),
         "seed": Seed(),
         "device": Device(),
