@@ -250,8 +250,8 @@ def _cuda_verdict(tc: TensorCoreGeneration | None) -> Verdict:
 
 def _cpu_verdict(flags: dict[str, bool | None], system: str | None) -> Verdict:
     native = cpu_has_native(torch.bfloat16, flags)
-    labels = " and ".join(cpu_native_labels(torch.bfloat16, flags))
-    facts = {"labels": labels, "lacking": " or ".join(cpu_native_labels(torch.bfloat16, flags))}
+    labels = cpu_native_labels(torch.bfloat16, flags)
+    facts = {"labels": " and ".join(labels), "lacking": " or ".join(labels)}
     bf16, scaler = torch.bfloat16, "why.bf16_no_scaler"
     if native and system == "Darwin":
         reasons = ("why.apple_cpu_bf16", "why.apple_accelerate", scaler)

@@ -35,8 +35,11 @@ def say(code: str, **facts) -> str:
 
 @dataclass(frozen=True)
 class Reading:
-    """What a readout found: an ``outcome`` code, the ``reasons`` behind it (codes, in reading order) and
-    the numbers they are filled from.  ``str(reading)`` is its sentences, from :data:`REASONS`."""
+    """What a readout found: its ``outcome`` (a code of :data:`REASONS`, or a plain label such as
+    ``"faster"`` when the sentences are all in the reasons), the ``reasons`` behind it (codes of
+    :data:`REASONS`, in reading order) and the numbers they are filled from.  ``str(reading)`` is its
+    sentences: the outcome's, when it is a code, then every reason's (a reason without a sentence is a bug,
+    and raises ``KeyError``)."""
 
     outcome: str
     reasons: tuple[str, ...] = ()
@@ -47,7 +50,8 @@ class Reading:
         return (self.outcome, *self.reasons)
 
     def sentences(self) -> list[str]:
-        return [say(code, **self.facts) for code in self.codes if REASONS.get(code)]
+        head = [self.outcome] if self.outcome in REASONS else []
+        return [say(code, **self.facts) for code in (*head, *self.reasons)]
 
     def __str__(self) -> str:
         return " ".join(self.sentences())
