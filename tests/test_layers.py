@@ -42,13 +42,13 @@ def module_name(path: Path, package: Path) -> str:
     return ".".join(parts)
 
 
-def internal_imports(path: Path, package: Path) -> list[tuple[str, int, bool]]:
-    """``(imported module, line, at top level?)`` for every import of the package inside ``path``."""
+def internal_imports(path: Path, package: Path, modules: set[str]) -> list[tuple[str, int, bool]]:
+    """``(imported module, line, at top level?)`` for every import of the package inside ``path``;
+    ``modules`` are the package's module names (an imported name that is one is that module)."""
     tree = ast.parse(path.read_text())
     top = {id(node) for node in tree.body}
     me = module_name(path, package).split(".") if module_name(path, package) else []
     pkg = me if path.name == "__init__.py" else me[:-1]
-    modules = {module_name(p, package) for p in package.rglob("*.py")}
     found = []
     for node in ast.walk(tree):
         targets = []
@@ -88,14 +88,14 @@ def violations(package: Path, table: dict) -> list[str]:
     for pattern in table:
         if not any(fnmatch(m, pattern) for m in modules):
             problems.append(f"the map lists `{pattern}`, which is no module")
-    graph = {}
+    graph, names = {}, set(modules)
     for name, path in modules.items():
         layer = layer_of(name, table)
         if layer is None:
             problems.append(f"{name} is in no layer of the map")
             continue
         graph[name] = set()
-        for target, line, at_top in internal_imports(path, package):
+        for target, line, at_top in internal_imports(path, package, names):
             graph[name].add(target)
             where = f"{path.relative_to(package.parent)}:{line}"
             if not at_top:
