@@ -13,7 +13,8 @@ import torch
 
 from . import formats
 from ._checks import MAX_REPEATS, check_int
-from .device import amp_dtype, check_fits, get_device, parse_dtype
+from .device import amp_dtype, check_fits, get_device
+from .dtypes import parse_dtype
 from .text import Reading
 
 __all__ = [

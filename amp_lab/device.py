@@ -23,7 +23,6 @@ from contextlib import contextmanager
 import torch
 
 from ._checks import MAX_THREADS, ArgumentTypeError, check_choice, check_int, check_seed
-from .dtypes import dtype_name, parse_dtype  # noqa: F401  (the setup cell imports them from device)
 from .gpus import amp_dtype_for
 from .text import format_bytes
 

@@ -41,7 +41,8 @@ from ._checks import (
     check_seed,
 )
 from .data import load_digits
-from .device import get_device, parse_dtype, torch_threads
+from .device import get_device, torch_threads
+from .dtypes import parse_dtype
 from .models import make_mlp
 
 KINDS = ("activation", "weight", "bias", "output")

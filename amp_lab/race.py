@@ -39,7 +39,8 @@ from .cost import (
     mlp_step_flops,
 )
 from .cpus import CPU_FEATURES, cpu_has_native, cpu_native_labels
-from .device import amp_dtype, check_fits, dtype_name, get_device, parse_dtype, seeded, torch_threads
+from .device import amp_dtype, check_fits, get_device, seeded, torch_threads
+from .dtypes import dtype_name, parse_dtype
 from .fp8 import FP8_GEMM_MULTIPLE, quantize, tensorwise_scale
 from .gpus import datasheet_entry, fp8_matmul_support, tensor_core_generation
 from .hardware import tf32_matmul

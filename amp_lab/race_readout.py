@@ -13,7 +13,7 @@ import torch
 
 from ._checks import check_instance
 from .cost import elementwise_intensity
-from .device import dtype_name
+from .dtypes import dtype_name
 from .gpus import bf16_hardware
 from .intervals import SpeedupEstimate, plural, speedup_estimate
 from .race import (

@@ -12,7 +12,8 @@ import torch
 from . import race as _race
 from ._checks import MAX_SECONDS, check_choice, check_float, check_int, check_int_sequence
 from .cost import IN_FEATURES, mlp_bytes, mlp_step_flops
-from .device import check_fits, dtype_name, get_device, parse_dtype
+from .device import check_fits, get_device
+from .dtypes import dtype_name, parse_dtype
 from .gpus import amp_dtype_for, bf16_hardware, check_capability, tensor_core_generation
 from .intervals import Timing, plural
 from .race import (

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ._checks import ArgumentTypeError, check_instance
-from .device import dtype_name
+from .dtypes import dtype_name
 from .sweeps import SweepResult, check_sweep
 from .widgets import table_html
 

@@ -21,7 +21,8 @@ from ._checks import (
     check_int_sequence,
 )
 from .cost import IN_FEATURES, matmul_bytes, mlp_bytes
-from .device import amp_dtype, check_fits, dtype_name, get_device, parse_dtype
+from .device import amp_dtype, check_fits, get_device
+from .dtypes import dtype_name, parse_dtype
 from .gpus import datasheet_entry
 from .hardware import cpu_has_native
 from .intervals import SpeedupEstimate, jsonable, plural, speedup_estimate

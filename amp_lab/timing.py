@@ -52,7 +52,8 @@ from ._checks import (
     check_int,
 )
 from .cpus import cpu_has_native, cpu_model, usable_cpu_flags
-from .device import dtype_name, get_device, torch_threads
+from .device import get_device, torch_threads
+from .dtypes import dtype_name
 from .gpus import datasheet_entry
 from .hardware import tf32_matmul_enabled
 from .intervals import SpeedupEstimate, Timing, min_pairs, plural, speedup_estimate

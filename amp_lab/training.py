@@ -45,7 +45,8 @@ from ._checks import (
     check_seed,
 )
 from .data import load_digits
-from .device import check_fits, get_device, parse_dtype, torch_threads
+from .device import check_fits, get_device, torch_threads
+from .dtypes import parse_dtype
 from .gradients import train_loop
 from .models import make_mlp
 from .scaling import DynamicLossScaler

@@ -39,7 +39,8 @@ import torch  # noqa: E402
 from torch.utils import benchmark  # noqa: E402
 
 from amp_lab import hardware, race, roofline, timing  # noqa: E402
-from amp_lab.device import amp_dtype, dtype_name, get_device, parse_dtype  # noqa: E402
+from amp_lab.device import amp_dtype, get_device  # noqa: E402
+from amp_lab.dtypes import dtype_name, parse_dtype
 
 AMP_STMT = "with torch.autocast(device_type, dtype=dtype):\n    A @ B"
 

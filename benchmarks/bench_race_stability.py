@@ -30,7 +30,8 @@ from pathlib import Path
 os.environ.setdefault("AMP_LAB_PROGRESS", "0")
 
 from amp_lab import race, sweeps, timing  # noqa: E402
-from amp_lab.device import amp_dtype, dtype_name, get_device, parse_dtype  # noqa: E402
+from amp_lab.device import amp_dtype, get_device  # noqa: E402
+from amp_lab.dtypes import dtype_name, parse_dtype
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_race_fidelity  # noqa: E402

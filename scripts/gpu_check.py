@@ -349,7 +349,7 @@ def driver_version(index: int) -> str | None:
 def machine_info(dev, facts: CudaFacts | None = None) -> dict:
     import torch
 
-    from amp_lab.device import dtype_name
+    from amp_lab.dtypes import dtype_name
     from amp_lab.gpus import arch_supported, bf16_hardware
     from amp_lab.hardware import cpu_model
 
@@ -522,7 +522,7 @@ class Check:
     """Everything the sections share: device, sizes, dtypes, and the races run so far (for reuse)."""
 
     def __init__(self, dev, sizes: dict, capability, arch_list=None):
-        from amp_lab.device import dtype_name
+        from amp_lab.dtypes import dtype_name
         from amp_lab.gpus import fp8_matmul_support
 
         self.dev, self.sizes, self.capability = dev, sizes, capability

@@ -72,13 +72,13 @@ def test_amp_dtype_on_mps(monkeypatch):
      (torch.float16, torch.float16)],
 )
 def test_parse_dtype(given, expected):
-    assert D.parse_dtype(given) is expected
+    assert dtypes.parse_dtype(given) is expected
 
 
 @pytest.mark.parametrize("bad", ["fp64", torch.float64, torch.float32, "int8", 3])
 def test_parse_dtype_rejects(bad):
     with pytest.raises(ValueError, match="dtype"):
-        D.parse_dtype(bad)
+        dtypes.parse_dtype(bad)
 
 
 def test_seed_everything_reproduces():
@@ -211,8 +211,8 @@ def test_seeded_gives_an_apple_gpus_generator_back(monkeypatch):
         (lambda: D.get_device("mps:1"), ValueError, "there is one mps device"),
         (lambda: D.get_device(123), TypeError, "device must be a device name"),
         (lambda: D.get_device(["cpu"]), TypeError, "device must be a device name"),
-        (lambda: D.parse_dtype(5), TypeError, "dtype must be a torch dtype or its name"),
-        (lambda: D.parse_dtype(None), TypeError, "dtype must be a torch dtype"),
+        (lambda: dtypes.parse_dtype(5), TypeError, "dtype must be a torch dtype or its name"),
+        (lambda: dtypes.parse_dtype(None), TypeError, "dtype must be a torch dtype"),
         (lambda: D.torch_threads(0), ValueError, "num_threads must be >= 1"),
         (lambda: D.torch_threads(10**6), ValueError, "num_threads must be <= 1024"),
         (lambda: D.torch_threads(1.5), TypeError, "num_threads must be an integer"),
@@ -282,12 +282,12 @@ def test_seed_everything_takes_numpy_integers():
 )  # fmt: skip
 def test_parse_dtype_refuses_an_allowed_that_is_not_dtypes(bad, exc, match):
     with pytest.raises(exc, match=match):
-        D.parse_dtype("bf16", allowed=bad)
+        dtypes.parse_dtype("bf16", allowed=bad)
 
 
 def test_parse_dtype_takes_allowed_as_a_list_or_set_too():
-    assert D.parse_dtype("fp32", allowed=[torch.float32]) is torch.float32
-    assert D.parse_dtype(torch.float16, allowed={torch.float16, torch.bfloat16}) is torch.float16
+    assert dtypes.parse_dtype("fp32", allowed=[torch.float32]) is torch.float32
+    assert dtypes.parse_dtype(torch.float16, allowed={torch.float16, torch.bfloat16}) is torch.float16
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
