@@ -13,7 +13,7 @@ from numbers import Real
 
 import torch
 
-from .._checks import ArgumentTypeError, check_bool
+from .._checks import ArgumentTypeError
 from ..check import check_between, check_value
 from ..check_base import MARK as _MARK
 from ..check_base import CheckResult
@@ -121,7 +121,6 @@ def scale_window(all_grads) -> tuple[float, float]:
 )
 def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     """A loss scale ``S`` at which fewer than 1% of ``all_grads`` become zero in FP16 and none overflows."""
-    check_bool("show", show)
     low, high = scale_window(all_grads)
     x = _real_number(answer)
     if x is not None and x.is_integer() and 0 < x <= 40 and x < low:
@@ -181,7 +180,6 @@ def _largest_lost_g(lr: float) -> float:
 )
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """The largest power-of-two gradient ``g`` whose SGD update of ``w = 0.75`` (lr 0.01) is lost in FP16."""
-    check_bool("show", show)
     expected = _largest_lost_g(EX2_LR)
     x = _real_number(answer)
     if x is not None and x.is_integer() and -64 <= x <= 0:
@@ -262,7 +260,6 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
 
     Run on ``logits`` (the trained model's, cast to FP16) and compared with the exact softmax.
     """
-    check_bool("show", show)
     logits = _check_logits(logits)
     name = "softmax_fp16"
     if softmax_fp16 is None or softmax_fp16 is Ellipsis:
@@ -394,7 +391,6 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
 )
 def ex4(answer, activation_grads, *, show: bool = True) -> CheckResult:
     """Would ``activation_grads`` need loss scaling in BF16?  ``True`` (scaling needed) or ``False``."""
-    check_bool("show", show)
     grads = _gradients("activation_grads", activation_grads)
     bf16 = range_report(grads, "bf16")
     needed = bf16.underflow > BF16_NEEDS_SCALING

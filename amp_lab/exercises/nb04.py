@@ -19,7 +19,6 @@ from typing import NamedTuple
 
 import torch
 
-from .._checks import check_bool
 from ..check import check_value
 from ..check_base import CheckResult
 from ..check_base import finish as _finish
@@ -271,7 +270,6 @@ def _judge(name: str, schedules, make_for, hint_for, show: bool) -> CheckResult:
 )
 def ex1(answer, *, show: bool = True) -> CheckResult:
     """``MyStaticScaler`` beside GradScaler on fault-free schedules whose GradScaler scale never changes."""
-    check_bool("show", show)
     name = getattr(answer, "__name__", "MyStaticScaler")
     early = _not_a_class(answer, "MyStaticScaler", show)
     if early is not None:
@@ -349,7 +347,6 @@ def _dynamic_hint(sched: Schedule, found: ScalerComparison) -> str:
 )
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """``MyDynamicScaler`` beside GradScaler on fault schedules: the first step where they differ."""
-    check_bool("show", show)
     name = getattr(answer, "__name__", "MyDynamicScaler")
     early = _not_a_class(answer, "MyDynamicScaler", show)
     if early is not None:
@@ -390,7 +387,6 @@ _INF_HINT = "an inf scale would make every scaled loss inf: GradScaler refuses s
 )
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """GradScaler's scale after one clean update from ``init_scale=2.0**127`` with ``growth_interval=1``."""
-    check_bool("show", show)
     expected = _grad_scaler_after_one_clean_step(**GROWTH_TEST)
     grown = GROWTH_TEST["init_scale"] * 2.0  # what a float64 would hold
     if isinstance(answer, Real) and not isinstance(answer, bool):
@@ -567,7 +563,6 @@ _KNOWN_LOOP_MISTAKES = (
 def ex4(answer, *, show: bool = True) -> CheckResult:
     """``fixed_step(model, opt, scaler, X, y, max_norm)``: broken_step with its bug fixed, run for a few
     steps with a GradScaler (one batch overflows FP16) beside the right step: same scale, same weights."""
-    check_bool("show", show)
     if _is_placeholder(answer):
         return _finish(
             "unanswered",

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import autocast_ops as ao
-from .._checks import ArgumentTypeError, check_bool
+from .._checks import ArgumentTypeError
 from ..check import check_value
 from ..check_base import CheckResult, finish, is_placeholder, no_answer, read_dtype
 from ..check_items import check_choice
@@ -115,7 +115,6 @@ def _dtype_hint(key: str, got: torch.dtype) -> str:
 )
 def ex1(answer, device, *, show: bool = True) -> CheckResult:
     """A dict with the dtype of each result of the region (keys REGION_NAMES), on ``device``."""
-    check_bool("show", show)
     dev = _device(device)
     expected = region_dtypes(dev)
     if is_placeholder(answer):
@@ -228,7 +227,6 @@ def _policy_check(answer, fn, shapes, op_name: str, dev: torch.device, show: boo
 )
 def ex2(answer, device, *, show: bool = True) -> CheckResult:
     """The policy of torch.outer under autocast on ``device``: one of POLICIES."""
-    check_bool("show", show)
     dev = _device(device)
     return _policy_check(answer, torch.outer, [(4,), (3,)], "outer", dev, show, _BY_MEANING_HINT)
 
@@ -243,7 +241,6 @@ def ex2(answer, device, *, show: bool = True) -> CheckResult:
 )
 def ex4(answer, device, *, show: bool = True) -> CheckResult:
     """The policy of F.pairwise_distance under autocast on ``device``: one of POLICIES."""
-    check_bool("show", show)
     dev = _device(device)
     return _policy_check(
         answer, F.pairwise_distance, [(3, 4), (3, 4)], "pairwise_distance", dev, show, _EXPERIMENT_HINT
@@ -287,7 +284,6 @@ def _moments(x: torch.Tensor) -> torch.Tensor:
 def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
     """``safe_variance(x)``, called inside an autocast region, returns the variance by moments of
     the column ``x`` as a float32 tensor within VARIANCE_ATOL of the float64 reference."""
-    check_bool("show", show)
     dev = _device(device)
     if is_placeholder(safe_variance):
         return no_answer("safe_variance", show, "your function")

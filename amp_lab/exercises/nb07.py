@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from .. import hardware
-from .._checks import check_bool
 from ..amp import choose_amp_dtype
 from ..check import check_dtype
 from ..check_base import CheckResult, finish, is_placeholder, read_dtype
@@ -73,7 +72,6 @@ def _positions(answer) -> dict | None:
 )
 def ex1(answer, *, show: bool = True) -> CheckResult:
     """The items of STEP_PIECES (the notebook's ``pieces``) in the order one optimizer step runs them."""
-    check_bool("show", show)
     hint = _ORDER_HINT
     if not is_placeholder(answer) and not isinstance(answer, str):
         pos = _positions(answer)
@@ -118,7 +116,6 @@ def _l4_choice():
 def ex2(answer_dtype, answer_scaler, *, show: bool = True) -> CheckResult:
     """The autocast dtype (``answer_dtype``) and whether an enabled GradScaler is needed
     (``answer_scaler``, True/False) on an NVIDIA L4."""
-    check_bool("show", show)
     choice = _l4_choice()
     got = read_dtype(answer_dtype)
     dtype_hint = _CAPABILITY_HINT
@@ -232,7 +229,6 @@ def _unchanged(fn) -> bool:
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """``answer`` is the learner's ``unscale_and_clip_(grads, scale, max_norm)``; compared with
     GradScaler.unscale_ then clip_grad_norm_."""
-    check_bool("show", show)
     if callable(answer):
         if _same_as(answer, _clip_scaled):
             return finish(
@@ -301,7 +297,6 @@ _SET_HINT = "think of everything that changes from one step to the next, and wha
 )
 def ex4(answer, *, show: bool = True) -> CheckResult:
     """A set of items from CHECKPOINT_OPTIONS (the notebook's ``options``)."""
-    check_bool("show", show)
     hint = _SET_HINT
     if not is_placeholder(answer) and isinstance(answer, (set, frozenset, list, tuple)):
         try:

@@ -13,7 +13,7 @@ from numbers import Integral, Real
 import torch
 
 from .. import fp8, mx
-from .._checks import ArgumentTypeError, bounded_list, check_bool, check_float, check_int
+from .._checks import ArgumentTypeError, bounded_list, check_float, check_int
 from ..check_base import CheckResult, finish, is_placeholder
 from . import Mistake, combine, exercise
 
@@ -311,7 +311,6 @@ def _quantize_part(quantize_fn, show_name: str = "my_quantize") -> CheckResult:
 def ex1(scale_fn, quantize_fn, *, show: bool = True) -> CheckResult:
     """``my_tensorwise_scale(x)`` against fp8.tensorwise_scale on five tensors (an outlier, a negative
     extreme, tiny values, all zeros) and ``my_quantize(x, scale)`` against fp8.quantize (saturation, NaN)."""
-    check_bool("show", show)
     return combine([_scale_part(scale_fn), _quantize_part(quantize_fn)], show=show)
 
 
@@ -467,7 +466,6 @@ def _known(kind: str) -> tuple:
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """``MyDelayedScaling(history_len, margin)`` beside fp8.DelayedScaling (E4M3, algo "max") on five amax
     sequences: ``.scale`` is read before every ``update(amax)`` and after the last, and compared in float32."""
-    check_bool("show", show)
     if is_placeholder(answer):
         return _todo("no answer yet: write the class `MyDelayedScaling` above and run this cell again.", show)
     if not callable(answer):
@@ -572,7 +570,6 @@ _NOT_A_SIZE_HINT = "give a block size, one of the sizes in the table above (a nu
 def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
     """The largest block size (of BLOCK_SIZES dividing the last dimension) at which FP4 E2M1 MX quantization
     of ``acts`` flushes at most the share ``target`` of its non-zero elements to zero."""
-    check_bool("show", show)
     x = _check_tensor("acts", acts)
     target = check_float("target", target, gt=0, lt=1)
     fp4 = _block_losses(x, "fp4_e2m1")
@@ -657,7 +654,6 @@ _POWER_HINT = "the margin is an exponent: the scale is divided by 2**margin, so 
 def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
     """The smallest margin (an integer 0..MAX_MARGIN) for which delayed scaling with ``history_len`` saturates
     at no step of ``amaxes``."""
-    check_bool("show", show)
     amaxes = _check_amaxes(amaxes)
     history_len = check_int("history_len", history_len, minimum=1, maximum=1024)
     best = next((m for m in range(MAX_MARGIN + 1) if not _saturated_steps(amaxes, history_len, m)), None)
