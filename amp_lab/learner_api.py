@@ -101,6 +101,10 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "setup_banner",
         "tf32_setting",
     ),
+    "intervals": (
+        "min_pairs",
+        "speedup_estimate",
+    ),
     "mx": (
         "convert_to_mx",
         "mx_quantize",
@@ -221,8 +225,6 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     "timing": (
         "describe_context",
         "measure",
-        "min_pairs",
-        "speedup_estimate",
         "sync_summary",
         "timing_context",
     ),

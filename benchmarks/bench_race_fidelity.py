@@ -38,7 +38,7 @@ os.environ.setdefault("AMP_LAB_PROGRESS", "0")
 import torch  # noqa: E402
 from torch.utils import benchmark  # noqa: E402
 
-from amp_lab import hardware, race, roofline, timing  # noqa: E402
+from amp_lab import hardware, race, roofline, text, timing  # noqa: E402
 from amp_lab.device import amp_dtype, get_device  # noqa: E402
 from amp_lab.dtypes import dtype_name, parse_dtype
 
@@ -124,8 +124,8 @@ def run(argv=None) -> list[tuple[int, float, float, float, bool]]:
             ours.append(r.speedup)
             theirs.append(s_timer)
             print(
-                f"{n:>9} {rnd + 1:>5} {timing.format_seconds(r.fp32.median):>11} {timing.format_seconds(r.amp.median):>11} "
-                f"{r.speedup:>8.4g}x {timing.format_seconds(t_fp32):>11} {timing.format_seconds(t_amp):>11} {s_timer:>8.4g}x",
+                f"{n:>9} {rnd + 1:>5} {text.format_seconds(r.fp32.median):>11} {text.format_seconds(r.amp.median):>11} "
+                f"{r.speedup:>8.4g}x {text.format_seconds(t_fp32):>11} {text.format_seconds(t_amp):>11} {s_timer:>8.4g}x",
                 flush=True,
             )
         a, b = statistics.median(ours), statistics.median(theirs)

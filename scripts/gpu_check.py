@@ -789,7 +789,7 @@ def run_sections(check: Check, results: Results, *, log=_log) -> list[str]:
 
 
 def markdown(report: dict) -> str:
-    from amp_lab.timing import format_bytes, format_seconds
+    from amp_lab.text import format_bytes, format_seconds
 
     m = report["machine"]
     mode = report.get("mode") or ("quick" if report.get("quick") else "full")

@@ -99,6 +99,7 @@ from amp_lab import (
     gpus,
     gradients,
     hardware,
+    intervals,
     models,
     mx,
     pitfalls,
@@ -149,6 +150,7 @@ MODULES = {
     "mx": mx,
     "gradients": gradients,
     "hardware": hardware,
+    "intervals": intervals,
     "models": models,
     "exercises": exercises,
     "pitfalls": pitfalls,
@@ -345,7 +347,7 @@ def precision_results():
 
 
 def timing_obj(label="a", scale=1.0):
-    return timing.Timing(label, tuple(scale * (1.0 + 0.01 * i) for i in range(12)), 1, 0)
+    return intervals.Timing(label, tuple(scale * (1.0 + 0.01 * i) for i in range(12)), 1, 0)
 
 
 def grads_record():
@@ -1221,9 +1223,9 @@ E(
     extra=[("fn, repeats=10**12", lambda: dict(fns=lambda: None, repeats=10**12))],
     examples=4,
 )
-E("timing.min_pairs", fuzz={"confidence": Float(gt=0, lt=1)}, post=nonneg_int)
+E("intervals.min_pairs", fuzz={"confidence": Float(gt=0, lt=1)}, post=nonneg_int)
 E(
-    "timing.speedup_estimate",
+    "intervals.speedup_estimate",
     lambda: dict(baseline=timing_obj("a", 2.0), contender=timing_obj("b")),
     {"baseline": Seq(), "contender": Seq(), "confidence": Float(gt=0, lt=1)},
 )

@@ -607,11 +607,11 @@ def test_load_reference_results(tmp_path):
 
 
 def test_format_helpers():
-    assert timing.format_seconds(0.00123) == "1.23 ms"
-    assert timing.format_seconds(2.5) == "2.5 s"
-    assert timing.format_seconds(4.2e-6) == "4.2 µs"
-    assert timing.format_bytes(3 * 2**20) == "3.00 MiB"
-    assert timing.format_bytes(None) == "n/a"
+    assert text.format_seconds(0.00123) == "1.23 ms"
+    assert text.format_seconds(2.5) == "2.5 s"
+    assert text.format_seconds(4.2e-6) == "4.2 µs"
+    assert text.format_bytes(3 * 2**20) == "3.00 MiB"
+    assert text.format_bytes(None) == "n/a"
 
 
 def _gpu_check_module():
@@ -676,7 +676,7 @@ def test_pressing_race_runs_the_race_moves_both_lanes_and_fills_the_card(racer):
     r = racer.last
     assert isinstance(r, race.RaceResult) and r.dtype == torch.float16 and r.params["width"] == 8
     assert 'data-race-state="done"' in racer.result.value
-    assert f"<b class='amp-race-speedup'>{timing.format_ratio(r.speedup)}</b>" in racer.result.value
+    assert f"<b class='amp-race-speedup'>{text.format_ratio(r.speedup)}</b>" in racer.result.value
     assert f"data-outcome='{r.outcome}'" in racer.result.value
     assert html.escape(str(race_readout.explain(r))) in racer.result.value
     assert "TF32 for FP32: n/a (CPU)" in racer.result.value and "spread (IQR)" in racer.result.value
@@ -740,7 +740,7 @@ def test_sweep_summary_reads_the_sweep_with_intervals():
     assert reading.outcome == "pays" and reading.facts["pays_from"] == 128
     assert reading.reasons == ("race.sweep_sizes", "race.sweep_pays", "race.sweep_grew", "race.ceiling_share")
     for n, e in zip(s.sizes, s.intervals, strict=True):
-        assert f"n {n}: {timing.format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}" in reading.facts["per_size"]
+        assert f"n {n}: {text.format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}" in reading.facts["per_size"]
     assert (reading.facts["first_ratio"], reading.facts["last_ratio"]) == ("0.25x", "8.00x")
     assert reading.facts["best"] == "8.00x" and reading.facts["best_at"] == 256
     assert reading.facts["share"] == 0.5 and reading.facts["ceiling"] == 16  # 8x of the A100's 16x

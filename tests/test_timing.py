@@ -17,8 +17,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_lab import hardware, intervals, timing
-from amp_lab.timing import SpeedupEstimate, speedup_estimate
+from amp_lab import hardware, intervals, text, timing
+from amp_lab.intervals import SpeedupEstimate, speedup_estimate
 
 # ------------------------------------------------------------------------------------------
 # The timer, with a fake clock
@@ -175,13 +175,13 @@ def test_sampling_stops_as_soon_as_the_interval_is_narrow_enough(fake):
     _, clock = fake
     # Every round gives the same ratio, so the interval is a point once there are enough pairs for one.
     t = timing.measure(_contestants(clock, [2.0]), warmup=0, repeats=2, number=1, target_rel_width=0.01)
-    assert len(t["fp32"].samples) == timing.min_pairs(0.95) == 6
+    assert len(t["fp32"].samples) == intervals.min_pairs(0.95) == 6
     est = speedup_estimate(t["fp32"], t["amp"])
     assert (est.ratio, est.low, est.high) == (2.0, 2.0, 2.0)
     # A wider confidence needs more pairs before any finite interval exists.
     t99 = timing.measure(_contestants(clock, [2.0]), warmup=0, repeats=2, number=1, target_rel_width=0.01,
                          confidence=0.99)  # fmt: skip
-    assert len(t99["fp32"].samples) == timing.min_pairs(0.99) == 8
+    assert len(t99["fp32"].samples) == intervals.min_pairs(0.99) == 8
 
 
 def test_without_a_target_exactly_repeats_rounds_are_taken(fake):
@@ -443,10 +443,10 @@ def test_bad_input_raises_value_error_naming_the_argument(baseline, contender, c
 
 def test_min_pairs_matches_the_binomial_tails():
     for confidence in (0.8, 0.9, 0.95, 0.99, 0.999):
-        n = timing.min_pairs(confidence)
+        n = intervals.min_pairs(confidence)
         assert 1 - 2 * 0.5**n >= confidence > 1 - 2 * 0.5 ** (n - 1)
     with pytest.raises(ValueError, match="confidence"):
-        timing.min_pairs(1.5)
+        intervals.min_pairs(1.5)
 
 
 # ------------------------------------------------------------------------------------------
@@ -518,14 +518,14 @@ def test_tf32_switch_sets_torch_flag_and_restores_it_without_breaking_the_legacy
 
 
 def test_format_helpers():
-    assert timing.format_seconds(0.00123) == "1.23 ms"
-    assert timing.format_seconds(2.5) == "2.5 s"
-    assert timing.format_seconds(4.2e-6) == "4.2 µs"
-    assert timing.format_bytes(3 * 2**20) == "3.00 MiB"
-    assert timing.format_bytes(None) == "n/a"
-    assert timing.format_ratio(1.3217) == "1.32x"
-    assert timing.format_ratio(0.01234) == "0.0123x" and timing.format_ratio(0.35) == "0.35x"
-    assert timing.format_ratio(float("inf")) == "infx"
+    assert text.format_seconds(0.00123) == "1.23 ms"
+    assert text.format_seconds(2.5) == "2.5 s"
+    assert text.format_seconds(4.2e-6) == "4.2 µs"
+    assert text.format_bytes(3 * 2**20) == "3.00 MiB"
+    assert text.format_bytes(None) == "n/a"
+    assert text.format_ratio(1.3217) == "1.32x"
+    assert text.format_ratio(0.01234) == "0.0123x" and text.format_ratio(0.35) == "0.35x"
+    assert text.format_ratio(float("inf")) == "infx"
 
 
 @pytest.mark.parametrize(
@@ -597,12 +597,12 @@ def test_measure_accepts_numpy_scalars(fake):
 @pytest.mark.parametrize(
     "call, exc, match",
     [
-        (lambda: timing.format_seconds("1"), TypeError, "seconds must be a number"),
-        (lambda: timing.format_seconds(None), TypeError, "seconds must be a number"),
-        (lambda: timing.format_bytes("1024"), TypeError, "nbytes must be a number"),
-        (lambda: timing.format_ratio("2"), TypeError, "x must be a number"),
-        (lambda: timing.format_ratio(1.5, digits=-1), ValueError, "digits must be >= 0"),
-        (lambda: timing.format_ratio(1.5, digits=1.5), TypeError, "digits must be an integer"),
+        (lambda: text.format_seconds("1"), TypeError, "seconds must be a number"),
+        (lambda: text.format_seconds(None), TypeError, "seconds must be a number"),
+        (lambda: text.format_bytes("1024"), TypeError, "nbytes must be a number"),
+        (lambda: text.format_ratio("2"), TypeError, "x must be a number"),
+        (lambda: text.format_ratio(1.5, digits=-1), ValueError, "digits must be >= 0"),
+        (lambda: text.format_ratio(1.5, digits=1.5), TypeError, "digits must be an integer"),
         (lambda: timing.describe_context(None), TypeError, "context must be a timing context dict"),
     ],
 )
@@ -612,11 +612,11 @@ def test_timing_helpers_name_the_bad_argument(call, exc, match):
 
 
 def test_format_bytes_prints_nan_and_inf_and_refuses_huge_ints():
-    assert timing.format_bytes(float("nan")) == "nan"  # int(nan) used to raise from inside the formatter
-    assert timing.format_bytes(float("inf")) == "inf"
+    assert text.format_bytes(float("nan")) == "nan"  # int(nan) used to raise from inside the formatter
+    assert text.format_bytes(float("inf")) == "inf"
     with pytest.raises(ValueError, match=r"^nbytes must be within float64's range"):
-        timing.format_bytes(10**400)
-    assert timing.format_seconds(np.float32(0.5)) == "500 ms"
+        text.format_bytes(10**400)
+    assert text.format_seconds(np.float32(0.5)) == "500 ms"
 
 
 # ------------------------------------------------------------------------------------------
@@ -626,7 +626,7 @@ def test_format_bytes_prints_nan_and_inf_and_refuses_huge_ints():
 
 @pytest.mark.parametrize(
     ("formatter", "name"),
-    [(timing.format_seconds, "seconds"), (timing.format_bytes, "nbytes"), (timing.format_ratio, "x")],
+    [(text.format_seconds, "seconds"), (text.format_bytes, "nbytes"), (text.format_ratio, "x")],
 )
 @pytest.mark.parametrize("huge", [2**2000, -(2**2000), 10**400])
 def test_formatters_refuse_integers_beyond_float64_with_a_value_error(formatter, name, huge):
@@ -636,10 +636,10 @@ def test_formatters_refuse_integers_beyond_float64_with_a_value_error(formatter,
 
 @pytest.mark.parametrize(
     ("formatter", "value", "expected"),
-    [(timing.format_seconds, float("inf"), "inf"), (timing.format_seconds, float("nan"), "nan"),
-     (timing.format_bytes, float("-inf"), "-inf"), (timing.format_ratio, float("inf"), "infx"),
-     (timing.format_seconds, 2, "2 s"), (timing.format_bytes, 2**40, "1.00 TiB"),
-     (timing.format_ratio, 3, "3.00x"), (timing.format_ratio, np.float32(0.01234), "0.0123x")],
+    [(text.format_seconds, float("inf"), "inf"), (text.format_seconds, float("nan"), "nan"),
+     (text.format_bytes, float("-inf"), "-inf"), (text.format_ratio, float("inf"), "infx"),
+     (text.format_seconds, 2, "2 s"), (text.format_bytes, 2**40, "1.00 TiB"),
+     (text.format_ratio, 3, "3.00x"), (text.format_ratio, np.float32(0.01234), "0.0123x")],
 )  # fmt: skip
 def test_formatters_print_inf_nan_and_plain_numbers_explicitly(formatter, value, expected):
     assert formatter(value) == expected
