@@ -1,10 +1,10 @@
 """The race: FP32 against AMP, timed honestly.  (``06_timing_race``, ``08_fp8_and_block_scaling``)
 
 :func:`race_matmul`, :func:`race_mlp` and :func:`race_fp8_matmul` race one configuration with
-:func:`amp_lab.timing.measure` and return a :class:`RaceResult`, whose ``speedup`` is the median of the
-per-round ratios FP32 / AMP and whose ``speedup_interval`` says how sure that is (``outcome``: "faster",
-"slower" or "too close to call").  Sweeps and sizes are in :mod:`amp_lab.sweeps`, the memory-bound race and
-the roofline in :mod:`amp_lab.roofline`, the readings in :mod:`amp_lab.race_readout`.
+:func:`amp_lab.timing.measure` and return a :class:`RaceResult`: ``speedup`` is the median of the per-round
+ratios FP32 / AMP, ``speedup_interval`` says how sure that is (``outcome``: "faster", "slower" or "too close
+to call").  Sweeps are in :mod:`amp_lab.sweeps`, the memory-bound race and the roofline in
+:mod:`amp_lab.roofline`, the readings in :mod:`amp_lab.race_readout`.
 """
 
 from __future__ import annotations
@@ -60,31 +60,26 @@ from .timing import (
 )
 
 CONFIDENCE = 0.95
-RACE_KINDS = ("matmul", "mlp", "elementwise", "fp8_matmul")
 # A race samples until its speedup's interval is about +-5% wide, or this many seconds have passed.
 RACE_TARGET_REL_WIDTH = 0.1
 RACE_MAX_TIME_S = 20.0
-
-# --- Results ---------------------------------------------------------------------------------------------
+SHORT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 @dataclass(frozen=True)
 class RaceResult:
-    """One race: FP32 against AMP (and TF32 on CUDA), with everything needed to read it.
+    """One race: FP32 against AMP (and TF32 on CUDA, FP8 in :func:`race_fp8_matmul`).  ``speedup`` is the
+    median of the per-round ratios FP32 time / AMP time (above 1: AMP is faster), ``speedup_interval`` the
+    :class:`~amp_lab.intervals.SpeedupEstimate` it comes from."""
 
-    ``speedup`` is the median of the per-round ratios FP32 time / AMP time (above 1: AMP is faster) and
-    ``speedup_interval`` the :class:`~amp_lab.timing.SpeedupEstimate` it comes from, so every number and
-    sentence about this race reads the same measurement.
-    """
-
-    kind: str  # "matmul", "mlp", "elementwise" or "fp8_matmul" (race_fp8_matmul: a third contestant, "fp8")
-    params: dict  # {"n": ...}, {"numel": ...} or {"width": ..., "batch": ..., "in_features": ..., "num_classes": ...}
+    kind: str  # "matmul", "mlp", "elementwise" or "fp8_matmul"
+    params: dict  # {"n": ...}, {"numel": ...} or {"width", "batch", "in_features", "num_classes"}
     dtype: torch.dtype
-    timings: dict  # "fp32", "amp" and on CUDA GPUs with TF32 "tf32" -> Timing
-    flops: float  # floating-point operations per call (matmul, elementwise) or per training step (mlp)
+    timings: dict  # "fp32", "amp" (and "tf32", "fp8") -> Timing
+    flops: float  # per call (matmul, elementwise) or per training step (mlp)
     memory: dict | None  # {"fp32": bytes, "amp": bytes, ..., "method": str}
     context: dict
-    confidence: float = CONFIDENCE  # of the speedup's interval
+    confidence: float = CONFIDENCE
 
     @property
     def fp32(self) -> Timing:
@@ -99,46 +94,43 @@ class RaceResult:
         return self.timings.get("tf32")
 
     @property
+    def fp8(self) -> Timing | None:
+        return self.timings.get("fp8")
+
+    def _estimate(self, baseline: Timing | None, contender: Timing | None) -> SpeedupEstimate | None:
+        if baseline is None or contender is None:
+            return None
+        return speedup_estimate(baseline, contender, confidence=self.confidence)
+
+    @property
     def speedup_interval(self) -> SpeedupEstimate:
         """The speedup of AMP over FP32 with its interval, from the interleaved pairs of samples."""
-        return speedup_estimate(self.fp32, self.amp, confidence=self.confidence)
+        return self._estimate(self.fp32, self.amp)
 
     @property
     def outcome(self) -> str:
-        """``"faster"``, ``"slower"`` or ``"too close to call"``: what the interval says about AMP."""
         return self.speedup_interval.outcome
 
     @property
     def speedup(self) -> float:
-        """Median of the per-round ratios FP32 time / AMP time: above 1, AMP is faster."""
         return self.speedup_interval.ratio
 
     @property
-    def fp8(self) -> Timing | None:
-        """The FP8 GEMM's timing (:func:`race_fp8_matmul`), None in other races."""
-        return self.timings.get("fp8")
-
-    @property
     def fp8_speedup_interval(self) -> SpeedupEstimate | None:
-        """The speedup of the FP8 GEMM over the AMP dtype's (AMP time / FP8 time: above 1, FP8 is faster),
-        with its interval; None in a race without an FP8 contestant."""
-        return None if self.fp8 is None else speedup_estimate(self.amp, self.fp8, confidence=self.confidence)
+        """AMP time / FP8 time with its interval (above 1: FP8 is faster); None without an FP8 contestant."""
+        return self._estimate(self.amp, self.fp8)
 
     @property
     def fp8_speedup(self) -> float | None:
-        est = self.fp8_speedup_interval
-        return None if est is None else est.ratio
+        return None if self.fp8 is None else self.fp8_speedup_interval.ratio
 
     @property
     def speedup_vs_tf32_interval(self) -> SpeedupEstimate | None:
-        return (
-            None if self.tf32 is None else speedup_estimate(self.tf32, self.amp, confidence=self.confidence)
-        )
+        return self._estimate(self.tf32, self.amp)
 
     @property
     def speedup_vs_tf32(self) -> float | None:
-        est = self.speedup_vs_tf32_interval
-        return None if est is None else est.ratio
+        return None if self.tf32 is None else self.speedup_vs_tf32_interval.ratio
 
     @property
     def tflops(self) -> dict:
@@ -146,8 +138,7 @@ class RaceResult:
         return {name: self.flops / t.median / 1e12 for name, t in self.timings.items()}
 
     def bytes_moved(self, name: str) -> int:
-        """At least how many bytes contestant ``name`` moves through memory per call or step
-        (:func:`amp_lab.cost.call_bytes`): what a roofline compares with the bandwidth."""
+        """At least how many bytes contestant ``name`` moves per call or step (:func:`amp_lab.cost.call_bytes`)."""
         if name == "fp8":  # E4M3 operands (1 byte) made before the race, a bfloat16 result
             n = self.params["n"]
             return gemm_bytes(n, n, n, 1, 2)
@@ -155,74 +146,49 @@ class RaceResult:
 
     @property
     def regimes(self) -> dict:
-        """Contestant name -> :class:`~amp_lab.timing.Regime`: whether its median call was compute-,
-        memory- or launch-bound, from the datasheet of the GPU that ran it ("unknown" elsewhere)."""
+        """Contestant name -> :class:`~amp_lab.timing.Regime` of its median call, from the datasheet of the
+        GPU that ran it ("unknown" elsewhere)."""
         peak = {"fp32": torch.float32, "tf32": "tf32", "amp": self.dtype, "fp8": "fp8"}
+        unit = unit_of(self.kind)
         return {
             name: regime_for(
-                t.median,
-                self.flops,
-                self.bytes_moved(name),
-                peak[name],
-                self.context,
-                unit=unit_of(self.kind),
+                t.median, self.flops, self.bytes_moved(name), peak[name], self.context, unit=unit
             )
             for name, t in self.timings.items()
         }
 
     def intensity(self, name: str) -> float:
-        """Arithmetic intensity of contestant ``name``: FLOPs per byte moved (:meth:`bytes_moved`), where a
-        roofline places it.  (``06_timing_race``)"""
+        """Arithmetic intensity of contestant ``name``: FLOPs per byte moved, where a roofline places it."""
         return self.flops / self.bytes_moved(name)
 
     @property
     def size(self) -> str:
-        if self.kind in ("matmul", "fp8_matmul"):
-            return f"n={self.params['n']}"
-        if self.kind == "elementwise":
-            return f"numel={self.params['numel']}"
-        return f"width={self.params['width']}, batch={self.params['batch']}"
-
-    def matches(self, kind: str, params: dict, dtype: torch.dtype, device, threads: int) -> bool:
-        """Whether this result raced exactly that configuration (kind, sizes, AMP dtype, device, threads)."""
-        return (
-            self.kind == kind
-            and all(self.params.get(k) == v for k, v in params.items())
-            and self.dtype == dtype
-            and self.context.get("device") == str(device)
-            and self.context.get("threads") == threads
-        )
+        return size_text(self.kind, self.params)
 
     def to_dict(self) -> dict:
-        fp8 = {} if self.fp8 is None else {
-            "fp8_speedup": self.fp8_speedup, "fp8_speedup_interval": self.fp8_speedup_interval.to_dict(),
-        }  # fmt: skip
+        tf32, fp8 = self.speedup_vs_tf32_interval, self.fp8_speedup_interval
         return jsonable(
             {
                 "kind": self.kind,
                 "params": self.params,
                 "dtype": self.dtype,
                 "speedup": self.speedup,
-                "speedup_interval": self.speedup_interval.to_dict(),
+                "speedup_interval": self.speedup_interval,
                 "outcome": self.outcome,
                 "speedup_vs_tf32": self.speedup_vs_tf32,
-                "speedup_vs_tf32_interval": (
-                    None if self.tf32 is None else self.speedup_vs_tf32_interval.to_dict()
-                ),
+                "speedup_vs_tf32_interval": tf32,
                 "tflops": self.tflops,
                 "flops": self.flops,
                 "memory": self.memory,
                 "timings": {k: t.to_dict() for k, t in self.timings.items()},
                 "context": self.context,
-                **fp8,
+                **({} if fp8 is None else {"fp8_speedup": fp8.ratio, "fp8_speedup_interval": fp8}),
             }
         )
 
     def __str__(self) -> str:
-        unit = unit_of(self.kind)
-        lines = [
-            f"race {self.kind} {self.size}, AMP dtype {dtype_name(self.dtype)} on {self.context['device']}"
-        ]
+        unit, ctx = unit_of(self.kind), self.context
+        lines = [f"race {self.kind} {self.size}, AMP dtype {dtype_name(self.dtype)} on {ctx['device']}"]
         for name, t in self.timings.items():
             lines.append(
                 f"  {name:>4}: {format_seconds(t.median)}/{unit} (IQR {format_seconds(t.iqr)}), "
@@ -238,23 +204,27 @@ class RaceResult:
         if self.memory:
             mem = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.memory.items() if k != "method")
             lines.append(f"  memory: {mem} ({self.memory['method']})")
-        n = len(self.fp32.samples)
         lines.append(
-            f"  {plural(n, 'interleaved round')} after {plural(self.fp32.warmup, 'warm-up call')}, "
-            f"{plural(self.context['threads'], 'thread')}, TF32 for FP32: {tf32_text(self.context)}, torch {self.context['torch']}"
+            f"  {plural(len(self.fp32.samples), 'interleaved round')} after "
+            f"{plural(self.fp32.warmup, 'warm-up call')}, {plural(ctx['threads'], 'thread')}, "
+            f"TF32 for FP32: {tf32_text(ctx)}, torch {ctx['torch']}"
         )
         return "\n".join(lines)
+
+
+def size_text(kind: str, params: dict) -> str:
+    if kind == "mlp":
+        return f"width={params['width']}, batch={params['batch']}"
+    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 def unit_of(kind: str) -> str:
     return "step" if kind == "mlp" else "call"
 
 
-def reusable(
-    reuse, kind: str, params: dict, dtype: torch.dtype, dev: torch.device, num_threads
-) -> RaceResult | None:
-    """The first result in ``reuse`` (a RaceResult, a SweepResult or a list of them) that raced this very
-    configuration, or None."""
+def reusable(reuse, kind: str, params: dict, dtype, dev, num_threads) -> RaceResult | None:
+    """The first race in ``reuse`` (a RaceResult, a SweepResult or a list of them) that raced this very
+    configuration (kind, sizes, AMP dtype, device, threads), or None."""
     if reuse is None:
         return None
     listed = isinstance(reuse, (list, tuple))
@@ -263,29 +233,26 @@ def reusable(
         races = getattr(r, "results", (r,))
         if not all(isinstance(race, RaceResult) for race in races):
             raise ArgumentTypeError(
-                f"{f'reuse[{i}]' if listed else 'reuse'} must be a RaceResult, a SweepResult or a list of them "
-                f"(or None), got {type(r).__name__}"
+                f"{f'reuse[{i}]' if listed else 'reuse'} must be a RaceResult, a SweepResult or a list of "
+                f"them (or None), got {type(r).__name__}"
             )
         for race in races:
-            if race.matches(kind, params, dtype, dev, threads):
+            ran = (race.kind, race.dtype, race.context.get("device"), race.context.get("threads"))
+            if ran == (kind, dtype, str(dev), threads) and all(
+                race.params.get(k) == v for k, v in params.items()
+            ):
                 return race
     return None
 
 
-# --- race_matmul -----------------------------------------------------------------------------------------
-
-
 def _operands(n: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator(device=dev).manual_seed(0)
-    A = torch.randn(n, n, device=dev, generator=gen)
-    B = torch.randn(n, n, device=dev, generator=gen)
-    return A, B
+    return torch.randn(n, n, device=dev, generator=gen), torch.randn(n, n, device=dev, generator=gen)
 
 
 def contestant_names(device_type: str, capability=None) -> tuple[str, ...]:
-    """Who races on a device: ``("fp32", "amp")`` everywhere, plus ``"tf32"`` on CUDA GPUs whose Tensor
-    Cores take TF32 (Ampere, compute capability 8.0, and later).  Before Ampere an FP32 matmul "with TF32
-    on" is plain FP32, so a TF32 contestant there would only race FP32 against itself."""
+    """Who races: ``("fp32", "amp")``, plus ``"tf32"`` on CUDA GPUs whose Tensor Cores take TF32 (Ampere,
+    compute capability 8.0, and later; before it "TF32 on" is plain FP32)."""
     device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
     if (
         device_type == "cuda"
@@ -297,34 +264,37 @@ def contestant_names(device_type: str, capability=None) -> tuple[str, ...]:
 
 
 def device_facts(dev: torch.device) -> tuple[str, tuple[int, int] | None]:
-    """(device type, CUDA compute capability or None): the facts the contestants are chosen from.  One
-    function, so a CPU test can hand a race a GPU's facts and run the CUDA race's contestant logic."""
+    """(device type, CUDA compute capability or None): one function, so a CPU test can hand a race a GPU's
+    facts."""
     return dev.type, (tuple(torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else None)
 
 
 def tf32_context(device_type: str, enabled: bool):
-    """The context a contestant runs in: on CUDA a defined TF32 setting (torch's two records agreeing,
-    so cuBLAS can read it), elsewhere nothing (TF32 is a CUDA setting)."""
-    if device_type != "cuda":
-        return contextlib.nullcontext
-    return lambda: tf32_matmul(enabled)
+    """The context a contestant runs in: on CUDA a defined TF32 setting, elsewhere nothing."""
+    return (lambda: tf32_matmul(enabled)) if device_type == "cuda" else contextlib.nullcontext
 
 
 def _contestants(run: dict, device_type: str, capability) -> dict:
-    """The race's contestants from ``run`` (name -> callable or factory): those :func:`contestant_names`
-    picks for the device, each with its TF32 context.  On CUDA every contestant runs with a defined TF32
-    setting: FP32 and AMP with TF32 off (so an FP32 matmul left in AMP's step is plain FP32 too), TF32 on."""
+    """The contestants :func:`contestant_names` picks from ``run``, each with TF32 on only for ``"tf32"``."""
     return {
         name: Contestant(run[name], tf32_context(device_type, name == "tf32"))
         for name in contestant_names(device_type, capability)
     }
 
 
-def check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width=None, max_time_s=None,
-                  callback=None):  # fmt: skip
-    """Check a race's arguments before anything is allocated or run: the device, the dtype and the budget
-    (``timing.check_budget``: repeats and warm-up calls up to ``MAX_REPEATS``, ``min_sample_s`` up to
-    ``MAX_SAMPLE_S``, ``max_time_s`` up to ``MAX_SECONDS``, and minimum rounds that fit in ``MAX_SECONDS``)."""
+def check_race_args(
+    device,
+    dtype,
+    warmup,
+    repeats,
+    min_sample_s,
+    num_threads,
+    target_rel_width=None,
+    max_time_s=None,
+    callback=None,
+):
+    """A race's arguments checked before anything is allocated or run; returns the device, the dtype and
+    the budget (the keyword arguments :func:`run_race` hands ``measure``)."""
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
     _, repeats, _, min_sample_s, _ = check_budget(warmup, repeats, min_sample_s, num_threads)
@@ -334,7 +304,8 @@ def check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, t
         check_float("max_time_s", max_time_s, gt=0, le=MAX_SECONDS)
     check_callable("callback", callback, optional=True)
     check_planned_time(repeats, len(contestant_names(*device_facts(dev))), min_sample_s)
-    return dev, dtype
+    budget = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads)
+    return dev, dtype, {**budget, "callback": callback, **sampling_args(target_rel_width, max_time_s)}
 
 
 def sampling_args(target_rel_width, max_time_s) -> dict:
@@ -344,24 +315,12 @@ def sampling_args(target_rel_width, max_time_s) -> dict:
     return {"target_rel_width": target_rel_width, "max_time_s": max_time_s, "baseline": "fp32"}
 
 
-def run_race(kind, params, size, dtype, dev, contestants, flops, budget, memory=None, **extra) -> RaceResult:
-    """Time ``contestants`` (``measure``, sampling as ``budget`` asks) and wrap them as a ``RaceResult``: the
-    one tail of every race.  ``budget`` is ``(warmup, repeats, min_sample_s, num_threads, callback,
-    target_rel_width, max_time_s)``; ``size`` and ``extra`` go into each timing's context."""
-    warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s = budget
-    timings = measure(
-        contestants,
-        device=dev,
-        warmup=warmup,
-        repeats=repeats,
-        min_sample_s=min_sample_s,
-        num_threads=num_threads,
-        callback=callback,
-        extra_context={"race": kind, "size": size, "amp_dtype": dtype_name(dtype), **extra},
-        **sampling_args(target_rel_width, max_time_s),
-    )
-    return RaceResult(kind=kind, params=params, dtype=dtype, timings=timings, flops=flops, memory=memory,
-                      context=timings["fp32"].context)  # fmt: skip
+def run_race(kind, params, dtype, dev, contestants, flops, budget: dict, memory=None, **extra) -> RaceResult:
+    """Time ``contestants`` with ``measure`` (``budget`` from :func:`check_race_args`) and wrap them as a
+    ``RaceResult``."""
+    context = {"race": kind, "size": size_text(kind, params), "amp_dtype": dtype_name(dtype), **extra}
+    timings = measure(contestants, device=dev, extra_context=context, **budget)
+    return RaceResult(kind, params, dtype, timings, flops, memory, timings["fp32"].context)
 
 
 def race_matmul(
@@ -380,29 +339,22 @@ def race_matmul(
 ) -> RaceResult:
     """Race ``C = A @ B`` (n x n, FP32 inputs) without and with autocast.  (``06_timing_race``)
 
-    The AMP contestant includes autocast's casts of A and B, as a model's matmuls do.  ``dtype``
-    is float16 or bfloat16 (default: ``amp_dtype(device)``).  On CUDA the FP32 and AMP contestants run
-    with TF32 off and, on GPUs with TF32 Tensor Cores (Ampere and later, :func:`contestant_names`), a
-    third contestant, ``"tf32"``, runs the FP32 matmul with TF32 on (``hardware.tf32_matmul``).
-
-    At least ``repeats`` interleaved rounds; then, while the speedup's interval is wider than
-    ``target_rel_width`` (0.1: about +-5%), more rounds, until ``max_time_s`` seconds have passed
-    (``target_rel_width=None``: exactly ``repeats`` rounds).  ``reuse``: results already measured
-    (RaceResults or SweepResults); one that raced this very configuration is returned instead of racing
-    again, so a notebook that refers to one configuration twice reads one measurement.
+    The AMP contestant includes autocast's casts of A and B, as a model's matmuls do; ``dtype`` is float16 or
+    bfloat16 (default: ``amp_dtype(device)``).  On CUDA FP32 and AMP run with TF32 off and, from Ampere on, a
+    ``"tf32"`` contestant runs the FP32 matmul with TF32 on.  At least ``repeats`` interleaved rounds, then
+    more while the interval is wider than ``target_rel_width`` (0.1: about +-5%), for up to ``max_time_s``
+    (``target_rel_width=None``: exactly ``repeats``).  ``reuse``: results already measured (RaceResults or
+    SweepResults); one that raced this very configuration is returned instead of racing again.
     """
     n = check_int("n", n, minimum=1)
-    dev, dtype = check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
-                               callback)  # fmt: skip
+    dev, dtype, budget = check_race_args(
+        device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
+    )
     found = reusable(reuse, "matmul", {"n": n}, dtype, dev, num_threads)
     if found is not None:
         return found
-    check_fits(
-        matmul_bytes(n, dtype),
-        dev,
-        f"race_matmul(n={n})",
-        f"choose n <= {max(1, int(math.sqrt(0.9 * (_device.available_bytes(dev) or 0) / matmul_bytes(1, dtype))))}",
-    )
+    most = int(math.sqrt(0.9 * (_device.available_bytes(dev) or 0) / matmul_bytes(1, dtype)))
+    check_fits(matmul_bytes(n, dtype), dev, f"race_matmul(n={n})", f"choose n <= {max(1, most)}")
     A, B = _operands(n, dev)
 
     def fp32():
@@ -413,11 +365,7 @@ def race_matmul(
             return A @ B
 
     contestants = _contestants({"fp32": fp32, "amp": amp, "tf32": fp32}, *device_facts(dev))
-    budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
-    return run_race("matmul", {"n": n}, f"n={n}", dtype, dev, contestants, 2.0 * n**3, budget)
-
-
-# --- race_mlp: training steps of the tutorial loop's model -----------------------------------------------
+    return run_race("matmul", {"n": n}, dtype, dev, contestants, 2.0 * n**3, budget)
 
 
 def race_mlp(
@@ -438,38 +386,33 @@ def race_mlp(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race training steps of the tutorial loop's model (``models.make_mlp(in_features, num_classes, hidden=width, depth=1)``) in FP32 against autocast.  (``06_timing_race``)
+    """Race training steps of the tutorial loop's model (``models.make_mlp(in_features, num_classes,
+    hidden=width, depth=1)``, Adam, cross-entropy, one fixed random batch) in FP32 against autocast (with a
+    GradScaler for float16).  (``06_timing_race``)
 
-    Model ``Linear(in_features -> width) -> ReLU -> Linear(width -> num_classes)``, Adam,
-    cross-entropy, one fixed random batch.  Each contestant trains its own copy of the same
-    initial weights.  The AMP step uses ``torch.autocast`` and, for float16, a
-    ``torch.amp.GradScaler``.  On CUDA GPUs from Ampere on a ``"tf32"`` contestant runs the FP32 step with
-    TF32 on; on CUDA every optimizer is fused Adam (no host sync in GradScaler's step).
-    ``memory=True`` adds each contestant's peak memory for one step (measured on CUDA; an estimate
-    elsewhere, and the result says which).  Sampling (``repeats``, ``target_rel_width``, ``max_time_s``)
-    and ``reuse`` work as in :func:`race_matmul`; a reused result must have memory if ``memory=True``.
+    Each contestant trains its own copy of the same weights; on CUDA from Ampere on a ``"tf32"`` contestant
+    runs the FP32 step with TF32 on, and every optimizer is fused Adam.  ``memory=True`` adds each
+    contestant's peak memory for one step (measured on CUDA, estimated elsewhere).  Sampling and ``reuse``
+    work as in :func:`race_matmul`; a reused result must have memory if ``memory=True``.
     """
     width = check_int("width", width, minimum=1)
     batch = check_int("batch", batch, minimum=1)
     in_features = check_int("in_features", in_features, minimum=1)
     num_classes = check_int("num_classes", num_classes, minimum=2)
     memory = check_bool("memory", memory)
-    dev, dtype = check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
-                               callback)  # fmt: skip
+    dev, dtype, budget = check_race_args(
+        device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
+    )
     params = {"width": width, "batch": batch, "in_features": in_features, "num_classes": num_classes}
     found = reusable(reuse, "mlp", params, dtype, dev, num_threads)
     if found is not None and (found.memory is not None or not memory):
         return found
     facts = device_facts(dev)
     n_contestants = len(contestant_names(*facts))
-    check_fits(
-        mlp_bytes(
-            width, batch, dtype, in_features=in_features, num_classes=num_classes, contestants=n_contestants
-        ),
-        dev,
-        f"race_mlp(width={width}, batch={batch})",
-        "choose a smaller width or batch",
+    need = mlp_bytes(
+        width, batch, dtype, in_features=in_features, num_classes=num_classes, contestants=n_contestants
     )
+    check_fits(need, dev, f"race_mlp(width={width}, batch={batch})", "choose a smaller width or batch")
     with torch_threads(num_threads):
         X, y, model = _mlp_setup(width, batch, in_features, num_classes, dev)
 
@@ -478,13 +421,9 @@ def race_mlp(
 
         make = _contestants({"fp32": trainer(None), "amp": trainer(dtype), "tf32": trainer(None)}, *facts)
         mem = measure_memory(make, dev, [X, y]) if memory else None
-        trainers = {name: build.fn() for name, build in make.items()}
-    contestants = {name: Contestant(trainers[name].step, make[name].context) for name in make}
+        contestants = {name: Contestant(build.fn().step, build.context) for name, build in make.items()}
     flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
-    budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
-    return run_race(
-        "mlp", params, f"width={width}, batch={batch}", dtype, dev, contestants, flops, budget, memory=mem
-    )
+    return run_race("mlp", params, dtype, dev, contestants, flops, budget, memory=mem)
 
 
 def _mlp_setup(width, batch, in_features, num_classes, dev):
@@ -504,36 +443,28 @@ def check_result(name: str, value) -> RaceResult:
 
 
 def cpu_instructions(result: RaceResult, native: bool | None) -> str:
-    """The instruction sets for the result's dtype, named by ``hardware``: those the recorded CPU has
-    when it multiplies the dtype natively, else every one that would have counted."""
+    """The instruction sets for the result's dtype: those the recorded CPU has when it multiplies the dtype
+    natively, else every one that would have counted."""
     flags = result.context.get("cpu_flags")
     labels = cpu_native_labels(result.dtype, flags) if native and flags else ()
     labels = labels or tuple(f.label for f in CPU_FEATURES if f.dtype == result.dtype)
     return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} or {labels[-1]}"
 
 
-SHORT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-
-
 def result_tensor_cores(result: RaceResult):
     cap = result.context.get("capability")
-    if not cap:
-        return None
-    return tensor_core_generation(tuple(cap))
+    return tensor_core_generation(tuple(cap)) if cap else None
 
 
 def native_arithmetic(result: RaceResult) -> bool | None:
     """Whether the hardware that ran ``result`` multiplies its AMP dtype natively: True, False, or None
-    (unknown).  On a CPU: ``hardware.cpu_has_native`` with the CPU flags recorded in the result (this
-    machine's when none were recorded); on CUDA: whether the recorded compute capability's Tensor Cores
-    take that dtype.  (``06_timing_race``, exercise 4)"""
+    (unknown).  On a CPU from the CPU flags recorded in the result (this machine's when none were); on CUDA
+    from the recorded compute capability's Tensor Cores.  (``06_timing_race``, exercise 4)"""
     check_result("result", result)
     dev = str(result.context.get("device", ""))
     if dev.startswith("cuda"):
         tc = result_tensor_cores(result)
-        if tc is None:
-            return None
-        return tc.has_tensor_cores and SHORT_NAMES[result.dtype] in tc.precisions
+        return None if tc is None else tc.has_tensor_cores and SHORT_NAMES[result.dtype] in tc.precisions
     if dev.startswith("cpu"):
         flags = result.context.get("cpu_flags")
         return (
@@ -542,26 +473,14 @@ def native_arithmetic(result: RaceResult) -> bool | None:
     return None
 
 
-# --- FP8 GEMMs: which GPUs run them, and a race of FP8 against the AMP dtype and FP32 --------------------
+# --- FP8 GEMMs: a race of FP8 against the AMP dtype and FP32 ---------------------------------------------
 
 
 def _tensorwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` in E4M3 with one scale for the whole tensor, and the scale that turns it back (its inverse,
-    what ``torch._scaled_mm`` multiplies by): the course's tensorwise scaling (:func:`amp_lab.fp8.tensorwise_scale`
-    and :func:`amp_lab.fp8.quantize`, torchao's rules: ``448 / amax`` rounded to float32, a saturating cast)."""
+    """``x`` in E4M3 with one scale for the whole tensor (torchao's ``448 / amax``, a saturating cast), and
+    that scale's inverse, what ``torch._scaled_mm`` multiplies by."""
     scale = tensorwise_scale(x, "fp8_e4m3")
     return quantize(x, "fp8_e4m3", scale), scale.reciprocal()
-
-
-def _fp8_operands(A: torch.Tensor, B: torch.Tensor):
-    """A and B in E4M3, laid out as ``torch._scaled_mm`` on CUDA needs them, with their inverse scales.
-
-    cuBLASLt's FP8 GEMM takes the first operand row-major and the second column-major (its "TN" layout), so
-    B's transpose is stored row-major and ``b8`` is the transposed view of it: the same values as B, column
-    by column, the layout a linear layer's weight ``W`` (out x in) has as ``W.t()``."""
-    a8, inv_a = _tensorwise_e4m3(A)
-    bt8, inv_b = _tensorwise_e4m3(B.t().contiguous())
-    return a8, bt8.t(), inv_a, inv_b
 
 
 def race_fp8_matmul(
@@ -580,21 +499,13 @@ def race_fp8_matmul(
 ) -> RaceResult:
     """Race one n x n GEMM in FP32, in the AMP dtype and in FP8.  (``08_fp8_and_block_scaling``)
 
-    Three contestants, each with its inputs **already in its own dtype**, so the race compares GEMM rates,
-    what a datasheet's FP8 / BF16 ratio is about (what casting costs is :func:`race_matmul`'s subject):
-
-    * ``"fp32"``: ``A @ B`` in FP32 (TF32 off on CUDA, as in :func:`race_matmul`);
-    * ``"amp"``: ``A @ B`` with A and B in ``dtype`` (float16 or bfloat16; default ``amp_dtype(device)``);
-    * ``"fp8"``: ``torch._scaled_mm`` of A and B in E4M3 with one scale per tensor, accumulating in FP32
-      and writing bfloat16.  The scales (``448 / amax``, as torchao computes them) and the E4M3 operands are
-      made **once, before timing**: the race times the GEMM, not the scaling.  B is handed over column-major,
-      the layout cuBLASLt's FP8 GEMM needs.
-
-    ``n`` is a multiple of 16 (:data:`FP8_GEMM_MULTIPLE`, what cuBLASLt's FP8 GEMM needs; asked on every
-    device, so a size that runs here runs on a GPU).  On CUDA it races only where :func:`fp8_matmul_support`
-    says FP8 GEMMs run on Tensor Cores, and refuses with its reason first; on the CPU ``torch._scaled_mm``
-    runs without FP8 units: a true result, not a fast one.  :attr:`RaceResult.fp8_speedup` is AMP over FP8
-    and :func:`fp8_summary` reads it; memory and sampling work as in :func:`race_matmul`.
+    Each contestant's inputs are **already in its own dtype**, so the race compares GEMM rates (a datasheet's
+    FP8 / BF16 ratio): ``"fp32"`` (TF32 off on CUDA), ``"amp"`` (A and B in ``dtype``) and ``"fp8"``:
+    ``torch._scaled_mm`` of A and B in E4M3 with one scale per tensor, writing bfloat16; the scales and E4M3
+    operands are made once, before timing, B column-major as cuBLASLt needs.  ``n`` is a multiple of 16
+    (:data:`FP8_GEMM_MULTIPLE`) on every device.  On CUDA it races only where :func:`fp8_matmul_support`
+    says FP8 GEMMs run; on the CPU ``torch._scaled_mm`` runs without FP8 units.  Sampling and ``reuse`` work
+    as in :func:`race_matmul`; :func:`fp8_summary` reads the result.
     """
     n = check_int("n", n, minimum=FP8_GEMM_MULTIPLE, maximum=MAX_GEMM_DIM)
     if n % FP8_GEMM_MULTIPLE:
@@ -603,8 +514,9 @@ def race_fp8_matmul(
             f"n={n} is not a multiple of {FP8_GEMM_MULTIPLE}: FP8 GEMMs (torch._scaled_mm on CUDA) need every "
             f"dimension a multiple of {FP8_GEMM_MULTIPLE}; choose n={lower} or n={lower + FP8_GEMM_MULTIPLE}"
         )
-    dev, dtype = check_race_args(device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s,
-                               callback)  # fmt: skip
+    dev, dtype, budget = check_race_args(
+        device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
+    )
     check_planned_time(repeats, 3, min_sample_s)
     device_type, capability = device_facts(dev)
     if device_type == "mps":
@@ -619,36 +531,28 @@ def race_fp8_matmul(
     found = reusable(reuse, "fp8_matmul", {"n": n}, dtype, dev, num_threads)
     if found is not None:
         return found
-    check_fits(
-        fp8_matmul_bytes(n, dtype),
-        dev,
-        f"race_fp8_matmul(n={n})",
-        f"choose a smaller n (a multiple of {FP8_GEMM_MULTIPLE})",
-    )
+    smaller = f"choose a smaller n (a multiple of {FP8_GEMM_MULTIPLE})"
+    check_fits(fp8_matmul_bytes(n, dtype), dev, f"race_fp8_matmul(n={n})", smaller)
     A, B = _operands(n, dev)
     A_low, B_low = A.to(dtype), B.to(dtype)
-    a8, b8, inv_a, inv_b = _fp8_operands(A, B)
-
-    def fp32():
-        return A @ B
-
-    def amp():
-        return A_low @ B_low
+    a8, inv_a = _tensorwise_e4m3(A)
+    bt8, inv_b = _tensorwise_e4m3(B.t().contiguous())  # B's transpose row-major: B column-major
+    b8 = bt8.t()
 
     def fp8():
         return torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16)
 
     off = tf32_context(device_type, False)
-    contestants = {name: Contestant(fn, off) for name, fn in (("fp32", fp32), ("amp", amp), ("fp8", fp8))}
-    budget = (warmup, repeats, min_sample_s, num_threads, callback, target_rel_width, max_time_s)
-    return run_race("fp8_matmul", {"n": n}, f"n={n}", dtype, dev, contestants, 2.0 * n**3, budget,
-                     fp8="float8_e4m3fn, tensorwise scales made before timing, bfloat16 output")  # fmt: skip
+    fns = {"fp32": lambda: A @ B, "amp": lambda: A_low @ B_low, "fp8": fp8}
+    contestants = {name: Contestant(fn, off) for name, fn in fns.items()}
+    how = "float8_e4m3fn, tensorwise scales made before timing, bfloat16 output"
+    return run_race("fp8_matmul", {"n": n}, dtype, dev, contestants, 2.0 * n**3, budget, fp8=how)
 
 
 def fp8_summary(result: RaceResult) -> Reading:
     """What an FP8 race (:func:`race_fp8_matmul`) says: FP8 over the AMP dtype and over FP32 with their
-    intervals, the TFLOP/s, and why (no FP8 hardware on a CPU; on a GPU :func:`fp8_matmul_support`'s reason
-    and the datasheet's FP8 / BF16 ratio beside the measured one).  (``08_fp8_and_block_scaling``)"""
+    intervals, the TFLOP/s, and why (no FP8 units on a CPU; on a GPU :func:`fp8_matmul_support`'s reason and
+    the datasheet's FP8 / BF16 ratio beside the measured one).  (``08_fp8_and_block_scaling``)"""
     check_result("result", result)
     if result.fp8 is None:
         raise ValueError(
@@ -664,11 +568,8 @@ def fp8_summary(result: RaceResult) -> Reading:
         slowest = max(result.timings, key=lambda name: result.timings[name].median)
         emulated = native_arithmetic(result) is False and slowest == "amp"
         facts["insn"] = cpu_instructions(result, False)
-        return Reading(
-            est.outcome,
-            ("race.fp8_head", "race.fp8_no_units", *(("race.fp8_amp_emulated",) if emulated else ())),
-            facts,
-        )
+        codes = ("race.fp8_head", "race.fp8_no_units", *(("race.fp8_amp_emulated",) if emulated else ()))
+        return Reading(est.outcome, codes, facts)
     cap = result.context.get("capability")
     entry = datasheet_entry(result.context.get("device_name"))
     ratio = None if entry is None else entry.fp8_over_bf16

@@ -12,7 +12,6 @@ import torch
 from . import race as _race
 from ._checks import (
     MAX_SECONDS,
-    ArgumentTypeError,
     check_axes,
     check_bool,
     check_choice,
@@ -34,77 +33,56 @@ from .race import (
     RaceResult,
     check_race_args,
     contestant_names,
-    sampling_args,
-    tf32_context,
 )
 from .text import say
 from .timing import DEFAULT_MAX_TIME_S, Contestant, measure
 
-# ----------------------------------------------------------------------------------------------
-# The ceiling, and the sweep
-# ----------------------------------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class Ceiling:
-    """The best speedup AMP can hope for: the raw low-precision / FP32 arithmetic rate."""
+    """The best speedup AMP can hope for: the raw low-precision / FP32 arithmetic rate, from ``source``."""
 
     vs_fp32: float
     vs_tf32: float | None
     source: str
-    measured_gemm: float | None = None  # FP32 GEMM time / low-precision GEMM time, inputs already cast
     gemm_shape: tuple[int, int, int] | None = None
-    measured_interval: SpeedupEstimate | None = None  # of measured_gemm
+    measured_interval: SpeedupEstimate | None = None  # FP32 GEMM time / low-precision GEMM time, no casts
+
+    @property
+    def measured_gemm(self) -> float | None:
+        return None if self.measured_interval is None else self.measured_interval.ratio
 
 
 def datasheet_ceiling(gpu_name: str | None, dtype=torch.float16) -> Ceiling | None:
-    """The datasheet ceiling of AMP in ``dtype`` on the GPU named exactly ``gpu_name`` (see
-    :func:`datasheet_entry`): its Tensor Core rate over the FP32 rate and over the TF32 rate.  None for a
-    GPU the table does not know, or a dtype its Tensor Cores do not multiply (bf16 on a V100 or T4)."""
-    dtype = parse_dtype(dtype)
+    """The datasheet ceiling of AMP in ``dtype`` on the GPU named exactly ``gpu_name``: its Tensor Core rate
+    over the FP32 and the TF32 rate.  None for an unknown GPU or a dtype its Tensor Cores do not multiply."""
     entry = datasheet_entry(gpu_name)
-    if entry is None:
-        return None
-    low = entry.tflops(dtype)
+    low = None if entry is None else entry.tflops(dtype)
     if low is None:
         return None
     over_tf32 = None if entry.tf32_tflops is None else round(low / entry.tf32_tflops, 2)
     return Ceiling(vs_fp32=round(low / entry.fp32_tflops, 2), vs_tf32=over_tf32, source=entry.source)
 
 
-def _raw_gemm_ratio(m, k, n, *, device, dtype, warmup, repeats, min_sample_s, num_threads,
-                    target_rel_width=None, max_time_s=None) -> SpeedupEstimate:  # fmt: skip
-    """FP32 GEMM time over low-precision GEMM time with inputs already in ``dtype`` (no casts)."""
-    dev = device
-    gen = torch.Generator(device=dev).manual_seed(1)
-    A = torch.randn(m, k, device=dev, generator=gen)
-    B = torch.randn(k, n, device=dev, generator=gen)
+def _raw_gemm_ratio(m, k, n, *, device, dtype, **budget) -> SpeedupEstimate:
+    """FP32 GEMM time over low-precision GEMM time, inputs already in ``dtype`` (no casts)."""
+    gen = torch.Generator(device=device).manual_seed(1)
+    A = torch.randn(m, k, device=device, generator=gen)
+    B = torch.randn(k, n, device=device, generator=gen)
     A_low, B_low = A.to(dtype), B.to(dtype)
-    device_type = _race.device_facts(dev)[0]
-    fp32 = Contestant(lambda: A @ B, tf32_context(device_type, False))
-    t = measure(
-        {"fp32": fp32, "amp": Contestant(lambda: A_low @ B_low, tf32_context(device_type, False))},
-        device=dev,
-        warmup=warmup,
-        repeats=repeats,
-        min_sample_s=min_sample_s,
-        num_threads=num_threads,
-        **sampling_args(target_rel_width, max_time_s),
-    )
+    off = _race.tf32_context(device.type, False)
+    fns = {"fp32": Contestant(lambda: A @ B, off), "amp": Contestant(lambda: A_low @ B_low, off)}
+    t = measure(fns, device=device, **budget)
     return speedup_estimate(t["fp32"], t["amp"], confidence=CONFIDENCE)
 
 
-# ----------------------------------------------------------------------------------------------
-# Sizes: a pure function of the machine's facts
-# ----------------------------------------------------------------------------------------------
+# --- Sizes: a pure function of the machine's facts ------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class RaceSizes:
-    """Every size and sampling budget notebook 06 (``06_timing_race``) races with, chosen from the machine's facts.
-
-    Built by :func:`race_sizes` (pure: give it any machine's facts) or :func:`sizes_for` (this machine).
-    """
+    """Every size and sampling budget notebook 06 races with, chosen from the machine's facts by
+    :func:`race_sizes` (pure) or :func:`sizes_for` (this machine)."""
 
     case: str  # "gpu", "cpu-native", "cpu-emulated" or "cpu-unknown"
     device_type: str
@@ -124,15 +102,11 @@ class RaceSizes:
         return self.description
 
 
-# CPU races run on one thread: the ratio AMP / FP32 is what the races are for, and on a machine whose cores
-# other programs also use, threads that wait for each other make a step many times slower at random (on a
-# busy 2-core machine a width-256 step went from 2 ms to 30-150 ms with two threads), which no interval
-# can average away.  One thread is also the same on every machine.
+# CPU races run on one thread: on a shared machine threads that wait for each other make a step many times
+# slower at random, which no interval can average away, and one thread is the same on every machine.
 _SIZES = {
-    # A CUDA GPU: matmuls from launch-bound to Tensor-Core-bound sizes, and an MLP step large enough that its
-    # matmuls, not launching its kernels, set the pace.  On an H200 (docs/results/mlp-sizes_nvidia-h200_
-    # 20261130.txt) a step takes about 1.2-1.5 ms of launches whatever its size up to width 4096, batch 1024,
-    # where AMP lost (0.81x in bfloat16, 0.59x in float16); at width 8192, batch 8192 it won 4.45x and 2.86x.
+    # On an H200 (docs/results/mlp-sizes_nvidia-h200_20261130.txt) a step is about 1.2-1.5 ms of launches
+    # up to width 4096, batch 1024, where AMP lost; at width 8192, batch 8192 it won 4.45x (bf16).
     "gpu": dict(
         width=8192,
         batch=8192,
@@ -142,16 +116,10 @@ _SIZES = {
         aligned_n=4096,
         widget_widths=(1024, 2048, 4096, 8192),
         widget_batches=(1024, 4096, 8192, 16384),
-        budget={
-            "warmup": 3,
-            "repeats": 10,
-            "min_sample_s": 0.01,
-            "target_rel_width": 0.1,
-            "max_time_s": 10.0,
-        },
+        budget=dict(warmup=3, repeats=10, min_sample_s=0.01, target_rel_width=0.1, max_time_s=10.0),
     ),
-    # A CPU that multiplies the dtype natively (AVX512-BF16, AMX, ARM bf16): sizes where it wins.  On an
-    # AVX512-BF16 CPU race_matmul gave 1.97x at n = 512 and 2.2x at 1024, race_mlp(2048, 1024) 2.11x.
+    # A CPU that multiplies the dtype natively (AVX512-BF16, AMX, ARM bf16): sizes where it wins (1.97x at
+    # n = 512, 2.11x for race_mlp(2048, 1024) on an AVX512-BF16 CPU); 2 s per race keeps 06 near a minute.
     "cpu-native": dict(
         width=2048,
         batch=1024,
@@ -161,16 +129,9 @@ _SIZES = {
         aligned_n=1024,
         widget_widths=(256, 512, 1024, 2048, 4096),
         widget_batches=(64, 256, 1024, 2048),
-        # 2 s per race keeps notebook 06 near a minute on such a CPU (about 15 races, the largest a
-        # 0.1-0.2 s step on one thread), where compute-bound sizes have little noise to average away.
-        budget={
-            "warmup": 2,
-            "repeats": 8,
-            "min_sample_s": 0.01,
-            "target_rel_width": 0.1,
-            "max_time_s": 2.0,
-            "num_threads": 1,
-        },
+        budget=dict(
+            warmup=2, repeats=8, min_sample_s=0.01, target_rel_width=0.1, max_time_s=2.0, num_threads=1
+        ),
     ),
     # A CPU that emulates it (AVX2 only): bf16 matmuls run tens of times slower than FP32, so stay small.
     "cpu-emulated": dict(
@@ -182,67 +143,30 @@ _SIZES = {
         aligned_n=128,
         widget_widths=(64, 128, 256, 512, 1024),
         widget_batches=(16, 32, 64, 128, 256),
-        budget={
-            "warmup": 1,
-            "repeats": 8,
-            "min_sample_s": 0.005,
-            "target_rel_width": 0.1,
-            "max_time_s": 2.0,
-            "num_threads": 1,
-        },
+        budget=dict(
+            warmup=1, repeats=8, min_sample_s=0.005, target_rel_width=0.1, max_time_s=2.0, num_threads=1
+        ),
     ),
 }
 _SIZES["cpu-unknown"] = _SIZES["cpu-emulated"]  # when in doubt, the sizes that are quick everywhere
 
 
 def race_sizes(device_type: str, dtype=torch.bfloat16, *, native: bool | None = None) -> RaceSizes:
-    """The sizes and budgets to race on a machine with these facts.  (``06_timing_race``)
-
-    ``device_type`` is ``"cpu"``, ``"cuda"`` or ``"mps"``; ``native`` says whether the CPU multiplies
-    ``dtype`` in hardware (``hardware.cpu_has_native``: True, False or None for unknown; ignored on a
-    GPU).  A CPU with native ``dtype`` arithmetic gets sizes where it wins; one without (or unknown) gets
-    small sizes, because there every low-precision matmul is tens of times slower than FP32.
-    """
-    device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
-    dtype = parse_dtype(dtype)
-    if native is not None:
-        try:
-            native = check_bool("native", native)
-        except ArgumentTypeError:
-            raise ArgumentTypeError(
-                f"native must be True, False or None (unknown), got {native!r:.80}"
-            ) from None
-    low = dtype_name(dtype)
-    if device_type == "cpu":
-        case = {True: "cpu-native", False: "cpu-emulated", None: "cpu-unknown"}[native]
-    else:
-        case = "gpu"
+    """The sizes and budgets to race on a machine with these facts: ``device_type`` ("cpu", "cuda", "mps")
+    and, on a CPU, whether it multiplies ``dtype`` in hardware (True, False or None for unknown)."""
+    case = (
+        {True: "cpu-native", False: "cpu-emulated", None: "cpu-unknown"}[native]
+        if device_type == "cpu"
+        else "gpu"
+    )
     s = _SIZES[case]
-    if case == "gpu" and device_type == "mps":  # an Apple GPU: no Tensor Cores, shared memory
-        s = {**_SIZES["cpu-native"], "budget": dict(_SIZES["gpu"]["budget"])}
-    shown = (
-        f"matmul n from {s['matmul_sizes'][0]} to {s['matmul_sizes'][-1]}, "
-        f"MLP width {s['width']} with batch {s['batch']}"
-    )
+    if device_type == "mps":  # an Apple GPU: no Tensor Cores, shared memory
+        s = {**_SIZES["cpu-native"], "budget": _SIZES["gpu"]["budget"]}
+    shown = f"matmul n from {s['matmul_sizes'][0]} to {s['matmul_sizes'][-1]}, MLP width {s['width']} with batch {s['batch']}"
     threads = " on one CPU thread" if s["budget"].get("num_threads") == 1 else ""
-    description = say(
-        f"race.sizes_{case.replace('-', '_')}", device_type=device_type, low=low, shown=shown, threads=threads
-    )
-    return RaceSizes(
-        case=case,
-        device_type=device_type,
-        dtype=dtype,
-        width=s["width"],
-        batch=s["batch"],
-        matmul_sizes=tuple(s["matmul_sizes"]),
-        mlp_widths=tuple(s["mlp_widths"]),
-        batches=tuple(s["batches"]),
-        aligned_n=s["aligned_n"],
-        widget_widths=tuple(s["widget_widths"]),
-        widget_batches=tuple(s["widget_batches"]),
-        budget=dict(s["budget"]),
-        description=description,
-    )
+    facts = dict(device_type=device_type, low=dtype_name(dtype), shown=shown, threads=threads)
+    description = say(f"race.sizes_{case.replace('-', '_')}", **facts)
+    return RaceSizes(case, device_type, dtype, **{**s, "budget": dict(s["budget"])}, description=description)
 
 
 def sizes_for(device=None, dtype=None) -> RaceSizes:
@@ -250,13 +174,10 @@ def sizes_for(device=None, dtype=None) -> RaceSizes:
     (``dtype`` defaults to ``amp_dtype(device)``).  (``06_timing_race``)"""
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
-    native = cpu_has_native(dtype) if dev.type == "cpu" else None
-    return race_sizes(dev.type, dtype, native=native)
+    return race_sizes(dev.type, dtype, native=cpu_has_native(dtype) if dev.type == "cpu" else None)
 
 
-# ----------------------------------------------------------------------------------------------
-# The sweep
-# ----------------------------------------------------------------------------------------------
+# --- The sweep ------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -284,8 +205,8 @@ class SweepResult:
 
     @property
     def first_paying_size(self) -> int | None:
-        """The smallest size from which AMP is measurably faster (its interval above 1) at every larger
-        size; None when it is not at the largest ("slower" and "too close to call" do not pay)."""
+        """The smallest size from which AMP is measurably faster at every larger size; None when it is not
+        at the largest."""
         paying = None
         for size, outcome in zip(reversed(self.sizes), reversed(self.outcomes), strict=True):
             if outcome != "faster":
@@ -293,31 +214,22 @@ class SweepResult:
             paying = size
         return paying
 
-    def result_for(self, size: int) -> RaceResult:
-        """The race of one size of this sweep."""
-        if size not in self.sizes:
-            raise ValueError(f"size={size!r} was not raced in this sweep; its sizes are {list(self.sizes)}")
-        return self.results[self.sizes.index(size)]
-
     def to_dict(self) -> dict:
+        c = self.ceiling
         return jsonable(
             {
                 "kind": self.kind,
                 "sizes": self.sizes,
                 "speedups": self.speedups,
-                "intervals": [e.to_dict() for e in self.intervals],
+                "intervals": self.intervals,
                 "speedups_vs_tf32": [r.speedup_vs_tf32 for r in self.results],
                 "ceiling": {
-                    "vs_fp32": self.ceiling.vs_fp32,
-                    "vs_tf32": self.ceiling.vs_tf32,
-                    "source": self.ceiling.source,
-                    "measured_gemm": self.ceiling.measured_gemm,
-                    "gemm_shape": self.ceiling.gemm_shape,
-                    "measured_interval": (
-                        None
-                        if self.ceiling.measured_interval is None
-                        else self.ceiling.measured_interval.to_dict()
-                    ),
+                    "vs_fp32": c.vs_fp32,
+                    "vs_tf32": c.vs_tf32,
+                    "source": c.source,
+                    "measured_gemm": c.measured_gemm,
+                    "gemm_shape": c.gemm_shape,
+                    "measured_interval": c.measured_interval,
                 },
                 "results": [r.to_dict() for r in self.results],
                 "context": self.context,
@@ -325,8 +237,7 @@ class SweepResult:
         )
 
 
-# The most sizes one sweep races (each size is a race of its own).
-MAX_SWEEP_SIZES = 64
+MAX_SWEEP_SIZES = 64  # the most sizes one sweep races (each size is a race of its own)
 
 
 def sweep(
@@ -348,52 +259,56 @@ def sweep(
 ) -> SweepResult:
     """Speedup against size, and the ceiling it is heading for.  (``06_timing_race``)
 
-    ``kind="matmul"``: ``race_matmul(n)`` for each ``n`` in ``sizes``; ``kind="mlp"``:
-    ``race_mlp(width, batch)`` for each width (memory included); ``kind="batch"``: ``race_mlp(width, b)``
-    for each batch ``b``.  Sizes, ``batch`` and ``width`` default to :func:`sizes_for` this machine (small
-    on a CPU that emulates the AMP dtype, larger on one that multiplies it natively, large on a GPU).
-    Each race samples as :func:`race_matmul` does (``max_time_s`` is per race); ``reuse`` hands earlier
-    results of the same configurations back instead of racing them again.  The ceiling is the datasheet
-    ratio for a known GPU; otherwise (every CPU) it is the measured ratio of raw GEMMs with inputs already
-    in low precision, at the largest size.
+    ``kind="matmul"``: ``race_matmul(n)`` for each ``n`` in ``sizes``; ``"mlp"``: ``race_mlp(width, batch)``
+    for each width; ``"batch"``: ``race_mlp(width, b)`` for each batch.  Sizes, ``batch`` and ``width``
+    default to :func:`sizes_for` this machine.  Each race samples as :func:`~amp_lab.race.race_matmul` does
+    (``max_time_s`` per race); ``reuse`` hands earlier results back instead of racing them again.  The
+    ceiling is the datasheet's for a known GPU, else the measured ratio of raw GEMMs at the largest size.
     """
     kind = check_choice("kind", kind, ["matmul", "mlp", "batch"])
-    dev, dtype = check_race_args(
+    dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s
     )
     show_progress = check_bool("show_progress", show_progress)
     defaults = sizes_for(dev, dtype)
     if sizes is None:
         sizes = {"matmul": defaults.matmul_sizes, "mlp": defaults.mlp_widths, "batch": defaults.batches}[kind]
-    # A list, tuple or range: a dict would race its keys, a set in no particular order.
     sizes = check_int_sequence("sizes", sizes, minimum=1, max_length=MAX_SWEEP_SIZES)
     batch = check_int("batch", defaults.batch if batch is None else batch, minimum=1)
     width = check_int("width", defaults.width if width is None else width, minimum=1)
-    # Bounded before it starts: every race (and the raw GEMM's) takes its minimum rounds, and with a
-    # target interval up to max_time_s; all of them together must fit in MAX_SECONDS.
-    k = len(contestant_names(*_race.device_facts(dev)))
-    per_race = repeats * k * min_sample_s
+    # Bounded before it starts: every race and the raw GEMM's together must fit in MAX_SECONDS.
+    per_race = repeats * len(contestant_names(*_race.device_facts(dev))) * min_sample_s
     if target_rel_width is not None:
         per_race = max(per_race, DEFAULT_MAX_TIME_S if max_time_s is None else max_time_s)
     if (len(sizes) + 1) * per_race > MAX_SECONDS:
         raise ValueError(
-            f"sweep of {plural(len(sizes), 'size')} (plus the raw GEMM) could take up to {(len(sizes) + 1) * per_race:g} s "
-            f"({per_race:g} s per race), more than the course's limit of {MAX_SECONDS:g} s; choose fewer sizes "
-            "or a smaller max_time_s"
+            f"sweep of {plural(len(sizes), 'size')} (plus the raw GEMM) could take up to "
+            f"{(len(sizes) + 1) * per_race:g} s ({per_race:g} s per race), more than the course's limit of "
+            f"{MAX_SECONDS:g} s; choose fewer sizes or a smaller max_time_s"
         )
-    # Refuse the whole sweep up front rather than after minutes of racing.
     largest = max(sizes)
-    if kind == "matmul":
-        check_fits(matmul_bytes(largest, dtype), dev, f"sweep size n={largest}", "choose smaller sizes")
-    elif kind == "mlp":
-        check_fits(mlp_bytes(largest, batch, dtype), dev, f"sweep width={largest}", "choose smaller sizes")
-    else:
-        check_fits(mlp_bytes(width, largest, dtype), dev, f"sweep batch={largest}", "choose smaller sizes")
+    need = {
+        "matmul": matmul_bytes(largest, dtype),
+        "mlp": mlp_bytes(largest, batch, dtype),
+        "batch": mlp_bytes(width, largest, dtype),
+    }[kind]
+    check_fits(need, dev, f"sweep {'n' if kind == 'matmul' else kind}={largest}", "choose smaller sizes")
 
     common = dict(
-        device=dev, dtype=dtype, warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads,
-        target_rel_width=target_rel_width, max_time_s=max_time_s,
-    )  # fmt: skip
+        device=dev,
+        dtype=dtype,
+        warmup=warmup,
+        repeats=repeats,
+        min_sample_s=min_sample_s,
+        num_threads=num_threads,
+        target_rel_width=target_rel_width,
+        max_time_s=max_time_s,
+    )
+    shape = {
+        "matmul": (largest,) * 3,
+        "mlp": (batch, IN_FEATURES, largest),
+        "batch": (largest, IN_FEATURES, width),
+    }
     results = []
     bar = progress(total=len(sizes) + 1, desc=f"sweep {kind}") if show_progress else None
     try:
@@ -402,63 +317,53 @@ def sweep(
                 bar.set_postfix_str(f"size {size}")
             if kind == "matmul":
                 results.append(_race.race_matmul(size, reuse=reuse, **common))
-            elif kind == "mlp":
-                results.append(_race.race_mlp(size, batch, reuse=reuse, **common))
             else:
-                results.append(_race.race_mlp(width, size, reuse=reuse, **common))
+                w, b = (size, batch) if kind == "mlp" else (width, size)
+                results.append(_race.race_mlp(w, b, reuse=reuse, **common))
             if bar is not None:
                 bar.update(1)
-        shape = {
-            "matmul": (largest, largest, largest),
-            "mlp": (batch, IN_FEATURES, largest),
-            "batch": (largest, IN_FEATURES, width),
-        }[kind]
-        measured = _raw_gemm_ratio(*shape, **common)
+        measured = _raw_gemm_ratio(*shape[kind], device=dev, dtype=dtype, **budget)
         if bar is not None:
             bar.update(1)
     finally:
         if bar is not None:
             bar.close()
-    ceiling = None
-    if dev.type == "cuda":
-        ceiling = datasheet_ceiling(torch.cuda.get_device_name(dev), dtype)
+    ceiling = datasheet_ceiling(torch.cuda.get_device_name(dev), dtype) if dev.type == "cuda" else None
     if ceiling is None:
         what = "GPU without a datasheet entry" if dev.type == "cuda" else dev.type
-        ceiling = Ceiling(
-            vs_fp32=measured.ratio,
-            vs_tf32=None,
-            source=f"measured on this {what}: raw {dtype_name(dtype)} GEMM {shape[0]}x{shape[1]}x{shape[2]} "
-            "against FP32, inputs already cast",
-        )
-    ceiling = Ceiling(
-        ceiling.vs_fp32, ceiling.vs_tf32, ceiling.source, measured_gemm=measured.ratio, gemm_shape=shape,
-        measured_interval=measured,
-    )  # fmt: skip
-    return SweepResult(
-        kind=kind, sizes=sizes, results=tuple(results), ceiling=ceiling, context=results[-1].context
-    )
+        m, k, n = shape[kind]
+        source = f"measured on this {what}: raw {dtype_name(dtype)} GEMM {m}x{k}x{n} against FP32, inputs already cast"
+        ceiling = Ceiling(vs_fp32=measured.ratio, vs_tf32=None, source=source)
+    ceiling = Ceiling(ceiling.vs_fp32, ceiling.vs_tf32, ceiling.source, shape[kind], measured)
+    return SweepResult(kind, sizes, tuple(results), ceiling, results[-1].context)
 
 
 def check_sweep(name: str, value) -> SweepResult:
     return check_instance(name, value, SweepResult, "a SweepResult (from sweep)")
 
 
-def _speedup_range(result: RaceResult) -> tuple[float, float]:
-    """The speedup's interval, clipped to the speedup itself where there are too few pairs for one."""
-    e = result.speedup_interval
-    if not math.isfinite(e.high):
-        return e.ratio, e.ratio
-    return e.low, e.high
+# --- Plots ----------------------------------------------------------------------------------------------
 
 
-def _size_axis(ax, sizes, label):
+def _axes(ax, result: SweepResult, figsize=(6.4, 3.8)):
+    """``ax`` (or a new one) with the sizes on a log2 x axis, labelled by what the sweep varied."""
+    import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter, NullLocator
 
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize)
+    p = result.results[0].params
+    label = {
+        "matmul": "n (n x n matmul)",
+        "mlp": f"width (batch {p.get('batch')})",
+        "batch": f"batch (width {p.get('width')})",
+    }
     ax.set_xscale("log", base=2)
-    ax.set_xticks(list(sizes), [str(s) for s in sizes])
+    ax.set_xticks(list(result.sizes), [str(s) for s in result.sizes])
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel(label)
+    ax.set_xlabel(label[result.kind])
+    return ax
 
 
 def _plain_log_y(ax):
@@ -471,41 +376,33 @@ def _plain_log_y(ax):
     ax.yaxis.set_minor_formatter(plain if ax.get_ylim()[1] / ax.get_ylim()[0] < 10 else NullFormatter())
 
 
-def _axis_label(result: SweepResult) -> str:
-    p = result.results[0].params
-    if result.kind == "matmul":
-        return "n (n x n matmul)"
-    return f"width (batch {p['batch']})" if result.kind == "mlp" else f"batch (width {p['width']})"
-
-
 def plot_sweep(result: SweepResult, ax=None):
     """Speedup (FP32 / AMP) against size on log-log axes, with its interval, break-even and the ceiling."""
     check_sweep("result", result)
-    check_axes("ax", ax)
-    if ax is None:
-        import matplotlib.pyplot as plt
-
-        _, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax = _axes(check_axes("ax", ax), result)
     dtype = dtype_name(result.results[0].dtype)
-    ranges = [_speedup_range(r) for r in result.results]
-    lower = [s - lo for s, (lo, _hi) in zip(result.speedups, ranges, strict=True)]
-    upper = [hi - s for s, (_lo, hi) in zip(result.speedups, ranges, strict=True)]
-    conf = result.results[0].speedup_interval.confidence_text
-    ax.errorbar(result.sizes, result.speedups, yerr=[lower, upper], fmt="o-", color="C0", capsize=3,
-                label=f"AMP ({dtype}) vs FP32 (bars: {conf} interval)")  # fmt: skip
+    # Each speedup's interval, clipped to the speedup itself where there are too few pairs for one.
+    ends = [(e.low, e.high) if math.isfinite(e.high) else (e.ratio, e.ratio) for e in result.intervals]
+    yerr = [
+        [s - lo for s, (lo, _) in zip(result.speedups, ends, strict=True)],
+        [hi - s for s, (_, hi) in zip(result.speedups, ends, strict=True)],
+    ]
+    conf = result.intervals[0].confidence_text
+    label = f"AMP ({dtype}) vs FP32 (bars: {conf} interval)"
+    ax.errorbar(result.sizes, result.speedups, yerr=yerr, fmt="o-", color="C0", capsize=3, label=label)
     tf32 = [r.speedup_vs_tf32 for r in result.results]
-    if all(s is not None for s in tf32):
+    has_tf32 = all(s is not None for s in tf32)
+    if has_tf32:
         ax.plot(result.sizes, tf32, "s--", color="C2", label=f"AMP ({dtype}) vs TF32")
     c = result.ceiling
-    is_datasheet = "datasheet" in c.source
-    kind = "datasheet" if is_datasheet else "raw GEMM, measured"
+    datasheet = "datasheet" in c.source
+    kind = "datasheet" if datasheet else "raw GEMM, measured"
     ax.axhline(c.vs_fp32, color="C3", ls="--", label=f"ceiling vs FP32 ({kind}): {c.vs_fp32:.3g}x")
-    if c.vs_tf32 is not None and all(s is not None for s in tf32):
+    if c.vs_tf32 is not None and has_tf32:
         ax.axhline(c.vs_tf32, color="C2", ls=":", label=f"ceiling vs TF32 (datasheet): {c.vs_tf32:.3g}x")
-    if is_datasheet and c.measured_gemm is not None:
+    if datasheet and c.measured_gemm is not None:
         ax.axhline(c.measured_gemm, color="C1", ls=":", label=f"raw GEMM, measured: {c.measured_gemm:.3g}x")
     ax.axhline(1.0, color="0.3", lw=1, label="break-even")
-    _size_axis(ax, result.sizes, _axis_label(result))
     _plain_log_y(ax)
     ax.set_ylabel("speedup (FP32 time / AMP time)")
     ax.set_title(f"Where AMP starts to pay on {result.context['device']}")
@@ -521,28 +418,15 @@ def plot_memory(result: SweepResult, ax=None):
         raise ValueError(
             "plot_memory needs a sweep with kind='mlp' or 'batch' (memory is measured for training steps)"
         )
-    check_axes("ax", ax)
-    if ax is None:
-        import matplotlib.pyplot as plt
-
-        _, ax = plt.subplots(figsize=(6.4, 3.8))
-    mib = 2.0**20
+    ax = _axes(check_axes("ax", ax), result)
     names = [k for k in result.results[0].memory if k != "method"]
     for i, name in enumerate(names):
-        ax.plot(
-            result.sizes,
-            [r.memory[name] / mib for r in result.results],
-            "o-",
-            color=f"C{i}",
-            label=name.upper(),
-        )
-    _size_axis(ax, result.sizes, _axis_label(result))
+        mib = [r.memory[name] / 2**20 for r in result.results]
+        ax.plot(result.sizes, mib, "o-", color=f"C{i}", label=name.upper())
     _plain_log_y(ax)
     ax.set_ylabel("MiB")
-    method = result.results[0].memory["method"]
-    ax.set_title(
-        "Memory per training step (" + ("measured" if method.startswith("measured") else "estimate") + ")"
-    )
+    how = "measured" if result.results[0].memory["method"].startswith("measured") else "estimate"
+    ax.set_title(f"Memory per training step ({how})")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     return ax

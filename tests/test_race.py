@@ -469,25 +469,11 @@ def test_race_sizes_are_a_pure_function_of_the_machines_facts(device_type, nativ
     assert sweeps.race_sizes(device_type, torch.bfloat16, native=native) == s
 
 
-def test_race_sizes_say_which_case_they_are():
-    assert "has no bfloat16 instructions" in sweeps.race_sizes("cpu", native=False).description
-    assert "multiplies bfloat16 in hardware" in sweeps.race_sizes("cpu", native=True).description
-    assert "is unknown" in sweeps.race_sizes("cpu", native=None).description
-    assert sweeps.race_sizes("cpu", "fp16", native=False).dtype == torch.float16
-    # a native CPU races sizes an emulating one never reaches; an emulating one only small ones
+def test_a_native_cpu_races_larger_sizes_than_an_emulating_one():
+    assert sweeps.race_sizes("cpu", torch.float16, native=False).dtype == torch.float16
     native, emulated = sweeps.race_sizes("cpu", native=True), sweeps.race_sizes("cpu", native=False)
     assert max(native.matmul_sizes) >= 4 * max(emulated.matmul_sizes)
     assert native.width * native.batch >= 64 * emulated.width * emulated.batch
-
-
-@pytest.mark.parametrize(
-    "kwargs, name",
-    [({"device_type": "tpu"}, "device_type"), ({"device_type": "cpu", "native": "yes"}, "native"),
-     ({"device_type": "cpu", "dtype": "fp32"}, "dtype")],  # fmt: skip
-)
-def test_race_sizes_bad_facts(kwargs, name):
-    with pytest.raises(ValueError, match=name):
-        sweeps.race_sizes(**kwargs)
 
 
 def test_sizes_for_reads_this_machine(monkeypatch):
@@ -540,10 +526,8 @@ def test_batch_sweep_races_batches_at_one_width_and_reuses_the_main_race():
     main = race.race_mlp(16, 8, device="cpu", **FAST)
     s = sweeps.sweep((4, 8), kind="batch", width=16, device="cpu", show_progress=False, reuse=[main], **FAST)
     assert [r.params["batch"] for r in s.results] == [4, 8] and all(r.params["width"] == 16 for r in s.results)
-    assert s.results[1] is main and s.result_for(8) is main
+    assert s.results[1] is main
     assert s.ceiling.gemm_shape == (8, cost.IN_FEATURES, 16)
-    with pytest.raises(ValueError, match="size"):
-        s.result_for(3)
     ax = sweeps.plot_memory(s)
     assert "batch (width 16)" in ax.get_xlabel()
     reading = race_readout.sweep_summary(s)
@@ -763,12 +747,15 @@ def test_the_plot_draws_the_interval():
 
     matplotlib.use("Agg")
     s = _sweep_of("scf", sweeps.Ceiling(2.0, None, "x"))
-    lo, hi = sweeps._speedup_range(s.results[1])
-    e = s.intervals[1]
-    assert (lo, hi) == (e.low, e.high) and lo < 1 < hi
-    assert sweeps._speedup_range(_result([3.0, 3.0])) == (3.0, 3.0)  # too few pairs: no bar rather than 0..inf
     ax = sweeps.plot_sweep(s)
+    bars = ax.containers[0].lines[2][0].get_segments()  # one vertical segment per size: its interval
+    e = s.intervals[1]
+    assert (bars[1][0][1], bars[1][1][1]) == pytest.approx((e.low, e.high)) and e.low < 1 < e.high
     assert "95% interval" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    r = _result([3.0, 3.0], kind="matmul", params={"n": 32})
+    few = sweeps.plot_sweep(sweeps.SweepResult("matmul", (32,), (r,), sweeps.Ceiling(2.0, None, "x"), r.context))
+    seg = few.containers[0].lines[2][0].get_segments()[0]  # too few pairs: no bar rather than 0..inf
+    assert seg[0][1] == seg[1][1] == pytest.approx(3.0)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -790,24 +777,6 @@ def no_racing(monkeypatch):
     monkeypatch.setattr(race, "race_mlp", boom)
     monkeypatch.setattr(torch.nn, "Linear", boom)
     return boom
-
-
-@pytest.mark.parametrize(
-    "call, exc, match",
-    [
-        (lambda: sweeps.race_sizes("cpu", native=1), TypeError, "native must be True, False or None"),
-        (lambda: sweeps.race_sizes("cpu", native="yes"), TypeError, "native must be True, False or None"),
-    ],
-)
-def test_sizes_and_flops_refuse_what_would_be_silently_wrong(no_racing, call, exc, match):
-    with pytest.raises(exc, match=match):
-        call()
-
-
-def test_sizes_accept_numpy_scalars_and_race_sizes_takes_bools_only():
-    with pytest.raises(TypeError, match="native must be True, False or None"):
-        sweeps.race_sizes("cpu", native=np.int64(1))  # used to pass as True
-    assert sweeps.race_sizes("cpu", native=np.bool_(True)).case == "cpu-native"
 
 
 _real_race_matmul, _real_race_mlp, _real_sweep, _real_measure = race.race_matmul, race.race_mlp, sweeps.sweep, timing.measure
