@@ -10,79 +10,54 @@ from collections.abc import Sequence
 import torch
 
 from . import race as _race
-from ._checks import MAX_SECONDS, check_choice, check_float, check_int, check_int_sequence
+from ._checks import check_int, check_int_sequence
 from .cost import IN_FEATURES, mlp_bytes, mlp_step_flops
-from .device import check_fits, get_device
+from .device import check_fits
 from .dtypes import dtype_name, parse_dtype
-from .gpus import amp_dtype_for, bf16_hardware, check_capability, tensor_core_generation
+from .gpus import amp_dtype_for, bf16_hardware, tensor_core_generation
 from .intervals import Timing, plural
-from .race import (
-    RACE_TARGET_REL_WIDTH,
-    RaceResult,
-    check_result,
-    contestant_names,
-    unit_of,
-)
+from .race import RACE_TARGET_REL_WIDTH, RaceResult, check_race_args, check_result, contestant_names, unit_of
 from .race_readout import explain, memory_summary
 from .sweeps import sizes_for
 from .text import format_bytes, format_ratio, format_seconds
-from .timing import RaceProgress, check_budget, check_planned_time, check_target_rel_width, tf32_text
-
-# ----------------------------------------------------------------------------------------------
-# The race widget
-# ----------------------------------------------------------------------------------------------
-
-_CARD_STYLE = "border:1px solid #ccc;border-radius:6px;padding:8px 12px;max-width:760px"
+from .timing import RaceProgress, tf32_text
 
 
 def _card(state: str, body: str) -> str:
-    return f'<div class="amp-race-card" data-race-state="{state}" style="{_CARD_STYLE}">{body}</div>'
+    style = "border:1px solid #ccc;border-radius:6px;padding:8px 12px;max-width:760px"
+    return f'<div class="amp-race-card" data-race-state="{state}" style="{style}">{body}</div>'
 
 
 def precision_choices(device_type: str, capability=None) -> list[tuple[str, str]]:
-    """The race widget's AMP dtype buttons, (label, dtype name), for a device's facts: the course's dtype
-    first; on a CUDA GPU without bf16 Tensor Cores (before Ampere) bfloat16 is labelled as emulated."""
-    device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
-
+    """The AMP dtype buttons, (label, dtype name): the course's dtype first; on a CUDA GPU without bf16
+    Tensor Cores (before Ampere) bfloat16 is labelled as emulated."""
     first = dtype_name(amp_dtype_for(device_type, capability))
     emulated = device_type == "cuda" and capability is not None and not bf16_hardware(capability)
     labels = {"bfloat16": "bf16 (emulated)" if emulated else "bf16", "float16": "fp16"}
-    order = [first] + [d for d in ("bfloat16", "float16") if d != first]
-    return [(labels[d], d) for d in order]
+    return [(labels[d], d) for d in (first, *(d for d in ("bfloat16", "float16") if d != first))]
 
 
 def precision_warning(device_type: str, capability, dtype) -> str | None:
-    """A warning for racing ``dtype`` on a device, or None: bfloat16 on a CUDA GPU before Ampere is
-    emulated, so AMP in bfloat16 cannot win there (the widget shows this before the race).
-
-    ``capability`` is the GPU's ``(major, minor)`` compute capability, or None where it is unknown (a CPU,
-    an Apple GPU, or a CUDA GPU not asked): with None no warning can be given, so the answer is None."""
-    device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
-    if capability is not None:
-        capability = check_capability(capability)
-    dtype = parse_dtype(dtype)
-    if (
-        device_type == "cuda"
-        and capability is not None
-        and dtype == torch.bfloat16
-        and not bf16_hardware(capability)
-    ):
-        tc = tensor_core_generation(capability)
-        return (
-            f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]}) has no bf16 Tensor Cores: torch emulates "
-            "bfloat16 here, so expect AMP in bf16 to lose. Race fp16 to see what these Tensor Cores do."
-        )
-    return None
+    """A warning for racing bfloat16 on a CUDA GPU before Ampere (emulated there, so AMP cannot win), or None
+    (also when the capability is unknown)."""
+    if device_type != "cuda" or capability is None or parse_dtype(dtype) != torch.bfloat16:
+        return None
+    if bf16_hardware(capability):
+        return None
+    tc = tensor_core_generation(capability)
+    return (
+        f"{tc.architecture} (sm_{tc.capability[0]}{tc.capability[1]}) has no bf16 Tensor Cores: torch emulates "
+        "bfloat16 here, so expect AMP in bf16 to lose. Race fp16 to see what these Tensor Cores do."
+    )
 
 
 class RaceWidget:
     """Width, batch and precision controls, a Race button, two racing lanes and a result card.
 
-    Built by :func:`race_widget`.  Pressing Race (or calling :meth:`run`) races ``race_mlp`` with the
-    chosen settings, sampling until the speedup's interval is narrow or the time budget is spent.  During
-    the race each lane's bar shows how far that contestant would have got when the faster one (by running
-    median) has done all the samples taken so far: the winner's bar advances one sample per round, the
-    loser's ``1/speedup`` of one.  The widths, batches and budget default to :func:`sizes_for` the device.
+    Pressing Race (or calling :meth:`run`) races ``race_mlp`` with the chosen settings, sampling until the
+    speedup's interval is narrow or the time budget is spent.  Each lane shows how far its contestant would
+    have got when the faster one (by running median) has done all the samples so far.  The widths, batches
+    and budget default to :func:`~amp_lab.sweeps.sizes_for` the device.
     """
 
     def __init__(
@@ -101,53 +76,49 @@ class RaceWidget:
     ):
         import ipywidgets as widgets
 
-        self.device = get_device(device)
-        sizes = sizes_for(self.device)
-        budget = sizes.budget
-        # Each choice a positive int, checked before any widget exists; the largest must fit in memory.
+        sizes = sizes_for(device)
         widths = check_int_sequence("widths", sizes.widget_widths if widths is None else widths, minimum=1)
         batches = check_int_sequence(
             "batches", sizes.widget_batches if batches is None else batches, minimum=1
         )
         self.in_features = check_int("in_features", in_features, minimum=1)
-        warmup, repeats, _, min_sample_s, num_threads = check_budget(
-            budget["warmup"] if warmup is None else warmup,
-            budget["repeats"] if repeats is None else repeats,
-            budget["min_sample_s"] if min_sample_s is None else min_sample_s,
-            num_threads,
+        given = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, max_time_s=max_time_s)
+        b = {**sizes.budget, **{k: v for k, v in given.items() if v is not None}}
+        self.num_threads = b.get("num_threads") if num_threads is None else num_threads
+        self.warmup, self.repeats = b["warmup"], b["repeats"]
+        self.min_sample_s, self.max_time_s, self.target_rel_width = (
+            b["min_sample_s"],
+            b["max_time_s"],
+            target_rel_width,
         )
-        self.warmup, self.repeats, self.min_sample_s = warmup, repeats, min_sample_s
-        self.target_rel_width = None if target_rel_width is None else check_target_rel_width(target_rel_width)
-        self.max_time_s = check_float(
-            "max_time_s", budget["max_time_s"] if max_time_s is None else max_time_s, gt=0, le=MAX_SECONDS
+        self.device, _, _ = check_race_args(
+            device,
+            None,
+            self.warmup,
+            self.repeats,
+            self.min_sample_s,
+            self.num_threads,
+            target_rel_width,
+            self.max_time_s,
         )
-        self.num_threads = budget.get("num_threads") if num_threads is None else num_threads
-        facts = _race.device_facts(self.device)
-        check_planned_time(self.repeats, len(contestant_names(*facts)), self.min_sample_s)
-        check_fits(
-            mlp_bytes(max(widths), max(batches), torch.float16, in_features=self.in_features,
-                      contestants=len(contestant_names(*facts))),
-            self.device, f"RaceWidget's largest race (width={max(widths)}, batch={max(batches)})",
-            "choose smaller widths or batches",
-        )  # fmt: skip
+        self._facts = _race.device_facts(self.device)
+        n = len(contestant_names(*self._facts))
+        need = mlp_bytes(
+            max(widths), max(batches), torch.float16, in_features=self.in_features, contestants=n
+        )
+        largest = f"RaceWidget's largest race (width={max(widths)}, batch={max(batches)})"
+        check_fits(need, self.device, largest, "choose smaller widths or batches")
 
         self.width = widgets.Dropdown(options=widths, value=widths[0], description="width")
         self.batch = widgets.Dropdown(options=batches, value=batches[0], description="batch")
-        self._facts = _race.device_facts(self.device)
         choices = precision_choices(*self._facts)
         self.precision = widgets.ToggleButtons(options=choices, value=choices[0][1], description="AMP dtype")
         self.button = widgets.Button(description="Race", button_style="primary", icon="flag-checkered")
         self.button.add_class("amp-race-button")
-        bar_layout = widgets.Layout(width="420px")
-        self.fp32_bar = widgets.FloatProgress(
-            value=0, min=0, max=self.repeats, description="FP32", bar_style="info", layout=bar_layout
-        )
-        self.amp_bar = widgets.FloatProgress(
-            value=0, min=0, max=self.repeats, description="AMP", bar_style="info", layout=bar_layout
-        )
-        self.fp32_time = widgets.HTML(value="")
-        self.amp_time = widgets.HTML(value="")
-        self.result = widgets.HTML(value="")
+        bar = dict(value=0, min=0, max=self.repeats, bar_style="info", layout=widgets.Layout(width="420px"))
+        self.fp32_bar = widgets.FloatProgress(description="FP32", **bar)
+        self.amp_bar = widgets.FloatProgress(description="AMP", **bar)
+        self.fp32_time, self.amp_time, self.result = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.result.add_class("amp-race-result")
         self.last: RaceResult | None = None
         self._ready()
@@ -155,15 +126,9 @@ class RaceWidget:
         for control in (self.width, self.batch, self.precision):
             control.observe(self._on_settings, names="value")
         self.button.on_click(lambda _button: self.run())
-        self.widget = widgets.VBox(
-            [
-                widgets.HBox([self.width, self.batch]),
-                widgets.HBox([self.precision, self.button]),
-                widgets.HBox([self.fp32_bar, self.fp32_time]),
-                widgets.HBox([self.amp_bar, self.amp_time]),
-                self.result,
-            ]
-        )
+        rows = [[self.width, self.batch], [self.precision, self.button], [self.fp32_bar, self.fp32_time]]
+        rows.append([self.amp_bar, self.amp_time])
+        self.widget = widgets.VBox([*map(widgets.HBox, rows), self.result])
 
     @property
     def dtype(self) -> torch.dtype:
@@ -181,9 +146,8 @@ class RaceWidget:
         )
 
     def _reset_bars(self) -> None:
-        self.fp32_bar.value = self.amp_bar.value = 0
-        self.fp32_bar.max = self.amp_bar.max = self.repeats
-        self.fp32_bar.bar_style = self.amp_bar.bar_style = "info"
+        for bar in (self.fp32_bar, self.amp_bar):
+            bar.value, bar.max, bar.bar_style = 0, self.repeats, "info"
 
     def _on_settings(self, _change) -> None:
         self._reset_bars()
@@ -197,12 +161,13 @@ class RaceWidget:
             return 0
         med = {k: Timing(k, tuple(v[:rounds]), 1, 0).median for k, v in (("fp32", fp32), ("amp", amp))}
         fastest = min(med.values())
-        for bar in (self.fp32_bar, self.amp_bar):  # sampling may go on past `repeats` rounds
-            bar.max = max(bar.max, rounds)
-        self.fp32_bar.value = rounds * fastest / med["fp32"]
-        self.amp_bar.value = rounds * fastest / med["amp"]
-        self.fp32_time.value = f"{format_seconds(med['fp32'])}/step"
-        self.amp_time.value = f"{format_seconds(med['amp'])}/step"
+        for name, bar, label in (
+            ("fp32", self.fp32_bar, self.fp32_time),
+            ("amp", self.amp_bar, self.amp_time),
+        ):
+            bar.max = max(bar.max, rounds)  # sampling may go on past `repeats` rounds
+            bar.value = rounds * fastest / med[name]
+            label.value = f"{format_seconds(med[name])}/step"
         return rounds
 
     def _on_progress(self, event: RaceProgress) -> None:
@@ -259,21 +224,17 @@ class RaceWidget:
 
 def result_card_html(result: RaceResult) -> str:
     """The body of the race widget's result card: the speedup with its interval and outcome, the reading
-    :func:`explain` composes, the timings, and the context."""
+    :func:`~amp_lab.race_readout.explain` composes, the timings, and the context."""
     check_result("result", result)
     e = html.escape
-    est = result.speedup_interval
-    unit = unit_of(result.kind)
+    est, unit, ctx = result.speedup_interval, unit_of(result.kind), result.context
     cell = "padding:1px 10px 1px 0;text-align:right"
     header = ["", f"median per {unit}", "spread (IQR)", "TFLOP/s"] + (["memory"] if result.memory else [])
     rows = ["<tr>" + "".join(f"<th style='{cell}'>{e(h)}</th>" for h in header) + "</tr>"]
     for name, t in result.timings.items():
         values = [name.upper(), format_seconds(t.median), format_seconds(t.iqr), f"{result.tflops[name]:.3g}"]
-        if result.memory:
-            values.append(format_bytes(result.memory[name]))
+        values += [format_bytes(result.memory[name])] if result.memory else []
         rows.append("<tr>" + "".join(f"<td style='{cell}'>{e(v)}</td>" for v in values) + "</tr>")
-    ctx = result.context
-    tf32 = tf32_text(ctx)
     mem_note = f"<br>memory: {e(str(memory_summary(result)))}" if result.memory else ""
     interval = (
         f"{est.confidence_text} interval {est.ends_text()}"
@@ -288,8 +249,8 @@ def result_card_html(result: RaceResult) -> str:
         f"<p>{e(str(explain(result)))}</p>"
         f"<table style='font-family:monospace;border-collapse:collapse'>{''.join(rows)}</table>"
         f"<small>{plural(est.pairs, 'interleaved round')} after "
-        f"{plural(result.fp32.warmup, 'untimed warm-up ' + unit)}; {plural(ctx['threads'], 'thread')}; TF32 for FP32: {tf32}; "
-        f"timed with {e(ctx['sync'])}; torch {e(ctx['torch'])}{mem_note}</small>"
+        f"{plural(result.fp32.warmup, 'untimed warm-up ' + unit)}; {plural(ctx['threads'], 'thread')}; "
+        f"TF32 for FP32: {tf32_text(ctx)}; timed with {e(ctx['sync'])}; torch {e(ctx['torch'])}{mem_note}</small>"
     )
 
 

@@ -14,37 +14,29 @@ from .dtypes import dtype_name
 from .sweeps import SweepResult, check_sweep
 from .widgets import table_html
 
-# ----------------------------------------------------------------------------------------------
-# Reference results from real GPUs (docs/results/, written by scripts/gpu_check.py)
-# ----------------------------------------------------------------------------------------------
-
 RESULTS_SCHEMA = "amp-lab/gpu-check/1"
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
 def load_reference_results(directory=None) -> list[dict]:
     """Committed GPU check results (``docs/results/*.json``), newest first; [] when there are none.
-
-    ``directory`` (default: the course's ``docs/results``) must be a folder that exists: a path that is
-    not one raises ValueError naming it, rather than reading as "no results"."""
+    ``directory`` (default: the course's ``docs/results``, which may be missing) must be a folder that exists."""
     if directory is None:
         directory = RESULTS_DIR
         if not directory.is_dir():
             return []
-    else:
-        if not isinstance(directory, (str, os.PathLike)):
-            raise ArgumentTypeError(
-                f"directory must be a folder path (a string or pathlib.Path) or None, got {type(directory).__name__}: "
-                f"{directory!r:.80}"
-            )
-        directory = Path(directory)
-        if not directory.is_dir():
-            what = "is a file, not a folder" if directory.exists() else "does not exist"
-            raise ValueError(
-                f"directory={str(directory)!r} {what}; give the folder that holds the *.json results"
-            )
+    elif not isinstance(directory, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"directory must be a folder path (a string or pathlib.Path) or None, got {type(directory).__name__}: "
+            f"{directory!r:.80}"
+        )
+    elif not Path(directory).is_dir():
+        what = "is a file, not a folder" if Path(directory).exists() else "does not exist"
+        raise ValueError(
+            f"directory={str(directory)!r} {what}; give the folder that holds the *.json results"
+        )
     found = []
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted(Path(directory).glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -84,26 +76,17 @@ def reference_table_html(references: Sequence[dict], mine: SweepResult | None = 
     if mine is not None:
         check_sweep("mine", mine)
     columns: list[tuple[str, dict]] = []
+    wanted = None if mine is None else f"matmul_{dtype_name(mine.results[0].dtype)}"
     for ref in references:
         sweeps = {k: v for k, v in ref.get("sweeps", {}).items() if k.startswith("matmul_")}
-        if not sweeps:
-            continue
-        wanted = f"matmul_{dtype_name(mine.results[0].dtype)}" if mine is not None else None
-        key = wanted if wanted in sweeps else sorted(sweeps)[0]
-        gpu = ref.get("machine", {}).get("gpu_name") or ref.get("machine", {}).get("device", "?")
-        columns.append(
-            (
-                f"{gpu} ({key.removeprefix('matmul_')})",
-                dict(zip(sweeps[key]["sizes"], sweeps[key]["speedups"], strict=True)),
-            )
-        )
+        if sweeps:
+            key = wanted if wanted in sweeps else sorted(sweeps)[0]
+            gpu = ref.get("machine", {}).get("gpu_name") or ref.get("machine", {}).get("device", "?")
+            by_size = dict(zip(sweeps[key]["sizes"], sweeps[key]["speedups"], strict=True))
+            columns.append((f"{gpu} ({key.removeprefix('matmul_')})", by_size))
     if mine is not None:
-        columns.append(
-            (
-                f"yours: {mine.context['device']} ({dtype_name(mine.results[0].dtype)})",
-                dict(zip(mine.sizes, mine.speedups, strict=True)),
-            )
-        )
+        yours = f"yours: {mine.context['device']} ({dtype_name(mine.results[0].dtype)})"
+        columns.append((yours, dict(zip(mine.sizes, mine.speedups, strict=True))))
     sizes = sorted({size for _, values in columns for size in values})
     rows = [[n, *(f"{values[n]:.2f}x" if n in values else "-" for _, values in columns)] for n in sizes]
     return table_html(

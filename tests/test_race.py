@@ -928,12 +928,6 @@ def test_precision_warning_reads_an_unknown_capability_as_no_warning(capability,
     assert got is None if expected is None else expected in got
 
 
-@pytest.mark.parametrize(("bad", "exc"), [(5, TypeError), ("8.0", TypeError), ({7, 5}, TypeError), ((8,), ValueError)])
-def test_precision_warning_refuses_a_capability_that_is_not_a_pair(bad, exc):
-    with pytest.raises(exc, match="^capability"):
-        race_widget.precision_warning("cuda", bad, torch.bfloat16)
-
-
 # ----------------------------------------------------------------------------------------------
 # Issue 15: the memory-bound regime (arithmetic intensity, race_elementwise, the measured roofline)
 # ----------------------------------------------------------------------------------------------
