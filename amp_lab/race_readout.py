@@ -28,16 +28,13 @@ from .race import (
 from .sweeps import SweepResult, check_sweep
 from .text import Reading, format_bytes, format_ratio
 
-
-def _size_name(kind: str) -> str:
-    return {"matmul": "n", "mlp": "width", "batch": "batch"}[kind]
+_SIZE_NAMES = {"matmul": "n", "mlp": "width", "batch": "batch"}
 
 
 def _est_text(e: SpeedupEstimate) -> str:
     """``'1.32x (1.25x to 1.40x): faster'``: a speedup, its interval and what the interval says."""
-    if not math.isfinite(e.high):
-        return f"{format_ratio(e.ratio)} (too few pairs for an interval): {e.outcome}"
-    return f"{format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}"
+    ends = e.ends_text() if math.isfinite(e.high) else "too few pairs for an interval"
+    return f"{format_ratio(e.ratio)} ({ends}): {e.outcome}"
 
 
 def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...], dict]:
@@ -61,7 +58,7 @@ def sweep_summary(result: SweepResult) -> Reading:
     speedup grew with the size, how close it gets to the ceiling, and a warning when it was too noisy.
     Outcome ``"pays"`` (from ``facts["pays_from"]`` on) or ``"does_not_pay"``.  (``06_timing_race``)"""
     check_sweep("result", result)
-    r0, name = result.results[0], _size_name(result.kind)
+    r0, name = result.results[0], _SIZE_NAMES[result.kind]
     p = r0.params
     what = {
         "matmul": "n x n matmul",
@@ -94,47 +91,38 @@ def sweep_summary(result: SweepResult) -> Reading:
     return Reading(outcome, (*reasons, *noise), {**facts, **noise_facts})
 
 
-def _saving(result: RaceResult) -> float:
-    return 1 - result.memory["amp"] / result.memory["fp32"]
-
-
-def _saving_code(saving: float) -> str:
-    return "nothing" if abs(saving) < 0.005 else "saves" if saving > 0 else "costs"
+def _saving(result: RaceResult) -> tuple[float, str]:
+    """The fraction of a step's memory AMP saved, and its code: "saves", "nothing" or "costs"."""
+    saving = 1 - result.memory["amp"] / result.memory["fp32"]
+    return saving, "nothing" if abs(saving) < 0.005 else "saves" if saving > 0 else "costs"
 
 
 def memory_summary(result) -> Reading:
     """What AMP did to the memory of a training step, read from a ``race_mlp`` result (or an MLP/batch
     sweep: its largest size, then its smallest and largest), with the mechanism that explains it.  Outcome
     ``"saves"``, ``"nothing"`` or ``"costs"``; ``facts["saving"]`` the fraction saved.  (``06_timing_race``)"""
-    if not isinstance(result, (RaceResult, SweepResult)):
-        check_instance("result", result, (RaceResult, SweepResult), "a race_mlp result or an MLP/batch sweep")
+    check_instance("result", result, (RaceResult, SweepResult), "a race_mlp result or an MLP/batch sweep")
     if isinstance(result, SweepResult):
         if result.kind not in ("mlp", "batch") or result.results[0].memory is None:
             raise ValueError("result must be a race_mlp result or an MLP/batch sweep with memory measured")
         first, last = result.results[0], result.results[-1]
         one = memory_summary(last)
-        s0, s1 = _saving(first), _saving(last)
-        facts = {**one.facts, "name": _size_name(result.kind), "first_size": result.sizes[0],
+        (s0, c0), (s1, c1) = _saving(first), _saving(last)
+        facts = {**one.facts, "name": _SIZE_NAMES[result.kind], "first_size": result.sizes[0],
                  "last_size": result.sizes[-1], "first_saving": abs(s0), "last_saving": abs(s1)}  # fmt: skip
-        codes = (f"race.sweep_memory_first_{_saving_code(s0)}", f"race.sweep_memory_last_{_saving_code(s1)}")
+        codes = (f"race.sweep_memory_first_{c0}", f"race.sweep_memory_last_{c1}")
         return Reading(one.outcome, (*one.reasons, "race.sweep_memory", *codes), facts)
     if result.memory is None:
         raise ValueError("result must be a race_mlp result with memory measured (race_mlp(..., memory=True))")
     m = result.memory
-    saving = _saving(result)
-    why = (
-        "race.memory_activations_win"
-        if saving >= 0.1
-        else "race.memory_small_share"
-        if saving > -0.1
-        else "race.memory_copies_cost"
-    )
+    saving, code = _saving(result)
+    why = "activations_win" if saving >= 0.1 else "small_share" if saving > -0.1 else "copies_cost"
     facts = {
         "size": result.size, "fp32_bytes": format_bytes(m["fp32"]), "amp_bytes": format_bytes(m["amp"]),
         "how": "measured" if m["method"].startswith("measured") else "estimated", "saving": saving,
         "abs_saving": abs(saving), "low": dtype_name(result.dtype),
     }  # fmt: skip
-    return Reading(_saving_code(saving), (f"race.memory_{_saving_code(saving)}", why), facts)
+    return Reading(code, (f"race.memory_{code}", f"race.memory_{why}"), facts)
 
 
 def _verdict(result: RaceResult) -> tuple[str, dict]:
@@ -174,11 +162,7 @@ def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
     if dev.startswith("cpu"):
         facts = {"insn": cpu_instructions(result, native)}
         if native is False:
-            return (
-                {"slower": "race.cpu_emulated_slower", "faster": "race.cpu_emulated_faster"}.get(
-                    outcome, "race.cpu_emulated_close"
-                ),
-            ), facts
+            return (f"race.cpu_emulated_{outcome if outcome in ('slower', 'faster') else 'close'}",), facts
         if native is True:
             return ("race.cpu_native_faster" if outcome == "faster" else "race.cpu_native_not_faster",), facts
         return ("race.cpu_unknown",), facts
@@ -198,9 +182,8 @@ def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
     facts["regime"] = str(regime)
     if outcome == "faster":
         return ("race.gpu_faster", *(("race.gpu_regime",) if regime.name != "unknown" else ())), facts
-    code = {"launch-bound": "race.gpu_launch_bound", "memory-bound": "race.gpu_memory_bound",
-            "compute-bound": "race.gpu_compute_bound"}.get(regime.name, "race.gpu_unknown_regime")  # fmt: skip
-    return (code,), facts
+    bound = "unknown_regime" if regime.name == "unknown" else regime.name.replace("-", "_")
+    return (f"race.gpu_{bound}",), facts
 
 
 def _tf32(result: RaceResult) -> tuple[tuple[str, ...], dict]:

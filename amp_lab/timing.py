@@ -212,42 +212,33 @@ def _synchronizer(dev: torch.device) -> Callable[[], None]:
     return torch.mps.synchronize if dev.type == "mps" else lambda: None
 
 
-class _WallClockSampler:
-    """Seconds for ``number`` calls: synchronise, read the clock, call, synchronise, read the clock."""
+def _sampler(dev: torch.device, event=None):
+    """The function that times ``number`` calls of ``fn``: synchronised first (earlier work is not counted)
+    and at the end (queued work is); on CUDA on the GPU's own timeline, by two events (``event`` makes
+    them), elsewhere by ``_clock``."""
+    sync = _synchronizer(dev)
+    if event is None and dev.type == "cuda":
 
-    def __init__(self, dev: torch.device):
-        self.sync = _synchronizer(dev)
+        def event():
+            return torch.cuda.Event(enable_timing=True)
 
-    def __call__(self, fn, number: int) -> float:
-        self.sync()
-        start = _clock()
+    def sample(fn, number: int) -> float:
+        sync()
+        if event is None:
+            start = _clock()
+        else:
+            start, end = event(), event()
+            start.record()
         for _ in range(number):
             fn()
-        self.sync()
-        return _clock() - start
-
-
-class _CudaEventSampler:
-    """Seconds for ``number`` calls on the GPU's own timeline: the stream synchronised first (earlier work
-    is not counted), two CUDA events around the calls, the end event waited for (queued work is)."""
-
-    def __init__(self, dev: torch.device, event_factory=None):
-        self.sync = _synchronizer(dev)
-        self.event = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
-
-    def __call__(self, fn, number: int) -> float:
-        start, end = self.event(), self.event()
-        self.sync()
-        start.record()
-        for _ in range(number):
-            fn()
+        if event is None:
+            sync()
+            return _clock() - start
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
 
-
-def _sampler(dev: torch.device):
-    return _CudaEventSampler(dev) if dev.type == "cuda" else _WallClockSampler(dev)
+    return sample
 
 
 def _as_contestant(name: str, value) -> Contestant:

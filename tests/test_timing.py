@@ -136,7 +136,7 @@ class FakeEvent:
 
 def test_cuda_event_sampler_brackets_the_calls_with_events_and_waits_for_the_end(fake):
     log, clock = fake
-    sampler = timing._CudaEventSampler(torch.device("cpu"), event_factory=lambda: FakeEvent(log, clock))
+    sampler = timing._sampler(torch.device("cpu"), event=lambda: FakeEvent(log, clock))
 
     def fn():
         log.append("call")
@@ -147,9 +147,14 @@ def test_cuda_event_sampler_brackets_the_calls_with_events_and_waits_for_the_end
     assert seconds == pytest.approx(0.75)
 
 
-def test_cuda_uses_the_event_sampler_and_the_cpu_the_wall_clock():
-    assert isinstance(timing._sampler(torch.device("cpu")), timing._WallClockSampler)
-    assert isinstance(timing._sampler(torch.device("cuda")), timing._CudaEventSampler)
+def test_cuda_uses_events_and_the_cpu_the_wall_clock(fake, monkeypatch):
+    log, clock = fake
+    monkeypatch.setattr(torch.cuda, "Event", lambda enable_timing: FakeEvent(log, clock))
+    timing._sampler(torch.device("cuda"))(lambda: None, 2)
+    assert "record" in log and "clock" not in log
+    log.clear()
+    timing._sampler(torch.device("cpu"))(lambda: None, 2)
+    assert log == ["sync", "clock", "sync", "clock"]
 
 
 # ------------------------------------------------------------------------------------------
