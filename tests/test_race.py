@@ -80,7 +80,7 @@ def test_race_matmul_races_fp32_against_autocast_and_carries_its_context(monkeyp
     data = json.loads(json.dumps(r.to_dict()))
     assert data["speedup"] == pytest.approx(r.speedup) and data["context"]["torch"] == torch.__version__
     assert data["outcome"] == r.outcome and data["speedup_interval"]["pairs"] == 2
-    assert "speedup (FP32 / AMP)" in str(r)
+    assert f"speedup (FP32 / AMP): {r.speedup_interval}: {r.outcome}" in str(r).splitlines()
 
 
 def test_default_dtype_is_the_devices_amp_dtype():
@@ -464,7 +464,7 @@ def test_race_sizes_are_a_pure_function_of_the_machines_facts(device_type, nativ
         assert list(sizes) == sorted(set(sizes))
     assert s.budget["target_rel_width"] > 0 and s.budget["max_time_s"] > 0
     assert s.budget.get("num_threads") == (1 if device_type == "cpu" else None)
-    assert str(s) == s.description and f"MLP width {s.width} with batch {s.batch}" in s.description
+    assert str(s) == s.description
     # the same facts give the same sizes; other facts may not
     assert sweeps.race_sizes(device_type, torch.bfloat16, native=native) == s
 
@@ -590,14 +590,6 @@ def test_load_reference_results(tmp_path):
     assert isinstance(references.load_reference_results(), list)  # the committed docs/results/
 
 
-def test_format_helpers():
-    assert text.format_seconds(0.00123) == "1.23 ms"
-    assert text.format_seconds(2.5) == "2.5 s"
-    assert text.format_seconds(4.2e-6) == "4.2 µs"
-    assert text.format_bytes(3 * 2**20) == "3.00 MiB"
-    assert text.format_bytes(None) == "n/a"
-
-
 def _gpu_check_module():
     import importlib.util
 
@@ -663,8 +655,8 @@ def test_pressing_race_runs_the_race_moves_both_lanes_and_fills_the_card(racer):
     assert f"<b class='amp-race-speedup'>{text.format_ratio(r.speedup)}</b>" in racer.result.value
     assert f"data-outcome='{r.outcome}'" in racer.result.value
     assert html.escape(str(race_readout.explain(r))) in racer.result.value
-    assert "TF32 for FP32: n/a (CPU)" in racer.result.value and "spread (IQR)" in racer.result.value
-    assert f"{r.context['threads']} thread" in racer.result.value
+    for t in r.timings.values():  # each contestant's median and spread, as the package prints them
+        assert f">{text.format_seconds(t.median)}<" in racer.result.value and f">{text.format_seconds(t.iqr)}<" in racer.result.value
     assert len(moves) >= racer.repeats  # the lane moved during the race, not only at the end
     rounds = len(r.fp32.samples)
     fastest = min(r.fp32.median, r.amp.median)
@@ -683,7 +675,7 @@ def test_lanes_grow_when_sampling_goes_past_the_minimum_and_colours_follow_the_o
     assert (w.fp32_bar.bar_style, w.amp_bar.bar_style) == ("success", "warning")
     w._show(_result(CLOSE))
     assert (w.fp32_bar.bar_style, w.amp_bar.bar_style) == ("info", "info")
-    assert "too close to call" in w.result.value and "95% interval" in w.result.value
+    assert "data-outcome='too close to call'" in w.result.value
 
 
 def test_the_card_says_too_close_to_call_and_reads_the_memory():
@@ -1008,7 +1000,6 @@ def test_race_elementwise_adds_tensors_stored_in_each_dtype(monkeypatch, dtype):
     assert r.context["tf32_matmul"] is None  # stated as race_matmul states it: not applicable on a CPU
     ratios = np.array(r.fp32.samples) / np.array(r.amp.samples)
     assert r.speedup == pytest.approx(float(np.median(ratios)), rel=1e-12)
-    assert "/call" in str(r) and "race elementwise numel=1000" in str(r)
     json.dumps(r.to_dict())
     assert timing.regime_for(1e-3, r.flops, r.bytes_moved("amp"), dtype, r.context).name == "unknown"  # no datasheet
     assert roofline.race_elementwise(numel, device="cpu", dtype=dtype, reuse=[r], **FAST) is r
@@ -1089,21 +1080,12 @@ def test_roofline_ridge_and_attainable_follow_from_the_two_roofs():
     roof = _roofline(100e9, 20e9)
     assert roof.ridge == 5.0
     assert roof.attainable(1.0) == 20e9 and roof.attainable(5.0) == 100e9 and roof.attainable(50.0) == 100e9
-    assert "ridge point 5 FLOP per byte" in str(roof)
     # the regime comes from the one cost model, classify_regime, with the measured rates
     add = roof.regime(12 * 2**24 / 20e9, 2**24, 12 * 2**24)
-    assert add.name == "memory-bound" and "this machine's measured peak rates" in add.text
+    assert add.name == "memory-bound" and add.memory_s == pytest.approx(12 * 2**24 / 20e9)
     gemm = roof.regime(2 * 1024**3 / 100e9, 2 * 1024**3, 12 * 1024**2)
     assert gemm.name == "compute-bound"
     assert roof.regime(1.0, 2 * 1024**3, 12 * 1024**2).name == "launch-bound"
-
-
-def test_classify_regime_names_where_its_peak_rates_come_from():
-    r = timing.classify_regime(1e-3, flops=1e6, bytes_moved=1e8, peak_flops=1e12, peak_bytes_per_s=1e11)
-    assert "at the datasheet's peak rates" in r.text  # the default, unchanged
-    r = timing.classify_regime(1e-3, flops=1e6, bytes_moved=1e8, peak_flops=1e12, peak_bytes_per_s=1e11,
-                               peak_source="a measured roof")  # fmt: skip
-    assert "at a measured roof its arithmetic" in r.text
 
 
 def test_measure_roofline_measures_both_roofs_from_its_timings(monkeypatch):
