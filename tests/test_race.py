@@ -80,7 +80,7 @@ def test_race_matmul_races_fp32_against_autocast_and_carries_its_context(monkeyp
     data = json.loads(json.dumps(r.to_dict()))
     assert data["speedup"] == pytest.approx(r.speedup) and data["context"]["torch"] == torch.__version__
     assert data["outcome"] == r.outcome and data["speedup_interval"]["pairs"] == 2
-    assert f"speedup (FP32 / AMP): {r.speedup_interval}: {r.outcome}" in str(r).splitlines()
+    assert f"  speedup (FP32 / AMP): {r.speedup_interval}: {r.outcome}" in str(r).splitlines()
 
 
 def test_default_dtype_is_the_devices_amp_dtype():
