@@ -49,14 +49,6 @@ def jsonable(value):
     return str(value)
 
 
-def _quantile(sorted_values, q: float) -> float:
-    """Linear-interpolated quantile (numpy's and torch's default method)."""
-    pos = q * (len(sorted_values) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 @dataclass(frozen=True)
 class Timing:
     """Repeated samples of one contestant.  ``samples`` are seconds **per call**, one per sample."""
@@ -74,8 +66,10 @@ class Timing:
     @property
     def iqr(self) -> float:
         """Interquartile range: the spread of the middle half of the samples."""
-        s = sorted(self.samples)
-        return _quantile(s, 0.75) - _quantile(s, 0.25)
+        if len(self.samples) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")  # numpy's and torch's default
+        return q3 - q1
 
     @property
     def rel_iqr(self) -> float:

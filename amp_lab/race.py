@@ -305,14 +305,9 @@ def check_race_args(
     check_callable("callback", callback, optional=True)
     check_planned_time(repeats, len(contestant_names(*device_facts(dev))), min_sample_s)
     budget = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads)
-    return dev, dtype, {**budget, "callback": callback, **sampling_args(target_rel_width, max_time_s)}
-
-
-def sampling_args(target_rel_width, max_time_s) -> dict:
-    """measure's arguments for "sample until the interval is narrow or the budget is spent"."""
-    if target_rel_width is None:
-        return {}
-    return {"target_rel_width": target_rel_width, "max_time_s": max_time_s, "baseline": "fp32"}
+    if target_rel_width is not None:  # sample until the interval is narrow or the time budget is spent
+        budget.update(target_rel_width=target_rel_width, max_time_s=max_time_s, baseline="fp32")
+    return dev, dtype, {**budget, "callback": callback}
 
 
 def run_race(kind, params, dtype, dev, contestants, flops, budget: dict, memory=None, **extra) -> RaceResult:
