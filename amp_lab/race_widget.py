@@ -84,16 +84,10 @@ class RaceWidget:
         self.in_features = check_int("in_features", in_features, minimum=1)
         given = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, max_time_s=max_time_s)
         b = {**sizes.budget, **{k: v for k, v in given.items() if v is not None}}
+        self.warmup, self.repeats, self.min_sample_s = b["warmup"], b["repeats"], b["min_sample_s"]
+        self.max_time_s, self.target_rel_width = b["max_time_s"], target_rel_width
         self.num_threads = b.get("num_threads") if num_threads is None else num_threads
-        self.warmup, self.repeats = b["warmup"], b["repeats"]
-        self.min_sample_s, self.max_time_s, self.target_rel_width = (
-            b["min_sample_s"],
-            b["max_time_s"],
-            target_rel_width,
-        )
-        self.device, _, _ = check_race_args(
-            device,
-            None,
+        budget = (
             self.warmup,
             self.repeats,
             self.min_sample_s,
@@ -101,6 +95,7 @@ class RaceWidget:
             target_rel_width,
             self.max_time_s,
         )
+        self.device, _, _ = check_race_args(device, None, *budget)
         self._facts = _race.device_facts(self.device)
         n = len(contestant_names(*self._facts))
         need = mlp_bytes(
