@@ -270,10 +270,8 @@ def test_sweep_matmul_on_cpu_uses_the_measured_gemm_ratio_as_ceiling():
     matplotlib.use("Agg")
     s = sweeps.sweep((8, 16), device="cpu", show_progress=False, **FAST)
     assert s.sizes == (8, 16) and [r.params["n"] for r in s.results] == [8, 16]
-    assert s.speedups == [r.speedup for r in s.results]
-    assert "measured" in s.ceiling.source and s.ceiling.vs_fp32 == s.ceiling.measured_gemm > 0
+    assert s.ceiling.vs_fp32 == s.ceiling.measured_gemm > 0  # no datasheet on a CPU: the raw GEMMs are the ceiling
     assert s.ceiling.gemm_shape == (16, 16, 16)
-    assert s.ceiling.measured_interval.ratio == s.ceiling.measured_gemm
     expected = next((size for i, size in enumerate(s.sizes) if all(o == "faster" for o in s.outcomes[i:])), None)
     assert s.first_paying_size == expected
     ax = sweeps.plot_sweep(s)

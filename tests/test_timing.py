@@ -508,16 +508,16 @@ def test_tf32_switch_sets_torch_flag_and_restores_it_without_breaking_the_legacy
     old = matmul.fp32_precision
     try:
         with hardware.tf32_matmul(True):
-            assert matmul.fp32_precision == "tf32" and timing.tf32_matmul_enabled()
+            assert matmul.fp32_precision == "tf32" and hardware.tf32_matmul_enabled()
         with hardware.tf32_matmul(False):
-            assert matmul.fp32_precision == "ieee" and not timing.tf32_matmul_enabled()
+            assert matmul.fp32_precision == "ieee" and not hardware.tf32_matmul_enabled()
         assert matmul.fp32_precision == old
         # a learner who used the legacy API before a race can still read it afterwards
         torch.set_float32_matmul_precision("high")
         with hardware.tf32_matmul(False):
             pass
         assert torch.get_float32_matmul_precision() == "high"
-        assert timing.tf32_matmul_enabled()
+        assert hardware.tf32_matmul_enabled()
     finally:
         torch.set_float32_matmul_precision("highest")
 
