@@ -150,8 +150,16 @@ class Regime:
         return self.text
 
 
-def classify_regime(seconds, *, flops, bytes_moved, peak_flops=None, peak_bytes_per_s=None, unit="step",
-                    peak_source="the datasheet's peak rates") -> Regime:  # fmt: skip
+def classify_regime(
+    seconds,
+    *,
+    flops,
+    bytes_moved,
+    peak_flops=None,
+    peak_bytes_per_s=None,
+    unit="step",
+    peak_source="the datasheet's peak rates",
+) -> Regime:
     """Which regime a step of ``seconds`` was in, from its ``flops`` and ``bytes_moved`` and the peak rates
     (``None``: unknown).  **launch-bound**: more than :data:`OVERHEAD_FACTOR` times the longer lower bound;
     else **memory-bound** when the bytes take longer than the arithmetic, else **compute-bound**."""
@@ -286,11 +294,24 @@ def check_planned_time(repeats: int, contestants: int, min_sample_s: float) -> N
         )
 
 
-def measure(fns, *, device=None, warmup: int = 3, repeats: int = 10, number: int | None = None,
-            min_sample_s: float = 0.01, num_threads: int | None = None, callback=None, label: str = "fn",
-            extra_context: dict | None = None, target_rel_width: float | None = None,
-            max_time_s: float | None = None, max_repeats: int | None = None, baseline: str | None = None,
-            confidence: float = 0.95):  # fmt: skip
+def measure(
+    fns,
+    *,
+    device=None,
+    warmup: int = 3,
+    repeats: int = 10,
+    number: int | None = None,
+    min_sample_s: float = 0.01,
+    num_threads: int | None = None,
+    callback=None,
+    label: str = "fn",
+    extra_context: dict | None = None,
+    target_rel_width: float | None = None,
+    max_time_s: float | None = None,
+    max_repeats: int | None = None,
+    baseline: str | None = None,
+    confidence: float = 0.95,
+):
     """Time one function, or race several, honestly.  (Taught in ``06_timing_race``.)
 
     ``fns`` is a callable (returns one :class:`~amp_lab.intervals.Timing`) or a dict ``label -> callable or
