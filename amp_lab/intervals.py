@@ -1,11 +1,9 @@
 """Samples and how sure a speedup is: :class:`Timing` (one contestant's per-call seconds) and
 :func:`speedup_estimate`, the interval of a speedup from interleaved rounds.  (``06_timing_race``)
 
-Round ``i`` gives a ratio ``r_i = baseline_i / contender_i``; the speedup is their median, and its interval
-the distribution-free interval for a median (the inverted sign test): with the ratios sorted,
-``[r_(k), r_(n+1-k)]`` holds the true median with probability ``1 - 2 P(B <= k-1)``, ``B ~ Binomial(n, 1/2)``,
-whatever the noise, as long as the rounds are independent.  A sample slowed by another program moves the
-interval by one rank at most.  At 95% it needs at least six pairs; with fewer it is ``0 .. inf``.
+The speedup is the median of the per-round ratios ``baseline_i / contender_i``; its interval is the
+distribution-free one for a median (the inverted sign test, ``B ~ Binomial(n, 1/2)``), valid whatever the noise
+while rounds are independent; one slowed sample moves it by one rank at most.  At 95% it needs six pairs.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ def jsonable(value):
     if isinstance(value, torch.dtype):
         return dtype_name(value)
     if isinstance(value, SpeedupEstimate):
-        return value.to_dict()
+        return jsonable({**vars(value), "outcome": value.outcome})
     if (
         value is None
         or isinstance(value, (bool, int, str))
@@ -78,11 +76,6 @@ class Timing:
     @property
     def min(self) -> float:
         return min(self.samples)
-
-    @property
-    def calls(self) -> int:
-        """Every call made: warm-up plus timed."""
-        return self.warmup + self.number * len(self.samples)
 
     def to_measurement(self):
         """The same samples as a ``torch.utils.benchmark.Measurement`` (for ``benchmark.Compare``)."""
@@ -159,16 +152,6 @@ class SpeedupEstimate:
         if not math.isfinite(self.high):
             return f"{format_ratio(self.ratio)} ({plural(self.pairs, 'pair')}: too few for a {self.confidence_text} interval)"
         return f"{format_ratio(self.ratio)} ({self.confidence_text} interval {self.ends_text()})"
-
-    def to_dict(self) -> dict:
-        return {
-            "ratio": self.ratio,
-            "low": self.low,
-            "high": jsonable(self.high),
-            "confidence": self.confidence,
-            "pairs": self.pairs,
-            "outcome": self.outcome,
-        }
 
 
 def min_pairs(confidence: float = 0.95) -> int:

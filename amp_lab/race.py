@@ -20,6 +20,7 @@ from . import device as _device
 from ._checks import (
     MAX_SECONDS,
     ArgumentTypeError,
+    bounded_list,
     check_bool,
     check_callable,
     check_choice,
@@ -166,25 +167,12 @@ class RaceResult:
         return size_text(self.kind, self.params)
 
     def to_dict(self) -> dict:
-        tf32, fp8 = self.speedup_vs_tf32_interval, self.fp8_speedup_interval
-        return jsonable(
-            {
-                "kind": self.kind,
-                "params": self.params,
-                "dtype": self.dtype,
-                "speedup": self.speedup,
-                "speedup_interval": self.speedup_interval,
-                "outcome": self.outcome,
-                "speedup_vs_tf32": self.speedup_vs_tf32,
-                "speedup_vs_tf32_interval": tf32,
-                "tflops": self.tflops,
-                "flops": self.flops,
-                "memory": self.memory,
-                "timings": {k: t.to_dict() for k, t in self.timings.items()},
-                "context": self.context,
-                **({} if fp8 is None else {"fp8_speedup": fp8.ratio, "fp8_speedup_interval": fp8}),
-            }
-        )
+        keys = ("kind", "params", "dtype", "speedup", "speedup_interval", "outcome", "speedup_vs_tf32")
+        keys += ("speedup_vs_tf32_interval", "tflops", "flops", "memory", "context")
+        if self.fp8 is not None:
+            keys += ("fp8_speedup", "fp8_speedup_interval")
+        out = {k: getattr(self, k) for k in keys}
+        return jsonable({**out, "timings": {k: t.to_dict() for k, t in self.timings.items()}})
 
     def __str__(self) -> str:
         unit, ctx = unit_of(self.kind), self.context
@@ -222,26 +210,28 @@ def unit_of(kind: str) -> str:
     return "step" if kind == "mlp" else "call"
 
 
-def reusable(reuse, kind: str, params: dict, dtype, dev, num_threads) -> RaceResult | None:
-    """The first race in ``reuse`` (a RaceResult, a SweepResult or a list of them) that raced this very
-    configuration (kind, sizes, AMP dtype, device, threads), or None."""
-    if reuse is None:
-        return None
-    listed = isinstance(reuse, (list, tuple))
-    threads = num_threads or torch.get_num_threads()
-    for i, r in enumerate(reuse if listed else [reuse]):
+def races_of(name: str, value) -> list[RaceResult]:
+    """``value`` (a RaceResult, a SweepResult, or a list or tuple of them) as a flat list."""
+    flat, listed = [], isinstance(value, (list, tuple))
+    for i, r in enumerate(bounded_list(name, value if listed else [value], 1000, "results")):
         races = getattr(r, "results", (r,))
-        if not all(isinstance(race, RaceResult) for race in races):
-            raise ArgumentTypeError(
-                f"{f'reuse[{i}]' if listed else 'reuse'} must be a RaceResult, a SweepResult or a list of "
-                f"them (or None), got {type(r).__name__}"
-            )
-        for race in races:
-            ran = (race.kind, race.dtype, race.context.get("device"), race.context.get("threads"))
-            if ran == (kind, dtype, str(dev), threads) and all(
-                race.params.get(k) == v for k, v in params.items()
-            ):
-                return race
+        if not isinstance(races, tuple) or not all(isinstance(race, RaceResult) for race in races):
+            where = f"{name}[{i}]" if listed else name
+            raise ArgumentTypeError(f"{where} must be a RaceResult or a SweepResult, got {type(r).__name__}")
+        flat.extend(races)
+    return flat
+
+
+def reusable(reuse, kind: str, params: dict, dtype, dev, num_threads) -> RaceResult | None:
+    """The first race in ``reuse`` that raced this very configuration (kind, sizes, AMP dtype, device,
+    threads), or None."""
+    threads = num_threads or torch.get_num_threads()
+    for race in [] if reuse is None else races_of("reuse", reuse):
+        ran = (race.kind, race.dtype, race.context.get("device"), race.context.get("threads"))
+        if ran == (kind, dtype, str(dev), threads) and all(
+            race.params.get(k) == v for k, v in params.items()
+        ):
+            return race
     return None
 
 

@@ -83,19 +83,10 @@ class RaceWidget:
         )
         self.in_features = check_int("in_features", in_features, minimum=1)
         given = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, max_time_s=max_time_s)
-        b = {**sizes.budget, **{k: v for k, v in given.items() if v is not None}}
-        self.warmup, self.repeats, self.min_sample_s = b["warmup"], b["repeats"], b["min_sample_s"]
-        self.max_time_s, self.target_rel_width = b["max_time_s"], target_rel_width
-        self.num_threads = b.get("num_threads") if num_threads is None else num_threads
-        budget = (
-            self.warmup,
-            self.repeats,
-            self.min_sample_s,
-            self.num_threads,
-            target_rel_width,
-            self.max_time_s,
-        )
-        self.device, _, _ = check_race_args(device, None, *budget)
+        given.update(num_threads=num_threads)
+        b = {"num_threads": None, **sizes.budget, **{k: v for k, v in given.items() if v is not None}}
+        self.budget, self.repeats = {**b, "target_rel_width": target_rel_width}, b["repeats"]
+        self.device, _, _ = check_race_args(device, None, **self.budget)
         self._facts = _race.device_facts(self.device)
         n = len(contestant_names(*self._facts))
         need = mlp_bytes(
@@ -121,8 +112,8 @@ class RaceWidget:
         for control in (self.width, self.batch, self.precision):
             control.observe(self._on_settings, names="value")
         self.button.on_click(lambda _button: self.run())
-        rows = [[self.width, self.batch], [self.precision, self.button], [self.fp32_bar, self.fp32_time]]
-        rows.append([self.amp_bar, self.amp_time])
+        rows = [[self.width, self.batch], [self.precision, self.button]]
+        rows += [[self.fp32_bar, self.fp32_time], [self.amp_bar, self.amp_time]]
         self.widget = widgets.VBox([*map(widgets.HBox, rows), self.result])
 
     @property
@@ -173,10 +164,11 @@ class RaceWidget:
         if rounds == 0:
             self.result.value = _card("running", "Racing ...")
             return
+        target, most = self.budget["target_rel_width"], self.budget["max_time_s"]
         more = (
-            f" (at least {event.total}; then until the interval is within about "
-            f"+-{50 * self.target_rel_width:.0f}% or {self.max_time_s:g} s have passed)"
-            if self.target_rel_width is not None
+            f" (at least {event.total}; then until the interval is within about +-{50 * target:.0f}% or "
+            f"{most:g} s have passed)"
+            if target is not None
             else f" of {event.total}"
         )
         self.result.value = _card("running", f"Racing ... round {rounds}{more}")
@@ -193,13 +185,8 @@ class RaceWidget:
                 in_features=self.in_features,
                 device=self.device,
                 dtype=self.dtype,
-                warmup=self.warmup,
-                repeats=self.repeats,
-                min_sample_s=self.min_sample_s,
-                target_rel_width=self.target_rel_width,
-                max_time_s=self.max_time_s,
-                num_threads=self.num_threads,
                 callback=self._on_progress,
+                **self.budget,
             )
         except Exception as exc:  # shown in the card: a callback has nowhere else to report
             self.result.value = _card("error", f"<b>Could not race:</b> {html.escape(str(exc))}")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from . import device as _device
-from ._checks import ArgumentTypeError, bounded_list, check_axes, check_instance, check_int
+from ._checks import check_axes, check_instance, check_int
 from .cost import MAX_GEMM_DIM, MAX_NUMEL, elementwise_bytes
 from .device import check_fits, get_device
 from .intervals import plural
@@ -20,6 +20,7 @@ from .race import (
     SHORT_NAMES,
     RaceResult,
     check_race_args,
+    races_of,
     reusable,
     run_race,
     tf32_context,
@@ -29,7 +30,6 @@ from .text import Reading, format_bytes, say
 from .timing import (
     Contestant,
     RaceProgress,
-    Regime,
     check_budget,
     check_planned_time,
     classify_regime,
@@ -112,18 +112,6 @@ class Roofline:
         """The most FLOP/s an op of this arithmetic intensity can reach here."""
         return min(self.peak_flops, self.bytes_per_s * intensity)
 
-    def regime(self, seconds: float, flops: float, bytes_moved: float, *, unit: str = "call") -> Regime:
-        """:func:`amp_lab.timing.classify_regime` with this machine's measured roofs as the peak rates."""
-        return classify_regime(
-            seconds,
-            flops=flops,
-            bytes_moved=bytes_moved,
-            peak_flops=self.peak_flops,
-            peak_bytes_per_s=self.bytes_per_s,
-            unit=unit,
-            peak_source="this machine's measured peak rates",
-        )
-
     def __str__(self) -> str:
         ctx = self.context
         return (
@@ -167,32 +155,11 @@ def measure_roofline(
         "add": Contestant(lambda: torch.add(a, b, out=c), off),
     }
     context = {"race": "roofline", "size": f"n={n}, numel={numel}"}
-    timings = measure(
-        fns,
-        device=dev,
-        warmup=warmup,
-        repeats=repeats,
-        min_sample_s=min_sample_s,
-        num_threads=num_threads,
-        extra_context=context,
-    )
+    budget = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads)
+    timings = measure(fns, device=dev, extra_context=context, **budget)
     bandwidth = max(8 * numel / timings["copy"].min, 12 * numel / timings["add"].min)
     flops = 2.0 * n**3 / timings["matmul"].min
     return Roofline(flops, bandwidth, n, numel, timings, timings["matmul"].context)
-
-
-def _races(name: str, results) -> list[RaceResult]:
-    """``results`` (a RaceResult, a SweepResult, or a list or tuple of at most 64 of them) as a flat list."""
-    flat = []
-    listed = bounded_list(name, results if isinstance(results, (list, tuple)) else [results], 64, "results")
-    for i, r in enumerate(listed):
-        races = getattr(r, "results", (r,))
-        if not isinstance(races, tuple) or not all(isinstance(race, RaceResult) for race in races):
-            raise ArgumentTypeError(
-                f"{name}[{i}] must be a RaceResult or a SweepResult, got {type(r).__name__}"
-            )
-        flat.extend(races)
-    return flat
 
 
 def _check_roofline(name: str, value) -> Roofline:
@@ -204,7 +171,7 @@ def plot_roofline(roofline: Roofline, results, ax=None):
     ``results`` placed on it: each contestant at its arithmetic intensity and the FLOP/s it achieved.
     (``06_timing_race``)"""
     _check_roofline("roofline", roofline)
-    races = _races("results", results)
+    races = races_of("results", results)
     if check_axes("ax", ax) is None:
         import matplotlib.pyplot as plt
 
@@ -216,9 +183,7 @@ def plot_roofline(roofline: Roofline, results, ax=None):
             low = (
                 "FP32"
                 if name == "fp32"
-                else SHORT_NAMES[r.dtype]
-                if r.kind == "elementwise"
-                else f"AMP {SHORT_NAMES[r.dtype]}"
+                else ("" if r.kind == "elementwise" else "AMP ") + SHORT_NAMES[r.dtype]
             )
             xs, ys, sizes = points.setdefault(f"{what} {low}", ([], [], []))
             xs.append(r.intensity(name))
@@ -254,10 +219,18 @@ def roofline_summary(roofline: Roofline, results) -> Reading:
     ``facts["points"]`` one dict per race.  (``06_timing_race``)"""
     _check_roofline("roofline", roofline)
     points = []
-    for r in _races("results", results):
+    for r in races_of("results", results):
         intensity = r.intensity("fp32")
         share = r.flops / r.fp32.median / roofline.attainable(intensity)
-        regime = roofline.regime(r.fp32.median, r.flops, r.bytes_moved("fp32"), unit=unit_of(r.kind))
+        regime = classify_regime(
+            r.fp32.median,
+            r.flops,
+            r.bytes_moved("fp32"),
+            roofline.peak_flops,
+            roofline.bytes_per_s,
+            unit_of(r.kind),
+            "this machine's measured peak rates",
+        )
         below = intensity < roofline.ridge
         points.append(
             {

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 
 from . import race as _race
 from ._checks import (
@@ -25,7 +26,7 @@ from .dtypes import dtype_name, parse_dtype
 from .gpus import datasheet_entry
 from .hardware import cpu_has_native
 from .intervals import SpeedupEstimate, jsonable, plural, speedup_estimate
-from .progress import progress
+from .progress import enabled as progress_enabled
 from .race import (
     CONFIDENCE,
     RACE_MAX_TIME_S,
@@ -223,14 +224,7 @@ class SweepResult:
                 "speedups": self.speedups,
                 "intervals": self.intervals,
                 "speedups_vs_tf32": [r.speedup_vs_tf32 for r in self.results],
-                "ceiling": {
-                    "vs_fp32": c.vs_fp32,
-                    "vs_tf32": c.vs_tf32,
-                    "source": c.source,
-                    "measured_gemm": c.measured_gemm,
-                    "gemm_shape": c.gemm_shape,
-                    "measured_interval": c.measured_interval,
-                },
+                "ceiling": {**vars(c), "measured_gemm": c.measured_gemm},
                 "results": [r.to_dict() for r in self.results],
                 "context": self.context,
             }
@@ -294,40 +288,26 @@ def sweep(
     }[kind]
     check_fits(need, dev, f"sweep {'n' if kind == 'matmul' else kind}={largest}", "choose smaller sizes")
 
-    common = dict(
-        device=dev,
-        dtype=dtype,
-        warmup=warmup,
-        repeats=repeats,
-        min_sample_s=min_sample_s,
-        num_threads=num_threads,
-        target_rel_width=target_rel_width,
-        max_time_s=max_time_s,
-    )
+    common = dict(device=dev, dtype=dtype, target_rel_width=target_rel_width, max_time_s=max_time_s)
+    common.update(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads)
     shape = {
         "matmul": (largest,) * 3,
         "mlp": (batch, IN_FEATURES, largest),
         "batch": (largest, IN_FEATURES, width),
     }
     results = []
-    bar = progress(total=len(sizes) + 1, desc=f"sweep {kind}") if show_progress else None
-    try:
+    off = not (show_progress and progress_enabled())
+    with tqdm(total=len(sizes) + 1, desc=f"sweep {kind}", disable=off) as bar:
         for size in sizes:
-            if bar is not None:
-                bar.set_postfix_str(f"size {size}")
+            bar.set_postfix_str(f"size {size}")
             if kind == "matmul":
                 results.append(_race.race_matmul(size, reuse=reuse, **common))
             else:
                 w, b = (size, batch) if kind == "mlp" else (width, size)
                 results.append(_race.race_mlp(w, b, reuse=reuse, **common))
-            if bar is not None:
-                bar.update(1)
-        measured = _raw_gemm_ratio(*shape[kind], device=dev, dtype=dtype, **budget)
-        if bar is not None:
             bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+        measured = _raw_gemm_ratio(*shape[kind], device=dev, dtype=dtype, **budget)
+        bar.update(1)
     ceiling = datasheet_ceiling(torch.cuda.get_device_name(dev), dtype) if dev.type == "cuda" else None
     if ceiling is None:
         what = "GPU without a datasheet entry" if dev.type == "cuda" else dev.type

@@ -1,13 +1,6 @@
-"""The honest timer, what a timing depends on, and what limits a step.  (``02_tensor_cores``,
-``06_timing_race``, ``07_amp_training_recipe``)
-
-:func:`measure` fixes what a naive timing gets wrong: every contestant makes ``warmup`` untimed calls
-first; each sample is synchronised (CUDA events on CUDA, ``perf_counter`` between synchronisations
-elsewhere) and averages ``number`` calls; the contestants take turns sample by sample, the order flipping
-every round, so round ``i`` of two contestants is a *pair* measured under the same conditions; with
-``target_rel_width`` it samples until :func:`amp_lab.intervals.speedup_estimate`'s interval is narrow or a
-time budget is spent; and every timing records its context (device, threads, TF32, CPU, versions).
-``benchmarks/bench_race_fidelity.py`` checks it against ``torch.utils.benchmark.Timer``.
+"""The honest timer (:func:`measure`: warm-up, synchronised samples, interleaved rounds that flip order,
+sampling until a speedup's interval is narrow), what a timing depends on (:func:`timing_context`), and what
+limits a step (:func:`classify_regime`).  (``02_tensor_cores``, ``06_timing_race``, ``07_amp_training_recipe``)
 """
 
 from __future__ import annotations
@@ -61,21 +54,15 @@ def timing_context(device=None) -> dict:
     was synchronised, and how busy the machine was.  (``06_timing_race``)"""
     dev = get_device(device)
     cuda = dev.type == "cuda"
-    try:
-        cpu_precision = str(torch.backends.mkldnn.matmul.fp32_precision)
-    except AttributeError:  # pragma: no cover - older torch
-        cpu_precision = "n/a"
+    name = torch.cuda.get_device_name(dev) if cuda else cpu_model() if dev.type == "cpu" else dev.type
+    cpu_precision = str(getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", "n/a"))
     try:
         load = round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):
         load = None
     ctx = {
         "device": str(dev),
-        "device_name": torch.cuda.get_device_name(dev)
-        if cuda
-        else cpu_model()
-        if dev.type == "cpu"
-        else dev.type,
+        "device_name": name,
         "threads": torch.get_num_threads(),
         "tf32_matmul": tf32_matmul_enabled() if cuda else None,
         "fp32_matmul_precision": ("tf32" if tf32_matmul_enabled() else "ieee") if cuda else cpu_precision,
@@ -152,7 +139,6 @@ class Regime:
 
 def classify_regime(
     seconds,
-    *,
     flops,
     bytes_moved,
     peak_flops=None,
@@ -180,14 +166,9 @@ def regime_for(seconds, flops, bytes_moved, dtype, context: dict, *, unit: str =
     ``"fp8"``) and bandwidth of the GPU a timing ``context`` names; "unknown" elsewhere."""
     cuda = str(context.get("device", "")).startswith("cuda")
     entry = datasheet_entry(context.get("device_name")) if cuda else None
-    peak = entry.tflops(dtype) if entry is not None else None
+    peak = entry and entry.tflops(dtype)
     return classify_regime(
-        seconds,
-        flops=flops,
-        bytes_moved=bytes_moved,
-        peak_flops=None if peak is None else peak * 1e12,
-        peak_bytes_per_s=None if entry is None else entry.bandwidth_gbs * 1e9,
-        unit=unit,
+        seconds, flops, bytes_moved, peak and peak * 1e12, entry and entry.bandwidth_gbs * 1e9, unit
     )
 
 
@@ -358,15 +339,13 @@ def measure(
             )
     if max_time_s is not None:
         max_time_s = check_float("max_time_s", max_time_s, gt=0, le=MAX_SECONDS)
-        if not adaptive:
-            raise ValueError(
-                f"max_time_s={max_time_s} bounds sampling until an interval is narrow: give target_rel_width "
-                "too (without it measure takes exactly `repeats` rounds)"
-            )
     if max_repeats is not None:
         max_repeats = check_int("max_repeats", max_repeats, minimum=repeats, maximum=MAX_REPEATS)
-        if not adaptive:
-            raise ValueError(f"max_repeats={max_repeats} only applies with target_rel_width")
+    for key, value in (("max_time_s", max_time_s), ("max_repeats", max_repeats)):
+        if value is not None and not adaptive:
+            raise ValueError(
+                f"{key}={value} bounds sampling until an interval is narrow: give target_rel_width too"
+            )
     max_time_s = DEFAULT_MAX_TIME_S if max_time_s is None else max_time_s
     max_repeats = max_repeats or (max(repeats, DEFAULT_MAX_REPEATS) if adaptive else repeats)
     baseline = names[0] if baseline is None else baseline
