@@ -18,13 +18,10 @@ import torch
 
 from . import device as _device
 from ._checks import (
-    MAX_SECONDS,
     ArgumentTypeError,
     bounded_list,
     check_bool,
-    check_callable,
     check_choice,
-    check_float,
     check_instance,
     check_int,
 )
@@ -53,8 +50,6 @@ from .timing import (
     Contestant,
     RaceProgress,
     check_budget,
-    check_planned_time,
-    check_target_rel_width,
     measure,
     regime_for,
     tf32_text,
@@ -287,17 +282,13 @@ def check_race_args(
     the budget (the keyword arguments :func:`run_race` hands ``measure``)."""
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
-    _, repeats, _, min_sample_s, _ = check_budget(warmup, repeats, min_sample_s, num_threads)
-    if target_rel_width is not None:
-        check_target_rel_width(target_rel_width)
-    if max_time_s is not None:
-        check_float("max_time_s", max_time_s, gt=0, le=MAX_SECONDS)
-    check_callable("callback", callback, optional=True)
-    check_planned_time(repeats, len(contestant_names(*device_facts(dev))), min_sample_s)
-    budget = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads)
-    if target_rel_width is not None:  # sample until the interval is narrow or the time budget is spent
-        budget.update(target_rel_width=target_rel_width, max_time_s=max_time_s, baseline="fp32")
-    return dev, dtype, {**budget, "callback": callback}
+    n = len(contestant_names(*device_facts(dev)))
+    budget = check_budget(
+        warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback, contestants=n
+    )
+    if target_rel_width is None:  # exactly `repeats` rounds: no time budget to bound them
+        budget["max_time_s"] = None
+    return dev, dtype, budget
 
 
 def run_race(kind, params, dtype, dev, contestants, flops, budget: dict, memory=None, **extra) -> RaceResult:
@@ -502,7 +493,7 @@ def race_fp8_matmul(
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
     )
-    check_planned_time(repeats, 3, min_sample_s)
+    check_budget(warmup, repeats, min_sample_s, contestants=3)
     device_type, capability = device_facts(dev)
     if device_type == "mps":
         raise ValueError(

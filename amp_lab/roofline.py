@@ -31,7 +31,6 @@ from .timing import (
     Contestant,
     RaceProgress,
     check_budget,
-    check_planned_time,
     classify_regime,
     measure,
 )
@@ -141,8 +140,7 @@ def measure_roofline(
     default_n, default_numel = (1024, 2**24) if dev.type == "cpu" else (8192, 2**28)
     n = check_int("n", default_n if n is None else n, minimum=1, maximum=MAX_GEMM_DIM)
     numel = check_int("numel", default_numel if numel is None else numel, minimum=1, maximum=MAX_NUMEL)
-    warmup, repeats, _, min_sample_s, num_threads = check_budget(warmup, repeats, min_sample_s, num_threads)
-    check_planned_time(repeats, 3, min_sample_s)
+    budget = check_budget(warmup, repeats, min_sample_s, num_threads, contestants=3)
     need = 12 * n * n + 12 * numel
     check_fits(need, dev, f"measure_roofline(n={n}, numel={numel})", "choose a smaller n or numel")
     # Filled, not drawn: the values do not change FP32's speed, and drawing 2**24 numbers costs more.
@@ -155,7 +153,6 @@ def measure_roofline(
         "add": Contestant(lambda: torch.add(a, b, out=c), off),
     }
     context = {"race": "roofline", "size": f"n={n}, numel={numel}"}
-    budget = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads)
     timings = measure(fns, device=dev, extra_context=context, **budget)
     bandwidth = max(8 * numel / timings["copy"].min, 12 * numel / timings["add"].min)
     flops = 2.0 * n**3 / timings["matmul"].min

@@ -240,39 +240,48 @@ def _as_contestant(name: str, value) -> Contestant:
     )
 
 
-def check_budget(warmup, repeats, min_sample_s, num_threads=None, number=None):
-    """A timing budget checked before any work starts, as :func:`measure` and every race do; returns
-    ``(warmup, repeats, number, min_sample_s, num_threads)`` (``None``: leave as is, or calibrate)."""
-    warmup = check_int("warmup", warmup, minimum=0, maximum=MAX_REPEATS)
-    repeats = check_int("repeats", repeats, minimum=1, maximum=MAX_REPEATS)
-    min_sample_s = check_float("min_sample_s", min_sample_s, gt=0, le=MAX_SAMPLE_S)
-    if num_threads is not None:
-        num_threads = check_int("num_threads", num_threads, minimum=1, maximum=MAX_THREADS)
-    if number is not None:
-        number = check_int("number", number, minimum=1, maximum=MAX_CALLS_PER_SAMPLE)
-    return warmup, repeats, number, min_sample_s, num_threads
+def check_budget(
+    warmup,
+    repeats,
+    min_sample_s,
+    num_threads=None,
+    target_rel_width=None,
+    max_time_s=None,
+    callback=None,
+    *,
+    contestants=1,
+    number=None,
+) -> dict:
+    """A timing budget checked before any work starts, as :func:`measure` and every race do; returns it as
+    ``measure``'s keyword arguments.  Refuses a target interval narrower than :data:`MIN_TARGET_REL_WIDTH`
+    and minimum rounds that alone would take longer than ``MAX_SECONDS`` (an hour)."""
 
+    def optional(check, name, value, **bounds):
+        return None if value is None else check(name, value, **bounds)
 
-def check_target_rel_width(target_rel_width) -> float:
-    """A target interval width of at least :data:`MIN_TARGET_REL_WIDTH`: a narrower one is never reached."""
-    target_rel_width = check_float("target_rel_width", target_rel_width, gt=0)
-    if target_rel_width < MIN_TARGET_REL_WIDTH:
+    budget = dict(
+        warmup=check_int("warmup", warmup, minimum=0, maximum=MAX_REPEATS),
+        repeats=check_int("repeats", repeats, minimum=1, maximum=MAX_REPEATS),
+        min_sample_s=check_float("min_sample_s", min_sample_s, gt=0, le=MAX_SAMPLE_S),
+        num_threads=optional(check_int, "num_threads", num_threads, minimum=1, maximum=MAX_THREADS),
+        number=optional(check_int, "number", number, minimum=1, maximum=MAX_CALLS_PER_SAMPLE),
+        target_rel_width=optional(check_float, "target_rel_width", target_rel_width, gt=0),
+        max_time_s=optional(check_float, "max_time_s", max_time_s, gt=0, le=MAX_SECONDS),
+        callback=check_callable("callback", callback, optional=True),
+    )
+    if target_rel_width is not None and budget["target_rel_width"] < MIN_TARGET_REL_WIDTH:
         raise ValueError(
             f"target_rel_width={target_rel_width:g} is narrower than a timer can resolve; choose at least "
             f"{MIN_TARGET_REL_WIDTH:g} (0.1%), e.g. 0.1 for about +-5%"
         )
-    return target_rel_width
-
-
-def check_planned_time(repeats: int, contestants: int, min_sample_s: float) -> None:
-    """Refuse a measurement whose minimum rounds alone would take longer than ``MAX_SECONDS`` (an hour)."""
-    planned = repeats * contestants * min_sample_s
+    planned = budget["repeats"] * contestants * budget["min_sample_s"]
     if planned > MAX_SECONDS:
         raise ValueError(
             f"repeats={repeats} rounds of {plural(contestants, 'contestant')} at min_sample_s={min_sample_s:g} "
             f"would take at least {format_seconds(planned)}, more than the course's limit of {MAX_SECONDS:g} s "
             "for one measurement; choose fewer repeats or a shorter min_sample_s"
         )
+    return budget
 
 
 def measure(
@@ -320,25 +329,31 @@ def measure(
         raise kind(
             f"fns must be a callable or a non-empty dict of callables, got {type(fns).__name__}: {fns!r:.80}"
         )
-    warmup, repeats, number, min_sample_s, num_threads = check_budget(
-        warmup, repeats, min_sample_s, num_threads, number
+    names = list(contestants)
+    budget = check_budget(
+        warmup,
+        repeats,
+        min_sample_s,
+        num_threads,
+        target_rel_width,
+        max_time_s,
+        callback,
+        contestants=len(names),
+        number=number,
     )
-    check_callable("callback", callback, optional=True)
+    warmup, repeats, number, min_sample_s = (
+        budget[k] for k in ("warmup", "repeats", "number", "min_sample_s")
+    )
+    target_rel_width, max_time_s = budget["target_rel_width"], budget["max_time_s"]
     if extra_context is not None and not isinstance(extra_context, dict):
         raise ArgumentTypeError(f"extra_context must be a dict or None, got {type(extra_context).__name__}")
     confidence = check_float("confidence", confidence, gt=0, lt=1)
-    names = list(contestants)
-    check_planned_time(repeats, len(names), min_sample_s)
     adaptive = target_rel_width is not None
-    if adaptive:
-        target_rel_width = check_target_rel_width(target_rel_width)
-        if len(names) < 2:
-            raise ValueError(
-                "target_rel_width needs a race of at least two contestants (a dict of callables): "
-                "it is the width of a speedup's interval"
-            )
-    if max_time_s is not None:
-        max_time_s = check_float("max_time_s", max_time_s, gt=0, le=MAX_SECONDS)
+    if adaptive and len(names) < 2:
+        raise ValueError(
+            "target_rel_width needs a race of at least two contestants (a dict of callables): "
+            "it is the width of a speedup's interval"
+        )
     if max_repeats is not None:
         max_repeats = check_int("max_repeats", max_repeats, minimum=repeats, maximum=MAX_REPEATS)
     for key, value in (("max_time_s", max_time_s), ("max_repeats", max_repeats)):
