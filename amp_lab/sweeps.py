@@ -12,7 +12,6 @@ from tqdm.auto import tqdm
 
 from . import race as _race
 from ._checks import (
-    MAX_SECONDS,
     check_axes,
     check_bool,
     check_choice,
@@ -25,7 +24,7 @@ from .device import amp_dtype, check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
 from .gpus import datasheet_entry
 from .hardware import cpu_has_native
-from .intervals import SpeedupEstimate, jsonable, plural, speedup_estimate
+from .intervals import SpeedupEstimate, jsonable, speedup_estimate
 from .progress import enabled as progress_enabled
 from .race import (
     CONFIDENCE,
@@ -36,7 +35,7 @@ from .race import (
     contestant_names,
 )
 from .text import say
-from .timing import DEFAULT_MAX_TIME_S, Contestant, measure
+from .timing import Contestant, check_budget, measure
 
 
 @dataclass(frozen=True)
@@ -271,15 +270,10 @@ def sweep(
     batch = check_int("batch", defaults.batch if batch is None else batch, minimum=1)
     width = check_int("width", defaults.width if width is None else width, minimum=1)
     # Bounded before it starts: every race and the raw GEMM's together must fit in MAX_SECONDS.
-    per_race = repeats * len(contestant_names(*_race.device_facts(dev))) * min_sample_s
-    if target_rel_width is not None:
-        per_race = max(per_race, DEFAULT_MAX_TIME_S if max_time_s is None else max_time_s)
-    if (len(sizes) + 1) * per_race > MAX_SECONDS:
-        raise ValueError(
-            f"sweep of {plural(len(sizes), 'size')} (plus the raw GEMM) could take up to "
-            f"{(len(sizes) + 1) * per_race:g} s ({per_race:g} s per race), more than the course's limit of "
-            f"{MAX_SECONDS:g} s; choose fewer sizes or a smaller max_time_s"
-        )
+    n = len(contestant_names(*_race.device_facts(dev)))
+    check_budget(
+        warmup, repeats, min_sample_s, None, target_rel_width, max_time_s, contestants=n, races=len(sizes) + 1
+    )
     largest = max(sizes)
     need = {
         "matmul": matmul_bytes(largest, dtype),

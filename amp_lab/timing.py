@@ -250,11 +250,12 @@ def check_budget(
     callback=None,
     *,
     contestants=1,
+    races=1,
     number=None,
 ) -> dict:
     """A timing budget checked before any work starts, as :func:`measure` and every race do; returns it as
     ``measure``'s keyword arguments.  Refuses a target interval narrower than :data:`MIN_TARGET_REL_WIDTH`
-    and minimum rounds that alone would take longer than ``MAX_SECONDS`` (an hour)."""
+    and ``races`` measurements that could take longer than ``MAX_SECONDS`` (an hour) together."""
 
     def optional(check, name, value, **bounds):
         return None if value is None else check(name, value, **bounds)
@@ -275,11 +276,13 @@ def check_budget(
             f"{MIN_TARGET_REL_WIDTH:g} (0.1%), e.g. 0.1 for about +-5%"
         )
     planned = budget["repeats"] * contestants * budget["min_sample_s"]
-    if planned > MAX_SECONDS:
+    if target_rel_width is not None:  # then each race may sample until its time budget is spent
+        planned = max(planned, max_time_s or DEFAULT_MAX_TIME_S)
+    if races * planned > MAX_SECONDS:
         raise ValueError(
-            f"repeats={repeats} rounds of {plural(contestants, 'contestant')} at min_sample_s={min_sample_s:g} "
-            f"would take at least {format_seconds(planned)}, more than the course's limit of {MAX_SECONDS:g} s "
-            "for one measurement; choose fewer repeats or a shorter min_sample_s"
+            f"{plural(races, 'measurement')} of repeats={repeats} rounds of {plural(contestants, 'contestant')} "
+            f"at min_sample_s={min_sample_s:g} could take {format_seconds(races * planned)}, more than the "
+            f"course's limit of {MAX_SECONDS:g} s; choose fewer repeats (or sizes), a shorter min_sample_s or max_time_s"
         )
     return budget
 
