@@ -193,16 +193,12 @@ def _per_call_samples(name: str, value) -> tuple[float, ...]:
 
 
 def speedup_estimate(baseline, contender, *, confidence: float = 0.95) -> SpeedupEstimate:
-    """How much faster ``contender`` is than ``baseline``, with an interval.  (``06_timing_race``)
-
-    Both are :class:`Timing` objects or equal-length sequences of per-call seconds taken in interleaved
-    rounds (round ``i`` of each belongs together, as :func:`measure` takes them).  With fewer pairs than
-    :func:`min_pairs` the interval is ``0 .. inf``.
+    """How much faster ``contender`` is than ``baseline`` (Timings, or equal-length sequences of
+    per-call seconds from interleaved rounds), with an interval.  (``06_timing_race``)
 
     >>> e = speedup_estimate([2.0, 2.1, 1.9, 2.0, 2.2, 2.0], [1.0] * 6)
     >>> str(e), e.outcome
-    ('2.00x (95% interval 1.90x to 2.20x)', 'faster')
-    """
+    ('2.00x (95% interval 1.90x to 2.20x)', 'faster')"""
     b = _per_call_samples("baseline", baseline)
     c = _per_call_samples("contender", contender)
     if len(b) != len(c):

@@ -1,11 +1,6 @@
-"""The race: FP32 against AMP, timed honestly.  (``06_timing_race``, ``08_fp8_and_block_scaling``)
-
-:func:`race_matmul`, :func:`race_mlp` and :func:`race_fp8_matmul` race one configuration with
-:func:`amp_lab.timing.measure` and return a :class:`RaceResult`: ``speedup`` is the median of the per-round
-ratios FP32 / AMP, ``speedup_interval`` says how sure that is (``outcome``: "faster", "slower" or "too close
-to call").  Sweeps are in :mod:`amp_lab.sweeps`, the memory-bound race and the roofline in
-:mod:`amp_lab.roofline`, the readings in :mod:`amp_lab.race_readout`.
-"""
+"""The race: FP32 against AMP, timed honestly by :func:`amp_lab.timing.measure`.  (``06_timing_race``,
+``08_fp8_and_block_scaling``)  Sweeps are in :mod:`amp_lab.sweeps`, the memory-bound race and the roofline in
+:mod:`amp_lab.roofline`, the readings in :mod:`amp_lab.race_readout`."""
 
 from __future__ import annotations
 
@@ -313,15 +308,12 @@ def race_matmul(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race ``C = A @ B`` (n x n, FP32 inputs) without and with autocast.  (``06_timing_race``)
+    """Race ``C = A @ B`` (n x n, FP32 inputs) without and with autocast in ``dtype`` (default
+    ``amp_dtype(device)``).  (``06_timing_race``)
 
-    The AMP contestant includes autocast's casts of A and B, as a model's matmuls do; ``dtype`` is float16 or
-    bfloat16 (default: ``amp_dtype(device)``).  On CUDA FP32 and AMP run with TF32 off and, from Ampere on, a
-    ``"tf32"`` contestant runs the FP32 matmul with TF32 on.  At least ``repeats`` interleaved rounds, then
-    more while the interval is wider than ``target_rel_width`` (0.1: about +-5%), for up to ``max_time_s``
-    (``target_rel_width=None``: exactly ``repeats``).  ``reuse``: results already measured (RaceResults or
-    SweepResults); one that raced this very configuration is returned instead of racing again.
-    """
+    On CUDA FP32 and AMP run with TF32 off and, from Ampere on, a ``"tf32"`` contestant with it on.  At least
+    ``repeats`` rounds, then more until the interval is narrower than ``target_rel_width`` (0.1: about +-5%) or
+    ``max_time_s`` is spent.  ``reuse``: earlier results; one that raced this very configuration is returned."""
     n = check_int("n", n, minimum=1)
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
@@ -362,15 +354,12 @@ def race_mlp(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race training steps of the tutorial loop's model (``models.make_mlp(in_features, num_classes,
-    hidden=width, depth=1)``, Adam, cross-entropy, one fixed random batch) in FP32 against autocast (with a
-    GradScaler for float16).  (``06_timing_race``)
+    """Race training steps of the tutorial loop's model (``make_mlp(in_features, num_classes,
+    hidden=width, depth=1)``, fused Adam, cross-entropy, one fixed batch) in FP32 against autocast (with a GradScaler
+    for float16).  (``06_timing_race``)
 
-    Each contestant trains its own copy of the same weights; on CUDA from Ampere on a ``"tf32"`` contestant
-    runs the FP32 step with TF32 on, and every optimizer is fused Adam.  ``memory=True`` adds each
-    contestant's peak memory for one step (measured on CUDA, estimated elsewhere).  Sampling and ``reuse``
-    work as in :func:`race_matmul`; a reused result must have memory if ``memory=True``.
-    """
+    Each contestant trains its own copy of the same weights; ``memory=True`` adds each one's peak memory for a
+    step (measured on CUDA, estimated elsewhere).  Sampling, TF32 and ``reuse`` work as in :func:`race_matmul`."""
     width = check_int("width", width, minimum=1)
     batch = check_int("batch", batch, minimum=1)
     in_features = check_int("in_features", in_features, minimum=1)
@@ -475,14 +464,10 @@ def race_fp8_matmul(
 ) -> RaceResult:
     """Race one n x n GEMM in FP32, in the AMP dtype and in FP8.  (``08_fp8_and_block_scaling``)
 
-    Each contestant's inputs are **already in its own dtype**, so the race compares GEMM rates (a datasheet's
-    FP8 / BF16 ratio): ``"fp32"`` (TF32 off on CUDA), ``"amp"`` (A and B in ``dtype``) and ``"fp8"``:
-    ``torch._scaled_mm`` of A and B in E4M3 with one scale per tensor, writing bfloat16; the scales and E4M3
-    operands are made once, before timing, B column-major as cuBLASLt needs.  ``n`` is a multiple of 16
-    (:data:`FP8_GEMM_MULTIPLE`) on every device.  On CUDA it races only where :func:`fp8_matmul_support`
-    says FP8 GEMMs run; on the CPU ``torch._scaled_mm`` runs without FP8 units.  Sampling and ``reuse`` work
-    as in :func:`race_matmul`; :func:`fp8_summary` reads the result.
-    """
+    Each contestant's inputs are already in its own dtype, so the race compares GEMM rates: ``"fp8"`` is
+    ``torch._scaled_mm`` of E4M3 operands with one scale per tensor, writing bfloat16 (made before timing, B
+    column-major as cuBLASLt needs).  ``n`` is a multiple of 16; on CUDA it races only where
+    :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling and ``reuse`` work as in :func:`race_matmul`."""
     n = check_int("n", n, minimum=FP8_GEMM_MULTIPLE, maximum=MAX_GEMM_DIM)
     if n % FP8_GEMM_MULTIPLE:
         lower = n - n % FP8_GEMM_MULTIPLE

@@ -54,11 +54,8 @@ def precision_warning(device_type: str, capability, dtype) -> str | None:
 class RaceWidget:
     """Width, batch and precision controls, a Race button, two racing lanes and a result card.
 
-    Pressing Race (or calling :meth:`run`) races ``race_mlp`` with the chosen settings, sampling until the
-    speedup's interval is narrow or the time budget is spent.  Each lane shows how far its contestant would
-    have got when the faster one (by running median) has done all the samples so far.  The widths, batches
-    and budget default to :func:`~amp_lab.sweeps.sizes_for` the device.
-    """
+    Race (or :meth:`run`) races ``race_mlp`` with the chosen settings; each lane shows how far its contestant got
+    while the faster one did all the samples so far.  Defaults come from :func:`~amp_lab.sweeps.sizes_for`."""
 
     def __init__(
         self,

@@ -56,15 +56,12 @@ def race_elementwise(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race ``torch.add(a, b)`` on ``numel`` elements stored in FP32 against the same op on tensors stored
-    in ``dtype`` (float16 or bfloat16; default ``amp_dtype(device)``).  (``06_timing_race``)
+    """Race ``torch.add(a, b)`` on ``numel`` elements stored in FP32 against the same op on tensors
+    stored in ``dtype`` (default ``amp_dtype(device)``).  (``06_timing_race``)
 
-    The memory-bound regime: an add does one FLOP per element and moves 12 bytes of it in FP32, 6 in a
-    16-bit dtype, so the bytes set its pace.  Autocast has no rule for ``add``, so the contestants are the op
-    on FP32 tensors (``"fp32"``) and on the same values already converted (``"amp"``, untimed conversion),
-    each writing into an output allocated once.  TF32 is off on CUDA, as in ``race_matmul``; ``numel`` is at
-    most ``MAX_NUMEL`` and memory is checked first.  Sampling and ``reuse`` work as in ``race_matmul``.
-    """
+    The memory-bound regime: one FLOP per element against 12 bytes in FP32, 6 in a 16-bit dtype.  Autocast has no
+    rule for ``add``, so ``"amp"`` adds the values already converted (untimed), into an output allocated once.
+    Sampling and ``reuse`` work as in :func:`~amp_lab.race.race_matmul`."""
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
@@ -131,11 +128,9 @@ def measure_roofline(
     min_sample_s: float = 0.01,
     num_threads: int | None = None,
 ) -> Roofline:
-    """Measure this machine's roofline: the FLOP/s of an n x n FP32 matmul (TF32 off on CUDA) and the
-    bandwidth of the faster of ``c.copy_(a)`` and ``torch.add(a, b, out=c)`` on ``numel`` FP32 elements,
-    interleaved.  Each rate comes from its *fastest* sample: other programs can only slow a sample down.
-    Defaults: n=1024 and 2**24 elements (64 MiB, beyond the caches) on a CPU, 8192 and 2**28 on a GPU.  Race
-    with the same ``num_threads`` as the points you place on it.  (``06_timing_race``)"""
+    """Measure this machine's roofline: the FLOP/s of an n x n FP32 matmul and the bandwidth of the
+    faster of a copy and an add of ``numel`` elements, each from its fastest sample.  Defaults: n=1024 and 2**24
+    elements on a CPU, 8192 and 2**28 on a GPU.  (``06_timing_race``)"""
     dev = get_device(device)
     default_n, default_numel = (1024, 2**24) if dev.type == "cpu" else (8192, 2**28)
     n = check_int("n", default_n if n is None else n, minimum=1, maximum=MAX_GEMM_DIM)

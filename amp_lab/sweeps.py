@@ -252,12 +252,9 @@ def sweep(
 ) -> SweepResult:
     """Speedup against size, and the ceiling it is heading for.  (``06_timing_race``)
 
-    ``kind="matmul"``: ``race_matmul(n)`` for each ``n`` in ``sizes``; ``"mlp"``: ``race_mlp(width, batch)``
-    for each width; ``"batch"``: ``race_mlp(width, b)`` for each batch.  Sizes, ``batch`` and ``width``
-    default to :func:`sizes_for` this machine.  Each race samples as :func:`~amp_lab.race.race_matmul` does
-    (``max_time_s`` per race); ``reuse`` hands earlier results back instead of racing them again.  The
-    ceiling is the datasheet's for a known GPU, else the measured ratio of raw GEMMs at the largest size.
-    """
+    ``kind="matmul"`` races ``race_matmul(n)`` for each size, ``"mlp"`` ``race_mlp(width, batch)`` for each width,
+    ``"batch"`` ``race_mlp(width, b)`` for each batch; the defaults come from :func:`sizes_for`.  The ceiling is the
+    datasheet's for a known GPU, else the measured ratio of raw GEMMs at the largest size."""
     kind = check_choice("kind", kind, ["matmul", "mlp", "batch"])
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s

@@ -308,16 +308,9 @@ def measure(
     """Time one function, or race several, honestly.  (Taught in ``06_timing_race``.)
 
     ``fns`` is a callable (returns one :class:`~amp_lab.intervals.Timing`) or a dict ``label -> callable or
-    Contestant`` (returns a dict of timings).  Each contestant makes ``warmup`` untimed calls (at least one
-    without ``number``: the fastest sets how many calls make a sample last ``min_sample_s``); then they take
-    turns, one sample each per round, the order reversed every round.  ``num_threads`` sets torch's CPU
-    threads for the measurement (recorded in each context).
-
-    ``repeats`` rounds at least.  With ``target_rel_width`` (two or more contestants) it goes on until every
-    speedup over ``baseline`` (default: the first) has an interval no wider than that times the speedup, no
-    round starts that could end more than ``max_time_s`` (default :data:`DEFAULT_MAX_TIME_S`) after the
-    start, and at most ``max_repeats`` rounds (default :data:`DEFAULT_MAX_REPEATS`) are taken.
-    """
+    Contestant`` (returns a dict of them).  ``warmup`` untimed calls each (the fastest sets ``number`` calls per
+    sample of ``min_sample_s``), then ``repeats`` rounds in alternating order.  With ``target_rel_width`` it goes on
+    until every speedup over ``baseline`` (default: the first) is that narrow, ``max_time_s`` or ``max_repeats``."""
     single = callable(fns) or isinstance(fns, Contestant)
     if single:
         contestants = {str(label): _as_contestant(str(label), fns)}
@@ -333,21 +326,9 @@ def measure(
             f"fns must be a callable or a non-empty dict of callables, got {type(fns).__name__}: {fns!r:.80}"
         )
     names = list(contestants)
-    budget = check_budget(
-        warmup,
-        repeats,
-        min_sample_s,
-        num_threads,
-        target_rel_width,
-        max_time_s,
-        callback,
-        contestants=len(names),
-        number=number,
-    )
-    warmup, repeats, number, min_sample_s = (
-        budget[k] for k in ("warmup", "repeats", "number", "min_sample_s")
-    )
-    target_rel_width, max_time_s = budget["target_rel_width"], budget["max_time_s"]
+    args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
+    budget = check_budget(*args, contestants=len(names), number=number)
+    warmup, repeats, min_sample_s, num_threads, number, target_rel_width, max_time_s, _ = budget.values()
     if extra_context is not None and not isinstance(extra_context, dict):
         raise ArgumentTypeError(f"extra_context must be a dict or None, got {type(extra_context).__name__}")
     confidence = check_float("confidence", confidence, gt=0, lt=1)
