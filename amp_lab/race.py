@@ -89,9 +89,11 @@ class RaceResult:
         return self.timings.get("fp8")
 
     def _estimate(self, baseline: Timing | None, contender: Timing | None) -> SpeedupEstimate | None:
-        if baseline is None or contender is None:
-            return None
-        return speedup_estimate(baseline, contender, confidence=self.confidence)
+        return (
+            None
+            if None in (baseline, contender)
+            else speedup_estimate(baseline, contender, confidence=self.confidence)
+        )
 
     @property
     def speedup_interval(self) -> SpeedupEstimate:
@@ -140,13 +142,11 @@ class RaceResult:
         """Contestant name -> :class:`~amp_lab.timing.Regime` of its median call, from the datasheet of the
         GPU that ran it ("unknown" elsewhere)."""
         peak = {"fp32": torch.float32, "tf32": "tf32", "amp": self.dtype, "fp8": "fp8"}
-        unit = unit_of(self.kind)
-        return {
-            name: regime_for(
-                t.median, self.flops, self.bytes_moved(name), peak[name], self.context, unit=unit
-            )
+        bound = {
+            name: (t.median, self.flops, self.bytes_moved(name), peak[name])
             for name, t in self.timings.items()
         }
+        return {name: regime_for(*b, self.context, unit=unit_of(self.kind)) for name, b in bound.items()}
 
     def intensity(self, name: str) -> float:
         """Arithmetic intensity of contestant ``name``: FLOPs per byte moved, where a roofline places it."""
@@ -175,10 +175,8 @@ class RaceResult:
         lines.append(f"  speedup (FP32 / AMP): {self.speedup_interval}: {self.outcome}")
         if self.tf32 is not None:
             lines.append(f"  speedup (TF32 / AMP): {self.speedup_vs_tf32_interval}")
-        if self.fp8 is not None:
-            lines.append(
-                f"  speedup (AMP / FP8): {self.fp8_speedup_interval}: {self.fp8_speedup_interval.outcome}"
-            )
+        if (fp8 := self.fp8_speedup_interval) is not None:
+            lines.append(f"  speedup (AMP / FP8): {fp8}: {fp8.outcome}")
         if self.memory:
             mem = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.memory.items() if k != "method")
             lines.append(f"  memory: {mem} ({self.memory['method']})")
@@ -262,26 +260,13 @@ def _contestants(run: dict, device_type: str, capability) -> dict:
     }
 
 
-def check_race_args(
-    device,
-    dtype,
-    warmup,
-    repeats,
-    min_sample_s,
-    num_threads,
-    target_rel_width=None,
-    max_time_s=None,
-    callback=None,
-):
-    """A race's arguments checked before anything is allocated or run; returns the device, the dtype and
-    the budget (the keyword arguments :func:`run_race` hands ``measure``)."""
+def check_race_args(device, dtype, *budget):
+    """A race's arguments checked before anything is allocated or run; ``budget`` is what
+    :func:`~amp_lab.timing.check_budget` takes.  Returns the device, the dtype and the checked budget."""
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
-    n = len(contestant_names(*device_facts(dev)))
-    budget = check_budget(
-        warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback, contestants=n
-    )
-    if target_rel_width is None:  # exactly `repeats` rounds: no time budget to bound them
+    budget = check_budget(*budget, contestants=len(contestant_names(*device_facts(dev))))
+    if budget["target_rel_width"] is None:  # exactly `repeats` rounds: no time budget to bound them
         budget["max_time_s"] = None
     return dev, dtype, budget
 

@@ -12,15 +12,15 @@ import torch
 from . import race as _race
 from ._checks import check_int, check_int_sequence
 from .cost import IN_FEATURES, mlp_bytes, mlp_step_flops
-from .device import check_fits
+from .device import check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
 from .gpus import amp_dtype_for, bf16_hardware, tensor_core_generation
 from .intervals import Timing, plural
-from .race import RACE_TARGET_REL_WIDTH, RaceResult, check_race_args, check_result, contestant_names, unit_of
+from .race import RACE_TARGET_REL_WIDTH, RaceResult, check_result, contestant_names, unit_of
 from .race_readout import explain, memory_summary
 from .sweeps import sizes_for
 from .text import format_bytes, format_ratio, format_seconds
-from .timing import RaceProgress, tf32_text
+from .timing import RaceProgress, check_budget, tf32_text
 
 
 def _card(state: str, body: str) -> str:
@@ -83,9 +83,10 @@ class RaceWidget:
         given.update(num_threads=num_threads)
         b = {"num_threads": None, **sizes.budget, **{k: v for k, v in given.items() if v is not None}}
         self.budget, self.repeats = {**b, "target_rel_width": target_rel_width}, b["repeats"]
-        self.device, _, _ = check_race_args(device, None, **self.budget)
+        self.device = get_device(device)
         self._facts = _race.device_facts(self.device)
         n = len(contestant_names(*self._facts))
+        check_budget(**self.budget, contestants=n)
         need = mlp_bytes(
             max(widths), max(batches), torch.float16, in_features=self.in_features, contestants=n
         )
