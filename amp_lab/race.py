@@ -358,10 +358,8 @@ def race_mlp(
     if found is not None and (found.memory is not None or not memory):
         return found
     facts = device_facts(dev)
-    n_contestants = len(contestant_names(*facts))
-    need = mlp_bytes(
-        width, batch, dtype, in_features=in_features, num_classes=num_classes, contestants=n_contestants
-    )
+    n = len(contestant_names(*facts))
+    need = mlp_bytes(width, batch, dtype, in_features=in_features, num_classes=num_classes, contestants=n)
     check_fits(need, dev, f"race_mlp(width={width}, batch={batch})", "choose a smaller width or batch")
     with torch_threads(num_threads):
         X, y, model = _mlp_setup(width, batch, in_features, num_classes, dev)
@@ -415,12 +413,9 @@ def native_arithmetic(result: RaceResult) -> bool | None:
     if dev.startswith("cuda"):
         tc = result_tensor_cores(result)
         return None if tc is None else tc.has_tensor_cores and SHORT_NAMES[result.dtype] in tc.precisions
-    if dev.startswith("cpu"):
-        flags = result.context.get("cpu_flags")
-        return (
-            cpu_has_native(result.dtype, flags=flags) if flags is not None else cpu_has_native(result.dtype)
-        )
-    return None
+    return (
+        cpu_has_native(result.dtype, flags=result.context.get("cpu_flags")) if dev.startswith("cpu") else None
+    )
 
 
 # --- FP8 GEMMs: a race of FP8 against the AMP dtype and FP32 ---------------------------------------------

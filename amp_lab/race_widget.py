@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import statistics
 from collections.abc import Sequence
 
 import torch
@@ -15,7 +16,7 @@ from .cost import IN_FEATURES, mlp_bytes, mlp_step_flops
 from .device import check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
 from .gpus import amp_dtype_for, bf16_hardware, tensor_core_generation
-from .intervals import Timing, plural
+from .intervals import plural
 from .race import RACE_TARGET_REL_WIDTH, RaceResult, check_result, contestant_names, unit_of
 from .race_readout import explain, memory_summary
 from .sweeps import sizes_for
@@ -104,6 +105,7 @@ class RaceWidget:
         self.amp_bar = widgets.FloatProgress(description="AMP", **bar)
         self.fp32_time, self.amp_time, self.result = widgets.HTML(), widgets.HTML(), widgets.HTML()
         self.result.add_class("amp-race-result")
+        self._lanes = {"fp32": (self.fp32_bar, self.fp32_time), "amp": (self.amp_bar, self.amp_time)}
         self.last: RaceResult | None = None
         self._ready()
 
@@ -111,7 +113,7 @@ class RaceWidget:
             control.observe(self._on_settings, names="value")
         self.button.on_click(lambda _button: self.run())
         rows = [[self.width, self.batch], [self.precision, self.button]]
-        rows += [[self.fp32_bar, self.fp32_time], [self.amp_bar, self.amp_time]]
+        rows += [list(lane) for lane in self._lanes.values()]
         self.widget = widgets.VBox([*map(widgets.HBox, rows), self.result])
 
     @property
@@ -129,12 +131,9 @@ class RaceWidget:
             f"{flops / 1e6:,.1f} MFLOP of matmuls per training step. Press <b>Race</b>.{note}",
         )
 
-    def _reset_bars(self) -> None:
+    def _on_settings(self, _change) -> None:
         for bar in (self.fp32_bar, self.amp_bar):
             bar.value, bar.max, bar.bar_style = 0, self.repeats, "info"
-
-    def _on_settings(self, _change) -> None:
-        self._reset_bars()
         self.fp32_time.value = self.amp_time.value = ""
         self._ready()
 
@@ -143,12 +142,9 @@ class RaceWidget:
         rounds = min(len(fp32), len(amp))
         if rounds == 0:
             return 0
-        med = {k: Timing(k, tuple(v[:rounds]), 1, 0).median for k, v in (("fp32", fp32), ("amp", amp))}
+        med = {"fp32": statistics.median(fp32[:rounds]), "amp": statistics.median(amp[:rounds])}
         fastest = min(med.values())
-        for name, bar, label in (
-            ("fp32", self.fp32_bar, self.fp32_time),
-            ("amp", self.amp_bar, self.amp_time),
-        ):
+        for name, (bar, label) in self._lanes.items():
             bar.max = max(bar.max, rounds)  # sampling may go on past `repeats` rounds
             bar.value = rounds * fastest / med[name]
             label.value = f"{format_seconds(med[name])}/step"
@@ -174,7 +170,7 @@ class RaceWidget:
     def run(self) -> RaceResult | None:
         """Race with the current settings; updates the lanes and the result card."""
         self.button.disabled = True
-        self._reset_bars()
+        self._on_settings(None)
         self.result.value = _card("running", "Starting ...")
         try:
             result = _race.race_mlp(
