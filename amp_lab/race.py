@@ -260,12 +260,12 @@ def _contestants(run: dict, device_type: str, capability) -> dict:
     }
 
 
-def check_race_args(device, dtype, *budget):
+def check_race_args(device, dtype, *budget, races=1):
     """A race's arguments checked before anything is allocated or run; ``budget`` is what
     :func:`~amp_lab.timing.check_budget` takes.  Returns the device, the dtype and the checked budget."""
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
-    budget = check_budget(*budget, contestants=len(contestant_names(*device_facts(dev))))
+    budget = check_budget(*budget, contestants=len(contestant_names(*device_facts(dev))), races=races)
     if budget["target_rel_width"] is None:  # exactly `repeats` rounds: no time budget to bound them
         budget["max_time_s"] = None
     return dev, dtype, budget

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
@@ -32,10 +32,9 @@ from .race import (
     RACE_TARGET_REL_WIDTH,
     RaceResult,
     check_race_args,
-    contestant_names,
 )
 from .text import say
-from .timing import Contestant, check_budget, measure
+from .timing import Contestant, measure
 
 
 @dataclass(frozen=True)
@@ -256,36 +255,22 @@ def sweep(
     ``"batch"`` ``race_mlp(width, b)`` for each batch; the defaults come from :func:`sizes_for`.  The ceiling is the
     datasheet's for a known GPU, else the measured ratio of raw GEMMs at the largest size."""
     kind = check_choice("kind", kind, ["matmul", "mlp", "batch"])
-    dev, dtype, budget = check_race_args(
-        device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s
-    )
     show_progress = check_bool("show_progress", show_progress)
-    defaults = sizes_for(dev, dtype)
+    defaults = sizes_for(device, dtype)
     if sizes is None:
         sizes = {"matmul": defaults.matmul_sizes, "mlp": defaults.mlp_widths, "batch": defaults.batches}[kind]
     sizes = check_int_sequence("sizes", sizes, minimum=1, max_length=MAX_SWEEP_SIZES)
     batch = check_int("batch", defaults.batch if batch is None else batch, minimum=1)
     width = check_int("width", defaults.width if width is None else width, minimum=1)
     # Bounded before it starts: every race and the raw GEMM's together must fit in MAX_SECONDS.
-    n = len(contestant_names(*_race.device_facts(dev)))
-    check_budget(
-        warmup, repeats, min_sample_s, None, target_rel_width, max_time_s, contestants=n, races=len(sizes) + 1
-    )
+    args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
+    dev, dtype, budget = check_race_args(device, dtype, *args, races=len(sizes) + 1)
     largest = max(sizes)
-    need = {
-        "matmul": matmul_bytes(largest, dtype),
-        "mlp": mlp_bytes(largest, batch, dtype),
-        "batch": mlp_bytes(width, largest, dtype),
-    }[kind]
+    w, b = (largest, batch) if kind == "mlp" else (width, largest)
+    need = matmul_bytes(largest, dtype) if kind == "matmul" else mlp_bytes(w, b, dtype)
     check_fits(need, dev, f"sweep {'n' if kind == 'matmul' else kind}={largest}", "choose smaller sizes")
-
-    common = dict(device=dev, dtype=dtype, target_rel_width=target_rel_width, max_time_s=max_time_s)
-    common.update(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, num_threads=num_threads)
-    shape = {
-        "matmul": (largest,) * 3,
-        "mlp": (batch, IN_FEATURES, largest),
-        "batch": (largest, IN_FEATURES, width),
-    }
+    shape = (largest,) * 3 if kind == "matmul" else (b, IN_FEATURES, w)
+    common = dict(device=dev, dtype=dtype, **{k: v for k, v in budget.items() if k != "number"})
     results = []
     off = not (show_progress and progress_enabled())
     with tqdm(total=len(sizes) + 1, desc=f"sweep {kind}", disable=off) as bar:
@@ -297,15 +282,17 @@ def sweep(
                 w, b = (size, batch) if kind == "mlp" else (width, size)
                 results.append(_race.race_mlp(w, b, reuse=reuse, **common))
             bar.update(1)
-        measured = _raw_gemm_ratio(*shape[kind], device=dev, dtype=dtype, **budget)
+        measured = _raw_gemm_ratio(*shape, device=dev, dtype=dtype, **budget)
         bar.update(1)
     ceiling = datasheet_ceiling(torch.cuda.get_device_name(dev), dtype) if dev.type == "cuda" else None
     if ceiling is None:
         what = "GPU without a datasheet entry" if dev.type == "cuda" else dev.type
-        m, k, n = shape[kind]
-        source = f"measured on this {what}: raw {dtype_name(dtype)} GEMM {m}x{k}x{n} against FP32, inputs already cast"
-        ceiling = Ceiling(vs_fp32=measured.ratio, vs_tf32=None, source=source)
-    ceiling = Ceiling(ceiling.vs_fp32, ceiling.vs_tf32, ceiling.source, shape[kind], measured)
+        gemm = "x".join(map(str, shape))
+        source = (
+            f"measured on this {what}: raw {dtype_name(dtype)} GEMM {gemm} against FP32, inputs already cast"
+        )
+        ceiling = Ceiling(measured.ratio, None, source)
+    ceiling = replace(ceiling, gemm_shape=shape, measured_interval=measured)
     return SweepResult(kind, sizes, tuple(results), ceiling, results[-1].context)
 
 
