@@ -303,13 +303,11 @@ def check_sweep(name: str, value) -> SweepResult:
 # --- Plots ----------------------------------------------------------------------------------------------
 
 
-def _axes(ax, result: SweepResult, figsize=(6.4, 3.8)):
-    """``ax`` (or a new one) with the sizes on a log2 x axis, labelled by what the sweep varied."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, NullLocator
+def _finish(ax, result: SweepResult, ylabel: str, title: str, grid: str):
+    """The sizes on a log2 x axis labelled by what the sweep varied, plain numbers on a log y axis, the labels,
+    grid and legend."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=figsize)
     p = result.results[0].params
     label = {
         "matmul": "n (n x n matmul)",
@@ -320,31 +318,35 @@ def _axes(ax, result: SweepResult, figsize=(6.4, 3.8)):
     ax.set_xticks(list(result.sizes), [str(s) for s in result.sizes])
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel(label[result.kind])
-    return ax
-
-
-def _plain_log_y(ax):
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
     ax.set_yscale("log")
     plain = FuncFormatter(lambda v, _pos: f"{v:g}")
     ax.yaxis.set_major_formatter(plain)
     # A narrow range (less than a decade) has no major ticks inside it: label the minor ones plainly too.
     ax.yaxis.set_minor_formatter(plain if ax.get_ylim()[1] / ax.get_ylim()[0] < 10 else NullFormatter())
+    ax.set(xlabel=label[result.kind], ylabel=ylabel, title=title)
+    ax.grid(True, which=grid, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def _axes(ax):
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(6.4, 3.8))
+    return ax
 
 
 def plot_sweep(result: SweepResult, ax=None):
     """Speedup (FP32 / AMP) against size on log-log axes, with its interval, break-even and the ceiling."""
     check_sweep("result", result)
-    ax = _axes(check_axes("ax", ax), result)
+    ax = _axes(check_axes("ax", ax))
     dtype = dtype_name(result.results[0].dtype)
-    # Each speedup's interval, clipped to the speedup itself where there are too few pairs for one.
-    ends = [(e.low, e.high) if math.isfinite(e.high) else (e.ratio, e.ratio) for e in result.intervals]
-    yerr = [
-        [s - lo for s, (lo, _) in zip(result.speedups, ends, strict=True)],
-        [hi - s for s, (_, hi) in zip(result.speedups, ends, strict=True)],
+    # Each speedup's interval, none where there are too few pairs for one.
+    ends = [
+        (e.ratio - e.low, e.high - e.ratio) if math.isfinite(e.high) else (0, 0) for e in result.intervals
     ]
+    yerr = list(zip(*ends, strict=True))
     conf = result.intervals[0].confidence_text
     label = f"AMP ({dtype}) vs FP32 (bars: {conf} interval)"
     ax.errorbar(result.sizes, result.speedups, yerr=yerr, fmt="o-", color="C0", capsize=3, label=label)
@@ -361,12 +363,8 @@ def plot_sweep(result: SweepResult, ax=None):
     if datasheet and c.measured_gemm is not None:
         ax.axhline(c.measured_gemm, color="C1", ls=":", label=f"raw GEMM, measured: {c.measured_gemm:.3g}x")
     ax.axhline(1.0, color="0.3", lw=1, label="break-even")
-    _plain_log_y(ax)
-    ax.set_ylabel("speedup (FP32 time / AMP time)")
-    ax.set_title(f"Where AMP starts to pay on {result.context['device']}")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    return ax
+    title = f"Where AMP starts to pay on {result.context['device']}"
+    return _finish(ax, result, "speedup (FP32 time / AMP time)", title, "major")
 
 
 def plot_memory(result: SweepResult, ax=None):
@@ -376,15 +374,10 @@ def plot_memory(result: SweepResult, ax=None):
         raise ValueError(
             "plot_memory needs a sweep with kind='mlp' or 'batch' (memory is measured for training steps)"
         )
-    ax = _axes(check_axes("ax", ax), result)
+    ax = _axes(check_axes("ax", ax))
     names = [k for k in result.results[0].memory if k != "method"]
     for i, name in enumerate(names):
         mib = [r.memory[name] / 2**20 for r in result.results]
         ax.plot(result.sizes, mib, "o-", color=f"C{i}", label=name.upper())
-    _plain_log_y(ax)
-    ax.set_ylabel("MiB")
     how = "measured" if result.results[0].memory["method"].startswith("measured") else "estimate"
-    ax.set_title(f"Memory per training step ({how})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    return ax
+    return _finish(ax, result, "MiB", f"Memory per training step ({how})", "both")
