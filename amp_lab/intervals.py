@@ -148,10 +148,14 @@ class SpeedupEstimate:
                 break
         return f"{format_ratio(self.low, digits)} to {format_ratio(self.high, digits)}"
 
-    def __str__(self) -> str:
+    def interval_text(self) -> str:
+        """``'95% interval 1.25x to 1.40x'``, or ``'5 pairs: too few for a 95% interval'``."""
         if not math.isfinite(self.high):
-            return f"{format_ratio(self.ratio)} ({plural(self.pairs, 'pair')}: too few for a {self.confidence_text} interval)"
-        return f"{format_ratio(self.ratio)} ({self.confidence_text} interval {self.ends_text()})"
+            return f"{plural(self.pairs, 'pair')}: too few for a {self.confidence_text} interval"
+        return f"{self.confidence_text} interval {self.ends_text()}"
+
+    def __str__(self) -> str:
+        return f"{format_ratio(self.ratio)} ({self.interval_text()})"
 
 
 def min_pairs(confidence: float = 0.95) -> int:

@@ -127,17 +127,10 @@ def memory_summary(result) -> Reading:
 
 def _verdict(result: RaceResult) -> tuple[str, dict]:
     e = result.speedup_interval
-    basis = (
-        f"{plural(e.pairs, 'interleaved pair')}: too few for a {e.confidence_text} interval"
-        if not math.isfinite(e.high)
-        else f"{e.confidence_text} interval {e.ends_text()}, {plural(e.pairs, 'interleaved pair')}"
-    )
+    basis = e.interval_text() + (f", {plural(e.pairs, 'interleaved pair')}" if math.isfinite(e.high) else "")
     facts = {"ratio": format_ratio(e.ratio), "inverse": 1 / e.ratio if e.ratio else math.inf, "basis": basis,
              "low": dtype_name(result.dtype), "device": result.context.get("device", "?"), "unit": unit_of(result.kind)}  # fmt: skip
-    code = {"faster": "race.verdict_faster", "slower": "race.verdict_slower"}.get(
-        e.outcome, "race.verdict_close"
-    )
-    return code, facts
+    return f"race.verdict_{e.outcome if e.outcome in ('faster', 'slower') else 'close'}", facts
 
 
 def _elementwise_reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:

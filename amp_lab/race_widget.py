@@ -4,7 +4,6 @@ that move as the samples come in, and a result card that reads the race."""
 from __future__ import annotations
 
 import html
-import math
 import statistics
 from collections.abc import Sequence
 
@@ -212,11 +211,7 @@ def result_card_html(result: RaceResult) -> str:
         values += [format_bytes(result.memory[name])] if result.memory else []
         rows.append("<tr>" + "".join(f"<td style='{cell}'>{e(v)}</td>" for v in values) + "</tr>")
     mem_note = f"<br>memory: {e(str(memory_summary(result)))}" if result.memory else ""
-    interval = (
-        f"{est.confidence_text} interval {est.ends_text()}"
-        if math.isfinite(est.high)
-        else f"too few pairs for a {est.confidence_text} interval"
-    )
+    interval = est.interval_text()
     return (
         f"<div style='font-size:1.3em'>speedup <b class='amp-race-speedup'>{format_ratio(est.ratio)}</b> "
         f"(<span class='amp-race-interval'>{e(interval)}</span>): "

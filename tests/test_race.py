@@ -434,7 +434,7 @@ def test_too_few_pairs_is_too_close_to_call_and_says_why():
     assert r.outcome == "too close to call"
     reading = race_readout.explain(r)
     assert reading.reasons[0] == "race.verdict_close" and "race.noisy" not in reading.reasons
-    assert reading.facts["basis"] == "3 interleaved pairs: too few for a 95% interval"
+    assert reading.facts["basis"] == "3 pairs: too few for a 95% interval"
 
 
 # ------------------------------------------------------------------------------------------
