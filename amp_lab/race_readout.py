@@ -76,10 +76,8 @@ def sweep_summary(result: SweepResult) -> Reading:
         "best": format_ratio(best), "best_at": result.sizes[result.speedups.index(best)],
         "share": best / c.vs_fp32, "ceiling": c.vs_fp32, "ceiling_source": c.source, "measured": str(c.measured_interval),
     }  # fmt: skip
-    reasons = [
-        "race.sweep_sizes",
-        "race.sweep_pays" if facts["pays_from"] is not None else "race.sweep_never_pays",
-    ]
+    pays = facts["pays_from"] is not None
+    reasons = ["race.sweep_sizes", "race.sweep_pays" if pays else "race.sweep_never_pays"]
     if len(result.sizes) >= 2:
         grew, shrank = last.low > first.high, last.high < first.low
         reasons.append("race.sweep_grew" if grew else "race.sweep_shrank" if shrank else "race.sweep_flat")
@@ -87,8 +85,7 @@ def sweep_summary(result: SweepResult) -> Reading:
     slower = "datasheet" not in c.source and measured is not None and measured.outcome == "slower"
     reasons.append("race.ceiling_below_one" if slower else "race.ceiling_share")
     noise, noise_facts = _noise(result.results, result.context)
-    outcome = "pays" if facts["pays_from"] is not None else "does_not_pay"
-    return Reading(outcome, (*reasons, *noise), {**facts, **noise_facts})
+    return Reading("pays" if pays else "does_not_pay", (*reasons, *noise), {**facts, **noise_facts})
 
 
 def _saving(result: RaceResult) -> tuple[float, str]:
