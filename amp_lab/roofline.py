@@ -171,13 +171,9 @@ def plot_roofline(roofline: Roofline, results, ax=None):
     points: dict[str, tuple[list, list, list]] = {}
     for r in races:
         what = {"matmul": "matmul", "fp8_matmul": "matmul", "elementwise": "add", "mlp": "MLP step"}[r.kind]
+        amp = ("" if r.kind == "elementwise" else "AMP ") + SHORT_NAMES[r.dtype]
         for name in ("fp32", "amp"):
-            low = (
-                "FP32"
-                if name == "fp32"
-                else ("" if r.kind == "elementwise" else "AMP ") + SHORT_NAMES[r.dtype]
-            )
-            xs, ys, sizes = points.setdefault(f"{what} {low}", ([], [], []))
+            xs, ys, sizes = points.setdefault(f"{what} {'FP32' if name == 'fp32' else amp}", ([], [], []))
             xs.append(r.intensity(name))
             ys.append(r.flops / r.timings[name].median / 1e9)
             sizes.append(r.size)
@@ -195,11 +191,11 @@ def plot_roofline(roofline: Roofline, results, ax=None):
                 ax.annotate(
                     size, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=f"C{i}"
                 )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte)")
-    ax.set_ylabel("achieved GFLOP/s")
-    ax.set_title(f"Roofline of {roofline.context.get('device', '?')}, measured, with your races")
+    title = f"Roofline of {roofline.context.get('device', '?')}, measured, with your races"
+    ax.set(
+        xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte)", ylabel="achieved GFLOP/s"
+    )
+    ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     return ax
@@ -214,15 +210,13 @@ def roofline_summary(roofline: Roofline, results) -> Reading:
     for r in races_of("results", results):
         intensity = r.intensity("fp32")
         share = r.flops / r.fp32.median / roofline.attainable(intensity)
-        regime = classify_regime(
-            r.fp32.median,
-            r.flops,
-            r.bytes_moved("fp32"),
+        rates = (
             roofline.peak_flops,
             roofline.bytes_per_s,
             unit_of(r.kind),
             "this machine's measured peak rates",
         )
+        regime = classify_regime(r.fp32.median, r.flops, r.bytes_moved("fp32"), *rates)
         below = intensity < roofline.ridge
         points.append(
             {
