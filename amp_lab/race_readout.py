@@ -136,10 +136,7 @@ def _elementwise_reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
     facts = {"b32": format_bytes(b32), "blow": format_bytes(blow), "fewer": b32 / blow,
              "intensity": elementwise_intensity(torch.float32), "gbs_fp32": rate["fp32"], "gbs_amp": rate["amp"],
              "share": result.speedup / (b32 / blow)}  # fmt: skip
-    return (
-        "race.add_head",
-        "race.add_faster" if result.outcome == "faster" else "race.add_not_faster",
-    ), facts
+    return ("race.add_head", f"race.add_{'faster' if result.outcome == 'faster' else 'not_faster'}"), facts
 
 
 def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
@@ -182,9 +179,8 @@ def _tf32(result: RaceResult) -> tuple[tuple[str, ...], dict]:
         return (), {}
     tc = result_tensor_cores(result)
     facts = {"vs_tf32": str(est), "vs_tf32_outcome": est.outcome, "tf32_arch": tc.architecture if tc else "?"}
-    return (
-        ("race.tf32_none_on_arch",) if tc is not None and "tf32" not in tc.precisions else ("race.tf32_vs",)
-    ), facts
+    none = tc is not None and "tf32" not in tc.precisions
+    return ("race.tf32_none_on_arch" if none else "race.tf32_vs",), facts
 
 
 def tf32_summary(result: RaceResult) -> Reading:
@@ -195,13 +191,8 @@ def tf32_summary(result: RaceResult) -> Reading:
     dev = str(result.context.get("device", ""))
     if result.tf32 is not None:
         vs = speedup_estimate(result.fp32, result.tf32, confidence=result.confidence)
-        amp = result.speedup_vs_tf32_interval
-        facts = {
-            "tf32_vs_fp32": str(vs),
-            "tf32_outcome": vs.outcome,
-            "amp_vs_tf32": str(amp),
-            "amp_outcome": amp.outcome,
-        }
+        a = result.speedup_vs_tf32_interval
+        facts = dict(tf32_vs_fp32=str(vs), tf32_outcome=vs.outcome, amp_vs_tf32=str(a), amp_outcome=a.outcome)
         return Reading(vs.outcome, ("race.tf32_measured",), facts)
     tc = result_tensor_cores(result) if dev.startswith("cuda") else None
     if tc is not None:
@@ -215,18 +206,15 @@ def tf32_summary(result: RaceResult) -> Reading:
 
 
 def explain(result: RaceResult) -> Reading:
-    """A plain-language reading of a race result: the outcome with its interval ("too close to call" when
-    it straddles 1), the likely reason (native or emulated arithmetic, Tensor Cores, size, the bytes of an
-    elementwise op), TF32, and a warning when the measurement was noisy.  (``06_timing_race``; the race
-    widget's card shows it.)"""
+    """A race result read: the outcome with its interval, the likely reason (native or emulated arithmetic,
+    Tensor Cores, size, an elementwise op's bytes), TF32, and a warning when it was noisy.  (``06_timing_race``)"""
     check_result("result", result)
     verdict, facts = _verdict(result)
     reasons, more = _reason(result)
     tf32, tf32_facts = _tf32(result)
     noise, noise_facts = _noise([result], result.context)
-    return Reading(
-        result.outcome, (verdict, *reasons, *tf32, *noise), {**facts, **more, **tf32_facts, **noise_facts}
-    )
+    facts = {**facts, **more, **tf32_facts, **noise_facts}
+    return Reading(result.outcome, (verdict, *reasons, *tf32, *noise), facts)
 
 
 def elementwise_band(result: RaceResult) -> Reading:
