@@ -16,7 +16,7 @@ from .device import check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
 from .gpus import amp_dtype_for, bf16_hardware, tensor_core_generation
 from .intervals import plural
-from .race import RACE_TARGET_REL_WIDTH, RaceResult, check_result, contestant_names, unit_of
+from .race import RACE_TARGET_REL_WIDTH, RaceResult, contestant_names, unit_of
 from .race_readout import explain, memory_summary
 from .sweeps import sizes_for
 from .text import format_bytes, format_ratio, format_seconds
@@ -40,9 +40,8 @@ def precision_choices(device_type: str, capability=None) -> list[tuple[str, str]
 def precision_warning(device_type: str, capability, dtype) -> str | None:
     """A warning for racing bfloat16 on a CUDA GPU before Ampere (emulated there, so AMP cannot win), or None
     (also when the capability is unknown)."""
-    if device_type != "cuda" or capability is None or parse_dtype(dtype) != torch.bfloat16:
-        return None
-    if bf16_hardware(capability):
+    bf16 = parse_dtype(dtype) == torch.bfloat16
+    if device_type != "cuda" or capability is None or not bf16 or bf16_hardware(capability):
         return None
     tc = tensor_core_generation(capability)
     return (
@@ -200,7 +199,6 @@ class RaceWidget:
 def result_card_html(result: RaceResult) -> str:
     """The body of the race widget's result card: the speedup with its interval and outcome, the reading
     :func:`~amp_lab.race_readout.explain` composes, the timings, and the context."""
-    check_result("result", result)
     e = html.escape
     est, unit, ctx = result.speedup_interval, unit_of(result.kind), result.context
     cell = "padding:1px 10px 1px 0;text-align:right"
@@ -211,10 +209,9 @@ def result_card_html(result: RaceResult) -> str:
         values += [format_bytes(result.memory[name])] if result.memory else []
         rows.append("<tr>" + "".join(f"<td style='{cell}'>{e(v)}</td>" for v in values) + "</tr>")
     mem_note = f"<br>memory: {e(str(memory_summary(result)))}" if result.memory else ""
-    interval = est.interval_text()
     return (
         f"<div style='font-size:1.3em'>speedup <b class='amp-race-speedup'>{format_ratio(est.ratio)}</b> "
-        f"(<span class='amp-race-interval'>{e(interval)}</span>): "
+        f"(<span class='amp-race-interval'>{e(est.interval_text())}</span>): "
         f"<b class='amp-race-outcome' data-outcome='{e(est.outcome)}'>{e(est.outcome)}</b></div>"
         f"<div>AMP {e(dtype_name(result.dtype))} vs FP32, {e(result.size)}</div>"
         f"<p>{e(str(explain(result)))}</p>"

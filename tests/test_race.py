@@ -806,7 +806,7 @@ def _no_call():
 
 @pytest.mark.parametrize(
     "fn",
-    [race_readout.explain, race_readout.tf32_summary, race.native_arithmetic, race_widget.result_card_html, race_readout.sweep_summary,
+    [race_readout.explain, race_readout.tf32_summary, race.native_arithmetic, race_readout.sweep_summary,
      sweeps.plot_sweep, sweeps.plot_memory, race_readout.memory_summary, references.describe_reference, references.reference_table_html],
 )  # fmt: skip
 @pytest.mark.parametrize("bad", [None, "result", {"kind": "matmul"}])
