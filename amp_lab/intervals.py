@@ -37,14 +37,8 @@ def jsonable(value):
         return dtype_name(value)
     if isinstance(value, SpeedupEstimate):
         return jsonable({**vars(value), "outcome": value.outcome})
-    if (
-        value is None
-        or isinstance(value, (bool, int, str))
-        or isinstance(value, float)
-        and math.isfinite(value)
-    ):
-        return value
-    return str(value)
+    finite = isinstance(value, float) and math.isfinite(value)
+    return value if finite or value is None or isinstance(value, (bool, int, str)) else str(value)
 
 
 @dataclass(frozen=True)

@@ -376,9 +376,8 @@ def measure(
                     # Calibrated on the *fastest* warm-up call: a slowed one would make samples too short.
                     times = [sampler(c.fn, 1) for _ in range(max(warmup, 1))]
                     untimed[name] = len(times)
-                    numbers[name] = max(
-                        1, min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / max(min(times), 1e-9)))
-                    )
+                    fastest = max(min(times), 1e-9)
+                    numbers[name] = max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / fastest)))
                 else:
                     for _ in range(warmup):
                         c.fn()
@@ -386,15 +385,12 @@ def measure(
             report("warmup", name, 0)
         r, round_s = 0, 0.0
         while r < max_repeats:
-            if r >= repeats:
-                base = samples[baseline]
-                if all(
-                    speedup_estimate(base, s, confidence=confidence).rel_width <= target_rel_width
-                    for name, s in samples.items()
-                    if name != baseline
-                ):
-                    break
-                if _budget_clock() + round_s > began + max_time_s:
+            if r >= repeats:  # only with a target: without one max_repeats == repeats
+                others = [s for name, s in samples.items() if name != baseline]
+                widths = [
+                    speedup_estimate(samples[baseline], s, confidence=confidence).rel_width for s in others
+                ]
+                if max(widths) <= target_rel_width or _budget_clock() + round_s > began + max_time_s:
                     break
             round_start = _budget_clock()
             for name in names if r % 2 == 0 else names[::-1]:
@@ -405,10 +401,7 @@ def measure(
                 report("sample", name, r + 1)
             round_s = max(round_s, _budget_clock() - round_start)  # the slowest round so far
             r += 1
-    timings = {
-        name: Timing(name, tuple(samples[name]), numbers[name], untimed[name], contexts[name])
-        for name in names
-    }
+    timings = {n: Timing(n, tuple(samples[n]), numbers[n], untimed[n], contexts[n]) for n in names}
     return timings[names[0]] if single else timings
 
 
