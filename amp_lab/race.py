@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -216,9 +217,7 @@ def reusable(reuse, kind: str, params: dict, dtype, dev, num_threads) -> RaceRes
     threads = num_threads or torch.get_num_threads()
     for race in [] if reuse is None else races_of("reuse", reuse):
         ran = (race.kind, race.dtype, race.context.get("device"), race.context.get("threads"))
-        if ran == (kind, dtype, str(dev), threads) and all(
-            race.params.get(k) == v for k, v in params.items()
-        ):
+        if ran == (kind, dtype, str(dev), threads) and race.params.items() >= params.items():
             return race
     return None
 
@@ -232,13 +231,9 @@ def contestant_names(device_type: str, capability=None) -> tuple[str, ...]:
     """Who races: ``("fp32", "amp")``, plus ``"tf32"`` on CUDA GPUs whose Tensor Cores take TF32 (Ampere,
     compute capability 8.0, and later; before it "TF32 on" is plain FP32)."""
     device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
-    if (
-        device_type == "cuda"
-        and capability is not None
-        and "tf32" in tensor_core_generation(capability).precisions
-    ):
-        return ("fp32", "amp", "tf32")
-    return ("fp32", "amp")
+    known = device_type == "cuda" and capability is not None
+    tf32 = known and "tf32" in tensor_core_generation(capability).precisions
+    return ("fp32", "amp", "tf32") if tf32 else ("fp32", "amp")
 
 
 def device_facts(dev: torch.device) -> tuple[str, tuple[int, int] | None]:
@@ -364,10 +359,10 @@ def race_mlp(
     with torch_threads(num_threads):
         X, y, model = _mlp_setup(width, batch, in_features, num_classes, dev)
 
-        def trainer(d):
-            return lambda: Trainer(model, X, y, dev, d)
-
-        make = _contestants({"fp32": trainer(None), "amp": trainer(dtype), "tf32": trainer(None)}, *facts)
+        low = {"fp32": None, "amp": dtype, "tf32": None}
+        make = _contestants(
+            {k: functools.partial(Trainer, model, X, y, dev, d) for k, d in low.items()}, *facts
+        )
         mem = measure_memory(make, dev, [X, y]) if memory else None
         contestants = {name: Contestant(build.fn().step, build.context) for name, build in make.items()}
     flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
