@@ -148,16 +148,13 @@ _SIZES = {
     ),
 }
 _SIZES["cpu-unknown"] = _SIZES["cpu-emulated"]  # when in doubt, the sizes that are quick everywhere
+_CPU_CASES = {True: "cpu-native", False: "cpu-emulated", None: "cpu-unknown"}
 
 
 def race_sizes(device_type: str, dtype=torch.bfloat16, *, native: bool | None = None) -> RaceSizes:
     """The sizes and budgets to race on a machine with these facts: ``device_type`` ("cpu", "cuda", "mps")
     and, on a CPU, whether it multiplies ``dtype`` in hardware (True, False or None for unknown)."""
-    case = (
-        {True: "cpu-native", False: "cpu-emulated", None: "cpu-unknown"}[native]
-        if device_type == "cpu"
-        else "gpu"
-    )
+    case = _CPU_CASES[native] if device_type == "cpu" else "gpu"
     s = _SIZES[case]
     if device_type == "mps":  # an Apple GPU: no Tensor Cores, shared memory
         s = {**_SIZES["cpu-native"], "budget": _SIZES["gpu"]["budget"]}
@@ -214,19 +211,10 @@ class SweepResult:
         return paying
 
     def to_dict(self) -> dict:
-        c = self.ceiling
-        return jsonable(
-            {
-                "kind": self.kind,
-                "sizes": self.sizes,
-                "speedups": self.speedups,
-                "intervals": self.intervals,
-                "speedups_vs_tf32": [r.speedup_vs_tf32 for r in self.results],
-                "ceiling": {**vars(c), "measured_gemm": c.measured_gemm},
-                "results": [r.to_dict() for r in self.results],
-                "context": self.context,
-            }
-        )
+        out = {k: getattr(self, k) for k in ("kind", "sizes", "speedups", "intervals", "context")}
+        out["speedups_vs_tf32"] = [r.speedup_vs_tf32 for r in self.results]
+        out["ceiling"] = {**vars(self.ceiling), "measured_gemm": self.ceiling.measured_gemm}
+        return jsonable({**out, "results": [r.to_dict() for r in self.results]})
 
 
 MAX_SWEEP_SIZES = 64  # the most sizes one sweep races (each size is a race of its own)
