@@ -67,10 +67,6 @@ class Timing:
     def rel_iqr(self) -> float:
         return self.iqr / self.median if self.median > 0 else math.inf
 
-    @property
-    def min(self) -> float:
-        return min(self.samples)
-
     def to_measurement(self):
         """The same samples as a ``torch.utils.benchmark.Measurement`` (for ``benchmark.Compare``)."""
         from torch.utils import benchmark
@@ -124,9 +120,9 @@ class SpeedupEstimate:
     @property
     def rel_width(self) -> float:
         """The interval's width relative to the speedup: 0.1 means about +-5%; infinite with too few pairs."""
-        if not math.isfinite(self.high) or self.ratio <= 0:
-            return math.inf
-        return (self.high - self.low) / self.ratio
+        return (
+            (self.high - self.low) / self.ratio if math.isfinite(self.high) and self.ratio > 0 else math.inf
+        )
 
     @property
     def confidence_text(self) -> str:
@@ -136,8 +132,8 @@ class SpeedupEstimate:
         """``'1.25x to 1.40x'``, with a third decimal where two would hide which side of 1 an end is on."""
         if not math.isfinite(self.high):
             return "0x to infx"
+        ends = (self.low, self.high)
         for digits in (2, 3, 4):
-            ends = (self.low, self.high)
             if not any(format_ratio(v, digits) == format_ratio(1.0, digits) and v != 1 for v in ends):
                 break
         return f"{format_ratio(self.low, digits)} to {format_ratio(self.high, digits)}"

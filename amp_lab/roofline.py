@@ -149,8 +149,9 @@ def measure_roofline(
     }
     context = {"race": "roofline", "size": f"n={n}, numel={numel}"}
     timings = measure(fns, device=dev, extra_context=context, **budget)
-    bandwidth = max(8 * numel / timings["copy"].min, 12 * numel / timings["add"].min)
-    flops = 2.0 * n**3 / timings["matmul"].min
+    fastest = {name: min(t.samples) for name, t in timings.items()}
+    bandwidth = max(8 * numel / fastest["copy"], 12 * numel / fastest["add"])
+    flops = 2.0 * n**3 / fastest["matmul"]
     return Roofline(flops, bandwidth, n, numel, timings, timings["matmul"].context)
 
 
