@@ -298,21 +298,17 @@ def race_matmul(
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
     )
-    found = reusable(reuse, "matmul", {"n": n}, dtype, dev, num_threads)
-    if found is not None:
+    if (found := reusable(reuse, "matmul", {"n": n}, dtype, dev, num_threads)) is not None:
         return found
     most = int(math.sqrt(0.9 * (_device.available_bytes(dev) or 0) / matmul_bytes(1, dtype)))
     check_fits(matmul_bytes(n, dtype), dev, f"race_matmul(n={n})", f"choose n <= {max(1, most)}")
     A, B = _operands(n, dev)
 
-    def fp32():
-        return A @ B
-
     def amp():
         with torch.autocast(dev.type, dtype=dtype):
             return A @ B
 
-    contestants = _contestants({"fp32": fp32, "amp": amp, "tf32": fp32}, *device_facts(dev))
+    contestants = _contestants({"fp32": lambda: A @ B, "amp": amp, "tf32": lambda: A @ B}, *device_facts(dev))
     return run_race("matmul", {"n": n}, dtype, dev, contestants, 2.0 * n**3, budget)
 
 
@@ -464,8 +460,7 @@ def race_fp8_matmul(
         support = fp8_matmul_support(capability, _cuda_arch_list())
         if not support:
             raise ValueError(f"race_fp8_matmul cannot race on {dev}: {support.reason}")
-    found = reusable(reuse, "fp8_matmul", {"n": n}, dtype, dev, num_threads)
-    if found is not None:
+    if (found := reusable(reuse, "fp8_matmul", {"n": n}, dtype, dev, num_threads)) is not None:
         return found
     smaller = f"choose a smaller n (a multiple of {FP8_GEMM_MULTIPLE})"
     check_fits(fp8_matmul_bytes(n, dtype), dev, f"race_fp8_matmul(n={n})", smaller)

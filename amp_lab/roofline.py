@@ -66,8 +66,7 @@ def race_elementwise(
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
     )
-    found = reusable(reuse, "elementwise", {"numel": numel}, dtype, dev, num_threads)
-    if found is not None:
+    if (found := reusable(reuse, "elementwise", {"numel": numel}, dtype, dev, num_threads)) is not None:
         return found
     most = max(1, int(0.9 * (_device.available_bytes(dev) or 0) / elementwise_bytes(1, dtype)))
     check_fits(
