@@ -230,16 +230,6 @@ def _sampler(dev: torch.device, event=None):
     return sample
 
 
-def _as_contestant(name: str, value) -> Contestant:
-    if isinstance(value, Contestant):
-        return value
-    if callable(value):
-        return Contestant(value)
-    raise ArgumentTypeError(
-        f"contestant {name!r} must be a callable or a Contestant, got {type(value).__name__}"
-    )
-
-
 def check_budget(
     warmup,
     repeats,
@@ -312,18 +302,21 @@ def measure(
     sample of ``min_sample_s``), then ``repeats`` rounds in alternating order.  With ``target_rel_width`` it goes on
     until every speedup over ``baseline`` (default: the first) is that narrow, ``max_time_s`` or ``max_repeats``."""
     single = callable(fns) or isinstance(fns, Contestant)
-    if single:
-        contestants = {str(label): _as_contestant(str(label), fns)}
-    elif isinstance(fns, dict) and fns:
-        contestants = {str(k): _as_contestant(str(k), v) for k, v in fns.items()}
-        if len(contestants) != len(fns):
-            raise ValueError(
-                f"fns has labels that are equal as strings: {list(fns)!r:.200}; give each a distinct name"
-            )
-    else:
+    if not single and not (isinstance(fns, dict) and fns):
         kind = ValueError if isinstance(fns, dict) else ArgumentTypeError  # an empty dict, or not a dict
         raise kind(
             f"fns must be a callable or a non-empty dict of callables, got {type(fns).__name__}: {fns!r:.80}"
+        )
+    given = {str(label): fns} if single else fns
+    for k, v in given.items():
+        if not (callable(v) or isinstance(v, Contestant)):
+            raise ArgumentTypeError(
+                f"contestant {k!r} must be a callable or a Contestant, got {type(v).__name__}"
+            )
+    contestants = {str(k): v if isinstance(v, Contestant) else Contestant(v) for k, v in given.items()}
+    if len(contestants) != len(given):
+        raise ValueError(
+            f"fns has labels that are equal as strings: {list(fns)!r:.200}; give each a distinct name"
         )
     names = list(contestants)
     args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
