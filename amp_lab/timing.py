@@ -6,6 +6,7 @@ limits a step (:func:`classify_regime`).  (``02_tensor_cores``, ``06_timing_race
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import platform
@@ -207,9 +208,7 @@ def _sampler(dev: torch.device, event=None):
     them), elsewhere by ``_clock``."""
     sync = _synchronizer(dev)
     if event is None and dev.type == "cuda":
-
-        def event():
-            return torch.cuda.Event(enable_timing=True)
+        event = functools.partial(torch.cuda.Event, enable_timing=True)
 
     def sample(fn, number: int) -> float:
         sync()
