@@ -13,14 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from . import device as _device
-from ._checks import (
-    ArgumentTypeError,
-    bounded_list,
-    check_bool,
-    check_choice,
-    check_instance,
-    check_int,
-)
+from ._checks import ArgumentTypeError, bounded_list, check_bool, check_choice, check_instance, check_int
 from .cost import (
     IN_FEATURES,
     MAX_GEMM_DIM,
@@ -42,14 +35,7 @@ from .intervals import SpeedupEstimate, Timing, jsonable, plural, speedup_estima
 from .models import make_mlp
 from .race_trainer import Trainer, measure_memory
 from .text import Reading, format_bytes, format_seconds
-from .timing import (
-    Contestant,
-    RaceProgress,
-    check_budget,
-    measure,
-    regime_for,
-    tf32_text,
-)
+from .timing import Contestant, RaceProgress, check_budget, measure, regime_for, tf32_text
 
 CONFIDENCE = 0.95
 # A race samples until its speedup's interval is about +-5% wide, or this many seconds have passed.

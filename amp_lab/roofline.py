@@ -27,13 +27,7 @@ from .race import (
     unit_of,
 )
 from .text import Reading, format_bytes, say
-from .timing import (
-    Contestant,
-    RaceProgress,
-    check_budget,
-    classify_regime,
-    measure,
-)
+from .timing import Contestant, RaceProgress, check_budget, classify_regime, measure
 
 
 def _elementwise_operands(numel: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
