@@ -72,24 +72,21 @@ class RaceWidget:
     ):
         import ipywidgets as widgets
 
-        sizes = sizes_for(device)
-        widths = check_int_sequence("widths", sizes.widget_widths if widths is None else widths, minimum=1)
-        batches = check_int_sequence(
-            "batches", sizes.widget_batches if batches is None else batches, minimum=1
-        )
+        sz = sizes_for(device)  # the defaults of this machine
+        widths = check_int_sequence("widths", sz.widget_widths if widths is None else widths, minimum=1)
+        batches = check_int_sequence("batches", sz.widget_batches if batches is None else batches, minimum=1)
         self.in_features = check_int("in_features", in_features, minimum=1)
         given = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, max_time_s=max_time_s)
         given.update(num_threads=num_threads)
-        b = {"num_threads": None, **sizes.budget, **{k: v for k, v in given.items() if v is not None}}
-        self.budget, self.repeats = {**b, "target_rel_width": target_rel_width}, b["repeats"]
+        budget = {"num_threads": None, **sz.budget, **{k: v for k, v in given.items() if v is not None}}
+        self.budget, self.repeats = {**budget, "target_rel_width": target_rel_width}, budget["repeats"]
         self.device = get_device(device)
         self._facts = _race.device_facts(self.device)
         n = len(contestant_names(*self._facts))
         check_budget(**self.budget, contestants=n)
-        need = mlp_bytes(
-            max(widths), max(batches), torch.float16, in_features=self.in_features, contestants=n
-        )
-        largest = f"RaceWidget's largest race (width={max(widths)}, batch={max(batches)})"
+        w, b = max(widths), max(batches)
+        need = mlp_bytes(w, b, torch.float16, in_features=self.in_features, contestants=n)
+        largest = f"RaceWidget's largest race (width={w}, batch={b})"
         check_fits(need, self.device, largest, "choose smaller widths or batches")
 
         self.width = widgets.Dropdown(options=widths, value=widths[0], description="width")
