@@ -190,12 +190,9 @@ class SweepResult:
     def first_paying_size(self) -> int | None:
         """The smallest size from which AMP is measurably faster at every larger size; None when it is not
         at the largest."""
-        paying = None
-        for size, outcome in zip(reversed(self.sizes), reversed(self.outcomes), strict=True):
-            if outcome != "faster":
-                break
-            paying = size
-        return paying
+        not_faster = [i for i, outcome in enumerate(self.outcomes) if outcome != "faster"]
+        first = not_faster[-1] + 1 if not_faster else 0
+        return self.sizes[first] if first < len(self.sizes) else None
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("kind", "sizes", "speedups", "intervals", "context")}
