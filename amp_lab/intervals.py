@@ -83,13 +83,9 @@ class Timing:
         return benchmark.Measurement(number_per_run=self.number, raw_times=raw, task_spec=task)
 
     def to_dict(self) -> dict:
-        out = {
-            "label": self.label,
-            "median_s": self.median,
-            "iqr_s": self.iqr,
-            "samples_s": list(self.samples),
-        }
-        return {**out, "number": self.number, "warmup": self.warmup, "context": jsonable(self.context)}
+        out = {"label": self.label, "median_s": self.median, "iqr_s": self.iqr}
+        out.update(samples_s=list(self.samples), number=self.number, warmup=self.warmup)
+        return {**out, "context": jsonable(self.context)}
 
     def __str__(self) -> str:
         return (
