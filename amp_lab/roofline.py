@@ -60,12 +60,12 @@ def race_elementwise(
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
     )
-    if (found := reusable(reuse, "elementwise", {"numel": numel}, dtype, dev, num_threads)) is not None:
+    params = {"numel": numel}
+    if (found := reusable(reuse, "elementwise", params, dtype, dev, num_threads)) is not None:
         return found
     most = max(1, int(0.9 * (_device.available_bytes(dev) or 0) / elementwise_bytes(1, dtype)))
-    check_fits(
-        elementwise_bytes(numel, dtype), dev, f"race_elementwise(numel={numel})", f"choose numel <= {most}"
-    )
+    need = elementwise_bytes(numel, dtype)
+    check_fits(need, dev, f"race_elementwise(numel={numel})", f"choose numel <= {most}")
     a, b = _elementwise_operands(numel, dev)
     a_low, b_low = a.to(dtype), b.to(dtype)
     c, c_low = torch.empty_like(a), torch.empty_like(a_low)
@@ -74,9 +74,7 @@ def race_elementwise(
         "fp32": Contestant(lambda: torch.add(a, b, out=c), off),
         "amp": Contestant(lambda: torch.add(a_low, b_low, out=c_low), off),
     }
-    return run_race(
-        "elementwise", {"numel": numel}, dtype, dev, contestants, float(numel), budget, op="torch.add"
-    )
+    return run_race("elementwise", params, dtype, dev, contestants, float(numel), budget, op="torch.add")
 
 
 @dataclass(frozen=True)
