@@ -16,27 +16,13 @@ from ..check_items import check_set
 from ..formats import FORMATS, decompose, round_to
 from . import Mistake, combine, exercise, finite_float
 
-__all__ = [
-    "ex1",
-    "ex2",
-    "ex3",
-    "ex4",
-    "BITS_VALUE",
-    "INTEGER_FORMAT",
-    "ULP_VALUE",
-    "ULP_FORMAT",
-    "TINY_VALUE",
-]
-
 BITS_VALUE = -6.5  # exercise 1: the value whose FP16 and BF16 bits the learner writes
 INTEGER_FORMAT = "bf16"  # exercise 2: the format whose integers are counted
 ULP_VALUE, ULP_FORMAT = 1000.0, "fp16"  # exercise 3: the spacing of FP16 at 1000
 TINY_VALUE = 1e-20  # exercise 4: which formats keep it non-zero
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 1: the bits of -6.5 in FP16 and BF16
-# --------------------------------------------------------------------------------------------
 
 _BIAS_HINT = "the exponent field stores the power of two plus the format's bias, not the power itself"
 _IMPLICIT_HINT = "a normal number's leading 1 is implicit: the mantissa field holds only the fraction bits after the binary point"
@@ -96,9 +82,7 @@ def ex1(answer_fp16, answer_bf16, *, show: bool = True) -> CheckResult:
     return combine(parts, show=show)
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 2: the largest n with every integer 0..n exact in BF16
-# --------------------------------------------------------------------------------------------
 
 _IMPLICIT_COUNT_HINT = "count the implicit leading 1 too: it is a bit of precision the format does not store"
 _POWER_HINT = (
@@ -144,9 +128,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     return check_value(answer, expected, name="answer", hint=hint, show=show)
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 3: FP16's ulp at 1000
-# --------------------------------------------------------------------------------------------
 
 _EPS_HINT = "eps is the spacing just above 1; the spacing grows with the power of two the value lies above"
 _POWER_ABOVE_HINT = "take the power of two just below the value: the value lies in [2**e, 2**(e + 1))"
@@ -186,9 +168,7 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     return check_value(answer, expected, dtype=ULP_FORMAT, name="answer", hint=hint, show=show)
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 4: which formats keep 1e-20 non-zero
-# --------------------------------------------------------------------------------------------
 
 _FP8_HINT = "compare the value with each FP8 format's smallest subnormal: FP8 covers only a few decades"
 _MANTISSA_HINT = (

@@ -20,8 +20,6 @@ from ..formats import FORMATS
 from ..ranges import log2_limits, lost_update_fraction, range_report, suggest_scale
 from . import Mistake, exercise, finite_float
 
-__all__ = ["ex1", "ex2", "ex3", "ex4"]
-
 # Exercise 1: the share of all gradients that may still become zero at a good scale.
 MAX_ZERO_SHARE = 0.01
 # Exercise 2: the SGD step.
@@ -38,9 +36,7 @@ def _gradients(value) -> list[torch.Tensor]:
     return list(value.values()) if isinstance(value, Mapping) else list(value)
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 1: a loss scale from a histogram
-# --------------------------------------------------------------------------------------------
 
 
 def scale_window(all_grads) -> tuple[float, float]:
@@ -114,9 +110,7 @@ def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 2: a lost update
-# --------------------------------------------------------------------------------------------
 
 
 def _largest_lost_g(lr: float) -> float:
@@ -175,9 +169,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 3: fix the overflow in a forward pass (softmax in FP16)
-# --------------------------------------------------------------------------------------------
 
 
 def _bad_rows(p: torch.Tensor) -> torch.Tensor:
@@ -286,9 +278,7 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
     )
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 4: BF16 instead of FP16
-# --------------------------------------------------------------------------------------------
 
 
 @exercise(

@@ -21,8 +21,6 @@ from ..check_base import CheckResult, finish, is_placeholder
 from ..scaling import ScalerComparison, compare_with_grad_scaler, show_value, to_float32
 from . import Mistake, exercise
 
-__all__ = ["ex1", "ex2", "ex3", "ex4", "STATIC_SCHEDULES", "DYNAMIC_SCHEDULES", "GROWTH_TEST"]
-
 # Parameters are compared bit for bit first; a scaler that divides where GradScaler multiplies by
 # 1/S (a last-bit difference unless S is a power of two) passes within this tolerance.
 PARAM_RTOL = 1e-6
@@ -127,9 +125,7 @@ def _judge(answer, name: str, schedules, make_for, hint_for, show: bool) -> Chec
     )
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 1: MyStaticScaler
-# --------------------------------------------------------------------------------------------
 
 _NO_UNSCALE_HINT = "the optimizer saw gradients still multiplied by S: unscale_ must divide every parameter's .grad by S, in place"
 _TWICE_HINT = "the optimizer saw gradients divided by S twice: unscale_ has already divided them, so step must not divide again"
@@ -198,9 +194,7 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
     )
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 2: MyDynamicScaler
-# --------------------------------------------------------------------------------------------
 
 _TRACKER_HINT = "count the clean steps since the scale last changed: the count goes back to 0 after a skipped step and after a growth"
 _FLOAT64_HINT = (
@@ -267,9 +261,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     return _judge(answer, "MyDynamicScaler", DYNAMIC_SCHEDULES, make_for, _dynamic_hint, show)
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 3: growth at the top of float32's range
-# --------------------------------------------------------------------------------------------
 
 _EXCEEDS_HINT = "2**128 is beyond float32's largest value: a float32 cannot hold it"
 _INF_HINT = "an inf scale would make every scaled loss inf: GradScaler refuses such a growth"
@@ -308,9 +300,7 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     )
 
 
-# --------------------------------------------------------------------------------------------
 # Exercise 4: a broken training step, diagnosed and fixed
-# --------------------------------------------------------------------------------------------
 
 LOOP_STEPS = 6  # steps of the tiny run each training step is checked on
 LOOP_OVERFLOW_STEP = 2  # this step's batch overflows FP16 in the forward pass: GradScaler must skip it
