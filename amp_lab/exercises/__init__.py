@@ -1,20 +1,10 @@
-"""The course's exercises, one module per notebook: ``nb01`` ... ``nb09``.
+"""The course's exercises, one module per notebook (``nb01`` ... ``nb09``).
 
-A notebook's check cell is one call into its module, and nothing else::
-
-    from amp_lab.exercises import nb03
-    result = nb03.ex2.check(answer)
-
-so the expected values, how they are computed and the rubric stay here, out of sight of the
-learner (``tests/test_exercise_cells.py`` parses every notebook and fails on a check cell that
-does more).  Each exercise is an :class:`Exercise`: its number, title, the ``check`` function
-(built on the comparison engine, :mod:`amp_lab.check` and :mod:`amp_lab.check_items`, whose public
-names are the API an exercise module uses, so every check ends in one state:
-``✓ passed``, ``✗ not yet`` with a hint, or ``○ not attempted``) and the common wrong answers it
-diagnoses (:class:`Mistake`), which the package tests feed it one by one.
-
-Arguments a check takes besides the answer are what the notebook measured (``all_grads``, the
-race ``result``): the right answer is computed from the learner's own data, never typed in.
+A notebook's check cell is one call, ``result = nb03.ex2.check(answer)``, so the expected values and the
+rubric stay here, out of the learner's sight (``tests/test_exercise_cells.py`` enforces it).  Each exercise
+is an :class:`Exercise` built on the engine (:mod:`amp_lab.check`, :mod:`amp_lab.check_items`) that ends in
+one of three states, with the common wrong answers it diagnoses (:class:`Mistake`); the arguments besides
+the answer are what the notebook measured, so the right answer comes from the learner's own data.
 """
 
 from __future__ import annotations
@@ -28,18 +18,7 @@ from dataclasses import dataclass
 from numbers import Real
 
 from .._checks import check_bool
-from ..check_base import MARK, CheckResult
-
-__all__ = [
-    "Exercise",
-    "Mistake",
-    "exercise",
-    "exercises_of",
-    "all_exercises",
-    "combine",
-    "finite_float",
-    "NOTEBOOK_MODULES",
-]
+from ..check_base import MARK, CheckResult, finish
 
 # The notebooks with exercises, one module each (amp_lab/exercises/nbNN.py).
 NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09")
@@ -47,22 +26,15 @@ NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb0
 
 @dataclass(frozen=True)
 class Mistake:
-    """A common wrong answer and the words its feedback must contain.
-
-    ``name`` is short ("j for g", "float32 for a promote op"); ``hint`` is a fragment of the
-    feedback that answer gets, which points at the idea without stating the answer.
-    """
+    """A common wrong answer (``name``, short) and ``hint``, a fragment of the feedback it gets."""
 
     name: str
     hint: str
 
 
 class Exercise:
-    """One exercise of one notebook: ``check(answer, ...)`` prints the verdict and returns it.
-
-    Built with :func:`exercise` around the function that does the checking; ``check`` refuses a ``show``
-    that is not True or False (a TypeError naming it), for every exercise.
-    """
+    """One exercise of one notebook: ``check(answer, ...)`` prints the verdict and returns it (a ``show``
+    that is not True or False is a TypeError naming it)."""
 
     def __init__(
         self, notebook: str, number: int, title: str, check: Callable, mistakes: Sequence[Mistake] = ()
@@ -99,10 +71,8 @@ class Exercise:
 
 
 def exercise(number: int, title: str, *, mistakes: Sequence[Mistake] = ()):
-    """Decorator: turn a module-level check function into the :class:`Exercise` ``ex<number>``.
-
-    The notebook is taken from the module's name (``amp_lab.exercises.nb03`` → ``"03"``).
-    """
+    """Decorator: a module-level check function becomes the :class:`Exercise` ``ex<number>`` of the
+    notebook its module names (``amp_lab.exercises.nb03`` → ``"03"``)."""
 
     def wrap(fn: Callable) -> Exercise:
         module = fn.__module__.rsplit(".", 1)[-1]
@@ -110,6 +80,11 @@ def exercise(number: int, title: str, *, mistakes: Sequence[Mistake] = ()):
         return Exercise(notebook, number, title, fn, mistakes)
 
     return wrap
+
+
+def wrong(headline: str, hint: str, *, show: bool) -> CheckResult:
+    """A "not yet" whose one note is ``hint``."""
+    return finish("wrong", headline, [f"hint: {hint}"], show=show)
 
 
 def finite_float(x) -> float | None:
@@ -137,11 +112,8 @@ def all_exercises() -> list[Exercise]:
 
 
 def combine(parts: Sequence[CheckResult], *, show: bool = True) -> CheckResult:
-    """One verdict for an exercise with several answers (``answer_fp16`` and ``answer_bf16``).
-
-    Not attempted when no part is answered; passed when every part passed (within tolerance if
-    any part is only within tolerance); otherwise not yet.  The message lists every part's own.
-    """
+    """One verdict for several answers: not attempted when none is answered, passed when all passed
+    (within tolerance if one is only within it), otherwise not yet; the message lists each part's."""
     statuses = [p.status for p in parts]
     if all(s == "not attempted" for s in statuses):
         verdict = "unanswered"
@@ -150,12 +122,9 @@ def combine(parts: Sequence[CheckResult], *, show: bool = True) -> CheckResult:
     else:
         verdict = "close" if any(p.verdict == "close" for p in parts) else "exact"
     n_passed = statuses.count("passed")
-    head = {
-        "unanswered": "no answer yet",
-        "wrong": f"{n_passed} of {len(parts)} parts passed",
-        "close": f"all {len(parts)} parts passed",
-        "exact": f"all {len(parts)} parts passed",
-    }[verdict]
+    head = {"unanswered": "no answer yet", "wrong": f"{n_passed} of {len(parts)} parts passed"}.get(
+        verdict, f"all {len(parts)} parts passed"
+    )
     body = [f"  {line}" for p in parts for line in p.message.splitlines()]
     reasons = tuple(dict.fromkeys(code for p in parts for code in p.reasons))
     result = CheckResult(verdict, "\n".join([f"{MARK[verdict]}: {head}.", *body]), {"parts": parts}, reasons)

@@ -18,7 +18,7 @@ from ..check_items import check_choice
 from ..device import float64_on_cpu
 from ..formats import FORMATS
 from ..ranges import log2_limits, lost_update_fraction, range_report, suggest_scale
-from . import Mistake, exercise, finite_float
+from . import Mistake, exercise, finite_float, wrong
 
 # Exercise 1: the share of all gradients that may still become zero at a good scale.
 MAX_ZERO_SHARE = 0.01
@@ -79,25 +79,14 @@ def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     if x is not None and x.is_integer() and 0 < x <= 40 and x < low:
         k = int(x)
         would = "would pass" if low <= 2.0**k <= high else "would not pass either"
-        return finish(
-            "wrong",
-            f"`answer` = {k} looks like an exponent, not a scale (as a scale it is far too small).",
-            [
-                f"hint: give S itself (2.0**k), not the exponent k: a scale of {k} shifts the gradients by "
-                f"log2({k}) binades, not by {k}. (2.0**{k} {would}.)"
-            ],
-            show=show,
+        head = f"`answer` = {k} looks like an exponent, not a scale (as a scale it is far too small)."
+        hint = (
+            f"give S itself (2.0**k), not the exponent k: a scale of {k} shifts the gradients by log2({k}) "
         )
+        return wrong(head, hint + f"binades, not by {k}. (2.0**{k} {would}.)", show=show)
     if x is not None and x <= 0:
-        return finish(
-            "wrong",
-            f"`answer` = {x:g} is not a loss scale.",
-            [
-                "hint: a loss scale is a positive number that multiplies the loss, a power of two "
-                "such as 2.0**10"
-            ],
-            show=show,
-        )
+        hint = "a loss scale is a positive number that multiplies the loss, a power of two such as 2.0**10"
+        return wrong(f"`answer` = {x:g} is not a loss scale.", hint, show=show)
     return check_between(
         answer, low, high,
         below="at this scale 1% or more of the gradients still become zero in FP16: move the low tail of the "
@@ -135,32 +124,16 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     x = finite_float(answer)
     if x is not None and x.is_integer() and -64 <= x <= 0:
         j = int(x)
-        return finish(
-            "wrong",
-            f"`answer` = {j} looks like the exponent j, not the gradient g.",
-            [f"hint: give g itself (2.0**j), not the exponent j: for j = {j} that is 2.0**{j}."],
-            show=show,
-        )
+        hint = f"give g itself (2.0**j), not the exponent j: for j = {j} that is 2.0**{j}."
+        return wrong(f"`answer` = {j} looks like the exponent j, not the gradient g.", hint, show=show)
     if x is not None and x == 2 * expected:
-        return finish(
-            "wrong",
-            "`answer` is too large: with this g the update is not lost (0.75 - lr * g rounds to the "
-            "FP16 number below 0.75).",
-            [
-                "hint: w - lr * g rounds back to w only while |lr * g| is at most half the spacing of FP16 numbers "
-                "near w: past the halfway point it rounds to the neighbour."
-            ],
-            show=show,
-        )
+        head = "`answer` is too large: with this g the update is not lost (0.75 - lr * g rounds to the FP16 number below 0.75)."
+        hint = "w - lr * g rounds back to w only while |lr * g| is at most half the spacing of FP16 numbers near w: past the halfway point it rounds to the neighbour."
+        return wrong(head, hint, show=show)
     if x is not None and x == _largest_lost_g(1.0):
-        return finish(
-            "wrong",
-            "`answer` is too small: it is the largest lost *update*, not the largest lost gradient.",
-            [
-                "hint: the update is lr * g, not g: the weight changes by the learning rate times the gradient."
-            ],
-            show=show,
-        )
+        head = "`answer` is too small: it is the largest lost *update*, not the largest lost gradient."
+        hint = "the update is lr * g, not g: the weight changes by the learning rate times the gradient."
+        return wrong(head, hint, show=show)
     return check_value(
         answer, expected, rtol=5e-3,  # 2**j written as a decimal with 3 significant digits passes
         hint="an update is lost when |lr * g| is at most half the spacing of FP16 numbers near 0.75 "
@@ -196,21 +169,14 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
         return finish("unanswered", f"no answer yet: write `{name}` and run this cell again.", show=show)
     if not callable(softmax_fp16):
         hint = "define it with `def softmax_fp16(z): ...`, returning a tensor shaped like z"
-        return finish(
-            "wrong",
-            f"`{name}` is a {type(softmax_fp16).__name__}, not a function.",
-            [f"hint: {hint}"],
-            show=show,
-        )
+        return wrong(f"`{name}` is a {type(softmax_fp16).__name__}, not a function.", hint, show=show)
     try:
         out = softmax_fp16(z16.clone())
     except NotImplementedError:
         out = None
     except Exception as e:  # the learner's code failed: report it, never raise
         hint = "z is a float16 tensor of shape (examples, classes); use torch operations on it"
-        return finish(
-            "wrong", f"`{name}(z)` raised {type(e).__name__}: {str(e)[:200]}", [f"hint: {hint}"], show=show
-        )
+        return wrong(f"`{name}(z)` raised {type(e).__name__}: {str(e)[:200]}", hint, show=show)
     if out is None:
         return finish(
             "unanswered", f"no answer yet: fill in `{name}` so that it returns the probabilities.", show=show
@@ -231,7 +197,7 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
             "autocast leaves it in the low dtype",
         )
     if problem:
-        return finish("wrong", f"`{name}(z)` {problem[0]}", [f"hint: {problem[1]}"], show=show)
+        return wrong(f"`{name}(z)` {problem[0]}", problem[1], show=show)
     bad = _bad_rows(out.detach()).cpu()
     if bad.any():
         g = torch.exp(z16 - z16.max())
@@ -248,28 +214,18 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
                 "and inf / inf is NaN. The softmax of a row does not change when one number is subtracted from all of "
                 "its logits: which number keeps every exponent at or below 0?"
             )
-        return finish(
-            "wrong",
-            f"{int(bad.sum())} of {rows} rows of `{name}(z)` contain inf or NaN.",
-            [f"hint: {hint}"],
-            show=show,
-        )
+        return wrong(f"{int(bad.sum())} of {rows} rows of `{name}(z)` contain inf or NaN.", hint, show=show)
     out64 = float64_on_cpu(out)
     off_rows = int(((out64.sum(dim=1) - 1).abs() > 0.01).sum())
     if off_rows:
         hint = "each row must sum to 1: a row is one example's probabilities over the classes; which dimension did you sum over?"
-        return finish(
-            "wrong",
-            f"{off_rows} of {rows} rows of `{name}(z)` do not sum to 1.",
-            [f"hint: {hint}"],
-            show=show,
-        )
+        return wrong(f"{off_rows} of {rows} rows of `{name}(z)` do not sum to 1.", hint, show=show)
     diff = (out64 - torch.softmax(float64_on_cpu(logits), dim=1)).abs()
     n_off = int((diff > SOFTMAX_ATOL).sum())
     if n_off:
         hint = "softmax(z)_i = exp(z_i) / sum_j exp(z_j), row by row; every step in FP16 rounds, so keep the steps few"
         head = f"{n_off} of {diff.numel()} probabilities are further than 2^-8 from the exact softmax."
-        return finish("wrong", head, [f"hint: {hint}"], show=show)
+        return wrong(head, hint, show=show)
     return finish(
         "close",
         f"`{name}(z)` is float16, finite in all {rows} rows, and every probability is within 2^-8 of the exact softmax.",
@@ -295,10 +251,9 @@ def ex4(answer, activation_grads, *, show: bool = True) -> CheckResult:
     bf16 = range_report(grads, "bf16")
     needed = bf16.underflow > BF16_NEEDS_SCALING
     if isinstance(answer, str) and answer.strip().lower() in ("yes", "no", "true", "false", "y", "n"):
-        return finish(
-            "wrong",
+        return wrong(
             f"`answer` = {answer!r} is text.",
-            ["hint: answer True or False, the Python values, without quotes"],
+            "answer True or False, the Python values, without quotes",
             show=show,
         )
     # words, not digits, where the share is below the threshold: the count of a few stray tiny values

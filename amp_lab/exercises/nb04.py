@@ -19,7 +19,7 @@ import torch
 from ..check import check_value
 from ..check_base import CheckResult, finish, is_placeholder
 from ..scaling import ScalerComparison, compare_with_grad_scaler, show_value, to_float32
-from . import Mistake, exercise
+from . import Mistake, exercise, wrong
 
 # Parameters are compared bit for bit first; a scaler that divides where GradScaler multiplies by
 # 1/S (a last-bit difference unless S is a power of two) passes within this tolerance.
@@ -281,15 +281,10 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
         value = math.inf if isinstance(answer, int) and answer.bit_length() > 1000 else float(answer)
         if value == GROWTH_TEST["init_scale"] * 2.0:
             head = "`answer` = 2**128 fits a Python float (a float64), but GradScaler keeps its scale in a float32."
-            return finish(
-                "wrong",
-                head,
-                [f"hint: {_EXCEEDS_HINT}; what does it do with a growth it cannot store?"],
-                show=show,
-            )
+            return wrong(head, f"{_EXCEEDS_HINT}; what does it do with a growth it cannot store?", show=show)
         if value == math.inf:
             head = "`answer` = inf is not a scale GradScaler would keep."
-            return finish("wrong", head, [f"hint: {_INF_HINT}: what does it keep instead?"], show=show)
+            return wrong(head, f"{_INF_HINT}: what does it keep instead?", show=show)
     return check_value(
         answer,
         scaler.get_scale(),
@@ -399,14 +394,14 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
         )
     if isinstance(got, tuple):
         if got[0] == "nothing":
-            return finish("wrong", f"fixed_step stopped training at step {got[1]} (it never called scaler.scale).",
-                          ["hint: every step scales the loss, steps and updates the scaler"], show=show)  # fmt: skip
+            head = f"fixed_step stopped training at step {got[1]} (it never called scaler.scale)."
+            return wrong(head, "every step scales the loss, steps and updates the scaler", show=show)
         hint = "read the error: the step must run scale, backward, unscale_, clip, step, update"
         if "unscale_() has already been called" in got[2]:
             hint = _TWICE_RAISES_HINT
         elif "after step()" in got[2]:  # GradScaler's words when the last step's update() is missing
             hint = _NO_UPDATE_HINT
-        return finish("wrong", f"fixed_step raised at step {got[1]}: {got[2]}", [f"hint: {hint}"], show=show)
+        return wrong(f"fixed_step raised at step {got[1]}: {got[2]}", hint, show=show)
     first = next((i for i, (a, b) in enumerate(zip(got, want, strict=True)) if not _same_step(a, b)), None)
     if first is None:
         fell = want[LOOP_OVERFLOW_STEP][0] < want[LOOP_OVERFLOW_STEP - 1][0]
@@ -422,9 +417,4 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
         "compare your step line by line with the modern loop of section 6",
     )
     what = "the scale" if got[first][0] != want[first][0] else "the weights"
-    return finish(
-        "wrong",
-        f"fixed_step differs from the right step at step {first}: {what} differ.",
-        [f"hint: {hint}"],
-        show=show,
-    )
+    return wrong(f"fixed_step differs from the right step at step {first}: {what} differ.", hint, show=show)
