@@ -87,6 +87,13 @@ def wrong(headline: str, hint: str, *, show: bool) -> CheckResult:
     return finish("wrong", headline, [f"hint: {hint}"], show=show)
 
 
+def answer_names(answer) -> set[str] | None:
+    """An answer that is a set, list or tuple of strings, as a set of them stripped and lower-cased."""
+    if isinstance(answer, (set, frozenset, list, tuple)) and all(isinstance(a, str) for a in answer):
+        return {a.strip().lower() for a in answer}
+    return None
+
+
 def finite_float(x) -> float | None:
     """An answer ``x`` as a finite float when it is a real number (not a bool) that float64 holds, else None."""
     if not isinstance(x, Real) or isinstance(x, bool):

@@ -14,7 +14,7 @@ from ..check import check_bits, check_value
 from ..check_base import CheckResult
 from ..check_items import check_set
 from ..formats import FORMATS, decompose, round_to
-from . import Mistake, combine, exercise, finite_float
+from . import Mistake, answer_names, combine, exercise, finite_float
 
 BITS_VALUE = -6.5  # exercise 1: the value whose FP16 and BF16 bits the learner writes
 INTEGER_FORMAT = "bf16"  # exercise 2: the format whose integers are counted
@@ -33,21 +33,13 @@ _GENERIC_BITS_HINT = (
 )
 
 
-def _plain_bits(answer) -> str | None:
-    """The 0/1 characters of a bit-string answer (spaces allowed), or None if it is not one."""
-    if not isinstance(answer, str):
-        return None
-    bits = "".join(answer.split())
-    return bits if bits and set(bits) <= {"0", "1"} else None
-
-
 def _bits_hint(answer, fmt: str) -> str:
     """The hint for ``answer`` as the bits of BITS_VALUE in ``fmt``: the missed idea when it is a known slip."""
     f = FORMATS[fmt]
     d = decompose(BITS_VALUE, fmt)
     generic = _GENERIC_BITS_HINT.format(v=abs(BITS_VALUE), bias=f.bias)
-    bits = _plain_bits(answer)
-    if bits is None or len(bits) != f.total_bits:
+    bits = "".join(answer.split()) if isinstance(answer, str) else ""
+    if len(bits) != f.total_bits or not set(bits) <= {"0", "1"}:
         return generic
     ne = f.exponent_bits
     sign, exponent, mantissa = bits[0], bits[1 : 1 + ne], bits[1 + ne :]
@@ -190,8 +182,8 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
     """The set of format names (from ``FORMATS``) that keep 1e-20 non-zero."""
     expected = {name for name in FORMATS if decompose(TINY_VALUE, name).kind != "zero"}
     hint = f"the exponent bits set the range: compare {TINY_VALUE:g} with each format's smallest subnormal"
-    if isinstance(answer, (set, frozenset, list, tuple)) and all(isinstance(a, str) for a in answer):
-        chosen = {a.strip().lower() for a in answer}
+    chosen = answer_names(answer)
+    if chosen is not None:
         wrongly_kept = chosen - expected
         if wrongly_kept & {"fp8_e4m3", "fp8_e5m2"}:
             hint = _FP8_HINT

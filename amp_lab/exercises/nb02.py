@@ -18,7 +18,7 @@ from ..check_items import check_set
 from ..device import float64_on_cpu
 from ..formats import FORMATS
 from ..tensor_cores import ACCUMULATE_FORMATS, mma, running_sum
-from . import Mistake, combine, exercise, finite_float
+from . import Mistake, answer_names, combine, exercise, finite_float
 
 STALL_TERM, STALL_FORMAT = 0.5, "bf16"  # exercise 2: a BF16 running sum of 0.5s
 SUM_TERM, SUM_LENGTH = 0.1, 4096  # exercise 3: 4096 FP16 copies of 0.1, summed by a kernel
@@ -146,10 +146,6 @@ def _summed(fmt: str) -> float:
     return float(running_sum(terms, fmt, device="cpu")[-1])
 
 
-def _exact_sum() -> float:
-    return SUM_LENGTH * float(torch.tensor(SUM_TERM).half())
-
-
 @exercise(
     3,
     "What the FP16 kernel returns",
@@ -163,7 +159,7 @@ def _exact_sum() -> float:
 def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
     """The FP16-accumulated sum of 4096 FP16 copies of 0.1, and the accumulators that get it within 1 %."""
     expected = _summed("fp16")
-    exact = _exact_sum()
+    exact = SUM_LENGTH * float(torch.tensor(SUM_TERM).half())
     hint = "follow the running sum through the binades: where does the step become more than twice the term?"
     a = finite_float(answer)
     if a is not None and a != expected:
@@ -175,12 +171,9 @@ def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
             hint = _ONES_HINT
     value_part = check_value(answer, expected, dtype=torch.float16, name="answer", hint=hint, show=False)
 
-    errors = {acc: abs(_summed(acc) - exact) / exact for acc in ACCUMULATE_FORMATS}
-    good = {acc for acc, err in errors.items() if err <= SUM_TOLERANCE}
+    good = {acc for acc in ACCUMULATE_FORMATS if abs(_summed(acc) - exact) <= SUM_TOLERANCE * exact}
     acc_hint = "compare each accumulator's step near the final sum with the term it keeps adding"
-    if isinstance(answer_acc, (set, frozenset, list, tuple)) and "bf16" in {
-        str(a).strip().lower() for a in answer_acc
-    }:
+    if "bf16" in (answer_names(answer_acc) or ()):
         acc_hint = _BF16_RANGE_HINT
     explanations = {
         acc: f"its running sum stalls more than {SUM_TOLERANCE:.0%} short of the exact sum"
@@ -213,12 +206,6 @@ def _unaligned(shapes: dict[str, tuple[int, int, int]], fmt: str, dims=(0, 1, 2)
     return {name for name, shape in shapes.items() if any(shape[i] % multiple for i in dims)}
 
 
-def _as_names(answer) -> set[str] | None:
-    if isinstance(answer, (set, frozenset, list, tuple)) and all(isinstance(a, str) for a in answer):
-        return set(answer)
-    return None
-
-
 @exercise(
     4,
     "Which GEMMs need padding?",
@@ -235,7 +222,7 @@ def ex4(answer_fp16, answer_fp8, shapes, *, show: bool = True) -> CheckResult:
     for answer, fmt, name in ((answer_fp16, "fp16", "answer_fp16"), (answer_fp8, "fp8_e4m3", "answer_fp8")):
         expected = _unaligned(shapes, fmt)
         hint = f"for {FORMATS[fmt].label}, check M, N and K against the number of elements in a 16-byte row"
-        chosen = _as_names(answer)
+        chosen = answer_names(answer) and set(answer)
         if chosen is not None and chosen != expected:
             unaligned_mn = _unaligned(shapes, fmt, dims=(0, 1))
             # A "round" size: a multiple of 10 that the format's row width divides.
