@@ -110,7 +110,8 @@ def _judge(answer, name: str, schedules, make_for, hint_for, show: bool) -> Chec
     if found.what == "error" and found.step == 0 and found.call in ("the constructor", "scale()"):
         if "returned None" in text or "not written yet" in text:
             return _unanswered(
-                f"{name} is not written yet: its {found.call} {text}. Fill in the TODOs.", show
+                f"{name} is not written yet: its {found.call} {text}. Fill in the TODOs and run this cell again.",
+                show,
             )
     hint = hint_for(sched, found)
     notes = [
@@ -390,7 +391,8 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
     want, got = _trajectory(_GOOD), _trajectory.__wrapped__(answer)
     if got == ("nothing", 0):
         return _unanswered(
-            "fixed_step does not train yet (it never calls scaler.scale): fill in the TODO.", show
+            "fixed_step does not train yet (it never calls scaler.scale): fill in the TODO and run this cell again.",
+            show,
         )
     if isinstance(got, tuple):
         if got[0] == "nothing":
