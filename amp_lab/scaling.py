@@ -13,6 +13,7 @@ first step where they differ.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import NamedTuple
 
@@ -205,7 +206,7 @@ def _returned(x) -> str:
     return "None (is a `return` missing?)" if x is None else f"{type(x).__name__}: {x!r:.60}"
 
 
-def _run_step(scaler, model, opt, X, fault, steps: list):
+def _run_step(scaler, model, opt, X, fault):
     """One step with ``scaler``: (scaled loss, skipped, scale after update).  Raises _Refused."""
     opt.zero_grad(set_to_none=True)
     loss = model(X).square().mean() * LOSS_FACTOR
@@ -217,17 +218,17 @@ def _run_step(scaler, model, opt, X, fault, steps: list):
         with torch.no_grad():
             model.weight.grad.view(-1)[0] = math.inf if fault == "inf" else math.nan
     _call(scaler, "unscale_", opt)
-    before = len(steps)
+    opt.stepped = False  # set by the optimizer's step hook
     _call(scaler, "step", opt)
     _call(scaler, "update")
     raw = _call(scaler, "get_scale")
     try:
-        scale = float(raw) if not isinstance(raw, bool) else None
+        if isinstance(raw, bool):  # a bool is no scale
+            raise TypeError
+        scale = float(raw)
     except (TypeError, ValueError, RuntimeError, OverflowError):
-        scale = None
-    if scale is None:
-        raise _Refused("get_scale()", f"returned {_returned(raw)}, not a number")
-    return float64_on_cpu(scaled).item(), len(steps) == before, scale
+        raise _Refused("get_scale()", f"returned {_returned(raw)}, not a number") from None
+    return float64_on_cpu(scaled).item(), not opt.stepped, scale
 
 
 def compare_with_grad_scaler(
@@ -254,21 +255,17 @@ def compare_with_grad_scaler(
     kwargs = checks.dynamic(init_scale, growth_factor, backoff_factor, growth_interval)
     rtol = check_float("rtol", rtol, ge=0.0, le=1.0)
     dev = get_device(device)
-    runs = []
-    for _ in range(2):  # GradScaler's run, then ours: (model, optimizer, its steps)
-        with seeded(0):
-            model, X = torch.nn.Linear(4, 3).to(dev), torch.randn(8, 4).to(dev)
-        opt, steps = torch.optim.SGD(model.parameters(), lr=LR), []
-        opt.register_step_post_hook(lambda *_, steps=steps: steps.append(1))
-        runs.append((model, opt, steps))
-    theirs = torch.amp.GradScaler(dev.type, **kwargs)
+    with seeded(0):
+        models, X = [torch.nn.Linear(4, 3).to(dev)], torch.randn(8, 4).to(dev)
+    models.append(copy.deepcopy(models[0]))  # GradScaler's, then ours
+    opts = [torch.optim.SGD(m.parameters(), lr=LR) for m in models]
+    for opt in opts:
+        opt.register_step_post_hook(lambda o, *_: setattr(o, "stepped", True))
     scales, skipped = [], []
 
     def differs(step, what, mine, want=None, call=None):
-        fault = schedule[step]
-        return ScalerComparison(
-            False, len(schedule), step, fault, what, mine, want, call, tuple(scales), tuple(skipped)
-        )
+        found = (step, schedule[step], what, mine, want, call, tuple(scales), tuple(skipped))
+        return ScalerComparison(False, len(schedule), *found)
 
     try:
         mine = make_scaler()
@@ -279,14 +276,13 @@ def compare_with_grad_scaler(
         return differs(0, "error", text, call="the constructor")
     if mine is None:
         return differs(0, "error", "returned None, not a scaler", call="make_scaler()")
-    (model_t, opt_t, steps_t), (model_m, opt_m, steps_m) = runs
+    theirs = torch.amp.GradScaler(dev.type, **kwargs)
     for step, fault in enumerate(schedule):
-        want = _run_step(theirs, model_t, opt_t, X, fault, steps_t)
+        want = _run_step(theirs, models[0], opts[0], X, fault)
         scales.append(want[2])
-        if want[1]:
-            skipped.append(step)
+        skipped += [step] if want[1] else []
         try:
-            got = _run_step(mine, model_m, opt_m, X, fault, steps_m)
+            got = _run_step(mine, models[1], opts[1], X, fault)
         except _Refused as e:
             return differs(step, "error", e.args[1], call=e.args[0])
         m, t = got[0], want[0]
@@ -295,7 +291,7 @@ def compare_with_grad_scaler(
         for what, m, t in (("skipped", got[1], want[1]), ("scale", got[2], want[2])):
             if m != t:
                 return differs(step, what, m, t)
-        for p, q in zip(model_m.parameters(), model_t.parameters(), strict=True):
+        for p, q in zip(models[1].parameters(), models[0].parameters(), strict=True):
             if not torch.allclose(p, q, rtol=rtol, atol=0.0, equal_nan=True):
                 worst = ((p - q).abs() / q.abs().clamp_min(FLOAT32_TINY)).max().item()
                 return differs(step, "parameters", worst, 0.0)

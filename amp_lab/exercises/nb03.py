@@ -7,6 +7,7 @@ value itself from those, with the package's own range functions, never from type
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
 
@@ -43,24 +44,19 @@ def scale_window(all_grads) -> tuple[float, float]:
     """``(low, high)``: the powers of two between which a loss scale keeps fewer than 1% of
     ``all_grads`` from becoming zero in FP16 and overflows none of them."""
     grads = _gradients(all_grads)
-    # The smallest k in [-24, 100) whose scale 2**k leaves fewer than 1% of the gradients at zero.  The
-    # share that underflows only falls as the scale grows, so a binary search asks range_report about 7
-    # times instead of once per k (each call casts every gradient: seconds on the notebook's model).
-    lo, hi = -24, 100  # the answer lies in [lo, hi); hi means "none"
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if range_report(grads, "fp16", 2.0**mid).underflow < MAX_ZERO_SHARE:
-            hi = mid
-        else:
-            lo = mid + 1
-    k_low = lo if lo < 100 else None
+    # The smallest k in [-24, 100) whose scale 2**k leaves fewer than 1% of the gradients at zero: the share
+    # only falls as the scale grows, so a binary search asks range_report 7 times, not once per k.
+    ks = range(-24, 100)
+    i = bisect.bisect_left(
+        ks, True, key=lambda k: range_report(grads, "fp16", 2.0**k).underflow < MAX_ZERO_SHARE
+    )
     high = suggest_scale(grads, "fp16")
-    if k_low is None or 2.0**k_low > high:
+    if i == len(ks) or 2.0 ** ks[i] > high:
         raise ValueError(
             "all_grads: no loss scale keeps fewer than 1% of these gradients from underflowing "
             "without overflowing some of them; the exercise needs the notebook's gradients"
         )
-    return 2.0**k_low, high
+    return 2.0 ** ks[i], high
 
 
 @exercise(
