@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from numbers import Real
 
 from .._checks import check_bool
-from ..check_base import MARK, CheckResult, finish
+from ..check_base import CheckResult, finish
 
 # The notebooks with exercises, one module each (amp_lab/exercises/nbNN.py).
 NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09")
@@ -75,9 +75,7 @@ def exercise(number: int, title: str, *, mistakes: Sequence[Mistake] = ()):
     notebook its module names (``amp_lab.exercises.nb03`` → ``"03"``)."""
 
     def wrap(fn: Callable) -> Exercise:
-        module = fn.__module__.rsplit(".", 1)[-1]
-        notebook = module.removeprefix("nb") if module.startswith("nb") else module
-        return Exercise(notebook, number, title, fn, mistakes)
+        return Exercise(fn.__module__.rsplit(".", 1)[-1].removeprefix("nb"), number, title, fn, mistakes)
 
     return wrap
 
@@ -132,9 +130,6 @@ def combine(parts: Sequence[CheckResult], *, show: bool = True) -> CheckResult:
     head = {"unanswered": "no answer yet", "wrong": f"{n_passed} of {len(parts)} parts passed"}.get(
         verdict, f"all {len(parts)} parts passed"
     )
-    body = [f"  {line}" for p in parts for line in p.message.splitlines()]
-    reasons = tuple(dict.fromkeys(code for p in parts for code in p.reasons))
-    result = CheckResult(verdict, "\n".join([f"{MARK[verdict]}: {head}.", *body]), {"parts": parts}, reasons)
-    if show:
-        print(result.message)
-    return result
+    notes = [line for p in parts for line in p.message.splitlines()]
+    reasons = [code for p in parts for code in p.reasons]
+    return finish(verdict, f"{head}.", notes, show=show, details={"parts": parts}, reasons=reasons)
