@@ -169,14 +169,15 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
     try:
         out = softmax_fp16(z16.clone())
     except NotImplementedError:
-        out = None
+        out = NotImplementedError  # the skeleton's body
     except Exception as e:  # the learner's code failed: report it, never raise
         hint = "z is a float16 tensor of shape (examples, classes); use torch operations on it"
         return wrong(f"`{name}(z)` raised {type(e).__name__}: {str(e)[:200]}", hint, show=show)
-    if out is None:
-        return finish(
-            "unanswered", f"no answer yet: fill in `{name}` so that it returns the probabilities.", show=show
-        )
+    if out is None or out is NotImplementedError:
+        todo = "returns None; make it return the probabilities"
+        if out is NotImplementedError:
+            todo = "still raises NotImplementedError; fill in its body"
+        return finish("unanswered", f"no answer yet: `{name}` {todo} and run this cell again.", show=show)
     rows = z16.shape[0]
     problem = None
     if not isinstance(out, torch.Tensor):
