@@ -32,18 +32,6 @@ from ._checks import (
 from .device import float64_on_cpu, get_device, seeded
 from .text import Reading
 
-__all__ = [
-    "DynamicLossScaler",
-    "ScaleUnderflowError",
-    "ScalerComparison",
-    "StaticLossScaler",
-    "compare_with_grad_scaler",
-    "read_backoff",
-    "read_schedule",
-    "runs_use",
-    "to_float32",
-]
-
 
 class ScaleUnderflowError(RuntimeError):
     """A backoff would take the scale below float32's normal range: the loss itself is likely inf/NaN."""
