@@ -39,14 +39,15 @@ class ScaleUnderflowError(RuntimeError):
 
 def to_float32(x: float) -> float:
     """Round a Python number to the nearest float32 (overflow gives inf), as GradScaler stores its scale."""
-    return torch.tensor(float(x), dtype=torch.float64).float().item()
+    return torch.tensor(float(x), dtype=torch.float64, device="cpu").float().item()
 
 
 class StaticLossScaler:
     """One fixed scale ``S``: ``step()`` always steps, so an inf/NaN gradient goes into the weights."""
 
     def __init__(self, scale: float):
-        self._scale = torch.tensor(check_scale("scale", scale), dtype=torch.float32)  # float32, as GradScaler
+        # a float32 tensor, as GradScaler keeps it (on the CPU: float64 products are computed there)
+        self._scale = torch.tensor(check_scale("scale", scale), dtype=torch.float32, device="cpu")
         self._found_inf = None  # whether unscale_ found an inf/NaN (None: not called yet this step)
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
@@ -61,7 +62,7 @@ class StaticLossScaler:
             bool(grads) and not torch.stack(torch._foreach_norm(grads, math.inf)).isfinite().all()
         )
         if grads:  # 1/S in float64, rounded to float32, as GradScaler computes it
-            torch._foreach_mul_(grads, (1 / self._scale.double()).float().to(grads[0].device))
+            torch._foreach_mul_(grads, (1 / float64_on_cpu(self._scale)).float().to(grads[0].device))
 
     def step(self, optimizer) -> bool:
         """Unscale (unless done already), then ``optimizer.step()``; return whether it stepped."""
@@ -107,7 +108,7 @@ class DynamicLossScaler(StaticLossScaler):
         """Back off after an inf/NaN, grow after ``growth_interval`` clean steps (products in float64,
         rounded to float32, as GradScaler's kernel computes them)."""
         if self._found_inf:
-            scale = (self._scale.double() * self.backoff_factor).float()
+            scale = (float64_on_cpu(self._scale) * self.backoff_factor).float()
             if scale < FLOAT32_TINY:
                 raise ScaleUnderflowError(
                     f"backing off from {self._scale.item()!r} leaves float32's normal range: skipped steps "
@@ -115,7 +116,7 @@ class DynamicLossScaler(StaticLossScaler):
                 )
             self._scale, self._growth_tracker = scale, 0
         elif self._growth_tracker + 1 == self.growth_interval:
-            grown = (self._scale.double() * self.growth_factor).float()
+            grown = (float64_on_cpu(self._scale) * self.growth_factor).float()
             if torch.isfinite(grown):  # a growth past float32's max is no growth
                 self._scale = grown
             self._growth_tracker = 0
