@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import math
-from numbers import Real
 from typing import NamedTuple
 
 import torch
@@ -19,7 +18,7 @@ import torch
 from ..check import check_value
 from ..check_base import CheckResult, finish, is_placeholder
 from ..scaling import ScalerComparison, compare_with_grad_scaler, show_value, to_float32
-from . import Mistake, exercise, wrong
+from . import Mistake, exercise, finite_float, wrong
 
 # Parameters are compared bit for bit first; a scaler that divides where GradScaler multiplies by
 # 1/S (a last-bit difference unless S is a power of two) passes within this tolerance.
@@ -278,14 +277,14 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     scaler.scale(probe(torch.ones(1, 2)).sum() * 2.0**-100).backward()  # tiny: no natural overflow
     scaler.step(torch.optim.SGD(probe.parameters(), lr=0.0))
     scaler.update()
-    if isinstance(answer, Real) and not isinstance(answer, bool):
-        value = math.inf if isinstance(answer, int) and answer.bit_length() > 1000 else float(answer)
-        if value == GROWTH_TEST["init_scale"] * 2.0:
-            head = "`answer` = 2**128 fits a Python float (a float64), but GradScaler keeps its scale in a float32."
-            return wrong(head, f"{_EXCEEDS_HINT}; what does it do with a growth it cannot store?", show=show)
-        if value == math.inf:
-            head = "`answer` = inf is not a scale GradScaler would keep."
-            return wrong(head, f"{_INF_HINT}: what does it keep instead?", show=show)
+    if finite_float(answer) == GROWTH_TEST["init_scale"] * 2.0:
+        head = (
+            "`answer` = 2**128 fits a Python float (a float64), but GradScaler keeps its scale in a float32."
+        )
+        return wrong(head, f"{_EXCEEDS_HINT}; what does it do with a growth it cannot store?", show=show)
+    if isinstance(answer, float) and answer == math.inf:
+        head = "`answer` = inf is not a scale GradScaler would keep."
+        return wrong(head, f"{_INF_HINT}: what does it keep instead?", show=show)
     return check_value(
         answer,
         scaler.get_scale(),
