@@ -64,10 +64,8 @@ from fuzz_support import (
     Seq,
     Str,
     Tensor,
-    V,
     address_space_limit,
     check_call,
-    const,
     describe,
     hard_time_limit,
 )
