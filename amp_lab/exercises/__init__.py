@@ -1,10 +1,7 @@
 """The course's exercises, one module per notebook (``nb01`` ... ``nb09``).
 
-A notebook's check cell is one call, ``result = nb03.ex2.check(answer)``, so the expected values and the
-rubric stay here, out of the learner's sight (``tests/test_exercise_cells.py`` enforces it).  Each exercise
-is an :class:`Exercise` built on the engine (:mod:`amp_lab.check`, :mod:`amp_lab.check_items`) that ends in
-one of three states, with the common wrong answers it diagnoses (:class:`Mistake`); the arguments besides
-the answer are what the notebook measured, so the right answer comes from the learner's own data.
+A check cell is one call, ``result = nb03.ex2.check(answer, ...)``: the expected values, computed from
+what the notebook measured, and the common wrong answers (:class:`Mistake`) stay here, out of sight.
 """
 
 from __future__ import annotations
@@ -36,9 +33,7 @@ class Exercise:
     """One exercise of one notebook: ``check(answer, ...)`` prints the verdict and returns it (a ``show``
     that is not True or False is a TypeError naming it)."""
 
-    def __init__(
-        self, notebook: str, number: int, title: str, check: Callable, mistakes: Sequence[Mistake] = ()
-    ):
+    def __init__(self, notebook: str, number: int, title: str, check: Callable, mistakes=()):
         self.notebook = notebook
         self.number = number
         self.title = title
@@ -49,7 +44,9 @@ class Exercise:
             return check(*args, show=show, **kwargs)
 
         self.check = checked
-        self.mistakes = tuple(mistakes)
+        # a {name: hint} table or a sequence of Mistakes
+        items = mistakes.items() if isinstance(mistakes, dict) else mistakes
+        self.mistakes = tuple(m if isinstance(m, Mistake) else Mistake(*m) for m in items)
         self.__doc__ = check.__doc__
 
     def mistake(self, name: str) -> Mistake:
@@ -62,6 +59,10 @@ class Exercise:
             f"exercise {self.notebook}.{self.number} has no mistake named {name!r}; it has: {known}"
         )
 
+    def hint(self, default: str, *found: bool) -> str:
+        """The hint of the first mistake (in declared order) whose flag in ``found`` is true, else ``default``."""
+        return next((m.hint for m, hit in zip(self.mistakes, found) if hit), default)
+
     @property
     def signature(self) -> inspect.Signature:
         return inspect.signature(self.check)
@@ -70,9 +71,9 @@ class Exercise:
         return f"<exercise {self.notebook}·{self.number}: {self.title}; check{self.signature}>"
 
 
-def exercise(number: int, title: str, *, mistakes: Sequence[Mistake] = ()):
-    """Decorator: a module-level check function becomes the :class:`Exercise` ``ex<number>`` of the
-    notebook its module names (``amp_lab.exercises.nb03`` → ``"03"``)."""
+def exercise(number: int, title: str, *, mistakes=()):
+    """Decorator: a check function becomes the :class:`Exercise` ``ex<number>`` of its module's notebook
+    (``amp_lab.exercises.nb03`` → ``"03"``); ``mistakes`` is a ``{name: hint}`` table or :class:`Mistake` s."""
 
     def wrap(fn: Callable) -> Exercise:
         return Exercise(fn.__module__.rsplit(".", 1)[-1].removeprefix("nb"), number, title, fn, mistakes)
