@@ -1,8 +1,7 @@
 """Exercises of notebook 02 (Tensor Cores: what they compute).
 
-The expected values come from the emulation in :mod:`amp_lab.tensor_cores` (``mma``,
-``running_sum``, ``alignment_multiple``), computed here from the data the notebook made; the
-common wrong answers are recognised first so that their hints name the idea that was missed.
+The expected values come from the emulation in :mod:`amp_lab.tensor_cores`, run on the notebook's data;
+the common wrong answers are recognised first, so their hints name the missed idea.
 """
 
 from __future__ import annotations
@@ -18,20 +17,10 @@ from ..check_items import check_set
 from ..device import float64_on_cpu
 from ..formats import FORMATS
 from ..tensor_cores import ACCUMULATE_FORMATS, mma, running_sum
-from . import Mistake, answer_names, combine, exercise, finite_float
+from . import answer_names, combine, exercise, finite_float
 
-STALL_TERM, STALL_FORMAT = 0.5, "bf16"  # exercise 2: a BF16 running sum of 0.5s
 SUM_TERM, SUM_LENGTH = 0.1, 4096  # exercise 3: 4096 FP16 copies of 0.1, summed by a kernel
 SUM_TOLERANCE = 0.01  # exercise 3: "within 1 % of the exact sum"
-
-
-# Exercise 1: one Tensor Core operation with plain torch
-
-_UNROUNDED_INPUTS_HINT = (
-    "the Tensor Core never sees A and B in float32: they are rounded to FP16 before the products"
-)
-_FP16_SUM_HINT = "the products and the running sum stay in FP32; only the inputs A and B are FP16"
-_NO_C_HINT = "the accumulator starts from C: D = A·B + C"
 
 
 def _close_to(answer, target: torch.Tensor, atol: float) -> bool:
@@ -53,11 +42,11 @@ def _fp16_valued(answer) -> bool:
 @exercise(
     1,
     "One Tensor Core operation, with plain torch",
-    mistakes=[
-        Mistake("inputs not rounded to FP16", _UNROUNDED_INPUTS_HINT),
-        Mistake("sum rounded to FP16", _FP16_SUM_HINT),
-        Mistake("forgetting C", _NO_C_HINT),
-    ],
+    mistakes={
+        "inputs not rounded to FP16": "the Tensor Core never sees A and B in float32: they are rounded to FP16 before the products",
+        "sum rounded to FP16": "the products and the running sum stay in FP32; only the inputs A and B are FP16",
+        "forgetting C": "the accumulator starts from C: D = A·B + C",
+    },
 )
 def ex1(answer, A, B, C, *, show: bool = True) -> CheckResult:
     """``D = A·B + C`` as a Tensor Core with FP16 inputs and an FP32 accumulator computes it."""
@@ -66,38 +55,23 @@ def ex1(answer, A, B, C, *, show: bool = True) -> CheckResult:
     D = float64_on_cpu(mma(A64, B64, C64, inputs="fp16", accumulate="fp32", device="cpu"))
     # Two orders of adding K + 1 float32 terms differ by at most about (K + 1) eps sum|terms|: allowed.
     slack = (k + 1) * torch.finfo(torch.float32).eps * float((A64.abs() @ B64.abs() + C64.abs()).max())
-    hint = "the inputs A and B are FP16; the products and the sum, starting from C, are FP32"
-    if not _close_to(answer, D, slack):
-        Ah, Bh = A64.half().double(), B64.half().double()
-        if _close_to(answer, A64 @ B64 + C64, slack):
-            hint = _UNROUNDED_INPUTS_HINT
-        elif _fp16_valued(answer) or _close_to(answer, D.half().double(), slack):
-            hint = _FP16_SUM_HINT
-        elif _close_to(answer, Ah @ Bh, slack) or _close_to(answer, A64 @ B64, slack):
-            hint = _NO_C_HINT
+    right = _close_to(answer, D, slack)
+    hint = ex1.hint(
+        "the inputs A and B are FP16; the products and the sum, starting from C, are FP32",
+        not right and _close_to(answer, A64 @ B64 + C64, slack),
+        not right and (_fp16_valued(answer) or _close_to(answer, D.half().double(), slack)),
+        not right
+        and any(_close_to(answer, P, slack) for P in (A64.half().double() @ B64.half().double(), A64 @ B64)),
+    )
     return check_tensor(
         answer, D.float(), dtype=torch.float32, atol=slack, name="answer", hint=hint, show=show
     )
 
 
-# Exercise 2: where a BF16 running sum of 0.5 stalls
-
-_OTHER_FORMAT_HINT = (
-    "that is where an FP16 sum stalls; BF16 keeps fewer significant bits, so it stalls earlier"
-)
-_INCREMENT_HINT = (
-    "the sum stops where BF16's step is twice the increment, and the increment here is 0.5, not 1"
-)
-_STEP_EQUALS_HINT = (
-    "while the step equals the increment, adding it is still exact: the sum stops one binade later"
-)
-
-
 @functools.lru_cache(maxsize=16)
 def _stall_value(term: float, fmt: str) -> float:
     """Where a running sum of ``term`` in ``fmt`` stops growing (from the emulated sum)."""
-    f = FORMATS[fmt]
-    length = min(2 ** (f.precision + 2), 1 << 16)
+    length = min(2 ** (FORMATS[fmt].precision + 2), 1 << 16)
     sums = running_sum(torch.full((length,), term), fmt, device="cpu")
     same = torch.nonzero(sums[1:] == sums[:-1]).flatten()
     return float(sums[int(same[0]) + 1])
@@ -106,38 +80,22 @@ def _stall_value(term: float, fmt: str) -> float:
 @exercise(
     2,
     "Where BF16 stalls",
-    mistakes=[
-        Mistake("the FP16 stall", _OTHER_FORMAT_HINT),
-        Mistake("the stall for adding 1", _INCREMENT_HINT),
-        Mistake("step equal to the increment", _STEP_EQUALS_HINT),
-    ],
+    mistakes={
+        "the FP16 stall": "that is where an FP16 sum stalls; BF16 keeps fewer significant bits, so it stalls earlier",
+        "the stall for adding 1": "the sum stops where BF16's step is twice the increment, and the increment here is 0.5, not 1",
+        "step equal to the increment": "while the step equals the increment, adding it is still exact: the sum stops one binade later",
+    },
 )
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """The value at which a BF16 running sum of 0.5s stops growing."""
-    expected = _stall_value(STALL_TERM, STALL_FORMAT)
-    hint = "the sum stops when adding 0.5 becomes a tie: where BF16's step is twice the increment"
-    a = finite_float(answer)
-    if a is not None and a != expected:
-        if a == _stall_value(STALL_TERM, "fp16"):
-            hint = _OTHER_FORMAT_HINT
-        elif a == _stall_value(1.0, STALL_FORMAT):
-            hint = _INCREMENT_HINT
-        elif a == expected / 2:
-            hint = _STEP_EQUALS_HINT
+    expected, a = _stall_value(0.5, "bf16"), finite_float(answer)
+    hint = ex2.hint(
+        "the sum stops when adding 0.5 becomes a tie: where BF16's step is twice the increment",
+        a == _stall_value(0.5, "fp16"),
+        a == _stall_value(1.0, "bf16"),
+        a == expected / 2,
+    )
     return check_value(answer, expected, dtype=torch.bfloat16, name="answer", hint=hint, show=show)
-
-
-# Exercise 3: what an FP16-accumulating kernel returns, and which accumulator the sum needs
-
-_EXACT_HINT = "that is the exact sum; the kernel rounds every partial sum to FP16, so follow the step of the running sum"
-_TOO_EARLY_HINT = (
-    "a term larger than half the step still moves the sum by a whole step (it rounds up): the sum stops only "
-    "where the term is at most half the step"
-)
-_ONES_HINT = (
-    "that is where a sum of 1.0s stops; a smaller term stops the sum where the step is about twice the term"
-)
-_BF16_RANGE_HINT = "BF16 has FP32's range but fewer significant bits than FP16: range does not help a long sum, precision does"
 
 
 @functools.lru_cache(maxsize=8)
@@ -149,32 +107,30 @@ def _summed(fmt: str) -> float:
 @exercise(
     3,
     "What the FP16 kernel returns",
-    mistakes=[
-        Mistake("the exact sum", _EXACT_HINT),
-        Mistake("stalls where the step passes the term", _TOO_EARLY_HINT),
-        Mistake("the stall of a sum of ones", _ONES_HINT),
-        Mistake("bf16 for its range", _BF16_RANGE_HINT),
-    ],
+    mistakes={
+        "the exact sum": "that is the exact sum; the kernel rounds every partial sum to FP16, so follow the step of the running sum",
+        "stalls where the step passes the term": "a term larger than half the step still moves the sum by a whole step (it rounds up): the sum stops only where the term is at most half the step",
+        "the stall of a sum of ones": "that is where a sum of 1.0s stops; a smaller term stops the sum where the step is about twice the term",
+        "bf16 for its range": "BF16 has FP32's range but fewer significant bits than FP16: range does not help a long sum, precision does",
+    },
 )
 def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
     """The FP16-accumulated sum of 4096 FP16 copies of 0.1, and the accumulators that get it within 1 %."""
-    expected = _summed("fp16")
+    expected, a = _summed("fp16"), finite_float(answer)
     exact = SUM_LENGTH * float(torch.tensor(SUM_TERM).half())
-    hint = "follow the running sum through the binades: where does the step become more than twice the term?"
-    a = finite_float(answer)
-    if a is not None and a != expected:
-        if abs(a - exact) <= 0.01 * exact or abs(a - SUM_LENGTH * SUM_TERM) <= 0.01 * exact:
-            hint = _EXACT_HINT
-        elif a == expected / 2:
-            hint = _TOO_EARLY_HINT
-        elif a == _stall_value(1.0, "fp16"):
-            hint = _ONES_HINT
+    hint = ex3.hint(
+        "follow the running sum through the binades: where does the step become more than twice the term?",
+        a is not None
+        and a != expected
+        and min(abs(a - exact), abs(a - SUM_LENGTH * SUM_TERM)) <= 0.01 * exact,
+        a == expected / 2,
+        a == _stall_value(1.0, "fp16"),
+    )
     value_part = check_value(answer, expected, dtype=torch.float16, name="answer", hint=hint, show=False)
-
     good = {acc for acc in ACCUMULATE_FORMATS if abs(_summed(acc) - exact) <= SUM_TOLERANCE * exact}
     acc_hint = "compare each accumulator's step near the final sum with the term it keeps adding"
     if "bf16" in (answer_names(answer_acc) or ()):
-        acc_hint = _BF16_RANGE_HINT
+        acc_hint = ex3.mistake("bf16 for its range").hint
     explanations = {
         acc: f"its running sum stalls more than {SUM_TOLERANCE:.0%} short of the exact sum"
         for acc in ACCUMULATE_FORMATS
@@ -192,15 +148,6 @@ def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
     return combine([value_part, acc_part], show=show)
 
 
-# Exercise 4: which GEMM shapes need padding, in FP16 and in FP8
-
-_DECIMAL_HINT = "alignment is about how many elements fill a 16-byte row, not about round decimal numbers: divide, don't eyeball"
-_SAME_RULE_HINT = "an FP8 element is one byte, so a 16-byte row holds twice as many elements as in FP16"
-_K_HINT = (
-    "K counts too: the kernel loads rows of A and columns of B along K, so all of M, N and K must be aligned"
-)
-
-
 def _unaligned(shapes: dict[str, tuple[int, int, int]], fmt: str, dims=(0, 1, 2)) -> set[str]:
     multiple = alignment_multiple(fmt)
     return {name for name, shape in shapes.items() if any(shape[i] % multiple for i in dims)}
@@ -209,30 +156,27 @@ def _unaligned(shapes: dict[str, tuple[int, int, int]], fmt: str, dims=(0, 1, 2)
 @exercise(
     4,
     "Which GEMMs need padding?",
-    mistakes=[
-        Mistake("round numbers look aligned", _DECIMAL_HINT),
-        Mistake("the FP16 rule for FP8", _SAME_RULE_HINT),
-        Mistake("ignoring K", _K_HINT),
-    ],
+    mistakes={
+        "the FP16 rule for FP8": "an FP8 element is one byte, so a 16-byte row holds twice as many elements as in FP16",
+        "round numbers look aligned": "alignment is about how many elements fill a 16-byte row, not about round decimal numbers: divide, don't eyeball",
+        "ignoring K": "K counts too: the kernel loads rows of A and columns of B along K, so all of M, N and K must be aligned",
+    },
 )
 def ex4(answer_fp16, answer_fp8, shapes, *, show: bool = True) -> CheckResult:
     """The names of the GEMMs in ``shapes`` (name -> (M, N, K)) that need padding in FP16, and in FP8 E4M3."""
     shapes = {name: tuple(shape) for name, shape in shapes.items()}
     parts = []
     for answer, fmt, name in ((answer_fp16, "fp16", "answer_fp16"), (answer_fp8, "fp8_e4m3", "answer_fp8")):
-        expected = _unaligned(shapes, fmt)
-        hint = f"for {FORMATS[fmt].label}, check M, N and K against the number of elements in a 16-byte row"
-        chosen = answer_names(answer) and set(answer)
-        if chosen is not None and chosen != expected:
-            unaligned_mn = _unaligned(shapes, fmt, dims=(0, 1))
-            # A "round" size: a multiple of 10 that the format's row width divides.
-            round_ok = {n for n, s in shapes.items() if any(d % 10 == 0 for d in s)} - expected
-            if fmt == "fp8_e4m3" and chosen == _unaligned(shapes, "fp16") and chosen != expected:
-                hint = _SAME_RULE_HINT
-            elif chosen & round_ok:
-                hint = _DECIMAL_HINT
-            elif chosen == unaligned_mn and unaligned_mn != expected:
-                hint = _K_HINT
+        expected, unaligned_mn = _unaligned(shapes, fmt), _unaligned(shapes, fmt, dims=(0, 1))
+        chosen = set(answer) if answer_names(answer) is not None else expected
+        # a "round" size: a multiple of 10 that the format's row width divides
+        round_ok = {n for n, s in shapes.items() if any(d % 10 == 0 for d in s)} - expected
+        hint = ex4.hint(
+            f"for {FORMATS[fmt].label}, check M, N and K against the number of elements in a 16-byte row",
+            fmt == "fp8_e4m3" and chosen == _unaligned(shapes, "fp16") != expected,
+            bool(chosen & round_ok),
+            chosen == unaligned_mn != expected,
+        )
         explanations = {
             n: f"{'x'.join(map(str, s))}: in {FORMATS[fmt].label} every dimension fills whole 16-byte rows"
             for n, s in shapes.items()
