@@ -61,7 +61,7 @@ class Exercise:
 
     def hint(self, default: str, *found: bool) -> str:
         """The hint of the first mistake (in declared order) whose flag in ``found`` is true, else ``default``."""
-        return next((m.hint for m, hit in zip(self.mistakes, found) if hit), default)
+        return next((m.hint for m, hit in zip(self.mistakes, found, strict=False) if hit), default)
 
     @property
     def signature(self) -> inspect.Signature:

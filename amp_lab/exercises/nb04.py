@@ -1,10 +1,7 @@
-"""Exercises of notebook 04 (loss scaling from scratch).
+"""Exercises of notebook 04 (loss scaling from scratch): every expected value comes from GradScaler, run here.
 
-The learner writes ``MyStaticScaler`` (1) and ``MyDynamicScaler`` (2) with GradScaler's method names;
-each check runs the class beside ``torch.amp.GradScaler`` on fault schedules
-(:func:`amp_lab.scaling.compare_with_grad_scaler`) and reads the common mistake from the first difference.
-Exercise 3 asks what GradScaler does at the top of float32; exercise 4 fixes a training step.  Every
-expected value comes from GradScaler itself, run here.
+The learner's ``MyStaticScaler`` (1) and ``MyDynamicScaler`` (2) run beside ``torch.amp.GradScaler`` on
+fault schedules (:func:`amp_lab.scaling.compare_with_grad_scaler`); the first difference names the mistake.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import torch
 from ..check import check_value
 from ..check_base import CheckResult, finish, is_placeholder
 from ..scaling import ScalerComparison, compare_with_grad_scaler, show_value, to_float32
-from . import Mistake, exercise, finite_float, wrong
+from . import exercise, finite_float, wrong
 
 # Parameters are compared bit for bit first; a scaler that divides where GradScaler multiplies by
 # 1/S (a last-bit difference unless S is a power of two) passes within this tolerance.
@@ -26,9 +23,7 @@ PARAM_RTOL = 1e-6
 CLEAN = ("clean",)
 
 
-class Schedule(NamedTuple):
-    """A fault schedule and the GradScaler settings it runs with."""
-
+class Schedule(NamedTuple):  # a fault schedule and the GradScaler settings it runs with
     name: str
     faults: tuple
     init_scale: float
@@ -68,7 +63,7 @@ def _unanswered(text: str, show: bool) -> CheckResult:
     return finish("unanswered", text, show=show, details={"answered": False})
 
 
-def _judge(answer, name: str, schedules, make_for, hint_for, show: bool) -> CheckResult:
+def _judge(answer, name: str, schedules, make, hint_for, show: bool) -> CheckResult:
     """The learner's class beside GradScaler on every schedule: passed, not written yet, or the first
     difference with the hint ``hint_for(schedule, found)`` gives."""
     if is_placeholder(answer):
@@ -82,7 +77,7 @@ def _judge(answer, name: str, schedules, make_for, hint_for, show: bool) -> Chec
     for sched in schedules:
         for rtol in (0.0, PARAM_RTOL):
             found = compare_with_grad_scaler(
-                make_for(sched),
+                functools.partial(make, sched),
                 list(sched.faults),
                 **{k: v for k, v in sched._asdict().items() if k not in ("name", "faults")},
                 rtol=rtol,
@@ -125,15 +120,6 @@ def _judge(answer, name: str, schedules, make_for, hint_for, show: bool) -> Chec
     )
 
 
-# Exercise 1: MyStaticScaler
-
-_NO_UNSCALE_HINT = "the optimizer saw gradients still multiplied by S: unscale_ must divide every parameter's .grad by S, in place"
-_TWICE_HINT = "the optimizer saw gradients divided by S twice: unscale_ has already divided them, so step must not divide again"
-_MULTIPLY_HINT = (
-    "the optimizer saw gradients multiplied by S twice: unscaling divides by S (or multiplies by 1/S)"
-)
-
-
 def _gradient_ratio(answer, scale: float) -> float | None:
     """What the learner's scaler hands the optimizer, as a multiple of the true gradient (None: unknown)."""
     try:
@@ -161,48 +147,32 @@ def _static_hint(answer, sched: Schedule, found: ScalerComparison) -> str:
     if found.what == "scaled loss":
         return "scale(loss) returns the loss multiplied by S: backward() of it gives S times every gradient"
     if found.what == "skipped":
-        return "a static scaler always steps: step(opt) calls opt.step()"
+        return ex1.mistake("not stepping").hint + ": step(opt) calls opt.step()"
     if found.what == "scale":
         return "get_scale() returns S, the scale the scaler was built with (a static scale never changes)"
     if found.what == "parameters":
         S, ratio = sched.init_scale, _gradient_ratio(answer, sched.init_scale)
-        for target, hint in ((S, _NO_UNSCALE_HINT), (1 / S, _TWICE_HINT), (S * S, _MULTIPLY_HINT)):
-            if ratio is not None and math.isclose(ratio, target, rel_tol=1e-3):
-                return hint
-        return "the optimizer must see the true gradients: divided by S once, in unscale_, before opt.step()"
+        return ex1.hint(
+            "the optimizer must see the true gradients: divided by S once, in unscale_, before opt.step()",
+            *(ratio is not None and math.isclose(ratio, t, rel_tol=1e-3) for t in (S, 1 / S, S * S)),
+        )
     return f"fix your class's {found.call} first: {_CALLS_HINT}"
 
 
 @exercise(
     1,
     "Write the static loss scaler",
-    mistakes=[
-        Mistake("forgetting to unscale", _NO_UNSCALE_HINT),
-        Mistake("unscaling twice", _TWICE_HINT),
-        Mistake("multiplying instead of dividing", _MULTIPLY_HINT),
-        Mistake("not stepping", "a static scaler always steps"),
-    ],
+    mistakes={
+        "forgetting to unscale": "the optimizer saw gradients still multiplied by S: unscale_ must divide every parameter's .grad by S, in place",
+        "unscaling twice": "the optimizer saw gradients divided by S twice: unscale_ has already divided them, so step must not divide again",
+        "multiplying instead of dividing": "the optimizer saw gradients multiplied by S twice: unscaling divides by S (or multiplies by 1/S)",
+        "not stepping": "a static scaler always steps",
+    },
 )
 def ex1(answer, *, show: bool = True) -> CheckResult:
     """``MyStaticScaler`` beside GradScaler on fault-free schedules whose GradScaler scale never changes."""
-
-    def make_for(s: Schedule):
-        return lambda: answer(s.init_scale)
-
-    return _judge(
-        answer, "MyStaticScaler", STATIC_SCHEDULES, make_for, functools.partial(_static_hint, answer), show
-    )
-
-
-# Exercise 2: MyDynamicScaler
-
-_TRACKER_HINT = "count the clean steps since the scale last changed: the count goes back to 0 after a skipped step and after a growth"
-_FLOAT64_HINT = (
-    "GradScaler keeps its scale in a float32 tensor, not in a Python float (a float64): round every scale you store "
-    "to float32"
-)
-_OVERFLOW_HINT = "a growth whose result overflows float32 to inf is no growth: keep the old scale (GradScaler never stores an inf scale)"
-_SKIP_HINT = "when unscale_ finds an inf or NaN in the gradients, step(opt) must not call opt.step()"
+    hint_for = functools.partial(_static_hint, answer)
+    return _judge(answer, "MyStaticScaler", STATIC_SCHEDULES, lambda s: answer(s.init_scale), hint_for, show)
 
 
 def _dynamic_hint(sched: Schedule, found: ScalerComparison) -> str:
@@ -211,16 +181,16 @@ def _dynamic_hint(sched: Schedule, found: ScalerComparison) -> str:
         return "scale(loss) returns the loss multiplied by the current scale"
     if found.what == "skipped":
         if found.fault != "clean":
-            return _SKIP_HINT
+            return ex2.mistake("stepping on an inf gradient").hint
         return "a clean step must step: look for inf/NaN afresh in every unscale_ (forget the last iteration's finding)"
     if found.what == "parameters":
         return "unscale_ divides every gradient by the current scale, once, before opt.step()"
     if found.what != "scale":
         return f"fix your class's {found.call} first: {_CALLS_HINT}"
     if mine == math.inf:
-        return _OVERFLOW_HINT
+        return ex2.mistake("growing when the doubled scale overflows").hint
     if math.isfinite(mine) and to_float32(mine) != mine:
-        return _FLOAT64_HINT
+        return ex2.mistake("scale kept as a Python float64").hint
     if found.fault != "clean":
         return "after a step with an inf or NaN gradient, update() multiplies the scale by backoff_factor"
     if (
@@ -230,7 +200,7 @@ def _dynamic_hint(sched: Schedule, found: ScalerComparison) -> str:
     ):
         changed_before = bool(found.skipped) or any(s != sched.init_scale for s in found.scales[:-1])
         if changed_before:
-            return _TRACKER_HINT
+            return ex2.mistakes[0].hint  # the count goes back to 0 after a skip and after a growth
         return "after growth_interval clean steps in a row (not fewer, not more), update() multiplies the scale by growth_factor"
     return (
         "get_scale() returns the current scale, a number: it starts at init_scale and changes only by backoff_factor "
@@ -241,34 +211,33 @@ def _dynamic_hint(sched: Schedule, found: ScalerComparison) -> str:
 @exercise(
     2,
     "Write the dynamic loss scaler",
-    mistakes=[
-        Mistake("forgetting to reset the growth tracker after a skip", _TRACKER_HINT),
-        Mistake(
-            "forgetting to reset the growth tracker after a growth",
-            "the count goes back to 0 after a skipped step and after a growth",
-        ),
-        Mistake("scale kept as a Python float64", _FLOAT64_HINT),
-        Mistake("growing when the doubled scale overflows", _OVERFLOW_HINT),
-        Mistake("stepping on an inf gradient", _SKIP_HINT),
-    ],
+    mistakes={
+        "forgetting to reset the growth tracker after a skip": "count the clean steps since the scale last changed: the count goes back to 0 after a skipped step and after a growth",
+        "forgetting to reset the growth tracker after a growth": "the count goes back to 0 after a skipped step and after a growth",
+        "scale kept as a Python float64": "GradScaler keeps its scale in a float32 tensor, not in a Python float (a float64): round every scale you store to float32",
+        "growing when the doubled scale overflows": "a growth whose result overflows float32 to inf is no growth: keep the old scale (GradScaler never stores an inf scale)",
+        "stepping on an inf gradient": "when unscale_ finds an inf or NaN in the gradients, step(opt) must not call opt.step()",
+    },
 )
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """``MyDynamicScaler`` beside GradScaler on fault schedules: the first step where they differ."""
-
-    def make_for(s: Schedule):
-        return lambda: answer(s.init_scale, s.growth_factor, s.backoff_factor, s.growth_interval)
-
-    return _judge(answer, "MyDynamicScaler", DYNAMIC_SCHEDULES, make_for, _dynamic_hint, show)
-
-
-# Exercise 3: growth at the top of float32's range
-
-_EXCEEDS_HINT = "2**128 is beyond float32's largest value: a float32 cannot hold it"
-_INF_HINT = "an inf scale would make every scaled loss inf: GradScaler refuses such a growth"
+    return _judge(
+        answer,
+        "MyDynamicScaler",
+        DYNAMIC_SCHEDULES,
+        lambda s: answer(s.init_scale, s.growth_factor, s.backoff_factor, s.growth_interval),
+        _dynamic_hint,
+        show,
+    )
 
 
 @exercise(
-    3, "Growth at the top of float32", mistakes=[Mistake("2**128", _EXCEEDS_HINT), Mistake("inf", _INF_HINT)]
+    3,
+    "Growth at the top of float32",
+    mistakes={
+        "2**128": "2**128 is beyond float32's largest value: a float32 cannot hold it",
+        "inf": "an inf scale would make every scaled loss inf: GradScaler refuses such a growth",
+    },
 )
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """GradScaler's scale after one clean update from ``init_scale=2.0**127`` with ``growth_interval=1``."""
@@ -281,10 +250,12 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
         head = (
             "`answer` = 2**128 fits a Python float (a float64), but GradScaler keeps its scale in a float32."
         )
-        return wrong(head, f"{_EXCEEDS_HINT}; what does it do with a growth it cannot store?", show=show)
+        return wrong(
+            head, f"{ex3.mistakes[0].hint}; what does it do with a growth it cannot store?", show=show
+        )
     if isinstance(answer, float) and answer == math.inf:
         head = "`answer` = inf is not a scale GradScaler would keep."
-        return wrong(head, f"{_INF_HINT}: what does it keep instead?", show=show)
+        return wrong(head, f"{ex3.mistakes[1].hint}: what does it keep instead?", show=show)
     return check_value(
         answer,
         scaler.get_scale(),
@@ -352,33 +323,23 @@ def _same_step(a, b) -> bool:
     )
 
 
-_CLIP_FIRST_HINT = "clip_grad_norm_ reads the gradients while they are still multiplied by the scale: make them the true gradients first"
-_PLAIN_STEP_HINT = (
-    "opt.step() steps even when a gradient is inf or NaN: let the scaler decide whether to step"
-)
-_NO_UPDATE_HINT = "the scale never changes: without scaler.update() it can neither back off nor grow"
-_NO_CLIP_HINT = "keep the clipping: the fixed step still clips the gradient norm to max_norm"
-_TWICE_RAISES_HINT = (
-    "unscale_ may run once per step, before clipping; scaler.step(opt) then does not unscale again"
-)
-_GOOD = functools.partial(_step)
-_KNOWN_LOOP_MISTAKES = (
-    (functools.partial(_step, clip="before"), _CLIP_FIRST_HINT),
-    (functools.partial(_step, scaler_steps=False), _PLAIN_STEP_HINT),
-    (functools.partial(_step, clip=None), _NO_CLIP_HINT),
+_KNOWN_LOOP_MISTAKES = (  # in the order of ex4's first three mistakes
+    functools.partial(_step, clip="before"),
+    functools.partial(_step, scaler_steps=False),
+    functools.partial(_step, clip=None),
 )
 
 
 @exercise(
     4,
     "Fix a broken training step",
-    mistakes=[
-        Mistake("clipping before unscale_", _CLIP_FIRST_HINT),
-        Mistake("opt.step() instead of scaler.step(opt)", _PLAIN_STEP_HINT),
-        Mistake("forgetting scaler.update()", _NO_UPDATE_HINT),
-        Mistake("dropping the clipping", _NO_CLIP_HINT),
-        Mistake("unscale_ twice", _TWICE_RAISES_HINT),
-    ],
+    mistakes={
+        "clipping before unscale_": "clip_grad_norm_ reads the gradients while they are still multiplied by the scale: make them the true gradients first",
+        "opt.step() instead of scaler.step(opt)": "opt.step() steps even when a gradient is inf or NaN: let the scaler decide whether to step",
+        "dropping the clipping": "keep the clipping: the fixed step still clips the gradient norm to max_norm",
+        "forgetting scaler.update()": "the scale never changes: without scaler.update() it can neither back off nor grow",
+        "unscale_ twice": "unscale_ may run once per step, before clipping; scaler.step(opt) then does not unscale again",
+    },
 )
 def ex4(answer, *, show: bool = True) -> CheckResult:
     """``fixed_step(model, opt, scaler, X, y, max_norm)``: broken_step with its bug fixed, run for a few
@@ -387,7 +348,7 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
         return _unanswered("no answer yet: write `fixed_step` above and run this cell again.", show)
     if not callable(answer):
         return finish("wrong", f"`fixed_step` is a {type(answer).__name__}, not a function.", show=show)
-    want, got = _trajectory(_GOOD), _trajectory.__wrapped__(answer)
+    want, got = _trajectory(_step), _trajectory.__wrapped__(answer)
     if got == ("nothing", 0):
         return _unanswered(
             "fixed_step does not train yet (it never calls scaler.scale): fill in the TODO and run this cell again.",
@@ -399,9 +360,9 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
             return wrong(head, "every step scales the loss, steps and updates the scaler", show=show)
         hint = "read the error: the step must run scale, backward, unscale_, clip, step, update"
         if "unscale_() has already been called" in got[2]:
-            hint = _TWICE_RAISES_HINT
+            hint = ex4.mistake("unscale_ twice").hint
         elif "after step()" in got[2]:  # GradScaler's words when the last step's update() is missing
-            hint = _NO_UPDATE_HINT
+            hint = ex4.mistake("forgetting scaler.update()").hint
         return wrong(f"fixed_step raised at step {got[1]}: {got[2]}", hint, show=show)
     first = next((i for i, (a, b) in enumerate(zip(got, want, strict=True)) if not _same_step(a, b)), None)
     if first is None:
@@ -413,9 +374,9 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
             f"{' and is skipped' if fell else ''}).",
             show=show,
         )
-    hint = next(
-        (h for fn, h in _KNOWN_LOOP_MISTAKES if all(map(_same_step, got, _trajectory(fn)))),
+    hint = ex4.hint(
         "compare your step line by line with the modern loop of section 6",
+        *(all(map(_same_step, got, _trajectory(fn))) for fn in _KNOWN_LOOP_MISTAKES),
     )
     what = "the scale" if got[first][0] != want[first][0] else "the weights"
     return wrong(f"fixed_step differs from the right step at step {first}: {what} differ.", hint, show=show)
