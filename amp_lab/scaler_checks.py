@@ -1,9 +1,5 @@
-"""The loss scalers' argument checks, kept apart from the teaching code of :mod:`amp_lab.scaling`.
-
-A scale is a normal float32 (``_checks.check_scale``: at a subnormal scale ``1/S`` overflows to inf); the
-factors are bounded so that one step from *some* normal scale stays normal, and the growth interval fits
-GradScaler's int32 counter.  Bad arguments raise ``ValueError`` (``TypeError`` for a wrong type) naming them.
-"""
+"""The loss scalers' argument checks, kept apart from the teaching code of :mod:`amp_lab.scaling`: a scale
+is a normal float32, one step from some normal scale stays normal, the interval fits an int32."""
 
 from __future__ import annotations
 

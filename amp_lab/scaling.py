@@ -1,14 +1,7 @@
-"""Loss scaling from scratch (``04_loss_scaling_from_scratch``): the teaching scalers, beside GradScaler.
+"""Notebook 04's loss scalers, bit for bit against ``torch.amp.GradScaler``, and the comparison beside it.
 
-:class:`StaticLossScaler` multiplies the loss by one fixed ``S``; :class:`DynamicLossScaler` is
-``torch.amp.GradScaler``'s algorithm (skip a step with an inf/NaN gradient and back off, grow after
-``growth_interval`` clean steps), bit for bit.  They are notebook 04's solutions with GradScaler's method
-names; their argument checks live apart, in :mod:`amp_lab.scaler_checks`.  Deliberate differences from
-GradScaler: one optimizer per step, ``step()`` returns whether it stepped, and a backoff below float32's
-normal range raises :class:`ScaleUnderflowError` (GradScaler walks on through the subnormals to 0).
-
-:func:`compare_with_grad_scaler` runs any scaler beside GradScaler on a fault schedule and reports the
-first step where they differ.
+Unlike GradScaler: one optimizer per step, ``step()`` returns whether it stepped, and a backoff below
+float32's normal range raises :class:`ScaleUnderflowError`.  Argument checks: :mod:`amp_lab.scaler_checks`.
 """
 
 from __future__ import annotations
@@ -125,10 +118,6 @@ class DynamicLossScaler(StaticLossScaler):
         self._found_inf = None
 
 
-# --------------------------------------------------------------------------------------------
-# A scaler beside torch.amp.GradScaler, step by step (notebook 04's exercises)
-# --------------------------------------------------------------------------------------------
-
 # The loss is multiplied by LOSS_FACTOR so that even a scale near float32's max gives finite scaled
 # gradients: every inf or NaN is one the schedule injected.  LR makes up for it in the step.
 LOSS_FACTOR = 2.0**-40
@@ -136,10 +125,9 @@ LR = 2.0**33
 
 
 class ScalerComparison(NamedTuple):
-    """What :func:`compare_with_grad_scaler` found: ``same``, or the first differing ``step``, its
-    ``fault``, ``what`` differed ("scaled loss", "skipped", "scale", "parameters" or "error"), ``mine``
-    and ``theirs`` (for "error", ``mine`` is the text) and the ``call``; ``scales``/``skipped`` are
-    GradScaler's scale after each update and the steps it skipped, so far."""
+    """``same``, or the first differing ``step``: its ``fault``, ``what`` differed ("scaled loss", "skipped",
+    "scale", "parameters" or "error": ``mine`` is the text), ``mine``, ``theirs``, the ``call``; GradScaler's
+    ``scales`` and ``skipped`` steps so far."""
 
     same: bool
     steps: int

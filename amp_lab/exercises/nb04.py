@@ -54,20 +54,17 @@ DYNAMIC_SCHEDULES = (
         growth_interval=2,
     ),
 )
-# Exercise 3: GradScaler at the top of float32's range.
 GROWTH_TEST = {"init_scale": 2.0**127, "growth_interval": 1}
 _CALLS_HINT = "the check calls scale, unscale_, step, update and get_scale as a training loop does"
-
-
-def _unanswered(text: str, show: bool) -> CheckResult:
-    return finish("unanswered", text, show=show, details={"answered": False})
 
 
 def _judge(answer, name: str, schedules, make, hint_for, show: bool) -> CheckResult:
     """The learner's class beside GradScaler on every schedule: passed, not written yet, or the first
     difference with the hint ``hint_for(schedule, found)`` gives."""
     if is_placeholder(answer):
-        return _unanswered(f"no answer yet: write the class `{name}` above and run this cell again.", show)
+        return finish(
+            "unanswered", f"no answer yet: write the class `{name}` above and run this cell again.", show=show
+        )
     if not callable(answer):
         return finish(
             "wrong", f"`{name}` is a {type(answer).__name__}, not a class: pass the class itself.", show=show
@@ -103,9 +100,10 @@ def _judge(answer, name: str, schedules, make, hint_for, show: bool) -> CheckRes
     text = str(found.mine)
     if found.what == "error" and found.step == 0 and found.call in ("the constructor", "scale()"):
         if "returned None" in text or "not written yet" in text:
-            return _unanswered(
+            return finish(
+                "unanswered",
                 f"{name} is not written yet: its {found.call} {text}. Fill in the TODOs and run this cell again.",
-                show,
+                show=show,
             )
     hint = hint_for(sched, found)
     notes = [
@@ -345,14 +343,17 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
     """``fixed_step(model, opt, scaler, X, y, max_norm)``: broken_step with its bug fixed, run for a few
     steps with a GradScaler (one batch overflows FP16) beside the right step: same scale, same weights."""
     if is_placeholder(answer):
-        return _unanswered("no answer yet: write `fixed_step` above and run this cell again.", show)
+        return finish(
+            "unanswered", "no answer yet: write `fixed_step` above and run this cell again.", show=show
+        )
     if not callable(answer):
         return finish("wrong", f"`fixed_step` is a {type(answer).__name__}, not a function.", show=show)
     want, got = _trajectory(_step), _trajectory.__wrapped__(answer)
     if got == ("nothing", 0):
-        return _unanswered(
+        return finish(
+            "unanswered",
             "fixed_step does not train yet (it never calls scaler.scale): fill in the TODO and run this cell again.",
-            show,
+            show=show,
         )
     if isinstance(got, tuple):
         if got[0] == "nothing":
