@@ -1,9 +1,5 @@
-"""Exercises of notebook 03 (underflow and overflow: FP16's range on real gradients).
-
-Each check takes the learner's answer first, then what the notebook measured that the right
-answer depends on (``all_grads``, ``logits``, ``activation_grads``), and computes the expected
-value itself from those, with the package's own range functions, never from typed-in numbers.
-"""
+"""Exercises of notebook 03 (underflow and overflow: FP16's range on real gradients); each expected value
+is computed from what the notebook measured (``all_grads``, ``logits``, ``activation_grads``)."""
 
 from __future__ import annotations
 
@@ -21,23 +17,15 @@ from ..formats import FORMATS
 from ..ranges import log2_limits, lost_update_fraction, range_report, suggest_scale
 from . import Mistake, exercise, finite_float, wrong
 
-# Exercise 1: the share of all gradients that may still become zero at a good scale.
-MAX_ZERO_SHARE = 0.01
-# Exercise 2: the SGD step.
-EX2_WEIGHT, EX2_LR = 0.75, 0.01
-# Exercise 3: how far a softmax computed in FP16 may be from the exact one, per element (a few
-# FP16 ulps of 1.0: FP16's exp, sum and division each round once).
-SOFTMAX_ATOL = 2.0**-8
-# Exercise 4: a share of zeros that would make loss scaling worth it.
-BF16_NEEDS_SCALING = 0.001
+MAX_ZERO_SHARE = 0.01  # exercise 1: the share of the gradients that may still become zero at a good scale
+EX2_WEIGHT, EX2_LR = 0.75, 0.01  # exercise 2: the SGD step
+SOFTMAX_ATOL = 2.0**-8  # exercise 3: a few FP16 ulps of 1.0 (FP16's exp, sum and division each round once)
+BF16_NEEDS_SCALING = 0.001  # exercise 4: a share of zeros that would make loss scaling worth it
 
 
 def _gradients(value) -> list[torch.Tensor]:
     """The tensors of the notebook's list or dict of gradient tensors."""
     return list(value.values()) if isinstance(value, Mapping) else list(value)
-
-
-# Exercise 1: a loss scale from a histogram
 
 
 def scale_window(all_grads) -> tuple[float, float]:
@@ -95,9 +83,6 @@ def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     )  # fmt: skip
 
 
-# Exercise 2: a lost update
-
-
 def _largest_lost_g(lr: float) -> float:
     """The largest power of two ``g`` whose update ``w - lr * g`` of ``w = 0.75`` is lost in FP16."""
     w = torch.tensor([EX2_WEIGHT])
@@ -138,9 +123,6 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     )  # fmt: skip
 
 
-# Exercise 3: fix the overflow in a forward pass (softmax in FP16)
-
-
 def _bad_rows(p: torch.Tensor) -> torch.Tensor:
     return (~torch.isfinite(p)).any(dim=1)
 
@@ -174,9 +156,9 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
         hint = "z is a float16 tensor of shape (examples, classes); use torch operations on it"
         return wrong(f"`{name}(z)` raised {type(e).__name__}: {str(e)[:200]}", hint, show=show)
     if out is None or out is NotImplementedError:
-        todo = "returns None; make it return the probabilities"
-        if out is NotImplementedError:
-            todo = "still raises NotImplementedError; fill in its body"
+        todo = "still raises NotImplementedError; fill in its body"
+        if out is None:
+            todo = "returns None; make it return the probabilities"
         return finish("unanswered", f"no answer yet: `{name}` {todo} and run this cell again.", show=show)
     rows = z16.shape[0]
     problem = None
@@ -229,9 +211,6 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
         ["that is a pass: FP16 rounds each step, so bit-for-bit equality with float64 is not expected."],
         show=show,
     )
-
-
-# Exercise 4: BF16 instead of FP16
 
 
 @exercise(
