@@ -15,7 +15,7 @@ from ..check_items import check_choice
 from ..device import float64_on_cpu
 from ..formats import FORMATS
 from ..ranges import log2_limits, lost_update_fraction, range_report, suggest_scale
-from . import Mistake, exercise, finite_float, wrong
+from . import exercise, finite_float, wrong
 
 MAX_ZERO_SHARE = 0.01  # exercise 1: the share of the gradients that may still become zero at a good scale
 EX2_WEIGHT, EX2_LR = 0.75, 0.01  # exercise 2: the SGD step
@@ -50,11 +50,11 @@ def scale_window(all_grads) -> tuple[float, float]:
 @exercise(
     1,
     "Pick a loss scale from a histogram",
-    mistakes=[
-        Mistake("k for S", "give S itself (2.0**k), not the exponent k"),
-        Mistake("too small", "1% or more of the gradients still become zero"),
-        Mistake("too large", "the largest gradients overflow FP16"),
-    ],
+    mistakes={
+        "k for S": "give S itself (2.0**k), not the exponent k",
+        "too small": "1% or more of the gradients still become zero",
+        "too large": "the largest gradients overflow FP16",
+    },
 )
 def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     """A loss scale ``S`` at which fewer than 1% of ``all_grads`` become zero in FP16 and none overflows."""
@@ -93,11 +93,11 @@ def _largest_lost_g(lr: float) -> float:
 @exercise(
     2,
     "A lost update",
-    mistakes=[
-        Mistake("j for g", "give g itself (2.0**j), not the exponent j"),
-        Mistake("the whole spacing", "at most half the spacing"),
-        Mistake("lr left out", "the update is lr * g"),
-    ],
+    mistakes={
+        "j for g": "give g itself (2.0**j), not the exponent j",
+        "the whole spacing": "at most half the spacing",
+        "lr left out": "the update is lr * g",
+    },
 )
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """The largest power-of-two gradient ``g`` whose SGD update of ``w = 0.75`` (lr 0.01) is lost in FP16."""
@@ -130,18 +130,16 @@ def _bad_rows(p: torch.Tensor) -> torch.Tensor:
 @exercise(
     3,
     "Fix the overflow in a softmax",
-    mistakes=[
-        Mistake("naive exp", "exp overflowed FP16"),
-        Mistake("one shift for the whole batch", "shift each row by a number of its own"),
-        Mistake("normalised over the batch", "each row must sum to 1"),
-        Mistake("left FP16", "keep every step in float16"),
-    ],
+    mistakes={
+        "naive exp": "exp overflowed FP16",
+        "one shift for the whole batch": "shift each row by a number of its own",
+        "normalised over the batch": "each row must sum to 1",
+        "left FP16": "keep every step in float16",
+    },
 )
 def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
-    """``softmax_fp16(z)``: the softmax of each row of an FP16 tensor, computed in FP16, with no inf or NaN.
-
-    Run on ``logits`` (the trained model's, cast to FP16) and compared with the exact softmax.
-    """
+    """``softmax_fp16(z)``: the softmax of each row of an FP16 tensor, computed in FP16, with no inf or NaN;
+    run on ``logits`` cast to FP16 and compared with the exact softmax."""
     name, z16 = "softmax_fp16", logits.detach().to(torch.float16)
     if softmax_fp16 is None or softmax_fp16 is Ellipsis:
         return finish("unanswered", f"no answer yet: write `{name}` and run this cell again.", show=show)
@@ -160,39 +158,30 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
         if out is None:
             todo = "returns None; make it return the probabilities"
         return finish("unanswered", f"no answer yet: `{name}` {todo} and run this cell again.", show=show)
-    rows = z16.shape[0]
-    problem = None
+    rows, head = z16.shape[0], f"`{name}(z)`"
     if not isinstance(out, torch.Tensor):
-        problem = f"returned a {type(out).__name__}, not a tensor.", "return a tensor shaped like z"
-    elif out.shape != z16.shape:
-        problem = (
-            f"has shape {tuple(out.shape)}; z has shape {tuple(z16.shape)}.",
-            "softmax keeps the shape: one probability per class, per example",
+        return wrong(
+            f"{head} returned a {type(out).__name__}, not a tensor.",
+            "return a tensor shaped like z",
+            show=show,
         )
-    elif out.dtype != torch.float16:
-        problem = (
-            f"returned {str(out.dtype).removeprefix('torch.')}, not float16.",
-            "keep every step in float16: the exercise is to make softmax safe *in* FP16, as it must be where "
-            "autocast leaves it in the low dtype",
+    if out.shape != z16.shape:
+        hint = "softmax keeps the shape: one probability per class, per example"
+        return wrong(f"{head} has shape {tuple(out.shape)}; z has shape {tuple(z16.shape)}.", hint, show=show)
+    if out.dtype != torch.float16:
+        hint = "keep every step in float16: the exercise is to make softmax safe *in* FP16, as it must be where autocast leaves it in the low dtype"
+        return wrong(
+            f"{head} returned {str(out.dtype).removeprefix('torch.')}, not float16.", hint, show=show
         )
-    if problem:
-        return wrong(f"`{name}(z)` {problem[0]}", problem[1], show=show)
     bad = _bad_rows(out.detach()).cpu()
     if bad.any():
         g = torch.exp(z16 - z16.max())
         e = torch.exp(z16)
         batch_shift = torch.equal(bad, _bad_rows(g / g.sum(dim=1, keepdim=True)).cpu())
         if batch_shift and not torch.equal(bad, _bad_rows(e / e.sum(dim=1, keepdim=True)).cpu()):
-            hint = (
-                "subtracting the largest logit of the whole batch keeps exp finite, but a row whose own logits all "
-                "lie far below it underflows to zeros only, and 0 / 0 is NaN: shift each row by a number of its own."
-            )
+            hint = "subtracting the largest logit of the whole batch keeps exp finite, but a row whose own logits all lie far below it underflows to zeros only, and 0 / 0 is NaN: shift each row by a number of its own."
         else:
-            hint = (
-                f"exp overflowed FP16: exp(x) is inf once x is above ln(65504) = {math.log(FORMATS['fp16'].max):.2f}, "
-                "and inf / inf is NaN. The softmax of a row does not change when one number is subtracted from all of "
-                "its logits: which number keeps every exponent at or below 0?"
-            )
+            hint = f"exp overflowed FP16: exp(x) is inf once x is above ln(65504) = {math.log(FORMATS['fp16'].max):.2f}, and inf / inf is NaN. The softmax of a row does not change when one number is subtracted from all of its logits: which number keeps every exponent at or below 0?"
         return wrong(f"{int(bad.sum())} of {rows} rows of `{name}(z)` contain inf or NaN.", hint, show=show)
     out64 = float64_on_cpu(out)
     off_rows = int(((out64.sum(dim=1) - 1).abs() > 0.01).sum())
@@ -216,10 +205,10 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
 @exercise(
     4,
     "BF16 instead of FP16",
-    mistakes=[
-        Mistake("the FP16 answer", "where BF16 starts rounding to zero"),
-        Mistake("yes/no for True/False", "answer True or False"),
-    ],
+    mistakes={
+        "the FP16 answer": "where BF16 starts rounding to zero",
+        "yes/no for True/False": "answer True or False",
+    },
 )
 def ex4(answer, activation_grads, *, show: bool = True) -> CheckResult:
     """Would ``activation_grads`` need loss scaling in BF16?  ``True`` (scaling needed) or ``False``."""
@@ -227,11 +216,8 @@ def ex4(answer, activation_grads, *, show: bool = True) -> CheckResult:
     bf16 = range_report(grads, "bf16")
     needed = bf16.underflow > BF16_NEEDS_SCALING
     if isinstance(answer, str) and answer.strip().lower() in ("yes", "no", "true", "false", "y", "n"):
-        return wrong(
-            f"`answer` = {answer!r} is text.",
-            "answer True or False, the Python values, without quotes",
-            show=show,
-        )
+        hint = "answer True or False, the Python values, without quotes"
+        return wrong(f"`answer` = {answer!r} is text.", hint, show=show)
     # words, not digits, where the share is below the threshold: the count of a few stray tiny values
     # depends on the CPU's kernels, the verdict does not
     share = f"{bf16.underflow:.1%}" if needed else f"fewer than {BF16_NEEDS_SCALING:.1%}"
