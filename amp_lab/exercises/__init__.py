@@ -11,18 +11,16 @@ import importlib
 import inspect
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from numbers import Real
+from typing import NamedTuple
 
 from .._checks import check_bool
 from ..check_base import CheckResult, finish
 
-# The notebooks with exercises, one module each (amp_lab/exercises/nbNN.py).
 NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09")
 
 
-@dataclass(frozen=True)
-class Mistake:
+class Mistake(NamedTuple):
     """A common wrong answer (``name``, short) and ``hint``, a fragment of the feedback it gets."""
 
     name: str
@@ -34,9 +32,7 @@ class Exercise:
     that is not True or False is a TypeError naming it)."""
 
     def __init__(self, notebook: str, number: int, title: str, check: Callable, mistakes=()):
-        self.notebook = notebook
-        self.number = number
-        self.title = title
+        self.notebook, self.number, self.title = notebook, number, title
 
         @functools.wraps(check)
         def checked(*args, show: bool = True, **kwargs) -> CheckResult:
@@ -44,20 +40,20 @@ class Exercise:
             return check(*args, show=show, **kwargs)
 
         self.check = checked
-        # a {name: hint} table or a sequence of Mistakes
-        items = mistakes.items() if isinstance(mistakes, dict) else mistakes
-        self.mistakes = tuple(m if isinstance(m, Mistake) else Mistake(*m) for m in items)
+        self.mistakes = tuple(
+            Mistake(*m) for m in (mistakes.items() if isinstance(mistakes, dict) else mistakes)
+        )
         self.__doc__ = check.__doc__
 
     def mistake(self, name: str) -> Mistake:
         """The common wrong answer called ``name``."""
-        for m in self.mistakes:
-            if m.name == name:
-                return m
-        known = ", ".join(repr(m.name) for m in self.mistakes) or "none"
-        raise ValueError(
-            f"exercise {self.notebook}.{self.number} has no mistake named {name!r}; it has: {known}"
-        )
+        found = {m.name: m for m in self.mistakes}
+        if name not in found:
+            known = ", ".join(map(repr, found)) or "none"
+            raise ValueError(
+                f"exercise {self.notebook}.{self.number} has no mistake named {name!r}; it has: {known}"
+            )
+        return found[name]
 
     def hint(self, default: str, *found: bool) -> str:
         """The hint of the first mistake (in declared order) whose flag in ``found`` is true, else ``default``."""
@@ -104,11 +100,11 @@ def finite_float(x) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def exercises_of(module) -> list[Exercise]:
+def exercises_of(module: str) -> list[Exercise]:
     """The exercises a notebook module defines, in order of their number."""
-    if isinstance(module, str):
-        module = importlib.import_module(f"{__name__}.{module}")
-    found = [v for v in vars(module).values() if isinstance(v, Exercise)]
+    found = [
+        v for v in vars(importlib.import_module(f"{__name__}.{module}")).values() if isinstance(v, Exercise)
+    ]
     return sorted(found, key=lambda e: e.number)
 
 
