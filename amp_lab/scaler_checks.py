@@ -3,7 +3,15 @@ is a normal float32, one step from some normal scale stays normal, the interval 
 
 from __future__ import annotations
 
-from ._checks import FLOAT32_MAX, FLOAT32_TINY, ArgumentTypeError, check_float, check_int, check_scale
+from ._checks import (
+    FLOAT32_MAX,
+    FLOAT32_TINY,
+    bounded_list,
+    check_choice,
+    check_float,
+    check_int,
+    check_scale,
+)
 
 MAX_GROWTH_INTERVAL = 2**31 - 1
 MIN_BACKOFF_FACTOR = FLOAT32_TINY / FLOAT32_MAX
@@ -26,15 +34,9 @@ def dynamic(init_scale, growth_factor, backoff_factor, growth_interval) -> dict:
 
 def schedule(value) -> tuple[str, ...]:
     """A fault schedule of :func:`~amp_lab.scaling.compare_with_grad_scaler`: 1 to 1000 of ``FAULTS``."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-        raise ArgumentTypeError(
-            f"schedule must be a list of {', '.join(FAULTS)}, one per step, got {value!r:.60}"
-        )
-    if not 1 <= len(value) <= MAX_SCHEDULE_STEPS:
-        raise ValueError(f"schedule must hold 1 to {MAX_SCHEDULE_STEPS} steps, got {len(value)}")
-    for i, fault in enumerate(value):
-        if not isinstance(fault, str) or fault not in FAULTS:
-            raise ValueError(
-                f"schedule[{i}]={fault!r:.40} is not a fault; choose one of: {', '.join(FAULTS)}"
-            )
-    return tuple(value)
+    steps = bounded_list(
+        "schedule", value, MAX_SCHEDULE_STEPS, f"a list of {', '.join(FAULTS)}, one per step"
+    )
+    if not steps:
+        raise ValueError("schedule must hold at least one step, got none")
+    return tuple(check_choice(f"schedule[{i}]", fault, FAULTS) for i, fault in enumerate(steps))

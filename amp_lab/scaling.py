@@ -15,9 +15,9 @@ import torch
 from . import scaler_checks as checks
 from ._checks import (
     FLOAT32_TINY,
-    ArgumentTypeError,
     bounded_list,
     check_bool,
+    check_callable,
     check_float,
     check_instance,
     check_scale,
@@ -224,10 +224,7 @@ def compare_with_grad_scaler(
     its own copy of a tiny seeded model with SGD; compare the scaled loss, the skip, ``get_scale()`` and
     the parameters (bit for bit, or within ``rtol``) after every step, and report the first difference
     (an exception from the scaler is one, never raised)."""
-    if not callable(make_scaler):
-        raise ArgumentTypeError(
-            f"make_scaler must be a function that returns a new scaler, got {make_scaler!r:.60}"
-        )
+    check_callable("make_scaler", make_scaler)
     schedule = checks.schedule(schedule)
     kwargs = checks.dynamic(init_scale, growth_factor, backoff_factor, growth_interval)
     rtol = check_float("rtol", rtol, ge=0.0, le=1.0)

@@ -1,8 +1,5 @@
-"""Exercises of notebook 04 (loss scaling from scratch): every expected value comes from GradScaler, run here.
-
-The learner's ``MyStaticScaler`` (1) and ``MyDynamicScaler`` (2) run beside ``torch.amp.GradScaler`` on
-fault schedules (:func:`amp_lab.scaling.compare_with_grad_scaler`); the first difference names the mistake.
-"""
+"""Exercises of notebook 04 (loss scaling from scratch): every expected value comes from GradScaler, run here;
+the learner's scalers run beside it (:func:`amp_lab.scaling.compare_with_grad_scaler`), the first difference names the mistake."""
 
 from __future__ import annotations
 
@@ -236,9 +233,8 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
         head = (
             "`answer` = 2**128 fits a Python float (a float64), but GradScaler keeps its scale in a float32."
         )
-        return wrong(
-            head, f"{ex3.mistakes[0].hint}; what does it do with a growth it cannot store?", show=show
-        )
+        hint = f"{ex3.mistakes[0].hint}; what does it do with a growth it cannot store?"
+        return wrong(head, hint, show=show)
     if isinstance(answer, float) and answer == math.inf:
         head = "`answer` = inf is not a scale GradScaler would keep."
         return wrong(head, f"{ex3.mistakes[1].hint}: what does it keep instead?", show=show)
