@@ -173,10 +173,16 @@ def _call(scaler, name: str, *args):
         raise _Refused(f"{name}()", "is missing: the scaler has no such method")
     try:
         return method(*args)
-    except NotImplementedError as e:
-        raise _Refused(f"{name}()", "is not written yet (NotImplementedError)") from e
     except Exception as e:  # the learner's code: reported, never raised
-        raise _Refused(f"{name}()", f"raised {type(e).__name__}: {e}") from e
+        raise _Refused(f"{name}()", _failed(e)) from e
+
+
+def _failed(e: Exception) -> str:
+    return (
+        "is not written yet (NotImplementedError)"
+        if isinstance(e, NotImplementedError)
+        else f"raised {type(e).__name__}: {e}"
+    )
 
 
 def _returned(x) -> str:
@@ -244,10 +250,7 @@ def compare_with_grad_scaler(
     try:
         mine = make_scaler()
     except Exception as e:  # the learner's constructor
-        text = (
-            "is not written yet" if isinstance(e, NotImplementedError) else f"raised {type(e).__name__}: {e}"
-        )
-        return differs(0, "error", text, call="the constructor")
+        return differs(0, "error", _failed(e), call="the constructor")
     if mine is None:
         return differs(0, "error", "returned None, not a scaler", call="make_scaler()")
     theirs = torch.amp.GradScaler(dev.type, **kwargs)

@@ -91,12 +91,10 @@ def answer_names(answer) -> set[str] | None:
 
 def finite_float(x) -> float | None:
     """An answer ``x`` as a finite float when it is a real number (not a bool) that float64 holds, else None."""
-    if not isinstance(x, Real) or isinstance(x, bool):
-        return None
     try:
-        value = float(x)
+        value = float(x) if isinstance(x, Real) and not isinstance(x, bool) else math.nan
     except (OverflowError, ValueError, TypeError):
-        return None
+        value = math.nan
     return value if math.isfinite(value) else None
 
 

@@ -22,10 +22,7 @@ TINY_VALUE = 1e-20  # exercise 4: which formats keep it non-zero
 def _bits_hint(answer, fmt: str) -> str:
     """The hint for ``answer`` as the bits of BITS_VALUE in ``fmt``: the missed idea when it is a known slip."""
     f, d = FORMATS[fmt], decompose(BITS_VALUE, fmt)
-    generic = (
-        f"split {abs(BITS_VALUE)} into (1 + fraction) × 2**power; the exponent field stores power + bias "
-        f"(bias {f.bias}); the mantissa holds the fraction in binary"
-    )
+    generic = f"split {abs(BITS_VALUE)} into (1 + fraction) × 2**power; the exponent field stores power + bias (bias {f.bias}); the mantissa holds the fraction in binary"
     bits = "".join(answer.split()) if isinstance(answer, str) else ""
     if len(bits) != f.total_bits or not set(bits) <= {"0", "1"}:
         return generic
@@ -99,8 +96,7 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     """FP16's ulp (the gap to the next larger value) at 1000.0."""
     f, expected, a = FORMATS["fp16"], decompose(1000.0, "fp16").ulp, finite_float(answer)
     hint = ex3.hint(
-        "find the power of two just below 1000: FP16 splits the interval from it to the next power "
-        f"of two into 2**{f.mantissa_bits} equal steps",
+        f"find the power of two just below 1000: FP16 splits the interval from it to the next power of two into 2**{f.mantissa_bits} equal steps",
         a == f.eps,
         a == 2 * 2.0 ** math.floor(math.log2(1000.0)) * f.eps,
         isinstance(answer, Integral) and a == math.log2(expected),

@@ -51,7 +51,6 @@ DYNAMIC_SCHEDULES = (
         growth_interval=2,
     ),
 )
-GROWTH_TEST = {"init_scale": 2.0**127, "growth_interval": 1}
 _CALLS_HINT = "the check calls scale, unscale_, step, update and get_scale as a training loop does"
 
 
@@ -185,10 +184,7 @@ def _dynamic_hint(sched: Schedule, found: ScalerComparison) -> str:
         if changed_before:
             return ex2.mistakes[0].hint  # the count goes back to 0 after a skip and after a growth
         return "after growth_interval clean steps in a row (not fewer, not more), update() multiplies the scale by growth_factor"
-    return (
-        "get_scale() returns the current scale, a number: it starts at init_scale and changes only by backoff_factor "
-        "(after an inf/NaN) or by growth_factor (after growth_interval clean steps)"
-    )
+    return "get_scale() returns the current scale, a number: it starts at init_scale and changes only by backoff_factor (after an inf/NaN) or by growth_factor (after growth_interval clean steps)"
 
 
 @exercise(
@@ -224,12 +220,12 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
 )
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """GradScaler's scale after one clean update from ``init_scale=2.0**127`` with ``growth_interval=1``."""
-    scaler = torch.amp.GradScaler("cpu", **GROWTH_TEST)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127, growth_interval=1)
     probe = torch.nn.Linear(2, 1)
     scaler.scale(probe(torch.ones(1, 2)).sum() * 2.0**-100).backward()  # tiny: no natural overflow
     scaler.step(torch.optim.SGD(probe.parameters(), lr=0.0))
     scaler.update()
-    if finite_float(answer) == GROWTH_TEST["init_scale"] * 2.0:
+    if finite_float(answer) == 2.0**128:
         head = (
             "`answer` = 2**128 fits a Python float (a float64), but GradScaler keeps its scale in a float32."
         )
