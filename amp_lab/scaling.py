@@ -125,9 +125,8 @@ LR = 2.0**33
 
 
 class ScalerComparison(NamedTuple):
-    """``same``, or the first differing ``step``: its ``fault``, ``what`` differed ("scaled loss", "skipped",
-    "scale", "parameters" or "error": ``mine`` is the text), ``mine``, ``theirs``, the ``call``; GradScaler's
-    ``scales`` and ``skipped`` steps so far."""
+    """``same``, or the first differing ``step``, its ``fault``, ``what`` differed (for "error" ``mine`` is the
+    text) and the ``call``; GradScaler's ``scales`` and ``skipped`` steps so far."""
 
     same: bool
     steps: int
@@ -225,11 +224,9 @@ def compare_with_grad_scaler(
     rtol: float = 0.0,
     device=None,
 ) -> ScalerComparison:
-    """Run ``make_scaler()`` beside ``torch.amp.GradScaler(init_scale, ...)`` on a fault ``schedule``
-    (per step ``"clean"``, ``"inf"`` or ``"nan"``: one gradient element set after ``backward()``), each on
-    its own copy of a tiny seeded model with SGD; compare the scaled loss, the skip, ``get_scale()`` and
-    the parameters (bit for bit, or within ``rtol``) after every step, and report the first difference
-    (an exception from the scaler is one, never raised)."""
+    """Run ``make_scaler()`` beside ``torch.amp.GradScaler(init_scale, ...)`` on a fault ``schedule`` (per step
+    "clean", "inf" or "nan" in one gradient element), each on a copy of a tiny seeded model, and report the
+    first step whose scaled loss, skip, scale or parameters (within ``rtol``) differ, or the scaler raised."""
     check_callable("make_scaler", make_scaler)
     schedule = checks.schedule(schedule)
     kwargs = checks.dynamic(init_scale, growth_factor, backoff_factor, growth_interval)

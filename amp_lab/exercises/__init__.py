@@ -28,8 +28,7 @@ class Mistake(NamedTuple):
 
 
 class Exercise:
-    """One exercise of one notebook: ``check(answer, ...)`` prints the verdict and returns it (a ``show``
-    that is not True or False is a TypeError naming it)."""
+    """One exercise of one notebook: ``check(answer, ...)`` prints the verdict and returns it."""
 
     def __init__(self, notebook: str, number: int, title: str, check: Callable, mistakes=()):
         self.notebook, self.number, self.title = notebook, number, title
@@ -59,12 +58,8 @@ class Exercise:
         """The hint of the first mistake (in declared order) whose flag in ``found`` is true, else ``default``."""
         return next((m.hint for m, hit in zip(self.mistakes, found, strict=False) if hit), default)
 
-    @property
-    def signature(self) -> inspect.Signature:
-        return inspect.signature(self.check)
-
     def __repr__(self) -> str:
-        return f"<exercise {self.notebook}·{self.number}: {self.title}; check{self.signature}>"
+        return f"<exercise {self.notebook}·{self.number}: {self.title}; check{inspect.signature(self.check)}>"
 
 
 def exercise(number: int, title: str, *, mistakes=()):

@@ -29,8 +29,8 @@ def _gradients(value) -> list[torch.Tensor]:
 
 
 def scale_window(all_grads) -> tuple[float, float]:
-    """``(low, high)``: the powers of two between which a loss scale keeps fewer than 1% of
-    ``all_grads`` from becoming zero in FP16 and overflows none of them."""
+    """``(low, high)``: the loss scales that keep fewer than 1% of ``all_grads`` from becoming zero in FP16
+    and overflow none of them."""
     grads = _gradients(all_grads)
     # The smallest k in [-24, 100) whose scale 2**k leaves fewer than 1% of the gradients at zero: the share
     # only falls as the scale grows, so a binary search asks range_report 7 times, not once per k.

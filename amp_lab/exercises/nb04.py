@@ -55,8 +55,7 @@ _CALLS_HINT = "the check calls scale, unscale_, step, update and get_scale as a 
 
 
 def _judge(answer, name: str, schedules, make, hint_for, show: bool) -> CheckResult:
-    """The learner's class beside GradScaler on every schedule: passed, not written yet, or the first
-    difference with the hint ``hint_for(schedule, found)`` gives."""
+    """The learner's class beside GradScaler on every schedule: passed, not written yet, or the first difference."""
     if is_placeholder(answer):
         return finish(
             "unanswered", f"no answer yet: write the class `{name}` above and run this cell again.", show=show
