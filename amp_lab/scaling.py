@@ -118,10 +118,8 @@ class DynamicLossScaler(StaticLossScaler):
         self._found_inf = None
 
 
-# The loss is multiplied by LOSS_FACTOR so that even a scale near float32's max gives finite scaled
-# gradients: every inf or NaN is one the schedule injected.  LR makes up for it in the step.
-LOSS_FACTOR = 2.0**-40
-LR = 2.0**33
+# The loss times LOSS_FACTOR keeps the gradients finite at any scale (every inf/NaN is one the schedule injects);
+LOSS_FACTOR, LR = 2.0**-40, 2.0**33  # LR makes up for it in the step
 
 
 class ScalerComparison(NamedTuple):
@@ -205,9 +203,7 @@ def _run_step(scaler, model, opt, X, fault):
     _call(scaler, "update")
     raw = _call(scaler, "get_scale")
     try:
-        if isinstance(raw, bool):  # a bool is no scale
-            raise TypeError
-        scale = float(raw)
+        scale = float(None if isinstance(raw, bool) else raw)  # a bool is no scale
     except (TypeError, ValueError, RuntimeError, OverflowError):
         raise _Refused("get_scale()", f"returned {_returned(raw)}, not a number") from None
     return float64_on_cpu(scaled).item(), not opt.stepped, scale

@@ -14,9 +14,8 @@ from ..check_base import CheckResult, finish, is_placeholder
 from ..scaling import ScalerComparison, compare_with_grad_scaler, show_value, to_float32
 from . import exercise, finite_float, wrong
 
-# Parameters are compared bit for bit first; a scaler that divides where GradScaler multiplies by
-# 1/S (a last-bit difference unless S is a power of two) passes within this tolerance.
-PARAM_RTOL = 1e-6
+# parameters are compared bit for bit, then within PARAM_RTOL: dividing by S where GradScaler multiplies by 1/S
+PARAM_RTOL = 1e-6  # differs in the last bit unless S is a power of two
 CLEAN = ("clean",)
 
 
@@ -233,14 +232,8 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     if isinstance(answer, float) and answer == math.inf:
         head = "`answer` = inf is not a scale GradScaler would keep."
         return wrong(head, f"{ex3.mistakes[1].hint}: what does it keep instead?", show=show)
-    return check_value(
-        answer,
-        scaler.get_scale(),
-        dtype=torch.float32,
-        name="answer",
-        show=show,
-        hint="double the scale in float32: is the result a number GradScaler can use as a scale?",
-    )
+    hint = "double the scale in float32: is the result a number GradScaler can use as a scale?"
+    return check_value(answer, scaler.get_scale(), dtype=torch.float32, name="answer", hint=hint, show=show)
 
 
 # Exercise 4: a broken training step, diagnosed and fixed
