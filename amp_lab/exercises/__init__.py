@@ -116,10 +116,9 @@ def combine(parts: Sequence[CheckResult], *, show: bool = True) -> CheckResult:
         verdict = "wrong"
     else:
         verdict = "close" if any(p.verdict == "close" for p in parts) else "exact"
-    n_passed = statuses.count("passed")
-    head = {"unanswered": "no answer yet", "wrong": f"{n_passed} of {len(parts)} parts passed"}.get(
-        verdict, f"all {len(parts)} parts passed"
-    )
+    n = len(parts)
+    head = {"unanswered": "no answer yet", "wrong": f"{statuses.count('passed')} of {n} parts passed"}
+    head = head.get(verdict, f"all {n} parts passed")
     notes = [line for p in parts for line in p.message.splitlines()]
     reasons = [code for p in parts for code in p.reasons]
     return finish(verdict, f"{head}.", notes, show=show, details={"parts": parts}, reasons=reasons)

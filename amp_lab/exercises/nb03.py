@@ -64,10 +64,8 @@ def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
         k = int(x)
         would = "would pass" if low <= 2.0**k <= high else "would not pass either"
         head = f"`answer` = {k} looks like an exponent, not a scale (as a scale it is far too small)."
-        hint = (
-            f"give S itself (2.0**k), not the exponent k: a scale of {k} shifts the gradients by log2({k}) "
-        )
-        return wrong(head, hint + f"binades, not by {k}. (2.0**{k} {would}.)", show=show)
+        hint = f"give S itself (2.0**k), not the exponent k: a scale of {k} shifts the gradients by log2({k}) binades, not by {k}. (2.0**{k} {would}.)"
+        return wrong(head, hint, show=show)
     if x is not None and x <= 0:
         hint = "a loss scale is a positive number that multiplies the loss, a power of two such as 2.0**10"
         return wrong(f"`answer` = {x:g} is not a loss scale.", hint, show=show)
@@ -124,7 +122,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
 
 
 def _bad_rows(p: torch.Tensor) -> torch.Tensor:
-    return (~torch.isfinite(p)).any(dim=1)
+    return (~torch.isfinite(p.detach())).any(dim=1).cpu()
 
 
 @exercise(
@@ -173,12 +171,12 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
         return wrong(
             f"{head} returned {str(out.dtype).removeprefix('torch.')}, not float16.", hint, show=show
         )
-    bad = _bad_rows(out.detach()).cpu()
-    if bad.any():
-        g = torch.exp(z16 - z16.max())
-        e = torch.exp(z16)
-        batch_shift = torch.equal(bad, _bad_rows(g / g.sum(dim=1, keepdim=True)).cpu())
-        if batch_shift and not torch.equal(bad, _bad_rows(e / e.sum(dim=1, keepdim=True)).cpu()):
+    bad = _bad_rows(out)
+    if bad.any():  # the rows a softmax shifted by the batch's largest logit, or not at all, breaks
+        batch, naive = (
+            _bad_rows(e / e.sum(dim=1, keepdim=True)) for e in (torch.exp(z16 - z16.max()), torch.exp(z16))
+        )
+        if torch.equal(bad, batch) and not torch.equal(bad, naive):
             hint = "subtracting the largest logit of the whole batch keeps exp finite, but a row whose own logits all lie far below it underflows to zeros only, and 0 / 0 is NaN: shift each row by a number of its own."
         else:
             hint = f"exp overflowed FP16: exp(x) is inf once x is above ln(65504) = {math.log(FORMATS['fp16'].max):.2f}, and inf / inf is NaN. The softmax of a row does not change when one number is subtracted from all of its logits: which number keeps every exponent at or below 0?"
