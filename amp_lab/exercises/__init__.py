@@ -64,7 +64,7 @@ class Exercise:
 
 def exercise(number: int, title: str, *, mistakes=()):
     """Decorator: a check function becomes the :class:`Exercise` ``ex<number>`` of its module's notebook
-    (``amp_lab.exercises.nb03`` → ``"03"``); ``mistakes`` is a ``{name: hint}`` table or :class:`Mistake` s."""
+    (``amp_lab.exercises.nb03`` → ``"03"``); ``mistakes``: a ``{name: hint}`` table or :class:`Mistake` rows."""
 
     def wrap(fn: Callable) -> Exercise:
         return Exercise(fn.__module__.rsplit(".", 1)[-1].removeprefix("nb"), number, title, fn, mistakes)
