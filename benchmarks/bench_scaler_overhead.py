@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     runs = {}
     for name, make_scaler in [
         ("GradScaler", lambda: torch.amp.GradScaler(device.type, init_scale=2.0**16, growth_interval=100)),
-        ("ours", lambda: DynamicLossScaler(init_scale=2.0**16, growth_interval=100, record_history=False)),
+        ("ours", lambda: DynamicLossScaler(init_scale=2.0**16, growth_interval=100)),
     ]:
         model = make_model(args.layers, args.width, device)
         if args.optimizer == "adam":

@@ -1,8 +1,10 @@
 """Notebook 02's exercises: the solutions pass, unfilled answers are not attempted, every common wrong
-answer gets its hint, and bad arguments raise.  Expected values are recomputed here independently
+answer gets its hint.  Expected values are recomputed here independently
 (torch's own float16/bfloat16 arithmetic, float64 products), not read from amp_lab.exercises.nb02."""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
@@ -51,19 +53,6 @@ def test_ex1_one_tensor_core_operation(abc):
     feed_mistake(nb02.ex1, "forgetting C", A.half().float() @ B.half().float(), A, B, C)
     for wrong in (torch.zeros(4, 4), torch.zeros(3, 3), 1.0, "D"):
         assert run_check(nb02.ex1, wrong, A, B, C).status == "not yet"
-
-
-def test_ex1_refuses_bad_measurements(abc):
-    A, B, C = abc
-    for args, name in (
-        ((None, "A", B, C), "A"),
-        ((None, A, B.T, C), "B"),
-        ((None, A, B, C[:2]), "C"),
-        ((None, A, B, torch.full((4, 4), float("nan"))), "C"),
-        ((None, A.int(), B, C), "A"),
-    ):
-        with pytest.raises((TypeError, ValueError), match=name):
-            nb02.ex1.check(*args, show=False)
 
 
 def _stall(term, dtype):
@@ -121,25 +110,8 @@ def test_ex4_which_gemms_need_padding():
     assert run_check(nb02.ex4, set(SHAPES), fp8, SHAPES).status == "not yet"
 
 
-@pytest.mark.parametrize(
-    ("shapes", "error"),
-    [
-        ([(8, 8, 8)], TypeError),
-        ({}, ValueError),
-        ({"a": (8, 8)}, ValueError),
-        ({"a": (8, 8, 0)}, ValueError),
-        ({"a": (8, 8, 8.0)}, ValueError),
-        ({1: (8, 8, 8)}, TypeError),
-        ({f"g{i}": (8, 8, 8) for i in range(33)}, ValueError),
-    ],
-)
-def test_ex4_refuses_bad_shapes(shapes, error):
-    with pytest.raises(error, match="shapes"):
-        nb02.ex4.check(None, None, shapes, show=False)
-
-
 @pytest.mark.parametrize("ex", [nb02.ex2, nb02.ex3])
 def test_show_must_be_a_bool(ex):
-    args = (None,) * (len(ex.signature.parameters) - 1)
+    args = (None,) * (len(inspect.signature(ex.check).parameters) - 1)
     with pytest.raises((TypeError, ValueError), match="show"):
         ex.check(*args, show="yes")

@@ -89,15 +89,7 @@ def test_ex1_mistakes(all_grads, window):
     assert run_check(nb03.ex1, "2**10", all_grads).status == "not yet"
 
 
-def test_ex1_refuses_bad_gradients():
-    with pytest.raises(TypeError, match="all_grads"):
-        nb03.ex1.check(2.0**10, "grads", show=False)
-    with pytest.raises(ValueError, match="all_grads"):
-        nb03.ex1.check(2.0**10, [], show=False)
-    with pytest.raises(TypeError, match="all_grads"):
-        nb03.ex1.check(2.0**10, [torch.ones(3), 4], show=False)
-    with pytest.raises(ValueError, match="all_grads"):
-        nb03.ex1.check(2.0**10, [torch.zeros(3)], show=False)
+def test_ex1_refuses_gradients_no_scale_fits():
     with pytest.raises(ValueError, match="all_grads"):  # spread over too many binades: no scale fits
         nb03.ex1.check(2.0**10, [torch.tensor([2.0**-60, 1.0e4] * 10)], show=False)
     with pytest.raises(TypeError, match="show"):
@@ -117,8 +109,7 @@ def test_ex2_expected_agrees_with_torch_fp16_arithmetic():
     g = 2.0**-6
     assert _lost(g) and not _lost(2 * g)
     assert_passes(nb03.ex2, g)
-    r = assert_passes(nb03.ex2, 0.0156)  # a decimal with 3 significant digits
-    assert "within the stated tolerance" in r.message
+    assert assert_passes(nb03.ex2, 0.0156).verdict == "close"  # a decimal with 3 significant digits
 
 
 def test_ex2_unfilled():
@@ -147,8 +138,7 @@ def test_ex3_fixture_overflows_both_ways(logits):
 
 
 def test_ex3_stable_softmax_passes(logits):
-    r = assert_passes(nb03.ex3, stable, logits)
-    assert "within the stated tolerance" in r.message
+    assert assert_passes(nb03.ex3, stable, logits).verdict == "close"
     assert_passes(nb03.ex3, lambda z: torch.softmax(z, dim=1), logits)
 
 
@@ -202,17 +192,6 @@ def test_ex3_does_not_let_the_function_change_logits(logits):
     assert torch.equal(logits, before)
 
 
-def test_ex3_refuses_bad_logits():
-    with pytest.raises(TypeError, match="logits"):
-        nb03.ex3.check(stable, [[1.0, 2.0]], show=False)
-    with pytest.raises(TypeError, match="logits"):
-        nb03.ex3.check(stable, torch.ones(2, 3, dtype=torch.int64), show=False)
-    with pytest.raises(ValueError, match="logits"):
-        nb03.ex3.check(stable, torch.ones(5), show=False)
-    with pytest.raises(ValueError, match="logits"):
-        nb03.ex3.check(stable, torch.tensor([[1.0, math.inf]]), show=False)
-
-
 # --- Exercise 4 ---------------------------------------------------------------------------------
 
 
@@ -231,13 +210,6 @@ def test_ex4_expected_follows_the_measurement():
     assert run_check(nb03.ex4, False, tiny).status == "not yet"
 
 
-def test_ex4_refuses_bad_gradients():
-    with pytest.raises(TypeError, match="activation_grads"):
-        nb03.ex4.check(False, 3, show=False)
-    with pytest.raises(ValueError, match="activation_grads"):
-        nb03.ex4.check(False, {}, show=False)
-
-
 @settings(max_examples=25, deadline=None)
 @given(
     log2_center=st.integers(-40, 5),
@@ -251,7 +223,10 @@ def test_scale_window_finds_the_smallest_scale_a_linear_scan_finds(log2_center, 
     grads = (2.0 ** (log2_center + log2_spread * torch.randn(2000, generator=gen))) * torch.sign(
         torch.randn(2000, generator=gen)
     )
-    scan = next((k for k in range(-24, 100) if range_report(grads, "fp16", 2.0**k).underflow < nb03.MAX_ZERO_SHARE), None)
+    scan = next(
+        (k for k in range(-24, 100) if range_report(grads, "fp16", 2.0**k).underflow < nb03.MAX_ZERO_SHARE),
+        None,
+    )
     high = suggest_scale(grads, "fp16")
     if scan is None or 2.0**scan > high:
         with pytest.raises(ValueError, match="no loss scale"):

@@ -64,10 +64,8 @@ from fuzz_support import (
     Seq,
     Str,
     Tensor,
-    V,
     address_space_limit,
     check_call,
-    const,
     describe,
     hard_time_limit,
 )
@@ -110,6 +108,7 @@ from amp_lab import (
     ranges,
     recipe,
     references,
+    scaler_checks,
     scaling,
     subnormals,
     swamping,
@@ -186,8 +185,8 @@ MLP_MAX_DEPTH = training.MAX_DEPTH  # train_digits, models.make_mlp/step_flops
 MLP_MAX_WIDTH = training.MAX_WIDTH  # train_digits
 MAX_LR = training.MAX_LR
 MAX_EXPLORER_STEPS = training.MAX_EXPLORER_STEPS
-MAX_GROWTH_INTERVAL = scaling.MAX_GROWTH_INTERVAL  # GradScaler takes a C int
-MAX_GROWTH_FACTOR = scaling.MAX_GROWTH_FACTOR
+MAX_GROWTH_INTERVAL = scaler_checks.MAX_GROWTH_INTERVAL  # GradScaler takes a C int
+MAX_GROWTH_FACTOR = scaler_checks.MAX_GROWTH_FACTOR
 MAX_K = tensor_cores.MAX_K
 RECIPE_MAX_SIZE = cost.MAX_SIZE  # widths and batch sizes of recipe's helpers
 RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
@@ -1759,96 +1758,6 @@ def test_base_and_joint_cases(entry, label, make, valid):
 # --------------------------------------------------------------------------------------------
 # Validate, then change: a method that refuses changes nothing
 # --------------------------------------------------------------------------------------------
-
-
-def _scaler_state(s):
-    return (repr(s.state_dict()), s.get_scale() if s._scale is not None else None)
-
-
-def _dynamic_scaler():
-    s = scaling.DynamicLossScaler(init_scale=1024.0, growth_interval=3)
-    s._lazy_init_scale() if hasattr(s, "_lazy_init_scale") else None
-    return s
-
-
-SCALER_STATE_CASES = []
-for _key in ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"):
-    for _v in [
-        *(
-            v
-            for v in (
-                const(0),
-                const(-1.0),
-                const(math.nan),
-                const(1e-50),
-                const(2**2000),
-                const(True),
-                const(None),
-                const("2"),
-            )
-        ),
-        const(1.5),
-    ]:
-        SCALER_STATE_CASES.append((_key, _v))
-
-
-@pytest.mark.parametrize(
-    "key,value", SCALER_STATE_CASES, ids=[f"{k}={v.label}" for k, v in SCALER_STATE_CASES]
-)
-def test_dynamic_scaler_load_state_dict_refuses_without_change(key, value):
-    s = _dynamic_scaler()
-    good = s.state_dict()
-    other = scaling.DynamicLossScaler(
-        init_scale=8.0, growth_factor=4.0, backoff_factor=0.25, growth_interval=7
-    )
-    state = dict(other.state_dict())
-    state[key] = value()
-    before = _scaler_state(s)
-    entry = Entry("DynamicLossScaler.load_state_dict", s.load_state_dict, lambda: {})
-    failure = check_call(
-        entry,
-        {"state_dict": state},
-        arg=f"state_dict[{key!r}]",
-        value=state[key],
-        valid=None,
-        label=value.label,
-    )
-    assert failure is None, failure
-    if _scaler_state(s) != before and repr(s.state_dict()) != repr(state):
-        pytest.fail(
-            f"DynamicLossScaler.load_state_dict({key}={value.label}): half-changed: state was {good}, "
-            f"is now {s.state_dict()} (neither the old state nor the one given)"
-        )
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        const(0.0),
-        const(-1.0),
-        const(math.nan),
-        const(math.inf),
-        const(1e-50),
-        const(1e39),
-        const(True),
-        const("2"),
-        V("tensor([1., 2.])", lambda: torch.tensor([1.0, 2.0])),
-    ],
-    ids=lambda v: v.label,
-)
-def test_dynamic_scaler_update_refuses_without_change(value):
-    s = _dynamic_scaler()
-    before = _scaler_state(s)
-    entry = Entry("DynamicLossScaler.update", s.update, lambda: {})
-    failure = check_call(
-        entry, {"new_scale": value()}, arg="new_scale", value=None, valid=None, label=value.label
-    )
-    assert failure is None, failure
-    after = _scaler_state(s)
-    scale = s.get_scale()
-    assert F32_TINY <= scale <= F32_MAX or after == before, (
-        f"DynamicLossScaler.update(new_scale={value.label}) left the scale at {scale!r}, not a normal float32"
-    )
 
 
 @pytest.mark.parametrize("what", ["model with other shapes", "missing file", "junk file"])

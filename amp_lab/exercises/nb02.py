@@ -1,65 +1,26 @@
 """Exercises of notebook 02 (Tensor Cores: what they compute).
 
-The expected values come from the emulation in :mod:`amp_lab.tensor_cores` (``mma``,
-``running_sum``, ``alignment_multiple``), computed here from the data the notebook made; the
-common wrong answers are recognised first so that their hints name the idea that was missed.
+The expected values come from the emulation in :mod:`amp_lab.tensor_cores`, run on the notebook's data;
+the common wrong answers are recognised first, so their hints name the missed idea.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from numbers import Integral
 
 import torch
 
-from .._checks import ArgumentTypeError, check_instance
 from ..alignment import alignment_multiple
 from ..check import check_tensor, check_value
 from ..check_base import CheckResult
 from ..check_items import check_set
 from ..device import float64_on_cpu
 from ..formats import FORMATS
-from ..tensor_cores import ACCUMULATE_FORMATS, MAX_MMA_WORK, mma, running_sum
-from . import Mistake, combine, exercise, finite_float
+from ..tensor_cores import ACCUMULATE_FORMATS, mma, running_sum
+from . import answer_names, combine, exercise, finite_float
 
-__all__ = [
-    "ex1",
-    "ex2",
-    "ex3",
-    "ex4",
-    "STALL_TERM",
-    "STALL_FORMAT",
-    "SUM_TERM",
-    "SUM_LENGTH",
-    "SUM_TOLERANCE",
-]
-
-STALL_TERM, STALL_FORMAT = 0.5, "bf16"  # exercise 2: a BF16 running sum of 0.5s
 SUM_TERM, SUM_LENGTH = 0.1, 4096  # exercise 3: 4096 FP16 copies of 0.1, summed by a kernel
 SUM_TOLERANCE = 0.01  # exercise 3: "within 1 % of the exact sum"
-
-
-# --------------------------------------------------------------------------------------------
-# Exercise 1: one Tensor Core operation with plain torch
-# --------------------------------------------------------------------------------------------
-
-_UNROUNDED_INPUTS_HINT = (
-    "the Tensor Core never sees A and B in float32: they are rounded to FP16 before the products"
-)
-_FP16_SUM_HINT = "the products and the running sum stay in FP32; only the inputs A and B are FP16"
-_NO_C_HINT = "the accumulator starts from C: D = A·B + C"
-
-
-def _matrix_arg(name: str, x, shape=None) -> torch.Tensor:
-    check_instance(name, x, torch.Tensor, "a float tensor")
-    if not x.is_floating_point() or x.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D float tensor, got {x.dtype} of shape {tuple(x.shape)}")
-    if shape is not None and tuple(x.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(x.shape)}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} must hold finite values")
-    return x
 
 
 def _close_to(answer, target: torch.Tensor, atol: float) -> bool:
@@ -81,63 +42,36 @@ def _fp16_valued(answer) -> bool:
 @exercise(
     1,
     "One Tensor Core operation, with plain torch",
-    mistakes=[
-        Mistake("inputs not rounded to FP16", _UNROUNDED_INPUTS_HINT),
-        Mistake("sum rounded to FP16", _FP16_SUM_HINT),
-        Mistake("forgetting C", _NO_C_HINT),
-    ],
+    mistakes={
+        "inputs not rounded to FP16": "the Tensor Core never sees A and B in float32: they are rounded to FP16 before the products",
+        "sum rounded to FP16": "the products and the running sum stay in FP32; only the inputs A and B are FP16",
+        "forgetting C": "the accumulator starts from C: D = A·B + C",
+    },
 )
 def ex1(answer, A, B, C, *, show: bool = True) -> CheckResult:
     """``D = A·B + C`` as a Tensor Core with FP16 inputs and an FP32 accumulator computes it."""
-    A = _matrix_arg("A", A)
-    B = _matrix_arg("B", B)
-    C = _matrix_arg("C", C)
-    m, k = A.shape
-    if B.shape[0] != k or tuple(C.shape) != (m, B.shape[1]):
-        raise ValueError(
-            f"A, B and C must have shapes (M, K), (K, N) and (M, N); got {tuple(A.shape)}, {tuple(B.shape)}, "
-            f"{tuple(C.shape)}"
-        )
-    if m * k * B.shape[1] > MAX_MMA_WORK:
-        raise ValueError(f"A·B is too large a product to emulate: M·N·K may be at most {MAX_MMA_WORK:,}")
+    k = A.shape[1]
     A64, B64, C64 = (float64_on_cpu(t.float()) for t in (A, B, C))
     D = float64_on_cpu(mma(A64, B64, C64, inputs="fp16", accumulate="fp32", device="cpu"))
     # Two orders of adding K + 1 float32 terms differ by at most about (K + 1) eps sum|terms|: allowed.
     slack = (k + 1) * torch.finfo(torch.float32).eps * float((A64.abs() @ B64.abs() + C64.abs()).max())
-    hint = "the inputs A and B are FP16; the products and the sum, starting from C, are FP32"
-    if not _close_to(answer, D, slack):
-        Ah, Bh = A64.half().double(), B64.half().double()
-        if _close_to(answer, A64 @ B64 + C64, slack):
-            hint = _UNROUNDED_INPUTS_HINT
-        elif _fp16_valued(answer) or _close_to(answer, D.half().double(), slack):
-            hint = _FP16_SUM_HINT
-        elif _close_to(answer, Ah @ Bh, slack) or _close_to(answer, A64 @ B64, slack):
-            hint = _NO_C_HINT
+    right = _close_to(answer, D, slack)
+    hint = ex1.hint(
+        "the inputs A and B are FP16; the products and the sum, starting from C, are FP32",
+        not right and _close_to(answer, A64 @ B64 + C64, slack),
+        not right and (_fp16_valued(answer) or _close_to(answer, D.half().double(), slack)),
+        not right
+        and any(_close_to(answer, P, slack) for P in (A64.half().double() @ B64.half().double(), A64 @ B64)),
+    )
     return check_tensor(
         answer, D.float(), dtype=torch.float32, atol=slack, name="answer", hint=hint, show=show
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 2: where a BF16 running sum of 0.5 stalls
-# --------------------------------------------------------------------------------------------
-
-_OTHER_FORMAT_HINT = (
-    "that is where an FP16 sum stalls; BF16 keeps fewer significant bits, so it stalls earlier"
-)
-_INCREMENT_HINT = (
-    "the sum stops where BF16's step is twice the increment, and the increment here is 0.5, not 1"
-)
-_STEP_EQUALS_HINT = (
-    "while the step equals the increment, adding it is still exact: the sum stops one binade later"
-)
-
-
 @functools.lru_cache(maxsize=16)
 def _stall_value(term: float, fmt: str) -> float:
     """Where a running sum of ``term`` in ``fmt`` stops growing (from the emulated sum)."""
-    f = FORMATS[fmt]
-    length = min(2 ** (f.precision + 2), 1 << 16)
+    length = min(2 ** (FORMATS[fmt].precision + 2), 1 << 16)
     sums = running_sum(torch.full((length,), term), fmt, device="cpu")
     same = torch.nonzero(sums[1:] == sums[:-1]).flatten()
     return float(sums[int(same[0]) + 1])
@@ -146,40 +80,22 @@ def _stall_value(term: float, fmt: str) -> float:
 @exercise(
     2,
     "Where BF16 stalls",
-    mistakes=[
-        Mistake("the FP16 stall", _OTHER_FORMAT_HINT),
-        Mistake("the stall for adding 1", _INCREMENT_HINT),
-        Mistake("step equal to the increment", _STEP_EQUALS_HINT),
-    ],
+    mistakes={
+        "the FP16 stall": "that is where an FP16 sum stalls; BF16 keeps fewer significant bits, so it stalls earlier",
+        "the stall for adding 1": "the sum stops where BF16's step is twice the increment, and the increment here is 0.5, not 1",
+        "step equal to the increment": "while the step equals the increment, adding it is still exact: the sum stops one binade later",
+    },
 )
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """The value at which a BF16 running sum of 0.5s stops growing."""
-    expected = _stall_value(STALL_TERM, STALL_FORMAT)
-    hint = "the sum stops when adding 0.5 becomes a tie: where BF16's step is twice the increment"
-    a = finite_float(answer)
-    if a is not None and a != expected:
-        if a == _stall_value(STALL_TERM, "fp16"):
-            hint = _OTHER_FORMAT_HINT
-        elif a == _stall_value(1.0, STALL_FORMAT):
-            hint = _INCREMENT_HINT
-        elif a == expected / 2:
-            hint = _STEP_EQUALS_HINT
+    expected, a = _stall_value(0.5, "bf16"), finite_float(answer)
+    hint = ex2.hint(
+        "the sum stops when adding 0.5 becomes a tie: where BF16's step is twice the increment",
+        a == _stall_value(0.5, "fp16"),
+        a == _stall_value(1.0, "bf16"),
+        a == expected / 2,
+    )
     return check_value(answer, expected, dtype=torch.bfloat16, name="answer", hint=hint, show=show)
-
-
-# --------------------------------------------------------------------------------------------
-# Exercise 3: what an FP16-accumulating kernel returns, and which accumulator the sum needs
-# --------------------------------------------------------------------------------------------
-
-_EXACT_HINT = "that is the exact sum; the kernel rounds every partial sum to FP16, so follow the step of the running sum"
-_TOO_EARLY_HINT = (
-    "a term larger than half the step still moves the sum by a whole step (it rounds up): the sum stops only "
-    "where the term is at most half the step"
-)
-_ONES_HINT = (
-    "that is where a sum of 1.0s stops; a smaller term stops the sum where the step is about twice the term"
-)
-_BF16_RANGE_HINT = "BF16 has FP32's range but fewer significant bits than FP16: range does not help a long sum, precision does"
 
 
 @functools.lru_cache(maxsize=8)
@@ -188,42 +104,31 @@ def _summed(fmt: str) -> float:
     return float(running_sum(terms, fmt, device="cpu")[-1])
 
 
-def _exact_sum() -> float:
-    return SUM_LENGTH * float(torch.tensor(SUM_TERM).half())
-
-
 @exercise(
     3,
     "What the FP16 kernel returns",
-    mistakes=[
-        Mistake("the exact sum", _EXACT_HINT),
-        Mistake("stalls where the step passes the term", _TOO_EARLY_HINT),
-        Mistake("the stall of a sum of ones", _ONES_HINT),
-        Mistake("bf16 for its range", _BF16_RANGE_HINT),
-    ],
+    mistakes={
+        "the exact sum": "that is the exact sum; the kernel rounds every partial sum to FP16, so follow the step of the running sum",
+        "stalls where the step passes the term": "a term larger than half the step still moves the sum by a whole step (it rounds up): the sum stops only where the term is at most half the step",
+        "the stall of a sum of ones": "that is where a sum of 1.0s stops; a smaller term stops the sum where the step is about twice the term",
+        "bf16 for its range": "BF16 has FP32's range but fewer significant bits than FP16: range does not help a long sum, precision does",
+    },
 )
 def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
     """The FP16-accumulated sum of 4096 FP16 copies of 0.1, and the accumulators that get it within 1 %."""
-    expected = _summed("fp16")
-    exact = _exact_sum()
-    hint = "follow the running sum through the binades: where does the step become more than twice the term?"
-    a = finite_float(answer)
-    if a is not None and a != expected:
-        if abs(a - exact) <= 0.01 * exact or abs(a - SUM_LENGTH * SUM_TERM) <= 0.01 * exact:
-            hint = _EXACT_HINT
-        elif a == expected / 2:
-            hint = _TOO_EARLY_HINT
-        elif a == _stall_value(1.0, "fp16"):
-            hint = _ONES_HINT
+    expected, a = _summed("fp16"), finite_float(answer)
+    exact = SUM_LENGTH * float(torch.tensor(SUM_TERM).half())
+    hint = ex3.hint(
+        "follow the running sum through the binades: where does the step become more than twice the term?",
+        a not in (None, expected) and min(abs(a - exact), abs(a - SUM_LENGTH * SUM_TERM)) <= 0.01 * exact,
+        a == expected / 2,
+        a == _stall_value(1.0, "fp16"),
+    )
     value_part = check_value(answer, expected, dtype=torch.float16, name="answer", hint=hint, show=False)
-
-    errors = {acc: abs(_summed(acc) - exact) / exact for acc in ACCUMULATE_FORMATS}
-    good = {acc for acc, err in errors.items() if err <= SUM_TOLERANCE}
+    good = {acc for acc in ACCUMULATE_FORMATS if abs(_summed(acc) - exact) <= SUM_TOLERANCE * exact}
     acc_hint = "compare each accumulator's step near the final sum with the term it keeps adding"
-    if isinstance(answer_acc, (set, frozenset, list, tuple)) and "bf16" in {
-        str(a).strip().lower() for a in answer_acc
-    }:
-        acc_hint = _BF16_RANGE_HINT
+    if "bf16" in (answer_names(answer_acc) or ()):
+        acc_hint = ex3.mistake("bf16 for its range").hint
     explanations = {
         acc: f"its running sum stalls more than {SUM_TOLERANCE:.0%} short of the exact sum"
         for acc in ACCUMULATE_FORMATS
@@ -241,78 +146,35 @@ def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
     return combine([value_part, acc_part], show=show)
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 4: which GEMM shapes need padding, in FP16 and in FP8
-# --------------------------------------------------------------------------------------------
-
-_DECIMAL_HINT = "alignment is about how many elements fill a 16-byte row, not about round decimal numbers: divide, don't eyeball"
-_SAME_RULE_HINT = "an FP8 element is one byte, so a 16-byte row holds twice as many elements as in FP16"
-_K_HINT = (
-    "K counts too: the kernel loads rows of A and columns of B along K, so all of M, N and K must be aligned"
-)
-
-MAX_SHAPES = 32
-
-
-def _shapes_arg(shapes) -> dict[str, tuple[int, int, int]]:
-    if not isinstance(shapes, Mapping):
-        raise ArgumentTypeError(f"shapes must be a dict name -> (M, N, K), got {type(shapes).__name__}")
-    if not 1 <= len(shapes) <= MAX_SHAPES:
-        raise ValueError(f"shapes must hold 1 to {MAX_SHAPES} GEMMs, got {len(shapes)}")
-    out = {}
-    for name, shape in shapes.items():
-        if not isinstance(name, str):
-            raise ArgumentTypeError(f"shapes must be keyed by names (strings), got {name!r}")
-        ok = isinstance(shape, (tuple, list)) and len(shape) == 3
-        ok = ok and all(
-            isinstance(d, Integral) and not isinstance(d, bool) and 1 <= d <= 2**31 for d in shape
-        )
-        if not ok:
-            raise ValueError(
-                f"shapes[{name!r}] must be (M, N, K), three positive integers, got {shape!r:.60}"
-            )
-        out[name] = tuple(int(d) for d in shape)
-    return out
-
-
 def _unaligned(shapes: dict[str, tuple[int, int, int]], fmt: str, dims=(0, 1, 2)) -> set[str]:
     multiple = alignment_multiple(fmt)
     return {name for name, shape in shapes.items() if any(shape[i] % multiple for i in dims)}
 
 
-def _as_names(answer) -> set[str] | None:
-    if isinstance(answer, (set, frozenset, list, tuple)) and all(isinstance(a, str) for a in answer):
-        return set(answer)
-    return None
-
-
 @exercise(
     4,
     "Which GEMMs need padding?",
-    mistakes=[
-        Mistake("round numbers look aligned", _DECIMAL_HINT),
-        Mistake("the FP16 rule for FP8", _SAME_RULE_HINT),
-        Mistake("ignoring K", _K_HINT),
-    ],
+    mistakes={
+        "the FP16 rule for FP8": "an FP8 element is one byte, so a 16-byte row holds twice as many elements as in FP16",
+        "round numbers look aligned": "alignment is about how many elements fill a 16-byte row, not about round decimal numbers: divide, don't eyeball",
+        "ignoring K": "K counts too: the kernel loads rows of A and columns of B along K, so all of M, N and K must be aligned",
+    },
 )
 def ex4(answer_fp16, answer_fp8, shapes, *, show: bool = True) -> CheckResult:
     """The names of the GEMMs in ``shapes`` (name -> (M, N, K)) that need padding in FP16, and in FP8 E4M3."""
-    shapes = _shapes_arg(shapes)
+    shapes = {name: tuple(shape) for name, shape in shapes.items()}
     parts = []
     for answer, fmt, name in ((answer_fp16, "fp16", "answer_fp16"), (answer_fp8, "fp8_e4m3", "answer_fp8")):
-        expected = _unaligned(shapes, fmt)
-        hint = f"for {FORMATS[fmt].label}, check M, N and K against the number of elements in a 16-byte row"
-        chosen = _as_names(answer)
-        if chosen is not None and chosen != expected:
-            unaligned_mn = _unaligned(shapes, fmt, dims=(0, 1))
-            # A "round" size: a multiple of 10 that the format's row width divides.
-            round_ok = {n for n, s in shapes.items() if any(d % 10 == 0 for d in s)} - expected
-            if fmt == "fp8_e4m3" and chosen == _unaligned(shapes, "fp16") and chosen != expected:
-                hint = _SAME_RULE_HINT
-            elif chosen & round_ok:
-                hint = _DECIMAL_HINT
-            elif chosen == unaligned_mn and unaligned_mn != expected:
-                hint = _K_HINT
+        expected, unaligned_mn = _unaligned(shapes, fmt), _unaligned(shapes, fmt, dims=(0, 1))
+        chosen = set(answer) if answer_names(answer) is not None else expected
+        # a "round" size: a multiple of 10 that the format's row width divides
+        round_ok = {n for n, s in shapes.items() if any(d % 10 == 0 for d in s)} - expected
+        hint = ex4.hint(
+            f"for {FORMATS[fmt].label}, check M, N and K against the number of elements in a 16-byte row",
+            fmt == "fp8_e4m3" and chosen == _unaligned(shapes, "fp16") != expected,
+            bool(chosen & round_ok),
+            chosen == unaligned_mn != expected,
+        )
         explanations = {
             n: f"{'x'.join(map(str, s))}: in {FORMATS[fmt].label} every dimension fills whole 16-byte rows"
             for n, s in shapes.items()

@@ -1,150 +1,74 @@
-"""Exercises of notebook 03 (underflow and overflow: FP16's range on real gradients).
-
-Each check takes the learner's answer first, then what the notebook measured that the right
-answer depends on (``all_grads``, ``logits``, ``activation_grads``), and computes the expected
-value itself from those, with the package's own range functions, never from typed-in numbers.
-"""
+"""Exercises of notebook 03 (underflow and overflow: FP16's range on real gradients); each expected value
+is computed from what the notebook measured (``all_grads``, ``logits``, ``activation_grads``)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping
-from numbers import Real
 
 import torch
 
-from .._checks import ArgumentTypeError
 from ..check import check_between, check_value
-from ..check_base import MARK as _MARK
-from ..check_base import CheckResult
+from ..check_base import CheckResult, finish
 from ..check_items import check_choice
 from ..device import float64_on_cpu
 from ..formats import FORMATS
 from ..ranges import log2_limits, lost_update_fraction, range_report, suggest_scale
-from . import Mistake, exercise
+from . import exercise, finite_float, wrong
 
-__all__ = ["ex1", "ex2", "ex3", "ex4"]
-
-# Exercise 1: the share of all gradients that may still become zero at a good scale.
-MAX_ZERO_SHARE = 0.01
-# Exercise 2: the SGD step.
-EX2_WEIGHT, EX2_LR = 0.75, 0.01
-# Exercise 3: how far a softmax computed in FP16 may be from the exact one, per element (a few
-# FP16 ulps of 1.0: FP16's exp, sum and division each round once).
-SOFTMAX_ATOL = 2.0**-8
-MAX_LOGITS = 1_000_000  # elements of `logits` (the notebook's are 512 x 10)
-# Exercise 4: a share of zeros that would make loss scaling worth it.
-BF16_NEEDS_SCALING = 0.001
+MAX_ZERO_SHARE = 0.01  # exercise 1: the share of the gradients that may still become zero at a good scale
+EX2_WEIGHT, EX2_LR = 0.75, 0.01  # exercise 2: the SGD step
+SOFTMAX_ATOL = 2.0**-8  # exercise 3: a few FP16 ulps of 1.0 (FP16's exp, sum and division each round once)
+BF16_NEEDS_SCALING = 0.001  # exercise 4: a share of zeros that would make loss scaling worth it
 
 
-def _result(verdict: str, headline: str, notes=(), *, show: bool) -> CheckResult:
-    lines = [f"{_MARK[verdict]}: {headline}", *(f"  {n}" for n in notes if n)]
-    result = CheckResult(verdict, "\n".join(lines))
-    if show:
-        print(result.message)
-    return result
-
-
-def _gradients(name: str, value) -> list[torch.Tensor]:
-    """The tensors of a list or dict of gradient tensors, refusing anything else by name."""
-    what = "a list or dict of gradient tensors (e.g. all_grads from the notebook)"
-    if isinstance(value, Mapping):
-        parts = list(value.values())
-    elif isinstance(value, (list, tuple)):
-        parts = list(value)
-    elif isinstance(value, torch.Tensor):
-        parts = [value]
-    else:
-        raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.60}")
-    if not parts:
-        raise ValueError(f"{name} must hold at least one tensor, got an empty {type(value).__name__}")
-    for i, t in enumerate(parts):
-        if not isinstance(t, torch.Tensor):
-            raise ArgumentTypeError(f"{name} must hold only tensors, found {type(t).__name__} at item {i}")
-        if not t.is_floating_point():
-            raise ArgumentTypeError(f"{name} must hold floating-point tensors, found {t.dtype} at item {i}")
-    if not any(bool((t != 0).any()) for t in parts):
-        raise ValueError(f"{name} holds no non-zero gradient")
-    return parts
-
-
-def _real_number(x) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (Real, torch.Tensor)):
-        return None
-    if isinstance(x, torch.Tensor):
-        if x.numel() != 1 or x.dtype == torch.bool or x.is_complex():
-            return None
-        x = x.item()
-    try:
-        return float(x)
-    except OverflowError:  # an int too large for a float
-        return math.inf if x > 0 else -math.inf
-
-
-# --------------------------------------------------------------------------------------------
-# Exercise 1: a loss scale from a histogram
-# --------------------------------------------------------------------------------------------
+def _gradients(value) -> list[torch.Tensor]:
+    """The tensors of the notebook's list or dict of gradient tensors."""
+    return list(value.values()) if isinstance(value, Mapping) else list(value)
 
 
 def scale_window(all_grads) -> tuple[float, float]:
-    """``(low, high)``: the powers of two between which a loss scale keeps fewer than 1% of
-    ``all_grads`` from becoming zero in FP16 and overflows none of them."""
-    grads = _gradients("all_grads", all_grads)
-    # The smallest k in [-24, 100) whose scale 2**k leaves fewer than 1% of the gradients at zero.  The
-    # share that underflows only falls as the scale grows, so a binary search asks range_report about 7
-    # times instead of once per k (each call casts every gradient: seconds on the notebook's model).
-    lo, hi = -24, 100  # the answer lies in [lo, hi); hi means "none"
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if range_report(grads, "fp16", 2.0**mid).underflow < MAX_ZERO_SHARE:
-            hi = mid
-        else:
-            lo = mid + 1
-    k_low = lo if lo < 100 else None
+    """``(low, high)``: the loss scales that keep fewer than 1% of ``all_grads`` from becoming zero in FP16
+    and overflow none of them."""
+    grads = _gradients(all_grads)
+    # The smallest k in [-24, 100) whose scale 2**k leaves fewer than 1% of the gradients at zero: the share
+    # only falls as the scale grows, so a binary search asks range_report 7 times, not once per k.
+    ks = range(-24, 100)
+    i = bisect.bisect_left(
+        ks, True, key=lambda k: range_report(grads, "fp16", 2.0**k).underflow < MAX_ZERO_SHARE
+    )
     high = suggest_scale(grads, "fp16")
-    if k_low is None or 2.0**k_low > high:
+    if i == len(ks) or 2.0 ** ks[i] > high:
         raise ValueError(
             "all_grads: no loss scale keeps fewer than 1% of these gradients from underflowing "
             "without overflowing some of them; the exercise needs the notebook's gradients"
         )
-    return 2.0**k_low, high
+    return 2.0 ** ks[i], high
 
 
 @exercise(
     1,
     "Pick a loss scale from a histogram",
-    mistakes=[
-        Mistake("k for S", "give S itself (2.0**k), not the exponent k"),
-        Mistake("too small", "1% or more of the gradients still become zero"),
-        Mistake("too large", "the largest gradients overflow FP16"),
-    ],
+    mistakes={
+        "k for S": "give S itself (2.0**k), not the exponent k",
+        "too small": "1% or more of the gradients still become zero",
+        "too large": "the largest gradients overflow FP16",
+    },
 )
 def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     """A loss scale ``S`` at which fewer than 1% of ``all_grads`` become zero in FP16 and none overflows."""
     low, high = scale_window(all_grads)
-    x = _real_number(answer)
+    x = finite_float(answer)
     if x is not None and x.is_integer() and 0 < x <= 40 and x < low:
         k = int(x)
         would = "would pass" if low <= 2.0**k <= high else "would not pass either"
-        return _result(
-            "wrong",
-            f"`answer` = {k} looks like an exponent, not a scale (as a scale it is far too small).",
-            [
-                f"hint: give S itself (2.0**k), not the exponent k: a scale of {k} shifts the gradients by "
-                f"log2({k}) binades, not by {k}. (2.0**{k} {would}.)"
-            ],
-            show=show,
-        )
+        head = f"`answer` = {k} looks like an exponent, not a scale (as a scale it is far too small)."
+        hint = f"give S itself (2.0**k), not the exponent k: a scale of {k} shifts the gradients by log2({k}) binades, not by {k}. (2.0**{k} {would}.)"
+        return wrong(head, hint, show=show)
     if x is not None and x <= 0:
-        return _result(
-            "wrong",
-            f"`answer` = {x:g} is not a loss scale.",
-            [
-                "hint: a loss scale is a positive number that multiplies the loss, a power of two "
-                "such as 2.0**10"
-            ],
-            show=show,
-        )
+        hint = "a loss scale is a positive number that multiplies the loss, a power of two such as 2.0**10"
+        return wrong(f"`answer` = {x:g} is not a loss scale.", hint, show=show)
     return check_between(
         answer, low, high,
         below="at this scale 1% or more of the gradients still become zero in FP16: move the low tail of the "
@@ -157,11 +81,6 @@ def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 2: a lost update
-# --------------------------------------------------------------------------------------------
-
-
 def _largest_lost_g(lr: float) -> float:
     """The largest power of two ``g`` whose update ``w - lr * g`` of ``w = 0.75`` is lost in FP16."""
     w = torch.tensor([EX2_WEIGHT])
@@ -172,44 +91,28 @@ def _largest_lost_g(lr: float) -> float:
 @exercise(
     2,
     "A lost update",
-    mistakes=[
-        Mistake("j for g", "give g itself (2.0**j), not the exponent j"),
-        Mistake("the whole spacing", "at most half the spacing"),
-        Mistake("lr left out", "the update is lr * g"),
-    ],
+    mistakes={
+        "j for g": "give g itself (2.0**j), not the exponent j",
+        "the whole spacing": "at most half the spacing",
+        "lr left out": "the update is lr * g",
+    },
 )
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """The largest power-of-two gradient ``g`` whose SGD update of ``w = 0.75`` (lr 0.01) is lost in FP16."""
     expected = _largest_lost_g(EX2_LR)
-    x = _real_number(answer)
+    x = finite_float(answer)
     if x is not None and x.is_integer() and -64 <= x <= 0:
         j = int(x)
-        return _result(
-            "wrong",
-            f"`answer` = {j} looks like the exponent j, not the gradient g.",
-            [f"hint: give g itself (2.0**j), not the exponent j: for j = {j} that is 2.0**{j}."],
-            show=show,
-        )
+        hint = f"give g itself (2.0**j), not the exponent j: for j = {j} that is 2.0**{j}."
+        return wrong(f"`answer` = {j} looks like the exponent j, not the gradient g.", hint, show=show)
     if x is not None and x == 2 * expected:
-        return _result(
-            "wrong",
-            "`answer` is too large: with this g the update is not lost (0.75 - lr * g rounds to the "
-            "FP16 number below 0.75).",
-            [
-                "hint: w - lr * g rounds back to w only while |lr * g| is at most half the spacing of FP16 numbers "
-                "near w: past the halfway point it rounds to the neighbour."
-            ],
-            show=show,
-        )
+        head = "`answer` is too large: with this g the update is not lost (0.75 - lr * g rounds to the FP16 number below 0.75)."
+        hint = "w - lr * g rounds back to w only while |lr * g| is at most half the spacing of FP16 numbers near w: past the halfway point it rounds to the neighbour."
+        return wrong(head, hint, show=show)
     if x is not None and x == _largest_lost_g(1.0):
-        return _result(
-            "wrong",
-            "`answer` is too small: it is the largest lost *update*, not the largest lost gradient.",
-            [
-                "hint: the update is lr * g, not g: the weight changes by the learning rate times the gradient."
-            ],
-            show=show,
-        )
+        head = "`answer` is too small: it is the largest lost *update*, not the largest lost gradient."
+        hint = "the update is lr * g, not g: the weight changes by the learning rate times the gradient."
+        return wrong(head, hint, show=show)
     return check_value(
         answer, expected, rtol=5e-3,  # 2**j written as a decimal with 3 significant digits passes
         hint="an update is lost when |lr * g| is at most half the spacing of FP16 numbers near 0.75 "
@@ -218,189 +121,101 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 3: fix the overflow in a forward pass (softmax in FP16)
-# --------------------------------------------------------------------------------------------
-
-
-def _check_logits(logits) -> torch.Tensor:
-    if not isinstance(logits, torch.Tensor):
-        raise ArgumentTypeError(
-            f"logits must be a 2-D tensor of logits (rows: examples), got {type(logits).__name__}"
-        )
-    if not logits.is_floating_point():
-        raise ArgumentTypeError(f"logits must be a floating-point tensor, got {logits.dtype}")
-    if logits.dim() != 2 or logits.shape[0] < 1 or logits.shape[1] < 2:
-        raise ValueError(
-            f"logits must be 2-D with at least one row and two columns, got shape {tuple(logits.shape)}"
-        )
-    if logits.numel() > MAX_LOGITS:
-        raise ValueError(f"logits must have at most {MAX_LOGITS} elements, got {logits.numel()}")
-    if not bool(torch.isfinite(logits).all()):
-        raise ValueError("logits must be finite (no inf or NaN)")
-    return logits.detach()
-
-
 def _bad_rows(p: torch.Tensor) -> torch.Tensor:
-    return (~torch.isfinite(p)).any(dim=1)
+    return (~torch.isfinite(p.detach())).any(dim=1).cpu()
 
 
 @exercise(
     3,
     "Fix the overflow in a softmax",
-    mistakes=[
-        Mistake("naive exp", "exp overflowed FP16"),
-        Mistake("one shift for the whole batch", "shift each row by a number of its own"),
-        Mistake("normalised over the batch", "each row must sum to 1"),
-        Mistake("left FP16", "keep every step in float16"),
-    ],
+    mistakes={
+        "naive exp": "exp overflowed FP16",
+        "one shift for the whole batch": "shift each row by a number of its own",
+        "normalised over the batch": "each row must sum to 1",
+        "left FP16": "keep every step in float16",
+    },
 )
 def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
-    """``softmax_fp16(z)``: the softmax of each row of an FP16 tensor, computed in FP16, with no inf or NaN.
-
-    Run on ``logits`` (the trained model's, cast to FP16) and compared with the exact softmax.
-    """
-    logits = _check_logits(logits)
-    name = "softmax_fp16"
+    """``softmax_fp16(z)``: the softmax of each row of an FP16 tensor, computed in FP16, with no inf or NaN;
+    run on ``logits`` cast to FP16 and compared with the exact softmax."""
+    name, z16 = "softmax_fp16", logits.detach().to(torch.float16)
     if softmax_fp16 is None or softmax_fp16 is Ellipsis:
-        return _result("unanswered", f"no answer yet: write `{name}` and run this cell again.", show=show)
+        return finish("unanswered", f"no answer yet: write `{name}` and run this cell again.", show=show)
     if not callable(softmax_fp16):
-        return _result(
-            "wrong",
-            f"`{name}` is a {type(softmax_fp16).__name__}, not a function.",
-            ["hint: define it with `def softmax_fp16(z): ...`, returning a tensor shaped like z"],
-            show=show,
-        )
-    z16 = logits.to(torch.float16)
+        hint = "define it with `def softmax_fp16(z): ...`, returning a tensor shaped like z"
+        return wrong(f"`{name}` is a {type(softmax_fp16).__name__}, not a function.", hint, show=show)
     try:
         out = softmax_fp16(z16.clone())
     except NotImplementedError:
-        return _result(
-            "unanswered",
-            f"no answer yet: `{name}` still raises NotImplementedError; fill in its body "
-            "and run this cell again.",
-            show=show,
-        )
+        out = NotImplementedError  # the skeleton's body
     except Exception as e:  # the learner's code failed: report it, never raise
-        return _result(
-            "wrong",
-            f"`{name}(z)` raised {type(e).__name__}: {str(e)[:200]}",
-            ["hint: z is a float16 tensor of shape (examples, classes); use torch operations on it"],
-            show=show,
-        )
-    if out is None:
-        return _result(
-            "unanswered",
-            f"no answer yet: `{name}` returns None; make it return the probabilities "
-            "and run this cell again.",
-            show=show,
-        )
+        hint = "z is a float16 tensor of shape (examples, classes); use torch operations on it"
+        return wrong(f"`{name}(z)` raised {type(e).__name__}: {str(e)[:200]}", hint, show=show)
+    if out is None or out is NotImplementedError:
+        todo = "still raises NotImplementedError; fill in its body"
+        if out is None:
+            todo = "returns None; make it return the probabilities"
+        return finish("unanswered", f"no answer yet: `{name}` {todo} and run this cell again.", show=show)
+    rows, head = z16.shape[0], f"`{name}(z)`"
     if not isinstance(out, torch.Tensor):
-        return _result(
-            "wrong",
-            f"`{name}(z)` returned a {type(out).__name__}, not a tensor.",
-            ["hint: return a tensor shaped like z"],
+        return wrong(
+            f"{head} returned a {type(out).__name__}, not a tensor.",
+            "return a tensor shaped like z",
             show=show,
         )
-    if tuple(out.shape) != tuple(z16.shape):
-        return _result(
-            "wrong",
-            f"`{name}(z)` has shape {tuple(out.shape)}; z has shape {tuple(z16.shape)}.",
-            ["hint: softmax keeps the shape: one probability per class, per example"],
-            show=show,
-        )
+    if out.shape != z16.shape:
+        hint = "softmax keeps the shape: one probability per class, per example"
+        return wrong(f"{head} has shape {tuple(out.shape)}; z has shape {tuple(z16.shape)}.", hint, show=show)
     if out.dtype != torch.float16:
-        return _result(
-            "wrong",
-            f"`{name}(z)` returned {str(out.dtype).removeprefix('torch.')}, not float16.",
-            [
-                "hint: keep every step in float16: the exercise is to make softmax safe *in* FP16, "
-                "as it must be where autocast leaves it in the low dtype"
-            ],
-            show=show,
+        hint = "keep every step in float16: the exercise is to make softmax safe *in* FP16, as it must be where autocast leaves it in the low dtype"
+        return wrong(
+            f"{head} returned {str(out.dtype).removeprefix('torch.')}, not float16.", hint, show=show
         )
-    rows = z16.shape[0]
-    bad = _bad_rows(out.detach())
-    if bool(bad.any()):
-        n = int(bad.sum())
-        head = f"{n} of {rows} rows of `{name}(z)` contain inf or NaN."
-        e = torch.exp(z16)
-        naive_bad = _bad_rows(e / e.sum(dim=1, keepdim=True))
-        g = torch.exp(z16 - z16.max())
-        batch_bad = _bad_rows(g / g.sum(dim=1, keepdim=True))
-        limit = math.log(FORMATS["fp16"].max)
-        if torch.equal(bad.cpu(), batch_bad.cpu()) and not torch.equal(bad.cpu(), naive_bad.cpu()):
-            hint = (
-                "hint: subtracting the largest logit of the whole batch keeps exp finite, but a row whose own "
-                "logits all lie far below it underflows to zeros only, and 0 / 0 is NaN: shift each row by a "
-                "number of its own."
-            )
+    bad = _bad_rows(out)
+    if bad.any():  # the rows a softmax shifted by the batch's largest logit, or not at all, breaks
+        batch, naive = (
+            _bad_rows(e / e.sum(dim=1, keepdim=True)) for e in (torch.exp(z16 - z16.max()), torch.exp(z16))
+        )
+        if torch.equal(bad, batch) and not torch.equal(bad, naive):
+            hint = "subtracting the largest logit of the whole batch keeps exp finite, but a row whose own logits all lie far below it underflows to zeros only, and 0 / 0 is NaN: shift each row by a number of its own."
         else:
-            hint = (
-                f"hint: exp overflowed FP16: exp(x) is inf once x is above ln(65504) = {limit:.2f}, and "
-                "inf / inf is NaN. The softmax of a row does not change when one number is subtracted from "
-                "all of its logits: which number keeps every exponent at or below 0?"
-            )
-        return _result("wrong", head, [hint], show=show)
-    sums = float64_on_cpu(out).sum(dim=1)
-    off_rows = int(((sums - 1).abs() > 0.01).sum())
+            hint = f"exp overflowed FP16: exp(x) is inf once x is above ln(65504) = {math.log(FORMATS['fp16'].max):.2f}, and inf / inf is NaN. The softmax of a row does not change when one number is subtracted from all of its logits: which number keeps every exponent at or below 0?"
+        return wrong(f"{int(bad.sum())} of {rows} rows of `{name}(z)` contain inf or NaN.", hint, show=show)
+    out64 = float64_on_cpu(out)
+    off_rows = int(((out64.sum(dim=1) - 1).abs() > 0.01).sum())
     if off_rows:
-        return _result(
-            "wrong",
-            f"{off_rows} of {rows} rows of `{name}(z)` do not sum to 1.",
-            [
-                "hint: each row must sum to 1: a row is one example's probabilities over the classes; "
-                "which dimension did you sum over?"
-            ],
-            show=show,
-        )
-    exact = torch.softmax(float64_on_cpu(logits), dim=1)
-    diff = (float64_on_cpu(out) - exact).abs()
+        hint = "each row must sum to 1: a row is one example's probabilities over the classes; which dimension did you sum over?"
+        return wrong(f"{off_rows} of {rows} rows of `{name}(z)` do not sum to 1.", hint, show=show)
+    diff = (out64 - torch.softmax(float64_on_cpu(logits), dim=1)).abs()
     n_off = int((diff > SOFTMAX_ATOL).sum())
     if n_off:
-        return _result(
-            "wrong",
-            f"{n_off} of {diff.numel()} probabilities are further than 2^-8 from the exact softmax.",
-            [
-                "hint: softmax(z)_i = exp(z_i) / sum_j exp(z_j), row by row; every step in FP16 rounds, so "
-                "keep the steps few"
-            ],
-            show=show,
-        )
-    return _result(
+        hint = "softmax(z)_i = exp(z_i) / sum_j exp(z_j), row by row; every step in FP16 rounds, so keep the steps few"
+        head = f"{n_off} of {diff.numel()} probabilities are further than 2^-8 from the exact softmax."
+        return wrong(head, hint, show=show)
+    return finish(
         "close",
-        f"`{name}(z)` is float16, finite in all {rows} rows, and every probability is within 2^-8 of the "
-        "exact softmax.",
+        f"`{name}(z)` is float16, finite in all {rows} rows, and every probability is within 2^-8 of the exact softmax.",
         ["that is a pass: FP16 rounds each step, so bit-for-bit equality with float64 is not expected."],
         show=show,
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Exercise 4: BF16 instead of FP16
-# --------------------------------------------------------------------------------------------
-
-
 @exercise(
     4,
     "BF16 instead of FP16",
-    mistakes=[
-        Mistake("the FP16 answer", "where BF16 starts rounding to zero"),
-        Mistake("yes/no for True/False", "answer True or False"),
-    ],
+    mistakes={
+        "the FP16 answer": "where BF16 starts rounding to zero",
+        "yes/no for True/False": "answer True or False",
+    },
 )
 def ex4(answer, activation_grads, *, show: bool = True) -> CheckResult:
     """Would ``activation_grads`` need loss scaling in BF16?  ``True`` (scaling needed) or ``False``."""
-    grads = _gradients("activation_grads", activation_grads)
+    grads = _gradients(activation_grads)
     bf16 = range_report(grads, "bf16")
     needed = bf16.underflow > BF16_NEEDS_SCALING
     if isinstance(answer, str) and answer.strip().lower() in ("yes", "no", "true", "false", "y", "n"):
-        return _result(
-            "wrong",
-            f"`answer` = {answer!r} is text.",
-            ["hint: answer True or False, the Python values, without quotes"],
-            show=show,
-        )
+        hint = "answer True or False, the Python values, without quotes"
+        return wrong(f"`answer` = {answer!r} is text.", hint, show=show)
     # words, not digits, where the share is below the threshold: the count of a few stray tiny values
     # depends on the CPU's kernels, the verdict does not
     share = f"{bf16.underflow:.1%}" if needed else f"fewer than {BF16_NEEDS_SCALING:.1%}"
