@@ -291,19 +291,9 @@ def test_ex3_float_answer_of_a_size_counts(acts):
     assert_passes(nb08.ex3, 32.0, acts, target)
 
 
-def test_ex3_bad_arguments(acts):
-    with pytest.raises(TypeError, match="acts"):
-        nb08.ex3.check(32, [1.0, 2.0], 0.1)
-    with pytest.raises(ValueError, match="acts"):
-        nb08.ex3.check(32, torch.tensor([1.0, math.inf] * 64), 0.1)
+def test_ex3_a_target_no_block_size_meets_raises(acts):
     with pytest.raises(ValueError, match="target"):
-        nb08.ex3.check(32, acts, 2.0)
-    with pytest.raises(TypeError, match="target"):
-        nb08.ex3.check(32, acts, "0.1")
-    with pytest.raises(ValueError, match="target"):
-        nb08.ex3.check(32, acts, 1e-9)  # FP4 meets it at no block size
-    with pytest.raises(ValueError, match="acts"):
-        nb08.ex3.check(32, torch.ones(4, 7), 0.1)  # no block size divides 7
+        nb08.ex3.check(32, acts, 1e-9)
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,19 +329,7 @@ def test_ex4_saturated_steps_agrees_with_scaling_trajectory():
         assert traj.saturated_steps == nb08._saturated_steps(AMAXES, HISTORY_LEN, margin)
 
 
-def test_ex4_bad_arguments():
-    with pytest.raises(TypeError, match="amaxes"):
-        nb08.ex4.check(5, "1 2 3", HISTORY_LEN)
-    with pytest.raises(ValueError, match="amaxes"):
-        nb08.ex4.check(5, [1.0, -2.0], HISTORY_LEN)
-    with pytest.raises(ValueError, match="amaxes"):
-        nb08.ex4.check(5, [], HISTORY_LEN)
-    with pytest.raises(ValueError, match="history_len"):
-        nb08.ex4.check(5, AMAXES, 0)
-    with pytest.raises(TypeError, match="history_len"):
-        nb08.ex4.check(5, AMAXES, 2.0)
-    with pytest.raises(ValueError, match="amaxes"):
-        nb08.ex4.check(5, [1000.0, 1.0], HISTORY_LEN)
+def test_ex4_a_spike_no_margin_absorbs_raises():
     with pytest.raises(ValueError, match="margin"):
         nb08.ex4.check(5, [1.0, 1e12], HISTORY_LEN)  # beyond any margin up to MAX_MARGIN
 
