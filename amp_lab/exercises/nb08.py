@@ -6,13 +6,14 @@ by running the wrong rule beside the learner's."""
 
 from __future__ import annotations
 
+import functools
 import math
 from numbers import Integral, Real
 
 import torch
 
 from .. import fp8, mx
-from ..check_base import CheckResult, finish, is_placeholder
+from ..check_base import CheckResult, finish, is_placeholder, no_answer
 from ..dtypes import dtype_name
 from . import Mistake, combine, exercise
 
@@ -128,6 +129,8 @@ _NO_ABS_HINT = "amax is the largest *magnitude*: take the absolute values before
 _E5M2_HINT = "forward tensors go to E4M3: use E4M3's largest value, not E5M2's"
 _DIVIDE_HINT = "quantizing multiplies by the scale (dequantizing divides by it)"
 _NO_CAST_HINT = "the result is an FP8 tensor: cast the scaled values to torch.float8_e4m3fn"
+_MULTIPLY_HINT = "multiply x by the scale (in float32), then cast: torch's cast to E4M3 saturates at its max"
+_SCALE_HINT = "the scale is E4M3's largest value divided by amax, the tensor's largest magnitude"
 # A wrong scale rule a learner writes, and its hint: recognised when it gives the learner's scales.
 _SCALE_SLIPS = (
     (lambda x: x.abs().max() / E4M3_MAX, _INVERTED_HINT),
@@ -142,27 +145,21 @@ def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
     if isinstance(outs, CheckResult):
         return outs
     results = dict(zip(tensors, outs, strict=True))
-    raised = {c: out for c, out in results.items() if isinstance(out, _Raised)}
-    got = {c: _as_float32(out) for c, out in results.items() if c not in raised}
-    if odd := [c for c, value in got.items() if value is None]:
-        out = results[odd[0]]
-        return _no(
-            f"`{name}` returned {type(out).__name__} {_show(out)[:60]} for {odd[0]}; "
-            "a scale is one number (a float or a one-element tensor).",
-            "return E4M3's largest value divided by the tensor's amax",
-        )
-    zero = got.get(ZERO_CASE, torch.tensor(0.0))
-    if "ZeroDivision" in raised.get(ZERO_CASE, "") or not zero.isfinite():
-        what = raised.get(ZERO_CASE) or f"returned {_show(zero)}"
-        return _no(f"`{name}` on {ZERO_CASE}: {what}.", _NO_CLAMP_HINT)
-    if raised:
-        case, text = next(iter(raised.items()))
-        hint = "the scale is E4M3's largest value over amax, amax clamped away from zero"
-        return _no(f"`{name}` raised on {case}: {text}", hint)
-    want = {
-        case: fp8.tensorwise_scale(x, E4M3).reshape(()).to("cpu", torch.float32)
-        for case, x in tensors.items()
+    got = {c: _as_float32(out) for c, out in results.items() if not isinstance(out, _Raised)}
+    problems = {
+        c: f"returned {type(out).__name__} {_show(out)[:60]}, not one number"
+        for c, out in results.items()
+        if got.get(c, 0) is None
     }
+    problems = {c: out for c, out in results.items() if isinstance(out, _Raised)} | problems
+    zero = got.get(ZERO_CASE)
+    if "ZeroDivision" in problems.get(ZERO_CASE, "") or (zero is not None and not zero.isfinite()):
+        what = problems.get(ZERO_CASE) or f"returned {_show(zero)}"
+        return _no(f"`{name}` on {ZERO_CASE}: {what}.", _NO_CLAMP_HINT)
+    if problems:
+        case, text = next(iter(problems.items()))
+        return _no(f"`{name}` on {case}: {text}.", _SCALE_HINT)
+    want = {c: fp8.tensorwise_scale(x, E4M3) for c, x in tensors.items()}
     agree = {case: _agree(got[case], want[case]) for case in got}
     wrong = [case for case, a in agree.items() if a is None]
     if not wrong:
@@ -176,34 +173,27 @@ def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
             math.isclose(got[c].item(), rule(tensors[c]).item(), rel_tol=1e-5) for c in got if c != ZERO_CASE
         )
 
-    default = (
-        _EPS_HINT
-        if wrong == [ZERO_CASE]
-        else "the scale is E4M3's largest value divided by amax, the tensor's largest magnitude"
+    hint = next(
+        (h for rule, h in _SCALE_SLIPS if follows(rule)), _EPS_HINT if wrong == [ZERO_CASE] else _SCALE_HINT
     )
-    hint = next((h for rule, h in _SCALE_SLIPS if follows(rule)), default)
     notes = [f"on {c}: yours {_show(got[c])}, fp8.tensorwise_scale {_show(want[c])}" for c in wrong[:2]]
     head = f"`{name}` differs from fp8.tensorwise_scale on {len(wrong)} of {len(got)} tensors."
     return finish("wrong", head, [*notes, f"hint: {hint}"], show=False)
 
 
 def _quantize_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Exercise 1's tensors at their tensorwise scale, then with many saturating, then a NaN."""
     tensors = _ex1_tensors()
-    normal, zeros = tensors["normal values"], tensors[ZERO_CASE]
+    normal = tensors["normal values"]
     with_nan = normal.clone()
     with_nan[0, 0] = math.nan
-    at_scale = [
-        (f"{c}, at its tensorwise scale", x, fp8.tensorwise_scale(x, E4M3)) for c, x in tensors.items()
-    ]
-    return at_scale[:-1] + [
-        (
-            "normal values at 8 times their scale (many saturate)",
-            normal,
-            8 * fp8.tensorwise_scale(normal, E4M3),
-        ),
-        ("a tensor holding a NaN, scale 1", with_nan, torch.tensor(1.0)),
-        (ZERO_CASE, zeros, fp8.tensorwise_scale(zeros, E4M3)),
-    ]
+    cases = [(f"{c}, at its tensorwise scale", x, fp8.tensorwise_scale(x, E4M3)) for c, x in tensors.items()]
+    many = (
+        "normal values at 8 times their scale (many saturate)",
+        normal,
+        8 * fp8.tensorwise_scale(normal, E4M3),
+    )
+    return [*cases, many, ("a tensor holding a NaN, scale 1", with_nan, torch.tensor(1.0))]
 
 
 def _quantize_part(quantize_fn, name: str = "my_quantize") -> CheckResult:
@@ -214,10 +204,7 @@ def _quantize_part(quantize_fn, name: str = "my_quantize") -> CheckResult:
     for (case, x, scale), out in zip(cases, outs, strict=True):
         want = fp8.quantize(x, E4M3, scale)
         if isinstance(out, _Raised):
-            return _no(
-                f"`{name}` raised on {case}: {out}",
-                "multiply x by the scale, then cast to torch.float8_e4m3fn",
-            )
+            return _no(f"`{name}` raised on {case}: {out}", "multiply x by the scale, then cast to FP8")
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             what = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
             return _no(
@@ -225,24 +212,14 @@ def _quantize_part(quantize_fn, name: str = "my_quantize") -> CheckResult:
                 _NO_CAST_HINT,
             )
         if out.dtype != want.dtype:  # wider than a byte: not cast; another one-byte dtype: not E4M3
-            hint = _NO_CAST_HINT if out.dtype.itemsize > 1 else _E5M2_HINT
-            return _no(
-                f"`{name}` returned a {dtype_name(out.dtype)} tensor for {case}; fp8.quantize returns "
-                f"{dtype_name(want.dtype)}.",
-                hint,
-            )
+            text = f"`{name}` returned a {dtype_name(out.dtype)} tensor for {case}, not {dtype_name(want.dtype)}."
+            return _no(text, _NO_CAST_HINT if out.dtype.itemsize > 1 else _E5M2_HINT)
         mine, ref = (t.detach().to("cpu").float().nan_to_num(nan=1234.5) for t in (out, want))
         if not torch.equal(mine, ref):
             divided = fp8.quantize(x, E4M3, 1.0 / scale.double()).float().nan_to_num(nan=1234.5)
-            hint = (
-                _DIVIDE_HINT
-                if torch.equal(mine, divided)
-                else "multiply x by the scale (in float32), then cast: torch's cast to E4M3 saturates at its max"
-            )
-            bad = int((mine != ref).sum())
-            return _no(
-                f"`{name}` differs from fp8.quantize on {case}: {bad} of {x.numel()} elements differ.", hint
-            )
+            hint = _DIVIDE_HINT if torch.equal(mine, divided) else _MULTIPLY_HINT
+            text = f"`{name}` differs from fp8.quantize on {case}: {int((mine != ref).sum())} of {x.numel()} elements."
+            return _no(text, hint)
     return finish(
         "exact",
         f"`{name}` equals fp8.quantize bit for bit on all {len(cases)} cases (an outlier, saturation beyond "
@@ -347,10 +324,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     if not callable(answer):
         text = f"`MyDelayedScaling` is a {type(answer).__name__}, not a class: pass the class itself."
         return finish("wrong", text, show=show)
-    got, want = (
-        _trajectory(answer),
-        _trajectory(lambda history_len, margin: fp8.DelayedScaling(E4M3, history_len, margin)),
-    )
+    got, want = _trajectory(answer), _trajectory(functools.partial(fp8.DelayedScaling, E4M3))
     if got == ("todo",):
         return _todo(f"MyDelayedScaling {_NOT_WRITTEN}", show)
     if _same(got, want):
@@ -428,14 +402,11 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
     of ``acts`` flushes at most the share ``target`` of its non-zero elements to zero."""
     x = acts.detach().to("cpu", torch.float32)
     fp4 = _block_losses(x, "fp4_e2m1")
-    meeting = [b for b, lost in fp4.items() if lost <= target]
-    if not meeting:
-        raise ValueError(
-            f"target={target} is below FP4's share lost to zero at every block size: choose a larger one"
-        )
-    best = max(meeting)
+    best = max((b for b, lost in fp4.items() if lost <= target), default=None)
+    if best is None:
+        raise ValueError(f"target={target} is below FP4's share lost to zero at every block size")
     if is_placeholder(answer):
-        return _todo("no answer yet: set `answer` to a block size and run this cell again.", show)
+        return no_answer("answer", show, "a block size")
     size = _whole(answer)
     if size not in fp4:
         sizes = ", ".join(map(str, fp4))
@@ -450,18 +421,10 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
         e4m3_best = max(
             (b for b, lost in _block_losses(x, "fp8_e4m3").items() if lost <= target), default=None
         )
-        return _no(
-            f"block size {size}: FP4 E2M1 flushes {fp4[size]:.2%} of acts' non-zero values to zero, above the "
-            f"target {target:.2%}.",
-            _E4M3_HINT if size == e4m3_best else _MISSES_HINT,
-            show,
-        )
-    return _no(
-        f"block size {size} meets the target (FP4 E2M1 flushes {fp4[size]:.2%} to zero), but it is not the "
-        "largest that does.",
-        _TOO_SMALL_HINT,
-        show,
-    )
+        text = f"block size {size}: FP4 E2M1 flushes {fp4[size]:.2%} of acts' non-zero values to zero, above {target:.2%}."
+        return _no(text, _E4M3_HINT if size == e4m3_best else _MISSES_HINT, show)
+    text = f"block size {size} meets the target (FP4 flushes {fp4[size]:.2%} to zero), but is not the largest that does."
+    return _no(text, _TOO_SMALL_HINT, show)
 
 
 # --- Exercise 4: the margin that absorbs a spike ---
@@ -502,28 +465,19 @@ def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
             f"no margin up to {MAX_MARGIN} avoids saturation on these amaxes: choose a smaller spike"
         )
     if is_placeholder(answer):
-        return _todo("no answer yet: set `answer` to a margin (an integer) and run this cell again.", show)
+        return no_answer("answer", show, "a margin (an integer)")
     margin = _whole(answer)
     if margin is None or margin < 0:
         text = f"`answer` = {answer!r:.40} is not a margin: a whole number of binades, 0 or more."
         return _no(text, "the margin m divides the scale by 2**m", show)
     if margin == best:
-        if best == 0:
-            return finish("exact", "margin 0: delayed scaling saturates at no step.", show=show)
-        steps = _saturated_steps(amaxes, history_len, best - 1)[:5]
-        text = (
-            f"margin {best}: delayed scaling (history {history_len}) saturates at no step; margin {best - 1} "
-        )
-        return finish("exact", text + f"saturates at step(s) {steps}.", show=show)
+        text = f"margin {best}: delayed scaling (history {history_len}) saturates at no step"
+        if best:
+            text += f"; margin {best - 1} at step(s) {_saturated_steps(amaxes, history_len, best - 1)[:5]}"
+        return finish("exact", text + ".", show=show)
     if best >= 2 and margin == 2**best:
         return _no(f"`answer` = {margin} = 2**{best}.", _POWER_HINT, show)
-    if margin > MAX_MARGIN:
-        return _no(
-            f"`answer` = {margin} is far beyond any useful margin (at most {MAX_MARGIN} here).",
-            _MORE_HINT,
-            show,
-        )
-    if still := _saturated_steps(amaxes, history_len, margin):
+    if still := _saturated_steps(amaxes, history_len, min(margin, MAX_MARGIN)):
         return _no(
             f"margin {margin}: delayed scaling still saturates at step(s) {still[:5]}.", _STILL_HINT, show
         )
