@@ -47,7 +47,7 @@ def _outputs(fn, name: str, cases: list[tuple]) -> CheckResult | list:
     """``fn`` called on clones of each case's tensors: its outputs (a :class:`_Raised` for a call that raised),
     or the verdict when ``fn`` is no function yet or still the skeleton (returns None, raises NotImplementedError)."""
     if is_placeholder(fn):
-        return _todo(f"no answer yet: write `{name}` above and run this cell again.")
+        return no_answer(name, False, "your function")
     if not callable(fn):
         return finish("wrong", f"`{name}` is a {type(fn).__name__}, not a function.", show=False)
     outs = []
@@ -66,15 +66,13 @@ def _outputs(fn, name: str, cases: list[tuple]) -> CheckResult | list:
 
 def _as_float32(value) -> torch.Tensor | None:
     """A scale the learner returned (a number or a one-element tensor) as a float32 scalar, else None."""
-    if isinstance(value, torch.Tensor):
-        number = value.dtype.is_floating_point or value.dtype in (torch.int32, torch.int64)
-        return value.detach().reshape(()).to("cpu", torch.float32) if value.numel() == 1 and number else None
-    if isinstance(value, Real) and not isinstance(value, bool):
-        try:
-            return torch.tensor(float(value), dtype=torch.float32)
-        except OverflowError:
-            return torch.tensor(math.inf)
-    return None
+    if isinstance(value, bool) or not isinstance(value, (Real, torch.Tensor)):
+        return None
+    try:
+        t = torch.as_tensor(value).detach().to("cpu", torch.float32)
+    except (OverflowError, RuntimeError):  # an integer beyond any float
+        return torch.tensor(math.inf)
+    return t.reshape(()) if t.numel() == 1 else None
 
 
 def _agree(a: torch.Tensor, b: torch.Tensor) -> str | None:
@@ -145,14 +143,15 @@ def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
     if isinstance(outs, CheckResult):
         return outs
     results = dict(zip(tensors, outs, strict=True))
-    got = {c: _as_float32(out) for c, out in results.items() if not isinstance(out, _Raised)}
+    got = {c: None if isinstance(out, _Raised) else _as_float32(out) for c, out in results.items()}
     problems = {
-        c: f"returned {type(out).__name__} {_show(out)[:60]}, not one number"
+        c: out
+        if isinstance(out, _Raised)
+        else f"returned {type(out).__name__} {_show(out)[:60]}, not one number"
         for c, out in results.items()
-        if got.get(c, 0) is None
+        if got[c] is None
     }
-    problems = {c: out for c, out in results.items() if isinstance(out, _Raised)} | problems
-    zero = got.get(ZERO_CASE)
+    zero = got[ZERO_CASE]
     if "ZeroDivision" in problems.get(ZERO_CASE, "") or (zero is not None and not zero.isfinite()):
         what = problems.get(ZERO_CASE) or f"returned {_show(zero)}"
         return _no(f"`{name}` on {ZERO_CASE}: {what}.", _NO_CLAMP_HINT)
@@ -320,7 +319,7 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     """``MyDelayedScaling(history_len, margin)`` beside fp8.DelayedScaling (E4M3, algo "max") on five amax
     sequences: ``.scale`` is read before every ``update(amax)`` and after the last, and compared in float32."""
     if is_placeholder(answer):
-        return _todo("no answer yet: write the class `MyDelayedScaling` above and run this cell again.", show)
+        return no_answer("MyDelayedScaling", show, "your class")
     if not callable(answer):
         text = f"`MyDelayedScaling` is a {type(answer).__name__}, not a class: pass the class itself."
         return finish("wrong", text, show=show)
