@@ -271,27 +271,25 @@ def _trajectory(cls) -> tuple:
     ("todo",) for a skeleton, ("error", what, step, call, text) for the first error the learner's code raises."""
     out = []
     for what, history_len, margin, amaxes in DELAYED_SCHEDULES:
-        scales, step, call = [], 0, "the constructor"
+        scales, call = [], "the constructor"
         try:
             obj = cls(history_len, margin)
-            for step in range(len(amaxes) + 1):
+            for amax in (*amaxes, None):
                 call = "reading .scale"
-                value = obj.scale
-                if is_placeholder(value) and step == 0:
-                    return ("todo",)
-                if (value32 := _as_float32(value)) is None:
-                    raise TypeError(
-                        f"it is {'None' if value is None else 'a ' + type(value).__name__}, not a number"
-                    )
-                scales.append(value32.item())
-                if step < len(amaxes):
-                    call = f"update({amaxes[step]})"
-                    obj.update(amaxes[step])
+                if (scale := _as_float32(value := obj.scale)) is None:
+                    if is_placeholder(value) and not scales:
+                        return ("todo",)
+                    raise TypeError(f"it is {value!r:.40}, not a number")
+                scales.append(scale.item())
+                if amax is not None:
+                    call = f"update({amax})"
+                    obj.update(amax)
         except Exception as e:  # the learner's code: reported, never raised
             if isinstance(e, NotImplementedError) or (
-                isinstance(e, AttributeError) and call == "reading .scale" and step == 0
+                isinstance(e, AttributeError) and call == "reading .scale" and not scales
             ):
                 return ("todo",)  # the skeleton raises, or its __init__ sets nothing yet
+            step = len(scales) - call.startswith("update")
             return ("error", what, step, call, f"{type(e).__name__}: {e}")
         out.append(tuple(scales))
     return tuple(out)
