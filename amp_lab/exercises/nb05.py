@@ -55,6 +55,11 @@ _HINTS = {
 }
 
 
+def _no(text: str, show: bool, hint: str | None = None) -> CheckResult:
+    """Not yet: ``text``, and the hint that points at the idea missed."""
+    return finish("wrong", text, [f"hint: {hint}"] if hint else [], show=show)
+
+
 def _region_dtypes(dev: torch.device) -> dict[str, torch.dtype]:
     """Run exercise 1's region on ``dev``: the dtype of each named result."""
     d64 = dev if supports_float64(dev) else torch.device("cpu")  # Apple GPUs (MPS) have no float64
@@ -89,11 +94,10 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
     if is_placeholder(answer):
         return no_answer("answer", show, what)
     if not isinstance(answer, dict):
-        return finish(
-            "wrong",
+        return _no(
             "`answer` should be a dict such as {'h': torch.float32, ...}, one dtype per name.",
-            [f"hint: {_GENERIC_HINT}"],
-            show=show,
+            show,
+            _GENERIC_HINT,
         )
     right, notes, missing = [], [], []
     for key, want in expected.items():
@@ -224,9 +228,7 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
     if is_placeholder(safe_variance):
         return no_answer("safe_variance", show, "your function")
     if not callable(safe_variance):
-        return finish(
-            "wrong", f"`safe_variance` is a {type(safe_variance).__name__}, not a function.", show=show
-        )
+        return _no(f"`safe_variance` is a {type(safe_variance).__name__}, not a function.", show)
     x, low = variance_column(dev), ao.autocast_dtype(dev)
     try:
         with torch.autocast(dev.type, dtype=low):
@@ -234,15 +236,10 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
     except NotImplementedError:
         got = None
     except Exception as exc:  # the learner's code: report, never raise
-        return finish("wrong", f"safe_variance(x) raised {type(exc).__name__}: {exc}", show=show)
+        return _no(f"safe_variance(x) raised {type(exc).__name__}: {exc}", show)
     if got is None:
-        return finish(
-            "unanswered",
-            "safe_variance returns None (or raises NotImplementedError): write it, run its cell, then run this "
-            "cell again.",
-            show=show,
-            details={"answered": False},
-        )
+        text = "safe_variance returns None (or raises NotImplementedError): write it, run its cell, then this one."
+        return finish("unanswered", text, show=show, details={"answered": False})
     if not isinstance(got, torch.Tensor) or got.numel() != 1 or got.dtype != torch.float32:
         is_tensor = isinstance(got, torch.Tensor)
         what = (
@@ -250,20 +247,15 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
             if is_tensor
             else type(got).__name__
         )
-        hint = [f"hint: {_ENABLED_FALSE_HINT}"] if is_tensor and got.dtype == low else []
-        return finish(
-            "wrong", f"safe_variance(x) returned {what}; return one float32 number.", hint, show=show
-        )
+        hint = _ENABLED_FALSE_HINT if is_tensor and got.dtype == low else None
+        return _no(f"safe_variance(x) returned {what}; return one float32 number.", show, hint)
     value = got.detach().reshape(()).cpu()
     truth = x.cpu().double().var(unbiased=False)
     with torch.autocast(dev.type, dtype=low):
         too_late = _moments(x).float().reshape(()).cpu()
     if abs(value.double() - truth) > VARIANCE_ATOL and torch.equal(value, too_late):
-        return finish(
-            "wrong",
-            "safe_variance(x) is float32, but far from the float64 reference.",
-            [f"hint: {_CAST_TOO_LATE_HINT}"],
-            show=show,
+        return _no(
+            "safe_variance(x) is float32, but far from the float64 reference.", show, _CAST_TOO_LATE_HINT
         )
     return check_value(
         value,
