@@ -238,7 +238,7 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
     except Exception as exc:  # the learner's code: report, never raise
         return _no(f"safe_variance(x) raised {type(exc).__name__}: {exc}", show)
     if got is None:
-        text = "safe_variance returns None (or raises NotImplementedError): write it, run its cell, then this one."
+        text = "safe_variance returns None or raises NotImplementedError: write it, then run this cell again."
         return finish("unanswered", text, show=show, details={"answered": False})
     if not isinstance(got, torch.Tensor) or got.numel() != 1 or got.dtype != torch.float32:
         is_tensor = isinstance(got, torch.Tensor)

@@ -1,8 +1,8 @@
 """Exercises of notebook 07 (the AMP training recipe).
 
-The order of a step follows from the pieces' names, the L4's precision from :func:`amp_lab.amp.choose_amp_dtype`
-on its facts, the reference clip from ``torch.amp.GradScaler`` and ``clip_grad_norm_`` themselves.  The common
-wrong answers are diagnosed before the generic comparison.
+The order of a step follows from the pieces' names, the L4's precision from
+:func:`amp_lab.amp.choose_amp_dtype` on its facts, the reference clip from ``torch.amp.GradScaler`` and
+``clip_grad_norm_`` themselves.  The common wrong answers are diagnosed before the generic comparison.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _RULES = (
 
 
 def _order_hint(answer) -> str:
-    """The hint for the first rule an ordering of all the pieces breaks; the generic hint for anything else."""
+    """The hint for the first rule an ordering of all the pieces breaks; the generic one otherwise."""
     try:
         names = [norm(x) for x in answer]
         pos = {piece: names.index(norm(piece)) for piece in _ORDER}

@@ -44,8 +44,8 @@ class _Raised(str):
 
 
 def _outputs(fn, name: str, cases: list[tuple]) -> CheckResult | list:
-    """``fn`` called on clones of each case's tensors: its outputs (a :class:`_Raised` for a call that raised),
-    or the verdict when ``fn`` is no function yet or still the skeleton (returns None, raises NotImplementedError)."""
+    """``fn`` called on clones of each case's tensors: its outputs (a :class:`_Raised` for a call that
+    raised), or the verdict when ``fn`` is no function yet or still the skeleton."""
     if is_placeholder(fn):
         return no_answer(name, False, "your function")
     if not callable(fn):
@@ -104,7 +104,7 @@ ZERO_CASE = "an all-zero tensor"
 
 
 def _ex1_tensors() -> dict[str, torch.Tensor]:
-    """The tensors exercise 1 tries, seeded: ordinary values, an outlier, a negative extreme, tiny ones, zeros."""
+    """Exercise 1's seeded tensors: ordinary values, an outlier, a negative extreme, tiny ones, zeros."""
     g = torch.Generator().manual_seed(8)
     normal, outlier = torch.randn(64, 32, generator=g), torch.randn(64, 32, generator=g)
     outlier[3, 5] = 3000.0
@@ -164,7 +164,7 @@ def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
     if not wrong:
         exact = all(a == "exact" for a in agree.values())
         how = "bit for bit" if exact else "within one float32 ulp (a scale computed in float32, not float64)"
-        text = f"`{name}` equals fp8.tensorwise_scale (torchao's tensor_to_scale) on all {len(got)} tensors, {how}."
+        text = f"`{name}` equals fp8.tensorwise_scale (torchao's) on all {len(got)} tensors, {how}."
         return finish("exact" if exact else "close", text, show=False)
 
     def follows(rule) -> bool:
@@ -211,13 +211,14 @@ def _quantize_part(quantize_fn, name: str = "my_quantize") -> CheckResult:
                 _NO_CAST_HINT,
             )
         if out.dtype != want.dtype:  # wider than a byte: not cast; another one-byte dtype: not E4M3
-            text = f"`{name}` returned a {dtype_name(out.dtype)} tensor for {case}, not {dtype_name(want.dtype)}."
+            text = f"`{name}` returned {dtype_name(out.dtype)} for {case}, not {dtype_name(want.dtype)}."
             return _no(text, _NO_CAST_HINT if out.dtype.itemsize > 1 else _E5M2_HINT)
         mine, ref = (t.detach().to("cpu").float().nan_to_num(nan=1234.5) for t in (out, want))
         if not torch.equal(mine, ref):
             divided = fp8.quantize(x, E4M3, 1.0 / scale.double()).float().nan_to_num(nan=1234.5)
             hint = _DIVIDE_HINT if torch.equal(mine, divided) else _MULTIPLY_HINT
-            text = f"`{name}` differs from fp8.quantize on {case}: {int((mine != ref).sum())} of {x.numel()} elements."
+            bad = int((mine != ref).sum())
+            text = f"`{name}` differs from fp8.quantize on {case}: {bad} of {x.numel()} elements."
             return _no(text, hint)
     return finish(
         "exact",
@@ -267,8 +268,8 @@ _START_HINT = "before any amax is known the scale is 1.0"
 
 
 def _trajectory(cls) -> tuple:
-    """Per schedule, the scales (as float32) an instance of ``cls`` shows before each update and after the last;
-    ("todo",) for a skeleton, ("error", what, step, call, text) for the first error the learner's code raises."""
+    """Per schedule, the float32 scales an instance of ``cls`` shows before each update and after the last;
+    ("todo",) for a skeleton, ("error", what, step, call, text) for the first error its code raises."""
     out = []
     for what, history_len, margin, amaxes in DELAYED_SCHEDULES:
         scales, call = [], "the constructor"
@@ -327,7 +328,8 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     if _same(got, want):
         text = (
             f"MyDelayedScaling matches fp8.DelayedScaling on all {len(DELAYED_SCHEDULES)} sequences "
-            f"({sum(map(len, want))} scales read): the same float32 scale before every update and after the last."
+            f"({sum(map(len, want))} scales read): the same float32 scale before every update and after the "
+            "last."
         )
         return finish("exact", text, show=show)
     if got[0] == "error":
@@ -356,7 +358,8 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     return finish(
         "wrong",
         f'MyDelayedScaling differs from fp8.DelayedScaling on "{what}" (history_len={history_len}, '
-        f"margin={margin}) at step {first}: yours {_show(mine[first])}, fp8.DelayedScaling {_show(theirs[first])}.",
+        f"margin={margin}) at step {first}: yours {_show(mine[first])}, "
+        f"fp8.DelayedScaling {_show(theirs[first])}.",
         [f"amaxes given so far: {seen or '(none yet)'}", f"hint: {hint}"],
         show=show,
         details={"schedule": what, "step": first},
@@ -374,7 +377,7 @@ def _lost_to_zero(x: torch.Tensor, xq: torch.Tensor) -> float:
 
 
 def _block_losses(x: torch.Tensor, elem: str) -> dict[int, float]:
-    """{block size: _lost_to_zero(x, mx.mx_quantize(x, elem, block size))} for the sizes dividing x's last dim."""
+    """{block size: the share ``mx.mx_quantize`` loses to zero} for the sizes dividing x's last dim."""
     return {b: _lost_to_zero(x, mx.mx_quantize(x, elem, b)) for b in BLOCK_SIZES if x.shape[-1] % b == 0}
 
 
@@ -418,9 +421,12 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
         e4m3_best = max(
             (b for b, lost in _block_losses(x, "fp8_e4m3").items() if lost <= target), default=None
         )
-        text = f"block size {size}: FP4 E2M1 flushes {fp4[size]:.2%} of acts' non-zero values to zero, above {target:.2%}."
+        text = f"block size {size}: FP4 E2M1 flushes {fp4[size]:.2%} of acts' non-zero values to zero"
+        text += f", above the target {target:.2%}."
         return _no(text, _E4M3_HINT if size == e4m3_best else _MISSES_HINT, show)
-    text = f"block size {size} meets the target (FP4 flushes {fp4[size]:.2%} to zero), but is not the largest that does."
+    text = (
+        f"block size {size} meets the target (FP4 loses {fp4[size]:.2%} to zero), but a larger one does too."
+    )
     return _no(text, _TOO_SMALL_HINT, show)
 
 

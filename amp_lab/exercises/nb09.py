@@ -24,8 +24,8 @@ SWAMP_WEIGHT = 256.0  # exercise 2: the bfloat16 weight that receives the update
 
 
 def _one_number(answer, expected: float, diagnose, hint: str, show: bool, **tolerance) -> CheckResult:
-    """``answer`` against ``expected``: a collection is not one number; a slip ``diagnose`` recognises gets its
-    hint alone (the generic ratio notes would mislead); anything else goes to check_value."""
+    """``answer`` against ``expected``: a collection is not one number; a slip ``diagnose`` recognises gets
+    its hint alone (the generic ratio notes would mislead); anything else goes to check_value."""
     if isinstance(answer, (list, tuple, set, frozenset, dict)) or (
         isinstance(answer, torch.Tensor) and answer.numel() != 1
     ):
