@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from .. import autocast_ops as ao
 from ..check import check_value
-from ..check_base import CheckResult, finish, is_placeholder, no_answer, norm, read_dtype
+from ..check_base import CheckResult, finish, hint_lines, is_placeholder, no_answer, norm, read_dtype
 from ..check_items import check_choice
 from ..device import get_device, seeded, supports_float64
 from ..dtypes import dtype_name
@@ -57,7 +57,7 @@ _HINTS = {
 
 def _no(text: str, show: bool, hint: str | None = None) -> CheckResult:
     """Not yet: ``text``, and the hint that points at the idea missed."""
-    return finish("wrong", text, [f"hint: {hint}"] if hint else [], show=show)
+    return finish("wrong", text, hint_lines(hint), show=show)
 
 
 def _region_dtypes(dev: torch.device) -> dict[str, torch.dtype]:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import functools
 import math
-from numbers import Integral, Real
+from numbers import Real
 
 import torch
 
 from .. import fp8, mx
 from ..check_base import CheckResult, finish, is_placeholder, no_answer
 from ..dtypes import dtype_name
-from . import Mistake, combine, exercise
+from . import Mistake, combine, exercise, finite_float
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "E4M3", "DELAYED_SCHEDULES", "BLOCK_SIZES", "MAX_MARGIN"]
 
@@ -86,9 +86,8 @@ def _agree(a: torch.Tensor, b: torch.Tensor) -> str | None:
 
 def _whole(x) -> int | None:
     """``x`` as an int if it is a whole real number (3 or 3.0, not True), else None."""
-    if isinstance(x, bool) or not isinstance(x, Real):
-        return None
-    return int(x) if isinstance(x, Integral) or (math.isfinite(x) and float(x).is_integer()) else None
+    a = finite_float(x)
+    return int(a) if a is not None and a.is_integer() else None
 
 
 def _show(x) -> str:
