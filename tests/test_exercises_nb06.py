@@ -1,6 +1,6 @@
 """amp_lab.exercises.nb06 (06_timing_race): the solutions pass, unfilled answers are not attempted, every
 common wrong answer gets its hint, the answers follow the learner's own measurements (faked here, so the
-tests are fast and cover every outcome), and bad measurement arguments raise naming them."""
+tests are fast and cover every outcome), and its verdicts carry their reason codes."""
 
 from __future__ import annotations
 
@@ -86,7 +86,6 @@ def test_ex2_rubric_matches_the_loop_it_is_about():
     loop = nb06.TIMING_LOOP
     assert "synchronize" not in loop and "statistics.mean" in loop and "for i in range(5)" in loop
     assert "perf_counter" in loop  # so blaming the clock is a distractor, not a flaw
-    assert nb06.ex2.check({"a", "b", "c"}, show=False).ok
 
 
 @pytest.mark.parametrize("path", ["notebooks/06_timing_race.ipynb", "notebooks/solutions/06_timing_race_solutions.ipynb"])
@@ -170,7 +169,7 @@ def test_no_answer_raises():
     # A wrong or odd answer is "not yet" (or "not attempted"), never a traceback.
     roof, result = _roof(3.6), _result(SLOWER)
     for junk in JUNK:
-        for ex, args in ((nb06.ex1, ()), (nb06.ex2, ()), (nb06.ex3, (WORKLOAD, roof)), (nb06.ex4, (result,))):
+        for ex, args in ((nb06.ex3, (WORKLOAD, roof)), (nb06.ex4, (result,))):  # 1 and 2: test_exercises_base
             status = run_check(ex, junk, *args).status
             assert status in ("not yet", "not attempted"), (ex, junk, status)
     for junk in JUNK:
