@@ -28,31 +28,23 @@ POLICIES = ("lower", "fp32", "promote", "unchanged")
 # Exercise 3: a column of VARIANCE_N values around VARIANCE_MEAN, its variance due within VARIANCE_ATOL.
 VARIANCE_N, VARIANCE_MEAN, VARIANCE_SPREAD, VARIANCE_ATOL = 128, 5.0, 0.1, 1e-3
 
-_LINEAR_HINT = "a linear layer is a matmul: look up linear's policy in the live table; what does that policy do to float32 inputs?"
-_FP32_OP_HINT = "losses are computed in a wider dtype on purpose: look up mse_loss's policy in the live table"
 _PROMOTE_HINT = "a promote op casts every input to the widest of its inputs' dtypes before it runs"
-_MIXED_PROMOTE_HINT = "cat meets one low-precision and one float32 input; " + _PROMOTE_HINT
+# result -> the idea a wrong dtype for it missed
+_HINTS = {
+    "h": "a linear layer is a matmul: look up linear's policy in the live table; what does that policy do to "
+    "float32 inputs?",
+    "p": "softmax is decided by the rule this device registers (or does not): look at softmax's row in the live "
+    "table for this device, and remember that h is already the output of the line before",
+    "loss": "losses are computed in a wider dtype on purpose: look up mse_loss's policy in the live table",
+    "hX": "cat meets one low-precision and one float32 input; " + _PROMOTE_HINT,
+    "hh": _PROMOTE_HINT,
+    "G": "float64 tensors are not eligible for autocast's casts, even for an op on the lower-precision list",
+}
 _PROMOTE_NOT_FP32_HINT = (
     "promote is not fp32: a promote op casts to the widest of its inputs' dtypes, and here both inputs come "
     "from the same line"
 )
-_FLOAT64_HINT = (
-    "float64 tensors are not eligible for autocast's casts, even for an op on the lower-precision list"
-)
-_DEVICE_RULE_HINT = (
-    "softmax is decided by the rule this device registers (or does not): look at softmax's row in the live "
-    "table for this device, and remember that h is already the output of the line before"
-)
 _GENERIC_HINT = "look each op up in the live table (`table[op].policy`); each line's inputs are the outputs of the lines before it"
-# result -> the idea a wrong dtype for it missed
-_HINTS = {
-    "h": _LINEAR_HINT,
-    "p": _DEVICE_RULE_HINT,
-    "loss": _FP32_OP_HINT,
-    "hX": _MIXED_PROMOTE_HINT,
-    "hh": _PROMOTE_HINT,
-    "G": _FLOAT64_HINT,
-}
 
 
 def _no(text: str, show: bool, hint: str | None = None) -> CheckResult:
@@ -81,10 +73,10 @@ def _region_dtypes(dev: torch.device) -> dict[str, torch.dtype]:
     "Predict the dtypes",
     mistakes=[
         Mistake("float32 for a promote op", _PROMOTE_NOT_FP32_HINT),
-        Mistake("low dtype for a mixed promote op", _MIXED_PROMOTE_HINT),
-        Mistake("float64 cast down", _FLOAT64_HINT),
-        Mistake("linear kept in float32", _LINEAR_HINT),
-        Mistake("loss in the low dtype", _FP32_OP_HINT),
+        Mistake("low dtype for a mixed promote op", _HINTS["hX"]),
+        Mistake("float64 cast down", _HINTS["G"]),
+        Mistake("linear kept in float32", _HINTS["h"]),
+        Mistake("loss in the low dtype", _HINTS["loss"]),
     ],
 )
 def ex1(answer, device, *, show: bool = True) -> CheckResult:
