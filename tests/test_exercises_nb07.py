@@ -108,7 +108,8 @@ def test_ex3_unscale_and_clip():
     def returns_new(grads, scale, max_norm):
         return [g / scale for g in grads]
 
-    for wrong in (skeleton, raises, returns_new, 3.0, lambda g, s, m: None):
+    feed_mistake(nb07.ex3, "rebinding instead of in place", returns_new)
+    for wrong in (skeleton, raises, 3.0, lambda g, s, m: None):
         assert run_check(nb07.ex3, wrong).status == "not yet", wrong
 
 

@@ -42,12 +42,12 @@ _UNSCALE_EARLY_HINT = (
     "unscale_ divides the gradients once: they must be complete (every micro-batch's backward done) first"
 )
 _ORDER_HINT = "gradients must be complete before they are unscaled, and true-sized before they are clipped"
-# (a piece, the piece that must come after it, the hint when it does not), checked in this order
+# (a piece, the piece that must come after it, the mistake when it does not), checked in this order
 _RULES = (
-    (UNSCALE, CLIP, _CLIP_FIRST_HINT),
-    (BACKWARDS, UNSCALE, _UNSCALE_EARLY_HINT),
-    (ZERO_GRAD, BACKWARDS, _ZERO_LATE_HINT),
-    (STEP, UPDATE, _UPDATE_FIRST_HINT),
+    (UNSCALE, CLIP, Mistake("clip before unscale_", _CLIP_FIRST_HINT)),
+    (BACKWARDS, UNSCALE, Mistake("unscale_ before the backwards", _UNSCALE_EARLY_HINT)),
+    (ZERO_GRAD, BACKWARDS, Mistake("zero_grad after the backwards", _ZERO_LATE_HINT)),
+    (STEP, UPDATE, Mistake("update before step", _UPDATE_FIRST_HINT)),
 )
 
 
@@ -60,19 +60,10 @@ def _order_hint(answer) -> str:
         return _ORDER_HINT
     if len(names) != len(_ORDER):
         return _ORDER_HINT
-    return next((hint for first, then, hint in _RULES if pos[then] < pos[first]), _ORDER_HINT)
+    return next((m.hint for first, then, m in _RULES if pos[then] < pos[first]), _ORDER_HINT)
 
 
-@exercise(
-    1,
-    "The order of a step",
-    mistakes=[
-        Mistake("clip before unscale_", _CLIP_FIRST_HINT),
-        Mistake("update before step", _UPDATE_FIRST_HINT),
-        Mistake("zero_grad after the backwards", _ZERO_LATE_HINT),
-        Mistake("unscale_ before the backwards", _UNSCALE_EARLY_HINT),
-    ],
-)
+@exercise(1, "The order of a step", mistakes=[m for *_, m in _RULES])
 def ex1(answer, *, show: bool = True) -> CheckResult:
     """The items of STEP_PIECES (the notebook's ``pieces``) in the order one optimizer step runs them."""
     return check_sequence(answer, list(_ORDER), name="answer", hint=_order_hint(answer), show=show)
@@ -157,11 +148,11 @@ def _per_tensor(grads, scale, max_norm):  # the mistake: one norm per tensor
             g.mul_(max_norm / (n + 1e-6))
 
 
-# A known slip and its hint; doing nothing is the slip of a function that rebinds names instead.
+# A slip, run beside the learner's function, and its mistake; rebinding names instead does nothing.
 _SLIPS = (
-    (_clip_scaled, _CLIP_SCALED_HINT),
-    (_per_tensor, _PER_TENSOR_HINT),
-    (lambda grads, scale, max_norm: None, _NOT_IN_PLACE_HINT),
+    (_clip_scaled, Mistake("clip before unscaling", _CLIP_SCALED_HINT)),
+    (_per_tensor, Mistake("a norm per tensor", _PER_TENSOR_HINT)),
+    (lambda grads, scale, max_norm: None, Mistake("rebinding instead of in place", _NOT_IN_PLACE_HINT)),
 )
 
 
@@ -188,18 +179,13 @@ def _acts_like(fn, slip) -> bool:
     return True
 
 
-@exercise(
-    3,
-    "Write unscale_and_clip_",
-    mistakes=[
-        Mistake("clip before unscaling", _CLIP_SCALED_HINT),
-        Mistake("a norm per tensor", _PER_TENSOR_HINT),
-    ],
-)
+@exercise(3, "Write unscale_and_clip_", mistakes=[m for _, m in _SLIPS])
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """``answer`` is the learner's ``unscale_and_clip_(grads, scale, max_norm)``; compared with
     GradScaler.unscale_ then clip_grad_norm_."""
-    hint = next((h for slip, h in _SLIPS if _acts_like(answer, slip)), None) if callable(answer) else None
+    hint = (
+        next((m.hint for slip, m in _SLIPS if _acts_like(answer, slip)), None) if callable(answer) else None
+    )
     if hint:
         head = "unscale_and_clip_ does not match unscale_ then clip_grad_norm_."
         return finish("wrong", head, [f"hint: {hint}"], show=show)

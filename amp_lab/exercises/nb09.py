@@ -125,23 +125,15 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
 _TOO_LATE_HINT = "the float16 logits are already inf: a float32 softmax of inf - inf is still nan"
 _BF16_HINT = "bfloat16 has float32's range: is range or precision what overflowed here?"
 _SCALE_HINT = "what does dividing Q by sqrt(d) before the matmul do to the size of the logits it produces?"
-# (a variant, whether the hint is for it as a fix or as a non-fix, the hint when the answer has it wrong)
-_VARIANT_HINTS = (
-    ("fp16 logits, fp32 softmax", False, _TOO_LATE_HINT),
-    ("bf16", True, _BF16_HINT),
-    ("fp16 with Q scaled first", True, _SCALE_HINT),
+# (a variant, whether it is a fix or a non-fix when the mistake is made, the mistake of judging it wrong)
+_VARIANT_MISTAKES = (
+    ("fp16 logits, fp32 softmax", False, Mistake("fp32 softmax rescues it", _TOO_LATE_HINT)),
+    ("bf16", True, Mistake("bf16 left out", _BF16_HINT)),
+    ("fp16 with Q scaled first", True, Mistake("scaling first left out", _SCALE_HINT)),
 )
 
 
-@exercise(
-    3,
-    "Which fixes work?",
-    mistakes=[
-        Mistake("fp32 softmax rescues it", _TOO_LATE_HINT),
-        Mistake("bf16 left out", _BF16_HINT),
-        Mistake("scaling first left out", _SCALE_HINT),
-    ],
-)
+@exercise(3, "Which fixes work?", mistakes=[m for *_, m in _VARIANT_MISTAKES])
 def ex3(answer, att, *, show: bool = True) -> CheckResult:
     """Which of the attention variants other than plain "fp16" keep every probability finite for the inputs
     of ``att`` (:func:`amp_lab.pitfalls.attention_overflow`): a set of variant names."""
@@ -149,6 +141,8 @@ def ex3(answer, att, *, show: bool = True) -> CheckResult:
     finite = {n for n in options if att.variants[n].ok}
     items = answer if isinstance(answer, (set, frozenset, list, tuple)) else [answer]
     picked = {norm(x) for x in items if isinstance(x, str)}
-    hints = [h for name, fixes, h in _VARIANT_HINTS if (name in finite) == fixes != (norm(name) in picked)]
+    hints = [
+        m.hint for name, fix, m in _VARIANT_MISTAKES if (name in finite) == fix != (norm(name) in picked)
+    ]
     hints.append("a fix has to act before or inside the matmul whose output overflows")
     return check_set(answer, sorted(finite), options=options, hint="; ".join(hints), show=show)
