@@ -66,30 +66,28 @@ FLAWS = {
     "d": "time.perf_counter() is the wrong clock: time.time() is the one for intervals",
     "e": "the clock must be read inside the `with torch.autocast(...)` block, or autocast is not timed",
 }
-_REAL_FLAWS = {"a": "nb06.warmup", "b": "nb06.sync", "c": "nb06.mean"}  # flaw -> the hint when it is missed
+# A real flaw and the mistake of leaving it out, then a distractor and the mistake of picking it.
+_FLAW_MISTAKES = {
+    "a": _mistake("no warm-up missed", "nb06.warmup"),
+    "b": _mistake("forgot synchronisation", "nb06.sync"),
+    "c": _mistake("mean is fine", "nb06.mean"),
+    "d": _mistake("perf_counter blamed", "nb06.clock"),
+    "e": _mistake("autocast timed inside", "nb06.autocast"),
+}
+_REAL_FLAWS = ("a", "b", "c")
 
 
-@exercise(
-    2,
-    "Diagnose a timing loop",
-    mistakes=[
-        _mistake("forgot synchronisation", "nb06.sync"),
-        _mistake("no warm-up missed", "nb06.warmup"),
-        _mistake("mean is fine", "nb06.mean"),
-        _mistake("perf_counter blamed", "nb06.clock"),
-        _mistake("autocast timed inside", "nb06.autocast"),
-    ],
-)
+@exercise(2, "Diagnose a timing loop", mistakes=list(_FLAW_MISTAKES.values()))
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """Which of :data:`FLAWS` make the number :data:`TIMING_LOOP` prints untrustworthy (a set of letters)."""
     items = answer if isinstance(answer, (set, frozenset, list, tuple, Mapping)) else [answer]
     picked = {norm(x) for x in items if isinstance(x, str)}
-    missed = [say(code) for k, code in _REAL_FLAWS.items() if picked and k not in picked]
+    missed = [_FLAW_MISTAKES[k].hint for k in _REAL_FLAWS if picked and k not in picked]
     return check_set(
         answer,
-        sorted(_REAL_FLAWS),
+        _REAL_FLAWS,
         options=list(FLAWS),
-        explanations={"d": say("nb06.clock"), "e": say("nb06.autocast")},
+        explanations={k: _FLAW_MISTAKES[k].hint for k in FLAWS if k not in _REAL_FLAWS},
         hint="; ".join(missed) or say("nb06.loop"),
         show=show,
     )
