@@ -98,7 +98,6 @@ def _show(x) -> str:
 
 # --- Exercise 1: the tensorwise scale and the saturating cast ---
 
-NEGATIVE_CASE = "a negative extreme of -40"
 ZERO_CASE = "an all-zero tensor"
 
 
@@ -113,7 +112,7 @@ def _ex1_tensors() -> dict[str, torch.Tensor]:
     return {
         "normal values": normal,
         "one outlier of 3000": outlier,
-        NEGATIVE_CASE: negative,
+        "a negative extreme of -40": negative,
         "tiny values (about 1e-5)": tiny,
         ZERO_CASE: torch.zeros(16, 16),
     }
