@@ -225,7 +225,8 @@ def test_ex2_errors_in_the_learners_class_are_reported():
             self.scale = E4M3_MAX / max(self.history)
 
     result = run_check(nb08.ex2, Divides)
-    assert result.status == "not yet" and f"hint: {nb08._ZERO_HINT}" in result.message
+    assert result.status == "not yet"
+    assert nb08.ex2.mistake("an inf scale from an all-zero tensor").hint in result.message
     assert run_check(nb08.ex2, 42).status == "not yet"
 
 
@@ -273,12 +274,6 @@ def test_ex3_fp4_error_grows_with_the_block_size_on_these_activations(acts):
     assert sizes == [8, 16, 32, 64, 128]
     assert all(e[a] < e[b] for a, b in itertools.pairwise(sizes))
     assert all(nb08._block_losses(acts, "fp8_e4m3")[b] < e[b] for b in sizes)
-
-
-def test_lost_to_zero_counts_only_nonzero_elements_that_became_zero():
-    x = torch.tensor([0.0, 1.0, 2.0, 3.0])
-    assert nb08._lost_to_zero(x, torch.tensor([0.0, 0.0, 2.0, 0.0])) == 2 / 3
-    assert nb08._lost_to_zero(torch.zeros(3), torch.zeros(3)) == 0.0
 
 
 def test_ex3_float_answer_of_a_size_counts(acts):
@@ -360,7 +355,8 @@ def test_ex4_passes_exactly_the_smallest_margin_scaling_trajectory_finds(growth,
 def test_ex3_passes_exactly_the_largest_block_size_meeting_the_target(seed, spread, quantile):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(16, 64, generator=g) * torch.exp(spread * torch.randn(16, 64, generator=g))
-    lost = {b: nb08._lost_to_zero(x, mx.mx_quantize(x, "fp4_e2m1", b)) for b in (8, 16, 32, 64)}
+    nonzero = x != 0
+    lost = {b: ((mx.mx_quantize(x, "fp4_e2m1", b) == 0) & nonzero).sum().item() / nonzero.sum().item() for b in (8, 16, 32, 64)}
     target = min(max(sorted(lost.values())[int(quantile * 3.999)], 1e-6), 0.999)
     best = max(b for b, v in lost.items() if v <= target)
     assert_passes(nb08.ex3, best, x, target)

@@ -1,8 +1,7 @@
-"""Exercises of notebook 08 (FP8 and block scaling): the tensorwise scale and saturating cast (1, against
-:func:`amp_lab.fp8.tensorwise_scale` and :func:`amp_lab.fp8.quantize`), the delayed-scaling rule (2, beside
-:class:`amp_lab.fp8.DelayedScaling`), an MX block size for FP4 (3, :func:`amp_lab.mx.mx_quantize`) and the
-margin that absorbs a spike (4).  Expected values come from the package; common wrong answers are recognised
-by running the wrong rule beside the learner's."""
+"""Exercises of notebook 08 (FP8 and block scaling): the tensorwise scale and saturating cast (1), the
+delayed-scaling rule (2), an MX block size for FP4 (3) and the margin that absorbs a spike (4).  Expected
+values come from :mod:`amp_lab.fp8` and :mod:`amp_lab.mx`; a common wrong rule is recognised by running it
+beside the learner's."""
 
 from __future__ import annotations
 
@@ -22,21 +21,17 @@ __all__ = ["ex1", "ex2", "ex3", "ex4", "E4M3", "DELAYED_SCHEDULES", "BLOCK_SIZES
 E4M3 = "fp8_e4m3"  # the forward format every exercise uses
 MAX_MARGIN = 30  # margins exercise 4 tries (2**30 is far beyond any useful headroom)
 BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # the block sizes exercise 3 chooses among
-E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
-E5M2_MAX = float(torch.finfo(torch.float8_e5m2).max)
-_NOT_WRITTEN = (
-    "is not written yet (it returns None or raises NotImplementedError): fill it in and run this cell again."
-)
-
-
-def _todo(text: str, show: bool = False) -> CheckResult:
-    """Not attempted yet: the answer is still the skeleton."""
-    return finish("unanswered", text, show=show, details={"answered": False})
 
 
 def _no(text: str, hint: str, show: bool = False) -> CheckResult:
     """A wrong answer and the hint that points at the idea."""
     return finish("wrong", text, [f"hint: {hint}"], show=show)
+
+
+def _todo(name: str, show: bool = False) -> CheckResult:
+    """Not attempted yet: the learner's code is still the skeleton."""
+    text = f"`{name}` is not written yet (it returns None or raises NotImplementedError): fill it in and run this cell again."
+    return finish("unanswered", text, show=show, details={"answered": False})
 
 
 class _Raised(str):
@@ -59,7 +54,7 @@ def _outputs(fn, name: str, cases: list[tuple]) -> CheckResult | list:
         except Exception as e:  # the learner's code: reported in the feedback, never raised
             out = _Raised(f"{type(e).__name__}: {e}")
         if is_placeholder(out):
-            return _todo(f"`{name}` {_NOT_WRITTEN}")
+            return _todo(name)
         outs.append(out)
     return outs
 
@@ -73,15 +68,6 @@ def _as_float32(value) -> torch.Tensor | None:
     except (OverflowError, RuntimeError):  # an integer beyond any float
         return torch.tensor(math.inf)
     return t.reshape(()) if t.numel() == 1 else None
-
-
-def _agree(a: torch.Tensor, b: torch.Tensor) -> str | None:
-    """ "exact" when the float32 scalars are equal (NaN equal to NaN), "close" within one float32 ulp of ``b``
-    (a scale computed in float32 rather than float64), else None."""
-    if torch.equal(a, b) or (a.isnan() & b.isnan()):
-        return "exact"
-    near = abs(a.item() - b.item()) <= torch.finfo(torch.float32).eps * abs(b.item())
-    return "close" if a.isfinite() and b.isfinite() and near else None
 
 
 def _whole(x) -> int | None:
@@ -99,6 +85,24 @@ def _show(x) -> str:
 # --- Exercise 1: the tensorwise scale and the saturating cast ---
 
 ZERO_CASE = "an all-zero tensor"
+# Exercise 1's common wrong answers: name -> hint.
+_EX1 = {
+    "amax over max": "the scale maps amax onto the format's largest value: amax * scale must land at E4M3's max",
+    "no clamp for an all-zero tensor": "an all-zero tensor has amax 0: clamp amax away from zero before dividing",
+    "another floor for amax": "clamp amax at torchao's tiny floor (fp8.EPS), not at another small number",
+    "amax without abs": "amax is the largest *magnitude*: take the absolute values before the max",
+    "E5M2's max for E4M3": "forward tensors go to E4M3: use E4M3's largest value, not E5M2's",
+    "dividing by the scale": "quantizing multiplies by the scale (dequantizing divides by it)",
+    "no cast to FP8": "the result is an FP8 tensor: cast the scaled values to torch.float8_e4m3fn",
+}
+_E4M3_MAX, _E5M2_MAX = (float(torch.finfo(d).max) for d in (torch.float8_e4m3fn, torch.float8_e5m2))
+# A wrong scale rule a learner writes: recognised when it gives the learner's scales.
+_SCALE_SLIPS = {
+    "amax over max": lambda x: x.abs().max() / _E4M3_MAX,
+    "E5M2's max for E4M3": lambda x: _E5M2_MAX / x.abs().max(),
+    "amax without abs": lambda x: _E4M3_MAX / x.max(),
+}
+_SCALE_HINT = "the scale is E4M3's largest value divided by amax, the tensor's largest magnitude"
 
 
 def _ex1_tensors() -> dict[str, torch.Tensor]:
@@ -118,23 +122,6 @@ def _ex1_tensors() -> dict[str, torch.Tensor]:
     }
 
 
-_INVERTED_HINT = "the scale maps amax onto the format's largest value: amax * scale must land at E4M3's max"
-_NO_CLAMP_HINT = "an all-zero tensor has amax 0: clamp amax away from zero before dividing"
-_EPS_HINT = "clamp amax at torchao's tiny floor (fp8.EPS), not at another small number"
-_NO_ABS_HINT = "amax is the largest *magnitude*: take the absolute values before the max"
-_E5M2_HINT = "forward tensors go to E4M3: use E4M3's largest value, not E5M2's"
-_DIVIDE_HINT = "quantizing multiplies by the scale (dequantizing divides by it)"
-_NO_CAST_HINT = "the result is an FP8 tensor: cast the scaled values to torch.float8_e4m3fn"
-_MULTIPLY_HINT = "multiply x by the scale (in float32), then cast: torch's cast to E4M3 saturates at its max"
-_SCALE_HINT = "the scale is E4M3's largest value divided by amax, the tensor's largest magnitude"
-# A wrong scale rule a learner writes, and its hint: recognised when it gives the learner's scales.
-_SCALE_SLIPS = (
-    (lambda x: x.abs().max() / E4M3_MAX, _INVERTED_HINT),
-    (lambda x: E5M2_MAX / x.abs().max(), _E5M2_HINT),
-    (lambda x: E4M3_MAX / x.max(), _NO_ABS_HINT),
-)
-
-
 def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
     tensors = _ex1_tensors()
     outs = _outputs(scale_fn, name, [(x,) for x in tensors.values()])
@@ -152,49 +139,49 @@ def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
     zero = got[ZERO_CASE]
     if "ZeroDivision" in problems.get(ZERO_CASE, "") or (zero is not None and not zero.isfinite()):
         what = problems.get(ZERO_CASE) or f"returned {_show(zero)}"
-        return _no(f"`{name}` on {ZERO_CASE}: {what}.", _NO_CLAMP_HINT)
+        return _no(f"`{name}` on {ZERO_CASE}: {what}.", _EX1["no clamp for an all-zero tensor"])
     if problems:
         case, text = next(iter(problems.items()))
         return _no(f"`{name}` on {case}: {text}.", _SCALE_HINT)
     want = {c: fp8.tensorwise_scale(x, E4M3) for c, x in tensors.items()}
-    agree = {case: _agree(got[case], want[case]) for case in got}
-    wrong = [case for case, a in agree.items() if a is None]
+    # exact (NaN equal to NaN), or within one float32 ulp: a scale computed in float32 rather than float64
+    exact = {c: torch.equal(got[c], want[c]) or bool(got[c].isnan() & want[c].isnan()) for c in got}
+    ulp = torch.finfo(torch.float32).eps
+    wrong = [c for c in got if not exact[c] and not abs(got[c] - want[c]) <= ulp * abs(want[c])]
     if not wrong:
-        exact = all(a == "exact" for a in agree.values())
-        how = "bit for bit" if exact else "within one float32 ulp (a scale computed in float32, not float64)"
+        how = "bit for bit" if all(exact.values()) else "within one float32 ulp (a scale computed in float32)"
         text = f"`{name}` equals fp8.tensorwise_scale (torchao's) on all {len(got)} tensors, {how}."
-        return finish("exact" if exact else "close", text, show=False)
-
-    def follows(rule) -> bool:
-        return all(
-            math.isclose(got[c].item(), rule(tensors[c]).item(), rel_tol=1e-5) for c in got if c != ZERO_CASE
-        )
-
-    hint = next(
-        (h for rule, h in _SCALE_SLIPS if follows(rule)), _EPS_HINT if wrong == [ZERO_CASE] else _SCALE_HINT
+        return finish("exact" if all(exact.values()) else "close", text, show=False)
+    slip = next(
+        (
+            m
+            for m, rule in _SCALE_SLIPS.items()
+            if all(
+                math.isclose(got[c].item(), rule(x).item(), rel_tol=1e-5)
+                for c, x in tensors.items()
+                if c != ZERO_CASE
+            )
+        ),
+        "another floor for amax" if wrong == [ZERO_CASE] else None,
     )
     notes = [f"on {c}: yours {_show(got[c])}, fp8.tensorwise_scale {_show(want[c])}" for c in wrong[:2]]
     head = f"`{name}` differs from fp8.tensorwise_scale on {len(wrong)} of {len(got)} tensors."
-    return finish("wrong", head, [*notes, f"hint: {hint}"], show=False)
-
-
-def _quantize_cases() -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """Exercise 1's tensors at their tensorwise scale, then with many saturating, then a NaN."""
-    tensors = _ex1_tensors()
-    normal = tensors["normal values"]
-    with_nan = normal.clone()
-    with_nan[0, 0] = math.nan
-    cases = [(f"{c}, at its tensorwise scale", x, fp8.tensorwise_scale(x, E4M3)) for c, x in tensors.items()]
-    many = (
-        "normal values at 8 times their scale (many saturate)",
-        normal,
-        8 * fp8.tensorwise_scale(normal, E4M3),
-    )
-    return [*cases, many, ("a tensor holding a NaN, scale 1", with_nan, torch.tensor(1.0))]
+    return finish("wrong", head, [*notes, f"hint: {_EX1.get(slip, _SCALE_HINT)}"], show=False)
 
 
 def _quantize_part(quantize_fn, name: str = "my_quantize") -> CheckResult:
-    cases = _quantize_cases()
+    tensors = _ex1_tensors()
+    normal, with_nan = tensors["normal values"], tensors["normal values"].clone()
+    with_nan[0, 0] = math.nan
+    cases = [(f"{c}, at its tensorwise scale", x, fp8.tensorwise_scale(x, E4M3)) for c, x in tensors.items()]
+    cases += [
+        (
+            "normal values at 8 times their scale (many saturate)",
+            normal,
+            8 * fp8.tensorwise_scale(normal, E4M3),
+        ),
+        ("a tensor holding a NaN, scale 1", with_nan, torch.tensor(1.0)),
+    ]
     outs = _outputs(quantize_fn, name, [(x, scale) for _, x, scale in cases])
     if isinstance(outs, CheckResult):
         return outs
@@ -204,41 +191,28 @@ def _quantize_part(quantize_fn, name: str = "my_quantize") -> CheckResult:
             return _no(f"`{name}` raised on {case}: {out}", "multiply x by the scale, then cast to FP8")
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             what = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
-            return _no(
-                f"`{name}` returned {what} for {case}; want a tensor of x's shape {tuple(x.shape)}.",
-                _NO_CAST_HINT,
-            )
+            text = f"`{name}` returned {what} for {case}; want a tensor of x's shape {tuple(x.shape)}."
+            return _no(text, _EX1["no cast to FP8"])
         if out.dtype != want.dtype:  # wider than a byte: not cast; another one-byte dtype: not E4M3
             text = f"`{name}` returned {dtype_name(out.dtype)} for {case}, not {dtype_name(want.dtype)}."
-            return _no(text, _NO_CAST_HINT if out.dtype.itemsize > 1 else _E5M2_HINT)
+            return _no(text, _EX1["no cast to FP8" if out.dtype.itemsize > 1 else "E5M2's max for E4M3"])
         mine, ref = (t.detach().to("cpu").float().nan_to_num(nan=1234.5) for t in (out, want))
         if not torch.equal(mine, ref):
             divided = fp8.quantize(x, E4M3, 1.0 / scale.double()).float().nan_to_num(nan=1234.5)
-            hint = _DIVIDE_HINT if torch.equal(mine, divided) else _MULTIPLY_HINT
+            hint = (
+                _EX1["dividing by the scale"]
+                if torch.equal(mine, divided)
+                else "multiply x by the scale (in float32), then cast: torch's cast to E4M3 saturates at its max"
+            )
             bad = int((mine != ref).sum())
-            text = f"`{name}` differs from fp8.quantize on {case}: {bad} of {x.numel()} elements."
-            return _no(text, hint)
-    return finish(
-        "exact",
+            return _no(f"`{name}` differs from fp8.quantize on {case}: {bad} of {x.numel()} elements.", hint)
+    text = (
         f"`{name}` equals fp8.quantize bit for bit on all {len(cases)} cases (an outlier, saturation beyond "
-        "E4M3's max, a NaN, an all-zero tensor).",
-        show=False,
     )
+    return finish("exact", text + "E4M3's max, a NaN, an all-zero tensor).", show=False)
 
 
-@exercise(
-    1,
-    "The tensorwise scale and the cast",
-    mistakes=[
-        Mistake("amax over max", _INVERTED_HINT),
-        Mistake("no clamp for an all-zero tensor", _NO_CLAMP_HINT),
-        Mistake("another floor for amax", _EPS_HINT),
-        Mistake("amax without abs", _NO_ABS_HINT),
-        Mistake("E5M2's max for E4M3", _E5M2_HINT),
-        Mistake("dividing by the scale", _DIVIDE_HINT),
-        Mistake("no cast to FP8", _NO_CAST_HINT),
-    ],
-)
+@exercise(1, "The tensorwise scale and the cast", mistakes=[Mistake(*m) for m in _EX1.items()])
 def ex1(scale_fn, quantize_fn, *, show: bool = True) -> CheckResult:
     """``my_tensorwise_scale(x)`` against fp8.tensorwise_scale on five tensors (an outlier, a negative
     extreme, tiny values, all zeros) and ``my_quantize(x, scale)`` against fp8.quantize (saturation, NaN)."""
@@ -255,14 +229,16 @@ DELAYED_SCHEDULES = (
     ("all-zero tensors (amax 0)", 2, 0, (0.0, 0.0, 4.0, 0.0, 0.0, 0.0, 1.0)),
     ("a NaN amax", 3, 0, (2.0, 4.0, 1.0, math.nan, 1.0, 1.0, 1.0, 1.0)),
 )
-
-_NEWEST_HINT = "the scale comes from the largest amax of the last history_len steps, not the newest one alone"
-_MARGIN_HINT = "divide by 2**margin as well: the margin leaves headroom for an amax that grows"
-_UNBOUNDED_HINT = "keep only the last history_len amaxes: an old spike must leave the history"
-_NAN_SCALE_HINT = "a NaN amax must never become the scale: while the history holds a NaN, keep the scale"
-_NAN_IGNORED_HINT = "a NaN in the history makes the reduced amax NaN: keep the scale frozen, don't skip it"
-_ZERO_HINT = "an all-zero tensor (amax 0) gives no scale: when the reduced amax is not > 0, keep the scale"
-_START_HINT = "before any amax is known the scale is 1.0"
+# Exercise 2's common wrong answers: name -> hint.
+_EX2 = {
+    "using the newest amax only": "the scale comes from the largest amax of the last history_len steps, not the newest one alone",
+    "forgetting the margin": "divide by 2**margin as well: the margin leaves headroom for an amax that grows",
+    "a history that never forgets": "keep only the last history_len amaxes: an old spike must leave the history",
+    "a NaN scale": "a NaN amax must never become the scale: while the history holds a NaN, keep the scale",
+    "skipping the NaN": "a NaN in the history makes the reduced amax NaN: keep the scale frozen, don't skip it",
+    "an inf scale from an all-zero tensor": "an all-zero tensor (amax 0) gives no scale: when the reduced amax is not > 0, keep the scale",
+    "starting from another scale": "before any amax is known the scale is 1.0",
+}
 
 
 def _trajectory(cls) -> tuple:
@@ -294,24 +270,7 @@ def _trajectory(cls) -> tuple:
     return tuple(out)
 
 
-def _same(a, b) -> bool:
-    """Equal trajectories, NaN equal to NaN (repr round-trips a float exactly)."""
-    return repr(a) == repr(b)
-
-
-@exercise(
-    2,
-    "Write the delayed-scaling rule",
-    mistakes=[
-        Mistake("using the newest amax only", _NEWEST_HINT),
-        Mistake("forgetting the margin", _MARGIN_HINT),
-        Mistake("a history that never forgets", _UNBOUNDED_HINT),
-        Mistake("a NaN scale", _NAN_SCALE_HINT),
-        Mistake("skipping the NaN", _NAN_IGNORED_HINT),
-        Mistake("an inf scale from an all-zero tensor", _ZERO_HINT),
-        Mistake("starting from another scale", _START_HINT),
-    ],
-)
+@exercise(2, "Write the delayed-scaling rule", mistakes=[Mistake(*m) for m in _EX2.items()])
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """``MyDelayedScaling(history_len, margin)`` beside fp8.DelayedScaling (E4M3, algo "max") on five amax
     sequences: ``.scale`` is read before every ``update(amax)`` and after the last, and compared in float32."""
@@ -322,18 +281,17 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
         return finish("wrong", text, show=show)
     got, want = _trajectory(answer), _trajectory(functools.partial(fp8.DelayedScaling, E4M3))
     if got == ("todo",):
-        return _todo(f"MyDelayedScaling {_NOT_WRITTEN}", show)
-    if _same(got, want):
+        return _todo("MyDelayedScaling", show)
+    if repr(got) == repr(want):  # repr round-trips a float exactly, NaN equal to NaN
         text = (
             f"MyDelayedScaling matches fp8.DelayedScaling on all {len(DELAYED_SCHEDULES)} sequences "
-            f"({sum(map(len, want))} scales read): the same float32 scale before every update and after the "
-            "last."
+            f"({sum(map(len, want))} scales read): the same float32 scale before every update and after the last."
         )
         return finish("exact", text, show=show)
     if got[0] == "error":
         _, what, step, call, text = got
         hint = (
-            _ZERO_HINT
+            _EX2["an inf scale from an all-zero tensor"]
             if "ZeroDivision" in text
             else "read the error: update(amax) appends, reduces, rescales"
         )
@@ -342,23 +300,27 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
         (schedule, m, t, i)
         for schedule, m, t in zip(DELAYED_SCHEDULES, got, want, strict=True)
         for i, (p, q) in enumerate(zip(m, t, strict=True))
-        if not _same(p, q)
+        if repr(p) != repr(q)
     )
     # the first schedule whose scales differ names the slip (the schedules come in the order the slips show)
-    by_schedule = {
-        "a spike that leaves the history": _NEWEST_HINT if mine[first] > theirs[first] else _UNBOUNDED_HINT,
-        "a margin of 2": _MARGIN_HINT,
-        "all-zero tensors (amax 0)": _ZERO_HINT,
-        "a NaN amax": _NAN_SCALE_HINT if math.isnan(mine[first]) else _NAN_IGNORED_HINT,
-    }
-    hint = _START_HINT if first == 0 else by_schedule.get(what, _NEWEST_HINT)
+    slip = {
+        "a spike that leaves the history": "using the newest amax only"
+        if mine[first] > theirs[first]
+        else "a history that never forgets",
+        "a margin of 2": "forgetting the margin",
+        "all-zero tensors (amax 0)": "an inf scale from an all-zero tensor",
+        "a NaN amax": "a NaN scale" if math.isnan(mine[first]) else "skipping the NaN",
+    }.get(what, "using the newest amax only")
     seen = ", ".join(_show(a) for a in amaxes[:first])
     return finish(
         "wrong",
         f'MyDelayedScaling differs from fp8.DelayedScaling on "{what}" (history_len={history_len}, '
         f"margin={margin}) at step {first}: yours {_show(mine[first])}, "
         f"fp8.DelayedScaling {_show(theirs[first])}.",
-        [f"amaxes given so far: {seen or '(none yet)'}", f"hint: {hint}"],
+        [
+            f"amaxes given so far: {seen or '(none yet)'}",
+            f"hint: {_EX2['starting from another scale' if first == 0 else slip]}",
+        ],
         show=show,
         details={"schedule": what, "step": first},
     )
@@ -367,34 +329,28 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
 # --- Exercise 3: a block size for FP4 that meets an error target ---
 
 
-def _lost_to_zero(x: torch.Tensor, xq: torch.Tensor) -> float:
-    """The share of ``x``'s non-zero elements that ``xq`` (its quantized copy) holds as exactly zero."""
-    nonzero = x != 0
-    count = int(nonzero.sum())
-    return int(((xq == 0) & nonzero).sum()) / count if count else 0.0
-
-
 def _block_losses(x: torch.Tensor, elem: str) -> dict[int, float]:
-    """{block size: the share ``mx.mx_quantize`` loses to zero} for the sizes dividing x's last dim."""
-    return {b: _lost_to_zero(x, mx.mx_quantize(x, elem, b)) for b in BLOCK_SIZES if x.shape[-1] % b == 0}
+    """{block size: the share of ``x``'s non-zero elements ``mx.mx_quantize`` flushes to zero} for the sizes
+    dividing x's last dimension."""
+    nonzero = x != 0
+    count = max(int(nonzero.sum()), 1)
+    return {
+        b: int(((mx.mx_quantize(x, elem, b) == 0) & nonzero).sum()) / count
+        for b in BLOCK_SIZES
+        if x.shape[-1] % b == 0
+    }
 
 
-_MISSES_HINT = "that block size flushes more than the target to zero: smaller blocks follow the small values"
-_TOO_SMALL_HINT = "that block size meets the target, but a larger one does too: fewer blocks, fewer scales"
-_E4M3_HINT = "the question is about FP4 E2M1: E4M3's much wider window meets the target at any block size"
-_NOT_A_SIZE_HINT = "give a block size, one of the sizes in the table above (a number of elements per block)"
+# Exercise 3's common wrong answers: name -> hint.
+_EX3 = {
+    "a block size that misses the target": "that block size flushes more than the target to zero: smaller blocks follow the small values",
+    "a smaller block size than needed": "that block size meets the target, but a larger one does too: fewer blocks, fewer scales",
+    "answering for E4M3": "the question is about FP4 E2M1: E4M3's much wider window meets the target at any block size",
+    "not a block size": "give a block size, one of the sizes in the table above (a number of elements per block)",
+}
 
 
-@exercise(
-    3,
-    "A block size for FP4",
-    mistakes=[
-        Mistake("a block size that misses the target", _MISSES_HINT),
-        Mistake("a smaller block size than needed", _TOO_SMALL_HINT),
-        Mistake("answering for E4M3", _E4M3_HINT),
-        Mistake("not a block size", _NOT_A_SIZE_HINT),
-    ],
-)
+@exercise(3, "A block size for FP4", mistakes=[Mistake(*m) for m in _EX3.items()])
 def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
     """The largest block size (of BLOCK_SIZES dividing the last dimension) at which FP4 E2M1 MX quantization
     of ``acts`` flushes at most the share ``target`` of its non-zero elements to zero."""
@@ -407,25 +363,20 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
         return no_answer("answer", show, "a block size")
     size = _whole(answer)
     if size not in fp4:
-        sizes = ", ".join(map(str, fp4))
-        return _no(
-            f"`answer` = {answer!r:.40} is not one of the block sizes here: {sizes}.", _NOT_A_SIZE_HINT, show
-        )
+        text = f"`answer` = {answer!r:.40} is not one of the block sizes here: {', '.join(map(str, fp4))}."
+        return _no(text, _EX3["not a block size"], show)
     if size == best:
         larger = [b for b in fp4 if b > best]
         beyond = f"; the next larger, {min(larger)}, does not" if larger else " (the largest block size here)"
         return finish("exact", f"block size {best}: FP4 E2M1 meets the target on acts{beyond}.", show=show)
-    if fp4[size] > target:
-        e4m3_best = max(
-            (b for b, lost in _block_losses(x, "fp8_e4m3").items() if lost <= target), default=None
-        )
-        text = f"block size {size}: FP4 E2M1 flushes {fp4[size]:.2%} of acts' non-zero values to zero"
-        text += f", above the target {target:.2%}."
-        return _no(text, _E4M3_HINT if size == e4m3_best else _MISSES_HINT, show)
-    text = (
-        f"block size {size} meets the target (FP4 loses {fp4[size]:.2%} to zero), but a larger one does too."
-    )
-    return _no(text, _TOO_SMALL_HINT, show)
+    if fp4[size] <= target:
+        text = f"block size {size} meets the target (FP4 loses {fp4[size]:.2%} to zero), but a larger one does too."
+        return _no(text, _EX3["a smaller block size than needed"], show)
+    e4m3 = _block_losses(x, "fp8_e4m3")
+    e4m3_best = max((b for b, lost in e4m3.items() if lost <= target), default=None)
+    text = f"block size {size}: FP4 E2M1 flushes {fp4[size]:.2%} of acts' non-zero values to zero, above the "
+    slip = "answering for E4M3" if size == e4m3_best else "a block size that misses the target"
+    return _no(text + f"target {target:.2%}.", _EX3[slip], show)
 
 
 # --- Exercise 4: the margin that absorbs a spike ---
@@ -443,20 +394,15 @@ def _saturated_steps(amaxes, history_len: int, margin: int) -> list[int]:
     return out
 
 
-_STILL_HINT = "with that margin the spike still lands beyond E4M3's max: the history's amax times 2**margin must reach it"
-_MORE_HINT = "that margin saturates nothing, but a smaller one does not either: each binade of margin costs a binade of range at the bottom"
-_POWER_HINT = "the margin is an exponent: the scale is divided by 2**margin, so give the margin itself"
+# Exercise 4's common wrong answers: name -> hint.
+_EX4 = {
+    "a margin that still saturates": "with that margin the spike still lands beyond E4M3's max: the history's amax times 2**margin must reach it",
+    "more margin than needed": "that margin saturates nothing, but a smaller one does not either: each binade of margin costs a binade of range at the bottom",
+    "2**margin for the margin": "the margin is an exponent: the scale is divided by 2**margin, so give the margin itself",
+}
 
 
-@exercise(
-    4,
-    "A margin for a spike",
-    mistakes=[
-        Mistake("a margin that still saturates", _STILL_HINT),
-        Mistake("more margin than needed", _MORE_HINT),
-        Mistake("2**margin for the margin", _POWER_HINT),
-    ],
-)
+@exercise(4, "A margin for a spike", mistakes=[Mistake(*m) for m in _EX4.items()])
 def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
     """The smallest margin (an integer 0..MAX_MARGIN) for which delayed scaling with ``history_len`` saturates
     at no step of ``amaxes``."""
@@ -477,9 +423,9 @@ def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
             text += f"; margin {best - 1} at step(s) {_saturated_steps(amaxes, history_len, best - 1)[:5]}"
         return finish("exact", text + ".", show=show)
     if best >= 2 and margin == 2**best:
-        return _no(f"`answer` = {margin} = 2**{best}.", _POWER_HINT, show)
+        return _no(f"`answer` = {margin} = 2**{best}.", _EX4["2**margin for the margin"], show)
     if still := _saturated_steps(amaxes, history_len, min(margin, MAX_MARGIN)):
-        return _no(
-            f"margin {margin}: delayed scaling still saturates at step(s) {still[:5]}.", _STILL_HINT, show
-        )
-    return _no(f"margin {margin} saturates nothing, but it is not the smallest that does.", _MORE_HINT, show)
+        text = f"margin {margin}: delayed scaling still saturates at step(s) {still[:5]}."
+        return _no(text, _EX4["a margin that still saturates"], show)
+    text = f"margin {margin} saturates nothing, but it is not the smallest that does."
+    return _no(text, _EX4["more margin than needed"], show)
