@@ -1,9 +1,5 @@
-"""Exercises of notebook 05 (autocast op lists).
-
-Every expected value is computed here by running autocast on the learner's device (:mod:`amp_lab.autocast_ops`
-probes and classifies; exercise 1's region runs as written).  Each hint points at the autocast idea that was
-missed without naming the dtype or the policy.
-"""
+"""Exercises of notebook 05 (autocast op lists): every expected value comes from running autocast on the
+learner's device; each hint points at the idea missed without naming the dtype or the policy."""
 
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ __all__ = ["ex1", "ex2", "ex3", "ex4", "REGION_NAMES", "POLICIES", "variance_col
 REGION_NAMES = ("h", "p", "loss", "hX", "hh", "G")
 # Exercises 2 and 4: the four policies a learner chooses from.
 POLICIES = ("lower", "fp32", "promote", "unchanged")
-# Exercise 3: a column of VARIANCE_N values around VARIANCE_MEAN, its variance due within VARIANCE_ATOL.
-VARIANCE_N, VARIANCE_MEAN, VARIANCE_SPREAD, VARIANCE_ATOL = 128, 5.0, 0.1, 1e-3
+VARIANCE_ATOL = 1e-3  # exercise 3: the variance is due within this of the float64 reference
 
 _PROMOTE_HINT = "a promote op casts every input to the widest of its inputs' dtypes before it runs"
 # result -> the idea a wrong dtype for it missed
@@ -86,11 +81,8 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
     if is_placeholder(answer):
         return no_answer("answer", show, what)
     if not isinstance(answer, dict):
-        return _no(
-            "`answer` should be a dict such as {'h': torch.float32, ...}, one dtype per name.",
-            show,
-            _GENERIC_HINT,
-        )
+        text = "`answer` should be a dict such as {'h': torch.float32, ...}, one dtype per name."
+        return _no(text, show, _GENERIC_HINT)
     right, notes, missing = [], [], []
     for key, want in expected.items():
         given = answer.get(key)
@@ -120,17 +112,20 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
     return finish("wrong", head, notes, show=show, details=details)
 
 
-_BY_MEANING_HINT = (
+_BY_MEANING = Mistake(
+    "lower because it looks like a matmul",
     "autocast decides by the op that is dispatched, not by what the op means mathematically: which op does "
-    "outer(u, v) = u[:, None] * v[None, :] dispatch, and what is its policy in the live table?"
+    "outer(u, v) = u[:, None] * v[None, :] dispatch, and what is its policy in the live table?",
 )
-_KERNEL_PROMOTION_HINT = (
+_KERNEL = Mistake(
+    "kernel promotion taken for promote",
     "a float32 output from mixed inputs is not yet promote: did autocast insert the casts, or did the kernel's "
-    "own type promotion do it? (ao.dispatch_trace shows autocast's casts)"
+    "own type promotion do it? (ao.dispatch_trace shows autocast's casts)",
 )
-_EXPERIMENT_HINT = (
+_EXPERIMENT = Mistake(
+    "guessed without the experiment",
     "run it three ways under autocast (float32 inputs, low-precision inputs, mixed inputs) and once without "
-    "autocast, and compare the output dtypes"
+    "autocast, and compare the output dtypes",
 )
 
 
@@ -149,55 +144,39 @@ def _policy_check(answer, fn, shapes, op_name: str, device, hint: str, show: boo
     means[probe.policy] += f". The probe's evidence: {probe.reason}"
     a = norm(answer) if isinstance(answer, str) else None
     if a == "promote" and probe.policy == "unchanged" and probe.mixed_dtype == torch.float32:
-        hint = _KERNEL_PROMOTION_HINT
+        hint = _KERNEL.hint
     return check_choice(
         answer, probe.policy, options=list(POLICIES), explanations=means, name="answer", hint=hint, show=show
     )
 
 
-@exercise(
-    2,
-    "Is outer a matmul?",
-    mistakes=[
-        Mistake("lower because it looks like a matmul", _BY_MEANING_HINT),
-        Mistake("kernel promotion taken for promote", _KERNEL_PROMOTION_HINT),
-    ],
-)
+@exercise(2, "Is outer a matmul?", mistakes=[_BY_MEANING, _KERNEL])
 def ex2(answer, device, *, show: bool = True) -> CheckResult:
     """The policy of torch.outer under autocast on ``device``: one of POLICIES."""
-    return _policy_check(answer, torch.outer, [(4,), (3,)], "outer", device, _BY_MEANING_HINT, show)
+    return _policy_check(answer, torch.outer, [(4,), (3,)], "outer", device, _BY_MEANING.hint, show)
 
 
-@exercise(
-    4,
-    "An op on no list",
-    mistakes=[
-        Mistake("guessed without the experiment", _EXPERIMENT_HINT),
-        Mistake("kernel promotion taken for promote", _KERNEL_PROMOTION_HINT),
-    ],
-)
+@exercise(4, "An op on no list", mistakes=[_EXPERIMENT, _KERNEL])
 def ex4(answer, device, *, show: bool = True) -> CheckResult:
     """The policy of F.pairwise_distance under autocast on ``device``: one of POLICIES."""
-    shapes = [(3, 4), (3, 4)]
-    return _policy_check(
-        answer, F.pairwise_distance, shapes, "pairwise_distance", device, _EXPERIMENT_HINT, show
-    )
+    shapes, fn = [(3, 4), (3, 4)], F.pairwise_distance
+    return _policy_check(answer, fn, shapes, "pairwise_distance", device, _EXPERIMENT.hint, show)
 
 
-_ENABLED_FALSE_HINT = (
-    "torch.mm inside the autocast region rounds its inputs to the low dtype before it multiplies: nest a region "
-    "with enabled=False around the moments"
-)
-_CAST_TOO_LATE_HINT = (
-    "casting the result to float32 comes too late: the rounding happened to the inputs of torch.mm, inside the "
-    "region"
-)
+# Exercise 3's common wrong answers: name -> hint.
+_EX3 = {
+    "forgetting enabled=False": "torch.mm inside the autocast region rounds its inputs to the low dtype before "
+    "it multiplies: nest a region with enabled=False around the moments",
+    "casting the result instead of the inputs": "casting the result to float32 comes too late: the rounding "
+    "happened to the inputs of torch.mm, inside the region",
+}
+_ENABLED_FALSE_HINT = _EX3["forgetting enabled=False"]
 
 
 def variance_column(device) -> torch.Tensor:
-    """Exercise 3's data: a seeded float32 column of VARIANCE_N values on ``device``."""
+    """Exercise 3's data: a seeded float32 column of 128 values around 5 on ``device``."""
     with seeded(1):
-        return VARIANCE_MEAN + VARIANCE_SPREAD * torch.randn(VARIANCE_N, 1, device=get_device(device))
+        return 5.0 + 0.1 * torch.randn(128, 1, device=get_device(device))
 
 
 def _moments(x: torch.Tensor) -> torch.Tensor:
@@ -205,14 +184,7 @@ def _moments(x: torch.Tensor) -> torch.Tensor:
     return torch.mm(ones, x * x) - torch.mm(ones, x) ** 2
 
 
-@exercise(
-    3,
-    "A protected sub-region",
-    mistakes=[
-        Mistake("forgetting enabled=False", _ENABLED_FALSE_HINT),
-        Mistake("casting the result instead of the inputs", _CAST_TOO_LATE_HINT),
-    ],
-)
+@exercise(3, "A protected sub-region", mistakes=[Mistake(*m) for m in _EX3.items()])
 def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
     """``safe_variance(x)``, called inside an autocast region, returns the variance by moments of
     the column ``x`` as a float32 tensor within VARIANCE_ATOL of the float64 reference."""
@@ -232,23 +204,19 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
     if got is None:
         text = "safe_variance returns None or raises NotImplementedError: write it, then run this cell again."
         return finish("unanswered", text, show=show, details={"answered": False})
-    if not isinstance(got, torch.Tensor) or got.numel() != 1 or got.dtype != torch.float32:
-        is_tensor = isinstance(got, torch.Tensor)
-        what = (
-            f"a {dtype_name(got.dtype)} tensor of shape {tuple(got.shape)}"
-            if is_tensor
-            else type(got).__name__
-        )
-        hint = _ENABLED_FALSE_HINT if is_tensor and got.dtype == low else None
+    if not isinstance(got, torch.Tensor):
+        return _no(f"safe_variance(x) returned {type(got).__name__}; return one float32 number.", show)
+    if got.numel() != 1 or got.dtype != torch.float32:
+        what = f"a {dtype_name(got.dtype)} tensor of shape {tuple(got.shape)}"
+        hint = _ENABLED_FALSE_HINT if got.dtype == low else None
         return _no(f"safe_variance(x) returned {what}; return one float32 number.", show, hint)
     value = got.detach().reshape(()).cpu()
     truth = x.cpu().double().var(unbiased=False)
     with torch.autocast(dev.type, dtype=low):
         too_late = _moments(x).float().reshape(()).cpu()
     if abs(value.double() - truth) > VARIANCE_ATOL and torch.equal(value, too_late):
-        return _no(
-            "safe_variance(x) is float32, but far from the float64 reference.", show, _CAST_TOO_LATE_HINT
-        )
+        text = "safe_variance(x) is float32, but far from the float64 reference."
+        return _no(text, show, _EX3["casting the result instead of the inputs"])
     return check_value(
         value,
         truth,

@@ -1,9 +1,5 @@
-"""Exercises of notebook 07 (the AMP training recipe).
-
-The order of a step follows from the pieces' names, the L4's precision from
-:func:`amp_lab.amp.choose_amp_dtype` on its facts, the reference clip from ``torch.amp.GradScaler`` and
-``clip_grad_norm_`` themselves.  The common wrong answers are diagnosed before the generic comparison.
-"""
+"""Exercises of notebook 07 (the AMP training recipe): the L4's precision comes from
+:func:`amp_lab.amp.choose_amp_dtype`, the reference clip from ``torch.amp.GradScaler`` and ``clip_grad_norm_``."""
 
 from __future__ import annotations
 
@@ -71,21 +67,18 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
 
 L4 = {"capability": (8, 9), "gpu_name": "NVIDIA L4"}
 
-_CAPABILITY_HINT = (
+_CAPABILITY = Mistake(
+    "float16 from the datasheet",
     "the datasheet's leading figures are not the decision: does compute capability 8.9 come before or after "
-    "Ampere's 8.0, and what do Tensor Cores from 8.0 on multiply as fast as float16? (notebook 02's table)"
+    "Ampere's 8.0, and what do Tensor Cores from 8.0 on multiply as fast as float16? (notebook 02's table)",
 )
-_SCALER_HINT = "only a dtype with a narrow exponent range needs loss scaling: how many exponent bits does your dtype have?"
+_SCALER = Mistake(
+    "a GradScaler for bfloat16",
+    "only a dtype with a narrow exponent range needs loss scaling: how many exponent bits does your dtype have?",
+)
 
 
-@exercise(
-    2,
-    "The decision flow on another machine",
-    mistakes=[
-        Mistake("float16 from the datasheet", _CAPABILITY_HINT),
-        Mistake("a GradScaler for bfloat16", _SCALER_HINT),
-    ],
-)
+@exercise(2, "The decision flow on another machine", mistakes=[_CAPABILITY, _SCALER])
 def ex2(answer_dtype, answer_scaler, *, show: bool = True) -> CheckResult:
     """The autocast dtype (``answer_dtype``) and whether an enabled GradScaler is needed
     (``answer_scaler``, True/False) on an NVIDIA L4."""
@@ -93,17 +86,17 @@ def ex2(answer_dtype, answer_scaler, *, show: bool = True) -> CheckResult:
     got = read_dtype(answer_dtype)
     if got is not None and got != choice.dtype:  # check_dtype's notes would compare the formats' bits
         head = f"`answer_dtype` is {dtype_name(got)}, not what the flow chooses on the L4."
-        r_dtype = finish("wrong", head, [f"hint: {_CAPABILITY_HINT}"], show=False)
+        r_dtype = finish("wrong", head, [f"hint: {_CAPABILITY.hint}"], show=False)
     else:
         r_dtype = check_dtype(
-            answer_dtype, choice.dtype, name="answer_dtype", hint=_CAPABILITY_HINT, show=False
+            answer_dtype, choice.dtype, name="answer_dtype", hint=_CAPABILITY.hint, show=False
         )
     r_scaler = check_choice(
         answer_scaler,
         choice.use_scaler,
         options=[True, False],
         name="answer_scaler",
-        hint=_SCALER_HINT,
+        hint=_SCALER.hint,
         show=False,
     )
     return combine([r_dtype, r_scaler], show=show)
@@ -203,34 +196,31 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
 _STATE = ("model weights", "optimizer state", "scaler state", "lr scheduler state", "step number")
 CHECKPOINT_OPTIONS = (*_STATE, "autocast state", "last loss")
 
-_SCALER_STATE_HINT = (
+_SCALER_STATE = Mistake(
+    "forgetting the scaler state",
     "the loss scale and its growth tracker change from step to step: section 6's run that forgot them took "
-    "another path after the cut"
+    "another path after the cut",
 )
-_AUTOCAST_STATE = "autocast keeps no state between steps: each step enters a fresh autocast region"
+_AUTOCAST_STATE = Mistake(
+    "autocast state",
+    "autocast keeps no state between steps: each step enters a fresh autocast region",
+)
 
 
-@exercise(
-    4,
-    "What a checkpoint must hold",
-    mistakes=[
-        Mistake("forgetting the scaler state", _SCALER_STATE_HINT),
-        Mistake("autocast state", _AUTOCAST_STATE),
-    ],
-)
+@exercise(4, "What a checkpoint must hold", mistakes=[_SCALER_STATE, _AUTOCAST_STATE])
 def ex4(answer, *, show: bool = True) -> CheckResult:
     """A set of items from CHECKPOINT_OPTIONS (the notebook's ``options``)."""
     hint = "think of everything that changes from one step to the next, and what reads it"
     if isinstance(answer, (set, frozenset, list, tuple)):
         got = {norm(x) for x in answer if isinstance(x, str)}
         if "scaler state" not in got and len(got & set(_STATE)) >= 3:
-            hint = _SCALER_STATE_HINT
+            hint = _SCALER_STATE.hint
     return check_set(
         answer,
         set(_STATE),
         options=list(CHECKPOINT_OPTIONS),
         explanations={
-            "autocast state": _AUTOCAST_STATE,
+            "autocast state": _AUTOCAST_STATE.hint,
             "last loss": "the loss is recomputed from the weights; no later step reads the old one",
         },
         name="answer",
