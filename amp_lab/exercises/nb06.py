@@ -37,14 +37,9 @@ def _mistake(name: str, code: str) -> Mistake:
 def ex1(answer, *, show: bool = True) -> CheckResult:
     """Which way the tutorial loop's cold start (AMP timed first, no warm-up) biases FP32 time / AMP time."""
     # The one-off costs land on whoever runs first (AMP): they inflate the denominator, so the ratio shrinks.
-    return check_choice(
-        answer,
-        "too low",
-        options=["too high", "too low"],
-        explanations={"too low": say("nb06.startup_too_low"), "too high": say("nb06.startup_too_high")},
-        hint=say("nb06.ratio"),
-        show=show,
-    )
+    explanations = {"too low": say("nb06.startup_too_low"), "too high": say("nb06.startup_too_high")}
+    options, hint = ["too high", "too low"], say("nb06.ratio")
+    return check_choice(answer, "too low", options=options, explanations=explanations, hint=hint, show=show)
 
 
 # The loop the notebook shows (its markdown quotes it; a test checks that it does).
@@ -93,13 +88,6 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     )
 
 
-def _intensity(op: tuple) -> float:
-    """FP32 FLOP per byte of one ``workload`` entry: ("matmul", m, n, k) or ("add", numel)."""
-    if op[0] == "matmul":
-        return matmul_intensity(*op[1:], torch.float32)
-    return elementwise_intensity(torch.float32)
-
-
 def _regime(intensity: float, ridge: float) -> str:
     return "memory-bound" if intensity < ridge else "compute-bound"
 
@@ -110,20 +98,24 @@ def _read_regime(value) -> str | None:
     return f"{word}-bound" if word in ("memory", "compute") else None
 
 
-@exercise(
-    3,
-    "Memory- or compute-bound, here?",
-    mistakes=[
-        _mistake("regimes swapped", "nb06.inverted"),
-        _mistake("every matmul compute-bound", "nb06.shape"),
-        _mistake("elements for bytes", "nb06.bytes"),
-    ],
-)
+_EX3 = {
+    "regimes swapped": "nb06.inverted",
+    "every matmul compute-bound": "nb06.shape",
+    "elements for bytes": "nb06.bytes",
+}
+
+
+@exercise(3, "Memory- or compute-bound, here?", mistakes=[_mistake(*m) for m in _EX3.items()])
 def ex3(answer, workload, roof, *, show: bool = True) -> CheckResult:
     """Classify each op of ``workload`` (FP32) against this machine's measured roofline ``roof``
     (:func:`amp_lab.roofline.measure_roofline`): below the ridge point is memory-bound.  ``answer`` is a
     dict {op name: "memory-bound" or "compute-bound"}."""
-    intensity = {name: _intensity(op) for name, op in workload.items()}
+    # FP32 FLOP per byte of each op: ("matmul", m, n, k) or ("add", numel)
+    f32 = torch.float32
+    intensity = {
+        n: matmul_intensity(*op[1:], f32) if op[0] == "matmul" else elementwise_intensity(f32)
+        for n, op in workload.items()
+    }
     want = {name: _regime(i, roof.ridge) for name, i in intensity.items()}
     if is_placeholder(answer) or (
         isinstance(answer, Mapping) and answer and all(map(is_placeholder, answer.values()))
@@ -136,11 +128,8 @@ def ex3(answer, workload, roof, *, show: bool = True) -> CheckResult:
     if missing or unknown:
         return finish("wrong", say("nb06.entries", missing=missing or "-", unknown=unknown or "-"), show=show)
     got = {name: _read_regime(answer[name]) for name in workload}
-    for name, regime in got.items():
-        if regime is None:
-            return finish(
-                "wrong", say("nb06.not_a_regime", name=name, value=f"{answer[name]!r:.40}"), show=show
-            )
+    if (bad := next((n for n, regime in got.items() if regime is None), None)) is not None:
+        return finish("wrong", say("nb06.not_a_regime", name=bad, value=f"{answer[bad]!r:.40}"), show=show)
     n, n_right = len(workload), sum(got[name] == want[name] for name in workload)
     if n_right == n:
         side = {k: "below" if w == "memory-bound" else "above" for k, w in want.items()}
@@ -154,28 +143,20 @@ def ex3(answer, workload, roof, *, show: bool = True) -> CheckResult:
     per_element = {name: _regime(4 * i, roof.ridge) for name, i in intensity.items()}  # 4 bytes taken as 1
     if per_element != want and got == per_element:
         hints.append(_hint("nb06.bytes"))
-    return finish(
-        "wrong",
-        say("nb06.some_placed", right=n_right, n=n, ridge=roof.ridge),
-        hints or [_hint("nb06.intensity")],
-        show=show,
-        details={"right": n_right},
-    )
+    head = say("nb06.some_placed", right=n_right, n=n, ridge=roof.ridge)
+    return finish("wrong", head, hints or [_hint("nb06.intensity")], show=show, details={"right": n_right})
 
 
 # Letter -> (AMP measurably faster?, native arithmetic?) that the statement claims; "e" claims memory decides.
 _STATEMENTS = {"a": (True, True), "b": (False, False), "c": (False, True), "d": (True, False)}
+_EX4 = {
+    "memory decides speed": "nb06.memory",
+    "outcome misread": "nb06.outcome",
+    "hardware misread": "nb06.hardware",
+}
 
 
-@exercise(
-    4,
-    "Explain the race",
-    mistakes=[
-        _mistake("memory decides speed", "nb06.memory"),
-        _mistake("outcome misread", "nb06.outcome"),
-        _mistake("hardware misread", "nb06.hardware"),
-    ],
-)
+@exercise(4, "Explain the race", mistakes=[_mistake(*m) for m in _EX4.items()])
 def ex4(answer, result, *, show: bool = True) -> CheckResult:
     """Which statement ("a" to "e") explains the race ``result``: its outcome and whether the hardware that
     ran it multiplies the AMP dtype natively (:func:`amp_lab.race.native_arithmetic`)."""
@@ -199,11 +180,7 @@ def ex4(answer, result, *, show: bool = True) -> CheckResult:
         low=dtype_name(result.dtype),
         native={True: "yes", False: "no", None: "unknown"}[native],
     )
+    explanations = {**{k: say(f"nb06.needs_{k}", **facts) for k in _STATEMENTS}, "e": say("nb06.memory")}
     return check_choice(
-        answer,
-        accepted,
-        options=["a", "b", "c", "d", "e"],
-        explanations={**{k: say(f"nb06.needs_{k}", **facts) for k in _STATEMENTS}, "e": say("nb06.memory")},
-        hint=hint,
-        show=show,
+        answer, accepted, options=list("abcde"), explanations=explanations, hint=hint, show=show
     )
