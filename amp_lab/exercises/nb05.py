@@ -146,7 +146,7 @@ def _policy_check(answer, fn, shapes, op_name: str, device, hint: str, show: boo
     if a == "promote" and probe.policy == "unchanged" and probe.mixed_dtype == torch.float32:
         hint = _KERNEL.hint
     return check_choice(
-        answer, probe.policy, options=list(POLICIES), explanations=means, name="answer", hint=hint, show=show
+        answer, probe.policy, options=list(POLICIES), explanations=means, hint=hint, show=show
     )
 
 
@@ -165,8 +165,8 @@ def ex4(answer, device, *, show: bool = True) -> CheckResult:
 
 # Exercise 3's common wrong answers: name -> hint.
 _EX3 = {
-    "forgetting enabled=False": "torch.mm inside the autocast region rounds its inputs to the low dtype before "
-    "it multiplies: nest a region with enabled=False around the moments",
+    "forgetting enabled=False": "torch.mm inside the autocast region rounds its inputs to the low dtype "
+    "before it multiplies: nest a region with enabled=False around the moments",
     "casting the result instead of the inputs": "casting the result to float32 comes too late: the rounding "
     "happened to the inputs of torch.mm, inside the region",
 }
@@ -217,12 +217,5 @@ def ex3(safe_variance, device, *, show: bool = True) -> CheckResult:
     if abs(value.double() - truth) > VARIANCE_ATOL and torch.equal(value, too_late):
         text = "safe_variance(x) is float32, but far from the float64 reference."
         return _no(text, show, _EX3["casting the result instead of the inputs"])
-    return check_value(
-        value,
-        truth,
-        dtype=torch.float32,
-        atol=VARIANCE_ATOL,
-        name="safe_variance(x)",
-        hint=_ENABLED_FALSE_HINT,
-        show=show,
-    )
+    name, hint = "safe_variance(x)", _ENABLED_FALSE_HINT
+    return check_value(value, truth, dtype=torch.float32, atol=VARIANCE_ATOL, name=name, hint=hint, show=show)

@@ -1,5 +1,5 @@
 """Exercises of notebook 07 (the AMP training recipe): the L4's precision comes from
-:func:`amp_lab.amp.choose_amp_dtype`, the reference clip from ``torch.amp.GradScaler`` and ``clip_grad_norm_``."""
+:func:`amp_lab.amp.choose_amp_dtype`, the reference clip from ``GradScaler`` and ``clip_grad_norm_``."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def _order_hint(answer) -> str:
 @exercise(1, "The order of a step", mistakes=[m for *_, m in _RULES])
 def ex1(answer, *, show: bool = True) -> CheckResult:
     """The items of STEP_PIECES (the notebook's ``pieces``) in the order one optimizer step runs them."""
-    return check_sequence(answer, list(_ORDER), name="answer", hint=_order_hint(answer), show=show)
+    return check_sequence(answer, list(_ORDER), hint=_order_hint(answer), show=show)
 
 
 L4 = {"capability": (8, 9), "gpu_name": "NVIDIA L4"}
@@ -88,16 +88,11 @@ def ex2(answer_dtype, answer_scaler, *, show: bool = True) -> CheckResult:
         head = f"`answer_dtype` is {dtype_name(got)}, not what the flow chooses on the L4."
         r_dtype = finish("wrong", head, [f"hint: {_CAPABILITY.hint}"], show=False)
     else:
-        r_dtype = check_dtype(
-            answer_dtype, choice.dtype, name="answer_dtype", hint=_CAPABILITY.hint, show=False
-        )
+        hint = _CAPABILITY.hint
+        r_dtype = check_dtype(answer_dtype, choice.dtype, name="answer_dtype", hint=hint, show=False)
+    scaler, hint = choice.use_scaler, _SCALER.hint
     r_scaler = check_choice(
-        answer_scaler,
-        choice.use_scaler,
-        options=[True, False],
-        name="answer_scaler",
-        hint=_SCALER.hint,
-        show=False,
+        answer_scaler, scaler, options=[True, False], name="answer_scaler", hint=hint, show=False
     )
     return combine([r_dtype, r_scaler], show=show)
 
@@ -107,7 +102,6 @@ _PER_TENSOR_HINT = "clip_grad_norm_ measures one norm over all gradients togethe
 _NOT_IN_PLACE_HINT = (
     "modify the tensors in place (g.mul_(...), g.div_(...)); rebinding a name changes nothing outside"
 )
-_CLIP_GENERIC_HINT = "first divide by the scale, then measure the norm of all gradients together"
 
 
 def _clip_reference(grads, scale, max_norm):
@@ -182,15 +176,11 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     if hint:
         head = "unscale_and_clip_ does not match unscale_ then clip_grad_norm_."
         return finish("wrong", head, [f"hint: {hint}"], show=show)
-    return check_function(
-        answer,
-        _clip_reference,
-        _clip_cases(),
-        name="unscale_and_clip_",
-        rtol=1e-6,
-        hint=_CLIP_GENERIC_HINT,
-        show=show,
+    name, hint = (
+        "unscale_and_clip_",
+        "first divide by the scale, then measure the norm of all gradients together",
     )
+    return check_function(answer, _clip_reference, _clip_cases(), name=name, rtol=1e-6, hint=hint, show=show)
 
 
 _STATE = ("model weights", "optimizer state", "scaler state", "lr scheduler state", "step number")
@@ -215,15 +205,9 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
         got = {norm(x) for x in answer if isinstance(x, str)}
         if "scaler state" not in got and len(got & set(_STATE)) >= 3:
             hint = _SCALER_STATE.hint
-    return check_set(
-        answer,
-        set(_STATE),
-        options=list(CHECKPOINT_OPTIONS),
-        explanations={
-            "autocast state": _AUTOCAST_STATE.hint,
-            "last loss": "the loss is recomputed from the weights; no later step reads the old one",
-        },
-        name="answer",
-        hint=hint,
-        show=show,
-    )
+    explanations = {
+        "autocast state": _AUTOCAST_STATE.hint,
+        "last loss": "the loss is recomputed from the weights; no later step reads the old one",
+    }
+    options = list(CHECKPOINT_OPTIONS)
+    return check_set(answer, set(_STATE), options=options, explanations=explanations, hint=hint, show=show)
