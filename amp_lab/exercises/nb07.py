@@ -118,9 +118,7 @@ def _clip_reference(grads, scale, max_norm):
 
 
 def _clip_scaled(grads, scale, max_norm):  # the mistake: clip the scaled gradients, then unscale
-    coef = max_norm / (
-        torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])) + 1e-6
-    )
+    coef = max_norm / (torch.nn.utils.get_total_norm(grads) + 1e-6)
     for g in grads:
         if coef < 1:
             g.mul_(coef)
