@@ -30,7 +30,8 @@ def _no(text: str, hint: str, show: bool = False) -> CheckResult:
 
 def _todo(name: str, show: bool = False) -> CheckResult:
     """Not attempted yet: the learner's code is still the skeleton."""
-    text = f"`{name}` is not written yet (it returns None or raises NotImplementedError): fill it in and run this cell again."
+    text = f"`{name}` is not written yet (it returns None or raises NotImplementedError): fill it in and run "
+    text += "this cell again."
     return finish("unanswered", text, show=show, details={"answered": False})
 
 
@@ -200,10 +201,10 @@ def _quantize_part(quantize_fn, name: str = "my_quantize") -> CheckResult:
         if not torch.equal(mine, ref):
             divided = fp8.quantize(x, E4M3, 1.0 / scale.double()).float().nan_to_num(nan=1234.5)
             hint = (
-                _EX1["dividing by the scale"]
-                if torch.equal(mine, divided)
-                else "multiply x by the scale (in float32), then cast: torch's cast to E4M3 saturates at its max"
+                "multiply x by the scale (in float32), then cast: torch's cast to E4M3 saturates at its max"
             )
+            if torch.equal(mine, divided):
+                hint = _EX1["dividing by the scale"]
             bad = int((mine != ref).sum())
             return _no(f"`{name}` differs from fp8.quantize on {case}: {bad} of {x.numel()} elements.", hint)
     text = (
@@ -273,7 +274,7 @@ def _trajectory(cls) -> tuple:
 @exercise(2, "Write the delayed-scaling rule", mistakes=[Mistake(*m) for m in _EX2.items()])
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """``MyDelayedScaling(history_len, margin)`` beside fp8.DelayedScaling (E4M3, algo "max") on five amax
-    sequences: ``.scale`` is read before every ``update(amax)`` and after the last, and compared in float32."""
+    sequences: ``.scale`` is read before every ``update(amax)`` and after the last, compared in float32."""
     if is_placeholder(answer):
         return no_answer("MyDelayedScaling", show, "your class")
     if not callable(answer):
@@ -285,16 +286,15 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     if repr(got) == repr(want):  # repr round-trips a float exactly, NaN equal to NaN
         text = (
             f"MyDelayedScaling matches fp8.DelayedScaling on all {len(DELAYED_SCHEDULES)} sequences "
-            f"({sum(map(len, want))} scales read): the same float32 scale before every update and after the last."
+            f"({sum(map(len, want))} scales read): the same float32 scale before every update and after the "
+            "last."
         )
         return finish("exact", text, show=show)
     if got[0] == "error":
         _, what, step, call, text = got
-        hint = (
-            _EX2["an inf scale from an all-zero tensor"]
-            if "ZeroDivision" in text
-            else "read the error: update(amax) appends, reduces, rescales"
-        )
+        hint = "read the error: update(amax) appends, reduces, rescales"
+        if "ZeroDivision" in text:
+            hint = _EX2["an inf scale from an all-zero tensor"]
         return _no(f'MyDelayedScaling raised on "{what}" at step {step}, {call}: {text}', hint, show)
     (what, history_len, margin, amaxes), mine, theirs, first = next(
         (schedule, m, t, i)
@@ -303,27 +303,26 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
         if repr(p) != repr(q)
     )
     # the first schedule whose scales differ names the slip (the schedules come in the order the slips show)
+    high, nan = mine[first] > theirs[first], math.isnan(mine[first])
     slip = {
         "a spike that leaves the history": "using the newest amax only"
-        if mine[first] > theirs[first]
+        if high
         else "a history that never forgets",
         "a margin of 2": "forgetting the margin",
         "all-zero tensors (amax 0)": "an inf scale from an all-zero tensor",
-        "a NaN amax": "a NaN scale" if math.isnan(mine[first]) else "skipping the NaN",
+        "a NaN amax": "a NaN scale" if nan else "skipping the NaN",
     }.get(what, "using the newest amax only")
-    seen = ", ".join(_show(a) for a in amaxes[:first])
-    return finish(
-        "wrong",
+    head = (
         f'MyDelayedScaling differs from fp8.DelayedScaling on "{what}" (history_len={history_len}, '
         f"margin={margin}) at step {first}: yours {_show(mine[first])}, "
-        f"fp8.DelayedScaling {_show(theirs[first])}.",
-        [
-            f"amaxes given so far: {seen or '(none yet)'}",
-            f"hint: {_EX2['starting from another scale' if first == 0 else slip]}",
-        ],
-        show=show,
-        details={"schedule": what, "step": first},
+        f"fp8.DelayedScaling {_show(theirs[first])}."
     )
+    seen = ", ".join(_show(a) for a in amaxes[:first]) or "(none yet)"
+    notes = [
+        f"amaxes given so far: {seen}",
+        f"hint: {_EX2['starting from another scale' if first == 0 else slip]}",
+    ]
+    return finish("wrong", head, notes, show=show, details={"schedule": what, "step": first})
 
 
 # --- Exercise 3: a block size for FP4 that meets an error target ---
@@ -334,11 +333,8 @@ def _block_losses(x: torch.Tensor, elem: str) -> dict[int, float]:
     dividing x's last dimension."""
     nonzero = x != 0
     count = max(int(nonzero.sum()), 1)
-    return {
-        b: int(((mx.mx_quantize(x, elem, b) == 0) & nonzero).sum()) / count
-        for b in BLOCK_SIZES
-        if x.shape[-1] % b == 0
-    }
+    sizes = [b for b in BLOCK_SIZES if x.shape[-1] % b == 0]
+    return {b: int(((mx.mx_quantize(x, elem, b) == 0) & nonzero).sum()) / count for b in sizes}
 
 
 # Exercise 3's common wrong answers: name -> hint.
@@ -370,7 +366,8 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
         beyond = f"; the next larger, {min(larger)}, does not" if larger else " (the largest block size here)"
         return finish("exact", f"block size {best}: FP4 E2M1 meets the target on acts{beyond}.", show=show)
     if fp4[size] <= target:
-        text = f"block size {size} meets the target (FP4 loses {fp4[size]:.2%} to zero), but a larger one does too."
+        text = f"block size {size} meets the target (FP4 loses {fp4[size]:.2%} to zero), but a larger one "
+        text += "does too."
         return _no(text, _EX3["a smaller block size than needed"], show)
     e4m3 = _block_losses(x, "fp8_e4m3")
     e4m3_best = max((b for b, lost in e4m3.items() if lost <= target), default=None)
