@@ -1,9 +1,5 @@
-"""Exercises of notebook 09 (pitfalls practitioners hit).
-
-The expected values come from torch's own casts (float16's rounding of powers of ten, bfloat16's spacing and
-its tie rule) and from the attention experiment the learner's notebook ran (``att``), never typed in; the
-common wrong answers are diagnosed before the generic comparison.
-"""
+"""Exercises of notebook 09 (pitfalls practitioners hit): expected values come from torch's own casts
+(float16's rounding of powers of ten, bfloat16's spacing and tie rule) and from the learner's ``att``."""
 
 from __future__ import annotations
 
@@ -23,19 +19,18 @@ MAX_POWER = 30  # exercise 1 looks at 10**-1 ... 10**-MAX_POWER
 SWAMP_WEIGHT = 256.0  # exercise 2: the bfloat16 weight that receives the updates
 
 
-def _one_number(answer, expected: float, diagnose, hint: str, show: bool, **tolerance) -> CheckResult:
-    """``answer`` against ``expected``: a collection is not one number; a slip ``diagnose`` recognises gets
-    its hint alone (the generic ratio notes would mislead); anything else goes to check_value."""
+def _one_number(answer, expected: float, slip, hint: str, show: bool, **tolerance) -> CheckResult:
+    """``answer`` against ``expected``: a collection is not one number; a slip (``slip(a)``, the hint of the
+    mistake it recognises) gets its hint alone (the generic ratio notes would mislead); else check_value."""
     if isinstance(answer, (list, tuple, set, frozenset, dict)) or (
         isinstance(answer, torch.Tensor) and answer.numel() != 1
     ):
         text = f"`answer` is a {type(answer).__name__}; this exercise wants one number."
         return finish("wrong", text, show=show)
     a = finite_float(answer)
-    if a is not None and a != expected and (slip := diagnose(a)):
-        return finish(
-            "wrong", f"`answer` = {answer!r} is not the right value yet.", [f"hint: {slip}"], show=show
-        )
+    if a is not None and a != expected and (slip_hint := slip(a)):
+        text = f"`answer` = {answer!r} is not the right value yet."
+        return finish("wrong", text, [f"hint: {slip_hint}"], show=show)
     return check_value(answer, expected, hint=hint, show=show, **tolerance)
 
 
@@ -43,51 +38,38 @@ def _fp16(x: float) -> float:
     return torch.tensor(x, dtype=torch.float16).item()
 
 
-_K_HINT = "give eps itself (a float such as 10.0**-k), not the exponent k"
-_KEPT_HINT = "float16 still keeps that one, as a subnormal: compare each power of ten with half of the smallest subnormal"
-_NOT_POWER_HINT = (
-    "the answer is of the form 10**-k: which power of ten is the first below the rounding boundary?"
-)
-_NOT_LARGEST_HINT = "float16 loses that one too, but it is not the largest power of ten it loses"
-_EPS_HINT = "half of float16's smallest subnormal (2**-24) is the rounding boundary; which power of ten is the first one below it?"
+# Exercise 1's common wrong answers: name -> hint.
+_EX1 = {
+    "k for eps": "give eps itself (a float such as 10.0**-k), not the exponent k",
+    "a power float16 keeps": "float16 still keeps that one, as a subnormal: compare each power of ten with half "
+    "of the smallest subnormal",
+    "the subnormal itself": "the answer is of the form 10**-k: which power of ten is the first below the "
+    "rounding boundary?",
+    "not the largest lost": "float16 loses that one too, but it is not the largest power of ten it loses",
+}
 
 
-@exercise(
-    1,
-    "An eps float16 can hold",
-    mistakes=[
-        Mistake("k for eps", _K_HINT),
-        Mistake("a power float16 keeps", _KEPT_HINT),
-        Mistake("the subnormal itself", _NOT_POWER_HINT),
-        Mistake("not the largest lost", _NOT_LARGEST_HINT),
-    ],
-)
+@exercise(1, "An eps float16 can hold", mistakes=[Mistake(*m) for m in _EX1.items()])
 def ex1(answer, *, show: bool = True) -> CheckResult:
     """The largest ``eps`` of the form ``10**-k`` that float16 rounds to zero."""
     powers = [10.0**-k for k in range(1, MAX_POWER + 1)]
     largest_lost = next(p for p in powers if _fp16(p) == 0.0)
     subnormal = torch.finfo(torch.float16).tiny * torch.finfo(torch.float16).eps
 
-    def diagnose(a: float) -> str | None:
+    def slip(a: float) -> str | None:
         if a.is_integer() and 1 <= a <= MAX_POWER:
-            return _K_HINT
+            return _EX1["k for eps"]
         if a > 0 and any(math.isclose(a, p, rel_tol=1e-9) for p in powers):
-            return _KEPT_HINT if _fp16(a) != 0.0 else _NOT_LARGEST_HINT
+            return _EX1["a power float16 keeps" if _fp16(a) != 0.0 else "not the largest lost"]
         if a > 0 and any(math.isclose(a, s, rel_tol=0.02) for s in (subnormal, subnormal / 2)):
-            return _NOT_POWER_HINT
+            return _EX1["the subnormal itself"]
         return None
 
-    return _one_number(answer, largest_lost, diagnose, _EPS_HINT, show, rtol=1e-9)
-
-
-_GAP_HINT = "an update of a whole gap lands exactly on the next bfloat16 value: it is not lost"
-_SPACING_HINT = (
-    "the spacing of bfloat16 grows with the value: how far apart are its numbers between 256 and 512?"
-)
-_TIE_HINT = (
-    "mind the tie: a sum exactly halfway between two bfloat16 numbers rounds to the one with an even last bit"
-)
-_SWAMP_HINT = "bfloat16 keeps 8 significant bits: how far apart are the bfloat16 numbers between 256 and 512?"
+    hint = (
+        "half of float16's smallest subnormal (2**-24) is the rounding boundary; which power of ten is the first "
+        "one below it?"
+    )
+    return _one_number(answer, largest_lost, slip, hint, show, rtol=1e-9)
 
 
 def _bf16_gap_above(w: float) -> float:
@@ -95,15 +77,17 @@ def _bf16_gap_above(w: float) -> float:
     return (torch.nextafter(t, torch.tensor(math.inf, dtype=torch.bfloat16)) - t).item()
 
 
-@exercise(
-    2,
-    "The swamping threshold",
-    mistakes=[
-        Mistake("the whole gap", _GAP_HINT),
-        Mistake("the spacing at 1.0", _SPACING_HINT),
-        Mistake("just below the tie", _TIE_HINT),
-    ],
-)
+# Exercise 2's common wrong answers: name -> hint.
+_EX2 = {
+    "the whole gap": "an update of a whole gap lands exactly on the next bfloat16 value: it is not lost",
+    "the spacing at 1.0": "the spacing of bfloat16 grows with the value: how far apart are its numbers between "
+    "256 and 512?",
+    "just below the tie": "mind the tie: a sum exactly halfway between two bfloat16 numbers rounds to the one "
+    "with an even last bit",
+}
+
+
+@exercise(2, "The swamping threshold", mistakes=[Mistake(*m) for m in _EX2.items()])
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """The largest update ``u > 0`` with ``bfloat16(SWAMP_WEIGHT + u) == SWAMP_WEIGHT``."""
     gap, at_one = _bf16_gap_above(SWAMP_WEIGHT), _bf16_gap_above(1.0)
@@ -112,14 +96,15 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     tie_lost = (torch.tensor(SWAMP_WEIGHT) + half).to(torch.bfloat16).item() == SWAMP_WEIGHT
     largest_lost = half if tie_lost else math.nextafter(half, 0.0)
 
-    def diagnose(a: float) -> str | None:
+    def slip(a: float) -> str | None:
         if math.isclose(a, gap, rel_tol=1e-6):
-            return _GAP_HINT
+            return _EX2["the whole gap"]
         if any(math.isclose(a, g, rel_tol=1e-6) for g in (at_one, at_one / 2, at_one / 4)):
-            return _SPACING_HINT
-        return _TIE_HINT if half / 2 < a < largest_lost else None
+            return _EX2["the spacing at 1.0"]
+        return _EX2["just below the tie"] if half / 2 < a < largest_lost else None
 
-    return _one_number(answer, largest_lost, diagnose, _SWAMP_HINT, show)
+    hint = "bfloat16 keeps 8 significant bits: how far apart are the bfloat16 numbers between 256 and 512?"
+    return _one_number(answer, largest_lost, slip, hint, show)
 
 
 _TOO_LATE_HINT = "the float16 logits are already inf: a float32 softmax of inf - inf is still nan"
