@@ -128,15 +128,12 @@ def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
     outs = _outputs(scale_fn, name, [(x,) for x in tensors.values()])
     if isinstance(outs, CheckResult):
         return outs
-    results = dict(zip(tensors, outs, strict=True))
-    got = {c: None if isinstance(out, _Raised) else _as_float32(out) for c, out in results.items()}
-    problems = {
-        c: out
-        if isinstance(out, _Raised)
-        else f"returned {type(out).__name__} {_show(out)[:60]}, not one number"
-        for c, out in results.items()
-        if got[c] is None
-    }
+    got, problems = {}, {}
+    for c, out in zip(tensors, outs, strict=True):
+        got[c] = None if isinstance(out, _Raised) else _as_float32(out)
+        if got[c] is None:  # what it raised, or what it returned instead of a number
+            what = f"returned {type(out).__name__} {_show(out)[:60]}, not one number"
+            problems[c] = out if isinstance(out, _Raised) else what
     zero = got[ZERO_CASE]
     if "ZeroDivision" in problems.get(ZERO_CASE, "") or (zero is not None and not zero.isfinite()):
         what = problems.get(ZERO_CASE) or f"returned {_show(zero)}"
@@ -145,26 +142,20 @@ def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
         case, text = next(iter(problems.items()))
         return _no(f"`{name}` on {case}: {text}.", _SCALE_HINT)
     want = {c: fp8.tensorwise_scale(x, E4M3) for c, x in tensors.items()}
-    # exact (NaN equal to NaN), or within one float32 ulp: a scale computed in float32 rather than float64
-    exact = {c: torch.equal(got[c], want[c]) or bool(got[c].isnan() & want[c].isnan()) for c in got}
-    ulp = torch.finfo(torch.float32).eps
+    # exact, or within one float32 ulp: a scale computed in float32 rather than float64
+    exact, ulp = {c: torch.equal(got[c], want[c]) for c in got}, torch.finfo(torch.float32).eps
     wrong = [c for c in got if not exact[c] and not abs(got[c] - want[c]) <= ulp * abs(want[c])]
     if not wrong:
         how = "bit for bit" if all(exact.values()) else "within one float32 ulp (a scale computed in float32)"
         text = f"`{name}` equals fp8.tensorwise_scale (torchao's) on all {len(got)} tensors, {how}."
         return finish("exact" if all(exact.values()) else "close", text, show=False)
-    slip = next(
-        (
-            m
-            for m, rule in _SCALE_SLIPS.items()
-            if all(
-                math.isclose(got[c].item(), rule(x).item(), rel_tol=1e-5)
-                for c, x in tensors.items()
-                if c != ZERO_CASE
-            )
-        ),
-        "another floor for amax" if wrong == [ZERO_CASE] else None,
-    )
+    nonzero = [c for c in got if c != ZERO_CASE]
+    slips = [
+        m
+        for m, rule in _SCALE_SLIPS.items()
+        if all(math.isclose(got[c].item(), rule(tensors[c]).item(), rel_tol=1e-5) for c in nonzero)
+    ]
+    slip = slips[0] if slips else "another floor for amax" if wrong == [ZERO_CASE] else None
     notes = [f"on {c}: yours {_show(got[c])}, fp8.tensorwise_scale {_show(want[c])}" for c in wrong[:2]]
     head = f"`{name}` differs from fp8.tensorwise_scale on {len(wrong)} of {len(got)} tensors."
     return finish("wrong", head, [*notes, f"hint: {_EX1.get(slip, _SCALE_HINT)}"], show=False)
