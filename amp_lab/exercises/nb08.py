@@ -166,14 +166,9 @@ def _quantize_part(quantize_fn, name: str = "my_quantize") -> CheckResult:
     normal, with_nan = tensors["normal values"], tensors["normal values"].clone()
     with_nan[0, 0] = math.nan
     cases = [(f"{c}, at its tensorwise scale", x, fp8.tensorwise_scale(x, E4M3)) for c, x in tensors.items()]
-    cases += [
-        (
-            "normal values at 8 times their scale (many saturate)",
-            normal,
-            8 * fp8.tensorwise_scale(normal, E4M3),
-        ),
-        ("a tensor holding a NaN, scale 1", with_nan, torch.tensor(1.0)),
-    ]
+    many = 8 * fp8.tensorwise_scale(normal, E4M3)
+    cases += [("normal values at 8 times their scale (many saturate)", normal, many)]
+    cases += [("a tensor holding a NaN, scale 1", with_nan, torch.tensor(1.0))]
     outs = _outputs(quantize_fn, name, [(x, scale) for _, x, scale in cases])
     if isinstance(outs, CheckResult):
         return outs
@@ -396,9 +391,8 @@ def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
     at no step of ``amaxes``."""
     best = next((m for m in range(MAX_MARGIN + 1) if not _saturated_steps(amaxes, history_len, m)), None)
     if best is None:
-        raise ValueError(
-            f"no margin up to {MAX_MARGIN} avoids saturation on these amaxes: choose a smaller spike"
-        )
+        text = f"no margin up to {MAX_MARGIN} avoids saturation on these amaxes: choose a smaller spike"
+        raise ValueError(text)
     if is_placeholder(answer):
         return no_answer("answer", show, "a margin (an integer)")
     margin = _whole(answer)
