@@ -85,16 +85,13 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
         return _no(text, show, _GENERIC_HINT)
     right, notes, missing = [], [], []
     for key, want in expected.items():
-        given = answer.get(key)
-        got = read_dtype(given)
+        got = read_dtype(given := answer.get(key))
         if is_placeholder(given):
             missing.append(key)
         elif got == want:
             right.append(key)
         elif got is None:
-            notes.append(
-                f"answer[{key!r}] = {given!r:.40} is not a dtype; write e.g. torch.float32 or 'bf16'."
-            )
+            notes.append(f"answer[{key!r}] = {given!r:.40} is not a dtype (e.g. torch.float32 or 'bf16').")
         else:
             hint = _PROMOTE_NOT_FP32_HINT if key == "hh" and got == torch.float32 else _HINTS[key]
             notes.append(f"answer[{key!r}] = {dtype_name(got)} is not what the line gives: {hint}.")
@@ -105,8 +102,7 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
         return finish("exact", f"all {len(right)} dtypes in `answer` are right.", show=show, details=details)
     if missing:
         notes.append("not answered yet: " + ", ".join(repr(k) for k in missing))
-    extra = [repr(k) for k in answer if k not in expected]
-    if extra:
+    if extra := [repr(k) for k in answer if k not in expected]:
         notes.append("not asked (ignored): " + ", ".join(extra))
     head = f"{len(right)} of {len(expected)} dtypes in `answer` are right."
     return finish("wrong", head, notes, show=show, details=details)

@@ -78,13 +78,10 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     items = answer if isinstance(answer, (set, frozenset, list, tuple, Mapping)) else [answer]
     picked = {norm(x) for x in items if isinstance(x, str)}
     missed = [_FLAW_MISTAKES[k].hint for k in _REAL_FLAWS if picked and k not in picked]
+    explanations = {k: _FLAW_MISTAKES[k].hint for k in FLAWS if k not in _REAL_FLAWS}
+    hint = "; ".join(missed) or say("nb06.loop")
     return check_set(
-        answer,
-        _REAL_FLAWS,
-        options=list(FLAWS),
-        explanations={k: _FLAW_MISTAKES[k].hint for k in FLAWS if k not in _REAL_FLAWS},
-        hint="; ".join(missed) or say("nb06.loop"),
-        show=show,
+        answer, _REAL_FLAWS, options=list(FLAWS), explanations=explanations, hint=hint, show=show
     )
 
 
