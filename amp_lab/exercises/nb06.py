@@ -171,12 +171,8 @@ def ex4(answer, result, *, show: bool = True) -> CheckResult:
             hint = say("nb06.outcome")
         elif claims_faster == faster:
             hint = say("nb06.hardware")
-    facts = dict(
-        interval=result.speedup_interval,
-        outcome=result.outcome,
-        low=dtype_name(result.dtype),
-        native={True: "yes", False: "no", None: "unknown"}[native],
-    )
+    facts = {"interval": result.speedup_interval, "outcome": result.outcome, "low": dtype_name(result.dtype)}
+    facts["native"] = {True: "yes", False: "no", None: "unknown"}[native]
     explanations = {**{k: say(f"nb06.needs_{k}", **facts) for k in _STATEMENTS}, "e": say("nb06.memory")}
     return check_choice(
         answer, accepted, options=list("abcde"), explanations=explanations, hint=hint, show=show

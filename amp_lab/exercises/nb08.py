@@ -355,8 +355,7 @@ def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
         text = f"block size {size} meets the target (FP4 loses {fp4[size]:.2%} to zero), but a larger one "
         text += "does too."
         return _no(text, _EX3["a smaller block size than needed"], show)
-    e4m3 = _block_losses(x, "fp8_e4m3")
-    e4m3_best = max((b for b, lost in e4m3.items() if lost <= target), default=None)
+    e4m3_best = max((b for b, lost in _block_losses(x, "fp8_e4m3").items() if lost <= target), default=None)
     text = f"block size {size}: FP4 E2M1 flushes {fp4[size]:.2%} of acts' non-zero values to zero, above the "
     slip = "answering for E4M3" if size == e4m3_best else "a block size that misses the target"
     return _no(text + f"target {target:.2%}.", _EX3[slip], show)
