@@ -1,9 +1,5 @@
-"""Exercises of notebook 06 (the timing race).
-
-Exercise 1 reasons about the tutorial loop; 2 diagnoses :data:`TIMING_LOOP` from the flaws in :data:`FLAWS`;
-3 and 4 are answered from the learner's own roofline (``roof``) and race (``result``), so they hold whatever
-those measurements say.  Every sentence is a reason code of ``exercises_nb06`` in ``amp_lab/reasons.json``.
-"""
+"""Exercises of notebook 06 (the timing race): 3 and 4 are answered from the learner's own roofline (``roof``)
+and race (``result``).  Every sentence is a reason code of ``exercises_nb06`` in ``amp_lab/reasons.json``."""
 
 from __future__ import annotations
 

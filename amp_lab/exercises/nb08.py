@@ -1,7 +1,5 @@
-"""Exercises of notebook 08 (FP8 and block scaling): the tensorwise scale and saturating cast (1), the
-delayed-scaling rule (2), an MX block size for FP4 (3) and the margin that absorbs a spike (4).  Expected
-values come from :mod:`amp_lab.fp8` and :mod:`amp_lab.mx`; a common wrong rule is recognised by running it
-beside the learner's."""
+"""Exercises of notebook 08 (FP8 and block scaling): expected values come from :mod:`amp_lab.fp8` and
+:mod:`amp_lab.mx`; a common wrong rule is recognised by running it beside the learner's."""
 
 from __future__ import annotations
 
