@@ -1,5 +1,5 @@
 """Notebook 05's exercises: the solutions pass, unfilled answers are not attempted, every common wrong
-answer gets its hint, and bad arguments raise.  Expected dtypes and policies are recomputed here by
+answer gets its hint.  Expected dtypes and policies are recomputed here by
 running autocast itself (on the CPU), not read from amp_lab.exercises.nb05."""
 
 from __future__ import annotations
@@ -120,15 +120,3 @@ def test_ex3_safe_variance():
     for wrong in (lambda x: x.sum() / 0, lambda x: 1 / 0, lambda x: torch.zeros(3), lambda x: torch.zeros(())):
         assert run_check(nb05.ex3, wrong, CPU).status == "not yet"
     assert run_check(nb05.ex3, 3.0, CPU).status == "not yet"
-
-
-@pytest.mark.parametrize("ex", [nb05.ex1, nb05.ex2, nb05.ex3, nb05.ex4])
-def test_bad_device_or_show_raise(ex):
-    with pytest.raises(TypeError, match="device"):
-        ex.check(None, 3, show=False)
-    with pytest.raises(TypeError, match="device"):
-        ex.check(None, None, show=False)
-    with pytest.raises(ValueError, match="device"):
-        ex.check(None, "toaster", show=False)
-    with pytest.raises(TypeError, match="show"):
-        ex.check(None, CPU, show="yes")

@@ -1,5 +1,5 @@
 """Notebook 07's exercises: the solutions pass, unfilled answers are not attempted, every common wrong
-answer gets its hint, and bad arguments raise.  The right answers are written here from the recipe's
+answer gets its hint.  The right answers are written here from the recipe's
 rules and checked against torch (GradScaler, clip_grad_norm_), not read from amp_lab.exercises.nb07."""
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def test_ex2_l4():
     assert_passes(nb07.ex2, "bf16", False)
     assert_not_attempted(nb07.ex2, None, None)
     half = run_check(nb07.ex2, torch.bfloat16, None)
-    assert half.status == "not yet" and "1 of 2 parts passed" in half.message
+    assert half.status == "not yet"
+    assert [p.status for p in half.details["parts"]] == ["passed", "not attempted"]
     r = feed_mistake(nb07.ex2, "float16 from the datasheet", torch.float16, False)
     assert "mantissa" not in r.message and "exponent bits" not in r.message.split("hint")[0]
     feed_mistake(nb07.ex2, "a GradScaler for bfloat16", torch.bfloat16, True)
@@ -108,7 +109,8 @@ def test_ex3_unscale_and_clip():
     def returns_new(grads, scale, max_norm):
         return [g / scale for g in grads]
 
-    for wrong in (skeleton, raises, returns_new, 3.0, lambda g, s, m: None):
+    feed_mistake(nb07.ex3, "rebinding instead of in place", returns_new)
+    for wrong in (skeleton, raises, 3.0, lambda g, s, m: None):
         assert run_check(nb07.ex3, wrong).status == "not yet", wrong
 
 
@@ -122,10 +124,3 @@ def test_ex4_checkpoint():
     feed_mistake(nb07.ex4, "autocast state", must | {"autocast state"})
     for wrong in (set(nb07.CHECKPOINT_OPTIONS), {"model weights"}, "model weights", 3, [[1]]):
         assert run_check(nb07.ex4, wrong).status == "not yet"
-
-
-@pytest.mark.parametrize(("ex", "args"), [(nb07.ex1, (None,)), (nb07.ex2, (None, None)), (nb07.ex3, (None,)),
-                                          (nb07.ex4, (None,))])
-def test_bad_show_raises(ex, args):
-    with pytest.raises(TypeError, match="show"):
-        ex.check(*args, show="yes")

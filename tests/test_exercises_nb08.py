@@ -2,7 +2,7 @@
 
 The solutions (as in the solutions notebook) pass; the skeletons are "not attempted"; every common
 wrong answer the module declares is written here as the code a learner would write, and is caught
-with its hint; bad non-answer arguments raise ValueError/TypeError naming them.
+with its hint; measurements no answer can meet raise ValueError naming them.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def test_ex1_unfilled_is_not_attempted():
     assert_not_attempted(nb08.ex1, None, None)
     assert_not_attempted(nb08.ex1, scale_skeleton, quantize_skeleton)
     one = run_check(nb08.ex1, my_tensorwise_scale, None)
-    assert one.status == "not yet" and "1 of 2 parts passed" in one.message
+    assert one.status == "not yet"
+    assert [p.status for p in one.details["parts"]] == ["passed", "not attempted"]
 
 
 def test_ex1_mistakes():
@@ -92,11 +93,6 @@ def test_ex1_a_function_that_raises_or_returns_junk_is_not_yet_not_a_traceback()
     assert run_check(nb08.ex1, 3.0, my_quantize).status == "not yet"
     assert run_check(nb08.ex1, my_tensorwise_scale, lambda x, s: x[:2]).status == "not yet"
     assert run_check(nb08.ex1, my_tensorwise_scale, lambda x, s: torch.zeros_like(x).to(torch.float8_e4m3fn)).status == "not yet"
-
-
-def test_ex1_bad_show_raises():
-    with pytest.raises(TypeError, match="show"):
-        nb08.ex1.check(my_tensorwise_scale, my_quantize, show="yes")
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,7 +226,8 @@ def test_ex2_errors_in_the_learners_class_are_reported():
             self.scale = E4M3_MAX / max(self.history)
 
     result = run_check(nb08.ex2, Divides)
-    assert result.status == "not yet" and f"hint: {nb08._ZERO_HINT}" in result.message
+    assert result.status == "not yet"
+    assert nb08.ex2.mistake("an inf scale from an all-zero tensor").hint in result.message
     assert run_check(nb08.ex2, 42).status == "not yet"
 
 
@@ -280,30 +277,14 @@ def test_ex3_fp4_error_grows_with_the_block_size_on_these_activations(acts):
     assert all(nb08._block_losses(acts, "fp8_e4m3")[b] < e[b] for b in sizes)
 
 
-def test_lost_to_zero_counts_only_nonzero_elements_that_became_zero():
-    x = torch.tensor([0.0, 1.0, 2.0, 3.0])
-    assert nb08._lost_to_zero(x, torch.tensor([0.0, 0.0, 2.0, 0.0])) == 2 / 3
-    assert nb08._lost_to_zero(torch.zeros(3), torch.zeros(3)) == 0.0
-
-
 def test_ex3_float_answer_of_a_size_counts(acts):
     target = _target_between(acts, 32, 64)
     assert_passes(nb08.ex3, 32.0, acts, target)
 
 
-def test_ex3_bad_arguments(acts):
-    with pytest.raises(TypeError, match="acts"):
-        nb08.ex3.check(32, [1.0, 2.0], 0.1)
-    with pytest.raises(ValueError, match="acts"):
-        nb08.ex3.check(32, torch.tensor([1.0, math.inf] * 64), 0.1)
+def test_ex3_a_target_no_block_size_meets_raises(acts):
     with pytest.raises(ValueError, match="target"):
-        nb08.ex3.check(32, acts, 2.0)
-    with pytest.raises(TypeError, match="target"):
-        nb08.ex3.check(32, acts, "0.1")
-    with pytest.raises(ValueError, match="target"):
-        nb08.ex3.check(32, acts, 1e-9)  # FP4 meets it at no block size
-    with pytest.raises(ValueError, match="acts"):
-        nb08.ex3.check(32, torch.ones(4, 7), 0.1)  # no block size divides 7
+        nb08.ex3.check(32, acts, 1e-9)
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,19 +320,7 @@ def test_ex4_saturated_steps_agrees_with_scaling_trajectory():
         assert traj.saturated_steps == nb08._saturated_steps(AMAXES, HISTORY_LEN, margin)
 
 
-def test_ex4_bad_arguments():
-    with pytest.raises(TypeError, match="amaxes"):
-        nb08.ex4.check(5, "1 2 3", HISTORY_LEN)
-    with pytest.raises(ValueError, match="amaxes"):
-        nb08.ex4.check(5, [1.0, -2.0], HISTORY_LEN)
-    with pytest.raises(ValueError, match="amaxes"):
-        nb08.ex4.check(5, [], HISTORY_LEN)
-    with pytest.raises(ValueError, match="history_len"):
-        nb08.ex4.check(5, AMAXES, 0)
-    with pytest.raises(TypeError, match="history_len"):
-        nb08.ex4.check(5, AMAXES, 2.0)
-    with pytest.raises(ValueError, match="amaxes"):
-        nb08.ex4.check(5, [1000.0, 1.0], HISTORY_LEN)
+def test_ex4_a_spike_no_margin_absorbs_raises():
     with pytest.raises(ValueError, match="margin"):
         nb08.ex4.check(5, [1.0, 1e12], HISTORY_LEN)  # beyond any margin up to MAX_MARGIN
 
@@ -387,7 +356,8 @@ def test_ex4_passes_exactly_the_smallest_margin_scaling_trajectory_finds(growth,
 def test_ex3_passes_exactly_the_largest_block_size_meeting_the_target(seed, spread, quantile):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(16, 64, generator=g) * torch.exp(spread * torch.randn(16, 64, generator=g))
-    lost = {b: nb08._lost_to_zero(x, mx.mx_quantize(x, "fp4_e2m1", b)) for b in (8, 16, 32, 64)}
+    nonzero = x != 0
+    lost = {b: ((mx.mx_quantize(x, "fp4_e2m1", b) == 0) & nonzero).sum().item() / nonzero.sum().item() for b in (8, 16, 32, 64)}
     target = min(max(sorted(lost.values())[int(quantile * 3.999)], 1e-6), 0.999)
     best = max(b for b, v in lost.items() if v <= target)
     assert_passes(nb08.ex3, best, x, target)

@@ -1,5 +1,5 @@
 """amp_lab.exercises.nb09 (09_pitfalls): the solutions pass, unfilled answers are not attempted, every
-common wrong answer gets its hint, and bad measurement arguments raise naming them."""
+common wrong answer gets its hint, and the fixes follow the learner's own measurement."""
 
 from __future__ import annotations
 
@@ -73,24 +73,12 @@ def test_ex3_follows_the_measurement(att):
     assert run_check(nb09.ex3, FIXES, other).status == "not yet"
 
 
-def test_ex3_rejects_a_bad_measurement(att):
-    with pytest.raises(TypeError, match="att"):
-        nb09.ex3.check(FIXES, "att", show=False)
-    with pytest.raises(TypeError, match="att"):
-        nb09.ex3.check(FIXES, None, show=False)
-    none_ok = {n: dataclasses.replace(v, inf_logits=1) for n, v in att.variants.items()}
-    with pytest.raises(ValueError, match="att"):
-        nb09.ex3.check(FIXES, dataclasses.replace(att, variants=none_ok), show=False)
-    with pytest.raises(TypeError, match="show"):
-        nb09.ex1.check(1e-8, show="yes")
-
-
 JUNK = [0, -1, 1.5, float("nan"), float("inf"), True, "", "bf16", "x" * 500, [], {}, set(), {"a": 1}, [[1]],
         torch.ones(2), object(), lambda: None, b"a", {"bf16", 3}, (None,), 2**2000]  # fmt: skip
 
 
 def test_no_answer_raises(att):
     for junk in JUNK:
-        for ex, args in ((nb09.ex1, ()), (nb09.ex2, ()), (nb09.ex3, (att,))):
+        for ex, args in ((nb09.ex3, (att,)),):  # exercises 1 and 2: test_exercises_base
             status = run_check(ex, junk, *args).status
             assert status in ("not yet", "not attempted"), (ex, junk, status)
