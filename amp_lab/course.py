@@ -1,9 +1,8 @@
 """The course map: each notebook and what it will do on this machine (``00_setup_check``).
 
-The lessons are read from the notebooks themselves (their ``# NN · Title`` heading and ``**Time:** about N
-minutes``), so a new notebook joins the map by being there.  What a lesson does on a machine is a
-:class:`~amp_lab.text.Reading` composed from the machine report (``hardware.describe()``): its device, its
-dtype and its verdict, a prediction from hardware facts.  None of them states a measured outcome.
+The lessons are read from the notebooks (their ``# NN · Title`` heading and ``**Time:** about N minutes``),
+so a new notebook joins the map by being there.  What a lesson does on a machine is a
+:class:`~amp_lab.text.Reading` composed from the machine report: a prediction, never a measured outcome.
 """
 
 from __future__ import annotations
@@ -33,8 +32,7 @@ class Lesson:
 
 
 def read_lesson(path: Path) -> Lesson:
-    """A notebook's place on the map, from its first cells: the ``# NN · Title`` heading and the
-    ``**Time:** about N minutes`` line."""
+    """A notebook's place on the map, from the heading and the time in its first cells."""
     nb = nbformat.read(path, as_version=4)
     header = "\n".join(c.source for c in nb.cells[:3] if c.cell_type == "markdown")
     title = re.search(r"^# \d\d · (.+)$", header, re.M)
@@ -53,82 +51,56 @@ def lessons(directory: Path = NOTEBOOKS) -> tuple[Lesson, ...]:
 
 LESSONS = lessons()
 
-
-def _where(report: MachineReport) -> str:
-    if report.race_device == "cuda":
-        return report.gpu_name or "the GPU"
-    if report.race_device == "mps":
-        return "the Apple GPU (MPS)"
-    return "the CPU"
-
-
-def _fp16_on_cpu(report: MachineReport) -> str:
-    native = cpu_has_native(torch.float16, report.cpu_flags)
-    if native:
-        return "course.04_cpu_fp16_native"
-    return "course.04_cpu_fp16_emulated" if native is False else "course.04_cpu_fp16_unknown"
-
-
-def _fp8(report: MachineReport, facts: dict) -> str:
-    # Where FP8 GEMMs run is a pure function of the GPU's facts; without them the notebook runs its FP8
-    # cells on the CPU, whose torch._scaled_mm emulates them.
-    if report.race_device != "cuda":
-        return "course.08_cpu"
-    support = fp8_matmul_support(report.capability, list(report.arch_list) or None)
-    facts["reason"] = support.reason
-    return "course.08_gpu" if support.supported else "course.08_gpu_without_fp8"
+# the notebooks whose reading is the same on every machine
+_FIXED = {
+    "00": "course.same_everywhere",
+    "01": "course.same_everywhere",
+    "03": "course.03",
+    "06": "course.06",
+}
 
 
 def on_this_machine(lesson: Lesson, report: MachineReport) -> Reading:
-    """What ``lesson`` will do on the machine ``report`` describes: a reading whose ``str`` is one sentence.
-
-    Every statement about speed or memory is composed from the report's verdict (its dtype, GradScaler and
-    prediction), never typed as a fixed outcome, so each machine reads its own story: a prediction that
-    notebooks 06 and 07 then measure."""
-    check_instance("lesson", lesson, Lesson, "a Lesson (one of course.LESSONS)")
-    check_instance(
-        "report", report, MachineReport, "a MachineReport (hardware.describe() or hardware.report_for())"
-    )
+    """What ``lesson`` will do on the machine ``report`` describes, composed from the report's facts and
+    verdict (a prediction that notebooks 06 and 07 then measure)."""
     device, cuda = report.race_device, report.race_device == "cuda"
+    where = {"cuda": report.gpu_name or "the GPU", "mps": "the Apple GPU (MPS)"}.get(device, "the CPU")
     facts = {
-        "where": _where(report),
+        "where": where,
         "device": device,
         "dtype": str(report.race_dtype).removeprefix("torch."),
         "verdict": report.verdict,
         "labels": " and ".join(cpu_native_labels(torch.float16, report.cpu_flags)),
     }
     number = lesson.file[:2]
-    if number in ("00", "01"):
-        code = "course.same_everywhere"
-    elif number == "02":
+    code = _FIXED.get(number, "course.see_the_notebook")
+    if number == "02":
         code = "course.02_cuda" if cuda else "course.02_cpu"
-    elif number == "03":
-        code = "course.03"
+    elif number == "04" and device != "cpu":
+        code = "course.04_gpu"
     elif number == "04":
-        code = "course.04_gpu" if device != "cpu" else _fp16_on_cpu(report)
+        native = cpu_has_native(torch.float16, report.cpu_flags)
+        code = {True: "course.04_cpu_fp16_native", False: "course.04_cpu_fp16_emulated"}.get(
+            native, "course.04_cpu_fp16_unknown"
+        )
     elif number == "05":
-        code = "course.05_cuda" if cuda else ("course.05_mps" if device == "mps" else "course.05_cpu")
-    elif number == "06":
-        code = "course.06"
+        code = {"cuda": "course.05_cuda", "mps": "course.05_mps"}.get(device, "course.05_cpu")
     elif number == "07":
-        # 07 trains in what its decision flow picks from the report's hardware facts (not from a verdict
-        # stored in the report, which a report with replaced facts may carry stale): say the same.
+        # 07 trains in what its decision flow picks from the report's facts (not a verdict the report may carry stale)
         choice = choose_amp_dtype(report)
         facts["dtype"] = str(choice.dtype).removeprefix("torch.")
-        scaler = "course.07_scaler" if choice.use_scaler else "course.07_no_scaler"
-        expect = {
-            True: "course.expect_faster",
-            False: "course.expect_not_faster",
-            None: "course.expect_unknown",
-        }
-        return Reading(scaler, (expect[choice.expect_speedup],), facts)
+        expect = {True: "course.expect_faster", False: "course.expect_not_faster"}.get(
+            choice.expect_speedup, "course.expect_unknown"
+        )
+        return Reading("course.07_scaler" if choice.use_scaler else "course.07_no_scaler", (expect,), facts)
+    elif number == "08" and cuda:  # where FP8 GEMMs run is a pure function of the GPU's facts
+        support = fp8_matmul_support(report.capability, list(report.arch_list) or None)
+        facts["reason"] = support.reason
+        code = "course.08_gpu" if support.supported else "course.08_gpu_without_fp8"
     elif number == "08":
-        code = _fp8(report, facts)
-    elif number == "09":
-        # The subnormal timing is a CPU pitfall: it runs on the CPU whatever the device.
+        code = "course.08_cpu"  # the CPU's torch._scaled_mm emulates them
+    elif number == "09":  # the subnormal timing is a CPU pitfall: it runs on the CPU whatever the device
         code = "course.09_cpu" if device == "cpu" else "course.09_elsewhere"
-    else:
-        code = "course.see_the_notebook"
     return Reading(code, (), facts)
 
 
