@@ -178,28 +178,22 @@ def num(x: float) -> str:
 def as_float64(x, name: str, *, allow_bool: bool = False) -> tuple[torch.Tensor | None, Note | None]:
     """``x`` as a float64 tensor, or the :class:`Note` on why it is not a number.  Bools are yes/no
     values, not numbers, unless ``allow_bool`` (the expected answer is itself a bool tensor)."""
-    if isinstance(x, torch.Tensor):
-        if x.is_complex():
-            return None, note("check.complex_answer", name=name)
-        if x.dtype == torch.bool and not allow_bool:
-            return None, note("check.bool_tensor_answer", name=name)
-        return float64_on_cpu(x), None
     if isinstance(x, (str, bytes)):
         return None, note("check.text_answer", name=name, text=x)
-    if isinstance(x, (bool, np.bool_)):
-        return None, note("check.bool_answer", name=name, value=x)
-    if isinstance(x, Integral):
+    if isinstance(x, Integral) and not isinstance(x, bool):
         try:
-            float(x)
+            return torch.tensor(float(x), dtype=torch.float64), None
         except OverflowError:
             return None, note("check.huge_int_answer", name=name, bits=int(x).bit_length())
     try:
-        t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
+        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
     except (TypeError, ValueError, RuntimeError, OverflowError):
         return None, note("check.not_a_number", name=name, kind=type(x).__name__)
-    if not allow_bool and isinstance(x, (np.ndarray, list, tuple)) and np.asarray(x).dtype == np.bool_:
-        return None, note("check.bools_answer", name=name)
-    return t, None
+    if t.is_complex():
+        return None, note("check.complex_answer", name=name)
+    if t.dtype == torch.bool and not allow_bool:
+        return None, note("check.bool_answer", name=name)
+    return float64_on_cpu(t), None
 
 
 def power_of_two(r: float) -> int | None:

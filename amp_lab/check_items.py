@@ -282,46 +282,16 @@ def _args_text(args: tuple) -> str:
 
 def _compare_any(got, expected, *, dtype, rtol, atol, name) -> CheckResult:
     """A result against the reference's: tensors and numbers by :func:`check_tensor` / :func:`check_value`,
-    dicts key by key and lists item by item (recursively), anything else with ``==``."""
+    anything else with ``==``."""
     tol = {"dtype": dtype, "rtol": rtol, "atol": atol}
-
-    def wrong(text: str) -> CheckResult:
-        return CheckResult("wrong", f"{MARK['wrong']}: `{name}` {text}.")
-
     if isinstance(expected, torch.Tensor) or tensor_list(expected):
         return check_tensor(got, expected, name=name, show=False, **tol)
     if isinstance(expected, Number) and not isinstance(expected, bool):
         return check_value(got, expected, name=name, show=False, **tol)
-    if isinstance(expected, Mapping):
-        if not isinstance(got, Mapping):
-            return wrong(f"should be a dict, got a {type(got).__name__}")
-        missing = [k for k in expected if k not in got]
-        extra = [k for k in got if k not in expected]
-        if missing or extra:
-            keys = [
-                f"{what} keys {_listed(ks)}"
-                for what, ks in (("missing", missing), ("unexpected", extra))
-                if ks
-            ]
-            return wrong("has " + " and ".join(keys))
-        pairs = [(f"{name}[{k!r}]", got[k], e) for k, e in expected.items()]
-    elif isinstance(expected, (list, tuple)):
-        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
-            return wrong(f"should have {len(expected)} items")
-        pairs = [(f"{name}[{k}]", g, e) for k, (g, e) in enumerate(zip(got, expected, strict=True))]
-    else:
-        try:
-            same = bool(got == expected)
-        except Exception:  # e.g. a tensor or array compared with something else: not equal
-            same = False
-        return (
-            CheckResult("exact", f"{MARK['exact']}: `{name}` matches.")
-            if same
-            else wrong(f"= {got!r:.80} differs from the reference")
-        )
-    parts = [_compare_any(g, e, name=n, **tol) for n, g, e in pairs]
-    verdict = worst_verdict(p.verdict for p in parts)
-    lines = [line for p in parts if p.verdict != "exact" for line in body_lines(p)]
-    head = f"{MARK[verdict]}: " + (lines[0] if lines else f"`{name}` matches.")
-    reasons = tuple(dict.fromkeys(c for p in parts for c in p.reasons))
-    return CheckResult(verdict, "\n".join([head, *lines[1:]]), reasons=reasons)
+    try:
+        same = bool(got == expected)
+    except Exception:  # e.g. a tensor compared with something else: not equal
+        same = False
+    if same:
+        return CheckResult("exact", f"{MARK['exact']}: `{name}` matches.")
+    return CheckResult("wrong", f"{MARK['wrong']}: `{name}` = {got!r:.80} differs from the reference.")

@@ -691,11 +691,7 @@ def test_bools_are_not_numbers(answer):
         if not isinstance(answer, list)
         else _C.check_tensor(answer, torch.ones(1), show=False)
     )
-    assert r.verdict == "wrong" and r.reasons[0] in (
-        "check.bool_answer",
-        "check.bool_tensor_answer",
-        "check.bools_answer",
-    )
+    assert r.verdict == "wrong" and r.reasons == ("check.bool_answer",)
 
 
 def test_bool_tensors_compare_with_bool_expectations():
@@ -708,29 +704,10 @@ def test_numpy_scalars_are_numbers_in_checks(answer):
     assert _C.check_value(answer, 0.5, show=False).verdict == "exact"
 
 
-def test_check_function_compares_dicts_of_tensors():
-    def ref(d):
-        return {"w": d["w"] * 2, "parts": [d["w"], 1.0]}
-
-    cases = [({"w": torch.ones(3)},)]
-    assert check_function(ref, ref, cases, show=False).verdict == "exact"
-    wrong = check_function(lambda d: {"w": d["w"] * 4, "parts": [d["w"], 1.0]}, ref, cases, show=False)
-    assert (
-        wrong.verdict == "wrong"
-        and "result['w']" in wrong.message
-        and wrong.reasons == ("check.exponent_too_large",)
-    )
-    missing = check_function(lambda d: {"w": d["w"] * 2}, ref, cases, show=False)
-    assert missing.verdict == "wrong" and "'parts'" in missing.message
-    not_dict = check_function(lambda d: d["w"] * 2, ref, cases, show=False)
-    assert not_dict.verdict == "wrong"
-
-    def scale_(d):  # in place, on a dict argument
-        d["w"].mul_(2)
-
-    assert check_function(scale_, scale_, cases, show=False).verdict == "exact"
-    off = check_function(lambda d: d["w"].mul_(3) and None, scale_, cases, show=False)
-    assert off.verdict == "wrong"
+def test_check_function_compares_other_results_with_eq():
+    assert check_function(lambda: "fp16", lambda: "fp16", [()], show=False).verdict == "exact"
+    r = check_function(lambda: {"w": 1}, lambda: {"w": 2}, [()], show=False)
+    assert r.verdict == "wrong" and "result" in r.message
 
 
 def test_check_bits_accepts_numpy_integers():
