@@ -677,11 +677,8 @@ _C = check
 
 
 def test_check_value_huge_ints():
-    # the learner's answer gets feedback; a bad expected value (the author's) is a ValueError naming it
     r = _C.check_value(2**2000, 1.0, show=False)
     assert r.verdict == "wrong" and r.reasons == ("check.huge_int_answer",) and "2001 bits" in r.message
-    with pytest.raises(ValueError, match="expected must be a number.*2001 bits"):
-        _C.check_value(1.0, 2**2000, show=False)
 
 
 @pytest.mark.parametrize("answer", [np.bool_(True), torch.tensor(True), torch.tensor([True, False]), [True]])
