@@ -11,6 +11,7 @@ The exercise modules are the callers: arguments other than the learner's answer 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
@@ -20,26 +21,122 @@ from . import formats
 from .check_base import (
     CheckResult,
     Note,
-    Precision,
-    as_float64,
     body_lines,
     finish,
     hint_lines,
-    infer_precision,
     is_placeholder,
     no_answer,
     note,
-    num,
-    power_of_two,
-    precision,
     read_dtype,
-    tensor_list,
-    worst_verdict,
 )
-from .dtypes import dtype_name
+from .device import float64_on_cpu
+from .dtypes import dtype_name, dtype_named
 from .text import say
 
 __all__ = ["check_value", "check_tensor", "check_bits", "check_dtype", "check_between"]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A precision to judge numbers in: its name, epsilon, and how to round to it (``fmt`` None: float64)."""
+
+    name: str
+    eps: float
+    fmt: formats.FloatFormat | None = None
+
+    def round(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` (float64) rounded to this precision, back in float64."""
+        if self.fmt is None:
+            return t
+        if self.fmt.torch_dtype is not None:
+            return float64_on_cpu(t.to(self.fmt.torch_dtype))
+        return float64_on_cpu(formats.round_to(t, self.fmt))
+
+    def ulp(self, value: float) -> float:
+        if self.fmt is None:
+            return math.ulp(max(abs(value), 2.0**-1022))
+        return formats.format_ulp(value, self.fmt)
+
+
+FLOAT64 = Precision("float64", 2.0**-52)
+
+
+def precision(dtype) -> Precision:
+    """A precision from a torch dtype, a name (``"fp16"``, ``"tf32"``, ...) or a FloatFormat."""
+    if dtype is torch.float64 or (isinstance(dtype, str) and dtype_named(dtype) is torch.float64):
+        return FLOAT64
+    try:
+        f = formats.get_format(dtype)
+    except ValueError:
+        raise ValueError(
+            f"dtype={dtype!r} is not allowed; use a floating torch dtype or one of: "
+            + ", ".join(repr(n) for n in (*formats.FORMAT_NAMES, "fp64"))
+        ) from None
+    return Precision(str(f.torch_dtype).removeprefix("torch.") if f.torch_dtype else f.name, f.eps, f)
+
+
+def infer_precision(answer, expected, dtype) -> Precision:
+    """``dtype``'s precision, else the first floating tensor's among ``answer`` and ``expected``, else float64."""
+    if dtype is not None:
+        return precision(dtype)
+    for t in (answer, expected):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            try:
+                return precision(t.dtype)
+            except ValueError:
+                continue
+    return FLOAT64
+
+
+def num(x: float) -> str:
+    """A number as a learner reads it: exact for short binary fractions, 6 significant digits otherwise."""
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    if x == int(x) and abs(x) < 1e16:
+        return str(int(x)) if x != 0 or math.copysign(1, x) > 0 else "-0.0"
+    return f"{x:.6g}"
+
+
+def as_float64(x, name: str, *, allow_bool: bool = False) -> tuple[torch.Tensor | None, Note | None]:
+    """``x`` as a float64 tensor, or the :class:`Note` on why it is not a number.  Bools are yes/no
+    values, not numbers, unless ``allow_bool`` (the expected answer is itself a bool tensor)."""
+    if isinstance(x, (str, bytes)):
+        return None, note("check.text_answer", name=name, text=x)
+    if isinstance(x, Integral) and not isinstance(x, bool):
+        try:
+            return torch.tensor(float(x), dtype=torch.float64, device="cpu"), None
+        except OverflowError:
+            return None, note("check.huge_int_answer", name=name, bits=int(x).bit_length())
+    try:
+        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None, note("check.not_a_number", name=name, kind=type(x).__name__)
+    if t.is_complex():
+        return None, note("check.complex_answer", name=name)
+    if t.dtype == torch.bool and not allow_bool:
+        return None, note("check.bool_answer", name=name)
+    return float64_on_cpu(t), None
+
+
+def power_of_two(r: float) -> int | None:
+    """``k`` when ``r`` is exactly ``2**k``, else None."""
+    if not math.isfinite(r) or r <= 0:
+        return None
+    m, e = math.frexp(r)
+    return e - 1 if m == 0.5 else None
+
+
+def tensor_list(x) -> list | None:
+    if isinstance(x, (list, tuple)) and x and all(isinstance(t, torch.Tensor) for t in x):
+        return list(x)
+    return None
+
+
+def worst_verdict(verdicts) -> str:
+    # a part left unanswered in an answer that has others makes the whole "not yet", not "not attempted"
+    order = ("exact", "close", "wrong")
+    return max(("wrong" if v == "unanswered" else v for v in verdicts), key=order.index, default="exact")
+
 
 # the formats a wrong answer may have been rounded to instead
 _OTHERS = ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2")

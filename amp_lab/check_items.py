@@ -14,22 +14,17 @@ from numbers import Number
 import torch
 
 from ._checks import bounded_list
-from .check import check_tensor, check_value
+from .check import check_tensor, check_value, num, power_of_two, tensor_list, worst_verdict
 from .check_base import (
     MARK,
     CheckResult,
     body_lines,
     finish,
-    hashable,
     hint_lines,
     is_placeholder,
     no_answer,
     norm,
     note,
-    num,
-    power_of_two,
-    tensor_list,
-    worst_verdict,
 )
 
 __all__ = ["check_choice", "check_set", "check_sequence", "check_function"]
@@ -40,6 +35,14 @@ _MAX_CASES_SHOWN = 5  # check_function lists at most this many failing cases, an
 
 def _listed(items) -> str:
     return ", ".join(repr(x) for x in items)
+
+
+def hashable(x) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
 
 
 def check_choice(
