@@ -1,11 +1,8 @@
 """Predict, then run: the learner commits a prediction before the cell that reveals the result.
 
-A prediction is a widget choice (``guess = predict.choice("Which dtype will softmax give?", ["float32",
-"bfloat16"])``, buttons with nothing selected) or a variable set by hand (``my_guess = None``).  The reveal
-cell calls ``reveal(guess, actual, explain=...)``: it prints what was predicted, what happened and whether
-the two agree, then the explanation (a readout's :class:`~amp_lab.text.Reading`, or a string).  Nothing
-committed is said plainly and never raises, so notebooks execute top to bottom; after a reveal the buttons
-are locked.
+A prediction is a widget choice (``guess = predict.choice("Which dtype?", ["float32", "bfloat16"])``) or a
+variable set by hand (``my_guess = None``).  ``reveal(guess, actual, explain=...)`` prints both, whether
+they agree and the explanation; nothing committed never raises, and a revealed choice is locked.
 """
 
 from __future__ import annotations
@@ -31,15 +28,10 @@ MAX_OPTIONS = 12
 def _label(x) -> str:
     if isinstance(x, torch.dtype):
         return str(x).removeprefix("torch.")
-    if (
-        isinstance(x, float)
-        and x != 0
-        and math.isfinite(x)
-        and (k := math.log2(abs(x))).is_integer()
-        and abs(k) >= 4
-    ):
-        return f"{'-' if x < 0 else ''}2**{int(k)}"
-    return f"{x:g}" if isinstance(x, float) else str(x)
+    if isinstance(x, float):
+        k = math.log2(abs(x)) if x and math.isfinite(x) else 0.5
+        return f"{'-' if x < 0 else ''}2**{int(k)}" if k.is_integer() and abs(k) >= 4 else f"{x:g}"
+    return str(x)
 
 
 class Prediction:
