@@ -1,4 +1,4 @@
-"""The exercise engine's base: a check's result and its three states, its notes, and how options and dtypes are read.
+"""The exercise engine's base: a check's result, its three states, its notes, how options and dtypes are read.
 
 Every check ends ``✓ passed`` (verdict ``"exact"``, or ``"close"``: within the stated tolerance),
 ``✗ not yet`` (``"wrong"``, with a hint) or ``○ not attempted`` (``"unanswered"``: the answer is ``None``
