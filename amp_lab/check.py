@@ -345,7 +345,7 @@ def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, sca
     verdict, head, notes, details = _compare(
         a, e, prec, rtol, atol, name, explicit, _about_format(expected, dtype)
     )
-    both = isinstance(answer, torch.Tensor) and isinstance(expected, torch.Tensor)
+    both = not scalar and isinstance(answer, torch.Tensor) and isinstance(expected, torch.Tensor)
     if verdict != "exact" and both and answer.dtype != expected.dtype:
         notes.append(
             f"(your tensor is {dtype_name(answer.dtype)}, the reference is {dtype_name(expected.dtype)}; "
