@@ -250,16 +250,6 @@ def _compare(a, e, prec: Precision, rtol, atol, name: str, explicit_tol: bool, a
     return "close", head, [say("check.close_difference", **facts)], details
 
 
-def _about_format(expected, dtype) -> bool:
-    """Is the exercise about a format: a ``dtype`` is given, or ``expected`` is a low-precision tensor?"""
-    is_low = (
-        isinstance(expected, torch.Tensor)
-        and expected.is_floating_point()
-        and expected.dtype != torch.float64
-    )
-    return dtype is not None or is_low
-
-
 def check_value(
     answer,
     expected,
@@ -342,9 +332,13 @@ def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, sca
     if a.shape != e.shape:
         head = note("check.shape", name=name, shape=tuple(a.shape), expected=tuple(e.shape))
         return finish("wrong", head, _shape_notes(a, e) + hint_lines(hint), show=show)
-    verdict, head, notes, details = _compare(
-        a, e, prec, rtol, atol, name, explicit, _about_format(expected, dtype)
+    low = (
+        isinstance(expected, torch.Tensor)
+        and expected.is_floating_point()
+        and expected.dtype != torch.float64
     )
+    # the exercise is about a format when it names a dtype or expects a low-precision tensor
+    verdict, head, notes, details = _compare(a, e, prec, rtol, atol, name, explicit, dtype is not None or low)
     both = not scalar and isinstance(answer, torch.Tensor) and isinstance(expected, torch.Tensor)
     if verdict != "exact" and both and answer.dtype != expected.dtype:
         notes.append(

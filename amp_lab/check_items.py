@@ -211,13 +211,8 @@ def check_function(
         )
     if not callable(fn):
         kind = type(fn).__name__
-        head = note(
-            "check.not_a_function",
-            name="answer",
-            article="an" if kind[:1].lower() in "aeiou" else "a",
-            kind=kind,
-        )
-        return finish("wrong", head, show=show)
+        a_kind = f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+        return finish("wrong", note("check.not_a_function", name="answer", kind=a_kind), show=show)
     tol = {"dtype": dtype, "rtol": rtol, "atol": atol}
     verdicts, notes, reasons = [], [], []
     for i, case in enumerate(cases, 1):
