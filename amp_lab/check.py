@@ -292,12 +292,8 @@ def check_tensor(
     ans_list = tensor_list(answer) if isinstance(answer, (list, tuple)) else None
     if ans_list is None or len(ans_list) != len(exp_list):
         got = f"{len(answer)} items" if isinstance(answer, (list, tuple)) else f"a {type(answer).__name__}"
-        return finish(
-            "wrong",
-            note("check.not_tensors", name=name, n=len(exp_list), got=got),
-            hint_lines(hint),
-            show=show,
-        )
+        head = note("check.not_tensors", name=name, n=len(exp_list), got=got)
+        return finish("wrong", head, hint_lines(hint), show=show)
     results = [
         check_tensor(a, e, dtype=dtype, rtol=rtol, atol=atol, name=f"{name}[{i}]", show=False)
         for i, (a, e) in enumerate(zip(ans_list, exp_list, strict=True))
@@ -422,13 +418,7 @@ def check_bits(
     if not bits or set(bits) - {"0", "1"}:
         return finish("wrong", note("check.bits_not_binary", answer=answer), hint_lines(hint), show=show)
     ne = f.exponent_bits
-    facts = {
-        "name": name,
-        "format": f.name,
-        "bits": f.total_bits,
-        "exponent": ne,
-        "mantissa": f.mantissa_bits,
-    }
+    facts = dict(name=name, format=f.name, bits=f.total_bits, exponent=ne, mantissa=f.mantissa_bits)
     if len(bits) != f.total_bits:
         head = note("check.bits_length", count=len(bits), **facts)
         return finish("wrong", head, hint_lines(hint), show=show, details={"bits": bits})

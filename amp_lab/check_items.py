@@ -70,11 +70,8 @@ def check_choice(
         return finish("wrong", head, hint_lines(hint), show=show)
     a = norm(answer)
     if options is not None and a not in {norm(o) for o in options}:
-        return finish(
-            "wrong",
-            note("check.not_an_option", name=name, answer=answer, options=_listed(options)),
-            show=show,
-        )
+        head = note("check.not_an_option", name=name, answer=answer, options=_listed(options))
+        return finish("wrong", head, show=show)
     notes = [expl[a]] if a in expl else []
     if a in {norm(x) for x in accepted}:
         return finish("exact", note("check.choice_right", name=name, answer=answer), notes, show=show)
@@ -164,23 +161,15 @@ def check_sequence(
         if ans.count(x) > exp.count(x) and ans.count(x) > 1 and x not in dupes:
             dupes.append(x)
     dupes.sort(key=str)
-    notes = [
-        f"{label}: {_listed(items)}"
-        for label, items in (
-            ("missing", missing),
-            ("not part of the answer", extra),
-            ("listed more than once", dupes),
-        )
-        if items
-    ]
+    labelled = {"missing": missing, "not part of the answer": extra, "listed more than once": dupes}
+    notes = [f"{label}: {_listed(items)}" for label, items in labelled.items() if items]
     details = {"missing": missing, "extra": extra, "repeated": dupes, "first_wrong": None}
     head = note("check.order_wrong", name=name)
     if not notes:
         first = next(i for i, (p, q) in enumerate(zip(ans, exp, strict=True)) if p != q)
         details["first_wrong"] = first
-        head = note(
-            "check.order_items_right", name=name, first=f" (the first {first} are right)" if first else ""
-        )
+        right_so_far = f" (the first {first} are right)" if first else ""
+        head = note("check.order_items_right", name=name, first=right_so_far)
         # the first misplaced item belongs later (the ones before it are right, so it cannot belong earlier)
         notes.append(note("check.comes_later", position=first + 1, item=answer[first]))
     return finish("wrong", head, notes + hint_lines(hint), show=show, details=details)
