@@ -208,31 +208,28 @@ def check_function(
         args = case if isinstance(case, tuple) else (case,)
         ref_args, my_args = copy.deepcopy(args), copy.deepcopy(args)
         expected = reference(*ref_args)
+        parts, verdict = None, "wrong"  # parts: the comparisons made (None: the call failed its contract)
         try:
             got = fn(*my_args)
         except Exception as exc:  # the learner's code: report, never raise
-            r = CheckResult("wrong", "", reasons=("check.raised",))
             lines = [note("check.raised", function=name, error=type(exc).__name__, text=exc)]
         else:
             if expected is None and got is None:  # in place: compare each argument after the call
+                pairs = enumerate(zip(my_args, ref_args, strict=True), 1)
                 parts = [
-                    _compare_any(m, r_, name=f"argument {j} after the call", **tol)
-                    for j, (m, r_) in enumerate(zip(my_args, ref_args, strict=True), 1)
+                    _compare_any(m, r, name=f"argument {j} after the call", **tol) for j, (m, r) in pairs
                 ]
-                r = CheckResult(
-                    worst_verdict(p.verdict for p in parts), "", reasons=sum((p.reasons for p in parts), ())
-                )
-                lines = [line for p in parts if p.verdict != "exact" for line in body_lines(p)]
             elif got is None or expected is None:
-                code = "check.no_return" if got is None else "check.not_in_place"
-                r, lines = CheckResult("wrong", "", reasons=(code,)), [note(code, function=name)]
+                lines = [note("check.no_return" if got is None else "check.not_in_place", function=name)]
             else:
-                r = _compare_any(got, expected, name="result", **tol)
-                lines = body_lines(r)
-        verdicts.append(r.verdict)
-        if r.verdict == "exact":
+                parts = [_compare_any(got, expected, name="result", **tol)]
+        if parts is not None:
+            verdict = worst_verdict(p.verdict for p in parts)
+            lines = [line for p in parts if p.verdict != "exact" for line in body_lines(p)]
+        verdicts.append(verdict)
+        if verdict == "exact":
             continue
-        reasons.extend(r.reasons)
+        reasons += [c for p in parts for c in p.reasons] if parts is not None else [lines[0].code]
         if sum(v != "exact" for v in verdicts) <= _MAX_CASES_SHOWN:
             label = f"case {i}{_args_text(args)}"
             notes += [f"{label}: {line}" if j == 0 else f"  {line}" for j, line in enumerate(lines)]

@@ -696,6 +696,7 @@ def test_numpy_scalars_are_numbers_in_checks(answer):
 
 def test_check_function_compares_other_results_with_eq():
     assert check_function(lambda: "fp16", lambda: "fp16", [()], show=False).verdict == "exact"
+    assert check_function(lambda: None, lambda: None, [()], show=False).verdict == "exact"  # nothing changed
     r = check_function(lambda: {"w": 1}, lambda: {"w": 2}, [()], show=False)
     assert r.verdict == "wrong" and "result" in r.message
 
