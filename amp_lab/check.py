@@ -190,19 +190,11 @@ def _compare(a, e, prec: Precision, rtol, atol, name: str, explicit_tol: bool, a
     same = (a == e) | nan_both
     scalar = e.numel() == 1
     if bool(same.all()):
+        no_error = {"max_abs_error": 0.0}
         if bool(((torch.signbit(a) != torch.signbit(e)) & (a == 0)).any()):
-            return (
-                "close",
-                note("check.zero_sign", name=name),
-                [note("check.sign_of_zero")],
-                {"max_abs_error": 0.0},
-            )
-        head = (
-            note("check.exact_value", name=name)
-            if scalar
-            else note("check.exact_tensor", name=name, n=e.numel())
-        )
-        return "exact", head, [], {"max_abs_error": 0.0}
+            return "close", note("check.zero_sign", name=name), [note("check.sign_of_zero")], no_error
+        code = "check.exact_value" if scalar else "check.exact_tensor"
+        return "exact", note(code, name=name, n=e.numel()), [], no_error
     mismatch = (torch.isnan(a) ^ torch.isnan(e)) | ((torch.isinf(a) | torch.isinf(e)) & (a != e))
     diff = torch.where(same, 0.0, (a - e).abs())
     diff = torch.where(mismatch, math.inf, diff)
