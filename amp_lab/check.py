@@ -1,11 +1,8 @@
 """The exercise engine: a learner's number, tensor, bit pattern or dtype against the expected one.
 
-Numbers and tensors are judged **in the precision they live in**: bit for bit (``"exact"``), within that
-dtype's tolerance (``"close"``: the same number once rounded to the dtype, or within its epsilon), or how
-far off, in ulps of the dtype, with notes naming the usual mistake (a scale left in, a sign flipped, an
-underflow, another format).  Bit patterns are compared field by field; a wrong dtype is described, never
-the expected one.  Headlines and notes are reason codes (``check.*`` in :data:`amp_lab.text.REASONS`).
-The exercise modules are the callers: arguments other than the learner's answer are trusted.
+Numbers are judged in the precision they live in: ``"exact"``, ``"close"`` (equal once rounded to the dtype,
+or within its tolerance) or how far off in ulps, with notes naming the usual mistake.  Arguments other than
+the learner's answer come from the exercise modules and are trusted.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from .check_base import (
     Note,
     body_lines,
     finish,
-    hint_lines,
     is_placeholder,
     no_answer,
     note,
@@ -93,8 +89,8 @@ def num(x: float) -> str:
 
 
 def as_float64(x, name: str, *, allow_bool: bool = False) -> tuple[torch.Tensor | None, Note | None]:
-    """``x`` as a float64 tensor, or the :class:`Note` on why it is not a number.  Bools are yes/no
-    values, not numbers, unless ``allow_bool`` (the expected answer is itself a bool tensor)."""
+    """(``x`` as float64, None), or (None, the :class:`Note` on why it is not a number); bools are not
+    numbers unless ``allow_bool``."""
     if isinstance(x, (str, bytes)):
         return None, note("check.text_answer", name=name, text=x)
     if isinstance(x, Integral) and not isinstance(x, bool):
@@ -138,8 +134,8 @@ _OTHERS = ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2")
 
 
 def diagnose(a: torch.Tensor, e: torch.Tensor, prec: Precision, about_format: bool) -> list[Note]:
-    """Notes on a wrong numeric answer ``a`` (float64, the shape of ``e``), most specific first.  The notes
-    on another format only when the exercise is ``about_format``: for 255 versus 256 they would mislead."""
+    """Notes on a wrong answer ``a`` (float64, the shape of ``e``), most specific first; another format is
+    named only when the exercise is ``about_format`` (for 255 versus 256 it would mislead)."""
     notes = []
     finite = torch.isfinite(a) & torch.isfinite(e)
     new_bad = ~torch.isfinite(a) & torch.isfinite(e)
@@ -184,8 +180,7 @@ def diagnose(a: torch.Tensor, e: torch.Tensor, prec: Precision, about_format: bo
 
 
 def _compare(a, e, prec: Precision, rtol, atol, name: str, explicit_tol: bool, about_format: bool):
-    """(verdict, headline, notes, details) for float64 tensors ``a`` and ``e`` of equal shape; a "close"
-    answer is within *the exercise's* tolerance when it gave one (``explicit_tol``)."""
+    """(verdict, headline, notes, details) for float64 tensors ``a`` and ``e`` of equal shape."""
     nan_both = torch.isnan(a) & torch.isnan(e)
     same = (a == e) | nan_both
     scalar = e.numel() == 1
@@ -253,13 +248,9 @@ def check_value(
     hint: str | None = None,
     show: bool = True,
 ) -> CheckResult:
-    """Check a number against the expected one, judged in the precision ``dtype`` (a torch dtype or a
-    format name such as ``"fp16"``, ``"tf32"``; default: a tensor argument's dtype, else float64).
-
-    ``"exact"``: bit for bit.  ``"close"``: the same number once rounded to ``dtype``, or within
-    ``atol + rtol * |expected|`` (``rtol`` defaults to the dtype's epsilon, ``atol`` to 0).  Otherwise
-    ``"wrong"``: how far off (relative, in ulps) and the probable mistake; ``hint`` is added only then.
-    """
+    """Check a number, judged in ``dtype`` (a torch dtype or a name such as ``"tf32"``; default: a tensor's
+    dtype, else float64): bit for bit, equal once rounded, or within ``atol + rtol * |expected|`` (``rtol``
+    defaults to the dtype's epsilon); otherwise how far off and the probable mistake."""
     return _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, scalar=True)
 
 
@@ -274,8 +265,7 @@ def check_tensor(
     hint: str | None = None,
     show: bool = True,
 ) -> CheckResult:
-    """Check a tensor (or a list of tensors, e.g. gradients) against the expected one, per element as in
-    :func:`check_value`; a wrong shape says so (a transpose, a reshape, a reduction)."""
+    """Check a tensor (or a list of them, e.g. gradients) element by element as :func:`check_value` does."""
     if is_placeholder(answer):
         return no_answer(name, show, "a tensor")
     exp_list = tensor_list(expected)
@@ -285,7 +275,7 @@ def check_tensor(
     if ans_list is None or len(ans_list) != len(exp_list):
         got = f"{len(answer)} items" if isinstance(answer, (list, tuple)) else f"a {type(answer).__name__}"
         head = note("check.not_tensors", name=name, n=len(exp_list), got=got)
-        return finish("wrong", head, hint_lines(hint), show=show)
+        return finish("wrong", head, hint=hint, show=show)
     results = [
         check_tensor(a, e, dtype=dtype, rtol=rtol, atol=atol, name=f"{name}[{i}]", show=False)
         for i, (a, e) in enumerate(zip(ans_list, exp_list, strict=True))
@@ -293,10 +283,9 @@ def check_tensor(
     verdict = worst_verdict(r.verdict for r in results)
     facts = {"name": name, "n": len(results), "right": sum(r.ok for r in results)}
     notes = [line for r in results if r.verdict != "exact" for line in body_lines(r)]
-    notes += hint_lines(hint) if verdict == "wrong" else []
     reasons = [code for r in results for code in r.reasons]
     head = note(f"check.tensors_{verdict}", **facts)
-    return finish(verdict, head, notes, show=show, details={"items": results}, reasons=reasons)
+    return finish(verdict, head, notes, hint=hint, show=show, details={"items": results}, reasons=reasons)
 
 
 def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, scalar: bool) -> CheckResult:
@@ -309,23 +298,19 @@ def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, sca
     rtol = prec.eps if rtol is None else float(rtol)
     atol = 0.0 if atol is None else float(atol)
     bool_expected = isinstance(expected, torch.Tensor) and expected.dtype == torch.bool
-    a, err = as_float64(answer, name, allow_bool=bool_expected and not scalar)
-    if err:
-        return finish("wrong", err + ".", hint_lines(hint), show=show, reasons=(err.code,))
-    if scalar and a.numel() != 1:
-        head = note("check.not_one_number", name=name, n=a.numel(), shape=tuple(a.shape))
-        return finish("wrong", head, hint_lines(hint), show=show)
-    if scalar:
-        a, e = a.reshape(()), e.reshape(())
+    a, wrong = _read_answer(answer, name, hint, show, one=scalar, allow_bool=bool_expected and not scalar)
+    if wrong is not None:
+        return wrong
+    e = e.reshape(()) if scalar else e
     if a.shape != e.shape:
         head = note("check.shape", name=name, shape=tuple(a.shape), expected=tuple(e.shape))
-        return finish("wrong", head, _shape_notes(a, e) + hint_lines(hint), show=show)
+        return finish("wrong", head, _shape_notes(a, e), hint=hint, show=show)
+    # the exercise is about a format when it names a dtype or expects a low-precision tensor
     low = (
         isinstance(expected, torch.Tensor)
         and expected.is_floating_point()
         and expected.dtype != torch.float64
     )
-    # the exercise is about a format when it names a dtype or expects a low-precision tensor
     verdict, head, notes, details = _compare(a, e, prec, rtol, atol, name, explicit, dtype is not None or low)
     both = not scalar and isinstance(answer, torch.Tensor) and isinstance(expected, torch.Tensor)
     if verdict != "exact" and both and answer.dtype != expected.dtype:
@@ -333,8 +318,18 @@ def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, sca
             f"(your tensor is {dtype_name(answer.dtype)}, the reference is {dtype_name(expected.dtype)}; "
             f"values are compared, judged in {prec.name})"
         )
-    notes += hint_lines(hint) if verdict == "wrong" else []
-    return finish(verdict, head, notes, show=show, details=details)
+    return finish(verdict, head, notes, hint=hint, show=show, details=details)
+
+
+def _read_answer(answer, name: str, hint, show: bool, *, one: bool, allow_bool: bool = False):
+    """(the answer as float64, None), or (None, the "wrong" result on why it is not a number, or not one)."""
+    a, err = as_float64(answer, name, allow_bool=allow_bool)
+    if err:
+        return None, finish("wrong", err + ".", hint=hint, show=show, reasons=(err.code,))
+    if one and a.numel() != 1:
+        head = note("check.not_one_number", name=name, n=a.numel(), shape=tuple(a.shape))
+        return None, finish("wrong", head, hint=hint, show=show)
+    return (a.reshape(()) if one else a), None
 
 
 def _shape_notes(a: torch.Tensor, e: torch.Tensor) -> list[Note]:
@@ -357,19 +352,15 @@ def check_between(
     hint: str | None = None,
     show: bool = True,
 ) -> CheckResult:
-    """Check that a number lies in ``[low, high]`` (any value there is ``"exact"``); ``below`` / ``above``
-    say what goes wrong on each side (e.g. "gradients still underflow" / "the largest gradient overflows")."""
+    """Check that a number lies in ``[low, high]``; ``below`` / ``above`` say what goes wrong on each side."""
     if is_placeholder(answer):
         return no_answer(name, show, "a number")
-    a, err = as_float64(answer, name)
-    if err:
-        return finish("wrong", err + ".", hint_lines(hint), show=show, reasons=(err.code,))
-    if a.numel() != 1:
-        head = note("check.not_one_number", name=name, n=a.numel(), shape=tuple(a.shape))
-        return finish("wrong", head, hint_lines(hint), show=show)
-    x = float(a.reshape(()))
+    a, wrong = _read_answer(answer, name, hint, show, one=True)
+    if wrong is not None:
+        return wrong
+    x = float(a)
     if math.isnan(x):
-        return finish("wrong", note("check.nan_answer", name=name), hint_lines(hint), show=show)
+        return finish("wrong", note("check.nan_answer", name=name), hint=hint, show=show)
     if low <= x <= high:
         return finish(
             "exact", note("check.in_range", name=name, value=num(x)), show=show, details={"value": x}
@@ -379,19 +370,14 @@ def check_between(
     by = f" (by a factor of about 2**{k:.1f})" if math.isfinite(k) else ""
     head = note("check.below_range" if small else "check.above_range", name=name, value=num(x), by=by)
     side = below if small else above
-    notes = ([side] if side else []) + hint_lines(hint)
-    return finish("wrong", head, notes, show=show, details={"value": x})
+    return finish("wrong", head, [side] if side else [], hint=hint, show=show, details={"value": x})
 
 
 def check_bits(
     answer, *, value, fmt="fp16", name: str = "answer", hint: str | None = None, show: bool = True
 ) -> CheckResult:
-    """Check a bit pattern (a ``"0 01111 0000000000"``-style string, a ``"0x3c00"`` string or an int)
-    against the bits of ``value`` rounded to ``fmt`` (:func:`amp_lab.formats.decompose`).
-
-    Feedback goes field by field: the sign, the exponent (the power of two the learner's field means),
-    the mantissa (off by one in the last place points at rounding).  Any NaN pattern is ``"close"`` to NaN.
-    """
+    """Check a bit pattern (``"0 01111 0000000000"``, ``"0x3c00"`` or an int) against ``value`` rounded to
+    ``fmt``, field by field (sign, exponent, mantissa).  Any NaN pattern is ``"close"`` to NaN."""
     f = formats.get_format(fmt)
     exp_bits = formats.decompose(value, f).bits
     if is_placeholder(answer):
@@ -401,19 +387,19 @@ def check_bits(
     if isinstance(answer, Integral) and not isinstance(answer, (bool, np.bool_)):  # numpy integers too
         if not 0 <= answer < 2**f.total_bits:
             head = note("check.bits_too_big", name=name, value=answer, bits=f.total_bits)
-            return finish("wrong", head, hint_lines(hint), show=show)
+            return finish("wrong", head, hint=hint, show=show)
         answer = f"{int(answer):0{f.total_bits}b}"
     if not isinstance(answer, str):
         head = note("check.bits_not_text", name=name, kind=type(answer).__name__)
-        return finish("wrong", head, hint_lines(hint), show=show)
+        return finish("wrong", head, hint=hint, show=show)
     bits = re.sub(r"[\s_|]", "", answer.strip().removeprefix("0b").removeprefix("0B"))
     if not bits or set(bits) - {"0", "1"}:
-        return finish("wrong", note("check.bits_not_binary", answer=answer), hint_lines(hint), show=show)
+        return finish("wrong", note("check.bits_not_binary", answer=answer), hint=hint, show=show)
     ne = f.exponent_bits
     facts = dict(name=name, format=f.name, bits=f.total_bits, exponent=ne, mantissa=f.mantissa_bits)
     if len(bits) != f.total_bits:
         head = note("check.bits_length", count=len(bits), **facts)
-        return finish("wrong", head, hint_lines(hint), show=show, details={"bits": bits})
+        return finish("wrong", head, hint=hint, show=show, details={"bits": bits})
     if bits == exp_bits:
         return finish("exact", note("check.bits_right", **facts), show=show, details={"bits": bits})
     mine, target = formats.from_bits(bits, f), formats.from_bits(exp_bits, f)
@@ -438,7 +424,7 @@ def check_bits(
     if math.isfinite(mine) and math.isfinite(target) and mine != 0:
         rel = abs(mine - float(value)) / abs(float(value)) if float(value) != 0 else math.inf
         notes.append(f"the value your bits encode is {rel:.3g} (relative) away from {num(float(value))}.")
-    return finish("wrong", head, notes + hint_lines(hint), show=show, details=details)
+    return finish("wrong", head, notes, hint=hint, show=show, details=details)
 
 
 def _bits_notes(fields: dict, fmt) -> list[Note]:
@@ -474,37 +460,26 @@ def _bits_notes(fields: dict, fmt) -> list[Note]:
 
 def dtype_facts(d: torch.dtype) -> str:
     """A dtype's layout as a learner reads it: ``"16 bits, 8 exponent and 7 mantissa bits"``."""
-    bits = d.itemsize * 8
-    if d.is_floating_point:
-        fi = torch.finfo(d)
-        mant = round(-math.log2(fi.eps))  # eps = 2**-mantissa_bits, for every float dtype
-        exp = fi.bits - (0 if fi.min > 0 else 1) - mant  # float8_e8m0fnu has no sign bit
-        return f"{fi.bits} bits, {exp} exponent and {mant} mantissa bits"
-    if d == torch.bool:
-        return "a boolean"
-    if d.is_complex:
-        return f"a complex type of {bits} bits (two floats: real and imaginary part)"
-    if dtype_name(d).lstrip("u").startswith("int"):
-        return f"an integer type of {bits} bits"
-    return f"{bits} bits"  # quantized and other special dtypes: torch.iinfo/finfo know nothing of them
+    if not d.is_floating_point:
+        kind = "a boolean" if d == torch.bool else "a complex type" if d.is_complex else "an integer type"
+        return f"{kind} of {d.itemsize * 8} bits"
+    fi = torch.finfo(d)
+    mant = round(-math.log2(fi.eps))  # eps = 2**-mantissa_bits, for every float dtype
+    exp = fi.bits - (0 if fi.min > 0 else 1) - mant  # float8_e8m0fnu has no sign bit
+    return f"{fi.bits} bits, {exp} exponent and {mant} mantissa bits"
 
 
 def check_dtype(
     answer, expected, *, name: str = "answer", hint: str | None = None, show: bool = True
 ) -> CheckResult:
-    """Check a predicted dtype: a torch dtype, a name (``"bf16"``, ``"torch.float16"``, ``"half"``) or a tensor.
-
-    A wrong answer is told what the dtype it names is and which of autocast's rules to think about,
-    never what the expected dtype is.
-    """
+    """Check a predicted dtype (a torch dtype, a name such as ``"bf16"``, or a tensor); a wrong one is told
+    what its dtype is and which autocast rule to think about, never the expected dtype."""
     exp = read_dtype(expected)
     if is_placeholder(answer):
         return no_answer(name, show, "a dtype such as torch.float32 or 'bf16'")
     got = read_dtype(answer)
     if got is None:
-        return finish(
-            "wrong", note("check.not_a_dtype", name=name, answer=answer), hint_lines(hint), show=show
-        )
+        return finish("wrong", note("check.not_a_dtype", name=name, answer=answer), hint=hint, show=show)
     if got == exp:
         return finish("exact", note("check.dtype_right", name=name, dtype=dtype_name(exp)), show=show)
     notes = [note("check.dtype_layout", dtype=dtype_name(got), layout=dtype_facts(got))]
@@ -516,4 +491,4 @@ def check_dtype(
     elif got == torch.float32 and exp in low:
         notes.append(note("check.runs_low_precision"))
     head = note("check.dtype_wrong", name=name, dtype=dtype_name(got))
-    return finish("wrong", head, notes + hint_lines(hint), show=show)
+    return finish("wrong", head, notes, hint=hint, show=show)

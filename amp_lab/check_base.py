@@ -1,9 +1,5 @@
-"""The exercise engine's base: a check's result, its three states, its notes, how options and dtypes are read.
-
-Every check ends ``✓ passed`` (verdict ``"exact"``, or ``"close"``: within the stated tolerance),
-``✗ not yet`` (``"wrong"``, with a hint) or ``○ not attempted`` (``"unanswered"``: the answer is ``None``
-or ``...``; never raises, so notebooks execute before anyone has answered).
-"""
+"""The exercise engine's base: a check's result and its three states (passed, not yet, not attempted),
+its notes (reason codes), placeholders, and options and dtypes as answers."""
 
 from __future__ import annotations
 
@@ -71,11 +67,11 @@ def note(code: str, **facts) -> Note:
 
 
 def finish(
-    verdict: str, headline: str, notes: Sequence[str] = (), *, show: bool, details=None, reasons=()
+    verdict: str, headline: str, notes: Sequence[str] = (), *, show: bool, details=None, reasons=(), hint=None
 ) -> CheckResult:
-    """The result of a check: ``headline`` after the verdict's mark, then one indented line per note;
-    printed when ``show``.  Its reasons are its notes' codes, then ``reasons`` (a nested check's); a
-    headline that is a :class:`Note` gives the result its ``code``."""
+    """The result: ``headline`` after the verdict's mark, one indented line per note (``hint`` last, on a
+    "wrong" verdict); printed when ``show``.  Its reasons are its notes' codes, then ``reasons``."""
+    notes = [*notes, *(hint_lines(hint) if verdict == "wrong" else [])]
     lines = [f"{MARK[verdict]}: {headline}", *(f"  {n}" for n in notes if n)]
     codes = [n.code for n in notes if isinstance(n, Note)] + list(reasons)
     result = CheckResult(verdict, "\n".join(lines), dict(details or {}), tuple(dict.fromkeys(codes)))

@@ -1,8 +1,6 @@
 """The exercise engine for answers that are not numbers: choices, sets, orderings, and the learner's functions.
 
-Strings compare case- and space-insensitively.  A learner's function runs on copies of each case beside
-the exercise's reference; its results are judged by :mod:`amp_lab.check`'s rules, and an exception it
-raises is reported, never raised.
+Strings compare case- and space-insensitively; a learner's function's exceptions are reported, never raised.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from .check_base import (
     CheckResult,
     body_lines,
     finish,
-    hint_lines,
     is_placeholder,
     no_answer,
     norm,
@@ -56,10 +53,7 @@ def check_choice(
     show: bool = True,
 ) -> CheckResult:
     """Check a multiple-choice answer; ``expected`` is the right option or a set/list of right ones.
-
-    ``options`` refuses answers that are not options; ``explanations`` maps an option to why it is right
-    or wrong, and the learner's option's explanation is shown.
-    """
+    ``options`` refuses answers that are not options; the chosen option's ``explanations`` entry is shown."""
     accepted = expected if isinstance(expected, (set, frozenset, list, tuple)) else [expected]
     expl = {norm(k): v for k, v in (explanations or {}).items()}
     if is_placeholder(answer):
@@ -67,7 +61,7 @@ def check_choice(
         return no_answer(name, show, "your choice" + shown)
     if not hashable(answer):
         head = note("check.choice_unhashable", name=name, kind=type(answer).__name__)
-        return finish("wrong", head, hint_lines(hint), show=show)
+        return finish("wrong", head, hint=hint, show=show)
     a = norm(answer)
     if options is not None and a not in {norm(o) for o in options}:
         head = note("check.not_an_option", name=name, answer=answer, options=_listed(options))
@@ -78,12 +72,12 @@ def check_choice(
     if not notes and not hint:
         notes.append(note("check.reread"))
     head = note("check.choice_wrong", name=name, answer=answer)
-    return finish("wrong", head, notes + hint_lines(hint), show=show)
+    return finish("wrong", head, notes, hint=hint, show=show)
 
 
 def _too_many(name: str, n_right: int, hint, show: bool) -> CheckResult:
     head = note("check.too_many_items", name=name, most=MAX_ITEMS, n=n_right, s="s" if n_right != 1 else "")
-    return finish("wrong", head, hint_lines(hint), show=show)
+    return finish("wrong", head, hint=hint, show=show)
 
 
 def check_set(
@@ -96,11 +90,8 @@ def check_set(
     hint: str | None = None,
     show: bool = True,
 ) -> CheckResult:
-    """Check an answer that is a set of items ("which of these ...?"), order irrelevant.
-
-    Says how many right items are missing (without naming them), names the items that do not belong and
-    shows their ``explanations``.  A single string is read as a one-item set.
-    """
+    """Check a set of items ("which of these ...?"): how many right ones are missing (unnamed), which do
+    not belong (with their ``explanations``).  A single string is a one-item set."""
     exp = {norm(x) for x in expected}
     expl = {norm(k): v for k, v in (explanations or {}).items()}
     if is_placeholder(answer):
@@ -112,12 +103,12 @@ def check_set(
     try:
         items = bounded_list(name, answer, MAX_ITEMS, "a set")
     except TypeError:  # ArgumentTypeError: not a collection
-        return finish("wrong", note("check.not_a_set", name=name), hint_lines(hint), show=show)
+        return finish("wrong", note("check.not_a_set", name=name), hint=hint, show=show)
     except ValueError:
         return _too_many(name, len(exp), hint, show)
     if odd := [x for x in items if not hashable(x)]:
         head = note("check.set_item_unhashable", name=name, item=odd[0], kind=type(odd[0]).__name__)
-        return finish("wrong", head, hint_lines(hint), show=show)
+        return finish("wrong", head, hint=hint, show=show)
     got = {norm(x) for x in items}
     notes = []
     if options is not None and (unknown := [x for x in items if norm(x) not in {norm(o) for o in options}]):
@@ -134,7 +125,7 @@ def check_set(
     if missing:
         notes.append(f"{missing} right item{'s are' if missing > 1 else ' is'} missing.")
     details = {"missing": missing, "extra": extra}
-    return finish("wrong", head, notes + hint_lines(hint), show=show, details=details)
+    return finish("wrong", head, notes, hint=hint, show=show, details=details)
 
 
 def check_sequence(
@@ -146,7 +137,7 @@ def check_sequence(
     if is_placeholder(answer):
         return no_answer(name, show, "a list in the right order")
     if isinstance(answer, str) or not isinstance(answer, Sequence):
-        return finish("wrong", note("check.not_a_list", name=name), hint_lines(hint), show=show)
+        return finish("wrong", note("check.not_a_list", name=name), hint=hint, show=show)
     try:
         answer = bounded_list(name, answer, MAX_ITEMS, "a list")
     except ValueError:
@@ -172,7 +163,7 @@ def check_sequence(
         head = note("check.order_items_right", name=name, first=right_so_far)
         # the first misplaced item belongs later (the ones before it are right, so it cannot belong earlier)
         notes.append(note("check.comes_later", position=first + 1, item=answer[first]))
-    return finish("wrong", head, notes + hint_lines(hint), show=show, details=details)
+    return finish("wrong", head, notes, hint=hint, show=show, details=details)
 
 
 def check_function(
@@ -187,13 +178,9 @@ def check_function(
     hint: str | None = None,
     show: bool = True,
 ) -> CheckResult:
-    """Run the learner's ``fn`` (the variable ``answer``) and ``reference`` on each case and compare.
-
-    ``cases`` is a list of argument tuples (a single non-tuple argument is wrapped); each call gets its own
-    deep copy.  When both return ``None`` they are in place (like ``unscale_``): the arguments after the
-    call are compared instead.  Results are judged as :func:`check_tensor` / :func:`check_value` judge
-    them (``dtype``, ``rtol``, ``atol``); ``hint`` is added only to a ``"wrong"`` verdict.
-    """
+    """Run the learner's ``fn`` (the variable ``answer``) and ``reference`` on deep copies of each case
+    (an argument tuple, or one argument) and compare the results as :func:`check_tensor` does; when both
+    return ``None`` (in place, like ``unscale_``) the arguments after the call are compared."""
     if is_placeholder(fn):
         return no_answer(
             "answer", show, "your function" if name == "your function" else f"your function (`{name}`)"
@@ -240,8 +227,7 @@ def check_function(
     head = note(
         f"check.function_{verdict}", name=name, n=len(cases), right=sum(v != "wrong" for v in verdicts)
     )
-    notes += hint_lines(hint) if verdict == "wrong" else []
-    return finish(verdict, head, notes, show=show, details={"verdicts": verdicts}, reasons=reasons)
+    return finish(verdict, head, notes, hint=hint, show=show, details={"verdicts": verdicts}, reasons=reasons)
 
 
 def _args_text(args: tuple) -> str:
@@ -264,10 +250,8 @@ def _args_text(args: tuple) -> str:
     return f" (arguments {text})" if len(text) <= 80 else ""
 
 
-def _compare_any(got, expected, *, dtype, rtol, atol, name) -> CheckResult:
-    """A result against the reference's: tensors and numbers by :func:`check_tensor` / :func:`check_value`,
-    anything else with ``==``."""
-    tol = {"dtype": dtype, "rtol": rtol, "atol": atol}
+def _compare_any(got, expected, *, name, **tol) -> CheckResult:
+    """A result against the reference's: tensors and numbers as check_tensor / check_value do, else ``==``."""
     if isinstance(expected, torch.Tensor) or tensor_list(expected):
         return check_tensor(got, expected, name=name, show=False, **tol)
     if isinstance(expected, Number) and not isinstance(expected, bool):

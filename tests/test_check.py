@@ -723,7 +723,7 @@ def test_unhashable_answers_get_feedback_not_a_crash(call):
     [
         (torch.complex128, torch.float16, "complex type of 128 bits"),
         (torch.complex64, torch.float16, "complex type of 64 bits"),
-        (torch.qint8, torch.float16, "qint8 has 8 bits"),
+        (torch.qint8, torch.float16, "qint8 has an integer type of 8 bits"),
         (torch.int16, torch.float16, "integer type of 16 bits"),
         (torch.float8_e4m3fn, torch.float16, "4 exponent and 3 mantissa bits"),
     ],
