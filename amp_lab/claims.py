@@ -1,13 +1,5 @@
-"""Checked claims: the lesson a measurement teaches, stated so that it holds on every machine.
-
-A loss, a fraction of underflowed gradients or a timing depends on the CPU's instruction set and thread
-count, so notebooks print the raw figures in volatile cells and, beside them, the claim they support::
-
-    >>> claim("FP16 without scaling zeroes more than a fifth of the activation gradients", 0.251 > 0.2)
-    FP16 without scaling zeroes more than a fifth of the activation gradients: yes
-
-nbval compares the claim's line: a machine that contradicts the lesson prints ``NO`` and fails the check.
-"""
+"""Checked claims: the lesson a machine-dependent measurement teaches, printed ``statement: yes`` (or ``NO``,
+which fails nbval) beside the raw figures' volatile cell."""
 
 from __future__ import annotations
 
@@ -39,11 +31,8 @@ class Claim:
 
 
 def claim(statement: str, holds, *, show: bool = True) -> Claim:
-    """Print (unless ``show=False``) and return ``statement`` with ``yes`` or ``NO``.
-
-    ``holds`` must be a bool (or a NumPy or torch bool of one value): a number or a tensor of many is a
-    ``TypeError``, so a claim cannot print the truthiness of a number.
-    """
+    """Print (unless ``show=False``) and return ``statement`` with ``yes`` or ``NO``; ``holds`` is a bool (or a
+    one-value NumPy/torch bool), never a number's truthiness."""
     if not isinstance(statement, str) or not statement.strip():
         error = ValueError if isinstance(statement, str) else ArgumentTypeError
         raise error(

@@ -1,9 +1,5 @@
-"""The course map: each notebook and what it will do on this machine (``00_setup_check``).
-
-The lessons are read from the notebooks (their ``# NN · Title`` heading and ``**Time:** about N minutes``),
-so a new notebook joins the map by being there.  What a lesson does on a machine is a
-:class:`~amp_lab.text.Reading` composed from the machine report: a prediction, never a measured outcome.
-"""
+"""The course map (``00_setup_check``): each notebook, read from its ``# NN · Title`` heading and
+``**Time:** about N minutes`` line, and what it will do on this machine (a prediction from the report)."""
 
 from __future__ import annotations
 
@@ -51,19 +47,26 @@ def lessons(directory: Path = NOTEBOOKS) -> tuple[Lesson, ...]:
 
 LESSONS = lessons()
 
-# the notebooks whose reading is the same on every machine
-_FIXED = {
-    "00": "course.same_everywhere",
-    "01": "course.same_everywhere",
+# a notebook's reading on a device ("NN device"), else on any device ("NN")
+_CODES = {
+    **dict.fromkeys(["00", "01"], "course.same_everywhere"),
     "03": "course.03",
     "06": "course.06",
+    "02": "course.02_cpu",
+    "02 cuda": "course.02_cuda",
+    "04": "course.04_gpu",
+    "05": "course.05_cpu",
+    "05 cuda": "course.05_cuda",
+    "05 mps": "course.05_mps",
+    "08": "course.08_cpu",  # the CPU's torch._scaled_mm emulates FP8 GEMMs
+    "09": "course.09_elsewhere",  # the subnormal timing is a CPU pitfall: it runs on the CPU whatever the device
+    "09 cpu": "course.09_cpu",
 }
 
 
 def on_this_machine(lesson: Lesson, report: MachineReport) -> Reading:
-    """What ``lesson`` will do on the machine ``report`` describes, composed from the report's facts and
-    verdict (a prediction that notebooks 06 and 07 then measure)."""
-    device, cuda = report.race_device, report.race_device == "cuda"
+    """What ``lesson`` will do on the machine ``report`` describes (a prediction notebooks 06 and 07 measure)."""
+    device = report.race_device
     where = {"cuda": report.gpu_name or "the GPU", "mps": "the Apple GPU (MPS)"}.get(device, "the CPU")
     facts = {
         "where": where,
@@ -73,18 +76,12 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> Reading:
         "labels": " and ".join(cpu_native_labels(torch.float16, report.cpu_flags)),
     }
     number = lesson.file[:2]
-    code = _FIXED.get(number, "course.see_the_notebook")
-    if number == "02":
-        code = "course.02_cuda" if cuda else "course.02_cpu"
-    elif number == "04" and device != "cpu":
-        code = "course.04_gpu"
-    elif number == "04":
+    code = _CODES.get(f"{number} {device}", _CODES.get(number, "course.see_the_notebook"))
+    if number == "04" and device == "cpu":
         native = cpu_has_native(torch.float16, report.cpu_flags)
         code = {True: "course.04_cpu_fp16_native", False: "course.04_cpu_fp16_emulated"}.get(
             native, "course.04_cpu_fp16_unknown"
         )
-    elif number == "05":
-        code = {"cuda": "course.05_cuda", "mps": "course.05_mps"}.get(device, "course.05_cpu")
     elif number == "07":
         # 07 trains in what its decision flow picks from the report's facts (not a verdict the report may carry stale)
         choice = choose_amp_dtype(report)
@@ -93,14 +90,10 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> Reading:
             choice.expect_speedup, "course.expect_unknown"
         )
         return Reading("course.07_scaler" if choice.use_scaler else "course.07_no_scaler", (expect,), facts)
-    elif number == "08" and cuda:  # where FP8 GEMMs run is a pure function of the GPU's facts
+    elif number == "08" and device == "cuda":  # where FP8 GEMMs run is a pure function of the GPU's facts
         support = fp8_matmul_support(report.capability, list(report.arch_list) or None)
         facts["reason"] = support.reason
         code = "course.08_gpu" if support.supported else "course.08_gpu_without_fp8"
-    elif number == "08":
-        code = "course.08_cpu"  # the CPU's torch._scaled_mm emulates them
-    elif number == "09":  # the subnormal timing is a CPU pitfall: it runs on the CPU whatever the device
-        code = "course.09_cpu" if device == "cpu" else "course.09_elsewhere"
     return Reading(code, (), facts)
 
 

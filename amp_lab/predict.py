@@ -1,9 +1,5 @@
-"""Predict, then run: the learner commits a prediction before the cell that reveals the result.
-
-A prediction is a widget choice (``guess = predict.choice("Which dtype?", ["float32", "bfloat16"])``) or a
-variable set by hand (``my_guess = None``).  ``reveal(guess, actual, explain=...)`` prints both, whether
-they agree and the explanation; nothing committed never raises, and a revealed choice is locked.
-"""
+"""Predict, then run: a prediction (``predict.choice(question, options)`` buttons, or a variable) is
+committed before ``reveal(guess, actual, explain=...)`` says whether it agrees; a revealed choice is locked."""
 
 from __future__ import annotations
 
@@ -35,8 +31,7 @@ def _label(x) -> str:
 
 
 class Prediction:
-    """A multiple-choice prediction shown as buttons, none selected until the learner clicks one; ``value``
-    is the chosen option (strings, numbers, booleans or dtypes), ``None`` until chosen."""
+    """A multiple-choice prediction shown as buttons, none selected; ``value`` is the option chosen or None."""
 
     def __init__(self, question: str, options: Sequence):
         if not check_instance("question", question, str, "a string").strip():
@@ -61,7 +56,6 @@ class Prediction:
 
     @property
     def value(self):
-        """The option chosen, or None."""
         return None if self.buttons.value is None else self.options[self.buttons.value]
 
     @value.setter
@@ -98,8 +92,7 @@ def choice(question: str, options: Sequence) -> Prediction:
 
 @dataclass(frozen=True)
 class Reveal:
-    """What :func:`reveal` found: whether a prediction was ``committed``, whether it was ``right`` (None
-    when not committed), both values, the printed message and the explanation's Reading (if one)."""
+    """What :func:`reveal` found: ``right`` is None when nothing was committed."""
 
     committed: bool
     right: bool | None
@@ -107,13 +100,6 @@ class Reveal:
     actual: object
     message: str
     reading: Reading | None = None
-
-    @property
-    def outcome(self) -> str:
-        """``"predict.right"``, ``"predict.wrong"`` or ``"predict.uncommitted"``."""
-        if not self.committed:
-            return "predict.uncommitted"
-        return "predict.right" if self.right else "predict.wrong"
 
     def __str__(self) -> str:
         return self.message
@@ -147,12 +133,9 @@ def reveal(
     match: Callable[[object, object], bool] | None = None,
     show: bool = True,
 ) -> Reveal:
-    """Compare a committed prediction with the ``actual`` result and say so in words.
-
-    ``prediction`` is a :class:`Prediction` or a plain value (``None`` or ``...``: not committed).  Numbers
-    match within ``rtol`` when it is given, exactly otherwise; ``match(predicted, actual)`` replaces the
-    comparison.  ``explain`` (a :class:`~amp_lab.text.Reading` or a string) is printed after the verdict.
-    """
+    """Say whether a committed ``prediction`` (a :class:`Prediction` or a value; ``None``/``...``: none yet)
+    matches ``actual``: numbers within ``rtol`` if given, else exactly, or by ``match(predicted, actual)``;
+    ``explain`` is printed after the verdict."""
     check_bool("show", show)
     if explain is not None:
         check_instance("explain", explain, (str, Reading), "a string, a text.Reading or None")
