@@ -37,20 +37,11 @@ class Requirement:
 
 
 REQUIREMENTS = (
-    # pyproject.toml's bound (tests/test_doctor.py keeps the two in step): the oldest torch whose FP8 E4M3
-    # cast saturates at 448, as notebook 01 teaches.
-    Requirement(
-        "torch",
-        "2.13",
-        "the course teaches torch.amp (autocast, GradScaler(device)) and torch 2.13's FP8 casts",
-    ),
+    # pyproject.toml's bound: the oldest torch whose FP8 E4M3 cast saturates at 448, as notebook 01 teaches
+    Requirement("torch", "2.13", "torch.amp (autocast, GradScaler(device)) and torch 2.13's FP8 casts"),
     Requirement("jupyterlab", "4.0", "the course is a set of JupyterLab notebooks"),
     Requirement("ipywidgets", "8.0", "sliders, buttons and readouts in the notebooks"),
-    Requirement(
-        "jupyterlab_widgets",
-        "3.0",
-        "JupyterLab's front end for ipywidgets 8 (without it sliders show as text)",
-    ),
+    Requirement("jupyterlab_widgets", "3.0", "ipywidgets 8 in JupyterLab (without it sliders show as text)"),
     Requirement("ipykernel", "6.0", "runs the notebooks' Python"),
     Requirement("matplotlib", "3.7", "every plot"),
     Requirement("numpy", "1.24", "plots and data"),
@@ -71,14 +62,9 @@ class Check:
         return text + (f"\n           fix: {self.fix}" if not self.ok and self.fix else "")
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    """Leading numeric parts of a version string: '2.13.0+cpu' -> (2, 13, 0), '4.0.0rc1' -> (4, 0, 0)."""
-    return tuple(int(p) for p in re.findall(r"\d+", re.match(r"[\d.]*", text).group()))
-
-
-def _at_least(found: str, minimum: str) -> bool:
-    need = version_tuple(minimum)
-    return version_tuple(found) + (0,) * len(need) >= need
+def version_tuple(text: str) -> tuple[int, int, int]:
+    """The first three numbers of a version: '2.13.0+cpu' -> (2, 13, 0), '4.0rc1' -> (4, 0, 0)."""
+    return (*map(int, re.findall(r"\d+", re.match(r"[\d.]*", text).group())), 0, 0, 0)[:3]
 
 
 def check_requirement(req: Requirement, version_of=metadata.version) -> Check:
@@ -91,7 +77,7 @@ def check_requirement(req: Requirement, version_of=metadata.version) -> Check:
         raise ArgumentTypeError(
             f"version_of must return a version string, got {type(found).__name__}: {found!r:.80}"
         )
-    if not _at_least(found, req.minimum):
+    if version_tuple(found) < version_tuple(req.minimum):
         return Check(
             req.distribution, False, f"{found} is older than {req.minimum}; needed for {req.why}", install
         )
@@ -115,9 +101,8 @@ def check_amp_api() -> Check:
 def check_gpu_kernels(
     capability=None, arch_list=None, cuda_version=None, *, gpu_name: str = "this GPU"
 ) -> Check | None:
-    """Whether the installed torch has kernels for the GPU (None without a CUDA GPU); the facts default to
-    this machine's.  On a GPU the wheel was not built for (the CUDA 13 wheels have no Volta kernels) CUDA
-    is available, and the first kernel fails with "no kernel image is available"."""
+    """Whether the installed torch has kernels for the GPU (None without a CUDA GPU; the facts default to
+    this machine's): the CUDA 13 wheels, for one, have none for Volta."""
     if capability is None:
         if not torch.cuda.is_available() or torch.version.hip is not None:
             return None
@@ -196,20 +181,13 @@ def main(argv=None, *, version_of=metadata.version, out=None, err=None) -> int:
             file=out,
         )
         return 1
-    print(f"\nAll checks passed: the course can run here. {next_step(_in_notebook())}", file=out)
+    print(f"\nAll checks passed: the course can run here. {next_step()}", file=out)
     return 0
 
 
-def _in_notebook() -> bool:
-    """Whether this runs in a Jupyter kernel (the doctor called from notebook 00) rather than a shell."""
+def next_step() -> str:
+    """What to do after a clean check: in a shell, start the course; in a Jupyter kernel (notebook 00), go on."""
     get = getattr(sys.modules.get("IPython"), "get_ipython", None)
-    return get is not None and getattr(get(), "kernel", None) is not None
-
-
-def next_step(in_notebook: bool) -> str:
-    """What to do after a clean check: in a shell, start the course; in a notebook, the course is open."""
-    return (
-        "You are in the course already: go on to `01_float_formats.ipynb`."
-        if in_notebook
-        else "Start it with `make lab`."
-    )
+    if get is not None and getattr(get(), "kernel", None) is not None:
+        return "You are in the course already: go on to `01_float_formats.ipynb`."
+    return "Start it with `make lab`."
