@@ -16,16 +16,7 @@ import numpy as np
 import torch
 
 from . import formats
-from .check_base import (
-    CheckResult,
-    Note,
-    body_lines,
-    finish,
-    is_placeholder,
-    no_answer,
-    note,
-    read_dtype,
-)
+from .check_base import CheckResult, Note, body_lines, finish, is_placeholder, no_answer, note, read_dtype
 from .device import float64_on_cpu
 from .dtypes import dtype_name, dtype_named
 from .text import say
@@ -306,12 +297,9 @@ def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, sca
         head = note("check.shape", name=name, shape=tuple(a.shape), expected=tuple(e.shape))
         return finish("wrong", head, _shape_notes(a, e), hint=hint, show=show)
     # the exercise is about a format when it names a dtype or expects a low-precision tensor
-    low = (
-        isinstance(expected, torch.Tensor)
-        and expected.is_floating_point()
-        and expected.dtype != torch.float64
-    )
-    verdict, head, notes, details = _compare(a, e, prec, rtol, atol, name, explicit, dtype is not None or low)
+    t = expected if isinstance(expected, torch.Tensor) else None
+    about = dtype is not None or (t is not None and t.is_floating_point() and t.dtype != torch.float64)
+    verdict, head, notes, details = _compare(a, e, prec, rtol, atol, name, explicit, about)
     both = not scalar and isinstance(answer, torch.Tensor) and isinstance(expected, torch.Tensor)
     if verdict != "exact" and both and answer.dtype != expected.dtype:
         notes.append(

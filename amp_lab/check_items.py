@@ -13,16 +13,7 @@ import torch
 
 from ._checks import bounded_list
 from .check import check_tensor, check_value, num, power_of_two, tensor_list, worst_verdict
-from .check_base import (
-    MARK,
-    CheckResult,
-    body_lines,
-    finish,
-    is_placeholder,
-    no_answer,
-    norm,
-    note,
-)
+from .check_base import MARK, CheckResult, body_lines, finish, is_placeholder, no_answer, norm, note
 
 __all__ = ["check_choice", "check_set", "check_sequence", "check_function"]
 
@@ -147,11 +138,10 @@ def check_sequence(
         return finish("exact", note("check.order_right", name=name, n=len(exp)), show=show)
     missing = [x for x in expected if norm(x) not in ans]
     extra = [x for x in answer if norm(x) not in exp]
-    dupes = []  # a list, not a set: items may be unhashable (lists)
-    for x in ans:
-        if ans.count(x) > exp.count(x) and ans.count(x) > 1 and x not in dupes:
-            dupes.append(x)
-    dupes.sort(key=str)
+    # a list, not a set: items may be unhashable (lists)
+    dupes = sorted(
+        (x for i, x in enumerate(ans) if ans.count(x) > max(exp.count(x), 1) and x not in ans[:i]), key=str
+    )
     labelled = {"missing": missing, "not part of the answer": extra, "listed more than once": dupes}
     notes = [f"{label}: {_listed(items)}" for label, items in labelled.items() if items]
     details = {"missing": missing, "extra": extra, "repeated": dupes, "first_wrong": None}

@@ -77,19 +77,17 @@ def check_requirement(req: Requirement, version_of=metadata.version) -> Check:
         raise ArgumentTypeError(
             f"version_of must return a version string, got {type(found).__name__}: {found!r:.80}"
         )
-    if version_tuple(found) < version_tuple(req.minimum):
-        return Check(
-            req.distribution, False, f"{found} is older than {req.minimum}; needed for {req.why}", install
-        )
-    return Check(req.distribution, True, found)
+    ok = version_tuple(found) >= version_tuple(req.minimum)
+    detail = found if ok else f"{found} is older than {req.minimum}; needed for {req.why}"
+    return Check(req.distribution, ok, detail, install)
 
 
 def check_python(version_info=sys.version_info) -> Check:
-    found = ".".join(str(p) for p in tuple(version_info)[:3])
-    if tuple(version_info)[:2] < MIN_PYTHON:
-        need = ".".join(map(str, MIN_PYTHON))
-        return Check("python", False, f"{found} is older than {need}", f"install Python {need} or newer")
-    return Check("python", True, found)
+    found, need = ".".join(map(str, tuple(version_info)[:3])), ".".join(map(str, MIN_PYTHON))
+    ok = tuple(version_info)[:2] >= MIN_PYTHON
+    return Check(
+        "python", ok, found if ok else f"{found} is older than {need}", f"install Python {need} or newer"
+    )
 
 
 def check_amp_api() -> Check:

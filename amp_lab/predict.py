@@ -73,9 +73,6 @@ class Prediction:
     def locked(self) -> bool:
         return self.buttons.disabled
 
-    def lock(self) -> None:
-        self.buttons.disabled = True
-
     def _ipython_display_(self):
         from IPython.display import display
 
@@ -170,7 +167,7 @@ def reveal(
         code = "predict.right" if right else "predict.wrong"
         lines = [say(code, predicted=_label(predicted), actual=_label(actual))]
         if widget:
-            widget.lock()
+            widget.buttons.disabled = True  # locked
     if explain is not None and str(explain):
         lines.append(f"  why: {explain}")
     reading = explain if isinstance(explain, Reading) else None
