@@ -26,27 +26,22 @@ __all__ = ["check_value", "check_tensor", "check_bits", "check_dtype", "check_be
 
 @dataclass(frozen=True)
 class Precision:
-    """A precision to judge numbers in: its name, epsilon, and how to round to it (``fmt`` None: float64)."""
+    """A precision to judge numbers in: its name, epsilon and format."""
 
     name: str
     eps: float
-    fmt: formats.FloatFormat | None = None
+    fmt: formats.FloatFormat
 
     def round(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` (float64) rounded to this precision, back in float64."""
-        if self.fmt is None:
-            return t
-        if self.fmt.torch_dtype is not None:
-            return float64_on_cpu(t.to(self.fmt.torch_dtype))
-        return float64_on_cpu(formats.round_to(t, self.fmt))
+        d = self.fmt.torch_dtype
+        return float64_on_cpu(t.to(d) if d is not None else formats.round_to(t, self.fmt))
 
     def ulp(self, value: float) -> float:
-        if self.fmt is None:
-            return math.ulp(max(abs(value), 2.0**-1022))
         return formats.format_ulp(value, self.fmt)
 
 
-FLOAT64 = Precision("float64", 2.0**-52)
+FLOAT64 = Precision("float64", 2.0**-52, formats.FloatFormat("float64", 11, 52, torch.float64))
 
 
 def precision(dtype) -> Precision:
@@ -165,7 +160,7 @@ def diagnose(a: torch.Tensor, e: torch.Tensor, prec: Precision, about_format: bo
             notes.append(note("check.rounded_to_other", other=p.name, precision=prec.name))
         elif p := next((p for p in others if bool((p.round(a) == e).all())), None):
             notes.append(note("check.unrounded_in_other", other=p.name))
-        elif prec.fmt is not None and not bool((a == prec.round(a)).all()):
+        elif not bool((a == prec.round(a)).all()):
             notes.append(note("check.not_rounded", precision=prec.name))
     return notes
 
@@ -295,7 +290,14 @@ def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, sca
     e = e.reshape(()) if scalar else e
     if a.shape != e.shape:
         head = note("check.shape", name=name, shape=tuple(a.shape), expected=tuple(e.shape))
-        return finish("wrong", head, _shape_notes(a, e), hint=hint, show=show)
+        notes = []  # a transpose, a reshape, or a reduction over everything
+        if a.dim() == 2 and a.T.shape == e.shape:
+            notes = [note("check.transposed")]
+        elif a.numel() == e.numel():
+            notes = [note("check.reshaped")]
+        elif a.numel() == 1:
+            notes = [note("check.reduced")]
+        return finish("wrong", head, notes, hint=hint, show=show)
     # the exercise is about a format when it names a dtype or expects a low-precision tensor
     t = expected if isinstance(expected, torch.Tensor) else None
     about = dtype is not None or (t is not None and t.is_floating_point() and t.dtype != torch.float64)
@@ -318,15 +320,6 @@ def _read_answer(answer, name: str, hint, show: bool, *, one: bool, allow_bool: 
         head = note("check.not_one_number", name=name, n=a.numel(), shape=tuple(a.shape))
         return None, finish("wrong", head, hint=hint, show=show)
     return (a.reshape(()) if one else a), None
-
-
-def _shape_notes(a: torch.Tensor, e: torch.Tensor) -> list[Note]:
-    """What a wrong shape suggests: a transpose, a reshape, or a reduction over everything."""
-    if a.dim() == 2 and a.T.shape == e.shape:
-        return [note("check.transposed")]
-    if a.numel() == e.numel():
-        return [note("check.reshaped")]
-    return [note("check.reduced")] if a.numel() == 1 else []
 
 
 def check_between(
@@ -408,42 +401,29 @@ def check_bits(
     off = f"{', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} off"
     off += f" ({' and '.join(right)} right)" if right else ""
     head = note("check.bits_off", shown=shown, value=num(mine), off=off, **facts)
-    notes = _bits_notes(fields, f)
+    (mine_e, right_e), (mine_m, right_m) = fields["exponent"], fields["mantissa"]
+    notes = [note("check.sign_bit")] if "sign" in wrong else []
+    if mine_e != right_e:
+        k = int(mine_e, 2)
+        if k == 0:
+            meaning = "0 (zero or a subnormal)"
+        elif k == 2**ne - 1 and not f.finite_only:
+            meaning = "all ones (inf or NaN)"
+        else:
+            meaning = f"{k}, i.e. 2**({k} - {f.bias}) = 2**{k - f.bias}"
+        direction = "larger" if int(right_e, 2) > k else "smaller"
+        notes.append(
+            note("check.exponent_field", field=mine_e, meaning=meaning, direction=direction, bias=f.bias)
+        )
+    if mine_m != right_m:
+        last = mine_e == right_e and abs(int(mine_m, 2) - int(right_m, 2)) == 1
+        differ = sum(p != q for p, q in zip(mine_m, right_m, strict=True))
+        code = "check.mantissa_last_place" if last else "check.mantissa_bits"
+        notes.append(note(code, differ=differ, bits=f.mantissa_bits))
     if math.isfinite(mine) and math.isfinite(target) and mine != 0:
         rel = abs(mine - float(value)) / abs(float(value)) if float(value) != 0 else math.inf
         notes.append(f"the value your bits encode is {rel:.3g} (relative) away from {num(float(value))}.")
     return finish("wrong", head, notes, hint=hint, show=show, details=details)
-
-
-def _bits_notes(fields: dict, fmt) -> list[Note]:
-    """One note per wrong field; ``fields`` maps sign/exponent/mantissa to (yours, right)."""
-    notes = []
-    if fields["sign"][0] != fields["sign"][1]:
-        notes.append(note("check.sign_bit"))
-    (mine_e, right_e), (mine, right) = fields["exponent"], fields["mantissa"]
-    if mine_e != right_e:
-        m_e = int(mine_e, 2)
-        if m_e == 0:
-            meaning = "0 (zero or a subnormal)"
-        elif m_e == 2**fmt.exponent_bits - 1 and not fmt.finite_only:
-            meaning = "all ones (inf or NaN)"
-        else:
-            meaning = f"{m_e}, i.e. 2**({m_e} - {fmt.bias}) = 2**{m_e - fmt.bias}"
-        direction = "larger" if int(right_e, 2) > m_e else "smaller"
-        notes.append(
-            note("check.exponent_field", field=mine_e, meaning=meaning, direction=direction, bias=fmt.bias)
-        )
-    if mine != right:
-        differ = sum(p != q for p, q in zip(mine, right, strict=True))
-        last = mine_e == right_e and abs(int(mine, 2) - int(right, 2)) == 1
-        notes.append(
-            note(
-                "check.mantissa_last_place" if last else "check.mantissa_bits",
-                differ=differ,
-                bits=fmt.mantissa_bits,
-            )
-        )
-    return notes
 
 
 def dtype_facts(d: torch.dtype) -> str:
