@@ -53,16 +53,12 @@ def precision(dtype) -> Precision:
 
 
 def infer_precision(answer, expected, dtype) -> Precision:
-    """``dtype``'s precision, else the first floating tensor's among ``answer`` and ``expected``, else float64."""
+    """``dtype``'s precision, else the first course format among ``answer``'s and ``expected``'s, else float64."""
     if dtype is not None:
         return precision(dtype)
-    for t in (answer, expected):
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
-            try:
-                return precision(t.dtype)
-            except ValueError:
-                continue
-    return FLOAT64
+    known = {f.torch_dtype for f in formats.FORMATS.values()} | {torch.float64}
+    dtypes = [t.dtype for t in (answer, expected) if isinstance(t, torch.Tensor) and t.dtype in known]
+    return precision(dtypes[0]) if dtypes else FLOAT64
 
 
 def num(x: float) -> str:

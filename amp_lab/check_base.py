@@ -23,11 +23,8 @@ MARK = {
 
 @dataclass
 class CheckResult:
-    """What a check found: ``verdict`` is ``"exact"``, ``"close"``, ``"wrong"`` or ``"unanswered"``.
-
-    ``bool(result)`` is ``ok`` (passed).  ``details`` holds the numbers behind the message, ``reasons`` the
-    codes of the usual mistakes its notes name, ``code`` its headline's code (:data:`amp_lab.text.REASONS`).
-    """
+    """What a check found (``verdict``: exact, close, wrong or unanswered; true when passed), the numbers
+    behind its message, its notes' reason codes and its headline's ``code``."""
 
     verdict: str
     message: str

@@ -173,7 +173,7 @@ def check_function(
     return ``None`` (in place, like ``unscale_``) the arguments after the call are compared."""
     if is_placeholder(fn):
         return no_answer(
-            "answer", show, "your function" if name == "your function" else f"your function (`{name}`)"
+            "answer", show, "your function" + ("" if name == "your function" else f" (`{name}`)")
         )
     if not callable(fn):
         kind = type(fn).__name__

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._checks import ArgumentTypeError, check_bool
+from ._checks import ArgumentTypeError, check_bool, check_instance
 
 __all__ = ["Claim", "claim"]
 
@@ -33,11 +33,8 @@ class Claim:
 def claim(statement: str, holds, *, show: bool = True) -> Claim:
     """Print (unless ``show=False``) and return ``statement`` with ``yes`` or ``NO``; ``holds`` is a bool (or a
     one-value NumPy/torch bool), never a number's truthiness."""
-    if not isinstance(statement, str) or not statement.strip():
-        error = ValueError if isinstance(statement, str) else ArgumentTypeError
-        raise error(
-            f"statement must be a non-empty string, got {type(statement).__name__}: {statement!r:.80}"
-        )
+    if not check_instance("statement", statement, str, "a non-empty string").strip():
+        raise ValueError(f"statement must be a non-empty string, got {statement!r}")
     show = check_bool("show", show)
     if not isinstance(holds, bool):
         shape = getattr(holds, "shape", None)

@@ -27,22 +27,20 @@ class Lesson:
     minutes: int
 
 
-def read_lesson(path: Path) -> Lesson:
-    """A notebook's place on the map, from the heading and the time in its first cells."""
-    nb = nbformat.read(path, as_version=4)
-    header = "\n".join(c.source for c in nb.cells[:3] if c.cell_type == "markdown")
-    title = re.search(r"^# \d\d · (.+)$", header, re.M)
-    minutes = re.search(r"\*\*Time:\*\*\s*about (\d+) minutes", header)
-    if not (title and minutes):
-        raise ValueError(
-            f"{path.name} needs a '# NN · Title' heading and '**Time:** about N minutes' in its first cells"
-        )
-    return Lesson(path.name, title.group(1).strip(), int(minutes.group(1)))
-
-
 def lessons(directory: Path = NOTEBOOKS) -> tuple[Lesson, ...]:
-    """Every numbered notebook in ``directory``, in order."""
-    return tuple(read_lesson(p) for p in sorted(directory.glob("[0-9][0-9]_*.ipynb")))
+    """Every numbered notebook in ``directory``, in order, from the heading and time in its first cells."""
+    found = []
+    for path in sorted(directory.glob("[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        header = "\n".join(c.source for c in nb.cells[:3] if c.cell_type == "markdown")
+        title = re.search(r"^# \d\d · (.+)$", header, re.M)
+        minutes = re.search(r"\*\*Time:\*\*\s*about (\d+) minutes", header)
+        if not (title and minutes):
+            raise ValueError(
+                f"{path.name} needs a '# NN · Title' heading and '**Time:** about N minutes' line"
+            )
+        found.append(Lesson(path.name, title.group(1).strip(), int(minutes.group(1))))
+    return tuple(found)
 
 
 LESSONS = lessons()

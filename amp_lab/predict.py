@@ -111,13 +111,11 @@ def _same(a, b) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        both = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-        return both and a.shape == b.shape and torch.equal(a, b)
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
     try:
-        same = a == b
+        return (a == b) is True  # an array's elementwise answer is not a yes
     except Exception:  # objects that refuse to be compared are not the same
         return False
-    return same if isinstance(same, bool) else False
 
 
 def reveal(
