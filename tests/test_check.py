@@ -259,29 +259,27 @@ def test_value_nan_equals_nan():
     assert check_value(math.nan, math.nan, show=False).verdict == "exact"
 
 
-def test_value_hint_and_no_expected_value():
-    r = check_value(3.0, 2.0, hint="count the bits", show=False)
-    assert "hint: count the bits" in r.message and "expected" not in r.message
-    # A hint is not shown for an exact answer.
-    assert "hint" not in check_value(2.0, 2.0, hint="count the bits", show=False).message
-
-
-def test_hint_only_under_a_wrong_verdict(g):
-    close = check_value(1.0 + 2.0**-11, 1.0, dtype="fp16", hint="count the bits", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    close = check_value(1.0005, 1.0, rtol=1e-3, hint="count the bits", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    close = check_tensor(g.bfloat16(), g, hint="mind the scale", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    close = check_tensor([g.bfloat16()], [g], hint="mind the scale", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    wrong = check_tensor([g * 2], [g], hint="mind the scale", show=False)
-    assert wrong.verdict == "wrong" and "hint: mind the scale" in wrong.message
+def test_a_hint_shows_under_a_wrong_verdict_only(g):
     x = torch.randn(8, generator=torch.Generator().manual_seed(2))
-    close = check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], hint="round last", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    wrong = check_function(lambda t: t * 2, lambda t: t, [(x,)], hint="round last", show=False)
-    assert wrong.verdict == "wrong" and "hint: round last" in wrong.message
+    results = {
+        "wrong": [
+            check_value(3.0, 2.0, hint="h", show=False),
+            check_tensor([g * 2], [g], hint="h", show=False),
+            check_function(lambda t: t * 2, lambda t: t, [(x,)], hint="h", show=False),
+        ],
+        "exact": [check_value(2.0, 2.0, hint="h", show=False)],
+        "close": [
+            check_value(1.0 + 2.0**-11, 1.0, dtype="fp16", hint="h", show=False),
+            check_value(1.0005, 1.0, rtol=1e-3, hint="h", show=False),
+            check_tensor(g.bfloat16(), g, hint="h", show=False),
+            check_tensor([g.bfloat16()], [g], hint="h", show=False),
+            check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], hint="h", show=False),
+        ],
+    }
+    for verdict, rs in results.items():
+        for r in rs:
+            assert r.verdict == verdict and r.message.endswith("\n  hint: h") == (verdict == "wrong")
+    assert "expected" not in results["wrong"][0].message
 
 
 def test_explicit_tolerance_is_the_exercises_not_float64s():
