@@ -253,7 +253,7 @@ def check_tensor(
     exp_list = tensor_list(expected)
     if exp_list is None:
         return _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, scalar=False)
-    ans_list = tensor_list(answer) if isinstance(answer, (list, tuple)) else None
+    ans_list = tensor_list(answer)
     if ans_list is None or len(ans_list) != len(exp_list):
         got = f"{len(answer)} items" if isinstance(answer, (list, tuple)) else f"a {type(answer).__name__}"
         head = note("check.not_tensors", name=name, n=len(exp_list), got=got)

@@ -36,9 +36,7 @@ def lessons(directory: Path = NOTEBOOKS) -> tuple[Lesson, ...]:
         title = re.search(r"^# \d\d · (.+)$", header, re.M)
         minutes = re.search(r"\*\*Time:\*\*\s*about (\d+) minutes", header)
         if not (title and minutes):
-            raise ValueError(
-                f"{path.name} needs a '# NN · Title' heading and '**Time:** about N minutes' line"
-            )
+            raise ValueError(f"{path.name}: no '# NN · Title' heading or '**Time:** about N minutes' line")
         found.append(Lesson(path.name, title.group(1).strip(), int(minutes.group(1))))
     return tuple(found)
 
