@@ -425,8 +425,8 @@ def check_bits(
 def dtype_facts(d: torch.dtype) -> str:
     """A dtype's layout as a learner reads it: ``"16 bits, 8 exponent and 7 mantissa bits"``."""
     if not d.is_floating_point:
-        kind = "a boolean" if d == torch.bool else "a complex type" if d.is_complex else "an integer type"
-        return f"{kind} of {d.itemsize * 8} bits"
+        kind = "a boolean" if d == torch.bool else "a complex" if d.is_complex else "an integer"
+        return f"{kind} type of {d.itemsize * 8} bits"
     fi = torch.finfo(d)
     mant = round(-math.log2(fi.eps))  # eps = 2**-mantissa_bits, for every float dtype
     exp = fi.bits - (0 if fi.min > 0 else 1) - mant  # float8_e8m0fnu has no sign bit
