@@ -1,9 +1,5 @@
-"""The exercise engine: a learner's number, tensor, bit pattern or dtype against the expected one.
-
-Numbers are judged in the precision they live in: ``"exact"``, ``"close"`` (equal once rounded to the dtype,
-or within its tolerance) or how far off in ulps, with notes naming the usual mistake.  Arguments other than
-the learner's answer come from the exercise modules and are trusted.
-"""
+"""The exercise engine: a learner's number, tensor, bit pattern or dtype against the expected one, judged in
+the precision it lives in.  Arguments other than the answer come from the exercise modules: trusted."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The exercise engine for answers that are not numbers: choices, sets, orderings, and the learner's functions.
-
-Strings compare case- and space-insensitively; a learner's function's exceptions are reported, never raised.
-"""
+"""The exercise engine for choices, sets, orderings (strings compared case- and space-insensitively) and the
+learner's functions (whose exceptions are reported, never raised)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``python -m amp_lab doctor``: the workshop pre-flight (``00_setup_check``).
-
-Prints the machine report (``hardware.describe()``) with the reasons for its verdict, then one line per
-package the course needs, ``ok`` or ``PROBLEM`` with the fix.  Exits 0 when the course can run, else 1.
-"""
+"""``python -m amp_lab doctor``, the pre-flight (``00_setup_check``): the machine report and its reasons, then
+``ok`` or ``PROBLEM`` (with the fix) per package the course needs; exits 0 when the course can run, else 1."""
 
 from __future__ import annotations
 
