@@ -176,14 +176,8 @@ def _compare(a, e, prec: Precision, rtol, atol, name: str, explicit_tol: bool, a
     max_abs = float(diff.flatten()[worst])
     ulp = prec.ulp(e_w) if math.isfinite(e_w) else math.nan
     ulps = max_abs / ulp if (math.isfinite(max_abs) and ulp > 0) else math.inf
-    details = {
-        "max_abs_error": max_abs,
-        "ulps": ulps,
-        "elements_off": int((~same).sum()),
-        "precision": prec.name,
-        "rtol": rtol,
-        "atol": atol,
-    }
+    details = dict(max_abs_error=max_abs, ulps=ulps, elements_off=int((~same).sum()))
+    details.update(precision=prec.name, rtol=rtol, atol=atol)
     size = f"{num(max_abs)} off" if math.isfinite(max_abs) else "not finite where the expected value is"
     if math.isfinite(ulps) and ulps < 2**20:
         size += f", {ulps:.3g} ulp{'s' if ulps != 1 else ''} of {prec.name}"
@@ -381,15 +375,12 @@ def check_bits(
         return finish(
             "close", note("check.bits_nan", **facts), [note("check.nan_patterns")], show=show, details=details
         )
-    fields = {
-        "sign": (bits[0], exp_bits[0]),
-        "exponent": (bits[1 : 1 + ne], exp_bits[1 : 1 + ne]),
-        "mantissa": (bits[1 + ne :], exp_bits[1 + ne :]),
-    }
+    cuts = {"sign": slice(0, 1), "exponent": slice(1, 1 + ne), "mantissa": slice(1 + ne, None)}
+    fields = {k: (bits[c], exp_bits[c]) for k, c in cuts.items()}
     right = [k for k, (m, x) in fields.items() if m == x]
     wrong = [k for k, (m, x) in fields.items() if m != x]
     details["wrong_fields"] = wrong
-    shown = f"{bits[0]} {bits[1 : 1 + ne]} {bits[1 + ne :]}"
+    shown = " ".join(bits[c] for c in cuts.values())
     off = f"{', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} off"
     off += f" ({' and '.join(right)} right)" if right else ""
     head = note("check.bits_off", shown=shown, value=num(mine), off=off, **facts)

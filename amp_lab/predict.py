@@ -44,9 +44,7 @@ class Prediction:
             raise ValueError(f"options must have distinct names, got {labels}")
         self.question, self.options = question, options
         self.buttons = widgets.ToggleButtons(
-            options=list(zip(labels, range(len(options)), strict=True)),
-            value=None,
-            style={"button_width": "auto"},
+            options=[(x, i) for i, x in enumerate(labels)], value=None, style={"button_width": "auto"}
         )
         self.widget = widgets.VBox(
             [widgets.HTML(f"<b>Predict:</b> {html.escape(question)}"), self.buttons],
