@@ -87,14 +87,6 @@ def as_float64(x, name: str, *, allow_bool: bool = False) -> tuple[torch.Tensor 
     return float64_on_cpu(t), None
 
 
-def power_of_two(r: float) -> int | None:
-    """``k`` when ``r`` is exactly ``2**k``, else None."""
-    if not math.isfinite(r) or r <= 0:
-        return None
-    m, e = math.frexp(r)
-    return e - 1 if m == 0.5 else None
-
-
 def tensor_list(x) -> list | None:
     if isinstance(x, (list, tuple)) and x and all(isinstance(t, torch.Tensor) for t in x):
         return list(x)
@@ -139,7 +131,7 @@ def diagnose(a: torch.Tensor, e: torch.Tensor, prec: Precision, about_format: bo
             elif k != 0 and abs(abs(r0) / 2.0**k - 1.0) <= 1e-5:
                 code = "check.exponent_too_large" if k > 0 else "check.exponent_too_small"
                 what = "every value of your answer is" if a.numel() > 1 else "your answer is"
-                exactly = "exactly" if power_of_two(abs(r0)) is not None else "about"
+                exactly = "exactly" if abs(r0) == 2.0**k else "about"
                 sign = "-" if r0 < 0 else ""
                 notes.append(
                     note(code, what=what, exactly=exactly, sign=sign, k=k, factor=num(2.0**k), off=-k)

@@ -4,13 +4,14 @@ learner's functions (whose exceptions are reported, never raised)."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Number
 
 import torch
 
 from ._checks import bounded_list
-from .check import check_tensor, check_value, num, power_of_two, tensor_list, worst_verdict
+from .check import check_tensor, check_value, num, tensor_list, worst_verdict
 from .check_base import MARK, CheckResult, body_lines, finish, is_placeholder, no_answer, norm, note
 
 __all__ = ["check_choice", "check_set", "check_sequence", "check_function"]
@@ -222,10 +223,11 @@ def _args_text(args: tuple) -> str:
     """`` (arguments 1024, 2, False)`` for short arguments, so the learner can rerun the failing case."""
     parts = []
     for x in args:
-        if isinstance(x, float) and (k := power_of_two(abs(x))) is not None and abs(k) >= 10:
-            parts.append(f"{'-' if x < 0 else ''}2.0**{k}")
-        elif isinstance(x, float):
-            parts.append(num(x))
+        if isinstance(x, float):  # a power of two as the learner writes it (2.0**12), to rerun the case
+            k = math.log2(abs(x)) if x and math.isfinite(x) else 0.5
+            parts.append(
+                f"{'-' if x < 0 else ''}2.0**{int(k)}" if k.is_integer() and abs(k) >= 10 else num(x)
+            )
         elif isinstance(x, Number) or x is None:
             parts.append(repr(x))
         elif isinstance(x, torch.Tensor):
