@@ -22,10 +22,9 @@ __all__ = ["check_value", "check_tensor", "check_bits", "check_dtype", "check_be
 
 @dataclass(frozen=True)
 class Precision:
-    """A precision to judge numbers in: its name, epsilon and format."""
+    """A precision to judge numbers in: its name and format."""
 
     name: str
-    eps: float
     fmt: formats.FloatFormat
 
     def round(self, t: torch.Tensor) -> torch.Tensor:
@@ -37,7 +36,7 @@ class Precision:
         return formats.format_ulp(value, self.fmt)
 
 
-FLOAT64 = Precision("float64", 2.0**-52, formats.FloatFormat("float64", 11, 52, torch.float64))
+FLOAT64 = Precision("float64", formats.FloatFormat("float64", 11, 52, torch.float64))
 
 
 def precision(dtype) -> Precision:
@@ -45,7 +44,7 @@ def precision(dtype) -> Precision:
     if dtype is torch.float64 or (isinstance(dtype, str) and dtype_named(dtype) is torch.float64):
         return FLOAT64
     f = formats.get_format(dtype)  # a ValueError for a dtype that is not a course format
-    return Precision(str(f.torch_dtype).removeprefix("torch.") if f.torch_dtype else f.name, f.eps, f)
+    return Precision(dtype_name(f.torch_dtype) if f.torch_dtype else f.name, f)
 
 
 def infer_precision(answer, expected, dtype) -> Precision:
@@ -259,7 +258,7 @@ def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, sca
         return no_answer(name, show, "a number" if scalar else "a tensor")
     prec = infer_precision(answer, expected, dtype)
     explicit = rtol is not None or atol is not None
-    rtol = prec.eps if rtol is None else float(rtol)
+    rtol = prec.fmt.eps if rtol is None else float(rtol)
     atol = 0.0 if atol is None else float(atol)
     bool_expected = isinstance(expected, torch.Tensor) and expected.dtype == torch.bool
     a, wrong = _read_answer(answer, name, hint, show, one=scalar, allow_bool=bool_expected and not scalar)
