@@ -12,7 +12,7 @@ from importlib import metadata
 import torch
 from matplotlib.figure import Figure
 
-from ._checks import ArgumentTypeError, check_callable
+from ._checks import ArgumentTypeError, check_callable, check_instance
 from .gpus import arch_advice
 from .hardware import describe
 
@@ -146,11 +146,9 @@ def main(argv=None, *, version_of=metadata.version, out=None, err=None) -> int:
     """Run the pre-flight; ``argv`` are the arguments after ``doctor``.  Only ``-h``/``--help`` is understood:
     anything else prints the usage to ``err`` (default stderr) and returns 2, as argparse does."""
     out, err = _stream("out", out, sys.stdout), _stream("err", err, sys.stderr)
-    argv = [] if argv is None else argv
-    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
-        raise ArgumentTypeError(
-            f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}"
-        )
+    argv = check_instance(
+        "argv", [] if argv is None else argv, (list, tuple), "a list of command-line arguments"
+    )
     if "-h" in argv or "--help" in argv:
         print(USAGE, file=out)
         return 0
