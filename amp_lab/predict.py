@@ -130,8 +130,7 @@ def reveal(
     matches ``actual``: numbers within ``rtol`` if given, else exactly, or by ``match(predicted, actual)``;
     ``explain`` is printed after the verdict."""
     check_bool("show", show)
-    if explain is not None:
-        check_instance("explain", explain, (str, Reading), "a string, a text.Reading or None")
+    check_instance("explain", explain, (str, Reading, type(None)), "a string, a text.Reading or None")
     check_instance("name", name, str, "a string")
     if rtol is not None:
         rtol = check_float("rtol", rtol, ge=0)
