@@ -171,9 +171,8 @@ def check_function(
     (an argument tuple, or one argument) and compare the results as :func:`check_tensor` does; when both
     return ``None`` (in place, like ``unscale_``) the arguments after the call are compared."""
     if is_placeholder(fn):
-        return no_answer(
-            "answer", show, "your function" + ("" if name == "your function" else f" (`{name}`)")
-        )
+        what = "your function" if name == "your function" else f"your function (`{name}`)"
+        return no_answer("answer", show, what)
     if not callable(fn):
         kind = type(fn).__name__
         a_kind = f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
@@ -213,9 +212,8 @@ def check_function(
     if n_hidden > 0:
         notes.append(f"... and {n_hidden} more case{'s' if n_hidden > 1 else ''} not shown.")
     verdict = worst_verdict(verdicts)
-    head = note(
-        f"check.function_{verdict}", name=name, n=len(cases), right=sum(v != "wrong" for v in verdicts)
-    )
+    right = sum(v != "wrong" for v in verdicts)
+    head = note(f"check.function_{verdict}", name=name, n=len(cases), right=right)
     return finish(verdict, head, notes, hint=hint, show=show, details={"verdicts": verdicts}, reasons=reasons)
 
 
