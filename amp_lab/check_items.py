@@ -114,8 +114,7 @@ def check_set(
         notes += [f"{x!r}: {expl[norm(x)]}" for x in extra if norm(x) in expl]
     if missing:
         notes.append(f"{missing} right item{'s are' if missing > 1 else ' is'} missing.")
-    details = {"missing": missing, "extra": extra}
-    return finish("wrong", head, notes, hint=hint, show=show, details=details)
+    return finish("wrong", head, notes, hint=hint, show=show, details={"missing": missing, "extra": extra})
 
 
 def check_sequence(
