@@ -1,149 +1,203 @@
-"""The exercise engine: a learner's answer against the expected one, in the precision it lives in.
-
-A learner's check (``nb03.ex2.check(answer)``, in :mod:`amp_lab.exercises`) calls one of these; each
-prints its feedback and returns a :class:`~amp_lab.check_base.CheckResult` with ``.ok``, ``.status``,
-``.verdict`` (``"exact"``, ``"close"``, ``"wrong"`` or ``"unanswered"``), ``.details`` (the numbers)
-and ``.reasons`` (codes of the mistakes named).  The feedback is never just "wrong":
-
-* numbers and tensors are judged **by the precision they live in**: equal bit for bit (``"exact"``),
-  within that dtype's tolerance (``"close"``: the same value once rounded to the dtype, or within a
-  few of its ulps), or how far off, in ulps of the dtype, with a hint naming the usual mistake
-  (:mod:`amp_lab.check_hints`: a scale left in, a sign flipped, an underflow, another format, ...);
-* bit patterns are compared field by field and the learner's bits decoded;
-* dtypes say what the named dtype is, never what the expected one is.
-
-Choices, sets, orderings and functions the learner writes are in :mod:`amp_lab.check_items`.
-Expected answers are not shown unless the call passes ``reveal=True``.  The exercise modules are the
-callers: arguments other than the learner's answer are trusted.
-"""
+"""The exercise engine: a learner's number, tensor, bit pattern or dtype against the expected one, judged in
+the precision it lives in.  Arguments other than the answer come from the exercise modules: trusted."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
 import torch
 
 from . import formats
-from .check_base import (
-    CheckResult,
-    Precision,
-    about_format,
-    as_float64,
-    body_lines,
-    finish,
-    hint_lines,
-    infer_precision,
-    is_placeholder,
-    no_answer,
-    note,
-    num,
-    read_dtype,
-    tensor_list,
-    tolerances,
-    worst_verdict,
-)
-from .check_hints import bits_notes, diagnose, dtype_facts, dtype_notes, shape_notes
-from .dtypes import dtype_name
+from .check_base import CheckResult, Note, body_lines, finish, is_placeholder, no_answer, note, read_dtype
+from .device import float64_on_cpu
+from .dtypes import dtype_name, dtype_named
+from .text import say
 
-__all__ = ["check_value", "check_tensor", "check_bits", "check_dtype", "check_dtypes", "check_between"]
+__all__ = ["check_value", "check_tensor", "check_bits", "check_dtype", "check_between"]
 
 
-def _compare(
-    a, e, prec: Precision, rtol, atol, name: str, reveal: bool, *, explicit_tol=False, about_format=True
-):
-    """(verdict, headline, notes, details) for float64 tensors ``a`` and ``e`` of equal shape.
+@dataclass(frozen=True)
+class Precision:
+    """A precision to judge numbers in: its name and format."""
 
-    ``explicit_tol``: ``rtol``/``atol`` were given by the exercise (not the dtype's defaults), so
-    a "close" answer is within *the exercise's* tolerance.  ``about_format``: see :func:`diagnose`.
-    """
-    same = (a == e) | (torch.isnan(a) & torch.isnan(e))
+    name: str
+    fmt: formats.FloatFormat
+
+    def round(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` (float64) rounded to this precision, back in float64."""
+        d = self.fmt.torch_dtype
+        return float64_on_cpu(t.to(d) if d is not None else formats.round_to(t, self.fmt))
+
+    def ulp(self, value: float) -> float:
+        return formats.format_ulp(value, self.fmt)
+
+
+FLOAT64 = Precision("float64", formats.FloatFormat("float64", 11, 52, torch.float64))
+
+
+def precision(dtype) -> Precision:
+    """A precision from a torch dtype, a name (``"fp16"``, ``"tf32"``, ...) or a FloatFormat."""
+    if dtype is torch.float64 or (isinstance(dtype, str) and dtype_named(dtype) is torch.float64):
+        return FLOAT64
+    f = formats.get_format(dtype)  # a ValueError for a dtype that is not a course format
+    return Precision(dtype_name(f.torch_dtype) if f.torch_dtype else f.name, f)
+
+
+def infer_precision(answer, expected, dtype) -> Precision:
+    """``dtype``'s precision, else the first course format among ``answer``'s and ``expected``'s, else float64."""
+    if dtype is not None:
+        return precision(dtype)
+    known = {f.torch_dtype for f in formats.FORMATS.values()} | {torch.float64}
+    dtypes = [t.dtype for t in (answer, expected) if isinstance(t, torch.Tensor) and t.dtype in known]
+    return precision(dtypes[0]) if dtypes else FLOAT64
+
+
+def num(x: float) -> str:
+    """A number as a learner reads it: exact for short binary fractions, 6 significant digits otherwise."""
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    if x == int(x) and abs(x) < 1e16:
+        return str(int(x)) if x != 0 or math.copysign(1, x) > 0 else "-0.0"
+    return f"{x:.6g}"
+
+
+def as_float64(x, name: str, *, allow_bool: bool = False) -> tuple[torch.Tensor | None, Note | None]:
+    """(``x`` as float64, None), or (None, the :class:`Note` on why it is not a number); bools are not
+    numbers unless ``allow_bool``."""
+    if isinstance(x, (str, bytes)):
+        return None, note("check.text_answer", name=name, text=x)
+    if isinstance(x, Integral) and not isinstance(x, bool):
+        try:
+            return torch.tensor(float(x), dtype=torch.float64, device="cpu"), None
+        except OverflowError:
+            return None, note("check.huge_int_answer", name=name, bits=int(x).bit_length())
+    try:
+        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None, note("check.not_a_number", name=name, kind=type(x).__name__)
+    if t.is_complex():
+        return None, note("check.complex_answer", name=name)
+    if t.dtype == torch.bool and not allow_bool:
+        return None, note("check.bool_answer", name=name)
+    return float64_on_cpu(t), None
+
+
+def tensor_list(x) -> list | None:
+    if isinstance(x, (list, tuple)) and x and all(isinstance(t, torch.Tensor) for t in x):
+        return list(x)
+    return None
+
+
+def worst_verdict(verdicts) -> str:
+    # a part left unanswered in an answer that has others makes the whole "not yet", not "not attempted"
+    order = ("exact", "close", "wrong")
+    return max(("wrong" if v == "unanswered" else v for v in verdicts), key=order.index, default="exact")
+
+
+# the formats a wrong answer may have been rounded to instead
+_OTHERS = ("fp16", "bf16", "fp32", "tf32", "fp8_e4m3", "fp8_e5m2")
+
+
+def diagnose(a: torch.Tensor, e: torch.Tensor, prec: Precision, about_format: bool) -> list[Note]:
+    """Notes on a wrong answer ``a`` (float64, the shape of ``e``), most specific first; another format is
+    named only when the exercise is ``about_format`` (for 255 versus 256 it would mislead)."""
+    notes = []
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    new_bad = ~torch.isfinite(a) & torch.isfinite(e)
+    if new_bad.any():
+        n = int(new_bad.sum())
+        kinds = "NaN" if torch.isnan(a[new_bad]).all() else "inf/NaN"
+        where = "" if a.numel() == 1 else f"{n} element{'s' if n > 1 else ''} "
+        notes.append(note("check.not_finite", where=where, kinds=kinds, precision=prec.name, count=n))
+    zeros = finite & (a == 0) & (e != 0)
+    if zeros.any() and not (a == 0).all():
+        n = int(zeros.sum())
+        notes.append(note("check.some_zeros", count=n, values="values are" if n > 1 else "value is"))
+    elif zeros.any():
+        notes.append(note("check.all_zeros"))
+    both = finite & (e != 0) & (a != 0)
+    if both.any() and (bool(both.all()) or not bool(finite.all())):
+        ratio = a[both] / e[both]
+        r0 = float(ratio.flatten()[0])
+        if bool(((ratio - r0).abs() <= 1e-5 * abs(r0)).all()) and abs(r0 - 1.0) > 1e-5:
+            k = round(math.log2(abs(r0)))
+            if abs(r0 + 1.0) <= 1e-5:
+                notes.append(note("check.sign_flipped", ratio=r0))
+            elif k != 0 and abs(abs(r0) / 2.0**k - 1.0) <= 1e-5:
+                code = "check.exponent_too_large" if k > 0 else "check.exponent_too_small"
+                what = "every value of your answer is" if a.numel() > 1 else "your answer is"
+                exactly = "exactly" if abs(r0) == 2.0**k else "about"
+                sign = "-" if r0 < 0 else ""
+                notes.append(
+                    note(code, what=what, exactly=exactly, sign=sign, k=k, factor=num(2.0**k), off=-k)
+                )
+            elif a.numel() > 1:
+                notes.append(note("check.constant_factor", ratio=r0))
+    if about_format and e.numel() and bool(finite.all()):
+        others = [precision(n) for n in _OTHERS]
+        if p := next((p for p in others if p.name != prec.name and bool((a == p.round(e)).all())), None):
+            notes.append(note("check.rounded_to_other", other=p.name, precision=prec.name))
+        elif p := next((p for p in others if bool((p.round(a) == e).all())), None):
+            notes.append(note("check.unrounded_in_other", other=p.name))
+        elif not bool((a == prec.round(a)).all()):
+            notes.append(note("check.not_rounded", precision=prec.name))
+    return notes
+
+
+def _compare(a, e, prec: Precision, rtol, atol, name: str, explicit_tol: bool, about_format: bool):
+    """(verdict, headline, notes, details) for float64 tensors ``a`` and ``e`` of equal shape."""
+    nan_both = torch.isnan(a) & torch.isnan(e)
+    same = (a == e) | nan_both
     scalar = e.numel() == 1
     if bool(same.all()):
-        signs_differ = (torch.signbit(a) != torch.signbit(e)) & (a == 0)
-        if bool(signs_differ.any()):
-            return (
-                "close",
-                f"`{name}` equals the expected value, except for the sign of zero (-0.0 versus +0.0).",
-                [note("check.sign_of_zero")],
-                {"max_abs_error": 0.0},
-            )
-        what = "the expected value" if scalar else f"the expected tensor, all {e.numel()} elements"
-        return "exact", f"`{name}` equals {what} bit for bit.", [], {"max_abs_error": 0.0}
-
-    nan_mismatch = torch.isnan(a) ^ torch.isnan(e)
-    inf_mismatch = (torch.isinf(a) | torch.isinf(e)) & ~(a == e)
-    with torch.no_grad():
-        diff = (a - e).abs()
-        diff = torch.where(same, torch.zeros_like(diff), diff)
-        diff = torch.where(nan_mismatch | inf_mismatch, torch.full_like(diff, math.inf), diff)
+        no_error = {"max_abs_error": 0.0}
+        if bool(((torch.signbit(a) != torch.signbit(e)) & (a == 0)).any()):
+            return "close", note("check.zero_sign", name=name), [note("check.sign_of_zero")], no_error
+        code = "check.exact_value" if scalar else "check.exact_tensor"
+        return "exact", note(code, name=name, n=e.numel()), [], no_error
+    mismatch = (torch.isnan(a) ^ torch.isnan(e)) | ((torch.isinf(a) | torch.isinf(e)) & (a != e))
+    diff = torch.where(same, 0.0, (a - e).abs())
+    diff = torch.where(mismatch, math.inf, diff)
     worst = int(torch.argmax(diff.flatten().nan_to_num(nan=math.inf)))
     a_w, e_w = float(a.flatten()[worst]), float(e.flatten()[worst])
     max_abs = float(diff.flatten()[worst])
-    rel = max_abs / abs(e_w) if e_w != 0 else math.inf
     ulp = prec.ulp(e_w) if math.isfinite(e_w) else math.nan
     ulps = max_abs / ulp if (math.isfinite(max_abs) and ulp > 0) else math.inf
-    rounds_same = bool(((prec.round(a) == prec.round(e)) | (torch.isnan(a) & torch.isnan(e))).all())
-    within = bool(((diff <= atol + rtol * e.abs()) | same).all())
-    n_off = int((~same).sum())
-    details = {
-        "max_abs_error": max_abs,
-        "max_rel_error": rel,
-        "ulps": ulps,
-        "elements_off": n_off,
-        "precision": prec.name,
-        "rtol": rtol,
-        "atol": atol,
-    }
+    details = dict(max_abs_error=max_abs, ulps=ulps, elements_off=int((~same).sum()))
+    details.update(precision=prec.name, rtol=rtol, atol=atol)
     size = f"{num(max_abs)} off" if math.isfinite(max_abs) else "not finite where the expected value is"
     if math.isfinite(ulps) and ulps < 2**20:
         size += f", {ulps:.3g} ulp{'s' if ulps != 1 else ''} of {prec.name}"
-    worst_text = ""
     if not scalar:
         idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), e.shape))
         details["worst_index"] = idx
-        versus = f" (expected {num(e_w)})" if reveal else ""
-        worst_text = f"worst at index {idx}: {num(a_w)}{versus}, which is {size}"
-    if rounds_same or within:
-        bound = f"|error| <= {atol:g} + {rtol:.3g} x |expected|"
-        if rounds_same:
-            head = f"`{name}` is right to {prec.name} precision: it rounds to the same {prec.name} number as the expected value."
-        elif explicit_tol:
-            head = f"`{name}` is right within the exercise's tolerance ({bound})."
-        else:
-            head = f"`{name}` is right to {prec.name} precision: within {prec.name}'s tolerance ({bound})."
-        notes = [f"that is a pass; the difference, not bit for bit: {worst_text if not scalar else size}."]
-        if reveal:
-            notes.append(f"expected: {_value_text(e)}")
-        return "close", head, notes, details
-    if scalar:
-        if math.isfinite(a_w) and math.isfinite(e_w) and e_w != 0 and (a_w > 0) == (e_w > 0) and a_w != 0:
-            ratio = a_w / e_w
-            if ratio > 2 or ratio < 0.5:
-                how = (
-                    f"about {ratio:.3g} times the expected value"
-                    if ratio > 2
-                    else f"about 1/{1 / ratio:.3g} of it"
-                )
-                head = f"`{name}` is too {'large' if ratio > 1 else 'small'}: {how} ({size})."
-            else:
-                head = f"`{name}` is too {'large' if ratio > 1 else 'small'} by {abs(ratio - 1) * 100:.3g}% ({size})."
-        elif math.isfinite(a_w) and math.isfinite(e_w) and a_w * e_w < 0:
-            head = f"`{name}` has the wrong sign ({size})."
-        else:
-            head = f"`{name}` = {num(a_w)} is off ({size})."
+        size = f"worst at index {idx}: {num(a_w)}, which is {size}"
+    facts = {"name": name, "precision": prec.name, "atol": atol, "rtol": rtol, "size": size}
+    if bool(((prec.round(a) == prec.round(e)) | nan_both).all()):
+        head = note("check.close_rounded", **facts)
+    elif bool(((diff <= atol + rtol * e.abs()) | same).all()):
+        head = note("check.close_tolerance" if explicit_tol else "check.close_dtype", **facts)
     else:
-        head = f"{n_off} of {e.numel()} elements of `{name}` are off; {worst_text}."
-    notes = diagnose(a, e, prec, about_format=about_format)
-    if reveal:
-        notes.append(f"expected: {_value_text(e)}")
-    return "wrong", head, notes, details
-
-
-def _value_text(t: torch.Tensor) -> str:
-    return num(float(t.reshape(()))) if t.numel() == 1 else str(t)
+        finite = math.isfinite(a_w) and math.isfinite(e_w)
+        if scalar and finite and a_w != 0 and e_w != 0 and (a_w > 0) == (e_w > 0):
+            ratio = a_w / e_w
+            side = "larger" if ratio > 1 else "smaller"
+            if 0.5 <= ratio <= 2:
+                head = note(f"check.percent_{side}", percent=abs(ratio - 1) * 100, **facts)
+            else:
+                head = note(f"check.times_{side}", ratio=ratio, inverse=1 / ratio, **facts)
+        elif scalar and finite and a_w * e_w < 0:
+            head = note("check.wrong_sign", **facts)
+        elif scalar:
+            head = note("check.value_off", value=num(a_w), **facts)
+        else:
+            head = note("check.elements_off", count=details["elements_off"], n=e.numel(), **facts)
+        return "wrong", head, diagnose(a, e, prec, about_format), details
+    return "close", head, [say("check.close_difference", **facts)], details
 
 
 def check_value(
@@ -155,53 +209,12 @@ def check_value(
     atol: float | None = None,
     name: str = "answer",
     hint: str | None = None,
-    reveal: bool = False,
     show: bool = True,
 ) -> CheckResult:
-    """Check a number against the expected one, judged in the precision ``dtype``.
-
-    ``dtype`` (a torch dtype or a format name such as ``"fp16"``, ``"tf32"``, ``"fp8_e4m3"``)
-    is the precision the answer lives in; default: the dtype of a tensor argument, else float64.
-    ``"exact"``: bit for bit.  ``"close"``: the same number once rounded to ``dtype``, or
-    ``|answer - expected| <= atol + rtol * |expected|`` with ``rtol`` defaulting to the dtype's
-    epsilon and ``atol`` to 0.  Otherwise ``"wrong"``, with how far off (relative, in ulps of
-    ``dtype``) and what the mistake probably is.  ``hint`` is added only to a ``"wrong"`` verdict.
-    With an explicit ``rtol``/``atol`` a ``"close"`` answer is "within the exercise's tolerance".
-    Notes about rounding to another format are offered only when the exercise is about a format
-    (``dtype`` given, or ``expected`` a tensor of a dtype other than float64).
-
-    Taught with the exercises of ``01_float_formats`` onwards.
-    """
-    prec = infer_precision(answer, expected, dtype)
-    rtol_given, atol_given = rtol is not None, atol is not None
-    rtol, atol = tolerances(prec, rtol, atol)
-    e, err = as_float64(expected, "expected")
-    if err:
-        raise ValueError(f"expected must be a number, but {err.removeprefix('`expected` ')}")
-    if is_placeholder(answer):
-        return no_answer(name, show, "a number")
-    if e.numel() != 1:
-        raise ValueError(
-            f"expected must be a single number (use check_tensor for tensors), got shape {tuple(e.shape)}"
-        )
-    a, err = as_float64(answer, name)
-    if err:
-        return finish("wrong", err + ".", hint_lines(hint), show=show, reasons=(err.code,))
-    if a.numel() != 1:
-        return finish(
-            "wrong",
-            f"`{name}` has {a.numel()} numbers (shape {tuple(a.shape)}); this exercise wants a single number.",
-            hint_lines(hint),
-            show=show,
-        )
-    explicit = rtol_given or atol_given
-    verdict, head, notes, details = _compare(
-        a.reshape(()), e.reshape(()), prec, rtol, atol, name, reveal,
-        explicit_tol=explicit, about_format=about_format(expected, dtype),
-    )  # fmt: skip
-    if verdict == "wrong":
-        notes = notes + hint_lines(hint)
-    return finish(verdict, head, notes, show=show, details=details)
+    """Check a number, judged in ``dtype`` (a torch dtype or a name such as ``"tf32"``; default: a tensor's
+    dtype, else float64): bit for bit, equal once rounded, or within ``atol + rtol * |expected|`` (``rtol``
+    defaults to the dtype's epsilon); otherwise how far off and the probable mistake."""
+    return _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, scalar=True)
 
 
 def check_tensor(
@@ -213,90 +226,77 @@ def check_tensor(
     atol: float | None = None,
     name: str = "answer",
     hint: str | None = None,
-    reveal: bool = False,
     show: bool = True,
 ) -> CheckResult:
-    """Check a tensor (or a list of tensors, e.g. gradients) against the expected one.
-
-    Tolerances as in :func:`check_value`, per element; ``dtype`` defaults to the answer's
-    floating dtype (a bfloat16 answer is judged with bfloat16's epsilon).  A wrong shape is
-    reported as such (with "transposed?" when the transpose would fit); a wrong answer says how
-    many elements are off, the worst one and its error in ulps, and names the usual mistakes.
-    """
+    """Check a tensor (or a list of them, e.g. gradients) element by element as :func:`check_value` does."""
     if is_placeholder(answer):
         return no_answer(name, show, "a tensor")
     exp_list = tensor_list(expected)
-    if exp_list is not None:
-        ans_list = tensor_list(answer) if isinstance(answer, (list, tuple)) else None
-        if ans_list is None or len(ans_list) != len(exp_list):
-            got = (
-                f"{len(answer)} items" if isinstance(answer, (list, tuple)) else f"a {type(answer).__name__}"
-            )
-            return finish(
-                "wrong",
-                f"`{name}` should be a list of {len(exp_list)} tensors; got {got}.",
-                hint_lines(hint),
-                show=show,
-            )
-        results = [
-            check_tensor(
-                a, e, dtype=dtype, rtol=rtol, atol=atol, name=f"{name}[{i}]", reveal=reveal, show=False
-            )
-            for i, (a, e) in enumerate(zip(ans_list, exp_list, strict=True))
-        ]
-        verdict = worst_verdict(r.verdict for r in results)
-        if verdict == "exact":
-            return finish(
-                "exact", f"all {len(results)} tensors of `{name}` are right bit for bit.", show=show
-            )
-        n_ok = sum(r.ok for r in results)
-        head = f"{n_ok} of {len(results)} tensors of `{name}` are right"
-        head += "." if verdict == "wrong" else ", within their dtype's tolerance."
-        notes = [line for r in results if r.verdict != "exact" for line in body_lines(r)]
-        if verdict == "wrong":
-            notes += hint_lines(hint)
-        reasons = [code for r in results for code in r.reasons]
-        return finish(verdict, head, notes, show=show, details={"items": results}, reasons=reasons)
+    if exp_list is None:
+        return _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, scalar=False)
+    ans_list = tensor_list(answer)
+    if ans_list is None or len(ans_list) != len(exp_list):
+        got = f"{len(answer)} items" if isinstance(answer, (list, tuple)) else f"a {type(answer).__name__}"
+        head = note("check.not_tensors", name=name, n=len(exp_list), got=got)
+        return finish("wrong", head, hint=hint, show=show)
+    results = [
+        check_tensor(a, e, dtype=dtype, rtol=rtol, atol=atol, name=f"{name}[{i}]", show=False)
+        for i, (a, e) in enumerate(zip(ans_list, exp_list, strict=True))
+    ]
+    verdict = worst_verdict(r.verdict for r in results)
+    facts = {"name": name, "n": len(results), "right": sum(r.ok for r in results)}
+    notes = [line for r in results if r.verdict != "exact" for line in body_lines(r)]
+    reasons = [code for r in results for code in r.reasons]
+    head = note(f"check.tensors_{verdict}", **facts)
+    return finish(verdict, head, notes, hint=hint, show=show, details={"items": results}, reasons=reasons)
 
-    e, err = as_float64(expected, "expected", allow_bool=True)
-    if err:
-        raise ValueError(f"expected must be a tensor or numbers, but {err.removeprefix('`expected` ')}")
+
+def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, scalar: bool) -> CheckResult:
+    """check_value (``scalar``) and check_tensor on one answer."""
+    e = as_float64(expected, "expected", allow_bool=True)[0]  # the exercise's own value: trusted
+    if is_placeholder(answer):
+        return no_answer(name, show, "a number" if scalar else "a tensor")
     prec = infer_precision(answer, expected, dtype)
     explicit = rtol is not None or atol is not None
-    rtol, atol = tolerances(prec, rtol, atol)
-    a, err = as_float64(
-        answer, name, allow_bool=isinstance(expected, torch.Tensor) and expected.dtype == torch.bool
-    )
-    if err:
-        return finish("wrong", err + ".", hint_lines(hint), show=show, reasons=(err.code,))
+    rtol = prec.fmt.eps if rtol is None else float(rtol)
+    atol = 0.0 if atol is None else float(atol)
+    bool_expected = isinstance(expected, torch.Tensor) and expected.dtype == torch.bool
+    a, wrong = _read_answer(answer, name, hint, show, one=scalar, allow_bool=bool_expected and not scalar)
+    if wrong is not None:
+        return wrong
+    e = e.reshape(()) if scalar else e
     if a.shape != e.shape:
-        head = f"`{name}` has shape {tuple(a.shape)}; the expected shape is {tuple(e.shape)}."
-        return finish("wrong", head, shape_notes(a, e) + hint_lines(hint), show=show)
-    notes: list[str] = []
-    if (
-        isinstance(answer, torch.Tensor)
-        and isinstance(expected, torch.Tensor)
-        and answer.dtype != expected.dtype
-    ):
+        head = note("check.shape", name=name, shape=tuple(a.shape), expected=tuple(e.shape))
+        notes = []  # a transpose, a reshape, or a reduction over everything
+        if a.dim() == 2 and a.T.shape == e.shape:
+            notes = [note("check.transposed")]
+        elif a.numel() == e.numel():
+            notes = [note("check.reshaped")]
+        elif a.numel() == 1:
+            notes = [note("check.reduced")]
+        return finish("wrong", head, notes, hint=hint, show=show)
+    # the exercise is about a format when it names a dtype or expects a low-precision tensor
+    t = expected if isinstance(expected, torch.Tensor) else None
+    about = dtype is not None or (t is not None and t.is_floating_point() and t.dtype != torch.float64)
+    verdict, head, notes, details = _compare(a, e, prec, rtol, atol, name, explicit, about)
+    both = not scalar and isinstance(answer, torch.Tensor) and isinstance(expected, torch.Tensor)
+    if verdict != "exact" and both and answer.dtype != expected.dtype:
         notes.append(
-            f"(your tensor is {str(answer.dtype).removeprefix('torch.')}, "
-            f"the reference is {str(expected.dtype).removeprefix('torch.')}; values are compared, judged in {prec.name})"
+            f"(your tensor is {dtype_name(answer.dtype)}, the reference is {dtype_name(expected.dtype)}; "
+            f"values are compared, judged in {prec.name})"
         )
-    verdict, head, more, details = _compare(
-        a,
-        e,
-        prec,
-        rtol,
-        atol,
-        name,
-        reveal,
-        explicit_tol=explicit,
-        about_format=about_format(expected, dtype),
-    )
-    notes = more + (notes if verdict != "exact" else [])
-    if verdict == "wrong":
-        notes += hint_lines(hint)
-    return finish(verdict, head, notes, show=show, details=details)
+    return finish(verdict, head, notes, hint=hint, show=show, details=details)
+
+
+def _read_answer(answer, name: str, hint, show: bool, *, one: bool, allow_bool: bool = False):
+    """(the answer as float64, None), or (None, the "wrong" result on why it is not a number, or not one)."""
+    a, err = as_float64(answer, name, allow_bool=allow_bool)
+    if err:
+        return None, finish("wrong", err + ".", hint=hint, show=show, reasons=(err.code,))
+    if one and a.numel() != 1:
+        head = note("check.not_one_number", name=name, n=a.numel(), shape=tuple(a.shape))
+        return None, finish("wrong", head, hint=hint, show=show)
+    return (a.reshape(()) if one else a), None
 
 
 def check_between(
@@ -310,228 +310,127 @@ def check_between(
     hint: str | None = None,
     show: bool = True,
 ) -> CheckResult:
-    """Check that a number lies in ``[low, high]`` (any value there is right: ``"exact"``).
-
-    For answers with a range of right values, such as "a loss scale that brings the gradients
-    into FP16's range without overflow".  ``below`` / ``above`` explain what goes wrong on each
-    side (e.g. "gradients still underflow" / "the largest gradient overflows").
-    """
-    low, high = float(low), float(high)
+    """Check that a number lies in ``[low, high]``; ``below`` / ``above`` say what goes wrong on each side."""
     if is_placeholder(answer):
         return no_answer(name, show, "a number")
-    a, err = as_float64(answer, name)
-    if err or a.numel() != 1:
-        msg = err or f"`{name}` has {a.numel()} numbers; this exercise wants one"
-        return finish("wrong", msg + ".", hint_lines(hint), show=show)
-    x = float(a.reshape(()))
+    a, wrong = _read_answer(answer, name, hint, show, one=True)
+    if wrong is not None:
+        return wrong
+    x = float(a)
     if math.isnan(x):
-        return finish("wrong", f"`{name}` is NaN.", hint_lines(hint), show=show)
+        return finish("wrong", note("check.nan_answer", name=name), hint=hint, show=show)
     if low <= x <= high:
-        return finish("exact", f"`{name}` = {num(x)} is in the right range.", show=show, details={"value": x})
-    small = x < low
-    k = (
-        (math.log2(low / x) if x > 0 else math.inf)
-        if small
-        else (math.log2(x / high) if high > 0 else math.inf)
-    )
-    head = f"`{name}` = {num(x)} is too {'small' if small else 'large'}"
-    head += f" (by a factor of about 2**{k:.1f})" if math.isfinite(k) else ""
-    side = below if small else above
-    notes = [side] if side else []
-    return finish("wrong", head + ".", notes + hint_lines(hint), show=show, details={"value": x})
-
-
-def _clean_bits(answer) -> tuple[str | None, str | None]:
-    if isinstance(answer, Integral) and not isinstance(answer, (bool, np.bool_)):  # numpy integers too
-        return None, "int"
-    if not isinstance(answer, str):
-        return (
-            None,
-            f"`answer` is a {type(answer).__name__}; write the bits as a string such as '0 01111 0000000000'",
+        return finish(
+            "exact", note("check.in_range", name=name, value=num(x)), show=show, details={"value": x}
         )
-    s = answer.strip()
-    if s.lower().startswith("0b"):
-        s = s[2:]
-    elif s.lower().startswith("0x"):
-        try:
-            return None, ("hex", int(s, 16))
-        except ValueError:
-            pass
-    s = s.replace(" ", "").replace("_", "").replace("|", "")
-    if not s or set(s) - {"0", "1"}:
-        return None, f"{answer!r} should contain only 0s and 1s (spaces, '_' and '|' between fields are fine)"
-    return s, None
+    small = x < low
+    k = math.log2(low / x if small else x / high) if (x > 0 and high > 0) else math.inf
+    by = f" (by a factor of about 2**{k:.1f})" if math.isfinite(k) else ""
+    head = note("check.below_range" if small else "check.above_range", name=name, value=num(x), by=by)
+    side = below if small else above
+    return finish("wrong", head, [side] if side else [], hint=hint, show=show, details={"value": x})
 
 
 def check_bits(
-    answer,
-    expected: str | None = None,
-    *,
-    value=None,
-    fmt="fp16",
-    name: str = "answer",
-    hint: str | None = None,
-    reveal: bool = False,
-    show: bool = True,
+    answer, *, value, fmt="fp16", name: str = "answer", hint: str | None = None, show: bool = True
 ) -> CheckResult:
-    """Check a bit pattern (a ``"0 01111 0000000000"``-style string, or an int) in format ``fmt``.
-
-    Give either ``expected`` (the right bits) or ``value`` (the bits are those of ``value``
-    rounded to ``fmt``, from :func:`amp_lab.formats.decompose`).  Feedback goes field by field:
-    the sign, the exponent (with the power of two the learner's field means), the mantissa (how
-    many bits differ; off by one in the last place points at rounding).  Any NaN pattern is
-    accepted as ``"close"`` when the expected value is NaN.  Taught in ``01_float_formats``.
-    """
+    """Check a bit pattern (``"0 01111 0000000000"``, ``"0x3c00"`` or an int) against ``value`` rounded to
+    ``fmt``, field by field (sign, exponent, mantissa).  Any NaN pattern is ``"close"`` to NaN."""
     f = formats.get_format(fmt)
-    if (expected is None) == (value is None):
-        raise ValueError("give exactly one of expected= (a bit string) or value= (a number)")
-    if expected is None:
-        d = formats.decompose(value, f)
-        exp_bits = d.bits
-    else:
-        exp_bits, problem = _clean_bits(expected)
-        if problem or len(exp_bits) != f.total_bits:
-            raise ValueError(f"expected={expected!r} must be {f.total_bits} characters of 0/1 for {f.name}")
+    exp_bits = formats.decompose(value, f).bits
     if is_placeholder(answer):
         return no_answer(name, show, f"a string of {f.total_bits} bits")
-    bits, problem = _clean_bits(answer)
-    if isinstance(problem, tuple):  # a hex string such as "0x3c00"
-        problem, answer = "int", problem[1]
-    if problem == "int":
+    if isinstance(answer, str) and re.fullmatch(r"\s*0[xX][0-9a-fA-F]+\s*", answer):
+        answer = int(answer, 16)
+    if isinstance(answer, Integral) and not isinstance(answer, (bool, np.bool_)):  # numpy integers too
         if not 0 <= answer < 2**f.total_bits:
-            return finish(
-                "wrong",
-                f"`{name}` = {answer} does not fit in {f.total_bits} bits.",
-                hint_lines(hint),
-                show=show,
-            )
-        bits, problem = f"{int(answer):0{f.total_bits}b}", None
-    layout = f"1 sign, {f.exponent_bits} exponent, {f.mantissa_bits} mantissa"
-    if problem:
-        return finish("wrong", problem.replace("`answer`", f"`{name}`") + ".", hint_lines(hint), show=show)
-    if len(bits) != f.total_bits:
-        return finish(
-            "wrong",
-            f"`{name}` has {len(bits)} bits; {f.name} has {f.total_bits} ({layout}).",
-            hint_lines(hint),
-            show=show,
-            details={"bits": bits},
-        )
-    if bits == exp_bits:
-        return finish(
-            "exact", f"`{name}` is the right {f.name} bit pattern.", show=show, details={"bits": bits}
-        )
-
-    mine = formats.from_bits(bits, f)
-    target = formats.from_bits(exp_bits, f)
+            head = note("check.bits_too_big", name=name, value=answer, bits=f.total_bits)
+            return finish("wrong", head, hint=hint, show=show)
+        answer = f"{int(answer):0{f.total_bits}b}"
+    if not isinstance(answer, str):
+        head = note("check.bits_not_text", name=name, kind=type(answer).__name__)
+        return finish("wrong", head, hint=hint, show=show)
+    bits = re.sub(r"[\s_|]", "", answer.strip().removeprefix("0b").removeprefix("0B"))
+    if not bits or set(bits) - {"0", "1"}:
+        return finish("wrong", note("check.bits_not_binary", answer=answer), hint=hint, show=show)
     ne = f.exponent_bits
-    fields = {
-        "sign": (bits[0], exp_bits[0]),
-        "exponent": (bits[1 : 1 + ne], exp_bits[1 : 1 + ne]),
-        "mantissa": (bits[1 + ne :], exp_bits[1 + ne :]),
-    }
+    facts = dict(name=name, format=f.name, bits=f.total_bits, exponent=ne, mantissa=f.mantissa_bits)
+    if len(bits) != f.total_bits:
+        head = note("check.bits_length", count=len(bits), **facts)
+        return finish("wrong", head, hint=hint, show=show, details={"bits": bits})
+    if bits == exp_bits:
+        return finish("exact", note("check.bits_right", **facts), show=show, details={"bits": bits})
+    mine, target = formats.from_bits(bits, f), formats.from_bits(exp_bits, f)
     details = {"bits": bits, "your_value": mine}
-    shown = f"{bits[0]} {bits[1 : 1 + ne]} {bits[1 + ne :]}"
     if math.isnan(mine) and math.isnan(target):
         return finish(
-            "close",
-            f"`{name}` is a NaN pattern, as expected, but not the canonical one torch produces.",
-            [note("check.nan_patterns")] + ([f"expected: {exp_bits}"] if reveal else []),
-            show=show,
-            details=details,
+            "close", note("check.bits_nan", **facts), [note("check.nan_patterns")], show=show, details=details
         )
+    cuts = {"sign": slice(0, 1), "exponent": slice(1, 1 + ne), "mantissa": slice(1 + ne, None)}
+    fields = {k: (bits[c], exp_bits[c]) for k, c in cuts.items()}
     right = [k for k, (m, x) in fields.items() if m == x]
     wrong = [k for k, (m, x) in fields.items() if m != x]
     details["wrong_fields"] = wrong
-    head = f"`{name}` ({shown}) encodes {num(mine)} in {f.name}; {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} off"
-    if right:
-        head += f" ({' and '.join(right)} right)"
-    notes = bits_notes(fields, f)
-    if value is not None and math.isfinite(mine) and math.isfinite(target) and mine != 0:
+    shown = " ".join(bits[c] for c in cuts.values())
+    off = f"{', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} off"
+    off += f" ({' and '.join(right)} right)" if right else ""
+    head = note("check.bits_off", shown=shown, value=num(mine), off=off, **facts)
+    (mine_e, right_e), (mine_m, right_m) = fields["exponent"], fields["mantissa"]
+    notes = [note("check.sign_bit")] if "sign" in wrong else []
+    if mine_e != right_e:
+        k = int(mine_e, 2)
+        if k == 0:
+            meaning = "0 (zero or a subnormal)"
+        elif k == 2**ne - 1 and not f.finite_only:
+            meaning = "all ones (inf or NaN)"
+        else:
+            meaning = f"{k}, i.e. 2**({k} - {f.bias}) = 2**{k - f.bias}"
+        direction = "larger" if int(right_e, 2) > k else "smaller"
+        notes.append(
+            note("check.exponent_field", field=mine_e, meaning=meaning, direction=direction, bias=f.bias)
+        )
+    if mine_m != right_m:
+        last = mine_e == right_e and abs(int(mine_m, 2) - int(right_m, 2)) == 1
+        differ = sum(p != q for p, q in zip(mine_m, right_m, strict=True))
+        code = "check.mantissa_last_place" if last else "check.mantissa_bits"
+        notes.append(note(code, differ=differ, bits=f.mantissa_bits))
+    if math.isfinite(mine) and math.isfinite(target) and mine != 0:
         rel = abs(mine - float(value)) / abs(float(value)) if float(value) != 0 else math.inf
         notes.append(f"the value your bits encode is {rel:.3g} (relative) away from {num(float(value))}.")
-    if reveal:
-        notes.append(f"expected: {exp_bits[0]} {exp_bits[1 : 1 + ne]} {exp_bits[1 + ne :]}")
-    return finish("wrong", head + ".", notes + hint_lines(hint), show=show, details=details)
+    return finish("wrong", head, notes, hint=hint, show=show, details=details)
+
+
+def dtype_facts(d: torch.dtype) -> str:
+    """A dtype's layout as a learner reads it: ``"16 bits, 8 exponent and 7 mantissa bits"``."""
+    if not d.is_floating_point:
+        kind = "a boolean" if d == torch.bool else "a complex" if d.is_complex else "an integer"
+        return f"{kind} type of {d.itemsize * 8} bits"
+    fi = torch.finfo(d)
+    mant = round(-math.log2(fi.eps))  # eps = 2**-mantissa_bits, for every float dtype
+    exp = fi.bits - (0 if fi.min > 0 else 1) - mant  # float8_e8m0fnu has no sign bit
+    return f"{fi.bits} bits, {exp} exponent and {mant} mantissa bits"
 
 
 def check_dtype(
-    answer,
-    expected,
-    *,
-    name: str = "answer",
-    hint: str | None = None,
-    reveal: bool = False,
-    show: bool = True,
+    answer, expected, *, name: str = "answer", hint: str | None = None, show: bool = True
 ) -> CheckResult:
-    """Check a predicted dtype: a torch dtype, a name (``"bf16"``, ``"torch.float16"``, ``"half"``) or a tensor.
-
-    A wrong answer is told what the dtype it names is (bits, exponent bits) and which of autocast's
-    rules to think about, never what the expected dtype is (unless ``reveal``).  Taught in ``05_autocast_op_lists`` and ``07``.
-    """
+    """Check a predicted dtype (a torch dtype, a name such as ``"bf16"``, or a tensor); a wrong one is told
+    what its dtype is and which autocast rule to think about, never the expected dtype."""
     exp = read_dtype(expected)
-    if exp is None:
-        raise ValueError(f"expected={expected!r} is not a dtype or a dtype name")
     if is_placeholder(answer):
         return no_answer(name, show, "a dtype such as torch.float32 or 'bf16'")
     got = read_dtype(answer)
     if got is None:
-        return finish(
-            "wrong",
-            f"`{name}` = {answer!r} is not a dtype; write e.g. torch.bfloat16, torch.float16, torch.float32 "
-            "(or 'bf16', 'fp16', 'fp32').",
-            hint_lines(hint),
-            show=show,
-        )
+        return finish("wrong", note("check.not_a_dtype", name=name, answer=answer), hint=hint, show=show)
     if got == exp:
-        return finish("exact", f"`{name}` is {dtype_name(exp)}.", show=show)
-    notes = dtype_notes(got, exp)  # the expected dtype's layout would give it away
-    if reveal:
-        notes.append(f"expected: {dtype_name(exp)}, with {dtype_facts(exp)}")
-    return finish(
-        "wrong",
-        f"`{name}` is {dtype_name(got)}, not the expected dtype.",
-        notes + hint_lines(hint),
-        show=show,
-    )
-
-
-def check_dtypes(
-    answers: Mapping,
-    expected: Mapping,
-    *,
-    name: str = "answers",
-    hint: str | None = None,
-    reveal: bool = False,
-    show: bool = True,
-) -> CheckResult:
-    """Check a dict of predicted dtypes (e.g. ``{"mm": torch.bfloat16, "softmax": torch.float32}``).
-
-    Every key of ``expected`` is judged; unanswered keys (``None``) are listed separately.
-    """
-    if is_placeholder(answers):
-        return no_answer(name, show, "a dict of dtypes")
-    if not isinstance(answers, Mapping):
-        return finish("wrong", f"`{name}` should be a dict such as {{'mm': torch.bfloat16, ...}}.", show=show)
-    right, wrong, missing = [], [], []
-    notes, reasons = [], []
-    for key, exp in expected.items():
-        ans = answers.get(key)
-        if is_placeholder(ans):
-            missing.append(key)
-            continue
-        r = check_dtype(ans, exp, name=f"{name}[{key!r}]", reveal=reveal, show=False)
-        (right if r.ok else wrong).append(key)
-        if not r.ok:
-            notes.extend(body_lines(r))
-            reasons.extend(r.reasons)
-    extra = [k for k in answers if k not in expected]
-    details = {"right": right, "wrong": wrong, "missing": missing}
-    if not wrong and not missing:
-        return finish("exact", f"all {len(right)} dtypes in `{name}` are right.", show=show, details=details)
-    head = f"{len(right)} of {len(expected)} dtypes in `{name}` are right"
-    if missing:
-        notes.append("not answered yet: " + ", ".join(repr(k) for k in missing))
-    if extra:
-        notes.append("not asked (ignored): " + ", ".join(repr(k) for k in extra))
-    return finish("wrong", head + ".", notes + hint_lines(hint), show=show, details=details, reasons=reasons)
+        return finish("exact", note("check.dtype_right", name=name, dtype=dtype_name(exp)), show=show)
+    notes = [note("check.dtype_layout", dtype=dtype_name(got), layout=dtype_facts(got))]
+    low = (torch.float16, torch.bfloat16)
+    if {got, exp} == set(low):
+        notes.append(note("check.which_16_bit"))
+    elif exp == torch.float32 and got in low:
+        notes.append(note("check.kept_in_float32"))
+    elif got == torch.float32 and exp in low:
+        notes.append(note("check.runs_low_precision"))
+    head = note("check.dtype_wrong", name=name, dtype=dtype_name(got))
+    return finish("wrong", head, notes, hint=hint, show=show)

@@ -1,25 +1,13 @@
-"""The exercise engine's base: a check's result and its three states, and how a learner's answer is read.
-
-Every check ends in one state: ``✓ passed`` (verdict ``"exact"``, or ``"close"``: within the stated
-tolerance, a pass), ``✗ not yet`` (``"wrong"``, with a hint) or ``○ not attempted`` (``"unanswered"``:
-the answer is ``None`` or ``...``; never raises, so notebooks execute before anyone has answered).
-This module holds :class:`CheckResult`, the helpers the exercise modules build their own checks from
-(:func:`finish`, :func:`no_answer`, :func:`is_placeholder`, :func:`norm`, :func:`read_dtype`), and the
-precisions numbers are judged in (:class:`Precision`).
-"""
+"""The exercise engine's base: a check's result and its three states (passed, not yet, not attempted),
+its notes (reason codes), placeholders, and options and dtypes as answers."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from numbers import Integral
 
-import numpy as np
 import torch
 
-from . import formats
-from .device import float64_on_cpu
 from .dtypes import dtype_named
 from .text import say
 
@@ -35,19 +23,14 @@ MARK = {
 
 @dataclass
 class CheckResult:
-    """What a check found: ``verdict`` is ``"exact"``, ``"close"``, ``"wrong"`` or ``"unanswered"``.
-
-    ``status`` is what the learner reads: ``"passed"`` (exact, or close: within the stated
-    tolerance, which is a pass), ``"not yet"`` or ``"not attempted"``.  ``ok`` is True when
-    passed; ``bool(result)`` is ``ok``, so tests and solutions can ``assert check_value(...)``.
-    ``details`` holds the numbers behind the message (errors, ulps, positions); ``reasons`` the codes
-    (:data:`amp_lab.text.REASONS`) of the usual mistakes its notes name, which tests assert.
-    """
+    """What a check found (``verdict``: exact, close, wrong or unanswered; true when passed), the numbers
+    behind its message, its notes' reason codes and its headline's ``code``."""
 
     verdict: str
     message: str
     details: dict = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
+    code: str = ""
 
     @property
     def status(self) -> str:
@@ -68,27 +51,28 @@ class CheckResult:
 
 
 class Note(str):
-    """A line of feedback naming a usual mistake: its sentence from :data:`amp_lab.text.REASONS`, and its ``code``."""
+    """A sentence from :data:`amp_lab.text.REASONS` that keeps its ``code``."""
 
     code: str
 
 
 def note(code: str, **facts) -> Note:
-    """The note for reason ``code``, filled from ``facts``."""
+    """The sentence of reason ``code``, filled from ``facts``."""
     n = Note(say(code, **facts))
     n.code = code
     return n
 
 
 def finish(
-    verdict: str, headline: str, notes: Sequence[str] = (), *, show: bool, details=None, reasons=()
+    verdict: str, headline: str, notes: Sequence[str] = (), *, show: bool, details=None, reasons=(), hint=None
 ) -> CheckResult:
-    """The result of a check: ``headline`` after the verdict's mark, then one indented line per note;
-    printed when ``show``.  Its reasons are its notes' codes, then ``reasons`` (a nested check's)."""
-    lines = [f"{MARK[verdict]}: {headline}"]
-    lines += [f"  {n}" for n in notes if n]
+    """The result: ``headline`` after the verdict's mark, one indented line per note (``hint`` last, on a
+    "wrong" verdict); printed when ``show``.  Its reasons are its notes' codes, then ``reasons``."""
+    notes = [*notes, *(hint_lines(hint) if verdict == "wrong" else [])]
+    lines = [f"{MARK[verdict]}: {headline}", *(f"  {n}" for n in notes if n)]
     codes = [n.code for n in notes if isinstance(n, Note)] + list(reasons)
     result = CheckResult(verdict, "\n".join(lines), dict(details or {}), tuple(dict.fromkeys(codes)))
+    result.code = getattr(headline, "code", "")
     if show:
         print(result.message)
     return result
@@ -96,12 +80,10 @@ def finish(
 
 def body_lines(result: CheckResult) -> list[str]:
     """The lines of a nested result's message, without its verdict mark."""
-    lines = result.message.splitlines()
-    first = lines[0]
-    for mark in MARK.values():
-        if first.startswith(mark + ": "):
-            first = first[len(mark) + 2 :]
-    return [first] + [line.strip() and "  " + line.strip() for line in lines[1:]]
+    first, *rest = result.message.splitlines()
+    return [first.removeprefix(MARK[result.verdict] + ": ")] + [
+        line.strip() and "  " + line.strip() for line in rest
+    ]
 
 
 def is_placeholder(answer) -> bool:
@@ -112,179 +94,23 @@ def is_placeholder(answer) -> bool:
 def no_answer(name: str, show: bool, what: str = "an answer") -> CheckResult:
     """The "not attempted" result: set ``name`` to ``what`` and run the cell again."""
     return finish(
-        "unanswered",
-        f"no answer yet: set `{name}` to {what} and run this cell again.",
-        show=show,
-        details={"answered": False},
+        "unanswered", note("check.no_answer", name=name, what=what), show=show, details={"answered": False}
     )
 
 
 def hint_lines(hint: str | None) -> list[str]:
-    """The exercise's hint as a note (none when ``hint`` is None)."""
     return [f"hint: {hint}"] if hint else []
 
 
-@dataclass(frozen=True)
-class Precision:
-    """A precision to judge numbers in: its name, epsilon, and how to round to it."""
-
-    name: str
-    eps: float
-    min_normal: float
-    fmt: formats.FloatFormat | None  # None: float64 (no rounding needed)
-
-    def round(self, t: torch.Tensor) -> torch.Tensor:
-        """``t`` (float64) rounded to this precision, back in float64."""
-        if self.fmt is None:
-            return t
-        if self.fmt.torch_dtype is not None:
-            return float64_on_cpu(t.to(self.fmt.torch_dtype))
-        return float64_on_cpu(formats.round_to(t, self.fmt))
-
-    def ulp(self, value: float) -> float:
-        if self.fmt is None:
-            return math.ulp(max(abs(value), 2.2250738585072014e-308))
-        return formats.format_ulp(value, self.fmt)
-
-
-FLOAT64 = Precision("float64", 2.0**-52, 2.0**-1022, None)
-
-
-def precision(dtype) -> Precision:
-    """A precision from a torch dtype, a name (``"fp16"``, ``"tf32"``, ...) or a FloatFormat."""
-    if isinstance(dtype, str) and dtype.strip().lower().removeprefix("torch.") in (
-        "float64",
-        "double",
-        "fp64",
-    ):
-        return FLOAT64
-    if dtype is torch.float64:
-        return FLOAT64
-    try:
-        f = formats.get_format(dtype)
-    except ValueError:
-        raise ValueError(
-            f"dtype={dtype!r} is not allowed; use a floating torch dtype or one of: "
-            + ", ".join(repr(n) for n in (*formats.FORMAT_NAMES, "fp64"))
-        ) from None
-    name = str(f.torch_dtype).removeprefix("torch.") if f.torch_dtype is not None else f.name
-    return Precision(name, f.eps, f.min_normal, f)
-
-
-def infer_precision(answer, expected, dtype) -> Precision:
-    if dtype is not None:
-        return precision(dtype)
-    for t in (answer, expected):
-        if isinstance(t, torch.Tensor) and t.is_floating_point():
-            try:
-                return precision(t.dtype)
-            except ValueError:
-                continue
-    return FLOAT64
-
-
-def about_format(expected, dtype) -> bool:
-    """Is the exercise about a format: a ``dtype`` is given, or ``expected`` is a low-precision tensor?"""
-    if dtype is not None:
-        return True
-    return (
-        isinstance(expected, torch.Tensor)
-        and expected.is_floating_point()
-        and expected.dtype != torch.float64
-    )
-
-
-def tolerances(prec: Precision, rtol, atol) -> tuple[float, float]:
-    rtol = prec.eps if rtol is None else float(rtol)
-    atol = 0.0 if atol is None else float(atol)
-    return rtol, atol
-
-
-def num(x: float) -> str:
-    """A number as a learner reads it: exact for short binary fractions, 6 significant digits otherwise."""
-    if math.isnan(x) or math.isinf(x):
-        return str(x)
-    if x == int(x) and abs(x) < 1e16:
-        return str(int(x)) if x != 0 or math.copysign(1, x) > 0 else "-0.0"
-    return f"{x:.6g}"
-
-
-def as_float64(x, name: str, *, allow_bool: bool = False) -> tuple[torch.Tensor | None, Note | None]:
-    """``x`` as a float64 tensor, or the :class:`Note` a learner reads on why it is not a number.
-
-    Bools (Python, numpy, and bool tensors) are yes/no values, not numbers, unless ``allow_bool``
-    (the expected answer is itself a bool tensor, e.g. a "found inf" flag)."""
-    if isinstance(x, torch.Tensor):
-        if x.is_complex():
-            return None, note("check.complex_answer", name=name)
-        if x.dtype == torch.bool and not allow_bool:
-            return None, note("check.bool_tensor_answer", name=name)
-        return float64_on_cpu(x), None
-    if isinstance(x, (str, bytes)):
-        return None, note("check.text_answer", name=name, text=x)
-    if isinstance(x, (bool, np.bool_)):
-        return None, note("check.bool_answer", name=name, value=x)
-    if isinstance(x, Integral):
-        try:
-            float(x)
-        except OverflowError:
-            return None, note("check.huge_int_answer", name=name, bits=int(x).bit_length())
-    try:
-        t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None, note("check.not_a_number", name=name, kind=type(x).__name__)
-    if not allow_bool and isinstance(x, (np.ndarray, list, tuple)):
-        try:
-            if np.asarray(x).dtype == np.bool_:
-                return None, note("check.bools_answer", name=name)
-        except (TypeError, ValueError):
-            pass
-    return t, None
-
-
-def power_of_two(r: float) -> int | None:
-    if not math.isfinite(r) or r <= 0:
-        return None
-    m, e = math.frexp(r)
-    return e - 1 if m == 0.5 else None
-
-
-def tensor_list(x):
-    if isinstance(x, (list, tuple)) and x and all(isinstance(t, torch.Tensor) for t in x):
-        return list(x)
-    return None
-
-
-def worst_verdict(verdicts) -> str:
-    # a part left unanswered in an answer that has others makes the whole "not yet", not "not attempted"
-    order = {"exact": 0, "close": 1, "wrong": 2}
-    return max(
-        ("wrong" if v == "unanswered" else v for v in verdicts), key=order.__getitem__, default="exact"
-    )
-
-
 def read_dtype(x) -> torch.dtype | None:
-    """The dtype a learner's answer names (a torch dtype, a tensor's, or a name such as ``"bf16"``,
-    ``"torch.float16"``, ``"half"``), or None when it names none."""
+    """The dtype a learner's answer names (a torch dtype, a tensor's, or a name such as ``"bf16"``)."""
     if isinstance(x, torch.dtype):
         return x
     if isinstance(x, torch.Tensor):
         return x.dtype
-    if isinstance(x, str):
-        return dtype_named(x)
-    return None
+    return dtype_named(x) if isinstance(x, str) else None
 
 
 def norm(x):
     """An option as answers are compared: text case- and space-insensitively, anything else as it is."""
-    if isinstance(x, str):
-        return " ".join(x.strip().casefold().split())
-    return x
-
-
-def hashable(x) -> bool:
-    try:
-        hash(x)
-    except TypeError:
-        return False
-    return True
+    return " ".join(x.strip().casefold().split()) if isinstance(x, str) else x

@@ -1,44 +1,35 @@
-"""The exercise engine for answers that are not numbers: choices, sets, orderings, and functions the learner writes.
-
-Strings compare case- and space-insensitively.  A learner's function runs on copies of each case,
-beside the exercise's reference; its results are judged by :mod:`amp_lab.check`'s rules, and an
-exception it raises is reported, never raised.  Each check returns a
-:class:`~amp_lab.check_base.CheckResult`.
-"""
+"""The exercise engine for choices, sets, orderings (strings compared case- and space-insensitively) and the
+learner's functions (whose exceptions are reported, never raised)."""
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Number
 
 import torch
 
 from ._checks import bounded_list
-from .check import check_tensor, check_value
-from .check_base import (
-    MARK,
-    CheckResult,
-    Note,
-    body_lines,
-    finish,
-    hashable,
-    hint_lines,
-    is_placeholder,
-    no_answer,
-    norm,
-    note,
-    num,
-    power_of_two,
-    tensor_list,
-    worst_verdict,
-)
+from .check import check_tensor, check_value, num, tensor_list, worst_verdict
+from .check_base import MARK, CheckResult, body_lines, finish, is_placeholder, no_answer, norm, note
 
-__all__ = ["check_choice", "check_set", "check_sequence", "check_function", "MAX_ITEMS"]
+__all__ = ["check_choice", "check_set", "check_sequence", "check_function"]
+
+MAX_ITEMS = 1_000  # the most items of a learner's set or ordering read (a longer one is refused unread)
+_MAX_CASES_SHOWN = 5  # check_function lists at most this many failing cases, and counts the rest
 
 
-# The most items of a learner's set or ordering that are read (a longer one is refused before it is read).
-MAX_ITEMS = 1_000
+def _listed(items) -> str:
+    return ", ".join(repr(x) for x in items)
+
+
+def hashable(x) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
 
 
 def check_choice(
@@ -49,44 +40,34 @@ def check_choice(
     explanations: Mapping | None = None,
     name: str = "answer",
     hint: str | None = None,
-    reveal: bool = False,
     show: bool = True,
 ) -> CheckResult:
-    """Check a multiple-choice answer.  ``expected`` is the right option or a set/list of right ones.
-
-    Strings compare case- and space-insensitively (``"B"`` == ``" b"``).  ``options`` (a list, or
-    a dict of option -> text) rejects answers that are not options; ``explanations`` maps an
-    option to why it is right or wrong, and the learner's option's explanation is shown.
-    """
+    """Check a multiple-choice answer; ``expected`` is the right option or a set/list of right ones.
+    ``options`` refuses answers that are not options; the chosen option's ``explanations`` entry is shown."""
     accepted = expected if isinstance(expected, (set, frozenset, list, tuple)) else [expected]
-    accepted_n = {norm(x) for x in accepted}
     expl = {norm(k): v for k, v in (explanations or {}).items()}
     if is_placeholder(answer):
-        shown = ""
-        if options is not None:
-            shown = " (one of " + ", ".join(repr(o) for o in options) + ")"
+        shown = f" (one of {_listed(options)})" if options is not None else ""
         return no_answer(name, show, "your choice" + shown)
     if not hashable(answer):
-        return finish(
-            "wrong",
-            f"`{name}` is a {type(answer).__name__}; this exercise wants one option, e.g. 'a'.",
-            hint_lines(hint),
-            show=show,
-        )
+        head = note("check.choice_unhashable", name=name, kind=type(answer).__name__)
+        return finish("wrong", head, hint=hint, show=show)
     a = norm(answer)
     if options is not None and a not in {norm(o) for o in options}:
-        allowed = ", ".join(repr(o) for o in options)
-        return finish("wrong", f"`{name}` = {answer!r} is not one of the options: {allowed}.", show=show)
+        head = note("check.not_an_option", name=name, answer=answer, options=_listed(options))
+        return finish("wrong", head, show=show)
     notes = [expl[a]] if a in expl else []
-    if a in accepted_n:
-        return finish("exact", f"`{name}` = {answer!r} is right.", notes, show=show)
-    if reveal:
-        notes.append("right: " + ", ".join(repr(x) for x in accepted))
+    if a in {norm(x) for x in accepted}:
+        return finish("exact", note("check.choice_right", name=name, answer=answer), notes, show=show)
     if not notes and not hint:
         notes.append(note("check.reread"))
-    return finish(
-        "wrong", f"`{name}` = {answer!r} is not the right choice.", notes + hint_lines(hint), show=show
-    )
+    head = note("check.choice_wrong", name=name, answer=answer)
+    return finish("wrong", head, notes, hint=hint, show=show)
+
+
+def _too_many(name: str, n_right: int, hint, show: bool) -> CheckResult:
+    head = note("check.too_many_items", name=name, most=MAX_ITEMS, n=n_right, s="s" if n_right != 1 else "")
+    return finish("wrong", head, hint=hint, show=show)
 
 
 def check_set(
@@ -97,15 +78,10 @@ def check_set(
     explanations: Mapping | None = None,
     name: str = "answer",
     hint: str | None = None,
-    reveal: bool = False,
     show: bool = True,
 ) -> CheckResult:
-    """Check an answer that is a set of items ("which of these ...?"), order irrelevant.
-
-    Says how many right items are missing (without naming them unless ``reveal``), names the
-    items that do not belong, and shows ``explanations`` for the wrong ones picked.  Strings
-    compare case- and space-insensitively; a single string is read as a one-item set.
-    """
+    """Check a set of items ("which of these ...?"): how many right ones are missing (unnamed), which do
+    not belong (with their ``explanations``).  A single string is a one-item set."""
     exp = {norm(x) for x in expected}
     expl = {norm(k): v for k, v in (explanations or {}).items()}
     if is_placeholder(answer):
@@ -117,110 +93,65 @@ def check_set(
     try:
         items = bounded_list(name, answer, MAX_ITEMS, "a set")
     except TypeError:  # ArgumentTypeError: not a collection
-        return finish("wrong", f"`{name}` should be a set such as {{'a', 'b'}}.", hint_lines(hint), show=show)
+        return finish("wrong", note("check.not_a_set", name=name), hint=hint, show=show)
     except ValueError:
         return _too_many(name, len(exp), hint, show)
-    odd = [x for x in items if not hashable(x)]
-    if odd:
-        return finish(
-            "wrong",
-            f"`{name}` holds {odd[0]!r:.40}, a {type(odd[0]).__name__}; each item should be one option, e.g. {{'a', 'b'}}.",
-            hint_lines(hint),
-            show=show,
-        )
+    if odd := [x for x in items if not hashable(x)]:
+        head = note("check.set_item_unhashable", name=name, item=odd[0], kind=type(odd[0]).__name__)
+        return finish("wrong", head, hint=hint, show=show)
     got = {norm(x) for x in items}
     notes = []
-    if options is not None:
-        allowed = {norm(o) for o in options}
-        unknown = [x for x in items if norm(x) not in allowed]
-        if unknown:
-            notes.append("not among the options: " + ", ".join(repr(x) for x in unknown))
+    if options is not None and (unknown := [x for x in items if norm(x) not in {norm(o) for o in options}]):
+        notes.append("not among the options: " + _listed(unknown))
     if got == exp:
-        return finish("exact", f"`{name}` holds exactly the {len(exp)} right items.", show=show)
+        return finish("exact", note("check.set_right", name=name, n=len(exp)), show=show)
     extra = [x for x in items if norm(x) not in exp]
-    missing = exp - got
-    right = len(got & exp)
-    head = f"`{name}` has {right} of the {len(exp)} right items"
-    head += f" and {len(extra)} that do not belong." if extra else "."
+    missing = len(exp - got)
+    facts = {"name": name, "right": len(got & exp), "n": len(exp), "extra": len(extra)}
+    head = note("check.set_extra" if extra else "check.set_partly", **facts)
     if extra:
-        notes.append("do not belong: " + ", ".join(repr(x) for x in extra))
+        notes.append("do not belong: " + _listed(extra))
         notes += [f"{x!r}: {expl[norm(x)]}" for x in extra if norm(x) in expl]
     if missing:
-        n = len(missing)
-        notes.append(f"{n} right item{'s are' if n > 1 else ' is'} missing.")
-        if reveal:
-            notes.append("missing: " + ", ".join(repr(x) for x in expected if norm(x) in missing))
-    return finish(
-        "wrong", head, notes + hint_lines(hint), show=show, details={"missing": len(missing), "extra": extra}
-    )
-
-
-def _too_many(name: str, n_right: int, hint, show: bool) -> CheckResult:
-    """The verdict on a learner's collection too long to read (more than :data:`MAX_ITEMS`)."""
-    return finish(
-        "wrong",
-        f"`{name}` holds more than {MAX_ITEMS:,} items; this exercise has {n_right} right one"
-        f"{'s' if n_right != 1 else ''}.",
-        hint_lines(hint),
-        show=show,
-    )
+        notes.append(f"{missing} right item{'s are' if missing > 1 else ' is'} missing.")
+    return finish("wrong", head, notes, hint=hint, show=show, details={"missing": missing, "extra": extra})
 
 
 def check_sequence(
-    answer,
-    expected: Sequence,
-    *,
-    name: str = "answer",
-    hint: str | None = None,
-    reveal: bool = False,
-    show: bool = True,
+    answer, expected: Sequence, *, name: str = "answer", hint: str | None = None, show: bool = True
 ) -> CheckResult:
-    """Check an ordering (e.g. the steps of a mixed-precision training step).
-
-    Says which items are missing or extra, and the first position where the order goes wrong.
-    Strings compare case- and space-insensitively.
-    """
+    """Check an ordering (e.g. the steps of a mixed-precision training step): which items are missing,
+    extra or repeated, and the first position where the order goes wrong."""
     exp = [norm(x) for x in expected]
     if is_placeholder(answer):
         return no_answer(name, show, "a list in the right order")
     if isinstance(answer, str) or not isinstance(answer, Sequence):
-        return finish(
-            "wrong", f"`{name}` should be a list, e.g. ['a', 'b', ...].", hint_lines(hint), show=show
-        )
+        return finish("wrong", note("check.not_a_list", name=name), hint=hint, show=show)
     try:
         answer = bounded_list(name, answer, MAX_ITEMS, "a list")
     except ValueError:
         return _too_many(name, len(exp), hint, show)
     ans = [norm(x) for x in answer]
     if ans == exp:
-        return finish("exact", f"`{name}` has all {len(exp)} items in the right order.", show=show)
+        return finish("exact", note("check.order_right", name=name, n=len(exp)), show=show)
     missing = [x for x in expected if norm(x) not in ans]
     extra = [x for x in answer if norm(x) not in exp]
-    dupes = []  # a list, not a set: items may be unhashable (lists)
-    for x in ans:
-        if ans.count(x) > 1 and exp.count(x) < ans.count(x) and x not in dupes:
-            dupes.append(x)
-    dupes.sort(key=str)
-    notes = []
-    if missing:
-        notes.append("missing: " + ", ".join(repr(x) for x in missing))
-    if extra:
-        notes.append("not part of the answer: " + ", ".join(repr(x) for x in extra))
-    if dupes:
-        notes.append("listed more than once: " + ", ".join(repr(x) for x in dupes))
-    head = f"`{name}` is not in the right order."
+    # a list, not a set: items may be unhashable (lists)
+    dupes = sorted(
+        (x for i, x in enumerate(ans) if ans.count(x) > max(exp.count(x), 1) and x not in ans[:i]), key=str
+    )
+    labelled = {"missing": missing, "not part of the answer": extra, "listed more than once": dupes}
+    notes = [f"{label}: {_listed(items)}" for label, items in labelled.items() if items]
     details = {"missing": missing, "extra": extra, "repeated": dupes, "first_wrong": None}
-    if not missing and not extra and not dupes:
+    head = note("check.order_wrong", name=name)
+    if not notes:
         first = next(i for i, (p, q) in enumerate(zip(ans, exp, strict=True)) if p != q)
         details["first_wrong"] = first
-        head = f"`{name}` has the right items, but not in the right order" + (
-            f" (the first {first} are right)." if first else "."
-        )
+        right_so_far = f" (the first {first} are right)" if first else ""
+        head = note("check.order_items_right", name=name, first=right_so_far)
         # the first misplaced item belongs later (the ones before it are right, so it cannot belong earlier)
         notes.append(note("check.comes_later", position=first + 1, item=answer[first]))
-    if reveal:
-        notes.append("right order: " + " -> ".join(str(x) for x in expected))
-    return finish("wrong", head, notes + hint_lines(hint), show=show, details=details)
+    return finish("wrong", head, notes, hint=hint, show=show, details=details)
 
 
 def check_function(
@@ -232,109 +163,69 @@ def check_function(
     rtol: float | None = None,
     atol: float | None = None,
     name: str = "your function",
-    variable: str = "answer",
     hint: str | None = None,
     show: bool = True,
 ) -> CheckResult:
-    """Run the learner's ``fn`` and ``reference`` on each case and compare the results.
-
-    ``cases`` is a list of argument tuples (a single non-tuple argument is wrapped).  Each call
-    gets its own deep copy of the arguments.  When both functions return ``None`` they are
-    in-place (like ``unscale_``): then the arguments after the call are compared instead.
-    Exceptions from ``fn`` are reported, not raised.  Results are compared with
-    :func:`check_tensor` / :func:`check_value` rules (``dtype``, ``rtol``, ``atol``).
-    ``name`` is the function's name in the feedback; ``variable`` is the variable the learner sets
-    to their function (``answer = my_function``), named when it is unset or not a function.
-    ``hint`` is added only to a ``"wrong"`` verdict.
-    """
+    """Run the learner's ``fn`` (the variable ``answer``) and ``reference`` on deep copies of each case
+    (an argument tuple, or one argument) and compare the results as :func:`check_tensor` does; when both
+    return ``None`` (in place, like ``unscale_``) the arguments after the call are compared."""
     if is_placeholder(fn):
-        what = "your function" if name in ("your function", variable) else f"your function (`{name}`)"
-        return no_answer(variable, show, what)
+        what = "your function" if name == "your function" else f"your function (`{name}`)"
+        return no_answer("answer", show, what)
     if not callable(fn):
         kind = type(fn).__name__
-        article = "an" if kind[:1].lower() in "aeiou" else "a"
-        return finish("wrong", f"`{variable}` is {article} {kind}, not a function.", show=show)
+        a_kind = f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+        return finish("wrong", note("check.not_a_function", name="answer", kind=a_kind), show=show)
+    tol = {"dtype": dtype, "rtol": rtol, "atol": atol}
     verdicts, notes, reasons = [], [], []
-    shown_cases = 0
     for i, case in enumerate(cases, 1):
         args = case if isinstance(case, tuple) else (case,)
-        if shown_cases >= _MAX_CASES_SHOWN:  # keep the feedback short: count the rest, do not list them
-            label = None
-        else:
-            label = f"case {i}{_args_text(args)}"
         ref_args, my_args = copy.deepcopy(args), copy.deepcopy(args)
         expected = reference(*ref_args)
+        parts, verdict = None, "wrong"  # parts: the comparisons made (None: the call failed its contract)
         try:
             got = fn(*my_args)
         except Exception as exc:  # the learner's code: report, never raise
-            verdicts.append("wrong")
-            failed = note("check.raised", function=name, error=type(exc).__name__, text=exc)
-            shown_cases += _note_case(notes, reasons, label, [failed])
-            continue
-        if expected is None and got is None:
-            # In place (like unscale_): compare each argument after the call.
-            parts = [
-                _compare_any(m, r_, dtype=dtype, rtol=rtol, atol=atol, name=f"argument {j} after the call")
-                for j, (m, r_) in enumerate(zip(my_args, ref_args, strict=True), 1)
-            ]
-            verdict_i = worst_verdict(p.verdict for p in parts)
-            lines = [line for p in parts if p.verdict != "exact" for line in body_lines(p)]
-            r = CheckResult(
-                verdict_i, "\n".join(lines) or "matches", reasons=tuple(c for p in parts for c in p.reasons)
-            )
-        elif got is None:
-            verdicts.append("wrong")
-            shown_cases += _note_case(notes, reasons, label, [note("check.no_return", function=name)])
-            continue
-        elif expected is None:
-            verdicts.append("wrong")
-            shown_cases += _note_case(notes, reasons, label, [note("check.not_in_place", function=name)])
-            continue
+            lines = [note("check.raised", function=name, error=type(exc).__name__, text=exc)]
         else:
-            r = _compare_any(got, expected, dtype=dtype, rtol=rtol, atol=atol, name="result")
-        verdicts.append(r.verdict)
-        if r.verdict != "exact":
-            reasons.extend(r.reasons)
-            shown_cases += _note_case(notes, reasons, label, body_lines(r))
-    verdict = worst_verdict(verdicts)
-    n_hidden = sum(v != "exact" for v in verdicts) - shown_cases
+            if expected is None and got is None:  # in place: compare each argument after the call
+                pairs = enumerate(zip(my_args, ref_args, strict=True), 1)
+                parts = [
+                    _compare_any(m, r, name=f"argument {j} after the call", **tol) for j, (m, r) in pairs
+                ]
+            elif got is None or expected is None:
+                lines = [note("check.no_return" if got is None else "check.not_in_place", function=name)]
+            else:
+                parts = [_compare_any(got, expected, name="result", **tol)]
+        if parts is not None:
+            verdict = worst_verdict(p.verdict for p in parts)
+            lines = [line for p in parts if p.verdict != "exact" for line in body_lines(p)]
+        verdicts.append(verdict)
+        if verdict == "exact":
+            continue
+        reasons += [c for p in parts for c in p.reasons] if parts is not None else [lines[0].code]
+        if sum(v != "exact" for v in verdicts) <= _MAX_CASES_SHOWN:
+            label = f"case {i}{_args_text(args)}"
+            notes += [f"{label}: {line}" if j == 0 else f"  {line}" for j, line in enumerate(lines)]
+    n_hidden = sum(v != "exact" for v in verdicts) - _MAX_CASES_SHOWN
     if n_hidden > 0:
         notes.append(f"... and {n_hidden} more case{'s' if n_hidden > 1 else ''} not shown.")
-    n_ok = sum(v != "wrong" for v in verdicts)
-    if verdict == "exact":
-        head = f"{name} matches the reference bit for bit on all {len(cases)} cases."
-    elif verdict == "close":
-        head = f"{name} matches the reference within tolerance on all {len(cases)} cases."
-    else:
-        head = f"{name} matches the reference on {n_ok} of {len(cases)} cases."
-    if verdict == "wrong":
-        notes += hint_lines(hint)
-    return finish(verdict, head, notes, show=show, details={"verdicts": verdicts}, reasons=reasons)
-
-
-_MAX_CASES_SHOWN = 5
-
-
-def _note_case(notes: list[str], reasons: list[str], label: str | None, lines: Sequence[str]) -> int:
-    """Add a case's feedback lines under ``label`` (skipped when ``label`` is None); 1 if added."""
-    reasons.extend(line.code for line in lines if isinstance(line, Note))
-    if label is None:
-        return 0
-    notes.extend(f"{label}: {line}" if j == 0 else f"  {line}" for j, line in enumerate(lines))
-    return 1
+    verdict = worst_verdict(verdicts)
+    right = sum(v != "wrong" for v in verdicts)
+    head = note(f"check.function_{verdict}", name=name, n=len(cases), right=right)
+    return finish(verdict, head, notes, hint=hint, show=show, details={"verdicts": verdicts}, reasons=reasons)
 
 
 def _args_text(args: tuple) -> str:
-    """`` (args 1024, 2, False)`` for short arguments, so the learner can rerun the failing case."""
+    """`` (arguments 1024, 2, False)`` for short arguments, so the learner can rerun the failing case."""
     parts = []
     for x in args:
-        if isinstance(x, bool) or x is None:
-            parts.append(repr(x))
-        elif isinstance(x, float):
-            k = power_of_two(abs(x))
-            big = k is not None and abs(k) >= 10
-            parts.append(f"{'-' if x < 0 else ''}2.0**{k}" if big else num(x))
-        elif isinstance(x, Number):
+        if isinstance(x, float):  # a power of two as the learner writes it (2.0**12), to rerun the case
+            k = math.log2(abs(x)) if x and math.isfinite(x) else 0.5
+            parts.append(
+                f"{'-' if x < 0 else ''}2.0**{int(k)}" if k.is_integer() and abs(k) >= 10 else num(x)
+            )
+        elif isinstance(x, Number) or x is None:
             parts.append(repr(x))
         elif isinstance(x, torch.Tensor):
             parts.append(f"a tensor of shape {tuple(x.shape)}" if x.dim() else num(float(x)))
@@ -346,46 +237,16 @@ def _args_text(args: tuple) -> str:
     return f" (arguments {text})" if len(text) <= 80 else ""
 
 
-def _compare_any(got, expected, *, dtype, rtol, atol, name) -> CheckResult:
-    """Compare a result with the reference's: tensors and numbers by :func:`check_tensor` /
-    :func:`check_value`, dicts key by key and lists/tuples item by item (recursively), anything
-    else with ``==``."""
-
-    def wrong(text: str) -> CheckResult:
-        return CheckResult("wrong", f"{MARK['wrong']}: `{name}` {text}.")
-
-    if isinstance(expected, Mapping):
-        if not isinstance(got, Mapping):
-            return wrong(f"should be a dict, got a {type(got).__name__}")
-        missing = [k for k in expected if k not in got]
-        extra = [k for k in got if k not in expected]
-        if missing or extra:
-            parts = [
-                f"{what} keys " + ", ".join(map(repr, keys))
-                for what, keys in (("missing", missing), ("unexpected", extra))
-                if keys
-            ]
-            return wrong("has " + " and ".join(parts))
-        pairs = [(f"{name}[{k!r}]", got[k], e) for k, e in expected.items()]
-    elif isinstance(expected, (list, tuple)) and not tensor_list(expected):
-        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
-            return wrong(f"should have {len(expected)} items")
-        pairs = [(f"{name}[{k}]", g, e) for k, (g, e) in enumerate(zip(got, expected, strict=True))]
-    elif isinstance(expected, torch.Tensor) or tensor_list(expected):
-        return check_tensor(got, expected, dtype=dtype, rtol=rtol, atol=atol, name=name, show=False)
-    elif isinstance(expected, Number) and not isinstance(expected, bool):
-        return check_value(got, expected, dtype=dtype, rtol=rtol, atol=atol, name=name, show=False)
-    else:
-        try:
-            same = bool(got == expected)
-        except Exception:  # e.g. a tensor or array compared with something else: not equal
-            same = False
-        if same:
-            return CheckResult("exact", f"{MARK['exact']}: `{name}` matches.")
-        return wrong(f"= {got!r:.80} differs from the reference")
-    parts = [_compare_any(g, e, dtype=dtype, rtol=rtol, atol=atol, name=n) for n, g, e in pairs]
-    verdict = worst_verdict(p.verdict for p in parts)
-    lines = [line for p in parts if p.verdict != "exact" for line in body_lines(p)]
-    head = f"{MARK[verdict]}: " + (lines[0] if lines else f"`{name}` matches.")
-    reasons = tuple(dict.fromkeys(c for p in parts for c in p.reasons))
-    return CheckResult(verdict, "\n".join([head, *lines[1:]]), reasons=reasons)
+def _compare_any(got, expected, *, name, **tol) -> CheckResult:
+    """A result against the reference's: tensors and numbers as check_tensor / check_value do, else ``==``."""
+    if isinstance(expected, torch.Tensor) or tensor_list(expected):
+        return check_tensor(got, expected, name=name, show=False, **tol)
+    if isinstance(expected, Number) and not isinstance(expected, bool):
+        return check_value(got, expected, name=name, show=False, **tol)
+    try:
+        same = bool(got == expected)
+    except Exception:  # e.g. a tensor compared with something else: not equal
+        same = False
+    if same:
+        return CheckResult("exact", f"{MARK['exact']}: `{name}` matches.")
+    return CheckResult("wrong", f"{MARK['wrong']}: `{name}` = {got!r:.80} differs from the reference.")

@@ -1,18 +1,18 @@
-"""``python -m amp_lab doctor``: the workshop pre-flight.
-
-Prints the machine report (``hardware.describe()``) with the reasons for its verdict, then
-checks each package the course needs, one line each: ``ok`` or ``problem`` with the fix.  Exits 0
-when the course can run, 1 (with the problems listed last) when it cannot.  Taught in
-``00_setup_check``.
-"""
+"""``python -m amp_lab doctor``, the pre-flight (``00_setup_check``): the machine report and its reasons, then
+``ok`` or ``PROBLEM`` (with the fix) per package the course needs; exits 0 when the course can run, else 1."""
 
 from __future__ import annotations
 
+import io
+import re
 import sys
 from dataclasses import dataclass
 from importlib import metadata
 
-from ._checks import ArgumentTypeError, check_bool, check_callable, check_instance
+import torch
+from matplotlib.figure import Figure
+
+from ._checks import ArgumentTypeError, check_callable, check_instance
 from .gpus import arch_advice
 from .hardware import describe
 
@@ -34,20 +34,11 @@ class Requirement:
 
 
 REQUIREMENTS = (
-    # pyproject.toml's bound (tests/test_doctor.py keeps the two in step): the oldest torch whose FP8 E4M3
-    # cast saturates at 448, as notebook 01 teaches, and on which every test and notebook passed.
-    Requirement(
-        "torch",
-        "2.13",
-        "the course teaches torch.amp (autocast, GradScaler(device)) and torch 2.13's FP8 casts",
-    ),
+    # pyproject.toml's bound: the oldest torch whose FP8 E4M3 cast saturates at 448, as notebook 01 teaches
+    Requirement("torch", "2.13", "torch.amp (autocast, GradScaler(device)) and torch 2.13's FP8 casts"),
     Requirement("jupyterlab", "4.0", "the course is a set of JupyterLab notebooks"),
     Requirement("ipywidgets", "8.0", "sliders, buttons and readouts in the notebooks"),
-    Requirement(
-        "jupyterlab_widgets",
-        "3.0",
-        "JupyterLab's front end for ipywidgets 8 (without it sliders show as text)",
-    ),
+    Requirement("jupyterlab_widgets", "3.0", "ipywidgets 8 in JupyterLab (without it sliders show as text)"),
     Requirement("ipykernel", "6.0", "runs the notebooks' Python"),
     Requirement("matplotlib", "3.7", "every plot"),
     Requirement("numpy", "1.24", "plots and data"),
@@ -64,78 +55,40 @@ class Check:
     fix: str = ""
 
     def line(self) -> str:
-        status = "ok     " if self.ok else "PROBLEM"
-        text = f"[{status}] {self.name}: {self.detail}"
-        if not self.ok and self.fix:
-            text += f"\n           fix: {self.fix}"
-        return text
+        text = f"[{'ok     ' if self.ok else 'PROBLEM'}] {self.name}: {self.detail}"
+        return text + (f"\n           fix: {self.fix}" if not self.ok and self.fix else "")
 
 
-def version_tuple(text: str) -> tuple[int, ...]:
-    """Leading numeric parts of a version string: '2.13.0+cpu' -> (2, 13, 0)."""
-    if not isinstance(text, str):
-        raise ArgumentTypeError(
-            f"text must be a version string such as '2.13.0', got {type(text).__name__}: {text!r:.80}"
-        )
-    parts = []
-    for piece in text.replace("-", ".").replace("+", ".").split("."):
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-def _at_least(found: str, minimum: str) -> bool:
-    a, b = version_tuple(found), version_tuple(minimum)
-    width = max(len(a), len(b))
-    return a + (0,) * (width - len(a)) >= b + (0,) * (width - len(b))
+def version_tuple(text: str) -> tuple[int, int, int]:
+    """The first three numbers of a version: '2.13.0+cpu' -> (2, 13, 0), '4.0rc1' -> (4, 0, 0)."""
+    return (*map(int, re.findall(r"\d+", re.match(r"[\d.]*", text).group())), 0, 0, 0)[:3]
 
 
 def check_requirement(req: Requirement, version_of=metadata.version) -> Check:
-    check_instance("req", req, Requirement, "a Requirement (see doctor.REQUIREMENTS)")
-    check_callable("version_of", version_of)
     install = f"make lab (or: pip install '{req.distribution}>={req.minimum}')"
     try:
         found = version_of(req.distribution)
     except metadata.PackageNotFoundError:
         return Check(req.distribution, False, f"not installed; needed for {req.why}", install)
-    if not _at_least(found, req.minimum):
-        return Check(
-            req.distribution, False, f"{found} is older than {req.minimum}; needed for {req.why}", install
+    if not isinstance(found, str):
+        raise ArgumentTypeError(
+            f"version_of must return a version string, got {type(found).__name__}: {found!r:.80}"
         )
-    return Check(req.distribution, True, found)
+    ok = version_tuple(found) >= version_tuple(req.minimum)
+    detail = found if ok else f"{found} is older than {req.minimum}; needed for {req.why}"
+    return Check(req.distribution, ok, detail, install)
 
 
 def check_python(version_info=sys.version_info) -> Check:
-    if isinstance(version_info, (str, bytes)) or not isinstance(version_info, tuple):
-        raise ArgumentTypeError(
-            f"version_info must be a tuple such as (3, 12, 1), got {type(version_info).__name__}: {version_info!r:.80}"
-        )
-    if len(version_info) < 2 or not all(
-        isinstance(p, int) and not isinstance(p, bool) for p in tuple(version_info)[:2]
-    ):
-        raise ValueError(
-            f"version_info must start with two integers (major, minor), got {version_info!r:.80}"
-        )
-    found = ".".join(str(p) for p in tuple(version_info)[:3])
-    if tuple(version_info)[:2] < MIN_PYTHON:
-        need = ".".join(map(str, MIN_PYTHON))
-        return Check("python", False, f"{found} is older than {need}", f"install Python {need} or newer")
-    return Check("python", True, found)
+    found, need = ".".join(map(str, tuple(version_info)[:3])), ".".join(map(str, MIN_PYTHON))
+    ok = tuple(version_info)[:2] >= MIN_PYTHON
+    return Check(
+        "python", ok, found if ok else f"{found} is older than {need}", f"install Python {need} or newer"
+    )
 
 
 def check_amp_api() -> Check:
-    try:
-        import torch
-    except ImportError:
-        return Check("torch.amp", False, "torch is not importable", "make lab")
-    missing = [n for n in ("autocast", "GradScaler") if not hasattr(torch.amp, n)]
-    if missing:
+    if missing := [n for n in ("autocast", "GradScaler") if not hasattr(torch.amp, n)]:
         return Check("torch.amp", False, f"missing {', '.join(missing)}", "upgrade torch to 2.13 or newer")
     return Check("torch.amp", True, "torch.autocast and torch.amp.GradScaler(device) available")
 
@@ -143,30 +96,14 @@ def check_amp_api() -> Check:
 def check_gpu_kernels(
     capability=None, arch_list=None, cuda_version=None, *, gpu_name: str = "this GPU"
 ) -> Check | None:
-    """Whether the installed torch has kernels for the GPU (None without a CUDA GPU).
-
-    On a GPU the wheel was not built for, ``torch.cuda.is_available()`` is still True and the first kernel
-    fails with "no kernel image is available": the CUDA 13 wheels, for one, have no Volta or Pascal
-    kernels.  The facts default to this machine's; tests pass other GPUs' and wheels'.
-    """
-    import torch
-
+    """Whether the installed torch has kernels for the GPU (None without a CUDA GPU; the facts default to
+    this machine's): the CUDA 13 wheels, for one, have none for Volta."""
     if capability is None:
         if not torch.cuda.is_available() or torch.version.hip is not None:
             return None
-        capability = tuple(torch.cuda.get_device_capability())
-        arch_list = list(torch.cuda.get_arch_list())
-        cuda_version = torch.version.cuda
-        gpu_name = torch.cuda.get_device_name()
-    if arch_list is None:
-        arch_list = []
-    # A list or tuple only (arch_supported's rule), checked here: list(5) or list(range(10**12)) never runs.
-    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
-        raise ArgumentTypeError(
-            f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] or None, "
-            f"got {type(arch_list).__name__}: {arch_list!r:.80}"
-        )
-    advice = arch_advice(capability, list(arch_list), cuda_version)
+        capability, arch_list = tuple(torch.cuda.get_device_capability()), torch.cuda.get_arch_list()
+        cuda_version, gpu_name = torch.version.cuda, torch.cuda.get_device_name()
+    advice = arch_advice(capability, list(arch_list or []), cuda_version)
     cap = f"sm_{capability[0]}{capability[1]}"
     if advice is None:
         return Check("GPU kernels", True, f"this torch has kernels for {gpu_name} ({cap})")
@@ -175,10 +112,6 @@ def check_gpu_kernels(
 
 def check_plotting() -> Check:
     try:
-        import io
-
-        from matplotlib.figure import Figure
-
         fig = Figure(figsize=(1, 1))
         fig.add_subplot().plot([0, 1])
         fig.savefig(io.BytesIO(), format="png")
@@ -188,38 +121,19 @@ def check_plotting() -> Check:
 
 
 def run_checks(version_of=metadata.version) -> list[Check]:
-    check_callable("version_of", version_of)
-    checks = [check_python()]
-    checks += [check_requirement(r, version_of) for r in REQUIREMENTS]
+    checks = [check_python(), *(check_requirement(r, version_of) for r in REQUIREMENTS)]
     if all(c.ok for c in checks if c.name == "torch"):
         checks.append(check_amp_api())
-        gpu = check_gpu_kernels()
-        if gpu is not None:
+        if (gpu := check_gpu_kernels()) is not None:
             checks.append(gpu)
     if all(c.ok for c in checks if c.name == "matplotlib"):
         checks.append(check_plotting())
     return checks
 
 
-def _parse(argv, out, err) -> int | None:
-    """None when ``argv`` asks for the check; else the exit status after printing help (0) or an error (2)."""
-    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
-        raise ArgumentTypeError(
-            f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}"
-        )
-    for arg in argv:
-        if arg in ("-h", "--help"):
-            print(USAGE, file=out)
-            return 0
-    if argv:
-        unknown = " ".join(str(a) for a in argv)
-        print(f"{USAGE}\n\namp_lab doctor: error: unrecognized arguments: {unknown}", file=err)
-        return 2
-    return None
-
-
-def _check_stream(name: str, value):
-    """``value`` if it is a text stream print() can write to (anything with a ``write`` method)."""
+def _stream(name: str, value, default):
+    if value is None:
+        return default
     if not callable(getattr(value, "write", None)):
         raise ArgumentTypeError(
             f"{name} must be a text stream with a write() method, such as sys.stdout or io.StringIO(), or None; "
@@ -229,48 +143,44 @@ def _check_stream(name: str, value):
 
 
 def main(argv=None, *, version_of=metadata.version, out=None, err=None) -> int:
-    """Run the pre-flight; ``argv`` are the arguments after ``doctor`` (None: none).  Only ``-h``/``--help``
-    is understood: anything else prints the usage to ``err`` (default stderr) and returns 2, as argparse does."""
-    out = sys.stdout if out is None else _check_stream("out", out)
-    err = sys.stderr if err is None else _check_stream("err", err)
-    status = _parse([] if argv is None else argv, out, err)
-    if status is not None:
-        return status
+    """Run the pre-flight; ``argv`` are the arguments after ``doctor``.  Only ``-h``/``--help`` is understood:
+    anything else prints the usage to ``err`` (default stderr) and returns 2, as argparse does."""
+    out, err = _stream("out", out, sys.stdout), _stream("err", err, sys.stderr)
+    argv = check_instance(
+        "argv", [] if argv is None else argv, (list, tuple), "a list of command-line arguments"
+    )
+    if "-h" in argv or "--help" in argv:
+        print(USAGE, file=out)
+        return 0
+    if argv:
+        print(
+            f"{USAGE}\n\namp_lab doctor: error: unrecognized arguments: {' '.join(map(str, argv))}", file=err
+        )
+        return 2
     check_callable("version_of", version_of)
     print("amp-lab doctor: is this machine ready for the course?\n", file=out)
     try:
         report = describe()
-        print(report, file=out)
-        for reason in report.reasons:  # the facts behind the verdict: a prediction, measured in 06
-            print(f"  why: {reason}", file=out)
-    except Exception as exc:  # the report needs torch; the checks below say how to fix it
+        print(report, *(f"  why: {r}" for r in report.reasons), sep="\n", file=out)  # the verdict's facts
+    except Exception as exc:  # the checks below say how to fix it
         print(f"(machine report unavailable: {exc})", file=out)
     print("\nEnvironment", file=out)
     checks = run_checks(version_of)
     for c in checks:
         print(c.line(), file=out)
-    problems = [c for c in checks if not c.ok]
-    if problems:
+    if problems := [c.name for c in checks if not c.ok]:
         print(
-            f"\n{len(problems)} problem(s): the course cannot run until they are fixed "
-            f"({', '.join(c.name for c in problems)}).",
+            f"\n{len(problems)} problem(s): the course cannot run until they are fixed ({', '.join(problems)}).",
             file=out,
         )
         return 1
-    print(f"\nAll checks passed: the course can run here. {next_step(_in_notebook())}", file=out)
+    print(f"\nAll checks passed: the course can run here. {next_step()}", file=out)
     return 0
 
 
-def _in_notebook() -> bool:
-    """Whether this runs in a Jupyter kernel (the doctor called from notebook 00) rather than a shell."""
-    shell = sys.modules.get("IPython")
-    get = getattr(shell, "get_ipython", None)
-    return get is not None and getattr(get(), "kernel", None) is not None
-
-
-def next_step(in_notebook: bool) -> str:
-    """What to do after a clean check: in a shell, start the course; in a notebook, the course is open."""
-    in_notebook = check_bool("in_notebook", in_notebook)
-    if in_notebook:
+def next_step() -> str:
+    """What to do after a clean check: in a shell, start the course; in a Jupyter kernel (notebook 00), go on."""
+    get = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    if get is not None and getattr(get(), "kernel", None) is not None:
         return "You are in the course already: go on to `01_float_formats.ipynb`."
     return "Start it with `make lab`."

@@ -1,18 +1,5 @@
-"""Predict, then run: the learner commits a prediction before the cell that reveals the result.
-
-Two ways to commit, both read by :func:`reveal`:
-
-* a widget choice: ``guess = predict.choice("Which dtype will softmax give?", ["float32", "bfloat16"])``
-  shows the question with one button per option and nothing selected; the learner clicks one;
-* a variable: ``my_guess = None  # your prediction, e.g. 2.0**16``, set by hand.
-
-The reveal cell computes the result and calls ``reveal(guess, actual, explain=...)``: it prints
-what was predicted, what happened and whether the two agree (sentences from :data:`amp_lab.text.REASONS`),
-then the explanation: a readout's :class:`~amp_lab.text.Reading`, composed from the measurement's facts
-(or a string).  Nothing committed is said plainly ("no prediction committed") and never raises,
-so notebooks execute top to bottom under nbval.  After a reveal the buttons are locked: a
-prediction is not changed after seeing the answer (build a new one to predict again).
-"""
+"""Predict, then run: a prediction (``predict.choice(question, options)`` buttons, or a variable) is
+committed before ``reveal(guess, actual, explain=...)`` says whether it agrees; a revealed choice is locked."""
 
 from __future__ import annotations
 
@@ -25,11 +12,11 @@ from numbers import Real
 import ipywidgets as widgets
 import torch
 
-from ._checks import ArgumentTypeError, bounded_list, check_bool, check_float, check_instance
+from ._checks import ArgumentTypeError, bounded_list, check_bool, check_callable, check_float, check_instance
 from .check_base import read_dtype
 from .text import Reading, say
 
-__all__ = ["Prediction", "Reveal", "choice", "reveal", "MAX_OPTIONS"]
+__all__ = ["Prediction", "Reveal", "choice", "reveal"]
 
 MAX_OPTIONS = 12
 
@@ -38,36 +25,26 @@ def _label(x) -> str:
     if isinstance(x, torch.dtype):
         return str(x).removeprefix("torch.")
     if isinstance(x, float):
-        if x != 0 and math.isfinite(x) and math.log2(abs(x)).is_integer() and abs(math.log2(abs(x))) >= 4:
-            return f"{'-' if x < 0 else ''}2**{int(math.log2(abs(x)))}"
-        return f"{x:g}"
+        k = math.log2(abs(x)) if x and math.isfinite(x) else 0.5
+        return f"{'-' if x < 0 else ''}2**{int(k)}" if k.is_integer() and abs(k) >= 4 else f"{x:g}"
     return str(x)
 
 
 class Prediction:
-    """A multiple-choice prediction shown as buttons, none selected until the learner clicks one.
-
-    ``value`` is the chosen option (``None`` until chosen).  Options may be strings, numbers,
-    booleans or dtypes; the buttons show their names.
-    """
+    """A multiple-choice prediction shown as buttons, none selected; ``value`` is the option chosen or None."""
 
     def __init__(self, question: str, options: Sequence):
-        check_instance("question", question, str, "a string")
-        if not question.strip():
+        if not check_instance("question", question, str, "a string").strip():
             raise ValueError("question must not be empty")
-
         options = bounded_list("options", options, MAX_OPTIONS, "a list of 2 to 12 choices")
-        if not 2 <= len(options) <= MAX_OPTIONS:
+        if len(options) < 2:
             raise ValueError(f"options must hold 2 to {MAX_OPTIONS} choices, got {len(options)}")
         labels = [_label(o) for o in options]
         if len(set(labels)) != len(labels):
             raise ValueError(f"options must have distinct names, got {labels}")
-        self.question = question
-        self.options = options
+        self.question, self.options = question, options
         self.buttons = widgets.ToggleButtons(
-            options=list(zip(labels, range(len(options)), strict=True)),
-            value=None,
-            style={"button_width": "auto"},
+            options=[(x, i) for i, x in enumerate(labels)], value=None, style={"button_width": "auto"}
         )
         self.widget = widgets.VBox(
             [widgets.HTML(f"<b>Predict:</b> {html.escape(question)}"), self.buttons],
@@ -77,28 +54,22 @@ class Prediction:
 
     @property
     def value(self):
-        """The option chosen, or None."""
-        index = self.buttons.value
-        return None if index is None else self.options[index]
+        return None if self.buttons.value is None else self.options[self.buttons.value]
 
     @value.setter
     def value(self, option) -> None:
-        for i, o in enumerate(self.options):
-            if _same(o, option):
-                if self.buttons.disabled:
-                    raise ValueError("this prediction was already revealed; build a new one to predict again")
-                self.buttons.value = i
-                return
-        raise ValueError(
-            f"value={option!r} is not one of the options: {', '.join(_label(o) for o in self.options)}"
-        )
+        index = next((i for i, o in enumerate(self.options) if _same(o, option)), None)
+        if index is None:
+            raise ValueError(
+                f"value={option!r} is not one of the options: {', '.join(map(_label, self.options))}"
+            )
+        if self.locked:
+            raise ValueError("this prediction was already revealed; build a new one to predict again")
+        self.buttons.value = index
 
     @property
     def locked(self) -> bool:
         return self.buttons.disabled
-
-    def lock(self) -> None:
-        self.buttons.disabled = True
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -116,9 +87,7 @@ def choice(question: str, options: Sequence) -> Prediction:
 
 @dataclass(frozen=True)
 class Reveal:
-    """What :func:`reveal` found: ``committed`` (a prediction was made), ``right`` (it matched;
-    None when nothing was committed), the prediction, the actual result, the printed message, and the
-    explanation's :class:`~amp_lab.text.Reading` when one was passed."""
+    """What :func:`reveal` found: ``right`` is None when nothing was committed."""
 
     committed: bool
     right: bool | None
@@ -126,13 +95,6 @@ class Reveal:
     actual: object
     message: str
     reading: Reading | None = None
-
-    @property
-    def outcome(self) -> str:
-        """``"predict.right"``, ``"predict.wrong"`` or ``"predict.uncommitted"``."""
-        if not self.committed:
-            return "predict.uncommitted"
-        return "predict.right" if self.right else "predict.wrong"
 
     def __str__(self) -> str:
         return self.message
@@ -147,21 +109,11 @@ def _same(a, b) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
-            isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor)
-            and a.shape == b.shape
-            and torch.equal(a, b)
-        )
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
     try:
-        same = a == b
+        return (a == b) is True  # an array's elementwise answer is not a yes
     except Exception:  # objects that refuse to be compared are not the same
         return False
-    return same if isinstance(same, bool) else False
-
-
-def _real(x) -> bool:
-    return isinstance(x, Real) and not isinstance(x, bool)
 
 
 def reveal(
@@ -174,32 +126,20 @@ def reveal(
     match: Callable[[object, object], bool] | None = None,
     show: bool = True,
 ) -> Reveal:
-    """Compare a committed prediction with the ``actual`` result and say so in words.
-
-    ``prediction`` is a :class:`Prediction` (its chosen option) or a plain value (a variable the
-    learner set; ``None`` or ``...`` means not committed).  Numbers match within ``rtol`` when it
-    is given, exactly otherwise; ``match(predicted, actual)`` replaces the comparison (e.g. "within
-    a factor of 2").  ``explain`` is printed after the verdict: a readout's :class:`~amp_lab.text.Reading`
-    (its sentences, from the measurement's facts) or a string.
-    """
+    """Say whether a committed ``prediction`` (a :class:`Prediction` or a value; ``None``/``...``: none yet)
+    matches ``actual``: numbers within ``rtol`` if given, else exactly, or by ``match(predicted, actual)``;
+    ``explain`` is printed after the verdict."""
     check_bool("show", show)
-    if explain is not None:
-        check_instance("explain", explain, (str, Reading), "a string, a text.Reading or None")
-    reading = explain if isinstance(explain, Reading) else None
+    check_instance("explain", explain, (str, Reading, type(None)), "a string, a text.Reading or None")
     check_instance("name", name, str, "a string")
     if rtol is not None:
         rtol = check_float("rtol", rtol, ge=0)
-    if match is not None and not callable(match):
-        raise ArgumentTypeError(
-            f"match must be a function (predicted, actual) -> bool or None, got {type(match).__name__}"
-        )
+    check_callable("match", match, optional=True)
     widget = prediction if isinstance(prediction, Prediction) else None
     predicted = widget.value if widget else prediction
-    shown_actual = _label(actual)
     if predicted is None or predicted is Ellipsis:
         how = "click an option above" if widget else f"set `{name}`"
-        lines = [say("predict.uncommitted", how=how, actual=shown_actual)]
-        right = None
+        lines, right = [say("predict.uncommitted", how=how, actual=_label(actual))], None
     else:
         if match is not None:
             try:
@@ -210,7 +150,9 @@ def reveal(
                 ) from e
             if not isinstance(right, bool):
                 raise ArgumentTypeError(f"match must return True or False, got {type(right).__name__}")
-        elif rtol is not None and _real(predicted) and _real(actual):
+        elif rtol is not None and all(
+            isinstance(x, Real) and not isinstance(x, bool) for x in (predicted, actual)
+        ):
             try:
                 right = math.isclose(float(predicted), float(actual), rel_tol=rtol)
             except OverflowError:  # an int beyond float64: only an exact match counts
@@ -218,11 +160,12 @@ def reveal(
         else:
             right = _same(predicted, actual)
         code = "predict.right" if right else "predict.wrong"
-        lines = [say(code, predicted=_label(predicted), actual=shown_actual)]
+        lines = [say(code, predicted=_label(predicted), actual=_label(actual))]
         if widget:
-            widget.lock()
+            widget.buttons.disabled = True  # locked
     if explain is not None and str(explain):
         lines.append(f"  why: {explain}")
+    reading = explain if isinstance(explain, Reading) else None
     result = Reveal(right is not None, right, predicted, actual, "\n".join(lines), reading)
     if show:
         print(result.message)

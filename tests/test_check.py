@@ -1,4 +1,4 @@
-"""The exercise engine (check_base, check_hints, check, check_items): every helper accepts right answers
+"""The exercise engine (check_base, check, check_items): every helper accepts right answers
 and rejects the typical wrong ones, naming the mistake by its reason code.
 
 Oracles: torch's own casts (``x.to(dtype)``), the bit patterns torch stores (``view`` as an
@@ -15,11 +15,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_lab import check, check_items
-from amp_lab.check import check_between, check_bits, check_dtype, check_dtypes, check_tensor, check_value
+from amp_lab import check
+from amp_lab.check import check_between, check_bits, check_dtype, check_tensor, check_value
 from amp_lab.check_base import CheckResult
 from amp_lab.check_items import check_choice, check_function, check_sequence, check_set
-from amp_lab.text import REASONS
 
 FP16_BITS = {
     torch.float16: (torch.int16, 16),
@@ -70,7 +69,6 @@ def test_show_false_prints_nothing(capsys):
         (check_tensor, (torch.ones(2),)),
         (check_bits, ()),
         (check_dtype, (torch.float32,)),
-        (check_dtypes, ({"mm": torch.bfloat16},)),
         (check_choice, ("a",)),
         (check_between, (1.0, 2.0)),
         (check_sequence, (["a", "b"],)),
@@ -83,7 +81,7 @@ def test_unanswered_exercise_never_raises(helper, args, placeholder, capsys):
     r = helper(placeholder, *args, **kwargs)
     assert r.verdict == "unanswered" and r.status == "not attempted" and not r.ok
     assert r.message.startswith("○ not attempted")
-    assert r.details == {"answered": False}
+    assert r.details == {"answered": False} and r.code == "check.no_answer"
     assert capsys.readouterr().out.strip() == r.message
 
 
@@ -96,23 +94,19 @@ def test_every_verdict_reads_as_one_of_three_states():
     assert [r.status for r in (exact, close, wrong, none)] == ["passed", "passed", "not yet", "not attempted"]
     assert close.message.startswith("✓ passed (within the stated tolerance)")
     assert exact.message.startswith("✓ passed: ") and wrong.message.startswith("✗ not yet: ")
-    # part of an answer left out is "not yet", not "not attempted"
-    assert (
-        check_dtypes(
-            {"a": None, "b": torch.float32}, {"a": torch.float32, "b": torch.float32}, show=False
-        ).status
-        == "not yet"
+    assert (exact.code, close.code, wrong.code) == (
+        "check.exact_value",
+        "check.close_tolerance",
+        "check.percent_larger",
     )
 
 
 def test_unanswered_function_names_the_variable_the_learner_sets():
     # the variable the learner sets is named (in backticks), not the function's name
     r = check_function(None, abs, [(1.0,)], name="unscale_and_clip_", show=False)
-    assert r.status == "not attempted" and "`answer`" in r.message and "`unscale_and_clip_`)" in r.message
-    r = check_function(..., abs, [(1.0,)], name="my_update", variable="my_update", show=False)
-    assert r.status == "not attempted" and "`my_update`" in r.message
-    r = check_function(3, abs, [(1.0,)], variable="fn", show=False)
-    assert r.status == "not yet" and "`fn`" in r.message
+    assert r.code == "check.no_answer" and "`answer`" in r.message and "`unscale_and_clip_`" in r.message
+    r = check_function(3, abs, [(1.0,)], show=False)
+    assert r.status == "not yet" and r.code == "check.not_a_function"
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,7 +153,7 @@ def test_value_one_ulp_away_is_close_within_eps():
     # float16 eps = 2**-10, so one ulp above 1.0 is within rtol = eps * |expected|.
     up = next_up(1.0, torch.float16)
     r = check_value(up, 1.0, dtype=torch.float16, show=False)
-    assert r.verdict == "close"
+    assert r.verdict == "close" and r.code == "check.close_dtype"
     assert r.details["ulps"] == 1.0
     assert check_value(next_up(up, torch.float16), 1.0, dtype="fp16", show=False).verdict == "wrong"
 
@@ -175,6 +169,7 @@ def test_value_tolerance_comes_from_the_dtype():
 def test_fp16_max_written_roughly_is_close_because_it_rounds_to_it():
     r = check_value(65500, torch.finfo(torch.float16).max, dtype="fp16", show=False)
     assert r.verdict == "close" and r.details["max_abs_error"] == 4 and r.details["precision"] == "float16"
+    assert r.code == "check.close_rounded"
     assert check_value(65000, torch.finfo(torch.float16).max, dtype="fp16", show=False).verdict == "wrong"
 
 
@@ -189,13 +184,28 @@ def test_fp16_max_written_roughly_is_close_because_it_rounds_to_it():
         (0.0, 0.25, ("check.all_zeros",)),
         ("0.25", 0.25, ("check.text_answer",)),
         (True, 1.0, ("check.bool_answer",)),
-        ([0.25, 0.25], 0.25, ()),  # two numbers where one is asked: the headline says so
     ],
 )
 def test_value_names_the_typical_mistake(answer, expected, reasons):
     r = check_value(answer, expected, show=False)
     assert r.verdict == "wrong"
     assert r.reasons == reasons
+
+
+@pytest.mark.parametrize(
+    "answer, expected, code",
+    [
+        (3.0, 1.0, "check.times_larger"),
+        (0.25, 1.0, "check.times_smaller"),
+        (1.5, 1.0, "check.percent_larger"),
+        (0.75, 1.0, "check.percent_smaller"),
+        (-2.0, 1.0, "check.wrong_sign"),
+        (math.inf, 1.0, "check.value_off"),
+        ([0.25, 0.25], 0.25, "check.not_one_number"),  # two numbers where one is asked
+    ],
+)
+def test_value_headline_says_how_far_off(answer, expected, code):
+    assert check_value(answer, expected, show=False).code == code
 
 
 def test_power_of_two_notes_carry_the_exponent():
@@ -249,38 +259,36 @@ def test_value_nan_equals_nan():
     assert check_value(math.nan, math.nan, show=False).verdict == "exact"
 
 
-def test_value_hint_and_reveal():
-    r = check_value(3.0, 2.0, hint="count the bits", show=False)
-    assert "hint: count the bits" in r.message and "expected" not in r.message
-    r = check_value(3.0, 2.0, reveal=True, show=False)
-    assert "expected: 2" in r.message
-    # A hint is not shown for an exact answer.
-    assert "hint" not in check_value(2.0, 2.0, hint="count the bits", show=False).message
-
-
-def test_hint_only_under_a_wrong_verdict(g):
-    close = check_value(1.0 + 2.0**-11, 1.0, dtype="fp16", hint="count the bits", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    close = check_value(1.0005, 1.0, rtol=1e-3, hint="count the bits", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    close = check_tensor(g.bfloat16(), g, hint="mind the scale", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    close = check_tensor([g.bfloat16()], [g], hint="mind the scale", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    wrong = check_tensor([g * 2], [g], hint="mind the scale", show=False)
-    assert wrong.verdict == "wrong" and "hint: mind the scale" in wrong.message
+def test_a_hint_shows_under_a_wrong_verdict_only(g):
     x = torch.randn(8, generator=torch.Generator().manual_seed(2))
-    close = check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], hint="round last", show=False)
-    assert close.verdict == "close" and "hint" not in close.message
-    wrong = check_function(lambda t: t * 2, lambda t: t, [(x,)], hint="round last", show=False)
-    assert wrong.verdict == "wrong" and "hint: round last" in wrong.message
+    results = {
+        "wrong": [
+            check_value(3.0, 2.0, hint="h", show=False),
+            check_tensor([g * 2], [g], hint="h", show=False),
+            check_function(lambda t: t * 2, lambda t: t, [(x,)], hint="h", show=False),
+        ],
+        "exact": [check_value(2.0, 2.0, hint="h", show=False)],
+        "close": [
+            check_value(1.0 + 2.0**-11, 1.0, dtype="fp16", hint="h", show=False),
+            check_value(1.0005, 1.0, rtol=1e-3, hint="h", show=False),
+            check_tensor(g.bfloat16(), g, hint="h", show=False),
+            check_tensor([g.bfloat16()], [g], hint="h", show=False),
+            check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], hint="h", show=False),
+        ],
+    }
+    for verdict, rs in results.items():
+        for r in rs:
+            assert r.verdict == verdict and r.message.endswith("\n  hint: h") == (verdict == "wrong")
+    assert "expected" not in results["wrong"][0].message
 
 
 def test_explicit_tolerance_is_the_exercises_not_float64s():
     r = check_value(1.0005, 1.0, rtol=1e-3, show=False)
     assert r.verdict == "close" and (r.details["rtol"], r.details["atol"]) == (1e-3, 0.0)
+    assert r.code == "check.close_tolerance"
     r = check_value(1.0 + 2.0**-52, 1.0, show=False)  # 1 ulp: within float64's own tolerance
     assert r.verdict == "close" and r.details["rtol"] == torch.finfo(torch.float64).eps
+    assert r.code == "check.close_dtype"
     r = check_tensor(torch.ones(3) + 1e-4, torch.ones(3), atol=1e-3, show=False)
     assert r.verdict == "close" and r.details["atol"] == 1e-3
 
@@ -305,7 +313,7 @@ def g():
 
 
 def test_tensor_exact_and_low_precision_answer_close(g):
-    assert check_tensor(g.clone(), g, show=False).verdict == "exact"
+    assert check_tensor(g.clone(), g, show=False).code == "check.exact_tensor"
     for dtype in (torch.float16, torch.bfloat16):
         r = check_tensor(g.to(dtype), g, show=False)
         assert r.verdict == "close", r.message
@@ -327,7 +335,7 @@ def test_tensor_loss_scale_left_in(g):
 
 def test_tensor_shape_mistakes(g):
     r = check_tensor(g.T, g, show=False)
-    assert r.verdict == "wrong" and r.reasons == ("check.transposed",)
+    assert r.verdict == "wrong" and r.reasons == ("check.transposed",) and r.code == "check.shape"
     assert check_tensor(g.flatten(), g, show=False).reasons == ("check.reshaped",)
     assert check_tensor(g.sum(), g, show=False).reasons == ("check.reduced",)
     assert check_tensor(g[:2], g, show=False).reasons == ()
@@ -339,7 +347,7 @@ def test_tensor_underflowed_elements_and_worst_index(g):
     r = check_tensor(a, g, show=False)
     assert r.verdict == "wrong"
     assert r.details["worst_index"] == (2, 3)
-    assert r.details["elements_off"] == 1
+    assert r.details["elements_off"] == 1 and r.code == "check.elements_off"
     assert r.reasons == ("check.some_zeros",)
 
 
@@ -352,11 +360,11 @@ def test_tensor_overflow_to_inf(g):
 
 def test_tensor_lists_of_gradients(g):
     grads = [g, g[:2]]
-    assert check_tensor([t.clone() for t in grads], grads, show=False).verdict == "exact"
+    assert check_tensor([t.clone() for t in grads], grads, show=False).code == "check.tensors_exact"
     r = check_tensor([g.clone(), g[:2] * 2], grads, show=False)
     assert r.verdict == "wrong" and [x.verdict for x in r.details["items"]] == ["exact", "wrong"]
-    assert r.reasons == ("check.exponent_too_large",)
-    assert check_tensor([g], grads, show=False).verdict == "wrong"
+    assert r.reasons == ("check.exponent_too_large",) and r.code == "check.tensors_wrong"
+    assert check_tensor([g], grads, show=False).code == "check.not_tensors"
 
 
 def test_tensor_explicit_tolerances(g):
@@ -375,13 +383,13 @@ def test_tensor_answer_as_nested_list(g):
 
 
 def test_between_accepts_the_range_and_explains_each_side():
-    assert check_between(2**14, 2**12, 2**20, show=False).verdict == "exact"
+    assert check_between(2**14, 2**12, 2**20, show=False).code == "check.in_range"
     assert check_between(2**12, 2**12, 2**20, show=False).ok
     low = check_between(2**10, 2**12, 2**20, below="gradients still underflow", show=False)
-    assert low.verdict == "wrong" and low.details["value"] == 2**10
+    assert low.verdict == "wrong" and low.details["value"] == 2**10 and low.code == "check.below_range"
     assert low.message.endswith("gradients still underflow")  # the exercise's own words for that side
     high = check_between(2**24, 2**12, 2**20, above="the largest gradient overflows", show=False)
-    assert high.verdict == "wrong" and high.message.endswith("the largest gradient overflows")
+    assert high.code == "check.above_range" and high.message.endswith("the largest gradient overflows")
     assert "2**4.0" in high.message  # 2**24 / 2**20, by hand
 
 
@@ -430,9 +438,9 @@ def test_bits_typical_mistakes():
     assert r.details["wrong_fields"] == ["exponent"] and r.reasons == ("check.exponent_field",)
     assert r.details["your_value"] == 0.5 and "2**-1" in r.message  # field 14 - bias 15, by hand
     r = check_bits("0 1111 0000000000", value=1.0, show=False)
-    assert r.verdict == "wrong" and len(r.details["bits"]) == 15
+    assert r.code == "check.bits_length" and len(r.details["bits"]) == 15
     r = check_bits("0 01111 000000000a", value=1.0, show=False)
-    assert r.verdict == "wrong" and r.details == {}
+    assert r.code == "check.bits_not_binary" and r.details == {}
     # Off by one in the last place: a rounding mistake.
     r = check_bits("0 01111 0000000001", value=1.0, show=False)
     assert r.reasons == ("check.mantissa_last_place",)
@@ -440,7 +448,8 @@ def test_bits_typical_mistakes():
     assert r.reasons == ("check.sign_bit", "check.mantissa_bits")
     # Hex strings are read as integers.
     assert check_bits("0x3c00", value=1.0, show=False).verdict == "exact"
-    assert check_bits(2**16, value=1.0, show=False).verdict == "wrong"
+    assert check_bits(2**16, value=1.0, show=False).code == "check.bits_too_big"
+    assert check_bits(1.0, value=1.0, show=False).code == "check.bits_not_text"
 
 
 def test_bits_truncation_instead_of_rounding_is_caught():
@@ -457,12 +466,8 @@ def test_bits_any_nan_pattern_is_close():
     assert r.verdict == "close" and r.ok and r.reasons == ("check.nan_patterns",)
 
 
-def test_bits_expected_as_bits():
-    assert check_bits("0011110000000000", "0 01111 0000000000", show=False).verdict == "exact"
-
-
 # --------------------------------------------------------------------------------------------
-# check_dtype / check_dtypes, against autocast itself
+# check_dtype, against autocast itself
 # --------------------------------------------------------------------------------------------
 
 
@@ -483,13 +488,8 @@ def test_dtype_wrong_answers_explain_the_difference():
     assert "bfloat16" not in r.message.replace("and bfloat16 on CPU", "").replace(
         "picks bfloat16", ""
     )  # not told
-    revealed = check_dtype(torch.float16, torch.bfloat16, reveal=True, show=False).message
-    assert (
-        revealed.splitlines()[-1].strip()
-        == "expected: bfloat16, with 16 bits, 8 exponent and 7 mantissa bits"
-    )
     r = check_dtype("banana", torch.float32, show=False)
-    assert r.verdict == "wrong" and r.reasons == ()
+    assert r.code == "check.not_a_dtype" and r.reasons == ()
     # A float32 guess for a low-precision result, and the other way round
     assert check_dtype(torch.float32, torch.bfloat16, show=False).reasons[1] == "check.runs_low_precision"
     assert check_dtype(torch.bfloat16, torch.float32, show=False).reasons[1] == "check.kept_in_float32"
@@ -499,14 +499,11 @@ def test_dtypes_against_cpu_autocast():
     a = torch.randn(4, 4)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         truth = {"mm": (a @ a).dtype, "softmax": torch.softmax(a, -1).dtype, "add": (a + a).dtype}
-    assert check_dtypes(dict(truth), truth, show=False).verdict == "exact"
-    guess = {"mm": torch.bfloat16, "softmax": torch.bfloat16, "add": None, "relu": torch.float32}
-    r = check_dtypes(guess, truth, show=False)
-    assert r.verdict == "wrong"
-    assert r.details["right"] == ["mm"]
-    assert r.details["missing"] == ["add"]
-    assert ("softmax" in r.details["wrong"]) == (truth["softmax"] != torch.bfloat16)
-    assert "'relu'" in r.message.splitlines()[-1]  # not asked: listed, ignored
+    for op, dtype in truth.items():
+        assert check_dtype(dtype, dtype, show=False).code == "check.dtype_right", op
+        assert check_dtype(str(dtype), dtype, show=False).ok, op
+    assert check_dtype(torch.bfloat16, truth["mm"], show=False).ok
+    assert check_dtype(torch.float32, truth["mm"], show=False).reasons[1] == "check.runs_low_precision"
 
 
 # --------------------------------------------------------------------------------------------
@@ -520,44 +517,50 @@ def test_choice():
     r = check_choice("a", "b", explanations={"a": "the CPU has no bf16 hardware"}, show=False)
     assert r.verdict == "wrong" and "no bf16 hardware" in r.message
     r = check_choice("e", "b", options=["a", "b", "c"], show=False)
-    assert r.verdict == "wrong" and r.message.endswith("'a', 'b', 'c'.")  # the options are listed
-    assert check_choice(2, 2, show=False).ok and not check_choice(3, 2, show=False).ok
-    assert check_choice("a", "b", reveal=True, show=False).message.endswith("right: 'b'")
+    assert r.verdict == "wrong" and r.code == "check.not_an_option"
+    assert check_choice(2, 2, show=False).code == "check.choice_right"
+    assert check_choice(3, 2, show=False).code == "check.choice_wrong"
     assert check_choice("a", "b", show=False).reasons == ("check.reread",)  # no explanation, no hint
 
 
 def test_set():
     right = {"fp32", "tf32", "bf16"}
-    assert check_set({"BF16", "fp32", "tf32"}, right, show=False).verdict == "exact"
+    assert check_set({"BF16", "fp32", "tf32"}, right, show=False).code == "check.set_right"
     assert check_set(["bf16", "tf32", "fp32"], right, show=False).verdict == "exact"
     r = check_set({"fp32", "bf16"}, right, show=False)
-    assert r.verdict == "wrong" and r.details == {"missing": 1, "extra": []} and "tf32" not in r.message
-    assert "'tf32'" in check_set({"fp32", "bf16"}, right, reveal=True, show=False).message
+    assert (
+        r.code == "check.set_partly" and r.details == {"missing": 1, "extra": []} and "tf32" not in r.message
+    )
     r = check_set(
         {"fp32", "bf16", "tf32", "fp16"}, right, explanations={"fp16": "5 exponent bits"}, show=False
     )
     assert r.details == {"missing": 0, "extra": ["fp16"]} and "5 exponent bits" in r.message
+    assert r.code == "check.set_extra"
     r = check_set({"fp12"}, right, options=["fp32", "bf16"], show=False)
     assert r.verdict == "wrong" and r.details["extra"] == ["fp12"]
     assert check_set("fp32", {"fp32"}, show=False).ok
-    assert check_set(object(), right, show=False).verdict == "wrong"
+    assert check_set(object(), right, show=False).code == "check.not_a_set"
 
 
 RECIPE = ["autocast forward", "scale(loss).backward()", "unscale_", "clip_grad_norm_", "step", "update"]
 
 
 def test_sequence():
-    assert check_sequence(list(RECIPE), RECIPE, show=False).verdict == "exact"
+    assert check_sequence(list(RECIPE), RECIPE, show=False).code == "check.order_right"
     swapped = [RECIPE[0], RECIPE[1], RECIPE[3], RECIPE[2], RECIPE[4], RECIPE[5]]
     r = check_sequence(swapped, RECIPE, show=False)
-    assert r.verdict == "wrong" and r.details["first_wrong"] == 2 and r.reasons == ("check.comes_later",)
+    assert (
+        r.code == "check.order_items_right"
+        and r.details["first_wrong"] == 2
+        and r.reasons == ("check.comes_later",)
+    )
     r = check_sequence([s for s in RECIPE if s != "unscale_"], RECIPE, show=False)
     assert r.details["missing"] == ["unscale_"] and r.details["extra"] == []
     r = check_sequence([*RECIPE, "zero_grad"], RECIPE, show=False)
     assert r.details["extra"] == ["zero_grad"] and r.details["missing"] == []
     r = check_sequence([*RECIPE, "step"], RECIPE, show=False)
-    assert r.details["repeated"] == ["step"]
-    assert check_sequence("abc", RECIPE, show=False).verdict == "wrong"
+    assert r.details["repeated"] == ["step"] and r.code == "check.order_wrong"
+    assert check_sequence("abc", RECIPE, show=False).code == "check.not_a_list"
 
 
 # --------------------------------------------------------------------------------------------
@@ -592,7 +595,9 @@ def test_function_right_unscale_is_exact():
         for t in grads:
             t.mul_(inv)
 
-    assert check_function(unscale_, gradscaler_unscale_, make_cases(), show=False).verdict == "exact"
+    assert (
+        check_function(unscale_, gradscaler_unscale_, make_cases(), show=False).code == "check.function_exact"
+    )
 
 
 def test_function_typical_mistakes():
@@ -601,7 +606,7 @@ def test_function_typical_mistakes():
             t.mul_(scale)
 
     r = check_function(multiplies, gradscaler_unscale_, make_cases(), name="unscale_", show=False)
-    assert r.verdict == "wrong" and r.details["verdicts"] == ["wrong", "wrong"]
+    assert r.code == "check.function_wrong" and r.details["verdicts"] == ["wrong", "wrong"]
     assert r.reasons == ("check.exponent_too_large",)  # multiplied by the scale squared: a power of two
 
     def not_in_place(grads, scale):
@@ -652,20 +657,9 @@ def test_function_names_each_failing_case_and_lists_at_most_five():
 def test_function_compares_returned_values_in_their_precision():
     x = torch.randn(8, generator=torch.Generator().manual_seed(2))
     r = check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], show=False)
-    assert r.verdict == "close"
+    assert r.verdict == "close" and r.code == "check.function_close"
     r = check_function(lambda t: t.bfloat16(), lambda t: t, [(x,)], dtype="fp16", show=False)
     assert r.verdict == "wrong"
-
-
-def test_all_exports_exist():
-    for module in (check, check_items):
-        assert all(hasattr(module, name) for name in module.__all__)
-
-
-def test_every_reason_a_check_gives_has_its_sentence():
-    # every code a result carries is one of the table's; a typo in a code fails here, not in a notebook
-    codes = [c for c in REASONS if c.startswith("check.")]
-    assert len(codes) == len(set(codes)) and all(REASONS[c] for c in codes)
 
 
 # ---- every bad answer gets clear feedback; the learner's mistakes never raise ----
@@ -674,11 +668,8 @@ _C = check
 
 
 def test_check_value_huge_ints():
-    # the learner's answer gets feedback; a bad expected value (the author's) is a ValueError naming it
     r = _C.check_value(2**2000, 1.0, show=False)
     assert r.verdict == "wrong" and r.reasons == ("check.huge_int_answer",) and "2001 bits" in r.message
-    with pytest.raises(ValueError, match="expected must be a number.*2001 bits"):
-        _C.check_value(1.0, 2**2000, show=False)
 
 
 @pytest.mark.parametrize("answer", [np.bool_(True), torch.tensor(True), torch.tensor([True, False]), [True]])
@@ -688,11 +679,7 @@ def test_bools_are_not_numbers(answer):
         if not isinstance(answer, list)
         else _C.check_tensor(answer, torch.ones(1), show=False)
     )
-    assert r.verdict == "wrong" and r.reasons[0] in (
-        "check.bool_answer",
-        "check.bool_tensor_answer",
-        "check.bools_answer",
-    )
+    assert r.verdict == "wrong" and r.reasons == ("check.bool_answer",)
 
 
 def test_bool_tensors_compare_with_bool_expectations():
@@ -705,29 +692,11 @@ def test_numpy_scalars_are_numbers_in_checks(answer):
     assert _C.check_value(answer, 0.5, show=False).verdict == "exact"
 
 
-def test_check_function_compares_dicts_of_tensors():
-    def ref(d):
-        return {"w": d["w"] * 2, "parts": [d["w"], 1.0]}
-
-    cases = [({"w": torch.ones(3)},)]
-    assert check_function(ref, ref, cases, show=False).verdict == "exact"
-    wrong = check_function(lambda d: {"w": d["w"] * 4, "parts": [d["w"], 1.0]}, ref, cases, show=False)
-    assert (
-        wrong.verdict == "wrong"
-        and "result['w']" in wrong.message
-        and wrong.reasons == ("check.exponent_too_large",)
-    )
-    missing = check_function(lambda d: {"w": d["w"] * 2}, ref, cases, show=False)
-    assert missing.verdict == "wrong" and "'parts'" in missing.message
-    not_dict = check_function(lambda d: d["w"] * 2, ref, cases, show=False)
-    assert not_dict.verdict == "wrong"
-
-    def scale_(d):  # in place, on a dict argument
-        d["w"].mul_(2)
-
-    assert check_function(scale_, scale_, cases, show=False).verdict == "exact"
-    off = check_function(lambda d: d["w"].mul_(3) and None, scale_, cases, show=False)
-    assert off.verdict == "wrong"
+def test_check_function_compares_other_results_with_eq():
+    assert check_function(lambda: "fp16", lambda: "fp16", [()], show=False).verdict == "exact"
+    assert check_function(lambda: None, lambda: None, [()], show=False).verdict == "exact"  # nothing changed
+    r = check_function(lambda: {"w": 1}, lambda: {"w": 2}, [()], show=False)
+    assert r.verdict == "wrong" and "result" in r.message
 
 
 def test_check_bits_accepts_numpy_integers():
@@ -751,14 +720,14 @@ def test_unhashable_answers_get_feedback_not_a_crash(call):
     "answer,expected,words",
     [
         (torch.complex128, torch.float16, "complex type of 128 bits"),
-        (torch.float16, torch.complex64, "complex type of 64 bits"),
-        (torch.qint8, torch.float16, "qint8 has 8 bits"),
+        (torch.complex64, torch.float16, "complex type of 64 bits"),
+        (torch.qint8, torch.float16, "qint8 has an integer type of 8 bits"),
         (torch.int16, torch.float16, "integer type of 16 bits"),
         (torch.float8_e4m3fn, torch.float16, "4 exponent and 3 mantissa bits"),
     ],
 )
 def test_check_dtype_describes_every_dtype(answer, expected, words):
-    r = check.check_dtype(answer, expected, reveal=True, show=False)
+    r = check.check_dtype(answer, expected, show=False)
     assert r.verdict == "wrong" and words in r.message
 
 
@@ -772,7 +741,7 @@ def test_check_dtype_describes_every_dtype(answer, expected, words):
 )
 def test_a_learners_huge_answer_is_a_verdict(call):
     r = call()
-    assert r.verdict == "wrong" and f"{check_items.MAX_ITEMS:,}" in r.message
+    assert r.verdict == "wrong" and r.code == "check.too_many_items"
 
 
 def test_check_set_reads_an_empty_dict_as_an_empty_set():

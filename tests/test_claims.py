@@ -71,29 +71,18 @@ def test_a_cell_ending_in_a_claim_shows_its_line_once(capsys):
     assert shown == Claim("printed by claim()", True)  # printed or not, the same claim
 
 
-# ---- wrong types are TypeErrors that name the argument ----
-
-
 @pytest.mark.parametrize(
-    "kwargs,err,words",
-    [
-        ({"statement": 5, "holds": True}, TypeError, "statement"),
-        ({"statement": "  ", "holds": True}, ValueError, "statement"),
-        ({"statement": "x", "holds": 1}, TypeError, "holds"),
-        ({"statement": "x", "holds": None}, TypeError, "holds"),
-        ({"statement": "x", "holds": "yes"}, TypeError, "holds"),
-        ({"statement": "x", "holds": 0.5 > 0.1, "show": "yes"}, TypeError, "show"),
-    ],
-)
-def test_claim_bad_arguments(kwargs, err, words, capsys):
-    with pytest.raises(err, match=words) as info:
+    "kwargs, named",
+    [({"statement": 5, "holds": True}, "statement"), ({"statement": "x", "holds": 1}, "holds"),
+     ({"statement": "x", "holds": True, "show": "yes"}, "show")],
+)  # fmt: skip
+def test_a_refused_claim_names_the_argument_and_prints_nothing(kwargs, named, capsys):
+    with pytest.raises(TypeError, match=named) as info:
         claim(**kwargs)
     assert isinstance(info.value, ValueError)  # ArgumentTypeError: a TypeError that is also a ValueError
-    assert capsys.readouterr().out == ""  # nothing printed for a refused claim
+    assert capsys.readouterr().out == ""
 
 
 def test_claim_names_the_shape_of_a_tensor_of_many_bools():
-    import torch
-
     with pytest.raises(TypeError, match=r"shape \(2,\)"):
         claim("x", torch.tensor([True, False]))

@@ -54,9 +54,9 @@ def test_old_versions_are_problems():
 
 def test_local_version_suffixes_compare_numerically():
     assert doctor.version_tuple("2.13.0+cpu") == (2, 13, 0)
-    assert doctor._at_least("2.10.0", "2.4")
-    assert not doctor._at_least("2.3.99", "2.4")
-    assert doctor._at_least("4.0.0rc1", "4.0")
+    assert doctor.version_tuple("2.10.0") >= doctor.version_tuple("2.4")
+    assert doctor.version_tuple("2.3.99") < doctor.version_tuple("2.4")
+    assert doctor.version_tuple("4.0.0rc1") >= doctor.version_tuple("4.0")
 
 
 def test_old_python_is_a_problem():
@@ -79,10 +79,14 @@ def test_report_names_cpu_features_and_the_verdicts_reasons():
 
 
 def test_command_line_exit_codes():
-    ok = subprocess.run([sys.executable, "-m", "amp_lab", "doctor"], capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "amp_lab", "doctor"], capture_output=True, text=True, timeout=120
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "verdict" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "amp_lab", "nonsense"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "amp_lab", "nonsense"], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "usage" in bad.stderr
 
 
@@ -105,7 +109,9 @@ def test_gpu_kernels_check_names_the_build_to_install():
     assert h100.ok and "sm_90" in h100.detail
     here = doctor.check_gpu_kernels()  # this machine's own facts
     if torch.cuda.is_available() and torch.version.hip is None:
-        assert here is not None and here.ok == arch_supported(torch.cuda.get_device_capability(), torch.cuda.get_arch_list())
+        assert here is not None and here.ok == arch_supported(
+            torch.cuda.get_device_capability(), torch.cuda.get_arch_list()
+        )
     else:
         assert here is None  # no CUDA GPU on this machine: nothing to check
 
@@ -118,9 +124,7 @@ def test_doctor_fails_on_a_gpu_the_wheel_has_no_kernels_for(fake_gpu):
     assert "[PROBLEM] GPU kernels: Tesla V100-SXM2-16GB (sm_70)" in text and "cu126" in text
 
 
-# ----------------------------------------------------------------------------------------------
-# Issue 14: a command line the doctor does not understand exits 2 with the usage
-# ----------------------------------------------------------------------------------------------
+# A command line the doctor does not understand exits 2 with the usage, as argparse does
 
 import pytest  # noqa: E402
 
@@ -160,27 +164,22 @@ def test_python_m_amp_lab_doctor_bogus_exits_2():
 
 
 @pytest.mark.parametrize(
-    "call, exc, match",
+    "call, match",
     [
-        (lambda: doctor.main("--bogus"), TypeError, "argv must be a list"),
-        (lambda: doctor.version_tuple(2.13), TypeError, "text must be a version string"),
-        (lambda: doctor.check_requirement("torch"), TypeError, "req must be a Requirement"),
-        (lambda: doctor.check_requirement(doctor.REQUIREMENTS[0], version_of="2.13"), TypeError, "version_of must be"),
-        (lambda: doctor.check_python("3.12"), TypeError, "version_info must be a tuple"),
-        (lambda: doctor.check_python((3,)), ValueError, "version_info must start with two integers"),
-        (lambda: doctor.run_checks(version_of=None), TypeError, "version_of must be"),
+        (lambda: doctor.main("--bogus"), "argv must be a list"),
+        (lambda: doctor.main([], version_of="2.13", out=io.StringIO()), "version_of must be"),
+        (lambda: doctor.main([], version_of=lambda name: None, out=io.StringIO()), "version_of must return"),
     ],
 )
-def test_doctor_helpers_name_the_bad_argument(call, exc, match):
-    with pytest.raises(exc, match=match):
+def test_main_names_the_bad_argument(call, match):
+    with pytest.raises(TypeError, match=match):
         call()
 
 
-# Issue 14: what the fuzz suite found, each refused by amp_lab with the argument named.
-
-
 @pytest.mark.parametrize("stream", ["out", "err"])
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "junk", {"B": 360}, lambda: None, 2**2000, __import__("torch").ones(2)])
+@pytest.mark.parametrize(
+    "bad", [-1, 1.5, True, "junk", {"B": 360}, lambda: None, 2**2000, __import__("torch").ones(2)]
+)
 def test_main_refuses_an_out_or_err_that_cannot_be_written_to(stream, bad):
     with pytest.raises(TypeError, match=rf"^{stream} must be a text stream with a write\(\) method"):
         doctor.main(["--help"], **{stream: bad})
@@ -192,32 +191,12 @@ def test_main_still_writes_to_a_given_stream():
     assert out.getvalue()
 
 
-@pytest.mark.parametrize(
-    ("bad", "exc"),
-    [(5, TypeError), ("sm_80", TypeError), (range(10**12), TypeError), (__import__("torch").tensor([1, 2]), TypeError),
-     ({"sm_80"}, TypeError)],
-)
-def test_check_gpu_kernels_refuses_an_arch_list_that_is_not_a_list(bad, exc):
-    with pytest.raises(exc, match=r"^arch_list must be a list of strings"):
-        doctor.check_gpu_kernels((8, 0), bad, "12.6")
-
-
 def test_check_gpu_kernels_reads_a_list_or_tuple_or_none():
     assert doctor.check_gpu_kernels((8, 0), ("sm_80",), "12.6").ok
     assert not doctor.check_gpu_kernels((8, 0), None, "12.6").ok  # no arch list: a CPU-only build
 
 
-# ----------------------------------------------------------------------------------------------
-# Issue 16 (small slips): inside JupyterLab the doctor does not tell the learner to start JupyterLab
-# ----------------------------------------------------------------------------------------------
-
-
-def test_next_step_depends_on_where_the_doctor_runs():
-    assert "make lab" in doctor.next_step(False)
-    inside = doctor.next_step(True)
-    assert "make lab" not in inside and "01_float_formats.ipynb" in inside
-    with pytest.raises(TypeError, match="in_notebook"):
-        doctor.next_step("yes")
+# Inside JupyterLab the doctor does not tell the learner to start JupyterLab
 
 
 def test_a_notebook_kernel_is_told_to_go_on(monkeypatch):
@@ -225,8 +204,9 @@ def test_a_notebook_kernel_is_told_to_go_on(monkeypatch):
 
     kernel_shell = types.SimpleNamespace(kernel=object())
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: kernel_shell))
-    assert doctor._in_notebook()
+    inside = doctor.next_step()
+    assert "make lab" not in inside and "01_float_formats.ipynb" in inside
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
-    assert not doctor._in_notebook()
+    assert "make lab" in doctor.next_step()
     monkeypatch.delitem(sys.modules, "IPython")
-    assert not doctor._in_notebook()
+    assert "make lab" in doctor.next_step()
