@@ -1,9 +1,4 @@
-"""Progress bars for anything that takes more than a couple of seconds.
-
-``progress(iterable, desc=...)`` is tqdm.auto: a widget bar in JupyterLab, a text bar in a
-terminal.  ``AMP_LAB_PROGRESS=0`` turns bars off (used by benchmarks so bars do not
-disturb timings).
-"""
+"""Progress bars (tqdm.auto: a widget in JupyterLab, text in a terminal); ``AMP_LAB_PROGRESS=0`` turns them off."""
 
 from __future__ import annotations
 

@@ -81,22 +81,6 @@ from amp_lab import widgets as W  # noqa: E402
 
 
 @pytest.mark.parametrize(
-    "kwargs,err,words",
-    [
-        ({"figsize": (1e6, 1e6)}, ValueError, "pixels"),
-        ({"figsize": (0, 3)}, ValueError, "figsize"),
-        ({"figsize": "big"}, TypeError, "figsize"),
-        ({"dpi": 0}, ValueError, "dpi"),
-        ({"dpi": 1.5}, TypeError, "dpi"),
-        ({"figure": "fig"}, TypeError, "figure"),
-    ],
-)
-def test_figure_pane_bad_arguments(kwargs, err, words):
-    with pytest.raises(err, match=words):
-        W.FigurePane(**kwargs)
-
-
-@pytest.mark.parametrize(
     "args,kwargs,err,words",
     [
         (("ab",), {}, TypeError, "rows"),
