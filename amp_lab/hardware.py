@@ -12,7 +12,7 @@ import torch
 
 from . import cpus, gpus
 from ._checks import check_bool, check_choice, check_instance, check_optional_str
-from .cpus import CPU_FLAGS, cpu_has_native, cpu_model
+from .cpus import CPU_FLAGS, cpu_flags, cpu_has_native, cpu_model  # noqa: F401 (sweeps imports it from here)
 from .device import get_device
 from .gpus import TensorCoreGeneration, amp_dtype_for, tensor_core_generation
 from .text import say
@@ -199,7 +199,7 @@ def machine_verdict(
     elif device_type == "cpu":
         labels = cpus.cpu_native_labels(torch.bfloat16, flags)
         facts = {"labels": " and ".join(labels), "lacking": " or ".join(labels)}
-        native = cpu_has_native(torch.bfloat16, flags)
+        native = cpus.cpu_has_native(torch.bfloat16, flags)
         outcome = "cpu_unknown" if native is None else "cpu_emulated" if not native else "cpu_bf16"
         outcome = "apple_cpu" if native and system == "Darwin" else outcome
     else:
@@ -331,7 +331,7 @@ def describe(device=None) -> MachineReport:
             advice = gpus.arch_advice(capability, list(arch_list), torch.version.cuda)
             notes += [advice] if advice else []
     cpuinfo, sysctl = cpus.read_cpuinfo(), cpus.read_sysctl()  # through the module, so tests can stand in
-    flags = cpus.cpu_flags(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else dict.fromkeys(CPU_FLAGS)
+    flags = cpu_flags(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else dict.fromkeys(CPU_FLAGS)
     capped = {key: why for key, why in cpus.cpu_isa_limits().items() if flags.get(key)}
     model = cpu_model(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else cpu_model("")
     if dev.type == "mps":
