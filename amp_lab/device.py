@@ -25,10 +25,13 @@ def _device_available(dev: torch.device) -> bool:
         if not torch.cuda.is_available():
             return False
         return dev.index is None or dev.index < torch.cuda.device_count()
-    if dev.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        return bool(mps and mps.is_available())
-    return False
+    return dev.type == "mps" and mps_available()
+
+
+def mps_available() -> bool:
+    """Whether this machine has an Apple GPU torch can use."""
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
 
 
 def get_device(device: str | torch.device | None = None) -> torch.device:
@@ -96,9 +99,8 @@ def available_bytes(device: str | torch.device | None = None) -> int | None:
     dev = device if isinstance(device, torch.device) else get_device(device)
     if dev.type == "cuda":
         free, _total = torch.cuda.mem_get_info(dev)
-        return cuda_available_bytes(
-            int(free), int(torch.cuda.memory_reserved(dev)), int(torch.cuda.memory_allocated(dev))
-        )
+        reserved, allocated = torch.cuda.memory_reserved(dev), torch.cuda.memory_allocated(dev)
+        return cuda_available_bytes(int(free), int(reserved), int(allocated))
     if dev.type == "cpu":
         try:
             with open("/proc/meminfo", encoding="ascii", errors="replace") as fh:
@@ -130,11 +132,6 @@ def check_fits(needed: int, device, what: str, hint: str) -> None:
         )
 
 
-def _mps_available() -> bool:
-    backend = getattr(torch.backends, "mps", None)
-    return bool(backend is not None and backend.is_available())
-
-
 def _rng_devices() -> list[int]:
     """The CUDA devices whose generators ``torch.manual_seed`` reseeds (none without CUDA)."""
     return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
@@ -145,7 +142,7 @@ def seeded(seed: int):
     """Run a block with torch's generators seeded to ``seed``, then give back the learner's generators as they
     were: the CPU's, every CUDA device's and an Apple GPU's (``torch.manual_seed`` reseeds them all)."""
     mps = getattr(torch, "mps", None)
-    mps_state = mps.get_rng_state() if mps is not None and _mps_available() else None
+    mps_state = mps.get_rng_state() if mps is not None and mps_available() else None
     try:
         with torch.random.fork_rng(devices=_rng_devices()):
             torch.manual_seed(seed)

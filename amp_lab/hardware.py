@@ -13,7 +13,7 @@ import torch
 from . import cpus, gpus
 from ._checks import check_bool, check_choice, check_instance, check_optional_str
 from .cpus import CPU_FLAGS, cpu_flags, cpu_has_native, cpu_model  # noqa: F401 (sweeps imports it from here)
-from .device import get_device
+from .device import get_device, mps_available
 from .gpus import TensorCoreGeneration, amp_dtype_for, tensor_core_generation
 from .text import say
 
@@ -314,8 +314,7 @@ def describe(device=None) -> MachineReport:
     verdict is for.  The GPU's facts are reported whenever CUDA is available.  (``00_setup_check``)"""
     dev = get_device(device)
     cuda = torch.cuda.is_available()
-    mps = getattr(torch.backends, "mps", None)
-    mps_ok = bool(mps is not None and mps.is_available())
+    mps_ok = mps_available()
     gpu_name = capability = tensor_cores = bf16 = supported = None
     arch_list: tuple[str, ...] = ()
     notes = []

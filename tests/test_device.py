@@ -178,7 +178,7 @@ def test_seeded_gives_an_apple_gpus_generator_back(monkeypatch):
     from amp_lab import device
 
     state = {"mps": torch.tensor([7], dtype=torch.uint8)}
-    monkeypatch.setattr(device, "_mps_available", lambda: True)
+    monkeypatch.setattr(device, "mps_available", lambda: True)
     monkeypatch.setattr(torch.mps, "get_rng_state", lambda *a, **k: state["mps"].clone())
     monkeypatch.setattr(torch.mps, "set_rng_state", lambda s, *a, **k: state.update(mps=s.clone()))
     real_seed = torch.manual_seed
