@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import ArgumentTypeError, check_instance
+from ._checks import check_bool, check_instance
 from .dtypes import parse_dtype
 
 
@@ -20,10 +20,8 @@ def check_flags(flags, name: str = "flags") -> dict:
     """A CPU's flags (:func:`cpu_flags`): a dict of flag name -> True, False or None."""
     check_instance(name, flags, Mapping, "a dict of CPU flags (cpus.cpu_flags())")
     for key, value in flags.items():
-        if value is not None and type(value).__name__ not in ("bool", "bool_"):  # NumPy's bools too
-            raise ArgumentTypeError(
-                f"{name}[{key!r}] must be True, False or None (unknown), got {value!r:.80}"
-            )
+        if value is not None:  # None: unknown
+            check_bool(f"{name}[{key!r}]", value)
     return flags
 
 
