@@ -49,8 +49,6 @@ CPU_FEATURES = (
     CpuFeature("arm_bf16", "ARM BF16", "arm", torch.bfloat16, "bf16", "hw.optional.arm.FEAT_BF16"),
     CpuFeature("arm_sve_bf16", "ARM SVE-BF16", "arm", torch.bfloat16, "svebf16"),
 )
-
-
 CPU_FLAGS = {f.key: f.label for f in CPU_FEATURES}
 
 
@@ -134,15 +132,11 @@ _ONEDNN_LADDER = (
     "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
     "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
 )  # fmt: skip
-
-
 _ONEDNN_ALIASES = {
     "AVX10_1_512": "AVX512_CORE_FP16",
     "AVX10_1_512_AMX": "AVX512_CORE_AMX",
     "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16",
 }
-
-
 _ONEDNN_NEEDS = {
     "avx512_bf16": "AVX512_CORE_BF16",
     "amx_bf16": "AVX512_CORE_AMX",
@@ -154,8 +148,6 @@ _ONEDNN_NEEDS = {
 # MKL: AVX512_E3 adds BF16, AVX512_E4 AMX and FP16; MKL_CBWR=COMPATIBLE is SSE2-class.
 _MKL_LADDER = ("COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2", "AVX2_E1",
                "AVX512", "AVX512_E1", "AVX512_E2", "AVX512_E3", "AVX512_E4")  # fmt: skip
-
-
 _MKL_NEEDS = {
     "avx512_bf16": "AVX512_E3",
     "amx_bf16": "AVX512_E4",

@@ -29,13 +29,8 @@ class TensorCoreGeneration:
         return self.generation is not None
 
 
-_AMPERE = (
-    "Ampere",
-    3,
-    ("fp16", "bf16", "tf32", "int8", "int4"),
-    "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)",
-)
 # (major, minor) -> (architecture, Tensor Core generation, low-precision inputs they multiply, note)
+_AMPERE = ("fp16", "bf16", "tf32", "int8", "int4")
 _EXACT = {
     (7, 0): ("Volta", 1, ("fp16",), "first Tensor Cores: FP16 inputs, FP16 or FP32 accumulation"),
     (7, 2): (
@@ -45,9 +40,9 @@ _EXACT = {
         "Xavier's Volta Tensor Cores add INT8, as Turing's do",
     ),
     (7, 5): ("Turing", 2, ("fp16", "int8", "int4"), "adds INT8/INT4 for inference"),
-    (8, 0): _AMPERE,
-    (8, 6): _AMPERE,
-    (8, 7): ("Ampere (Jetson Orin)", 3, _AMPERE[2], "adds BF16 and TF32"),
+    (8, 0): ("Ampere", 3, _AMPERE, "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
+    (8, 6): ("Ampere", 3, _AMPERE, "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
+    (8, 7): ("Ampere (Jetson Orin)", 3, _AMPERE, "adds BF16 and TF32"),
     (8, 9): ("Ada Lovelace", 4, ("fp16", "bf16", "tf32", "fp8", "int8", "int4"), "adds FP8 (E4M3, E5M2)"),
     (9, 0): (
         "Hopper",
@@ -57,8 +52,6 @@ _EXACT = {
     ),
 }
 _BLACKWELL = ("Blackwell", 5, ("fp16", "bf16", "tf32", "fp8", "fp6", "fp4", "int8"), "adds FP6 and FP4")
-
-
 _PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
 
 
@@ -143,25 +136,24 @@ def bf16_hardware(capability) -> bool:
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 
 
-def parse_arch(entry) -> tuple[str, tuple[int, int], str]:
-    m = _ARCH.match(entry) if isinstance(entry, str) else None
-    if m is None or len(m.group(2)) < 2:
-        raise ValueError(
-            f"arch_list entries must look like 'sm_86', 'sm_90a' or 'compute_90' "
-            f"(torch.cuda.get_arch_list()), got {entry!r}"
-        )
-    digits = m.group(2)
-    return m.group(1), (int(digits[:-1]), int(digits[-1])), m.group(3)
-
-
 def parse_arch_list(arch_list) -> list[tuple[str, tuple[int, int], str]]:
-    """Each entry of ``torch.cuda.get_arch_list()`` parsed: a list or tuple of strings only."""
+    """Each entry of ``torch.cuda.get_arch_list()`` (a list or tuple of strings) as (kind, capability, suffix)."""
     if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
         raise ArgumentTypeError(
             f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] (torch.cuda.get_arch_list()), "
             f"got {type(arch_list).__name__}: {arch_list!r:.80}"
         )
-    return [parse_arch(entry) for entry in arch_list]
+    parsed = []
+    for entry in arch_list:
+        m = _ARCH.match(entry) if isinstance(entry, str) else None
+        if m is None or len(m.group(2)) < 2:
+            raise ValueError(
+                f"arch_list entries must look like 'sm_86', 'sm_90a' or 'compute_90' "
+                f"(torch.cuda.get_arch_list()), got {entry!r}"
+            )
+        digits = m.group(2)
+        parsed.append((m.group(1), (int(digits[:-1]), int(digits[-1])), m.group(3)))
+    return parsed
 
 
 def arch_supported(capability, arch_list) -> bool:

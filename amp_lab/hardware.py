@@ -22,8 +22,6 @@ _EXPECT = {
     False: "AMP not faster than FP32",
     None: "no prediction, the measurement decides",
 }
-
-
 _KERNELS = {None: "unknown", True: "yes", False: "NO: no kernels for this GPU"}
 
 
