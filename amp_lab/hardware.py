@@ -14,14 +14,11 @@ from . import cpus, gpus
 from ._checks import check_bool, check_choice, check_instance, check_optional_str
 from .cpus import CPU_FLAGS, cpu_flags, cpu_has_native, cpu_model  # noqa: F401 (sweeps imports it from here)
 from .device import get_device, mps_available
+from .dtypes import dtype_name
 from .gpus import TensorCoreGeneration, amp_dtype_for, tensor_core_generation
 from .text import say
 
-_EXPECT = {
-    True: "AMP faster than FP32 on large matmuls",
-    False: "AMP not faster than FP32",
-    None: "no prediction, the measurement decides",
-}
+_EXPECT = {True: "report.expect_faster", False: "report.expect_not_faster", None: "report.expect_unknown"}
 _KERNELS = {None: "unknown", True: "yes", False: "NO: no kernels for this GPU"}
 
 
@@ -104,15 +101,10 @@ class MachineReport:
 
     def explain(self) -> str:
         """The verdict, the facts behind it, and what it predicts (``00_setup_check`` prints this)."""
-        dtype = str(self.race_dtype).removeprefix("torch.")
         scaler = "with a GradScaler" if self.use_scaler else "no GradScaler needed"
-        expect = _EXPECT[self.expect_speedup]
-        lines = [f"verdict: {self.verdict}", "why:", *(f"  - {r}" for r in self.reasons)]
-        lines.append(
-            f"so: autocast to {dtype} on {self.race_device}, {scaler}; expected before measuring: "
-            f"{expect} (notebook 06 measures it)"
-        )
-        return "\n".join(lines)
+        so = say("report.so", dtype=dtype_name(self.race_dtype), device=self.race_device, scaler=scaler,
+                 expect=say(_EXPECT[self.expect_speedup]))  # fmt: skip
+        return "\n".join([f"verdict: {self.verdict}", "why:", *(f"  - {r}" for r in self.reasons), so])
 
     def __str__(self) -> str:
         rows = self.lines()
