@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from numbers import Real
 
-from ._checks import ArgumentTypeError
+from ._checks import ArgumentTypeError, check_int
 
 # code -> sentence template, filled by ``str.format(**facts)``, from ``reasons.json`` (one object per topic).
 REASONS: dict[str, str] = {
@@ -89,7 +89,8 @@ def format_bytes(nbytes: float | None) -> str:
 
 def format_ratio(x: float, digits: int = 2) -> str:
     """``1.3217`` -> ``'1.32x'``; below 0.1, ``digits + 1`` significant figures (``0.01234`` -> ``'0.0123x'``)."""
-    x = float(x)
+    x = _number("x", x)
+    digits = check_int("digits", digits, minimum=0, maximum=17)
     if not math.isfinite(x):
         return f"{x}x"
     if 0 < abs(x) < 0.1:
