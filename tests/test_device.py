@@ -117,7 +117,7 @@ def test_torch_threads_sets_and_restores():
 
 
 # --------------------------------------------------------------------------------------------
-# float64 on a device without it (Apple GPUs): amp_lab.device's helpers (issue 13, item 8)
+# float64 on a device without it (Apple GPUs): amp_lab.device's helpers
 # --------------------------------------------------------------------------------------------
 
 
@@ -153,7 +153,7 @@ def test_float64_helpers_reject_bad_arguments(bad, error):
 
 
 def test_amp_dtype_and_the_machine_verdict_agree_on_mps(monkeypatch):
-    # issue 13, item 4: the course's dtype for an Apple GPU is one decision (gpus.amp_dtype_for),
+    # The course's dtype for an Apple GPU is one decision (gpus.amp_dtype_for),
     # whichever door a learner asks through: amp_dtype, the verdict, or the machine report.
     from amp_lab import hardware
 
@@ -195,7 +195,7 @@ def test_seeded_gives_an_apple_gpus_generator_back(monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------
-# Issue 14: every bad input gets a clear error, raised before anything changes
+# Every bad input gets a clear error, raised before anything changes
 # ----------------------------------------------------------------------------------------------
 
 

@@ -73,7 +73,7 @@ def test_course_map_covers_every_lesson_and_follows_the_report():
     assert "needs a CUDA GPU" in dict((r[0], r[2]) for r in rows)["02_tensor_cores.ipynb"]
 
 
-# ---- issue 14: every bad input gets a clear error ----
+# ---- every bad input gets a clear error ----
 
 
 from amp_lab import progress as P  # noqa: E402

@@ -229,7 +229,7 @@ def _observe() -> tuple:
 
 
 def test_tf32_switch_can_be_read_by_cublas(clean_tf32):
-    """The crash of issue 13: with only the new flag set, cuBLAS's read raises on every FP32 matmul."""
+    """The crash it prevents: with only the new flag set, cuBLAS's read raises on every FP32 matmul."""
     for enabled in (True, False):
         with hardware.tf32_matmul(enabled):
             assert torch._C._get_cublas_allow_tf32() is enabled
