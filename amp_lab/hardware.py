@@ -159,12 +159,9 @@ def machine_verdict(
     device_type: str | None = None,
     system: str | None = None,
 ) -> Verdict:
-    """The :class:`Verdict` for the given facts; pure, so tests and notebooks can feed any machine.
-
-    ``device_type`` defaults to ``"cuda"`` when available, else ``"cpu"``; ``tensor_cores`` is
-    :func:`~amp_lab.gpus.tensor_core_generation`'s, ``flags`` :func:`~amp_lab.cpus.cpu_flags`'s, ``system``
-    ``platform.system()``'s.  ``06_timing_race`` measures what it predicts.
-    """
+    """The :class:`Verdict` for the given facts, pure so tests and notebooks feed any machine: ``device_type``
+    defaults to ``"cuda"`` when available, else ``"cpu"``; ``tensor_cores`` is ``gpus.tensor_core_generation``'s,
+    ``flags`` ``cpus.cpu_flags``'s, ``system`` ``platform.system()``'s.  ``06_timing_race`` measures it."""
     cuda_available = check_bool("cuda_available", cuda_available)
     if tensor_cores is not None:
         check_instance("tensor_cores", tensor_cores, TensorCoreGeneration,
