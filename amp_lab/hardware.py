@@ -324,9 +324,9 @@ def describe(device=None) -> MachineReport:
         gpu_name = f"{model} GPU" if model.startswith("Apple") else "Apple GPU"
     tf32_matmul, matmul_precision = tf32_setting()
     if dev.type == "cpu" and os.environ.get("AMP_LAB_DEVICE") == "cpu" and (cuda or mps_ok):
-        notes.append("AMP_LAB_DEVICE=cpu: the course runs on the CPU although a GPU is present")
+        notes.append(say("report.forced_cpu"))
     for key, why in capped.items():
-        notes.append(f"{why} keeps torch's matmuls from using this CPU's {CPU_FLAGS[key]}: counted as absent")
+        notes.append(say("report.isa_capped", why=why, label=CPU_FLAGS[key]))
     report = MachineReport(
         torch_version=torch.__version__,
         python_version=platform.python_version(),
