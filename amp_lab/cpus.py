@@ -195,11 +195,7 @@ def cpu_has_native(dtype, flags: dict[str, bool | None] | None = None) -> bool |
     dtype = parse_dtype(dtype)
     flags = usable_cpu_flags() if flags is None else flags
     values = [flags.get(f.key) for f in CPU_FEATURES if f.dtype == dtype]
-    if any(values):
-        return True
-    if all(v is None for v in values):
-        return None
-    return False
+    return True if any(values) else None if all(v is None for v in values) else False
 
 
 def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tuple[str, ...]:

@@ -207,12 +207,9 @@ class GpuDatasheet:
             return self.tf32_tflops
         if dtype in ("fp8", torch.float8_e4m3fn, torch.float8_e5m2):
             return self.fp8_tflops
-        dtype = parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
-        return {
-            torch.float32: self.fp32_tflops,
-            torch.float16: self.fp16_tflops,
-            torch.bfloat16: self.bf16_tflops,
-        }[dtype]
+        fp32, fp16, bf16 = torch.float32, torch.float16, torch.bfloat16
+        rates = {fp32: self.fp32_tflops, fp16: self.fp16_tflops, bf16: self.bf16_tflops}
+        return rates[parse_dtype(dtype, allowed=tuple(rates))]
 
     @property
     def fp8_over_bf16(self) -> float | None:

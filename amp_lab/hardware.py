@@ -73,16 +73,14 @@ class MachineReport:
             cap = f"compute capability {self.capability[0]}.{self.capability[1]}" if self.capability else None
             listed = ", ".join(self.arch_list) or "none"
             kernels = _KERNELS[self.arch_supported]
+            tf32 = f"float32 matmul precision '{self.float32_matmul_precision}'"
             rows += [
                 ("GPU", f"{self.gpu_name} ({cap or 'capability unknown'})"),
                 ("CUDA (torch build)", str(self.cuda_version)),
                 ("Tensor Cores", self.tensor_cores.summary if self.tensor_cores else "unknown"),
                 ("GPU kernels in this torch", f"{kernels} (built for {listed})"),
                 ("bf16 Tensor Cores", _yn(self.bf16_supported)),
-                (
-                    "TF32 for FP32 matmuls",
-                    f"{_yn(self.tf32_matmul)} (float32 matmul precision '{self.float32_matmul_precision}')",
-                ),
+                ("TF32 for FP32 matmuls", f"{_yn(self.tf32_matmul)} ({tf32})"),
             ]
         if self.mps_available:
             rows += [("MPS (Apple GPU)", "yes")]
