@@ -19,13 +19,9 @@ ENV_VAR = "AMP_LAB_DEVICE"
 
 
 def _device_available(dev: torch.device) -> bool:
-    if dev.type == "cpu":
-        return True
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            return False
-        return dev.index is None or dev.index < torch.cuda.device_count()
-    return dev.type == "mps" and mps_available()
+        return torch.cuda.is_available() and (dev.index is None or dev.index < torch.cuda.device_count())
+    return dev.type == "cpu" or (dev.type == "mps" and mps_available())
 
 
 def mps_available() -> bool:

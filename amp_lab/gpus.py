@@ -161,14 +161,10 @@ def arch_supported(capability, arch_list) -> bool:
     ``capability``: ``sm_XY`` and ``sm_XYf`` on X.Y' with Y' >= Y, ``sm_XYa`` on exactly X.Y, ``compute_XY``
     (PTX) on X.Y and newer; an empty list (a CPU-only build) on nothing."""
     cap = check_capability(capability)
-    for kind, (major, minor), suffix in parse_arch_list(arch_list):
-        if kind == "compute" and cap >= (major, minor):
-            return True
-        if kind == "sm" and suffix == "a" and cap == (major, minor):
-            return True
-        if kind == "sm" and suffix != "a" and cap[0] == major and cap[1] >= minor:
-            return True
-    return False
+    return any(
+        cap >= c if kind == "compute" else cap == c if suffix == "a" else (cap[0] == c[0] and cap[1] >= c[1])
+        for kind, c, suffix in parse_arch_list(arch_list)
+    )
 
 
 def arch_advice(capability, arch_list, cuda_version: str | None = None) -> str | None:
