@@ -223,8 +223,5 @@ def cpu_model(cpuinfo: str | None = None, *, sysctl: str | None = None) -> str:
         else:
             name = _ARM_PARTS.get((implementer, part))
             return f"ARM {name}" if name else f"ARM CPU (implementer {implementer:#x}, part {part:#x})"
-    if sysctl:
-        brand = _key_values(sysctl).get("machdep.cpu.brand_string")
-        if brand:
-            return brand
-    return platform.processor() or platform.machine() or "unknown"
+    brand = _key_values(sysctl or "").get("machdep.cpu.brand_string")
+    return brand or platform.processor() or platform.machine() or "unknown"
