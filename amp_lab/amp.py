@@ -55,13 +55,7 @@ def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
         report = hardware.describe(device)
     else:
         _check_report("report", report)
-    v = hardware.machine_verdict(
-        cuda_available=report.cuda_available,
-        tensor_cores=report.tensor_cores,
-        flags=report.cpu_flags or {},
-        device_type=report.race_device,
-        system=report.system,
-    )
+    v = hardware.report_verdict(report)
     facts = {"name": dtype_name(v.dtype)}
     tc = report.tensor_cores
     if v.device == "cuda":
@@ -73,28 +67,18 @@ def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
     elif v.device == "cpu":
         labels = cpus.cpu_native_labels(v.dtype, report.cpu_flags or {})
         facts.update(lacking=" or ".join(labels), having=" and ".join(labels))
-    answers, key = _FLOW[v.outcome.removeprefix("verdict.")]
-    steps = tuple(zip(_QUESTIONS["cpu" if v.device == "cpu" else "gpu"], answers, strict=False))
+    answers, key = hardware.VERDICTS[v.outcome.removeprefix("verdict.")][2:]
+    first = {"cuda": "amp.a_cuda_yes", "mps": "amp.a_mps", "cpu": "amp.a_cpu"}[v.device]
+    questions = _QUESTIONS["cpu" if v.device == "cpu" else "gpu"]
+    steps = tuple(zip(questions, (first, *answers), strict=False))
     basis, advice = f"amp.basis_{key}", f"amp.advice_{key}"
     return AmpChoice(v.device, v.dtype, v.use_scaler, v.expect_speedup, steps, basis, advice, facts, v.text)
 
 
-# The questions a learner asks on the way, and each verdict's answers and basis (codes of REASONS).
+# The questions a learner asks on the way (codes of REASONS); hardware.VERDICTS has each verdict's answers.
 _QUESTIONS = {
     "gpu": ("amp.q_cuda", "amp.q_tensor_cores", "amp.q_bf16_cores"),
     "cpu": ("amp.q_cuda", "amp.q_cpu_native", "amp.q_fp32_hardware"),
-}
-_FLOW = {
-    "cuda_unknown": (("amp.a_cuda_yes", "amp.a_capability_unknown"), "capability_unknown"),
-    "cuda_no_tensor_cores": (("amp.a_cuda_yes", "amp.a_no_tensor_cores"), "no_tensor_cores"),
-    "cuda_no_tensor_cores_double_fp16": (("amp.a_cuda_yes", "amp.a_no_tensor_cores"), "no_tensor_cores"),
-    "cuda_bf16": (("amp.a_cuda_yes", "amp.a_tensor_cores", "amp.a_bf16_cores"), "bf16_cores"),
-    "cuda_fp16": (("amp.a_cuda_yes", "amp.a_tensor_cores", "amp.a_fp16_cores"), "fp16_cores"),
-    "mps": (("amp.a_mps", "amp.a_mps_no_tensor_cores"), "mps"),
-    "cpu_unknown": (("amp.a_cpu", "amp.a_cpu_unknown"), "cpu_unknown"),
-    "cpu_emulated": (("amp.a_cpu", "amp.a_cpu_emulated"), "cpu_emulated"),
-    "apple_cpu": (("amp.a_cpu", "amp.a_cpu_native", "amp.a_apple_accelerate"), "apple"),
-    "cpu_bf16": (("amp.a_cpu", "amp.a_cpu_native"), "cpu_native"),
 }
 
 

@@ -33,24 +33,14 @@ class TensorCoreGeneration:
 _AMPERE = ("fp16", "bf16", "tf32", "int8", "int4")
 _EXACT = {
     (7, 0): ("Volta", 1, ("fp16",), "first Tensor Cores: FP16 inputs, FP16 or FP32 accumulation"),
-    (7, 2): (
-        "Volta (Jetson Xavier)",
-        1,
-        ("fp16", "int8"),
-        "Xavier's Volta Tensor Cores add INT8, as Turing's do",
-    ),
+    (7, 2): ("Volta (Jetson Xavier)", 1, ("fp16", "int8"), "Xavier's Volta Tensor Cores add INT8, as Turing's do"),
     (7, 5): ("Turing", 2, ("fp16", "int8", "int4"), "adds INT8/INT4 for inference"),
     (8, 0): ("Ampere", 3, _AMPERE, "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
     (8, 6): ("Ampere", 3, _AMPERE, "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
     (8, 7): ("Ampere (Jetson Orin)", 3, _AMPERE, "adds BF16 and TF32"),
     (8, 9): ("Ada Lovelace", 4, ("fp16", "bf16", "tf32", "fp8", "int8", "int4"), "adds FP8 (E4M3, E5M2)"),
-    (9, 0): (
-        "Hopper",
-        4,
-        ("fp16", "bf16", "tf32", "fp8", "int8"),
-        "adds FP8 (E4M3, E5M2) and warp-group MMA",
-    ),
-}
+    (9, 0): ("Hopper", 4, ("fp16", "bf16", "tf32", "fp8", "int8"), "adds FP8 (E4M3, E5M2) and warp-group MMA"),
+}  # fmt: skip
 _BLACKWELL = ("Blackwell", 5, ("fp16", "bf16", "tf32", "fp8", "fp6", "fp4", "int8"), "adds FP6 and FP4")
 _PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
 
@@ -389,13 +379,12 @@ ARCHITECTURE_DETAILS: dict[str, TensorCoreDetails] = {
 
 # Dense FP16 Tensor Core TFLOP/s with an FP16 and with an FP32 accumulator, from NVIDIA's whitepapers:
 # GeForce parts run FP32 accumulation at half the rate.
-ACCUMULATE_RATES = (
-    {"part": "A100", "kind": "data centre", "fp16_accumulate": 312.0, "fp32_accumulate": 312.0,
-     "source": "NVIDIA A100 Tensor Core GPU architecture whitepaper (A100 SXM4)"},
-    {"part": "H100 SXM", "kind": "data centre", "fp16_accumulate": 989.4, "fp32_accumulate": 989.4,
-     "source": "NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5)"},
-    {"part": "RTX 3090", "kind": "GeForce", "fp16_accumulate": 142.0, "fp32_accumulate": 71.0,
-     "source": "NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090)"},
-    {"part": "RTX 4090", "kind": "GeForce", "fp16_accumulate": 330.3, "fp32_accumulate": 165.2,
-     "source": "NVIDIA Ada Lovelace GPU architecture whitepaper (GeForce RTX 4090)"},
+ACCUMULATE_RATES = tuple(
+    dict(zip(("part", "kind", "fp16_accumulate", "fp32_accumulate", "source"), row, strict=True))
+    for row in (
+        ("A100", "data centre", 312.0, 312.0, "NVIDIA A100 Tensor Core GPU architecture whitepaper (A100 SXM4)"),
+        ("H100 SXM", "data centre", 989.4, 989.4, "NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5)"),
+        ("RTX 3090", "GeForce", 142.0, 71.0, "NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090)"),
+        ("RTX 4090", "GeForce", 330.3, 165.2, "NVIDIA Ada Lovelace GPU architecture whitepaper (GeForce RTX 4090)"),
+    )
 )  # fmt: skip

@@ -134,19 +134,26 @@ class Verdict:
         return tuple(say(code, **self.facts) for code in self.reason_codes)
 
 
-# A verdict's outcome -> (expect AMP to beat FP32 on large matmuls? None: measure it, the reasons' codes)
-_VERDICTS = {
-    "cuda_unknown": (None, ("why.cuda_unknown",)),
-    "cuda_no_tensor_cores": (False, ("why.pre_volta", "why.fp16_memory", "why.fp16_scaler")),
-    "cuda_no_tensor_cores_double_fp16": (None, ("why.pre_volta", "why.fp16_memory", "why.fp16_scaler")),
-    "cuda_bf16": (True, ("why.tensor_cores_bf16", "why.bf16_range", "why.small_matmuls")),
-    "cuda_fp16": (True, ("why.tensor_cores_fp16_only", "why.fp16_scaler", "why.small_matmuls")),
-    "mps": (None, ("why.mps", "why.fp16_scaler")),
-    "apple_cpu": (False, ("why.apple_cpu_bf16", "why.apple_accelerate", "why.bf16_no_scaler")),
-    "cpu_bf16": (True, ("why.cpu_bf16", "why.cpu_casts", "why.bf16_no_scaler")),
-    "cpu_unknown": (None, ("why.cpu_unknown", "why.bf16_no_scaler")),
-    "cpu_emulated": (False, ("why.cpu_emulated", "why.cpu_overhead", "why.same_recipe")),
-}
+# A verdict's outcome -> (expect AMP to beat FP32 on large matmuls? None: measure it; the reasons' codes;
+# amp.choose_amp_dtype's answers after "is it CUDA?", and its amp.basis_*/amp.advice_* key)
+VERDICTS = {
+    "cuda_unknown": (None, ("why.cuda_unknown",), ("amp.a_capability_unknown",), "capability_unknown"),
+    "cuda_no_tensor_cores": (False, ("why.pre_volta", "why.fp16_memory", "why.fp16_scaler"),
+                             ("amp.a_no_tensor_cores",), "no_tensor_cores"),
+    "cuda_no_tensor_cores_double_fp16": (None, ("why.pre_volta", "why.fp16_memory", "why.fp16_scaler"),
+                                         ("amp.a_no_tensor_cores",), "no_tensor_cores"),
+    "cuda_bf16": (True, ("why.tensor_cores_bf16", "why.bf16_range", "why.small_matmuls"),
+                  ("amp.a_tensor_cores", "amp.a_bf16_cores"), "bf16_cores"),
+    "cuda_fp16": (True, ("why.tensor_cores_fp16_only", "why.fp16_scaler", "why.small_matmuls"),
+                  ("amp.a_tensor_cores", "amp.a_fp16_cores"), "fp16_cores"),
+    "mps": (None, ("why.mps", "why.fp16_scaler"), ("amp.a_mps_no_tensor_cores",), "mps"),
+    "apple_cpu": (False, ("why.apple_cpu_bf16", "why.apple_accelerate", "why.bf16_no_scaler"),
+                  ("amp.a_cpu_native", "amp.a_apple_accelerate"), "apple"),
+    "cpu_bf16": (True, ("why.cpu_bf16", "why.cpu_casts", "why.bf16_no_scaler"), ("amp.a_cpu_native",), "cpu_native"),
+    "cpu_unknown": (None, ("why.cpu_unknown", "why.bf16_no_scaler"), ("amp.a_cpu_unknown",), "cpu_unknown"),
+    "cpu_emulated": (False, ("why.cpu_emulated", "why.cpu_overhead", "why.same_recipe"), ("amp.a_cpu_emulated",),
+                     "cpu_emulated"),
+}  # fmt: skip
 
 
 def machine_verdict(
@@ -190,7 +197,7 @@ def machine_verdict(
     else:
         outcome = "mps"
     dtype = amp_dtype_for(device_type, tc.capability if device_type == "cuda" and tc else None)
-    expect, reasons = _VERDICTS[outcome]
+    expect, reasons = VERDICTS[outcome][:2]
     return Verdict(f"verdict.{outcome}", device_type, dtype, dtype == torch.float16, expect, reasons, facts)
 
 
@@ -275,23 +282,16 @@ def tf32_setting() -> tuple[bool, str]:
     return tf32_matmul_enabled(), precision
 
 
+def report_verdict(report: MachineReport) -> Verdict:
+    """:func:`machine_verdict` read from a report's facts (never its stored verdict)."""
+    return machine_verdict(cuda_available=report.cuda_available, tensor_cores=report.tensor_cores,
+                           flags=report.cpu_flags, device_type=report.race_device, system=report.system)  # fmt: skip
+
+
 def _with_verdict(report: MachineReport) -> MachineReport:
-    v = machine_verdict(
-        cuda_available=report.cuda_available,
-        tensor_cores=report.tensor_cores,
-        flags=report.cpu_flags,
-        device_type=report.race_device,
-        system=report.system,
-    )
-    return replace(
-        report,
-        race_device=v.device,
-        race_dtype=v.dtype,
-        verdict=v.text,
-        use_scaler=v.use_scaler,
-        expect_speedup=v.expect_speedup,
-        reasons=v.reasons,
-    )
+    v = report_verdict(report)
+    return replace(report, race_device=v.device, race_dtype=v.dtype, verdict=v.text, use_scaler=v.use_scaler,
+                   expect_speedup=v.expect_speedup, reasons=v.reasons)  # fmt: skip
 
 
 def describe(device=None) -> MachineReport:
@@ -316,15 +316,14 @@ def describe(device=None) -> MachineReport:
             notes += [advice] if advice else []
     cpuinfo, sysctl = cpus.read_cpuinfo(), cpus.read_sysctl()  # through the module, so tests can stand in
     flags = cpu_flags(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else dict.fromkeys(CPU_FLAGS)
-    capped = {key: why for key, why in cpus.cpu_isa_limits().items() if flags.get(key)}
     model = cpu_model(cpuinfo, sysctl=sysctl) if (cpuinfo or sysctl) else cpu_model("")
     if dev.type == "mps":
         gpu_name = f"{model} GPU" if model.startswith("Apple") else "Apple GPU"
     tf32_matmul, matmul_precision = tf32_setting()
     if dev.type == "cpu" and os.environ.get("AMP_LAB_DEVICE") == "cpu" and (cuda or mps_ok):
         notes.append(say("report.forced_cpu"))
-    for key, why in capped.items():
-        notes.append(say("report.isa_capped", why=why, label=CPU_FLAGS[key]))
+    limits = cpus.cpu_isa_limits().items()
+    notes += [say("report.isa_capped", why=why, label=CPU_FLAGS[k]) for k, why in limits if flags.get(k)]
     report = MachineReport(
         torch_version=torch.__version__,
         python_version=platform.python_version(),
