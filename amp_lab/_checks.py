@@ -105,9 +105,7 @@ def check_instance(name: str, value, types, what: str):
 
 def check_bool(name: str, value) -> bool:
     """Return ``value`` as a bool if it is True or False (a NumPy bool too), never a truthy ``"no"`` or 1."""
-    if isinstance(value, bool):
-        return value
-    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):  # NumPy 2 and 1
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise ArgumentTypeError(f"{name} must be True or False, got {type(value).__name__}: {value!r:.80}")
 
@@ -134,7 +132,7 @@ def check_int_sequence(
 ) -> tuple[int, ...]:
     """Return ``value`` (a list, tuple, range or 1-D NumPy array; no set, dict or string) as a non-empty tuple of
     ints, each checked by :func:`check_int` as ``name[i]``."""
-    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 1:
+    if isinstance(value, np.ndarray) and value.ndim == 1:
         value = list(value)
     if not isinstance(value, (list, tuple, range)):
         raise ArgumentTypeError(
@@ -147,14 +145,13 @@ def check_int_sequence(
     return tuple(check_int(f"{name}[{i}]", v, minimum=minimum, maximum=maximum) for i, v in enumerate(value))
 
 
-def check_axes(name: str, value, *, optional: bool = True):
-    """Return ``value`` if it is a matplotlib ``Axes`` (or None when ``optional``), else raise."""
-    if value is None and optional:
-        return value
+def check_axes(name: str, value):
+    """Return ``value`` if it is None or a matplotlib ``Axes``, else raise."""
     from matplotlib.axes import Axes
 
-    what = "a matplotlib Axes (such as plt.subplots()[1])" + (" or None" if optional else "")
-    return check_instance(name, value, Axes, what)
+    if value is not None:
+        check_instance(name, value, Axes, "a matplotlib Axes (such as plt.subplots()[1]) or None")
+    return value
 
 
 def bounded_list(name: str, value, max_length: int, what: str) -> list:

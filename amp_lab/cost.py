@@ -21,12 +21,6 @@ NUM_CLASSES = 10
 ADAM_BYTES_PER_PARAMETER = 32
 
 
-def _linear_shapes(num_features: int, num_classes: int, hidden: int, depth: int) -> list[tuple[int, int]]:
-    """``(in, out)`` of each Linear of :func:`models.make_mlp`'s MLP, in order."""
-    widths = [num_features] + [hidden] * depth + [num_classes]
-    return list(zip(widths[:-1], widths[1:], strict=True))
-
-
 def mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, int]:
     return (
         check_int("num_features", num_features, minimum=1, maximum=MAX_SIZE),
@@ -37,9 +31,8 @@ def mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, 
 
 
 def num_parameters(num_features: int, num_classes: int, hidden: int, depth: int) -> int:
-    return sum(
-        n_in * n_out + n_out for n_in, n_out in _linear_shapes(num_features, num_classes, hidden, depth)
-    )
+    widths = [num_features] + [hidden] * depth + [num_classes]
+    return sum(n_in * n_out + n_out for n_in, n_out in zip(widths[:-1], widths[1:], strict=True))
 
 
 def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation_steps):
@@ -48,6 +41,10 @@ def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation
         check_int("batch_size", batch_size, minimum=1, maximum=MAX_SIZE)
         * check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=MAX_SIZE),
     )
+
+
+def _itemsize(name: str, dtype) -> int:
+    return parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16), name=name).itemsize
 
 
 def step_flops(
@@ -91,18 +88,13 @@ def step_bytes(
     num_features, num_classes, hidden, depth, b = _mlp_args(
         num_features, num_classes, hidden, depth, batch_size, accumulation_steps
     )
-    itemsize = parse_dtype(dtype, allowed=(torch.float32, torch.bfloat16, torch.float16)).itemsize
-    shapes = _linear_shapes(num_features, num_classes, hidden, depth)
+    itemsize = _itemsize("dtype", dtype)
     params = num_parameters(num_features, num_classes, hidden, depth)
-    activations = sum(b * n_out for _, n_out in shapes)
+    activations = b * (hidden * depth + num_classes)  # each Linear's output
     return float(ADAM_BYTES_PER_PARAMETER * params + 4 * b * num_features + 2 * itemsize * activations)
 
 
 # The race's costs (06): a GEMM, an elementwise add, and the race's MLP step
-
-
-def _itemsize(name: str, dtype) -> int:
-    return parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16), name=name).itemsize
 
 
 def gemm_bytes(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:

@@ -73,13 +73,10 @@ def tensor_core_generation(capability) -> TensorCoreGeneration:
     """
     cap = check_capability(capability)
     major, minor = cap
+    sm = f"sm_{major}{minor}"
     if major < 7:
         arch = _PRE_VOLTA.get(major, "pre-Volta")
-        summary = (
-            f"{arch} (sm_{major}{minor}) has no Tensor Cores: FP16 runs on ordinary CUDA cores, so AMP "
-            "saves memory but gives little or no speed-up"
-        )
-        return TensorCoreGeneration(cap, arch, None, (), summary)
+        return TensorCoreGeneration(cap, arch, None, (), say("tc.none", arch=arch, sm=sm))
     if cap in _EXACT:
         arch, gen, precisions, note = _EXACT[cap]
     elif major in (10, 11, 12):
@@ -89,8 +86,8 @@ def tensor_core_generation(capability) -> TensorCoreGeneration:
         arch, gen, precisions = "newer than Blackwell", 5, _BLACKWELL[2]
     else:  # a minor version the table does not list: the family's generation
         arch, gen, precisions, note = _EXACT[{7: (7, 5), 8: (8, 6), 9: (9, 0)}[major]]
-    summary = (
-        f"{arch} (sm_{major}{minor}): Tensor Cores generation {gen}, {', '.join(precisions).upper()}; {note}"
+    summary = say(
+        "tc.generation", arch=arch, sm=sm, gen=gen, precisions=", ".join(precisions).upper(), note=note
     )
     return TensorCoreGeneration(cap, arch, gen, precisions, summary)
 
@@ -104,16 +101,12 @@ DOUBLE_RATE_FP16 = {(5, 3), (6, 0), (6, 2)}
 
 
 def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
-    """The course's one low-precision dtype decision, from facts alone (``00_setup_check``).
-
-    CUDA from compute capability 8.0 on: bfloat16 (Tensor Cores multiply it as fast as float16, and it needs
-    no GradScaler); older or unknown CUDA GPUs: float16 (Volta/Turing Tensor Cores multiply only float16);
-    Apple GPUs: float16 (autocast's MPS default, native on every one); CPUs: bfloat16, fast or not.
-    """
+    """The course's one low-precision dtype, from facts alone (``00_setup_check``): bfloat16 on CUDA from 8.0 on
+    and on CPUs; float16 on older or unknown CUDA GPUs (their Tensor Cores multiply only it) and Apple GPUs."""
     check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
     check_choice("device_type", device_type, DEVICE_TYPES)
     if device_type == "cuda" and capability is not None:
-        return torch.bfloat16 if check_capability(capability)[0] >= 8 else torch.float16
+        return torch.bfloat16 if bf16_hardware(capability) else torch.float16
     return torch.bfloat16 if device_type == "cpu" else torch.float16
 
 
@@ -322,9 +315,8 @@ class Fp8Support:
 
 
 def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
-    """Whether a CUDA GPU of ``capability`` (None: none) runs FP8 GEMMs on Tensor Cores with a torch build
-    whose arch list is ``arch_list`` (None: unchecked), and why: the course's one FP8 placement fact.
-    Its Tensor Cores must multiply FP8 (Ada, Hopper, Blackwell) and the build must have kernels for it."""
+    """Whether a CUDA GPU of ``capability`` (None: none) runs FP8 GEMMs on Tensor Cores (Ada, Hopper, Blackwell)
+    with a torch build whose arch list is ``arch_list`` (None: unchecked), and why."""
     if arch_list is not None:  # checked whatever the capability, so a malformed list is never accepted
         parse_arch_list(arch_list)
     if capability is None:

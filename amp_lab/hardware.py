@@ -239,20 +239,6 @@ def _raw_fp32_precision(backend: str, op: str) -> str:
     return "none" if inherits else seen
 
 
-def _fp32_state() -> tuple[str, str, str]:
-    """The raw (legacy precision, CUDA matmul's, oneDNN matmul's) FP32 matmul precision settings."""
-    cuda, mkldnn = _raw_fp32_precision("cuda", "matmul"), _raw_fp32_precision("mkldnn", "matmul")
-    # The legacy getter refuses while the records disagree: with both matmuls "ieee" they cannot.
-    _fp32_set("cuda", "matmul", "ieee")
-    _fp32_set("mkldnn", "matmul", "ieee")
-    try:
-        legacy = torch.get_float32_matmul_precision()
-    finally:
-        _fp32_set("cuda", "matmul", cuda)
-        _fp32_set("mkldnn", "matmul", mkldnn)
-    return legacy, cuda, mkldnn
-
-
 def _set_fp32_state(legacy: str, cuda: str, mkldnn: str) -> None:
     torch.set_float32_matmul_precision(legacy)  # sets both matmul precisions too: put them back
     _fp32_set("cuda", "matmul", cuda)
@@ -263,10 +249,14 @@ def _set_fp32_state(legacy: str, cuda: str, mkldnn: str) -> None:
 def tf32_matmul(enabled: bool):
     """Allow or forbid TF32 for CUDA FP32 matmuls inside the block, torch's two records in agreement (so
     cuBLAS can read them), then restore exactly what was set.  (``02_tensor_cores``, ``06_timing_race``)"""
-    before = _fp32_state()
+    cuda, mkldnn = _raw_fp32_precision("cuda", "matmul"), _raw_fp32_precision("mkldnn", "matmul")
+    # The legacy getter refuses while the records disagree: with both matmuls "ieee" they cannot.
+    _fp32_set("cuda", "matmul", "ieee")
+    _fp32_set("mkldnn", "matmul", "ieee")
+    before = (torch.get_float32_matmul_precision(), cuda, mkldnn)
     # "high" and "medium" both allow TF32 in the legacy record; keep the one the program chose.
     legacy = ("high" if before[0] == "highest" else before[0]) if enabled else "highest"
-    _set_fp32_state(legacy, "tf32" if enabled else "ieee", before[2])
+    _set_fp32_state(legacy, "tf32" if enabled else "ieee", mkldnn)
     try:
         yield
     finally:
