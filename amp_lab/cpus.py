@@ -54,11 +54,19 @@ CPU_FLAGS = {f.key: f.label for f in CPU_FEATURES}
 
 # ARM cores by (CPU implementer, CPU part) from /proc/cpuinfo, for a readable CPU name.
 _ARM_PARTS = {
-    (0x41, 0xD03): "Cortex-A53", (0x41, 0xD05): "Cortex-A55", (0x41, 0xD08): "Cortex-A72",
-    (0x41, 0xD0B): "Cortex-A76", (0x41, 0xD0C): "Neoverse-N1", (0x41, 0xD40): "Neoverse-V1",
-    (0x41, 0xD41): "Cortex-A78", (0x41, 0xD49): "Neoverse-N2", (0x41, 0xD4F): "Neoverse-V2",
-    (0x41, 0xD84): "Neoverse-V3", (0x41, 0xD8E): "Neoverse-N3", (0xC0, 0xAC3): "AmpereOne",
-}  # fmt: skip
+    (0x41, 0xD03): "Cortex-A53",
+    (0x41, 0xD05): "Cortex-A55",
+    (0x41, 0xD08): "Cortex-A72",
+    (0x41, 0xD0B): "Cortex-A76",
+    (0x41, 0xD0C): "Neoverse-N1",
+    (0x41, 0xD40): "Neoverse-V1",
+    (0x41, 0xD41): "Cortex-A78",
+    (0x41, 0xD49): "Neoverse-N2",
+    (0x41, 0xD4F): "Neoverse-V2",
+    (0x41, 0xD84): "Neoverse-V3",
+    (0x41, 0xD8E): "Neoverse-N3",
+    (0xC0, 0xAC3): "AmpereOne",
+}
 
 
 def read_cpuinfo() -> str | None:
@@ -124,15 +132,26 @@ _ONEDNN_LADDER = (
     "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
     "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
 )  # fmt: skip
-_ONEDNN_ALIASES = {"AVX10_1_512": "AVX512_CORE_FP16", "AVX10_1_512_AMX": "AVX512_CORE_AMX",
-                   "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16"}  # fmt: skip
-_ONEDNN_NEEDS = {"avx512_bf16": "AVX512_CORE_BF16", "amx_bf16": "AVX512_CORE_AMX",
-                 "avx512_fp16": "AVX512_CORE_FP16", "amx_fp16": "AVX512_CORE_AMX_FP16"}  # fmt: skip
+_ONEDNN_ALIASES = {
+    "AVX10_1_512": "AVX512_CORE_FP16",
+    "AVX10_1_512_AMX": "AVX512_CORE_AMX",
+    "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16",
+}
+_ONEDNN_NEEDS = {
+    "avx512_bf16": "AVX512_CORE_BF16",
+    "amx_bf16": "AVX512_CORE_AMX",
+    "avx512_fp16": "AVX512_CORE_FP16",
+    "amx_fp16": "AVX512_CORE_AMX_FP16",
+}
 # MKL: AVX512_E3 adds BF16, AVX512_E4 AMX and FP16; MKL_CBWR=COMPATIBLE is SSE2-class.
 _MKL_LADDER = ("COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2", "AVX2_E1",
                "AVX512", "AVX512_E1", "AVX512_E2", "AVX512_E3", "AVX512_E4")  # fmt: skip
-_MKL_NEEDS = {"avx512_bf16": "AVX512_E3", "amx_bf16": "AVX512_E4", "avx512_fp16": "AVX512_E4",
-              "amx_fp16": "AVX512_E4"}  # fmt: skip
+_MKL_NEEDS = {
+    "avx512_bf16": "AVX512_E3",
+    "amx_bf16": "AVX512_E4",
+    "avx512_fp16": "AVX512_E4",
+    "amx_fp16": "AVX512_E4",
+}
 
 
 def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -142,9 +161,11 @@ def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     onednn = "ONEDNN_MAX_CPU_ISA" if "ONEDNN_MAX_CPU_ISA" in env else "DNNL_MAX_CPU_ISA"  # the older name
     limits: dict[str, str] = {}
-    mkl = (_MKL_LADDER, _MKL_NEEDS)
-    for var, ladder, needs in ((onednn, _ONEDNN_LADDER, _ONEDNN_NEEDS), ("MKL_ENABLE_INSTRUCTIONS", *mkl),
-                               ("MKL_CBWR", *mkl)):  # fmt: skip
+    for var, ladder, needs in (
+        (onednn, _ONEDNN_LADDER, _ONEDNN_NEEDS),
+        ("MKL_ENABLE_INSTRUCTIONS", _MKL_LADDER, _MKL_NEEDS),
+        ("MKL_CBWR", _MKL_LADDER, _MKL_NEEDS),
+    ):
         raw = str(env.get(var, "")).strip()
         value = raw.upper().split(",")[0].strip()
         value = _ONEDNN_ALIASES.get(value, value)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -26,8 +26,7 @@ def _device_available(dev: torch.device) -> bool:
 
 def mps_available() -> bool:
     """Whether this machine has an Apple GPU torch can use."""
-    backend = getattr(torch.backends, "mps", None)
-    return bool(backend is not None and backend.is_available())
+    return bool(torch.backends.mps.is_available())
 
 
 def get_device(device: str | torch.device | None = None) -> torch.device:
@@ -35,10 +34,8 @@ def get_device(device: str | torch.device | None = None) -> torch.device:
     ``cpu``.  A device this machine lacks (``"cpu:5"`` too) raises ``ValueError`` saying so."""
     name = "device"
     if device is None:
-        from_env = os.environ.get(ENV_VAR)
-        if from_env:
-            name = f"${ENV_VAR}"
-        device = from_env or ("cuda" if torch.cuda.is_available() else "cpu")
+        name = f"${ENV_VAR}" if os.environ.get(ENV_VAR) else name
+        device = os.environ.get(ENV_VAR) or ("cuda" if torch.cuda.is_available() else "cpu")
     dev = _as_device(device, name)
     check_choice(name, dev.type, ["cpu", "cuda", "mps"])
     if dev.type in ("cpu", "mps") and dev.index not in (None, 0):
@@ -137,15 +134,14 @@ def _rng_devices() -> list[int]:
 def seeded(seed: int):
     """Run a block with torch's generators seeded to ``seed``, then give back the learner's generators as they
     were: the CPU's, every CUDA device's and an Apple GPU's (``torch.manual_seed`` reseeds them all)."""
-    mps = getattr(torch, "mps", None)
-    mps_state = mps.get_rng_state() if mps is not None and mps_available() else None
+    mps_state = torch.mps.get_rng_state() if mps_available() else None
     try:
         with torch.random.fork_rng(devices=_rng_devices()):
             torch.manual_seed(seed)
             yield
     finally:
         if mps_state is not None:
-            mps.set_rng_state(mps_state)
+            torch.mps.set_rng_state(mps_state)
 
 
 def torch_threads(num_threads: int | None, device: str | torch.device | None = None):
@@ -154,14 +150,13 @@ def torch_threads(num_threads: int | None, device: str | torch.device | None = N
     if num_threads is not None:
         num_threads = check_int("num_threads", num_threads, minimum=1, maximum=MAX_THREADS)
     dev = None if device is None else get_device(device)
-    return _torch_threads(num_threads, dev)
+    if num_threads is None or (dev is not None and dev.type != "cpu"):
+        return nullcontext()
+    return _torch_threads(num_threads)
 
 
 @contextmanager
-def _torch_threads(num_threads: int | None, dev: torch.device | None):
-    if num_threads is None or (dev is not None and dev.type != "cpu"):
-        yield
-        return
+def _torch_threads(num_threads: int):
     before = torch.get_num_threads()
     torch.set_num_threads(num_threads)
     try:
