@@ -82,19 +82,10 @@ _QUESTIONS = {
 }
 
 
-# Excerpts of real /proc/cpuinfo text: cpus.cpu_flags reads them as it reads this machine's.
-_SAPPHIRE_RAPIDS_CPUINFO = (
-    "model name\t: Intel(R) Xeon(R) Platinum 8480+\n"
-    "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
-    "sse sse2 ss ht syscall nx pdpe1gb rdtscp lm pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt "
-    "aes xsave avx f16c rdrand avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 "
-    "avx512vbmi avx512_vnni avx512_bitalg avx512_vpopcntdq avx512_fp16 amx_bf16 amx_tile amx_int8\n"
-)
-
-
 def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
     """``(name, hardware.MachineReport)`` for machines a learner may meet, for 07's table: GPUs by compute
-    capability, CPUs by an excerpt of their ``/proc/cpuinfo``; ``base`` (default: this CPU's) has the rest."""
+    capability, CPUs by the instruction sets their ``/proc/cpuinfo`` lists; ``base`` (default: this CPU's) has
+    the rest."""
     if base is None:
         base = hardware.describe("cpu")
     else:
@@ -105,20 +96,20 @@ def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
             "cuda", capability=capability, gpu_name=name, base=base, system="Linux"
         )
 
-    def cpu(name, cpuinfo):
-        return name, hardware.report_for(
-            "cpu", flags=cpus.cpu_flags(cpuinfo), cpu=cpus.cpu_model(cpuinfo), base=base, system="Linux"
-        )
+    def cpu(name, model, arch, *present):  # present: the keys of cpus.CPU_FEATURES the CPU lists
+        flags = {f.key: f.key in present if f.arch == arch else None for f in cpus.CPU_FEATURES}
+        return name, hardware.report_for("cpu", flags=flags, cpu=model, base=base, system="Linux")
 
+    xeon = "Intel(R) Xeon(R) Platinum 8480+"
     return [
         gpu("NVIDIA H100 (sm_90)", (9, 0)),
         gpu("NVIDIA A100 (sm_80)", (8, 0)),
         gpu("NVIDIA T4 (sm_75)", (7, 5)),
         gpu("NVIDIA V100 (sm_70)", (7, 0)),
         gpu("GeForce GTX 1080 (sm_61)", (6, 1)),
-        cpu("Intel Xeon 8480+ (AMX-BF16)", _SAPPHIRE_RAPIDS_CPUINFO),
-        cpu("AWS Graviton 3 (ARM BF16)", _GRAVITON3_CPUINFO),
-        cpu("laptop with AVX2 only", _AVX2_LAPTOP_CPUINFO),
+        cpu("Intel Xeon 8480+ (AMX-BF16)", xeon, "x86", "avx512_bf16", "amx_bf16", "avx512_fp16"),
+        cpu("AWS Graviton 3 (ARM BF16)", "ARM Neoverse-V1", "arm", "arm_bf16", "arm_sve_bf16"),
+        cpu("laptop with AVX2 only", "Intel(R) Core(TM) i7-10510U CPU @ 1.80GHz", "x86"),
     ]
 
 
@@ -148,20 +139,3 @@ def _check_report(name: str, report) -> None:
     check_instance(
         name, report, hardware.MachineReport, "a hardware.MachineReport (e.g. from hardware.describe())"
     )
-
-
-_AVX2_LAPTOP_CPUINFO = (
-    "model name\t: Intel(R) Core(TM) i7-10510U CPU @ 1.80GHz\n"
-    "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
-    "sse sse2 ht syscall nx pdpe1gb rdtscp lm pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes "
-    "xsave avx f16c rdrand lahf_lm abm 3dnowprefetch fsgsbase bmi1 avx2 smep bmi2 erms invpcid adx "
-    "clflushopt xsaveopt xsavec xgetbv1 xsaves\n"
-)
-
-
-_GRAVITON3_CPUINFO = (
-    "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt "
-    "fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg "
-    "dcpodp svei8mm svebf16 i8mm bf16 dgh rng\n"
-    "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\nCPU part\t: 0xd40\nCPU revision\t: 1\n"
-)

@@ -125,12 +125,10 @@ class Verdict:
 
     @property
     def text(self) -> str:
-        """The one-line verdict."""
         return say(self.outcome, **self.facts)
 
     @property
-    def reasons(self) -> tuple[str, ...]:
-        """The facts behind it, one sentence each."""
+    def reasons(self) -> tuple[str, ...]:  # the facts behind it, one sentence each
         return tuple(say(code, **self.facts) for code in self.reason_codes)
 
 
