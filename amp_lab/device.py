@@ -11,7 +11,7 @@ from contextlib import contextmanager, nullcontext
 import numpy as np
 import torch
 
-from ._checks import MAX_THREADS, ArgumentTypeError, check_choice, check_int, check_seed
+from ._checks import MAX_THREADS, check_choice, check_instance, check_int, check_seed
 from .gpus import amp_dtype_for
 from .text import format_bytes
 
@@ -173,11 +173,7 @@ def _as_device(device, name: str = "device") -> torch.device:
     """``device`` as a ``torch.device``, available here or not."""
     if isinstance(device, torch.device):
         return device
-    if not isinstance(device, str):
-        raise ArgumentTypeError(
-            f"{name} must be a device name such as 'cpu' or 'cuda', a torch.device or None, "
-            f"got {type(device).__name__}: {device!r:.80}"
-        )
+    check_instance(name, device, str, "a device name such as 'cpu' or 'cuda', a torch.device or None")
     try:
         return torch.device(device.strip())
     except RuntimeError:

@@ -288,15 +288,13 @@ def describe(device=None) -> MachineReport:
     dev = get_device(device)
     cuda = torch.cuda.is_available()
     mps_ok = mps_available()
-    gpu_name = capability = tensor_cores = bf16 = supported = None
+    gpu_name = capability = supported = None
     arch_list: tuple[str, ...] = ()
     notes = []
     if cuda:
         idx = dev.index if (dev.type == "cuda" and dev.index is not None) else torch.cuda.current_device()
         gpu_name = torch.cuda.get_device_name(idx)
         capability = tuple(torch.cuda.get_device_capability(idx))
-        tensor_cores = tensor_core_generation(capability)
-        bf16 = gpus.bf16_hardware(capability)  # not torch.cuda.is_bf16_supported(), which counts emulation
         if torch.version.hip is None:  # ROCm builds list gfx targets, not sm_XY
             arch_list = tuple(torch.cuda.get_arch_list())
             supported = gpus.arch_supported(capability, list(arch_list))
@@ -320,8 +318,8 @@ def describe(device=None) -> MachineReport:
         cuda_version=torch.version.cuda,
         gpu_name=gpu_name,
         capability=capability,
-        tensor_cores=tensor_cores,
-        bf16_supported=bf16,
+        tensor_cores=tensor_core_generation(capability) if capability else None,
+        bf16_supported=gpus.bf16_hardware(capability) if capability else None,  # not is_bf16_supported()
         tf32_matmul=tf32_matmul,
         float32_matmul_precision=matmul_precision,
         cpu_model=model,

@@ -11,7 +11,7 @@ import ipywidgets as widgets
 import torch
 from matplotlib.figure import Figure
 
-from ._checks import MAX_TABLE_COLUMNS, MAX_TABLE_ROWS, bounded_list, check_instance, check_int
+from ._checks import MAX_TABLE_COLUMNS, MAX_TABLE_ROWS, bounded_list, check_int, check_optional_str
 
 
 class FigurePane:
@@ -41,8 +41,7 @@ def table_html(rows, header=None, *, caption: str | None = None) -> str:
     rows = [bounded_list(f"rows[{i}]", r, MAX_TABLE_COLUMNS, "a list of cells") for i, r in enumerate(rows)]
     if header is not None:
         header = bounded_list("header", header, MAX_TABLE_COLUMNS, "a list of cells")
-    if caption is not None:
-        check_instance("caption", caption, str, "a string or None")
+    check_optional_str("caption", caption)
     parts = ['<table style="border-collapse:collapse;font-family:monospace">']
     if caption:
         parts.append(f"<caption style='text-align:left'>{html.escape(caption)}</caption>")
