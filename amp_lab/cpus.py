@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_bool, check_instance
-from .dtypes import parse_dtype
 
 
 def check_flags(flags, name: str = "flags") -> dict:
@@ -184,20 +183,17 @@ def usable_cpu_flags(
     return flags | {key: False for key in cpu_isa_limits(env) if flags.get(key)}
 
 
-def cpu_has_native(dtype, flags: dict[str, bool | None] | None = None) -> bool | None:
+def cpu_has_native(dtype: torch.dtype, flags: dict[str, bool | None] | None = None) -> bool | None:
     """Whether this CPU multiplies ``dtype`` (bfloat16 or float16) in hardware: True, False, or None
     (unknown); ``flags`` default to this machine's usable ones.  The course's one "native or emulated"."""
-    dtype = parse_dtype(dtype)
     flags = usable_cpu_flags() if flags is None else flags
     values = [flags.get(f.key) for f in CPU_FEATURES if f.dtype == dtype]
     return True if any(values) else None if all(v is None for v in values) else False
 
 
-def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tuple[str, ...]:
+def cpu_native_labels(dtype: torch.dtype, flags: dict[str, bool | None]) -> tuple[str, ...]:
     """The labels of the instruction sets for ``dtype`` this CPU has, or of those it is known to lack when it
     has none (for "this CPU has no AVX512-BF16 or AMX-BF16"); empty when nothing is known."""
-    dtype = parse_dtype(dtype)
-    flags = usable_cpu_flags() if flags is None else flags
     features = [f for f in CPU_FEATURES if f.dtype == dtype]
     present = tuple(f.label for f in features if flags.get(f.key))
     return present or tuple(f.label for f in features if flags.get(f.key) is False)
