@@ -20,10 +20,7 @@ from .text import say
 
 _EXPECT = {True: "report.expect_faster", False: "report.expect_not_faster", None: "report.expect_unknown"}
 _KERNELS = {None: "unknown", True: "yes", False: "NO: no kernels for this GPU"}
-
-
-def _yn(v) -> str:
-    return "unknown" if v is None else ("yes" if v else "no")
+_YN = {None: "unknown", True: "yes", False: "no"}
 
 
 @dataclass
@@ -47,8 +44,8 @@ class MachineReport:
     cpu_capability: str
     threads: int
     race_device: str
-    race_dtype: torch.dtype
-    verdict: str
+    race_dtype: torch.dtype = torch.float32
+    verdict: str = ""
     notes: list[str] = field(default_factory=list)
     mps_available: bool = False
     use_scaler: bool = False
@@ -67,7 +64,7 @@ class MachineReport:
         rows = [
             ("torch", self.torch_version),
             ("python", f"{self.python_version} on {self.platform}"),
-            ("CUDA available", _yn(self.cuda_available)),
+            ("CUDA available", _YN[self.cuda_available]),
         ]
         if self.cuda_available:
             cap = f"compute capability {self.capability[0]}.{self.capability[1]}" if self.capability else None
@@ -79,14 +76,14 @@ class MachineReport:
                 ("CUDA (torch build)", str(self.cuda_version)),
                 ("Tensor Cores", self.tensor_cores.summary if self.tensor_cores else "unknown"),
                 ("GPU kernels in this torch", f"{kernels} (built for {listed})"),
-                ("bf16 Tensor Cores", _yn(self.bf16_supported)),
-                ("TF32 for FP32 matmuls", f"{_yn(self.tf32_matmul)} ({tf32})"),
+                ("bf16 Tensor Cores", _YN[self.bf16_supported]),
+                ("TF32 for FP32 matmuls", f"{_YN[self.tf32_matmul]} ({tf32})"),
             ]
         if self.mps_available:
             rows += [("MPS (Apple GPU)", "yes")]
         rows += [("CPU", self.cpu_model)]
         known = [(key, label) for key, label in CPU_FLAGS.items() if self.cpu_flags.get(key) is not None]
-        rows += [(f"CPU {label}", _yn(self.cpu_flags[key])) for key, label in known] or [
+        rows += [(f"CPU {label}", _YN[self.cpu_flags[key]]) for key, label in known] or [
             ("CPU bf16/fp16 instructions", "unknown")
         ]
         scaler = "with a GradScaler" if self.use_scaler else "no GradScaler"
@@ -327,8 +324,6 @@ def describe(device=None) -> MachineReport:
         cpu_capability=str(torch.backends.cpu.get_cpu_capability()),
         threads=torch.get_num_threads(),
         race_device=dev.type,
-        race_dtype=torch.float32,  # set by the verdict
-        verdict="",
         notes=notes,
         mps_available=mps_ok,
         arch_supported=supported,
