@@ -3,6 +3,8 @@ the roofline and notebook 07's comparison all read (``06_timing_race``, ``07_amp
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 
 from ._checks import check_int
@@ -31,8 +33,7 @@ def mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, 
 
 
 def num_parameters(num_features: int, num_classes: int, hidden: int, depth: int) -> int:
-    widths = [num_features] + [hidden] * depth + [num_classes]
-    return sum(n_in * n_out + n_out for n_in, n_out in zip(widths[:-1], widths[1:], strict=True))
+    return sum(a * b + b for a, b in pairwise([num_features] + [hidden] * depth + [num_classes]))
 
 
 def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation_steps):
@@ -68,8 +69,9 @@ def step_flops(
 def _mlp_matmul_flops(widths: list[int], b: int) -> float:
     """The course's one MLP count for Linear layers of ``widths``: ``2*b*in*out`` per Linear, times 3 (times 2
     for the first, whose input needs no gradient)."""
-    shapes = enumerate(zip(widths[:-1], widths[1:], strict=True))
-    return float(sum(2 * b * n_in * n_out * (2 if i == 0 else 3) for i, (n_in, n_out) in shapes))
+    return float(
+        sum(2 * b * n_in * n_out * (2 if i == 0 else 3) for i, (n_in, n_out) in enumerate(pairwise(widths)))
+    )
 
 
 def step_bytes(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from torch import nn
 
 from ._checks import check_seed
@@ -31,11 +33,7 @@ def make_mlp(
     if dev.type != "cpu":
         check_fits(needed, dev, what, hint)
     with seeded(seed):
-        layers: list[nn.Module] = []
-        width = num_features
-        for _ in range(depth):
-            layers += [nn.Linear(width, hidden), nn.ReLU()]
-            width = hidden
-        layers.append(nn.Linear(width, num_classes))
-        model = nn.Sequential(*layers)
+        pairs = pairwise([num_features] + [hidden] * depth)
+        hidden_layers = [m for a, b in pairs for m in (nn.Linear(a, b), nn.ReLU())]
+        model = nn.Sequential(*hidden_layers, nn.Linear(hidden, num_classes))
     return model.to(dev)
