@@ -69,9 +69,8 @@ def step_flops(
 def _mlp_matmul_flops(widths: list[int], b: int) -> float:
     """The course's one MLP count for Linear layers of ``widths``: ``2*b*in*out`` per Linear, times 3 (times 2
     for the first, whose input needs no gradient)."""
-    return float(
-        sum(2 * b * n_in * n_out * (2 if i == 0 else 3) for i, (n_in, n_out) in enumerate(pairwise(widths)))
-    )
+    shapes = enumerate(pairwise(widths))
+    return float(sum(2 * b * n_in * n_out * (2 if i == 0 else 3) for i, (n_in, n_out) in shapes))
 
 
 def step_bytes(

@@ -47,13 +47,11 @@ _PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
 
 def check_capability(capability, name: str = "capability") -> tuple[int, int]:
     """``(major, minor)`` as ints; a tuple or a list only (a set has no order: {7, 5} is no sm_57)."""
-    if not isinstance(capability, (tuple, list)):
+    if not isinstance(capability, (tuple, list)) or len(capability) != 2:
         raise ArgumentTypeError(
             f"{name} must be a (major, minor) tuple of integers such as (8, 0), got "
             f"{type(capability).__name__}: {capability!r:.80}"
         )
-    if len(capability) != 2:
-        raise ValueError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
     major, minor = capability
     for part in (major, minor):
         if isinstance(part, bool) or not isinstance(part, Integral):
