@@ -2,7 +2,7 @@
 
 import sys
 
-from ._checks import ArgumentTypeError
+from ._checks import check_instance
 from .doctor import main as doctor
 
 USAGE = "usage: python -m amp_lab doctor\n\n  doctor   check this machine and environment for the course"
@@ -12,11 +12,7 @@ def main(argv=None) -> int:
     """``python -m amp_lab COMMAND [ARGS]``: 0 or 1 from the command, 2 (with the usage on stderr) for a
     command line it does not understand, 0 for ``-h``/``--help``."""
     argv = sys.argv[1:] if argv is None else argv
-    if isinstance(argv, (str, bytes)) or not isinstance(argv, (list, tuple)):
-        raise ArgumentTypeError(
-            f"argv must be a list of command-line arguments, got {type(argv).__name__}: {argv!r:.80}"
-        )
-    argv = list(argv)
+    argv = list(check_instance("argv", argv, (list, tuple), "a list of command-line arguments"))
     if argv[:1] == ["doctor"]:
         return doctor(argv[1:])
     if argv[:1] in (["-h"], ["--help"]):

@@ -1,31 +1,27 @@
-"""Argument checks shared by every module.
-
-Each helper raises ``ValueError`` whose message names the argument, what it got,
-and what is allowed, so a learner never sees a stack trace from deep inside torch.  A value of the
-wrong *type* raises :class:`ArgumentTypeError`, which is both a ``TypeError`` and a ``ValueError``:
-the contract says TypeError, and code written against the older ValueError keeps working.
-
-Bounds on work (CONTRIBUTING.md, "Bounded work"): every loop count, repeat count and time budget a
-learner can pass is capped by one of the constants below, so no call runs for hours by accident.
-Sizes are checked against free memory with ``amp_lab.device.check_fits`` before anything is allocated.
-"""
+"""Argument checks at the learner-facing boundary: each raises ``ValueError`` naming the argument, what it got
+and what is allowed (:class:`ArgumentTypeError`, a ``TypeError`` that is also a ``ValueError``, for a wrong
+type), and the ``MAX_*`` bounds that keep every call's work bounded (CONTRIBUTING.md, "Bounded work")."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
 
 import numpy as np
 import torch
 
-# Upper bounds on work a learner can ask for (each documented where it is used).
 MAX_STEPS = 100_000  # training steps, optimizer steps, simulated steps
 MAX_REPEATS = 10_000  # timing rounds / samples
 MAX_SECONDS = 3600.0  # any time budget
 MAX_SAMPLE_S = 10.0  # one timing sample
 MAX_SEED = 2**32 - 1  # what NumPy, torch and Python's random all accept
+MAX_THREADS = 1024  # torch CPU threads: torch.set_num_threads starts that many on the next parallel op
+MAX_CALLS_PER_SAMPLE = 10**6  # calls a timing sample averages (measure's ``number``)
+MAX_TABLE_ROWS = 10_000  # a table for a notebook cell, not a data dump
+MAX_TABLE_COLUMNS = 1_000
 
 # float32's range: a loss scale is stored as a float32 tensor (as torch.amp.GradScaler's is).
 FLOAT32_TINY = 2.0**-126  # the smallest normal float32
@@ -57,6 +53,9 @@ def check_int(name: str, value, *, minimum: int | None = None, maximum: int | No
     return value
 
 
+_HOLDS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le}
+
+
 def check_float(
     name: str,
     value,
@@ -75,26 +74,19 @@ def check_float(
         raise ValueError(f"{name} must be finite, got an integer of {value.bit_length()} bits") from None
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
-    if gt is not None and not value > gt:
-        raise ValueError(f"{name} must be > {gt}, got {value}")
-    if ge is not None and not value >= ge:
-        raise ValueError(f"{name} must be >= {ge}, got {value}")
-    if lt is not None and not value < lt:
-        raise ValueError(f"{name} must be < {lt}, got {value}")
-    if le is not None and not value <= le:
-        raise ValueError(f"{name} must be <= {le}, got {value}")
+    for sign, bound in ((">", gt), (">=", ge), ("<", lt), ("<=", le)):
+        if bound is not None and not _HOLDS[sign](value, bound):
+            raise ValueError(f"{name} must be {sign} {bound}, got {value}")
     return value
 
 
 def check_seed(name: str, value) -> int:
-    """A random seed: an integer from 0 to :data:`MAX_SEED` (``torch.manual_seed`` would raise from inside
-    torch on a float or a string, and NumPy refuses seeds of 2**32 and more)."""
+    """A random seed: an integer from 0 to :data:`MAX_SEED`."""
     return check_int(name, value, minimum=0, maximum=MAX_SEED)
 
 
 def check_scale(name: str, value) -> float:
-    """A loss scale as the float32 it becomes: finite, and a normal float32 (at least 2**-126, at most
-    float32's max), so neither scaling nor unscaling turns it into 0 or inf."""
+    """A loss scale as the float32 it becomes: a normal float32, so neither scaling nor unscaling gives 0 or inf."""
     value = check_float(name, value, gt=0)
     if not FLOAT32_TINY <= value <= FLOAT32_MAX:
         raise ValueError(
@@ -105,24 +97,15 @@ def check_scale(name: str, value) -> float:
 
 
 def check_instance(name: str, value, types, what: str):
-    """Return ``value`` if it is an instance of ``types``, else raise :class:`ArgumentTypeError`
-    naming ``what`` was expected (e.g. "a torch.optim.Optimizer")."""
+    """Return ``value`` if it is an instance of ``types``, else raise :class:`ArgumentTypeError` wanting ``what``."""
     if not isinstance(value, types):
         raise ArgumentTypeError(f"{name} must be {what}, got {type(value).__name__}: {value!r:.80}")
     return value
 
 
-# More bounds, documented where they are used.
-MAX_THREADS = 1024  # torch CPU threads: torch.set_num_threads starts that many on the next parallel op
-MAX_CALLS_PER_SAMPLE = 10**6  # calls a timing sample averages (measure's ``number``)
-
-
 def check_bool(name: str, value) -> bool:
-    """Return ``value`` as a bool if it is True or False (a NumPy bool too); anything else, a truthy
-    string such as ``"no"`` or the number 1, raises :class:`ArgumentTypeError`."""
-    if isinstance(value, bool):
-        return value
-    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_"):  # NumPy 2 and 1
+    """Return ``value`` as a bool if it is True or False (a NumPy bool too), never a truthy ``"no"`` or 1."""
+    if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise ArgumentTypeError(f"{name} must be True or False, got {type(value).__name__}: {value!r:.80}")
 
@@ -147,10 +130,9 @@ def check_callable(name: str, value, *, optional: bool = False):
 def check_int_sequence(
     name: str, value, *, minimum: int | None = None, maximum: int | None = None, max_length: int | None = None
 ) -> tuple[int, ...]:
-    """Return ``value`` as a non-empty tuple of ints, each checked by :func:`check_int` (named
-    ``name[i]``).  A list, tuple, range or 1-D NumPy array is accepted; a dict (its keys would be
-    used), a set (no order), a string or a number raises :class:`ArgumentTypeError`."""
-    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 1:
+    """Return ``value`` (a list, tuple, range or 1-D NumPy array; no set, dict or string) as a non-empty tuple of
+    ints, each checked by :func:`check_int` as ``name[i]``."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
         value = list(value)
     if not isinstance(value, (list, tuple, range)):
         raise ArgumentTypeError(
@@ -163,22 +145,18 @@ def check_int_sequence(
     return tuple(check_int(f"{name}[{i}]", v, minimum=minimum, maximum=maximum) for i, v in enumerate(value))
 
 
-def check_axes(name: str, value, *, optional: bool = True):
-    """Return ``value`` if it is a matplotlib ``Axes`` (or None when ``optional``), else raise
-    :class:`ArgumentTypeError`; a plot function checks this before it draws anything."""
-    if value is None and optional:
-        return value
+def check_axes(name: str, value):
+    """Return ``value`` if it is None or a matplotlib ``Axes``, else raise."""
     from matplotlib.axes import Axes
 
-    what = "a matplotlib Axes (such as plt.subplots()[1])" + (" or None" if optional else "")
-    return check_instance(name, value, Axes, what)
+    if value is not None:
+        check_instance(name, value, Axes, "a matplotlib Axes (such as plt.subplots()[1]) or None")
+    return value
 
 
 def bounded_list(name: str, value, max_length: int, what: str) -> list:
-    """The items of an iterable ``value`` as a list of at most ``max_length`` (a ValueError beyond),
-    checked by ``len()`` first where it has one and otherwise read no further than the bound, so a
-    ``range(10**12)`` or an endless generator is refused without being materialised.  Text, a dict, a
-    0-d tensor or a non-iterable raises :class:`ArgumentTypeError` saying ``name`` must be ``what``."""
+    """The items of an iterable ``value`` as a list of at most ``max_length``, read no further than the bound (an
+    endless generator is refused unread).  Text, a dict, a 0-d tensor or a non-iterable is no ``what``."""
     if (
         isinstance(value, (str, bytes, Mapping))
         or not isinstance(value, Iterable)
@@ -198,11 +176,3 @@ def bounded_list(name: str, value, max_length: int, what: str) -> list:
     if len(items) > max_length:
         raise ValueError(f"{name} may hold at most {max_length:,} items, got more")
     return items
-
-
-# A table for a notebook cell, not a data dump: at most this many rows and columns (text_table,
-# widgets.table_html), checked before any is read.
-MAX_TABLE_ROWS = 10_000
-
-
-MAX_TABLE_COLUMNS = 1_000

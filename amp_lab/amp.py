@@ -1,6 +1,5 @@
-"""The course's one AMP decision for a machine: which autocast dtype, whether a GradScaler is needed, and
-whether AMP should be faster than FP32 here (taught in ``00_setup_check`` and ``07_amp_training_recipe``).
-The dtype itself is :func:`amp_lab.gpus.amp_dtype_for`'s, so every door a learner asks through agrees."""
+"""The AMP decision for a machine, read as a learner's questions: which autocast dtype, whether a GradScaler is
+needed, whether AMP should be faster here (``07_amp_training_recipe``); the decision is ``machine_verdict``'s."""
 
 from __future__ import annotations
 
@@ -16,11 +15,8 @@ from .text import say
 
 @dataclass(frozen=True)
 class AmpChoice:
-    """The outcome of :func:`choose_amp_dtype`: ``dtype`` is the autocast dtype, ``use_scaler`` whether a
-    ``GradScaler`` must be enabled, ``expect_speedup`` whether AMP should beat FP32 on large matmuls here (None:
-    unknown, measure it).  ``step_codes`` are the questions asked on the way and their answers, ``basis_code``
-    the hardware fact the expectation rests on, ``advice_code`` what to do with it: codes of
-    :data:`amp_lab.text.REASONS`, filled from ``facts``.  ``verdict`` is the machine's one-line verdict."""
+    """The outcome of :func:`choose_amp_dtype`.  ``step_codes`` (question, answer), ``basis_code`` (the fact the
+    expectation rests on) and ``advice_code`` are codes of :data:`amp_lab.text.REASONS` filled from ``facts``."""
 
     device: str
     dtype: torch.dtype
@@ -53,96 +49,43 @@ class AmpChoice:
 
 
 def choose_amp_dtype(report=None, *, device=None) -> AmpChoice:
-    """Walk the decision flow for this machine (or for ``report``, a ``hardware.MachineReport``).
-
-    Taught in ``07_amp_training_recipe``.  The dtype, the scaler and the expectation are the course's one
-    decision, ``hardware.machine_verdict`` (the same as ``device.amp_dtype`` and the machine report's
-    ``race_dtype``); whether a CPU multiplies the dtype in hardware is ``cpus.cpu_has_native``'s answer.  This
-    function adds the questions a learner would ask on the way, so the decision can be read.  The facts are
-    read from ``report`` itself (not from its stored verdict), so a report whose hardware facts were replaced
-    (``hardware.report_for``, ``dataclasses.replace``) gets its own flow.
-    """
+    """Walk the decision flow for this machine (or for ``report``, a ``hardware.MachineReport``, read from its
+    facts, not its stored verdict): ``hardware.machine_verdict``'s decision with the questions on the way."""
     if report is None:
         report = hardware.describe(device)
     else:
         _check_report("report", report)
-    v = hardware.machine_verdict(
-        cuda_available=report.cuda_available,
-        tensor_cores=report.tensor_cores,
-        flags=report.cpu_flags or {},
-        device_type=report.race_device,
-        system=report.system,
-    )
+    v = hardware.report_verdict(report)
     facts = {"name": dtype_name(v.dtype)}
-    steps: list[tuple[str, str]] = []
-
-    def choice(basis: str, advice: str) -> AmpChoice:
-        return AmpChoice(
-            v.device, v.dtype, v.use_scaler, v.expect_speedup, tuple(steps), basis, advice, facts, v.text
-        )
-
+    tc = report.tensor_cores
     if v.device == "cuda":
         facts["gpu"] = report.gpu_name or "the GPU"
-        steps.append(("amp.q_cuda", "amp.a_cuda_yes"))
-        tc = report.tensor_cores
-        if tc is None:
-            steps.append(("amp.q_tensor_cores", "amp.a_capability_unknown"))
-            return choice("amp.basis_capability_unknown", "amp.advice_capability_unknown")
-        facts.update(
-            arch=tc.architecture, sm=f"sm_{tc.capability[0]}{tc.capability[1]}", generation=tc.generation
-        )
-        if not tc.has_tensor_cores:
-            steps.append(("amp.q_tensor_cores", "amp.a_no_tensor_cores"))
-            facts["hope"] = (
-                "a modest speed-up at most" if v.expect_speedup is None else "little or no speed-up"
-            )
-            return choice("amp.basis_no_tensor_cores", "amp.advice_no_tensor_cores")
-        steps.append(("amp.q_tensor_cores", "amp.a_tensor_cores"))
-        if v.dtype == torch.bfloat16:
-            steps.append(("amp.q_bf16_cores", "amp.a_bf16_cores"))
-            return choice("amp.basis_bf16_cores", "amp.advice_bf16_cores")
-        steps.append(("amp.q_bf16_cores", "amp.a_fp16_cores"))
-        return choice("amp.basis_fp16_cores", "amp.advice_fp16_cores")
-
-    if v.device == "mps":
-        steps += [("amp.q_cuda", "amp.a_mps"), ("amp.q_tensor_cores", "amp.a_mps_no_tensor_cores")]
-        return choice("amp.basis_mps", "amp.advice_mps")
-
-    steps.append(("amp.q_cuda", "amp.a_cpu"))
-    flags = report.cpu_flags or {}
-    native = cpus.cpu_has_native(v.dtype, flags)
-    labels = cpus.cpu_native_labels(v.dtype, flags)
-    facts.update(lacking=" or ".join(labels), having=" and ".join(labels))
-    if native is None:
-        steps.append(("amp.q_cpu_native", "amp.a_cpu_unknown"))
-        return choice("amp.basis_cpu_unknown", "amp.advice_cpu_unknown")
-    if not native:
-        steps.append(("amp.q_cpu_native", "amp.a_cpu_emulated"))
-        return choice("amp.basis_cpu_emulated", "amp.advice_cpu_emulated")
-    steps.append(("amp.q_cpu_native", "amp.a_cpu_native"))
-    if v.expect_speedup is False:  # a Mac: FP32 matmuls run on Apple's matrix units
-        steps.append(("amp.q_fp32_hardware", "amp.a_apple_accelerate"))
-        return choice("amp.basis_apple", "amp.advice_apple")
-    return choice("amp.basis_cpu_native", "amp.advice_cpu_native")
+        if tc is not None:
+            sm = f"sm_{tc.capability[0]}{tc.capability[1]}"
+            hope = "a modest speed-up at most" if v.expect_speedup is None else "little or no speed-up"
+            facts.update(arch=tc.architecture, sm=sm, generation=tc.generation, hope=hope)
+    elif v.device == "cpu":
+        labels = cpus.cpu_native_labels(v.dtype, report.cpu_flags or {})
+        facts.update(lacking=" or ".join(labels), having=" and ".join(labels))
+    answers, key = hardware.VERDICTS[v.outcome.removeprefix("verdict.")][2:]
+    first = {"cuda": "amp.a_cuda_yes", "mps": "amp.a_mps", "cpu": "amp.a_cpu"}[v.device]
+    questions = _QUESTIONS["cpu" if v.device == "cpu" else "gpu"]
+    steps = tuple(zip(questions, (first, *answers), strict=False))
+    basis, advice = f"amp.basis_{key}", f"amp.advice_{key}"
+    return AmpChoice(v.device, v.dtype, v.use_scaler, v.expect_speedup, steps, basis, advice, facts, v.text)
 
 
-_SAPPHIRE_RAPIDS_CPUINFO = (
-    "model name\t: Intel(R) Xeon(R) Platinum 8480+\n"
-    "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
-    "sse sse2 ss ht syscall nx pdpe1gb rdtscp lm pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt "
-    "aes xsave avx f16c rdrand avx2 bmi2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_bf16 "
-    "avx512vbmi avx512_vnni avx512_bitalg avx512_vpopcntdq avx512_fp16 amx_bf16 amx_tile amx_int8\n"
-)
+# The questions a learner asks on the way (codes of REASONS); hardware.VERDICTS has each verdict's answers.
+_QUESTIONS = {
+    "gpu": ("amp.q_cuda", "amp.q_tensor_cores", "amp.q_bf16_cores"),
+    "cpu": ("amp.q_cuda", "amp.q_cpu_native", "amp.q_fp32_hardware"),
+}
 
 
 def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
-    """``(name, hardware.MachineReport)`` for machines a learner may meet, for 07's table.
-
-    GPUs are described by their compute capability, CPUs by an excerpt of their own
-    ``/proc/cpuinfo`` (read by ``cpus.cpu_flags``, as this machine's is), so the table shows
-    what :func:`choose_amp_dtype` decides for each, whatever machine runs the notebook.
-    ``base`` is the report whose other facts (versions, threads) they share (default: this CPU's).
-    """
+    """``(name, hardware.MachineReport)`` for machines a learner may meet, for 07's table: GPUs by compute
+    capability, CPUs by the instruction sets their ``/proc/cpuinfo`` lists; ``base`` (default: this CPU's) has
+    the rest."""
     if base is None:
         base = hardware.describe("cpu")
     else:
@@ -153,27 +96,26 @@ def example_machines(base=None) -> list[tuple[str, hardware.MachineReport]]:
             "cuda", capability=capability, gpu_name=name, base=base, system="Linux"
         )
 
-    def cpu(name, cpuinfo):
-        return name, hardware.report_for(
-            "cpu", flags=cpus.cpu_flags(cpuinfo), cpu=cpus.cpu_model(cpuinfo), base=base, system="Linux"
-        )
+    def cpu(name, model, arch, *present):  # present: the keys of cpus.CPU_FEATURES the CPU lists
+        flags = {f.key: f.key in present if f.arch == arch else None for f in cpus.CPU_FEATURES}
+        return name, hardware.report_for("cpu", flags=flags, cpu=model, base=base, system="Linux")
 
+    xeon = "Intel(R) Xeon(R) Platinum 8480+"
     return [
         gpu("NVIDIA H100 (sm_90)", (9, 0)),
         gpu("NVIDIA A100 (sm_80)", (8, 0)),
         gpu("NVIDIA T4 (sm_75)", (7, 5)),
         gpu("NVIDIA V100 (sm_70)", (7, 0)),
         gpu("GeForce GTX 1080 (sm_61)", (6, 1)),
-        cpu("Intel Xeon 8480+ (AMX-BF16)", _SAPPHIRE_RAPIDS_CPUINFO),
-        cpu("AWS Graviton 3 (ARM BF16)", _GRAVITON3_CPUINFO),
-        cpu("laptop with AVX2 only", _AVX2_LAPTOP_CPUINFO),
+        cpu("Intel Xeon 8480+ (AMX-BF16)", xeon, "x86", "avx512_bf16", "amx_bf16", "avx512_fp16"),
+        cpu("AWS Graviton 3 (ARM BF16)", "ARM Neoverse-V1", "arm", "arm_bf16", "arm_sve_bf16"),
+        cpu("laptop with AVX2 only", "Intel(R) Core(TM) i7-10510U CPU @ 1.80GHz", "x86"),
     ]
 
 
 def choice_rows(machines) -> list[list[str]]:
-    """Table rows (for ``widgets.table_html``, header :data:`CHOICE_HEADER`): the decision flow's
-    answer for each ``(name, report)`` of ``machines`` (e.g. :func:`example_machines`): a list of pairs
-    of a string and a ``hardware.MachineReport``."""
+    """Table rows (header :data:`CHOICE_HEADER`): the decision flow's answer for each ``(name, report)`` pair of
+    ``machines`` (e.g. :func:`example_machines`)."""
     machines = bounded_list("machines", machines, MAX_STEPS, "a list of (name, hardware.MachineReport) pairs")
     for i, pair in enumerate(machines):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
@@ -197,21 +139,3 @@ def _check_report(name: str, report) -> None:
     check_instance(
         name, report, hardware.MachineReport, "a hardware.MachineReport (e.g. from hardware.describe())"
     )
-
-
-# Excerpts of real /proc/cpuinfo text: cpus.cpu_flags reads them as it reads this machine's.
-_AVX2_LAPTOP_CPUINFO = (
-    "model name\t: Intel(R) Core(TM) i7-10510U CPU @ 1.80GHz\n"
-    "flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr "
-    "sse sse2 ht syscall nx pdpe1gb rdtscp lm pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes "
-    "xsave avx f16c rdrand lahf_lm abm 3dnowprefetch fsgsbase bmi1 avx2 smep bmi2 erms invpcid adx "
-    "clflushopt xsaveopt xsavec xgetbv1 xsaves\n"
-)
-
-
-_GRAVITON3_CPUINFO = (
-    "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt "
-    "fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs paca pacg "
-    "dcpodp svei8mm svebf16 i8mm bf16 dgh rng\n"
-    "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\nCPU part\t: 0xd40\nCPU revision\t: 1\n"
-)

@@ -3,38 +3,24 @@ the roofline and notebook 07's comparison all read (``06_timing_race``, ``07_amp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from itertools import pairwise
 
 import torch
 
 from ._checks import check_int
 from .dtypes import parse_dtype
 
-# Bounds (CONTRIBUTING.md, "Bounded work"), each checked before anything is allocated or run:
-MAX_DEPTH = (
-    64  # hidden layers of models.make_mlp's MLP: far deeper than plain MLPs train well without normalisation
-)
-MAX_SIZE = (
-    2**53
-)  # any width or batch size: an integer float64 holds exactly (step_flops stays a finite float)
-# The largest matrix dimension and element count the intensities accept: far beyond any memory, small
-# enough that every FLOP and byte count stays exact.
-MAX_GEMM_DIM = 2**31
+# Bounds (CONTRIBUTING.md, "Bounded work"), checked before anything is allocated or run:
+MAX_DEPTH = 64  # hidden layers of models.make_mlp's MLP
+MAX_SIZE = 2**53  # any width or batch size: exact in float64
+MAX_GEMM_DIM = 2**31  # a matrix dimension of the intensities
 MAX_NUMEL = 2**40
 # The race's MLP (notebook 06): Linear(IN_FEATURES -> width) -> ReLU -> Linear(width -> NUM_CLASSES).
 IN_FEATURES = 1024
 NUM_CLASSES = 10
-# The bytes one Adam step moves per float32 parameter, counted once for every cost in the course: the
-# backward pass writes the gradient (4), Adam reads the parameter, the gradient and both moments (16) and
-# writes the parameter and both moments back (12).
+# Bytes one Adam step moves per float32 parameter: the gradient written (4), the parameter, gradient and
+# both moments read (16), the parameter and both moments written (12).
 ADAM_BYTES_PER_PARAMETER = 32
-_STORED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _linear_shapes(num_features: int, num_classes: int, hidden: int, depth: int) -> list[tuple[int, int]]:
-    """``(in, out)`` of each Linear of :func:`models.make_mlp`'s MLP, in order."""
-    widths = [num_features] + [hidden] * depth + [num_classes]
-    return list(zip(widths[:-1], widths[1:], strict=True))
 
 
 def mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, int]:
@@ -47,9 +33,7 @@ def mlp_sizes(num_features, num_classes, hidden, depth) -> tuple[int, int, int, 
 
 
 def num_parameters(num_features: int, num_classes: int, hidden: int, depth: int) -> int:
-    return sum(
-        n_in * n_out + n_out for n_in, n_out in _linear_shapes(num_features, num_classes, hidden, depth)
-    )
+    return sum(a * b + b for a, b in pairwise([num_features] + [hidden] * depth + [num_classes]))
 
 
 def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation_steps):
@@ -58,6 +42,10 @@ def _mlp_args(num_features, num_classes, hidden, depth, batch_size, accumulation
         check_int("batch_size", batch_size, minimum=1, maximum=MAX_SIZE)
         * check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=MAX_SIZE),
     )
+
+
+def _itemsize(name: str, dtype) -> int:
+    return parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16), name=name).itemsize
 
 
 def step_flops(
@@ -69,30 +57,20 @@ def step_flops(
     batch_size: int = 64,
     accumulation_steps: int = 1,
 ) -> float:
-    """Matmul FLOPs of one optimizer step of :func:`models.make_mlp`'s MLP (``07_amp_training_recipe``).
-
-    A Linear with ``in`` inputs and ``out`` outputs on ``b`` examples costs ``2*b*in*out`` FLOPs
-    forward (a multiply and an add per weight and example), as much again backward for its weight's
-    gradient, and as much again for its input's gradient, except the first Linear, whose input (the
-    data) needs no gradient.  ``b`` is every example of the step, ``batch_size * accumulation_steps``.
-    Bias additions, ReLU, the loss and Adam are elementwise and left out: they are memory traffic,
-    which :func:`step_bytes` counts.
-    """
+    """Matmul FLOPs of one optimizer step of :func:`models.make_mlp`'s MLP (``07_amp_training_recipe``):
+    ``2*b*in*out`` per Linear forward, as much for its weight's gradient and for its input's (but the first's),
+    over ``b = batch_size * accumulation_steps`` examples.  Elementwise work is :func:`step_bytes`' traffic."""
     num_features, num_classes, hidden, depth, b = _mlp_args(
         num_features, num_classes, hidden, depth, batch_size, accumulation_steps
     )
     return _mlp_matmul_flops([num_features] + [hidden] * depth + [num_classes], b)
 
 
-def _mlp_matmul_flops(widths: Sequence[int], b: int) -> float:
-    """Matmul FLOPs of one training step of an MLP of Linear layers whose widths are ``widths`` (the input's
-    first, checked by the caller) on ``b`` examples: the course's one MLP cost model (:func:`step_flops`;
-    the race's one-hidden-layer model is the same count).  Each Linear costs ``2*b*in*out`` forward, as
-    much for its weight's gradient, and as much for its input's, except the first Linear's input."""
-    total = 0
-    for i, (n_in, n_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
-        total += 2 * b * n_in * n_out * (2 if i == 0 else 3)
-    return float(total)
+def _mlp_matmul_flops(widths: list[int], b: int) -> float:
+    """The course's one MLP count for Linear layers of ``widths``: ``2*b*in*out`` per Linear, times 3 (times 2
+    for the first, whose input needs no gradient)."""
+    shapes = enumerate(pairwise(widths))
+    return float(sum(2 * b * n_in * n_out * (2 if i == 0 else 3) for i, (n_in, n_out) in shapes))
 
 
 def step_bytes(
@@ -105,33 +83,19 @@ def step_bytes(
     accumulation_steps: int = 1,
     dtype=torch.float32,
 ) -> float:
-    """A lower bound on the bytes one optimizer step of :func:`models.make_mlp`'s MLP moves to and from memory
-    (``07_amp_training_recipe``).
-
-    Counted once each: :data:`ADAM_BYTES_PER_PARAMETER` (32) per parameter for the gradient and Adam's
-    update; the float32 inputs, read once; and each Linear's output, written in the forward pass and read once in
-    the backward pass, in ``dtype`` (2 bytes under bfloat16 or float16 autocast, 4 in float32).
-    Real kernels move more (autocast's 16-bit copies of the weights, the loss, extra passes over
-    the gradients for clipping and the inf check), so a step can only be slower than these bytes at
-    the peak bandwidth: that makes it a lower bound, not an estimate.
-    """
+    """A lower bound on the bytes one optimizer step of :func:`models.make_mlp`'s MLP moves
+    (``07_amp_training_recipe``), each counted once: :data:`ADAM_BYTES_PER_PARAMETER` per parameter, the
+    float32 inputs read, and each Linear's output written forward and read backward in ``dtype``."""
     num_features, num_classes, hidden, depth, b = _mlp_args(
         num_features, num_classes, hidden, depth, batch_size, accumulation_steps
     )
-    itemsize = parse_dtype(dtype, allowed=(torch.float32, torch.bfloat16, torch.float16)).itemsize
-    shapes = _linear_shapes(num_features, num_classes, hidden, depth)
+    itemsize = _itemsize("dtype", dtype)
     params = num_parameters(num_features, num_classes, hidden, depth)
-    activations = sum(b * n_out for _, n_out in shapes)
+    activations = b * (hidden * depth + num_classes)  # each Linear's output
     return float(ADAM_BYTES_PER_PARAMETER * params + 4 * b * num_features + 2 * itemsize * activations)
 
 
-# ----------------------------------------------------------------------------------------------
 # The race's costs (06): a GEMM, an elementwise add, and the race's MLP step
-# ----------------------------------------------------------------------------------------------
-
-
-def _itemsize(name: str, dtype) -> int:
-    return parse_dtype(dtype, allowed=_STORED_DTYPES, name=name).itemsize
 
 
 def gemm_bytes(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:
@@ -140,13 +104,8 @@ def gemm_bytes(m: int, n: int, k: int, in_bytes: int, out_bytes: int) -> int:
 
 
 def matmul_intensity(m: int, n: int, k: int, dtype=torch.float32, *, out_dtype=None) -> float:
-    """Arithmetic intensity of ``C = A @ B`` with A m x k and B k x n: its ``2mnk`` FLOPs over the bytes of
-    A, B and C, in FLOP per byte.  (``06_timing_race``, the memory-bound regime)
-
-    A and B are stored in ``dtype`` and C in ``out_dtype`` (default: ``dtype``; float32 with 16-bit
-    inputs is a GEMM that writes its FP32 accumulator out).  Each matrix is counted once, the least
-    traffic there can be, so a real kernel's intensity is at most this.  Compare it with a machine's
-    ridge point: below, the matmul is memory-bound; above, compute-bound.
+    """Arithmetic intensity of ``C = A @ B`` (A m x k, B k x n, in ``dtype``; C in ``out_dtype``, default
+    ``dtype``): ``2mnk`` FLOPs over the bytes of A, B and C, each moved once.  (``06_timing_race``)
 
     >>> round(matmul_intensity(1024, 1024, 1024, torch.float32), 2)  # 2 * 1024**3 / (3 * 1024**2 * 4)
     170.67
@@ -160,10 +119,8 @@ def matmul_intensity(m: int, n: int, k: int, dtype=torch.float32, *, out_dtype=N
 
 
 def elementwise_intensity(dtype=torch.float32) -> float:
-    """Arithmetic intensity of ``torch.add(a, b)``: one FLOP per element over the bytes of two inputs read
-    and one output written, all in ``dtype`` (float32, float16 or bfloat16): ``1 / (3 * itemsize)`` FLOP
-    per byte, far below any machine's ridge point, so an elementwise op is memory-bound everywhere.
-    (``06_timing_race``)"""
+    """Arithmetic intensity of ``torch.add(a, b)`` in ``dtype``: ``1 / (3 * itemsize)`` FLOP per byte, memory-bound
+    on every machine.  (``06_timing_race``)"""
     return 1 / (3 * _itemsize("dtype", dtype))
 
 
@@ -180,14 +137,9 @@ def elementwise_bytes(numel: int, dtype: torch.dtype = torch.bfloat16) -> int:
 
 
 def fp8_matmul_bytes(n: int, dtype: torch.dtype = torch.bfloat16) -> int:
-    """Bytes ``race_fp8_matmul(n)`` keeps alive at its peak: what :func:`matmul_bytes` counts, the two
-    E4M3 operands (1 byte per element), the FP8 GEMM's bfloat16 result, and three FP32 temporaries while
-    B's transpose is scaled into E4M3 (the transpose, ``x * scale`` and its clamped copy)."""
+    """Bytes ``race_fp8_matmul(n)`` keeps alive at its peak: :func:`matmul_bytes`, two E4M3 operands, a bfloat16
+    result, and three FP32 temporaries while B's transpose is scaled."""
     return matmul_bytes(n, dtype) + n * n * (2 * 1 + 2 + 3 * 4)
-
-
-def _race_mlp_parameters(in_features: int, width: int, num_classes: int) -> int:
-    return num_parameters(in_features, num_classes, width, 1)
 
 
 def mlp_bytes(width, batch, dtype=torch.bfloat16, *, in_features=IN_FEATURES, num_classes=NUM_CLASSES,
@@ -195,7 +147,7 @@ def mlp_bytes(width, batch, dtype=torch.bfloat16, *, in_features=IN_FEATURES, nu
     """A generous estimate of what ``race_mlp`` needs: per contestant the parameters, gradients
     and Adam's two moments (FP32), autocast's low-precision weight copies, and activations."""
     low = dtype.itemsize
-    params = _race_mlp_parameters(in_features, width, num_classes)
+    params = num_parameters(in_features, num_classes, width, 1)
     activations = batch * (in_features + 3 * width + 3 * num_classes)
     per_contestant = 16 * params + low * params + 4 * activations + low * batch * in_features
     return contestants * per_contestant + 4 * batch * in_features
@@ -204,25 +156,14 @@ def mlp_bytes(width, batch, dtype=torch.bfloat16, *, in_features=IN_FEATURES, nu
 def mlp_step_flops(
     width: int, batch: int, *, in_features: int = IN_FEATURES, num_classes: int = NUM_CLASSES
 ) -> float:
-    """Matmul FLOPs of one training step of the race's MLP (one hidden layer of ``width``): the course's
-    one MLP count (:func:`_mlp_matmul_flops`)."""
+    """Matmul FLOPs of one training step of the race's MLP (one hidden layer of ``width``)."""
     return _mlp_matmul_flops([in_features, width, num_classes], batch)
 
 
 def call_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
-    """A lower bound on the bytes one call of a race moves through memory: ``dtype`` None is the FP32
-    (or TF32) contestant, a 16-bit dtype the AMP one, casts included.  (``06_timing_race``'s roofline)
-
-    * ``"matmul"`` (``params["n"]``): FP32 reads A and B and writes C (12 n² bytes); AMP also reads A and
-      B in FP32, writes their 16-bit copies, reads those and writes a 16-bit C (8 n² + 10 n²).
-    * ``"fp8_matmul"``: each contestant's inputs are already in its dtype, so FP32 moves 12 n² bytes and
-      the 16-bit GEMM 6 n².
-    * ``"elementwise"`` (``params["numel"]``): ``torch.add`` reads two tensors and writes one, each
-      ``numel`` elements in the contestant's dtype (the 16-bit copies were made before the race).
-    * ``"mlp"``: :data:`ADAM_BYTES_PER_PARAMETER` per parameter for the gradient and Adam's update; forward
-      and backward each read the weights (FP32, or a 16-bit copy made from them); every activation is
-      written once and read once forward and backward, in the contestant's dtype.
-    """
+    """A lower bound on the bytes one call of a race (``kind``: matmul, fp8_matmul, elementwise, mlp) moves:
+    ``dtype`` None is the FP32 contestant, a 16-bit dtype the AMP one, its casts included (a matmul's; an
+    fp8_matmul's and an elementwise race's inputs are already in their dtype).  (``06_timing_race``)"""
     low = 4 if dtype is None else dtype.itemsize
     if kind in ("matmul", "fp8_matmul"):
         n = params["n"]
@@ -233,7 +174,7 @@ def call_bytes(kind: str, params: dict, dtype: torch.dtype | None) -> int:
         return 3 * low * params["numel"]
     i, c = params.get("in_features", IN_FEATURES), params.get("num_classes", NUM_CLASSES)
     w, b = params["width"], params["batch"]
-    n_params = _race_mlp_parameters(i, w, c)
+    n_params = num_parameters(i, c, w, 1)
     weights = 8 * n_params if dtype is None else 4 * n_params + 3 * low * n_params
     activations = b * (i + 2 * w + c)  # input, pre- and post-ReLU hidden, logits
     return ADAM_BYTES_PER_PARAMETER * n_params + weights + 4 * low * activations

@@ -1,6 +1,5 @@
-"""The CPU's facts for mixed precision: its bf16/fp16 instruction sets (x86 ``flags`` and ARM ``Features`` in
-``/proc/cpuinfo``, ``sysctl`` on macOS), the limits a process sets on the ISA oneDNN and MKL may use, and the
-course's one answer to "does this CPU multiply bf16/fp16 in hardware?" (:func:`cpu_has_native`)."""
+"""The CPU's facts: its bf16/fp16 instruction sets (``/proc/cpuinfo`` on Linux, ``sysctl`` on macOS), the ISA
+limits the environment sets, and the one answer to "does this CPU multiply bf16/fp16 in hardware?"."""
 
 from __future__ import annotations
 
@@ -13,34 +12,22 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import ArgumentTypeError, check_bool, check_optional_str
-from .dtypes import parse_dtype
+from ._checks import check_bool, check_instance
 
 
 def check_flags(flags, name: str = "flags") -> dict:
     """A CPU's flags (:func:`cpu_flags`): a dict of flag name -> True, False or None."""
-    if not isinstance(flags, Mapping):
-        raise ArgumentTypeError(
-            f"{name} must be a dict of CPU flags (hardware.cpu_flags()), got {type(flags).__name__}: {flags!r:.80}"
-        )
+    check_instance(name, flags, Mapping, "a dict of CPU flags (cpus.cpu_flags())")
     for key, value in flags.items():
-        if value is not None:
-            try:
-                check_bool(f"{name}[{key!r}]", value)
-            except ArgumentTypeError:
-                raise ArgumentTypeError(
-                    f"{name}[{key!r}] must be True, False or None (unknown), got {value!r:.80}"
-                ) from None
+        if value is not None:  # None: unknown
+            check_bool(f"{name}[{key!r}]", value)
     return flags
 
 
 @dataclass(frozen=True)
 class CpuFeature:
-    """One CPU instruction set that multiplies a low-precision dtype in hardware.
-
-    ``token`` is its name in Linux ``/proc/cpuinfo`` (the ``flags`` line on x86, ``Features`` on
-    ARM); ``sysctl`` its name on macOS, where macOS reports it.
-    """
+    """One CPU instruction set that multiplies a low-precision dtype in hardware: ``token`` names it in
+    ``/proc/cpuinfo`` (x86 ``flags``, ARM ``Features``), ``sysctl`` on macOS."""
 
     key: str
     label: str
@@ -50,17 +37,9 @@ class CpuFeature:
     sysctl: str | None = None
 
 
-# Only instruction sets that torch's CPU matmuls actually use count as "native":
-# * x86: oneDNN (torch's mkldnn) runs bf16 matmuls on AVX512-BF16 dot products or AMX-BF16 tiles,
-#   fp16 matmuls on AVX512-FP16 or AMX-FP16.  A CPU without them still runs bf16 (oneDNN or ATen
-#   convert to FP32 and back), which is the emulation that makes AMP slower than FP32 there.
-# * ARM: FEAT_BF16 (``bf16``: BFDOT/BFMMLA; ``svebf16`` is the SVE form) is what torch checks
-#   (cpuinfo_has_arm_bf16) before sending bf16 matmuls to oneDNN + Arm Compute Library, on
-#   Neoverse V1 (Graviton 3) and later.
-# Deliberately *not* counted: ``i8mm`` (int8 matrix multiply: quantised inference, never a bf16 or
-# fp16 matmul), and ``fphp``/``asimdhp`` (FP16 arithmetic): which fp16 matmul kernel torch picks on
-# ARM has changed between releases and often accumulates through FP32 conversions, so claiming
-# "native fp16" there could be false.  fp16 on ARM is reported as unknown: the race measures it.
+# Only instruction sets torch's CPU matmuls use count: oneDNN's AVX512/AMX BF16 and FP16 on x86, FEAT_BF16
+# (``bf16``, ``svebf16``) on ARM.  Not ``i8mm`` (int8) nor ``fphp``/``asimdhp`` (torch's ARM fp16 kernels
+# often accumulate through FP32): fp16 on ARM is unknown, and the race measures it.
 CPU_FEATURES = (
     CpuFeature("avx512_bf16", "AVX512-BF16", "x86", torch.bfloat16, "avx512_bf16"),
     CpuFeature("amx_bf16", "AMX-BF16", "x86", torch.bfloat16, "amx_bf16"),
@@ -69,8 +48,6 @@ CPU_FEATURES = (
     CpuFeature("arm_bf16", "ARM BF16", "arm", torch.bfloat16, "bf16", "hw.optional.arm.FEAT_BF16"),
     CpuFeature("arm_sve_bf16", "ARM SVE-BF16", "arm", torch.bfloat16, "svebf16"),
 )
-
-
 CPU_FLAGS = {f.key: f.label for f in CPU_FEATURES}
 
 
@@ -103,11 +80,8 @@ def read_cpuinfo() -> str | None:
 
 
 def read_sysctl() -> str | None:
-    """This Mac's ``sysctl machdep.cpu.brand_string hw.optional`` text, or None elsewhere.
-
-    Apple silicon lists its ARM features there (``hw.optional.arm.FEAT_BF16: 1`` from the M2 on);
-    :func:`cpu_flags` and :func:`cpu_model` take this text as ``sysctl=``, so tests feed any Mac's.
-    """
+    """This Mac's ``sysctl machdep.cpu.brand_string hw.optional`` text (``hw.optional.arm.FEAT_BF16: 1`` from
+    the M2 on), or None elsewhere."""
     if sys.platform != "darwin":
         return None
     exe = "/usr/sbin/sysctl" if os.path.exists("/usr/sbin/sysctl") else "sysctl"
@@ -129,82 +103,48 @@ def _key_values(text: str) -> dict[str, str]:
     return pairs
 
 
-def _flags_from_cpuinfo(cpuinfo: str) -> dict[str, bool | None]:
-    tokens: dict[str, set[str]] = {}
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        arch = {"flags": "x86", "Features": "arm"}.get(key.strip())
-        if arch:
-            tokens.setdefault(arch, set()).update(value.split())
-    # An instruction set of the other architecture is not "absent" but not applicable: None.
-    return {f.key: (f.token in tokens[f.arch] if f.arch in tokens else None) for f in CPU_FEATURES}
-
-
-def _flags_from_sysctl(sysctl: str) -> dict[str, bool | None]:
-    values = _key_values(sysctl)
-    apple_silicon = values.get("hw.optional.arm64") == "1" or any(
-        k.startswith("hw.optional.arm.") for k in values
-    )
-    flags: dict[str, bool | None] = dict.fromkeys(CPU_FLAGS)
-    if apple_silicon:
-        for f in CPU_FEATURES:
-            if f.sysctl and f.sysctl in values:  # older macOS versions do not list FEAT_*: unknown
-                flags[f.key] = values[f.sysctl] == "1"
-    # Intel Macs: macOS lists no bf16/fp16 instruction sets, so they stay unknown.
-    return flags
-
-
 def cpu_flags(cpuinfo: str | None = None, *, sysctl: str | None = None) -> dict[str, bool | None]:
-    """Whether the CPU has each bf16/fp16 instruction set in :data:`CPU_FLAGS`: True, False, or
-    None (unknown, or an instruction set of another architecture).
-
-    Reads ``/proc/cpuinfo`` on Linux (x86 ``flags`` and ARM ``Features``) and ``sysctl`` on macOS.
-    Tests pass the text instead: ``cpuinfo=`` (Linux) or ``sysctl=`` (macOS).
-    Taught in ``00_setup_check``.
-    """
-    check_optional_str("cpuinfo", cpuinfo, "the text of /proc/cpuinfo")
-    check_optional_str("sysctl", sysctl, "the text of sysctl's output")
+    """Whether the CPU has each instruction set of :data:`CPU_FLAGS`: True, False or None (unknown, or of
+    another architecture), from ``cpuinfo`` (Linux) or ``sysctl`` (macOS) text, this machine's by default."""
     if cpuinfo is None and sysctl is None:
         cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
     if cpuinfo is not None:
-        return _flags_from_cpuinfo(cpuinfo)
-    if sysctl is not None:
-        return _flags_from_sysctl(sysctl)
-    return dict.fromkeys(CPU_FLAGS)
+        tokens: dict[str, set[str]] = {}
+        for line in cpuinfo.splitlines():
+            key, _, value = line.partition(":")
+            arch = {"flags": "x86", "Features": "arm"}.get(key.strip())
+            if arch:
+                tokens.setdefault(arch, set()).update(value.split())
+        return {f.key: (f.token in tokens[f.arch] if f.arch in tokens else None) for f in CPU_FEATURES}
+    flags: dict[str, bool | None] = dict.fromkeys(CPU_FLAGS)
+    values = _key_values(sysctl or "")
+    if values.get("hw.optional.arm64") == "1" or any(k.startswith("hw.optional.arm.") for k in values):
+        for f in CPU_FEATURES:  # older macOS lists no FEAT_*, Intel Macs no bf16/fp16: unknown
+            if f.sysctl in values:
+                flags[f.key] = values[f.sysctl] == "1"
+    return flags
 
 
-# What the environment lets torch's CPU matmuls use.  A CPU may have AVX512-BF16 while oneDNN or MKL is
-# told to stay below it (the course's own simulated machines do this: see CONTRIBUTING.md, "The machine
-# matrix"); then bf16 runs emulated, exactly as on a CPU without the instructions, and the course must
-# size and read its races that way.  Each ladder lists the levels from lowest; an instruction set is
-# usable when the cap is at or above the level that brings it.  Unknown values cap nothing.
+# What the environment lets torch's CPU matmuls use: told to stay below AVX512-BF16 (as the course's simulated
+# machines are), a bf16 CPU emulates bf16.  Each ladder lists levels from lowest; unknown values cap nothing.
 _ONEDNN_LADDER = (
     "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
     "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
 )  # fmt: skip
-
-
 _ONEDNN_ALIASES = {
     "AVX10_1_512": "AVX512_CORE_FP16",
     "AVX10_1_512_AMX": "AVX512_CORE_AMX",
     "AVX10_1_512_AMX_FP16": "AVX512_CORE_AMX_FP16",
 }
-
-
 _ONEDNN_NEEDS = {
     "avx512_bf16": "AVX512_CORE_BF16",
     "amx_bf16": "AVX512_CORE_AMX",
     "avx512_fp16": "AVX512_CORE_FP16",
     "amx_fp16": "AVX512_CORE_AMX_FP16",
 }
-
-
-# MKL_ENABLE_INSTRUCTIONS / MKL_CBWR: AVX512_E3 adds BF16 (Cooper Lake), AVX512_E4 AMX and FP16
-# (Sapphire Rapids).  MKL_CBWR=COMPATIBLE selects MKL's SSE2-class reproducible code paths.
+# MKL: AVX512_E3 adds BF16, AVX512_E4 AMX and FP16; MKL_CBWR=COMPATIBLE is SSE2-class.
 _MKL_LADDER = ("COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2", "AVX2_E1",
                "AVX512", "AVX512_E1", "AVX512_E2", "AVX512_E3", "AVX512_E4")  # fmt: skip
-
-
 _MKL_NEEDS = {
     "avx512_bf16": "AVX512_E3",
     "amx_bf16": "AVX512_E4",
@@ -214,33 +154,23 @@ _MKL_NEEDS = {
 
 
 def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The x86 bf16/fp16 instruction sets that the environment keeps torch's CPU matmuls from using:
-    ``{flag key: "VARIABLE=value"}`` (empty when nothing is capped).  ``env`` defaults to
-    ``os.environ``; tests pass any mapping.  Reads ``ONEDNN_MAX_CPU_ISA`` (or the older
-    ``DNNL_MAX_CPU_ISA``), ``MKL_ENABLE_INSTRUCTIONS`` and ``MKL_CBWR``.  (``00_setup_check``)
-    """
+    """``{flag key: "VARIABLE=value"}``: the x86 instruction sets ``env`` (default ``os.environ``) keeps torch's
+    CPU matmuls from using, through ``ONEDNN_MAX_CPU_ISA``/``DNNL_MAX_CPU_ISA``, ``MKL_ENABLE_INSTRUCTIONS``
+    and ``MKL_CBWR``."""
     env = os.environ if env is None else env
-    if not isinstance(env, Mapping):
-        raise ArgumentTypeError(
-            f"env must be a dict of environment variables or None, got {type(env).__name__}: {env!r:.80}"
-        )
+    onednn = "ONEDNN_MAX_CPU_ISA" if "ONEDNN_MAX_CPU_ISA" in env else "DNNL_MAX_CPU_ISA"  # the older name
     limits: dict[str, str] = {}
-    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
-        raw = str(env.get(var, "")).strip()
-        value = _ONEDNN_ALIASES.get(raw.upper(), raw.upper())
-        if value in _ONEDNN_LADDER:
-            level = _ONEDNN_LADDER.index(value)
-            for key, needed in _ONEDNN_NEEDS.items():
-                if level < _ONEDNN_LADDER.index(needed):
-                    limits.setdefault(key, f"{var}={raw}")
-            break
-    for var in ("MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR"):
+    for var, ladder, needs in (
+        (onednn, _ONEDNN_LADDER, _ONEDNN_NEEDS),
+        ("MKL_ENABLE_INSTRUCTIONS", _MKL_LADDER, _MKL_NEEDS),
+        ("MKL_CBWR", _MKL_LADDER, _MKL_NEEDS),
+    ):
         raw = str(env.get(var, "")).strip()
         value = raw.upper().split(",")[0].strip()
-        if value in _MKL_LADDER:
-            level = _MKL_LADDER.index(value)
-            for key, needed in _MKL_NEEDS.items():
-                if level < _MKL_LADDER.index(needed):
+        value = _ONEDNN_ALIASES.get(value, value)
+        if value in ladder:
+            for key, needed in needs.items():
+                if ladder.index(value) < ladder.index(needed):
                     limits.setdefault(key, f"{var}={raw}")
     return limits
 
@@ -248,50 +178,29 @@ def cpu_isa_limits(env: dict[str, str] | None = None) -> dict[str, str]:
 def usable_cpu_flags(
     flags: dict[str, bool | None] | None = None, env: dict[str, str] | None = None
 ) -> dict[str, bool | None]:
-    """:func:`cpu_flags` with every instruction set the environment forbids torch to use
-    (:func:`cpu_isa_limits`) turned to False: what torch's matmuls can actually use here."""
-    flags = dict(cpu_flags() if flags is None else check_flags(flags))
-    for key in cpu_isa_limits(env):
-        if flags.get(key):
-            flags[key] = False
-    return flags
+    """:func:`cpu_flags` with every instruction set :func:`cpu_isa_limits` forbids turned to False."""
+    flags = dict(cpu_flags() if flags is None else flags)
+    return flags | {key: False for key in cpu_isa_limits(env) if flags.get(key)}
 
 
-def cpu_has_native(dtype, flags: dict[str, bool | None] | None = None) -> bool | None:
+def cpu_has_native(dtype: torch.dtype, flags: dict[str, bool | None] | None = None) -> bool | None:
     """Whether this CPU multiplies ``dtype`` (bfloat16 or float16) in hardware: True, False, or None
-    (unknown).  ``flags`` defaults to :func:`cpu_flags` of this machine; tests pass any machine's.
-
-    The one place that decides "native or emulated" for the course: the verdict, the race's
-    sizes and its explanations all ask here.  True when any instruction set for ``dtype`` in
-    :data:`CPU_FEATURES` is present (x86 or ARM), False when none is and at least one is known to
-    be absent, None when nothing is known.
-    """
-    dtype = parse_dtype(dtype)
-    flags = usable_cpu_flags() if flags is None else check_flags(flags)
+    (unknown); ``flags`` default to this machine's usable ones.  The course's one "native or emulated"."""
+    flags = usable_cpu_flags() if flags is None else flags
     values = [flags.get(f.key) for f in CPU_FEATURES if f.dtype == dtype]
-    if any(values):
-        return True
-    if all(v is None for v in values):
-        return None
-    return False
+    return True if any(values) else None if all(v is None for v in values) else False
 
 
-def cpu_native_labels(dtype, flags: dict[str, bool | None] | None = None) -> tuple[str, ...]:
-    """The labels of the instruction sets for ``dtype`` this CPU has (``("AMX-BF16", ...)``), or
-    of those it is known to lack when it has none; empty when nothing is known.  For sentences
-    such as "this CPU has no AVX512-BF16 or AMX-BF16"."""
-    dtype = parse_dtype(dtype)
-    flags = usable_cpu_flags() if flags is None else check_flags(flags)
+def cpu_native_labels(dtype: torch.dtype, flags: dict[str, bool | None]) -> tuple[str, ...]:
+    """The labels of the instruction sets for ``dtype`` this CPU has, or of those it is known to lack when it
+    has none (for "this CPU has no AVX512-BF16 or AMX-BF16"); empty when nothing is known."""
     features = [f for f in CPU_FEATURES if f.dtype == dtype]
     present = tuple(f.label for f in features if flags.get(f.key))
     return present or tuple(f.label for f in features if flags.get(f.key) is False)
 
 
 def cpu_model(cpuinfo: str | None = None, *, sysctl: str | None = None) -> str:
-    """A readable name of the CPU: x86 ``model name``, the ARM core from ``CPU implementer`` and
-    ``CPU part``, or macOS ``machdep.cpu.brand_string``.  Tests pass the text as for :func:`cpu_flags`."""
-    check_optional_str("cpuinfo", cpuinfo, "the text of /proc/cpuinfo")
-    check_optional_str("sysctl", sysctl, "the text of sysctl's output")
+    """A readable name of the CPU: x86 ``model name``, the ARM core, or macOS ``machdep.cpu.brand_string``."""
     if cpuinfo is None and sysctl is None:
         cpuinfo, sysctl = read_cpuinfo(), read_sysctl()
     if cpuinfo:
@@ -305,8 +214,5 @@ def cpu_model(cpuinfo: str | None = None, *, sysctl: str | None = None) -> str:
         else:
             name = _ARM_PARTS.get((implementer, part))
             return f"ARM {name}" if name else f"ARM CPU (implementer {implementer:#x}, part {part:#x})"
-    if sysctl:
-        brand = _key_values(sysctl).get("machdep.cpu.brand_string")
-        if brand:
-            return brand
-    return platform.processor() or platform.machine() or "unknown"
+    brand = _key_values(sysctl or "").get("machdep.cpu.brand_string")
+    return brand or platform.processor() or platform.machine() or "unknown"

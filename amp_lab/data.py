@@ -1,9 +1,5 @@
-"""Real data that needs no download.
-
-The course trains on scikit-learn's handwritten digits (1,797 real 8x8 scans of digits
-written by 43 people, UCI ML repository), which ship inside the installed ``scikit-learn``
-package: nothing is fetched at run time.  Used from ``03_underflow_and_overflow`` on.
-"""
+"""Real data that needs no download: scikit-learn's handwritten digits (1,797 8x8 scans by 43 people, UCI ML
+repository), shipped inside ``scikit-learn``.  Used from ``03_underflow_and_overflow`` on."""
 
 from __future__ import annotations
 
@@ -15,17 +11,10 @@ from ._checks import check_float, check_instance, check_seed
 from .device import get_device
 
 
-def _shape(t: torch.Tensor) -> tuple[int, ...]:
-    return tuple(t.shape)
-
-
 @dataclass(frozen=True)
 class Split:
-    """Tensors of one split: ``X`` (float32 features) and ``y`` (int64 class labels).
-
-    Checked when built: ``X`` a 2-D floating-point tensor (examples, features), ``y`` a 1-D int64
-    tensor with one label per row of ``X``, both on one device (a mismatch would otherwise surface
-    later as a shape error from inside torch)."""
+    """One split, checked when built: ``X`` a 2-D floating-point tensor (examples, features), ``y`` a 1-D int64
+    tensor of one class label per row, both on one device."""
 
     X: torch.Tensor
     y: torch.Tensor
@@ -35,11 +24,11 @@ class Split:
         check_instance("y", self.y, torch.Tensor, "a tensor of class labels")
         if self.X.ndim != 2 or not self.X.is_floating_point():
             raise ValueError(
-                f"X must be a 2-D floating-point tensor (examples, features), got {self.X.dtype} of shape {_shape(self.X)}"
+                f"X must be a 2-D floating-point tensor (examples, features), got {self.X.dtype} of shape {tuple(self.X.shape)}"
             )
         if self.y.ndim != 1 or self.y.dtype != torch.int64:
             raise ValueError(
-                f"y must be a 1-D int64 tensor of class labels (use y.long()), got {self.y.dtype} of shape {_shape(self.y)}"
+                f"y must be a 1-D int64 tensor of class labels (use y.long()), got {self.y.dtype} of shape {tuple(self.y.shape)}"
             )
         if len(self.X) != len(self.y):
             raise ValueError(
@@ -63,21 +52,9 @@ class Dataset:
     name: str
 
 
-def _split_sizes(n: int, test_fraction: float) -> tuple[int, int]:
-    """(test, train) example counts for ``test_fraction`` of ``n`` examples."""
-    n_test = int(round(n * test_fraction))
-    return n_test, n - n_test
-
-
 def load_digits(*, device=None, test_fraction: float = 0.25, seed: int = 0) -> Dataset:
-    """The digits data set as standardised float32 tensors on ``device``.
-
-    The split is a seeded permutation (``seed``: an integer from 0 to ``_checks.MAX_SEED``);
-    ``round(1797 * test_fraction)`` examples go to the test split.  Both splits must hold at least one
-    example: ``test_fraction`` from 1/1797 to 1796/1797 (an empty training split has no mean to
-    standardise with, an empty test split no accuracy).  Features are standardised with the training
-    split's mean and standard deviation (pixels blank in every training image are only centred).
-    """
+    """The digits as float32 tensors on ``device``, split by a seeded permutation (``round(1797 * test_fraction)``
+    test examples; both splits non-empty) and standardised with the training split's mean and spread."""
     test_fraction = check_float("test_fraction", test_fraction, gt=0.0, lt=1.0)
     seed = check_seed("seed", seed)
     dev = get_device(device)
@@ -85,7 +62,8 @@ def load_digits(*, device=None, test_fraction: float = 0.25, seed: int = 0) -> D
 
     raw = _sk_load_digits()
     n = len(raw.target)
-    n_test, n_train = _split_sizes(n, test_fraction)
+    n_test = int(round(n * test_fraction))
+    n_train = n - n_test
     if n_test < 1 or n_train < 1:
         empty = "test" if n_test < 1 else "training"
         raise ValueError(
@@ -99,10 +77,8 @@ def load_digits(*, device=None, test_fraction: float = 0.25, seed: int = 0) -> D
     order = torch.randperm(len(y), generator=gen)
     test_idx, train_idx = order[:n_test], order[n_test:]
     mean = X[train_idx].mean(0)
-    # (One training example has no spread: torch's std would warn and give NaN; it counts as blank.)
-    std = X[train_idx].std(0) if n_train > 1 else torch.zeros(X.shape[1])
-    # A pixel that is blank in every training image keeps its raw scale: dividing by a tiny std
-    # would turn an occasional ink dot in a test image into a feature of a million.
+    std = X[train_idx].std(0) if n_train > 1 else torch.zeros(X.shape[1])  # one example has no spread
+    # A pixel blank in every training image keeps its scale: a tiny std would blow up a test image's ink dot.
     std = torch.where(std > 0, std, torch.ones_like(std))
     X = (X - mean) / std
     return Dataset(

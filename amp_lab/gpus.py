@@ -1,9 +1,5 @@
-"""The course's one table of GPU facts, and the decisions that are pure functions of them.
-
-Tensor Core generations by compute capability, datasheet peak rates by exact GPU name, which torch builds
-have kernels for a GPU, where FP8 GEMMs run, and the one AMP dtype decision.  Nothing here touches a GPU:
-every function takes the facts (capability, name, arch list), so CPU tests feed it real GPUs.
-"""
+"""The course's one table of GPU facts (Tensor Core generations, datasheets, arch lists, FP8 support, the
+AMP dtype) and decisions that are pure functions of them, so CPU tests feed them real GPUs."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ from numbers import Integral
 
 import torch
 
-from ._checks import ArgumentTypeError, check_optional_str
+from ._checks import ArgumentTypeError, check_choice, check_optional_str
 from .dtypes import parse_dtype
 from .text import say
 
@@ -34,53 +30,28 @@ class TensorCoreGeneration:
 
 
 # (major, minor) -> (architecture, Tensor Core generation, low-precision inputs they multiply, note)
+_AMPERE = ("fp16", "bf16", "tf32", "int8", "int4")
 _EXACT = {
     (7, 0): ("Volta", 1, ("fp16",), "first Tensor Cores: FP16 inputs, FP16 or FP32 accumulation"),
-    (7, 2): (
-        "Volta (Jetson Xavier)",
-        1,
-        ("fp16", "int8"),
-        "Xavier's Volta Tensor Cores add INT8, as Turing's do",
-    ),
+    (7, 2): ("Volta (Jetson Xavier)", 1, ("fp16", "int8"), "Xavier's Volta Tensor Cores add INT8, as Turing's do"),
     (7, 5): ("Turing", 2, ("fp16", "int8", "int4"), "adds INT8/INT4 for inference"),
-    (8, 0): (
-        "Ampere",
-        3,
-        ("fp16", "bf16", "tf32", "int8", "int4"),
-        "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)",
-    ),
-    (8, 6): (
-        "Ampere",
-        3,
-        ("fp16", "bf16", "tf32", "int8", "int4"),
-        "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)",
-    ),
-    (8, 7): ("Ampere (Jetson Orin)", 3, ("fp16", "bf16", "tf32", "int8", "int4"), "adds BF16 and TF32"),
+    (8, 0): ("Ampere", 3, _AMPERE, "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
+    (8, 6): ("Ampere", 3, _AMPERE, "adds BF16 and TF32 (FP32 matmuls on Tensor Cores)"),
+    (8, 7): ("Ampere (Jetson Orin)", 3, _AMPERE, "adds BF16 and TF32"),
     (8, 9): ("Ada Lovelace", 4, ("fp16", "bf16", "tf32", "fp8", "int8", "int4"), "adds FP8 (E4M3, E5M2)"),
-    (9, 0): (
-        "Hopper",
-        4,
-        ("fp16", "bf16", "tf32", "fp8", "int8"),
-        "adds FP8 (E4M3, E5M2) and warp-group MMA",
-    ),
-}
-
-
+    (9, 0): ("Hopper", 4, ("fp16", "bf16", "tf32", "fp8", "int8"), "adds FP8 (E4M3, E5M2) and warp-group MMA"),
+}  # fmt: skip
 _BLACKWELL = ("Blackwell", 5, ("fp16", "bf16", "tf32", "fp8", "fp6", "fp4", "int8"), "adds FP6 and FP4")
-
-
 _PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
 
 
 def check_capability(capability, name: str = "capability") -> tuple[int, int]:
-    # A tuple or a list only: a set has no order, so {7, 5} could be read as sm_57.
-    if not isinstance(capability, (tuple, list)):
+    """``(major, minor)`` as ints; a tuple or a list only (a set has no order: {7, 5} is no sm_57)."""
+    if not isinstance(capability, (tuple, list)) or len(capability) != 2:
         raise ArgumentTypeError(
             f"{name} must be a (major, minor) tuple of integers such as (8, 0), got "
             f"{type(capability).__name__}: {capability!r:.80}"
         )
-    if len(capability) != 2:
-        raise ValueError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
     major, minor = capability
     for part in (major, minor):
         if isinstance(part, bool) or not isinstance(part, Integral):
@@ -97,46 +68,26 @@ def tensor_core_generation(capability) -> TensorCoreGeneration:
 
     >>> tensor_core_generation((9, 0)).architecture
     'Hopper'
-    >>> tensor_core_generation((6, 1)).has_tensor_cores
-    False
-
-    A malformed capability (empty, not two non-negative integers, a string) raises ``ValueError``.
     """
     cap = check_capability(capability)
     major, minor = cap
+    sm = f"sm_{major}{minor}"
+    if major < 7:
+        arch = _PRE_VOLTA.get(major, "pre-Volta")
+        return TensorCoreGeneration(cap, arch, None, (), say("tc.none", arch=arch, sm=sm))
     if cap in _EXACT:
         arch, gen, precisions, note = _EXACT[cap]
     elif major in (10, 11, 12):
         arch, gen, precisions, note = _BLACKWELL
     elif major > 12:
-        arch, gen, precisions, note = (
-            "newer than Blackwell",
-            5,
-            _BLACKWELL[2],
-            "newer than this table: assume at least Blackwell's Tensor Cores",
-        )
-    elif major < 7:
-        arch = _PRE_VOLTA.get(major, "pre-Volta")
-        return TensorCoreGeneration(
-            capability=cap,
-            architecture=arch,
-            generation=None,
-            precisions=(),
-            summary=(
-                f"{arch} (sm_{major}{minor}) has no Tensor Cores: FP16 runs on ordinary CUDA cores, so AMP "
-                "saves memory but gives little or no speed-up"
-            ),
-        )
-    else:
-        # A minor version the table does not list, within a known major: same generation as the family.
-        family = {7: (7, 5), 8: (8, 6), 9: (9, 0)}[major]
-        arch, gen, precisions, note = _EXACT[family]
-    summary = (
-        f"{arch} (sm_{major}{minor}): Tensor Cores generation {gen}, {', '.join(precisions).upper()}; {note}"
+        note = "newer than this table: assume at least Blackwell's Tensor Cores"
+        arch, gen, precisions = "newer than Blackwell", 5, _BLACKWELL[2]
+    else:  # a minor version the table does not list: the family's generation
+        arch, gen, precisions, note = _EXACT[{7: (7, 5), 8: (8, 6), 9: (9, 0)}[major]]
+    summary = say(
+        "tc.generation", arch=arch, sm=sm, gen=gen, precisions=", ".join(precisions).upper(), note=note
     )
-    return TensorCoreGeneration(
-        capability=cap, architecture=arch, generation=gen, precisions=precisions, summary=summary
-    )
+    return TensorCoreGeneration(cap, arch, gen, precisions, summary)
 
 
 DEVICE_TYPES = ("cpu", "cuda", "mps")
@@ -148,110 +99,66 @@ DOUBLE_RATE_FP16 = {(5, 3), (6, 0), (6, 2)}
 
 
 def amp_dtype_for(device_type: str, capability=None) -> torch.dtype:
-    """The course's one low-precision dtype decision, from facts alone (taught in ``00_setup_check``).
-
-    * ``"cuda"`` with compute capability >= 8.0 (Ampere, Ada, Hopper, Blackwell): bfloat16.  Their
-      Tensor Cores multiply it as fast as float16, and its FP32-sized exponent needs no GradScaler.
-    * ``"cuda"`` below 8.0 (Volta and Turing, e.g. the T4; pre-Volta GPUs), or capability unknown:
-      float16.  Volta/Turing Tensor Cores multiply only float16; before Volta float16 still halves
-      memory, while bfloat16 would run on emulation paths.  float16 runs on every CUDA GPU.
-    * ``"mps"`` (Apple GPUs): float16.  It is autocast's MPS default and every Apple GPU computes
-      it natively, while bfloat16 on MPS needs macOS 14 or later and is emulated on GPUs before
-      the M3's; float16 does need a GradScaler, which torch.amp supports on MPS.
-    * ``"cpu"``: bfloat16, the dtype CPU autocast is built for.  Whether it is *fast* is a separate
-      question (:func:`cpu_has_native`); the dtype stays the same so every CPU runs the same course.
-
-    ``device.amp_dtype(device)`` and ``hardware.machine_verdict`` both call this, so they cannot disagree.
-    """
+    """The course's one low-precision dtype, from facts alone (``00_setup_check``): bfloat16 on CUDA from 8.0 on
+    and on CPUs; float16 on older or unknown CUDA GPUs (their Tensor Cores multiply only it) and Apple GPUs."""
     check_optional_str("device_type", device_type, "'cpu', 'cuda' or 'mps'")
-    if device_type not in DEVICE_TYPES:
-        raise ValueError(
-            f"device_type={device_type!r} is not allowed; choose one of: {', '.join(DEVICE_TYPES)}"
-        )
-    if device_type == "cuda":
-        if capability is None:
-            return torch.float16
-        major, _ = check_capability(capability)
-        return torch.bfloat16 if major >= 8 else torch.float16
-    if device_type == "mps":
-        return torch.float16
-    return torch.bfloat16
+    check_choice("device_type", device_type, DEVICE_TYPES)
+    if device_type == "cuda" and capability is not None:
+        return torch.bfloat16 if bf16_hardware(capability) else torch.float16
+    return torch.bfloat16 if device_type == "cpu" else torch.float16
 
 
 def bf16_hardware(capability) -> bool:
-    """Whether a CUDA GPU of compute ``capability`` multiplies bfloat16 on Tensor Cores: True from
-    Ampere (8.0) on; before that torch *emulates* bfloat16 (``torch.cuda.is_bf16_supported()`` still
-    says True on a T4, because it counts emulation), slowly and on ordinary CUDA cores."""
-    major, _ = check_capability(capability)
-    return major >= 8
+    """Whether a CUDA GPU multiplies bfloat16 on Tensor Cores (from 8.0 on); ``torch.cuda.is_bf16_supported()``
+    counts emulation, and says True on a T4."""
+    return check_capability(capability)[0] >= 8
 
 
 _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 
 
-def parse_arch(entry) -> tuple[str, tuple[int, int], str]:
-    m = _ARCH.match(entry) if isinstance(entry, str) else None
-    if m is None or len(m.group(2)) < 2:
-        raise ValueError(
-            f"arch_list entries must look like 'sm_86', 'sm_90a' or 'compute_90' "
-            f"(torch.cuda.get_arch_list()), got {entry!r}"
+def parse_arch_list(arch_list) -> list[tuple[str, tuple[int, int], str]]:
+    """Each entry of ``torch.cuda.get_arch_list()`` (a list or tuple of strings) as (kind, capability, suffix)."""
+    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
+        raise ArgumentTypeError(
+            f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] (torch.cuda.get_arch_list()), "
+            f"got {type(arch_list).__name__}: {arch_list!r:.80}"
         )
-    digits = m.group(2)
-    return m.group(1), (int(digits[:-1]), int(digits[-1])), m.group(3)
+    parsed = []
+    for entry in arch_list:
+        m = _ARCH.match(entry) if isinstance(entry, str) else None
+        if m is None or len(m.group(2)) < 2:
+            raise ValueError(
+                f"arch_list entries must look like 'sm_86', 'sm_90a' or 'compute_90' "
+                f"(torch.cuda.get_arch_list()), got {entry!r}"
+            )
+        digits = m.group(2)
+        parsed.append((m.group(1), (int(digits[:-1]), int(digits[-1])), m.group(3)))
+    return parsed
 
 
 def arch_supported(capability, arch_list) -> bool:
-    """Whether a torch build with ``torch.cuda.get_arch_list() == arch_list`` runs kernels on a GPU
-    of compute ``capability``.  Pure, so tests feed it real wheels' lists.
-
-    * ``sm_XY``: a cubin; runs on the same major version with an equal or higher minor
-      (``sm_86`` runs on 8.9, not on 9.0 nor on 8.0).
-    * ``sm_XYf``: family-specific (CUDA 12.9+): the same rule.
-    * ``sm_XYa``: architecture-specific: exactly X.Y.
-    * ``compute_XY``: PTX, compiled by the driver for X.Y and anything newer.
-
-    An empty list (a CPU-only build) supports nothing.
-    """
+    """Whether a torch build with ``torch.cuda.get_arch_list() == arch_list`` runs kernels on a GPU of
+    ``capability``: ``sm_XY`` and ``sm_XYf`` on X.Y' with Y' >= Y, ``sm_XYa`` on exactly X.Y, ``compute_XY``
+    (PTX) on X.Y and newer; an empty list (a CPU-only build) on nothing."""
     cap = check_capability(capability)
-    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
-        raise ArgumentTypeError(
-            f"arch_list must be a list of strings such as ['sm_80', 'sm_90'], got {arch_list!r}"
-        )
-    for entry in arch_list:
-        kind, (major, minor), suffix = parse_arch(entry)
-        if kind == "compute" and cap >= (major, minor):
-            return True
-        if kind == "sm" and suffix == "a" and cap == (major, minor):
-            return True
-        if kind == "sm" and suffix != "a" and cap[0] == major and cap[1] >= minor:
-            return True
-    return False
+    return any(
+        cap >= c if kind == "compute" else cap == c if suffix == "a" else (cap[0] == c[0] and cap[1] >= c[1])
+        for kind, c, suffix in parse_arch_list(arch_list)
+    )
 
 
 def arch_advice(capability, arch_list, cuda_version: str | None = None) -> str | None:
-    """None when this torch build has kernels for ``capability``; else what to install instead.
-
-    The doctor and :func:`describe` print it: ``torch.cuda.is_available()`` is True on such a GPU,
-    and the first kernel fails with "no kernel image is available for execution on the device".
-    """
-    check_optional_str("cuda_version", cuda_version, "a CUDA version such as '12.6'")
+    """None when this torch build has kernels for ``capability``; else what to install instead (the first
+    kernel would fail with "no kernel image is available for execution on the device")."""
     if arch_supported(capability, arch_list):
         return None
     cap = check_capability(capability)
-    listed = sorted({parse_arch(e)[1] for e in arch_list})
+    listed = sorted({c for _, c, _ in parse_arch_list(arch_list)})
     build = f"this torch (CUDA {cuda_version})" if cuda_version else "this torch"
     have = ", ".join(f"sm_{a}{b}" for a, b in listed) or "no GPU kernels at all (a CPU-only build)"
-    text = f"{build} has kernels for {have}, none of which runs on this GPU (sm_{cap[0]}{cap[1]}). "
-    if listed and cap < listed[0]:
-        return text + (
-            "Newer CUDA builds dropped older GPUs: install a torch built for CUDA 12.6, e.g. "
-            "`make lab TORCH_INDEX=https://download.pytorch.org/whl/cu126`, then check that "
-            "`python -m amp_lab doctor` reports this GPU as supported."
-        )
-    return text + (
-        "This GPU is newer than the build: install a newer torch (or one built for a newer CUDA), then "
-        "check that `python -m amp_lab doctor` reports this GPU as supported."
-    )
+    fix = "arch.older_gpu" if listed and cap < listed[0] else "arch.newer_gpu"
+    return f"{say('arch.no_kernels', build=build, have=have, sm=f'sm_{cap[0]}{cap[1]}')} {say(fix)}"
 
 
 @dataclass(frozen=True)
@@ -266,8 +173,7 @@ class GpuDatasheet:
     bf16_tflops: float | None  # None: no bf16 Tensor Cores
     bandwidth_gbs: float
     source: str
-    # FP8 (E4M3/E5M2) Tensor Cores, dense, FP32 accumulation (what torch._scaled_mm asks cuBLAS for); None:
-    # no FP8.  Its own source string, so ``source`` (which notebook 06's ceilings print) stays as it was.
+    # FP8 Tensor Cores, dense, FP32 accumulation (what torch._scaled_mm asks cuBLAS for); None: no FP8.
     fp8_tflops: float | None = None
     fp8_source: str | None = None
 
@@ -276,32 +182,23 @@ class GpuDatasheet:
         or a float8 dtype for FP8 Tensor Cores)."""
         if dtype == "tf32":
             return self.tf32_tflops
-        if (isinstance(dtype, str) and dtype == "fp8") or (
-            isinstance(dtype, torch.dtype) and dtype in _FP8_DTYPES
-        ):
+        if dtype in ("fp8", torch.float8_e4m3fn, torch.float8_e5m2):
             return self.fp8_tflops
-        dtype = parse_dtype(dtype, allowed=(torch.float32, torch.float16, torch.bfloat16))
-        return {
-            torch.float32: self.fp32_tflops,
-            torch.float16: self.fp16_tflops,
-            torch.bfloat16: self.bf16_tflops,
-        }[dtype]
+        fp32, fp16, bf16 = torch.float32, torch.float16, torch.bfloat16
+        rates = {fp32: self.fp32_tflops, fp16: self.fp16_tflops, bf16: self.bf16_tflops}
+        return rates[parse_dtype(dtype, allowed=tuple(rates))]
 
     @property
     def fp8_over_bf16(self) -> float | None:
-        """The datasheet's FP8 Tensor Core rate over its BF16 rate (both dense), computed from the two
-        figures; None where the GPU has no FP8 or no BF16 Tensor Cores.  (``08_fp8_and_block_scaling``)"""
+        """The FP8 Tensor Core rate over the BF16 rate (both dense); None without FP8 or BF16 Tensor Cores."""
         if self.fp8_tflops is None or self.bf16_tflops is None:
             return None
         return self.fp8_tflops / self.bf16_tflops
 
 
-_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-
-
 def _hopper(model: str, name: str, fp32: float, tf32_sparse: float, fp16_sparse: float, tb_s: float,
             fp8_sparse: float | None = None) -> GpuDatasheet:  # fmt: skip
-    """An H100/H200 row from its datasheet, which prints Tensor Core rates with sparsity (halved here)."""
+    """An H100/H200 row; its datasheet prints Tensor Core rates with sparsity (halved here)."""
     chip, form = model.split()
     fp8_source = None if fp8_sparse is None else (
         f"NVIDIA {chip} datasheet ({form}): {fp8_sparse:,g} FP8 Tensor TFLOPS with sparsity "
@@ -357,24 +254,17 @@ _BY_NAME = {_model_name(n): entry for entry in DATASHEETS for n in entry.names}
 
 
 def datasheet_entry(gpu_name: str | None) -> GpuDatasheet | None:
-    """The datasheet of the GPU ``torch.cuda.get_device_name()`` calls ``gpu_name`` (case and spacing
-    aside, the exact name), or None for a GPU the table does not know (e.g. "NVIDIA RTX A1000")."""
-    if gpu_name is None:
-        return None
-    if not isinstance(gpu_name, str):
-        raise TypeError(
-            f"gpu_name must be a string such as 'NVIDIA H100 80GB HBM3', got {type(gpu_name).__name__}"
-        )
-    return _BY_NAME.get(_model_name(gpu_name))
+    """The datasheet of the GPU ``torch.cuda.get_device_name()`` calls ``gpu_name`` (the exact name, case and
+    spacing aside), or None for a GPU the table does not know (e.g. "NVIDIA RTX A1000")."""
+    return None if gpu_name is None else _BY_NAME.get(_model_name(gpu_name))
 
 
 DATASHEET_HEADER = ["GPU", "FP32", "TF32", "FP16", "BF16", "memory", "FP16 / FP32", "BF16 / TF32"]
 
 
 def datasheet_rows() -> list[list[str]]:
-    """The datasheet table as rows for ``widgets.table_html`` (header :data:`DATASHEET_HEADER`): dense
-    TFLOP/s per precision, bandwidth, and the two ceilings a race is measured against, computed from the
-    rates.  (``06_timing_race``)"""
+    """The datasheet table (header :data:`DATASHEET_HEADER`): dense TFLOP/s, bandwidth, and the two ceilings
+    a race is measured against.  (``06_timing_race``)"""
 
     def rate(x):
         return "-" if x is None else f"{x:g}"
@@ -393,10 +283,8 @@ FP8_DATASHEET_HEADER = ["GPU", "FP8", "BF16", "FP8 / BF16", "source"]
 
 
 def fp8_datasheet_rows() -> list[list[str]]:
-    """The GPUs of the datasheet table that have FP8 Tensor Cores, as rows for ``widgets.table_html``
-    (header :data:`FP8_DATASHEET_HEADER`): dense FP8 and BF16 TFLOP/s (FP32 accumulation), their ratio
-    (:attr:`GpuDatasheet.fp8_over_bf16`, computed from the two figures) and where the FP8 figure comes from.
-    A100, V100 and T4 have no FP8 Tensor Cores and no row.  (``08_fp8_and_block_scaling``)"""
+    """The datasheet GPUs with FP8 Tensor Cores (header :data:`FP8_DATASHEET_HEADER`): dense FP8 and BF16
+    TFLOP/s, their ratio and the FP8 figure's source.  (``08_fp8_and_block_scaling``)"""
     return [
         [e.model, f"{e.fp8_tflops:g}", f"{e.bf16_tflops:g}", f"{e.fp8_over_bf16:.3g}x", e.fp8_source]
         for e in DATASHEETS
@@ -406,9 +294,8 @@ def fp8_datasheet_rows() -> list[list[str]]:
 
 @dataclass(frozen=True)
 class Fp8Support:
-    """Whether FP8 GEMMs (``torch._scaled_mm`` with ``float8_e4m3fn``) run on Tensor Cores, and why: ``code``
-    is a reason of :data:`amp_lab.text.REASONS`, filled from ``facts``.  Truthy exactly when ``supported`` is,
-    and unpacks as ``(supported, reason)``: ``ok, why = fp8_matmul_support((9, 0))``."""
+    """Whether FP8 GEMMs run on Tensor Cores (truthy exactly then), and why: ``code`` is a reason of
+    :data:`amp_lab.text.REASONS` filled from ``facts``."""
 
     supported: bool
     code: str
@@ -421,30 +308,15 @@ class Fp8Support:
     def __bool__(self) -> bool:
         return self.supported
 
-    def __iter__(self):
+    def __iter__(self):  # ok, why = fp8_matmul_support(...)
         return iter((self.supported, self.reason))
 
 
 def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
-    """Whether a CUDA GPU of compute ``capability`` runs FP8 GEMMs on Tensor Cores with a torch build whose
-    ``torch.cuda.get_arch_list()`` is ``arch_list``, and why: the course's one FP8 placement fact.  Pure, so
-    tests feed it any GPU and wheel.  (``08_fp8_and_block_scaling``, ``scripts/gpu_check.py``)
-
-    * ``capability`` None (a CPU, or no CUDA GPU): not supported; ``torch._scaled_mm`` still runs on the
-      CPU, emulated, which shows FP8's numbers but not its speed.
-    * The GPU's Tensor Cores must multiply FP8 (:func:`tensor_core_generation`: Ada 8.9, Hopper 9.0,
-      Blackwell 10.x and 12.x; not Ampere, Turing or Volta).
-    * The build must have kernels for the GPU (:func:`arch_supported`); ``arch_list`` None leaves the build
-      unchecked (a caller that has checked it already).
-    """
+    """Whether a CUDA GPU of ``capability`` (None: none) runs FP8 GEMMs on Tensor Cores (Ada, Hopper, Blackwell)
+    with a torch build whose arch list is ``arch_list`` (None: unchecked), and why."""
     if arch_list is not None:  # checked whatever the capability, so a malformed list is never accepted
-        if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
-            raise ArgumentTypeError(
-                f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] (torch.cuda.get_arch_list()) or "
-                f"None, got {type(arch_list).__name__}: {arch_list!r:.80}"
-            )
-        for entry in arch_list:
-            parse_arch(entry)
+        parse_arch_list(arch_list)
     if capability is None:
         return Fp8Support(False, "fp8.no_cuda_gpu", {})
     tc = tensor_core_generation(capability)
@@ -470,77 +342,39 @@ class TensorCoreDetails:
     note: str
 
 
-# Keyed by Tensor Core generation (gpus.tensor_core_generation(...).generation).  Dense
-# FP16 rates of each generation's data-centre part, from NVIDIA's architecture whitepapers
-# (Volta: 64 FMA per Tensor Core per clock, 8 per SM; A100: 256, 4 per SM; H100: twice A100 per
-# SM).  Consumer parts of the same generation can be slower per SM.
+# By Tensor Core generation: dense FP16 rates of its data-centre part, from NVIDIA's architecture whitepapers.
 TENSOR_CORE_DETAILS: dict[int, TensorCoreDetails] = {
-    1: TensorCoreDetails(
-        "V100",
-        64,
-        8,
-        "4×4×4 FP16 MMA per clock (D = A·B + C, 64 FMA)",
-        "mma.sync m8n8k4",
-        "FP16 inputs, FP16 or FP32 accumulator",
-    ),
-    2: TensorCoreDetails(
-        "T4",
-        64,
-        8,
-        "4×4×4 FP16 MMA per clock (64 FMA); INT8/INT4 at 2×/4× that",
-        "mma.sync m16n8k8",
-        "adds integer inputs for inference",
-    ),
-    3: TensorCoreDetails(
-        "A100",
-        256,
-        4,
-        "256 FP16 FMA per clock (4× a Volta Tensor Core)",
-        "mma.sync m16n8k16",
-        "BF16 at the FP16 rate, TF32 at half of it; 2:4 sparsity doubles both",
-    ),
-    4: TensorCoreDetails(
-        "H100",
-        512,
-        4,
-        "512 FP16 FMA per clock; FP8 at twice the FP16 rate",
-        "wgmma.mma_async m64nNk16",
-        "FP8 (E4M3/E5M2), its accumulator about 14 bits, not FP32 (DeepSeek-V3 report); Ada parts are 4th generation too, slower per SM",
-    ),
-    5: TensorCoreDetails(
-        "B200",
-        None,
-        None,
-        "not listed here",
-        "tcgen05.mma",
-        "FP6/FP4 and block-scaled (microscaling) formats",
-    ),
-}
+    1: TensorCoreDetails("V100", 64, 8, "4×4×4 FP16 MMA per clock (D = A·B + C, 64 FMA)", "mma.sync m8n8k4",
+                         "FP16 inputs, FP16 or FP32 accumulator"),
+    2: TensorCoreDetails("T4", 64, 8, "4×4×4 FP16 MMA per clock (64 FMA); INT8/INT4 at 2×/4× that",
+                         "mma.sync m16n8k8", "adds integer inputs for inference"),
+    3: TensorCoreDetails("A100", 256, 4, "256 FP16 FMA per clock (4× a Volta Tensor Core)", "mma.sync m16n8k16",
+                         "BF16 at the FP16 rate, TF32 at half of it; 2:4 sparsity doubles both"),
+    4: TensorCoreDetails("H100", 512, 4, "512 FP16 FMA per clock; FP8 at twice the FP16 rate",
+                         "wgmma.mma_async m64nNk16",
+                         "FP8 (E4M3/E5M2), its accumulator about 14 bits, not FP32 (DeepSeek-V3 report); Ada parts "
+                         "are 4th generation too, slower per SM"),
+    5: TensorCoreDetails("B200", None, None, "not listed here", "tcgen05.mma",
+                         "FP6/FP4 and block-scaled (microscaling) formats"),
+}  # fmt: skip
 
 
 # Architectures whose figures differ from their generation's data-centre part.
 ARCHITECTURE_DETAILS: dict[str, TensorCoreDetails] = {
-    "Ada Lovelace": TensorCoreDetails(
-        "L4 / RTX 40",
-        None,
-        4,
-        "FP8 added as on Hopper; lower per-SM rates than H100",
-        "mma.sync (FP8: m16n8k32)",
-        "4th generation like Hopper, without Hopper's warp-group MMA",
-    ),
-}
+    "Ada Lovelace": TensorCoreDetails("L4 / RTX 40", None, 4, "FP8 added as on Hopper; lower per-SM rates than H100",
+                                      "mma.sync (FP8: m16n8k32)",
+                                      "4th generation like Hopper, without Hopper's warp-group MMA"),
+}  # fmt: skip
 
 
-# Dense FP16 Tensor Core TFLOP/s with an FP16 accumulator and with an FP32 accumulator, from NVIDIA's
-# whitepapers (which print both; sparse rates are twice these).  Data-centre parts run both at one
-# rate; GeForce parts run FP32 accumulation at half the FP16-accumulation rate.
-ACCUMULATE_RATES = (
-    {"part": "A100", "kind": "data centre", "fp16_accumulate": 312.0, "fp32_accumulate": 312.0,
-     "source": "NVIDIA A100 Tensor Core GPU architecture whitepaper (A100 SXM4)"},
-    {"part": "H100 SXM", "kind": "data centre", "fp16_accumulate": 989.4, "fp32_accumulate": 989.4,
-     "source": "NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5)"},
-    {"part": "RTX 3090", "kind": "GeForce", "fp16_accumulate": 142.0, "fp32_accumulate": 71.0,
-     "source": "NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090)"},
-    {"part": "RTX 4090", "kind": "GeForce", "fp16_accumulate": 330.3, "fp32_accumulate": 165.2,
-     "source": "NVIDIA Ada Lovelace GPU architecture whitepaper (GeForce RTX 4090)"},
+# Dense FP16 Tensor Core TFLOP/s with an FP16 and with an FP32 accumulator, from NVIDIA's whitepapers:
+# GeForce parts run FP32 accumulation at half the rate.
+ACCUMULATE_RATES = tuple(
+    dict(zip(("part", "kind", "fp16_accumulate", "fp32_accumulate", "source"), row, strict=True))
+    for row in (
+        ("A100", "data centre", 312.0, 312.0, "NVIDIA A100 Tensor Core GPU architecture whitepaper (A100 SXM4)"),
+        ("H100 SXM", "data centre", 989.4, 989.4, "NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5)"),
+        ("RTX 3090", "GeForce", 142.0, 71.0, "NVIDIA Ampere GA102 GPU architecture whitepaper (GeForce RTX 3090)"),
+        ("RTX 4090", "GeForce", 330.3, 165.2, "NVIDIA Ada Lovelace GPU architecture whitepaper (GeForce RTX 4090)"),
+    )
 )  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from torch import nn
 
 from ._checks import check_seed
@@ -18,16 +20,9 @@ def make_mlp(
     seed: int = 0,
     device=None,
 ) -> nn.Sequential:
-    """An MLP ``num_features -> hidden (x depth, ReLU) -> num_classes`` with seeded initialisation.
-
-    The weights are those ``torch.manual_seed(seed)`` followed by the construction gives, but the
-    learner's generators (CPU and CUDA) are left as they were (``device.seeded``).  Its parameters
-    stay float32: autocast casts copies for each op, and the optimizer updates the float32 "master"
-    weights.
-
-    ``depth`` is at most :data:`MAX_DEPTH`; the parameters' bytes are checked against free memory
-    (``device.check_fits``) before anything is allocated.
-    """
+    """An MLP ``num_features -> hidden (x depth, ReLU) -> num_classes`` of float32 parameters, initialised as
+    after ``torch.manual_seed(seed)`` but leaving the learner's generators as they were; ``depth`` is at most
+    ``cost.MAX_DEPTH``, and the parameters' bytes are checked against free memory before any is allocated."""
     num_features, num_classes, hidden, depth = mlp_sizes(num_features, num_classes, hidden, depth)
     seed = check_seed("seed", seed)
     dev = get_device(device)
@@ -37,14 +32,8 @@ def make_mlp(
     check_fits(needed, "cpu", what, hint)  # the layers are built on the CPU, then moved
     if dev.type != "cpu":
         check_fits(needed, dev, what, hint)
-    # seeded() forks the CPU's generator *and* every CUDA device's: a bare torch.manual_seed would
-    # reseed a learner's GPU generators as a side effect of building a model.
     with seeded(seed):
-        layers: list[nn.Module] = []
-        width = num_features
-        for _ in range(depth):
-            layers += [nn.Linear(width, hidden), nn.ReLU()]
-            width = hidden
-        layers.append(nn.Linear(width, num_classes))
-        model = nn.Sequential(*layers)
+        pairs = pairwise([num_features] + [hidden] * depth)
+        hidden_layers = [m for a, b in pairs for m in (nn.Linear(a, b), nn.ReLU())]
+        model = nn.Sequential(*hidden_layers, nn.Linear(hidden, num_classes))
     return model.to(dev)

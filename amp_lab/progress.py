@@ -1,9 +1,4 @@
-"""Progress bars for anything that takes more than a couple of seconds.
-
-``progress(iterable, desc=...)`` is tqdm.auto: a widget bar in JupyterLab, a text bar in a
-terminal.  ``AMP_LAB_PROGRESS=0`` turns bars off (used by benchmarks so bars do not
-disturb timings).
-"""
+"""Progress bars (tqdm.auto: a widget in JupyterLab, text in a terminal); ``AMP_LAB_PROGRESS=0`` turns them off."""
 
 from __future__ import annotations
 
@@ -12,7 +7,7 @@ from collections.abc import Iterable
 
 from tqdm.auto import tqdm
 
-from ._checks import ArgumentTypeError, check_instance, check_int
+from ._checks import check_instance, check_int, check_optional_str
 
 
 def enabled() -> bool:
@@ -22,16 +17,11 @@ def enabled() -> bool:
 def progress(
     iterable=None, *, desc: str | None = None, total: int | None = None, leave: bool = True, **kwargs
 ):
-    """A tqdm progress bar over ``iterable`` (or a manual bar when ``iterable`` is None).
-
-    ``desc`` is a string or None, ``total`` a count >= 0 or None, ``leave`` True or False."""
-    if iterable is not None and not isinstance(iterable, Iterable):
-        raise ArgumentTypeError(
-            f"iterable must be something to loop over (e.g. range(n)) or None, got {type(iterable).__name__}: "
-            f"{iterable!r:.80}"
-        )
-    if desc is not None:
-        check_instance("desc", desc, str, "a string or None")
+    """A tqdm progress bar over ``iterable`` (a manual bar when None); ``desc`` a string or None, ``total`` a
+    count >= 0 or None, ``leave`` True or False."""
+    if iterable is not None:
+        check_instance("iterable", iterable, Iterable, "something to loop over (e.g. range(n)) or None")
+    check_optional_str("desc", desc)
     if total is not None:
         total = check_int("total", total, minimum=0)
     check_instance("leave", leave, bool, "True or False")

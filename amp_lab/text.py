@@ -1,10 +1,5 @@
-"""Words the course composes: how numbers print, and every sentence that interprets a measurement.
-
-A readout (the race's verdict, a sweep's trend, a comparison's reading, a reveal) returns facts: an
-outcome code, reason codes and the numbers.  :data:`REASONS` is the one table that turns a code into its
-sentence, filled from the facts: the one place a translation would replace.  Notebooks print
-:class:`Reading` (its sentences) or show its numbers in a table; tests assert its codes and numbers.
-"""
+"""How numbers print, and :data:`REASONS`: the one table from a readout's reason codes to sentences, filled
+from its facts (the place a translation replaces).  Tests assert a :class:`Reading`'s codes and numbers."""
 
 from __future__ import annotations
 
@@ -16,9 +11,7 @@ from numbers import Real
 
 from ._checks import ArgumentTypeError, check_int
 
-# code -> sentence template, filled by ``str.format(**facts)``.  One section per topic module.
-# code -> sentence template, filled by ``str.format(**facts)``, read from ``reasons.json`` (one object per
-# topic module there): the one place a translation replaces.
+# code -> sentence template, filled by ``str.format(**facts)``, from ``reasons.json`` (one object per topic).
 REASONS: dict[str, str] = {
     code: template
     for section in json.loads(
@@ -35,11 +28,9 @@ def say(code: str, **facts) -> str:
 
 @dataclass(frozen=True)
 class Reading:
-    """What a readout found: its ``outcome`` (a code of :data:`REASONS`, or a plain label such as
-    ``"faster"`` when the sentences are all in the reasons), the ``reasons`` behind it (codes of
-    :data:`REASONS`, in reading order) and the numbers they are filled from.  ``str(reading)`` is its
-    sentences: the outcome's, when it is a code, then every reason's (a reason without a sentence is a bug,
-    and raises ``KeyError``)."""
+    """What a readout found: its ``outcome`` (a code of :data:`REASONS`, or a plain label such as ``"faster"``),
+    the ``reasons`` behind it (codes, in reading order) and the ``facts`` they are filled from.  ``str()`` is
+    their sentences (a reason without one raises ``KeyError``)."""
 
     outcome: str
     reasons: tuple[str, ...] = ()
@@ -58,9 +49,7 @@ class Reading:
 
 
 def _number(name: str, value, *, optional: bool = False):
-    """``value`` as a float if it is a real number (NumPy's too; not a bool), for the formatters, which
-    print inf and nan as ``'inf'`` and ``'nan'``.  An integer beyond float64's range (``2**2000``) is no
-    measurement: a ValueError, not an OverflowError from ``float()``."""
+    """``value`` as a float if it is a real number (not a bool, nor an integer beyond float64's range)."""
     if optional and value is None:
         return value
     if isinstance(value, bool) or not isinstance(value, Real):
@@ -99,8 +88,7 @@ def format_bytes(nbytes: float | None) -> str:
 
 
 def format_ratio(x: float, digits: int = 2) -> str:
-    """``1.3217`` -> ``'1.32x'``; below 0.1, ``digits + 1`` significant figures (``0.01234`` -> ``'0.0123x'``).
-    How every speedup in ``06_timing_race`` is printed."""
+    """``1.3217`` -> ``'1.32x'``; below 0.1, ``digits + 1`` significant figures (``0.01234`` -> ``'0.0123x'``)."""
     x = _number("x", x)
     digits = check_int("digits", digits, minimum=0, maximum=17)
     if not math.isfinite(x):

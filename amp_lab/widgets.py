@@ -1,64 +1,25 @@
-"""Thin widget layer shared by the notebooks.
-
-The course's widget rule (CONTRIBUTING.md, "Widgets"): a callback never prints and never
-opens a new figure.  It sets the ``value`` of widgets that already exist: an ``HTML``
-readout, or a :class:`FigurePane` that re-renders one matplotlib ``Figure`` into an
-``ipywidgets.Image``.  That is what makes a slider feel instant, it lets tests drive a
-widget by setting ``.value`` and reading the readouts, and it keeps notebook outputs
-identical whether a cell is run by JupyterLab, by ``make notebooks`` or by nbval.
-"""
+"""The widget primitives.  A callback never prints nor opens a figure (CONTRIBUTING.md, "Widgets"): it sets the
+``value`` of widgets that exist, an ``HTML`` readout or a :class:`FigurePane`, so outputs are the same in
+JupyterLab, ``make notebooks`` and nbval, and tests drive a widget by its ``.value``."""
 
 from __future__ import annotations
 
 import html
 import io
-import math
 
 import ipywidgets as widgets
+import torch
 from matplotlib.figure import Figure
 
-from ._checks import (
-    MAX_TABLE_COLUMNS,
-    MAX_TABLE_ROWS,
-    ArgumentTypeError,
-    bounded_list,
-    check_float,
-    check_instance,
-    check_int,
-)
-
-# A pane's image is at most this many pixels on a side (a 7-inch figure at 80 dpi has 560).
-MAX_PIXELS = 4096
+from ._checks import MAX_TABLE_COLUMNS, MAX_TABLE_ROWS, bounded_list, check_int, check_optional_str
 
 
 class FigurePane:
-    """One matplotlib ``Figure``, shown through an ``ipywidgets.Image`` and redrawn in place.
-
-    Build the figure once, keep references to its artists, change their data in a callback
-    and call :meth:`refresh`; the image bytes in the page are replaced, nothing is appended.
-    """
+    """One matplotlib ``Figure`` shown as an ``ipywidgets.Image``: change its artists' data in a callback and
+    call :meth:`refresh`, which replaces the image bytes in the page."""
 
     def __init__(self, figure: Figure | None = None, *, figsize=(6.4, 3.6), dpi: int = 100):
-        dpi = check_int("dpi", dpi, minimum=1, maximum=MAX_PIXELS)
-        if figure is not None:
-            check_instance("figure", figure, Figure, "a matplotlib Figure or None")
-            size = tuple(float(v) for v in figure.get_size_inches())
-        else:
-            if (
-                isinstance(figsize, (str, bytes))
-                or not isinstance(figsize, (tuple, list))
-                or len(figsize) != 2
-            ):
-                raise ArgumentTypeError(
-                    f"figsize must be a pair (width, height) in inches, got {figsize!r:.80}"
-                )
-            size = (check_float("figsize[0]", figsize[0], gt=0), check_float("figsize[1]", figsize[1], gt=0))
-        if max(size) * dpi > MAX_PIXELS:
-            raise ValueError(
-                f"a {size[0]:g}x{size[1]:g} inch figure at dpi={dpi} is {math.ceil(max(size) * dpi)} pixels wide or "
-                f"high; a pane is at most {MAX_PIXELS} pixels on a side: choose a smaller figsize or dpi"
-            )
-        self.figure = figure if figure is not None else Figure(figsize=size, dpi=dpi)
+        self.figure = figure if figure is not None else Figure(figsize=figsize, dpi=dpi)
         self.dpi = dpi
         self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.renders = 0
@@ -74,21 +35,13 @@ class FigurePane:
 
 
 def table_html(rows, header=None, *, caption: str | None = None) -> str:
-    """A small HTML table for readouts; every cell is escaped text.
-
-    ``rows`` is a list of rows, each a list (or tuple) of cells; ``header`` a list of column titles
-    or None; ``caption`` a string or None.  At most ``_checks.MAX_TABLE_ROWS`` rows and
-    ``_checks.MAX_TABLE_COLUMNS`` cells a row, checked before any is read."""
-
-    def _cells(what, row):
-        return bounded_list(what, row, MAX_TABLE_COLUMNS, "a list of cells")
-
+    """A small HTML table of escaped text: ``rows`` of cells (at most ``MAX_TABLE_ROWS`` of
+    ``MAX_TABLE_COLUMNS``, checked before any is read), ``header`` titles or None, ``caption`` or None."""
     rows = bounded_list("rows", rows, MAX_TABLE_ROWS, "a list of rows (lists of cells)")
-    rows = [_cells(f"rows[{i}]", r) for i, r in enumerate(rows)]
+    rows = [bounded_list(f"rows[{i}]", r, MAX_TABLE_COLUMNS, "a list of cells") for i, r in enumerate(rows)]
     if header is not None:
-        header = _cells("header", header)
-    if caption is not None:
-        check_instance("caption", caption, str, "a string or None")
+        header = bounded_list("header", header, MAX_TABLE_COLUMNS, "a list of cells")
+    check_optional_str("caption", caption)
     parts = ['<table style="border-collapse:collapse;font-family:monospace">']
     if caption:
         parts.append(f"<caption style='text-align:left'>{html.escape(caption)}</caption>")
@@ -114,12 +67,8 @@ def table_html(rows, header=None, *, caption: str | None = None) -> str:
 
 
 class Table:
-    """A table a notebook shows: HTML in JupyterLab, aligned text everywhere else.
-
-    JupyterLab renders ``_repr_html_`` (``table_html``: cells wrap between words, never inside one, so
-    a wide table fits a 1280-pixel window); ``repr()`` is the same table as aligned columns, which is
-    what nbval compares and what a terminal prints.  Arguments as :func:`table_html`.
-    """
+    """A table a notebook shows: :func:`table_html` in JupyterLab, aligned columns in ``repr()`` (what nbval
+    compares and a terminal prints).  Arguments as :func:`table_html`."""
 
     def __init__(self, rows, header=None, *, caption: str | None = None):
         self._html = table_html(rows, header, caption=caption)  # validates everything first
@@ -143,17 +92,11 @@ class Table:
 
 
 class SmokeTest:
-    """The widget check of ``00_setup_check``: move the slider, the number below must change.
-
-    ``readout`` shows ``2 ** k`` and its float16 spacing for the slider's ``k``, computed by torch,
-    so a learner sees the front end and the kernel talking to each other.
-    """
+    """The widget check of ``00_setup_check``: move the slider, and ``readout`` shows ``2 ** k`` and its float16
+    spacing, computed by torch (the front end and the kernel talking)."""
 
     def __init__(self, k: int = 3):
-        import torch
-
         k = check_int("k", k, minimum=0, maximum=15)
-        self._torch = torch
         self.slider = widgets.IntSlider(value=k, min=0, max=15, description="k", continuous_update=True)
         self.slider.add_class("amp-smoke-slider")
         self.readout = widgets.HTML()
@@ -164,9 +107,8 @@ class SmokeTest:
 
     def text(self, k: int) -> str:
         k = check_int("k", k, minimum=0, maximum=15)  # 2**16 is beyond float16's largest value
-        x = self._torch.tensor(2.0**k, dtype=self._torch.float16)
-        # The next float16 up: add one to the 16-bit pattern (valid for positive finite values).
-        up = (x.view(self._torch.int16) + 1).view(self._torch.float16)
+        x = torch.tensor(2.0**k, dtype=torch.float16)
+        up = (x.view(torch.int16) + 1).view(torch.float16)  # the next float16 up
         gap = up.float() - x.float()
         return f"2 ** {k} = {x.item():g} in float16; the next float16 above it is {gap.item():g} further on"
 

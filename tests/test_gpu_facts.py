@@ -88,8 +88,6 @@ def test_datasheet_matches_exact_names_only():
     assert gpus.datasheet_entry("  nvidia  h200 ").model == "H200 SXM"  # case and spacing aside
     assert gpus.datasheet_entry("NVIDIA H200 NVL").model == "H200 NVL"
     assert gpus.datasheet_entry(None) is None and sweeps.datasheet_ceiling(None) is None
-    with pytest.raises(TypeError, match="gpu_name"):
-        gpus.datasheet_entry(90)
     assert sweeps.datasheet_ceiling("Tesla V100-SXM2-32GB", torch.bfloat16) is None  # no bf16 Tensor Cores
     assert sweeps.datasheet_ceiling("Tesla V100-SXM2-32GB", torch.float16).vs_tf32 is None  # no TF32
 
@@ -141,8 +139,6 @@ def test_cuda_available_bytes_counts_memory_the_allocator_holds():
     assert device.cuda_available_bytes(4 * gib, 5 * gib, 1 * gib) == 8 * gib
     assert device.cuda_available_bytes(4 * gib, 0, 0) == 4 * gib
     assert device.cuda_available_bytes(4 * gib, 1 * gib, 2 * gib) == 4 * gib  # never less than the driver's
-    with pytest.raises(ValueError, match="reserved"):
-        device.cuda_available_bytes(1, -1, 0)
 
 
 def test_available_bytes_on_cuda_reads_the_allocator(monkeypatch):
@@ -233,7 +229,7 @@ def _observe() -> tuple:
 
 
 def test_tf32_switch_can_be_read_by_cublas(clean_tf32):
-    """The crash of issue 13: with only the new flag set, cuBLAS's read raises on every FP32 matmul."""
+    """The crash it prevents: with only the new flag set, cuBLAS's read raises on every FP32 matmul."""
     for enabled in (True, False):
         with hardware.tf32_matmul(enabled):
             assert torch._C._get_cublas_allow_tf32() is enabled
@@ -257,12 +253,6 @@ def test_tf32_switch_restores_what_a_learner_set(clean_tf32):
     with hardware.tf32_matmul(True):
         assert torch._C._get_cublas_allow_tf32() is True
     assert _observe() == before
-
-
-def test_tf32_switch_refuses_non_bools():
-    with pytest.raises(TypeError, match="enabled"):
-        with hardware.tf32_matmul("yes"):
-            pass
 
 
 _VALUES = {"generic": ["none", "ieee", "tf32", "bf16"], "cuda": ["none", "ieee", "tf32"],

@@ -328,7 +328,6 @@ def test_cpu_has_native_on_real_machines(name):
     text, _, bf16, fp16, _ = MACHINES[name]
     flags = cpu_flags(**text)
     assert cpu_has_native(torch.bfloat16, flags) is bf16
-    assert cpu_has_native("bf16", flags) is bf16
     assert cpu_has_native(torch.float16, flags) is fp16
 
 
@@ -357,12 +356,6 @@ def test_unknown_without_any_text():
     # Reports made before ARM support (only the x86 keys) still read correctly.
     assert cpu_has_native(torch.bfloat16, {"avx512_bf16": False, "amx_bf16": False, "avx512_fp16": False}) is False
     assert cpu_has_native(torch.bfloat16, {"amx_bf16": True}) is True
-
-
-@pytest.mark.parametrize("bad", ["fp64", torch.float32, "int8"])
-def test_cpu_has_native_names_the_bad_dtype(bad):
-    with pytest.raises(ValueError, match="dtype"):
-        cpu_has_native(bad, cpu_flags(CPUINFO_AVX2))
 
 
 def test_cpu_native_labels():
@@ -518,7 +511,7 @@ def test_verdicts(name):
     v = _verdict(name)
     assert (v.dtype, v.use_scaler, v.expect_speedup, v.outcome) == (dtype, scaler, expect, outcome)
     assert {k: v.facts.get(k) for k in facts} == facts
-    assert v.reason_codes and all(code in REASONS for code in v.reading.codes)
+    assert v.reason_codes and all(code in REASONS for code in (v.outcome, *v.reason_codes))
     # A GradScaler exactly when the dtype's exponent range is narrower than FP32's: its smallest
     # normal number is larger (torch.finfo is the oracle).
     assert v.use_scaler == (torch.finfo(v.dtype).tiny > torch.finfo(torch.float32).tiny)
@@ -586,8 +579,6 @@ def test_describe_on_cpu_matches_torch():
     labels = [f"CPU {cpus.CPU_FLAGS[k]}" for k, v in cpu_flags().items() if v is not None]
     for label in ["torch", "CPU threads", "verdict", *labels]:
         assert label in text
-    d = report.as_dict()
-    assert d["race_dtype"] == "bfloat16" and d["threads"] == torch.get_num_threads()
     assert report.explain().splitlines()[0] == f"verdict: {report.verdict}"
     for r in report.reasons:
         assert r in report.explain()
@@ -719,11 +710,10 @@ def test_this_machine_reads_the_environment(monkeypatch):
     assert cpus.cpu_has_native(torch.bfloat16) is True
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert cpus.cpu_has_native(torch.bfloat16) is False
-    assert cpus.cpu_native_labels(torch.bfloat16) == ("AVX512-BF16", "AMX-BF16")
 
 
 # ----------------------------------------------------------------------------------------------
-# Issue 14: every bad input gets a clear error naming the argument
+# Every bad input to the learner-facing names gets a clear error naming the argument
 # ----------------------------------------------------------------------------------------------
 
 import numpy as np  # noqa: E402
@@ -738,15 +728,8 @@ import numpy as np  # noqa: E402
         (lambda: gpus.tensor_core_generation(np.array([8, 0])), TypeError, "capability must be"),
         (lambda: gpus.tensor_core_generation((8.0, 0)), TypeError, "capability must be"),
         (lambda: gpus.bf16_hardware({8, 0}), TypeError, "capability must be"),
-        (lambda: cpus.cpu_flags(123), TypeError, "cpuinfo must be"),
-        (lambda: cpus.cpu_flags(sysctl=b"hw.optional.arm64: 1"), TypeError, "sysctl must be"),
-        (lambda: cpus.cpu_model(123), TypeError, "cpuinfo must be"),
-        (lambda: cpus.cpu_isa_limits(env=["ONEDNN_MAX_CPU_ISA=SSE41"]), TypeError, "env must be a dict"),
-        (lambda: cpus.usable_cpu_flags(flags=5, env={}), TypeError, "flags must be a dict of CPU flags"),
-        (lambda: cpus.cpu_has_native("bf16", flags=["avx512_bf16"]), TypeError, "flags must be a dict"),
-        (lambda: cpus.cpu_has_native("bf16", flags={"avx512_bf16": "yes"}), TypeError,
-         r"flags\['avx512_bf16'\] must be True, False or None"),
-        (lambda: cpus.cpu_native_labels("bf16", flags="avx512_bf16"), TypeError, "flags must be a dict"),
+        (lambda: short_verdict(cuda_available=False, tensor_cores=None, flags={"avx512_bf16": "yes"}), TypeError,
+         r"flags\['avx512_bf16'\] must be True or False"),
         (lambda: short_verdict(cuda_available="no", tensor_cores=None, flags={}), TypeError,
          "cuda_available must be True or False"),
         (lambda: short_verdict(cuda_available=1, tensor_cores=None, flags={}), TypeError, "cuda_available"),
@@ -758,13 +741,9 @@ import numpy as np  # noqa: E402
          "device_type must be"),
         (lambda: hardware.machine_verdict(cuda_available=None, tensor_cores=None, flags={}), TypeError,
          "cuda_available"),
-        (lambda: gpus.arch_advice((9, 0), ["sm_80"], cuda_version=12.6), TypeError, "cuda_version must be"),
         (lambda: gpus.arch_supported((9, 0), "sm_90"), TypeError, "arch_list must be a list"),
         (lambda: gpus.amp_dtype_for(("cuda",)), TypeError, "device_type must be"),
-        (lambda: hardware.report_for("cpu", flags="avx512_bf16"), TypeError, "flags must be a dict"),
-        (lambda: hardware.report_for("cpu", base="report"), TypeError, "base must be a MachineReport"),
         (lambda: hardware.report_for("cuda", capability={8, 0}), TypeError, "capability must be"),
-        (lambda: hardware.report_for("cpu", gpu_name=5), TypeError, "gpu_name must be"),
     ],
 )  # fmt: skip
 def test_hardware_facts_of_the_wrong_type_are_refused_by_name(call, exc, match):

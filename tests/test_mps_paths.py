@@ -1,4 +1,4 @@
-"""The package's paths on an Apple GPU (MPS), tested on a machine without one (issue 13, item 8).
+"""The package's paths on an Apple GPU (MPS), tested on a machine without one.
 
 An Apple GPU has no float64: ``t.double()`` or ``t.to(torch.float64)`` of a tensor on ``mps``
 raises, and so does moving a float64 tensor there.  Two kinds of test keep the numerical modules
@@ -91,7 +91,7 @@ def test_float64_goes_through_the_cpu_helpers(module):
 @pytest.mark.parametrize(
     "bad",
     [
-        "a = y.abs().double()",  # ranges._overflow_mask before issue 13
+        "a = y.abs().double()",  # as ranges._overflow_mask once did
         "f = float((new == w_f).double().mean())",  # ranges.lost_update_fraction
         "r = torch.from_numpy(Ar @ Br + C).to(dev)",  # tensor_cores.reference_mma
         "p = torch.as_tensor(x, dtype=torch.float64)",
