@@ -16,7 +16,7 @@ Skipped on purpose (and why):
 * ``doctor.main``/``doctor.run_checks``/``doctor.check_amp_api``/``doctor.check_plotting``/
   ``cpus.read_cpuinfo``/``cpus.read_sysctl``/``hardware.tf32_matmul_enabled``/
   ``hardware.tf32_setting``/``progress.enabled``/``gpus.datasheet_rows``/
-  ``autocast_ops.op_names`` (no argument)/``check_amp_api``: no arguments to fuzz (``doctor.main`` and
+  ``autocast_lists.op_names`` (no argument)/``check_amp_api``: no arguments to fuzz (``doctor.main`` and
   ``run_checks`` are fuzzed only through ``argv``/``version_of``); they are called once with no arguments.
 * widget classes are built (their constructors fuzzed) but never displayed: no ``IPython.display`` calls,
   and callbacks are not fired (``tests/test_foundation_widgets.py`` drives them).
@@ -78,6 +78,7 @@ from amp_lab import (
     accumulation,
     alignment,
     amp,
+    autocast_lists,
     autocast_ops,
     check,
     checkpoints,
@@ -130,6 +131,7 @@ MODULES = {
     "accumulation": accumulation,
     "alignment": alignment,
     "amp": amp,
+    "autocast_lists": autocast_lists,
     "autocast_ops": autocast_ops,
     "cost": cost,
     "cpus": cpus,
@@ -535,7 +537,7 @@ def T(*shape, dtype=torch.float32):
 
 
 # --- autocast_ops ---------------------------------------------------------------------------
-E("autocast_ops.op_names", fuzz={"family": Str(choices=autocast_ops.FAMILIES)})
+E("autocast_lists.op_names", fuzz={"family": Str(choices=autocast_lists.FAMILIES)})
 E("autocast_ops.autocast_dtype")
 E("autocast_ops.probe", lambda: dict(ops=["mm"]), {"ops": Seq()})
 E(
@@ -551,7 +553,7 @@ E(
     pos_names=("fn",),
     pos=lambda: (T(2, 3), T(3, 2)),
 )
-E("autocast_ops.documented_policy", lambda: dict(op="mm"), {"device_type": Str(choices=("cpu", "cuda"))})
+E("autocast_lists.documented_policy", lambda: dict(op="mm"), {"device_type": Str(choices=("cpu", "cuda"))})
 E("autocast_ops.compare", lambda: dict(probed=probe_table()), {"probed": Obj()})
 E(
     "autocast_ops.format_groups",
@@ -560,11 +562,11 @@ E(
     post=is_str,
 )
 E(
-    "autocast_ops.has_autocast_rule",
+    "autocast_lists.has_autocast_rule",
     lambda: dict(op="einsum", device_type="cuda"),
     {"op": Str(), "device_type": Str(choices=("cpu", "cuda"))},
 )
-E("autocast_ops.aten_op", lambda: dict(name="softmax"), {"name": Str(choices=autocast_ops.op_names())})
+E("autocast_lists.aten_op", lambda: dict(name="softmax"), {"name": Str(choices=autocast_lists.op_names())})
 E("autocast_ops.rule_comparison", lambda: dict(probed=probe_table()), {"probed": Obj(), "ops": Seq()})
 E("autocast_ops.rule_groups", lambda: dict(rows=autocast_ops.rule_comparison(probe_table())), {"rows": Seq()})
 E(
