@@ -13,7 +13,6 @@ import torch
 
 from ._checks import (
     MAX_STEPS,
-    ArgumentTypeError,
     bounded_list,
     check_bool,
     check_choice,
@@ -38,6 +37,7 @@ from .text import Reading
 from .widgets import FigurePane, table_html
 
 RECIPES = ("delayed", "current")
+LABELS = ("log2(scale)", "saturated", "relative error")
 MAX_SEQUENCE_STEPS = 1000
 MAX_SEQUENCE_SIZE = 2**16
 MAX_SEQUENCE_ELEMENTS = 2**22  # all steps together: 16 MiB of float32
@@ -46,17 +46,18 @@ MAX_SPIKE = 1e6
 MAX_DRIFT = 1.0
 
 
+def _spreads(name: str, value) -> list:
+    return bounded_list(name, value, 1000, "a list of spreads")
+
+
 def spread_reading(activations, gradients, e4m3_window: float, e5m2_window: float) -> Reading:
     """What the spreads (binades, one per layer; the gradients' last is the logits') say about the formats,
     whose windows are ``e4m3_window`` and ``e5m2_window`` binades wide: outcome ``fp8.standard_recipe`` when
     the activations fit E4M3 and the hidden gradients need E5M2, else ``fp8.recipe_not_forced``."""
-    acts, grads = (
-        [
-            check_float(f"{name}[{i}]", v, ge=0)
-            for i, v in enumerate(bounded_list(name, value, 1000, "a list of spreads"))
-        ]
-        for name, value in (("activations", activations), ("gradients", gradients))
-    )
+    acts = [
+        check_float(f"activations[{i}]", v, ge=0) for i, v in enumerate(_spreads("activations", activations))
+    ]
+    grads = [check_float(f"gradients[{i}]", v, ge=0) for i, v in enumerate(_spreads("gradients", gradients))]
     if not acts or len(grads) < 2:
         raise ValueError(
             "activations needs a spread per layer and gradients at least two (hidden, then logits)"
@@ -170,18 +171,13 @@ class ScalingTrajectory:
 
 
 def _check_tensor_list(tensors) -> list[torch.Tensor]:
-    if isinstance(tensors, torch.Tensor):
-        if tensors.dim() != 2:
-            raise ValueError(
-                f"tensors as one tensor must be 2-D (steps, values), got shape {tuple(tensors.shape)}"
-            )
-        tensors = list(tensors)
-    if not isinstance(tensors, (list, tuple)):
-        raise ArgumentTypeError(
-            f"tensors must be a list of tensors, one per step, got {type(tensors).__name__}"
+    if isinstance(tensors, torch.Tensor) and tensors.dim() != 2:
+        raise ValueError(
+            f"tensors as one tensor must be 2-D (steps, values), got shape {tuple(tensors.shape)}"
         )
-    if not 1 <= len(tensors) <= MAX_SEQUENCE_STEPS:
-        raise ValueError(f"tensors must hold 1 to {MAX_SEQUENCE_STEPS} steps, got {len(tensors)}")
+    tensors = bounded_list("tensors", tensors, MAX_SEQUENCE_STEPS, "a list of tensors, one per step")
+    if not tensors:
+        raise ValueError("tensors must hold at least one step")
     out = [check_tensor(f"tensors[{i}]", t) for i, t in enumerate(tensors)]
     for i, t in enumerate(out):
         if not 1 <= t.numel() <= MAX_SEQUENCE_SIZE:
@@ -204,9 +200,7 @@ def scaling_trajectory(
     by its own amax (:func:`tensorwise_scale`), ``"delayed"`` by a :class:`DelayedScaling` of earlier steps."""
     tensors = _check_tensor_list(tensors)
     spec = check_format("fmt", fmt, FP8_FORMATS)
-    if not isinstance(recipe, str):
-        raise ArgumentTypeError(f"recipe must be one of {RECIPES}, got {type(recipe).__name__}")
-    check_choice("recipe", recipe, RECIPES)
+    check_choice("recipe", check_instance("recipe", recipe, str, f"one of {RECIPES}"), RECIPES)
     history = DelayedScaling(spec.name, history_len, margin, algo)  # checks history_len, margin, algo
     traj = ScalingTrajectory(recipe, spec.name, history.history_len, history.margin, history.algo)
     for t in tensors:
@@ -233,53 +227,41 @@ class ScalingExplorer:
 
     def __init__(self, *, num_steps, size, history_len, margin, spike_step, spike_size, algo, fmt, seed):
         self.num_steps, self.size, self.fmt, self.seed = num_steps, size, fmt, seed
-        style, layout = {"description_width": "initial"}, widgets.Layout(width="420px")
-        sliders = [
-            ("history_len", widgets.IntSlider, history_len, dict(min=1, max=64), "history length", "history"),
-            ("margin", widgets.IntSlider, margin, dict(min=0, max=8), "margin (powers of 2)", "margin"),
-            ("spike_step", widgets.IntSlider, spike_step, dict(min=0, max=num_steps - 1), "spike at step", "spike-step"),
-            ("spike_size", widgets.FloatLogSlider, spike_size, dict(base=10, min=0, max=4, step=0.25),
-             "spike size (x amax)", "spike-size"),
-        ]  # fmt: skip
-        for attr, cls, value, bounds, description, css in sliders:
-            control = cls(
-                value=value,
-                description=description,
-                continuous_update=False,
-                style=style,
-                layout=layout,
-                **bounds,
-            )
-            setattr(self, attr, control)
-            control.add_class(f"amp-fp8-{css}")
+        style = {"description_width": "initial"}
+        common = dict(continuous_update=False, style=style, layout=widgets.Layout(width="420px"))
+        self.history_len = widgets.IntSlider(
+            value=history_len, min=1, max=64, description="history length", **common
+        )
+        self.margin = widgets.IntSlider(
+            value=margin, min=0, max=8, description="margin (powers of 2)", **common
+        )
+        self.spike_step = widgets.IntSlider(
+            value=spike_step, min=0, max=num_steps - 1, description="spike at step", **common
+        )
+        self.spike_size = widgets.FloatLogSlider(
+            value=spike_size, base=10, min=0, max=4, step=0.25, description="spike size (x amax)", **common
+        )
         self.algo = widgets.Dropdown(
             options=list(ALGOS), value=algo, description="history reduced by", style=style
         )
-        self.algo.add_class("amp-fp8-algo")
         controls = [self.history_len, self.margin, self.spike_step, self.spike_size, self.algo]
-        for control in controls:
+        for control, css in zip(
+            controls, ("history", "margin", "spike-step", "spike-size", "algo"), strict=True
+        ):
+            control.add_class(f"amp-fp8-{css}")
             control.observe(lambda change: self.update(), names="value")
         self.readout = widgets.HTML()
         self.readout.add_class("amp-fp8-readout")
         self.pane = FigurePane(figsize=(7.0, 5.4), dpi=80)
         self.pane.image.add_class("amp-fp8-plot")
-        self._build_figure()
         self.widget = widgets.VBox([*controls, self.readout, self.pane.image])
-        self.update()
-
-    def _build_figure(self) -> None:
         self.axes = self.pane.figure.subplots(3, 1, sharex=True)
-        steps = list(range(self.num_steps))
         self._lines = {}
-        for ax, key, ylabel in zip(
-            self.axes,
-            ("log2_scale", "saturated", "error"),
-            ("log2(scale)", "saturated", "relative error"),
-            strict=True,
-        ):
+        for ax, key, ylabel in zip(self.axes, ("log2_scale", "saturated", "error"), LABELS, strict=True):
             for recipe, color in (("current", "C0"), ("delayed", "C3")):
-                (line,) = ax.step(steps, [1.0] * len(steps), where="mid", color=color, lw=1.4, label=recipe)
-                self._lines[(key, recipe)] = line
+                (self._lines[(key, recipe)],) = ax.step(
+                    range(num_steps), [1.0] * num_steps, where="mid", color=color, lw=1.4, label=recipe
+                )
             ax.set_ylabel(ylabel, fontsize=9)
             ax.grid(alpha=0.3)
         self.axes[2].set_yscale("log")
@@ -288,22 +270,16 @@ class ScalingExplorer:
         self._spike_lines = [ax.axvline(0, color="0.5", ls=":", lw=1) for ax in self.axes]
         self._title = self.axes[0].set_title("", fontsize=10)
         self.pane.figure.subplots_adjust(left=0.12, right=0.97, bottom=0.09, top=0.93, hspace=0.15)
+        self.update()
 
     def update(self) -> tuple[ScalingTrajectory, ScalingTrajectory]:
         """Recompute both recipes with the controls' values; refresh the readout and the figure."""
-        spike = int(self.spike_step.value)
+        spike, size = int(self.spike_step.value), float(self.spike_size.value)
         tensors = make_tensor_sequence(
-            self.num_steps,
-            size=self.size,
-            spike_step=spike,
-            spike_size=float(self.spike_size.value),
-            seed=self.seed,
+            self.num_steps, size=self.size, spike_step=spike, spike_size=size, seed=self.seed
         )
         kwargs = dict(
-            fmt=self.fmt,
-            history_len=int(self.history_len.value),
-            margin=int(self.margin.value),
-            algo=self.algo.value,
+            fmt=self.fmt, history_len=self.history_len.value, margin=self.margin.value, algo=self.algo.value
         )
         self.current = scaling_trajectory(tensors, recipe="current", **kwargs)
         self.delayed = scaling_trajectory(tensors, recipe="delayed", **kwargs)
@@ -392,8 +368,6 @@ def scaling_explorer(
     the outlier's step and size (1 to 10**4 times the amax), the history's reduction; ``num_steps`` at most
     200, tensors of ``size`` values (at most 4096).  The notebook cell ends with ``explorer.widget``."""
     num_steps = check_int("num_steps", num_steps, minimum=2, maximum=200)
-    if not isinstance(algo, str):
-        raise ArgumentTypeError(f"algo must be one of {ALGOS}, got {type(algo).__name__}")
     return ScalingExplorer(
         num_steps=num_steps,
         size=check_int("size", size, minimum=1, maximum=MAX_EXPLORER_SIZE),
@@ -401,7 +375,7 @@ def scaling_explorer(
         margin=check_int("margin", margin, minimum=0, maximum=8),
         spike_step=check_int("spike_step", spike_step, minimum=0, maximum=num_steps - 1),
         spike_size=check_float("spike_size", spike_size, ge=1.0, le=1e4),
-        algo=check_choice("algo", algo, ALGOS),
+        algo=check_choice("algo", check_instance("algo", algo, str, f"one of {ALGOS}"), ALGOS),
         fmt=check_format("fmt", fmt, FP8_FORMATS).name,
         seed=check_seed("seed", seed),
     )
