@@ -73,13 +73,14 @@ ALGOS = ("max", "most_recent")
 SCALINGS = ("dynamic", "delayed")
 
 
+def check_name(name: str, value, allowed) -> str:
+    """A string from ``allowed`` (TypeError for a non-string, ValueError for another string)."""
+    return check_choice(name, check_instance(name, value, str, f"one of {tuple(allowed)}"), list(allowed))
+
+
 def check_format(name: str, value, allowed) -> ElementFormat:
-    """A format name (a string from ``allowed``) -> its :class:`ElementFormat`."""
-    if not isinstance(value, str):
-        raise ArgumentTypeError(
-            f"{name} must be a format name such as 'fp8_e4m3', got {type(value).__name__}"
-        )
-    return ELEMENT_FORMATS[check_choice(name, value, list(allowed))]
+    """A format name from ``allowed`` -> its :class:`ElementFormat`."""
+    return ELEMENT_FORMATS[check_name(name, value, allowed)]
 
 
 def check_tensor(name: str, x, *, min_dim: int = 0) -> torch.Tensor:
@@ -96,23 +97,20 @@ def check_tensor(name: str, x, *, min_dim: int = 0) -> torch.Tensor:
     return x
 
 
-class _TorchaoImportNoise(logging.Filter):
-    """Drops exactly the two harmless records importing torchao logs on a CPU-only machine."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        if record.name == "torchao" and msg.startswith("Failed to load "):
-            return False
-        pytree = record.name == "torch.utils._pytree"
-        return not (pytree and "is an Enum subclass" in msg and "register_constant()" in msg)
+def _torchao_import_noise(record: logging.LogRecord) -> bool:
+    """A logging filter that drops exactly the two harmless records importing torchao logs on a CPU."""
+    msg = record.getMessage()
+    if record.name == "torchao" and msg.startswith("Failed to load "):
+        return False
+    pytree = record.name == "torch.utils._pytree"
+    return not (pytree and "is an Enum subclass" in msg and "register_constant()" in msg)
 
 
 def import_torchao():
     """Import torchao (its float8 and MX modules too) quietly and return it; ImportError with a hint."""
-    noise = _TorchaoImportNoise()
     loggers = [logging.getLogger("torchao"), logging.getLogger("torch.utils._pytree")]
     for logger in loggers:
-        logger.addFilter(noise)
+        logger.addFilter(_torchao_import_noise)
     try:
         for name in (
             "torchao.float8.float8_utils",
@@ -128,7 +126,7 @@ def import_torchao():
         ) from err
     finally:
         for logger in loggers:
-            logger.removeFilter(noise)
+            logger.removeFilter(_torchao_import_noise)
     return importlib.import_module("torchao")
 
 
@@ -246,9 +244,7 @@ class DelayedScaling:
         self.fmt = check_format("fmt", fmt, FP8_FORMATS).name
         self.history_len = check_int("history_len", history_len, minimum=1, maximum=MAX_HISTORY)
         self.margin = check_int("margin", margin, minimum=0, maximum=MAX_MARGIN)
-        if not isinstance(algo, str):
-            raise ArgumentTypeError(f"algo must be one of {ALGOS}, got {type(algo).__name__}")
-        self.algo = check_choice("algo", algo, ALGOS)
+        self.algo = check_name("algo", algo, ALGOS)
         self._history: deque[float] = deque(maxlen=self.history_len)
         self.scale = 1.0
 
@@ -480,9 +476,7 @@ def convert_to_float8(
     ``convert_to_float8_training``, and return it.  ``module_filter`` defaults to
     :func:`float8_module_filter`; a chosen layer that does not suit FP8 raises before anything is swapped."""
     check_instance("model", model, nn.Module, "an nn.Module")
-    if not isinstance(scaling, str):
-        raise ArgumentTypeError(f"scaling must be one of {SCALINGS}, got {type(scaling).__name__}")
-    check_choice("scaling", scaling, SCALINGS)
+    check_name("scaling", scaling, SCALINGS)
     DelayedScaling("fp8_e4m3", history_len, margin, algo)  # checks history_len, margin and algo
     module_filter = check_callable("module_filter", module_filter, optional=True) or float8_module_filter
     options = dict(scaling=scaling, history_len=history_len, margin=margin, algo=algo)

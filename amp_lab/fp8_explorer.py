@@ -15,7 +15,6 @@ from ._checks import (
     MAX_STEPS,
     bounded_list,
     check_bool,
-    check_choice,
     check_float,
     check_instance,
     check_int,
@@ -26,6 +25,7 @@ from .fp8 import (
     FP8_FORMATS,
     DelayedScaling,
     check_format,
+    check_name,
     check_tensor,
     dequantize,
     quantization_error,
@@ -200,7 +200,7 @@ def scaling_trajectory(
     by its own amax (:func:`tensorwise_scale`), ``"delayed"`` by a :class:`DelayedScaling` of earlier steps."""
     tensors = _check_tensor_list(tensors)
     spec = check_format("fmt", fmt, FP8_FORMATS)
-    check_choice("recipe", check_instance("recipe", recipe, str, f"one of {RECIPES}"), RECIPES)
+    check_name("recipe", recipe, RECIPES)
     history = DelayedScaling(spec.name, history_len, margin, algo)  # checks history_len, margin, algo
     traj = ScalingTrajectory(recipe, spec.name, history.history_len, history.margin, history.algo)
     for t in tensors:
@@ -375,7 +375,7 @@ def scaling_explorer(
         margin=check_int("margin", margin, minimum=0, maximum=8),
         spike_step=check_int("spike_step", spike_step, minimum=0, maximum=num_steps - 1),
         spike_size=check_float("spike_size", spike_size, ge=1.0, le=1e4),
-        algo=check_choice("algo", check_instance("algo", algo, str, f"one of {ALGOS}"), ALGOS),
+        algo=check_name("algo", algo, ALGOS),
         fmt=check_format("fmt", fmt, FP8_FORMATS).name,
         seed=check_seed("seed", seed),
     )
