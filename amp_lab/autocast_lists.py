@@ -327,24 +327,13 @@ def op_list(name: str, ops) -> list[str]:
 
 # Catalogue name (the docs' spelling) -> the aten op its call reaches first, where the two differ.
 ATEN_OPS = {
-    "__matmul__": "matmul",
-    "multi_dot": "linalg_multi_dot",
-    "conv_transpose2d": "conv_transpose2d.input",
-    "conv_transpose3d": "conv_transpose3d.input",
-    "LSTMCell": "lstm_cell",
-    "GRUCell": "gru_cell",
-    "RNNCell": "rnn_tanh_cell",
-    "softmax": "softmax.int",
-    "log_softmax": "log_softmax.int",
-    "softmin": "softmax.int",
-    "normalize": "linalg_vector_norm",
-    "norm": "linalg_vector_norm",
-    "cross_entropy": "cross_entropy_loss",
-    "pow": "pow.Tensor_Scalar",
-    "add": "add.Tensor",
-    "mul": "mul.Tensor",
-    "grid_sample": "grid_sampler",
-}
+    "__matmul__": "matmul", "multi_dot": "linalg_multi_dot", "conv_transpose2d": "conv_transpose2d.input",
+    "conv_transpose3d": "conv_transpose3d.input", "LSTMCell": "lstm_cell", "GRUCell": "gru_cell",
+    "RNNCell": "rnn_tanh_cell", "softmax": "softmax.int", "log_softmax": "log_softmax.int",
+    "softmin": "softmax.int", "normalize": "linalg_vector_norm", "norm": "linalg_vector_norm",
+    "cross_entropy": "cross_entropy_loss", "pow": "pow.Tensor_Scalar", "add": "add.Tensor",
+    "mul": "mul.Tensor", "grid_sample": "grid_sampler",
+}  # fmt: skip
 
 
 def aten_op(name: str) -> str:

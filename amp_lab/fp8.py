@@ -19,14 +19,7 @@ from numbers import Real
 import torch
 from torch import nn
 
-from ._checks import (
-    ArgumentTypeError,
-    check_callable,
-    check_choice,
-    check_instance,
-    check_int,
-    check_scale,
-)
+from ._checks import ArgumentTypeError, check_callable, check_choice, check_instance, check_int, check_scale
 from .device import get_device
 from .gpus import fp8_matmul_support
 from .text import Reading
@@ -173,22 +166,18 @@ def _check_scale_arg(scale, x: torch.Tensor) -> torch.Tensor:
     """A scale: a positive number or a floating tensor broadcastable to ``x``, as float32."""
     if isinstance(scale, torch.Tensor):
         if not scale.is_floating_point():
-            raise ArgumentTypeError(
-                f"scale must be a floating-point tensor or a number, got dtype {scale.dtype}"
-            )
+            raise ArgumentTypeError(f"scale must be a floating tensor or a number, got dtype {scale.dtype}")
         try:
             torch.broadcast_shapes(scale.shape, x.shape)
         except RuntimeError:
             raise ValueError(
-                f"scale of shape {tuple(scale.shape)} does not broadcast to x's {tuple(x.shape)}"
+                f"scale's shape {tuple(scale.shape)} does not broadcast to {tuple(x.shape)}"
             ) from None
         if scale.numel() > 1 and scale.device != x.device:
             raise ValueError(f"scale is on {scale.device} but x is on {x.device}")
         return scale.to(torch.float32)
     if isinstance(scale, bool) or not isinstance(scale, Real):
-        raise ArgumentTypeError(
-            f"scale must be a positive number or a float32 tensor, got {type(scale).__name__}"
-        )
+        raise ArgumentTypeError(f"scale must be a positive number or a tensor, got {type(scale).__name__}")
     return torch.tensor(check_scale("scale", scale), dtype=torch.float32, device=x.device)
 
 

@@ -11,15 +11,7 @@ from dataclasses import dataclass, field
 import ipywidgets as widgets
 import torch
 
-from ._checks import (
-    MAX_STEPS,
-    bounded_list,
-    check_bool,
-    check_float,
-    check_instance,
-    check_int,
-    check_seed,
-)
+from ._checks import MAX_STEPS, bounded_list, check_bool, check_float, check_instance, check_int, check_seed
 from .fp8 import (
     ALGOS,
     FP8_FORMATS,
