@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._checks import ArgumentTypeError, bounded_list, check_choice
+from ._checks import bounded_list, check_choice, check_instance
 
 POLICIES = ("lower", "fp32", "promote", "unchanged", "n/a")
 LISTED = ("lower", "fp32", "promote")
@@ -103,16 +103,15 @@ _OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_device_type(value) -> str:
-    if not isinstance(value, str):
-        raise ArgumentTypeError(f"device_type must be 'cpu' or 'cuda', got {type(value).__name__}")
-    return check_choice("device_type", value, AUTOCAST_KEYS)
+    return check_choice(
+        "device_type", check_instance("device_type", value, str, "'cpu' or 'cuda'"), AUTOCAST_KEYS
+    )
 
 
 def documented_policy(op: str, device_type: str = "cpu") -> str:
     """The policy PyTorch's docs give ``op`` on ``device_type``: ``"unchanged"`` for an op on no list,
     ``"n/a"`` for one the docs say autocast refuses (``binary_cross_entropy`` on CUDA)."""
-    if not isinstance(op, str):
-        raise ArgumentTypeError(f"op must be an op name such as 'mm', got {type(op).__name__}")
+    check_instance("op", op, str, "an op name such as 'mm'")
     lists = DOCUMENTED[check_device_type(device_type)]
     for policy in LISTED:
         if op in {DOC_ALIASES.get(name, name) for name in lists[policy]}:
@@ -122,8 +121,7 @@ def documented_policy(op: str, device_type: str = "cpu") -> str:
 
 def qualified_op(op) -> str:
     """``op`` ("einsum", "softmax.int", "aten::mm") as the dispatcher's qualified name, or a ValueError."""
-    if not isinstance(op, str):
-        raise ArgumentTypeError(f"op must be an aten op name such as 'softmax.int', got {type(op).__name__}")
+    check_instance("op", op, str, "an aten op name such as 'softmax.int'")
     if len(op) > 200:
         raise ValueError(f"op must be an aten op name of at most 200 characters, got {len(op)}")
     base, dot, overload = op.strip().removeprefix("aten::").partition(".")
@@ -319,9 +317,9 @@ def op_list(name: str, ops) -> list[str]:
     ops = bounded_list(name, ops, MAX_OP_NAMES, "a list of op names such as ['mm', 'softmax']")
     known = op_names()
     for i, op in enumerate(ops):
-        if not isinstance(op, str):
-            raise ArgumentTypeError(f"{name}[{i}] must be an op name such as 'mm', got {type(op).__name__}")
-        check_choice(f"{name}[{i}]", op, known)
+        check_choice(
+            f"{name}[{i}]", check_instance(f"{name}[{i}]", op, str, "an op name such as 'mm'"), known
+        )
     return ops
 
 
@@ -338,8 +336,5 @@ ATEN_OPS = {
 
 def aten_op(name: str) -> str:
     """The aten op (``"softmax.int"``) behind a catalogue name (``"softmax"``)."""
-    if not isinstance(name, str):
-        raise ArgumentTypeError(
-            f"name must be a catalogue op name such as 'softmax', got {type(name).__name__}"
-        )
+    check_instance("name", name, str, "a catalogue op name such as 'softmax'")
     return ATEN_OPS.get(check_choice("name", name, op_names()), name)

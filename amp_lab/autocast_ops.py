@@ -189,8 +189,7 @@ class ProbeTable(dict):
 
     def policy(self, op: str) -> str:
         """The policy probed for ``op``."""
-        if not isinstance(op, str):
-            raise ArgumentTypeError(f"op must be an op name such as 'mm', got {type(op).__name__}")
+        check_instance("op", op, str, "an op name such as 'mm'")
         if op not in self:
             shown = ", ".join(list(self)[:12]) + (", ..." if len(self) > 12 else "")
             raise ValueError(f"op={op!r:.80} was not probed; this table holds {len(self)} ops: {shown}")
@@ -321,19 +320,15 @@ def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=N
     e.g. ``classify(F.pairwise_distance, [(3, 4), (3, 4)])``."""
     if not isinstance(shapes, (list, tuple)) or not shapes:
         raise ArgumentTypeError(
-            f"shapes must be a non-empty list of shapes such as [(3, 4)], got {shapes!r:.80}"
+            f"shapes must be a non-empty list of shapes such as [(3, 4)], got {shapes!r:.60}"
         )
     clean = []
     for i, shape in enumerate(shapes):
         shape = (shape,) if isinstance(shape, Integral) and not isinstance(shape, bool) else shape
-        if not isinstance(shape, (list, tuple)):
-            raise ArgumentTypeError(
-                f"shapes[{i}] must be a tuple of positive ints such as (3, 4), got {shape!r:.80}"
-            )
+        check_instance(f"shapes[{i}]", shape, (list, tuple), "a tuple of positive ints such as (3, 4)")
         clean.append(tuple(check_int(f"shapes[{i}][{j}]", n, minimum=1) for j, n in enumerate(shape)))
     check_callable("fn", fn)
-    if not isinstance(name, str):
-        raise ArgumentTypeError(f"name must be a string, got {type(name).__name__}")
+    check_instance("name", name, str, "a string")
     elements = sum(torch.Size(s).numel() for s in clean)
     if elements > MAX_CLASSIFY_ELEMENTS:
         raise ValueError(
