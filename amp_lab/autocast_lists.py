@@ -137,7 +137,7 @@ def qualified_op(op) -> str:
         others = sorted(n.removeprefix("aten::") for n in names if n.startswith(f"aten::{base}."))
         if others:
             raise ValueError(
-                f"op={op!r} has no default overload in torch {torch.__version__}; name one of: {', '.join(others[:12])}"
+                f"op={op!r} has no default overload in torch {torch.__version__}; name one of: {', '.join(others[:9])}"
             ) from None
         raise ValueError(
             f"op={op!r:.80} is not an operator torch {torch.__version__}'s dispatcher knows"
@@ -269,7 +269,8 @@ def catalogue() -> tuple[Op, ...]:
         o("pdist", "reduction", ((4, 3),), F.pdist),
         o("cosine_similarity", "reduction", ((2, 4), (2, 4)), F.cosine_similarity),
         # pointwise math -------------------------------------------------------------
-        *(o(n, "pointwise", ((2, 4),), getattr(torch, n)) for n in ("exp", "expm1", "log", "log2", "log10", "log1p")),
+        *(o(n, "pointwise", ((2, 4),), getattr(torch, n))
+          for n in ("exp", "expm1", "log", "log2", "log10", "log1p")),
         o("pow", "pointwise", ((2, 4),), lambda x: torch.pow(x, 2)),
         *(o(n, "pointwise", ((2, 4),), getattr(torch, n))
           for n in ("reciprocal", "rsqrt", "sqrt", "sin", "sinh", "cosh", "tan", "acos", "asin", "erfinv")),

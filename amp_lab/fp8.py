@@ -403,7 +403,7 @@ class Float8Linear(ConvertedLinear):
         if linear.in_features % FP8_GEMM_MULTIPLE or linear.out_features % FP8_GEMM_MULTIPLE:
             raise ValueError(
                 f"Float8Linear needs in_features and out_features that are multiples of {FP8_GEMM_MULTIPLE}, "
-                f"got in_features={linear.in_features}, out_features={linear.out_features}; leave it in high precision"
+                f"got in_features={linear.in_features}, out_features={linear.out_features}; keep it in high precision"
             )
         return super().from_float(linear, **options)
 

@@ -84,7 +84,8 @@ def unscaled_reading(largest: float, fmt: str = "fp8_e4m3") -> Reading:
 
 def identity_reading(ours, theirs, same_weights: bool) -> Reading:
     """Two runs' losses step by step and whether their weights are equal: outcome ``fp8.losses_identical``,
-    ``fp8.losses_close`` or ``fp8.losses_different``; reason ``fp8.weights_identical`` or ``fp8.weights_differ``."""
+    ``fp8.losses_close`` or ``fp8.losses_different``; reason ``fp8.weights_identical`` or
+    ``fp8.weights_differ``."""
     ours = bounded_list("ours", ours, MAX_STEPS, "a list of losses")
     theirs = bounded_list("theirs", theirs, MAX_STEPS, "a list of losses")
     if len(ours) != len(theirs) or not ours:

@@ -118,7 +118,8 @@ def _mx_along_last(t: torch.Tensor, elem: str, block_size: int) -> torch.Tensor:
 
 class MXMatmul(torch.autograd.Function):
     """``x @ weight.T`` with every GEMM operand quantize-dequantized in MX blocks along that GEMM's
-    reduction dimension, then multiplied in float32: forward along K, grad_input along N, grad_weight along M."""
+    reduction dimension, then multiplied in float32: the forward along K, grad_input along N and
+    grad_weight along M."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, elem: str, block_size: int):
