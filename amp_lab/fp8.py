@@ -176,8 +176,6 @@ def _check_scale_arg(scale, x: torch.Tensor) -> torch.Tensor:
         if scale.numel() > 1 and scale.device != x.device:
             raise ValueError(f"scale is on {scale.device} but x is on {x.device}")
         return scale.to(torch.float32)
-    if isinstance(scale, bool) or not isinstance(scale, Real):
-        raise ArgumentTypeError(f"scale must be a positive number or a tensor, got {type(scale).__name__}")
     return torch.tensor(check_scale("scale", scale), dtype=torch.float32, device=x.device)
 
 

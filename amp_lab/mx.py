@@ -8,7 +8,6 @@ and :func:`convert_to_mx`: emulated MX training (operands quantize-dequantized, 
 from __future__ import annotations
 
 from collections.abc import Callable
-from numbers import Real
 
 import torch
 from torch import nn
@@ -88,10 +87,6 @@ def nvfp4_quantize(x: torch.Tensor, per_tensor_scale=None) -> torch.Tensor:
     if per_tensor_scale is not None:
         if isinstance(per_tensor_scale, torch.Tensor) and per_tensor_scale.numel() == 1:
             per_tensor_scale = float(per_tensor_scale)
-        if isinstance(per_tensor_scale, bool) or not isinstance(per_tensor_scale, Real):
-            raise ArgumentTypeError(
-                f"per_tensor_scale must be a positive number or None, got {type(per_tensor_scale).__name__}"
-            )
         g = torch.tensor(check_scale("per_tensor_scale", per_tensor_scale), dtype=torch.float32)
     elif data.numel() == 0:
         return data
