@@ -284,10 +284,7 @@ def test_bad_op_name_and_device_raise_value_error():
 # --- the documented lists and compare() --------------------------------------------------
 
 
-def test_documented_lists_carry_version_and_dtypes():
-    assert al.DOCUMENTED["torch_version"]
-    assert al.DOCUMENTED["cuda"]["dtype"] == torch.float16
-    assert al.DOCUMENTED["cpu"]["dtype"] == torch.bfloat16
+def test_documented_policy_reads_the_lists():
     assert al.documented_policy("mm", "cuda") == "lower"
     assert al.documented_policy("softmax", "cuda") == "fp32"
     assert al.documented_policy("softmax", "cpu") == "unchanged"
