@@ -651,6 +651,16 @@ def test_rule_functions_name_the_bad_argument(small_table, call, exc, match):
         call(small_table)
 
 
+def test_the_policy_names_the_lists_cite_are_pytorchs():
+    header = Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
+    if not header.exists():
+        pytest.skip("this torch wheel ships no C++ headers")
+    enum = re.search(r"enum class CastPolicy[^{]*\{(.*?)\};", header.read_text(), re.S).group(1)
+    names = set(re.findall(r"^\s*(\w+)\s*(?:=\s*\d+)?,", enum, re.M))
+    cited = set(re.findall(r"\(``(\w+)``", al.__doc__))  # "(``lower_precision_fp``: ..." in the docstring
+    assert cited == {"lower_precision_fp", "fp32", "promote"} and cited <= names
+
+
 # --- notebook 05's stored three-way table, kept consistent with the dispatcher -----------------
 
 NB05 = Path(__file__).resolve().parent.parent / "notebooks" / "05_autocast_op_lists.ipynb"
