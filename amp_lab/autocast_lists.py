@@ -135,13 +135,9 @@ def qualified_op(op) -> str:
     except Exception:  # "Could not find schema": the dispatcher does not know it
         names = [] if overload else torch._C._dispatch_get_all_op_names()
         others = sorted(n.removeprefix("aten::") for n in names if n.startswith(f"aten::{base}."))
-        if others:
-            raise ValueError(
-                f"op={op!r} has no default overload in torch {torch.__version__}; name one of: {', '.join(others[:9])}"
-            ) from None
-        raise ValueError(
-            f"op={op!r:.80} is not an operator torch {torch.__version__}'s dispatcher knows"
-        ) from None
+        where = f"in torch {torch.__version__}'s dispatcher"
+        why = f"has no default overload {where}; name one of: {', '.join(others[:9])}"
+        raise ValueError(f"op={op!r:.80} {why if others else 'is not an operator ' + where}") from None
     return f"aten::{base}" + (f".{overload}" if overload else "")
 
 

@@ -1,11 +1,8 @@
-"""What autocast really does (05): a catalogue of ops probed under autocast, the dispatcher trace, and the
-probe set beside the documented lists and the registered rules (:mod:`amp_lab.autocast_lists`).
+"""What autocast really does (05): the catalogue probed under autocast, the dispatcher trace, and the probe
+beside the documented lists and the registered rules (:mod:`amp_lab.autocast_lists`).
 
-Fed float32 inputs, an fp32-policy op and an op without a rule both give float32, so :func:`probe` also feeds
-*low-precision* inputs (and runs the call without autocast: only a change autocast causes counts); and since a
-kernel may promote mixed inputs by itself, it watches the dispatcher (:func:`dispatch_trace`) for the casts
-(``aten._to_copy``) a promote rule inserts before the op.  The readouts return a :class:`~amp_lab.text.Reading`.
-"""
+:func:`probe` feeds float32, low-precision and mixed inputs, with and without autocast, and counts the casts
+(``aten._to_copy``) autocast inserts, seen by :func:`dispatch_trace`."""
 
 from __future__ import annotations
 
@@ -20,6 +17,7 @@ from numbers import Integral
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import autocast_lists as al
 from ._checks import (
     ArgumentTypeError,
     bounded_list,
@@ -29,21 +27,6 @@ from ._checks import (
     check_float,
     check_instance,
     check_int,
-)
-from .autocast_lists import (
-    ATEN_OPS,
-    AUTOCAST_KEYS,
-    DOCUMENTED,
-    LISTED,
-    MAX_OP_NAMES,
-    POLICIES,
-    POLICY_MEANING,
-    Op,
-    catalogue,
-    documented_policy,
-    has_autocast_rule,
-    op_list,
-    op_names,
 )
 from .device import check_fits, get_device
 from .dtypes import parse_dtype
@@ -80,8 +63,7 @@ class TraceCall:
 
     @property
     def name(self) -> str:
-        parts = self.op.split(".")
-        return parts[1] if len(parts) > 1 else parts[0]
+        return self.op.split(".")[1 if "." in self.op else 0]
 
     @property
     def is_cast(self) -> bool:
@@ -148,9 +130,8 @@ def autocast_dtype(device=None, dtype=None) -> torch.dtype:
 def dispatch_trace(
     fn: Callable, *args, device=None, dtype=None, enabled: bool = True, cache_enabled: bool | None = None
 ):
-    """Run ``fn(*args)`` under ``torch.autocast`` and return ``(output, calls)``: the :class:`TraceCall` list
-    the dispatcher saw after autocast, its casts included.  ``enabled=False`` runs it without autocast;
-    ``cache_enabled=False`` turns off the weight-cast cache."""
+    """Run ``fn(*args)`` under ``torch.autocast`` (``enabled=False``: without it) and return ``(output, calls)``:
+    the :class:`TraceCall` list the dispatcher saw, casts included."""
     check_callable("fn", fn)
     enabled = check_bool("enabled", enabled)
     if cache_enabled is not None:
@@ -161,9 +142,8 @@ def dispatch_trace(
 
 @dataclass(frozen=True)
 class OpResult:
-    """What autocast did to one op: its ``policy``; the output ``dtype`` for float32 inputs, ``low_dtype``
-    for low-precision ones, ``mixed_dtype`` for mixed ones (None when not run); the ``casts`` autocast
-    inserted, the ``kernels`` that ran, and the ``evidence`` (a Reading of the test that decided)."""
+    """What autocast did to one op: its ``policy``, the output dtypes for float32, low and mixed inputs (None
+    when not run), the ``casts`` autocast inserted, the ``kernels`` that ran and the deciding ``evidence``."""
 
     op: str
     family: str
@@ -188,16 +168,11 @@ class ProbeTable(dict):
         self.device_type, self.dtype, self.torch_version = device_type, dtype, torch.__version__
 
     def policy(self, op: str) -> str:
-        """The policy probed for ``op``."""
-        check_instance("op", op, str, "an op name such as 'mm'")
-        if op not in self:
-            shown = ", ".join(list(self)[:12]) + (", ..." if len(self) > 12 else "")
-            raise ValueError(f"op={op!r:.80} was not probed; this table holds {len(self)} ops: {shown}")
         return self[op].policy
 
     def by_policy(self) -> dict[str, list[str]]:
         """Op names grouped by policy, in the order of :data:`~amp_lab.autocast_lists.POLICIES`."""
-        groups: dict[str, list[str]] = {p: [] for p in POLICIES}
+        groups: dict[str, list[str]] = {p: [] for p in al.POLICIES}
         for r in self.values():
             groups[r.policy].append(r.op)
         return groups
@@ -221,7 +196,7 @@ def _message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(text[0] if text else type(exc).__name__)[:160]}"
 
 
-def _inputs(op: Op, index: int, device: torch.device) -> list[torch.Tensor]:
+def _inputs(op: al.Op, index: int, device: torch.device) -> list[torch.Tensor]:
     # Values in (0.1, 0.9): inside the domain of log, acos, erfinv, BCE's probabilities...
     gen = torch.Generator().manual_seed(1000 + index)
     return [(0.1 + 0.8 * torch.rand(s, generator=gen)).to(device) for s in op.shapes]
@@ -238,11 +213,7 @@ def _casts_to(calls: list[TraceCall], dtype: torch.dtype, plain: list[TraceCall]
     return sum(n for (_, to), n in count.items() if to == dtype)
 
 
-def _listing(names: tuple[str, ...], limit: int = 3) -> str:
-    return (", ".join(names[:limit]) + (", ..." if len(names) > limit else "")) if names else "the op"
-
-
-def _probe_one(op: Op, index: int, dev: torch.device, low: torch.dtype) -> OpResult:
+def _probe_one(op: al.Op, index: int, dev: torch.device, low: torch.dtype) -> OpResult:
     f32 = torch.float32
     facts = {"op": op.name, "device": dev.type, "low": short(low), "torch": torch.__version__}
 
@@ -250,7 +221,8 @@ def _probe_one(op: Op, index: int, dev: torch.device, low: torch.dtype) -> OpRes
         policy, code, *reasons, dtype=None, low_dtype=None, mixed_dtype=None, casts=0, kernels=(), **more
     ):
         shown = dict(dtype=short(dtype), low_dtype=short(low_dtype), mixed_dtype=short(mixed_dtype))
-        facts.update(shown, casts=casts, kernels=_listing(kernels), **more)
+        listed = ", ".join(kernels[:3]) + (", ..." if len(kernels) > 3 else "") if kernels else "the op"
+        facts.update(shown, casts=casts, kernels=listed, **more)
         evidence = Reading(code, reasons, dict(facts))
         return OpResult(op.name, op.family, policy, dtype, low_dtype, mixed_dtype, casts, kernels, evidence)
 
@@ -315,9 +287,8 @@ def _probe_one(op: Op, index: int, dev: torch.device, low: torch.dtype) -> OpRes
 
 
 def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=None) -> OpResult:
-    """Classify any callable as :func:`probe` classifies its catalogue: ``fn`` takes one floating-point tensor
-    per entry of ``shapes`` (tuples of positive ints, at most :data:`MAX_CLASSIFY_ELEMENTS` elements in all),
-    e.g. ``classify(F.pairwise_distance, [(3, 4), (3, 4)])``."""
+    """Classify any callable as :func:`probe` classifies its catalogue: ``fn`` takes one float tensor per
+    shape of ``shapes`` (at most :data:`MAX_CLASSIFY_ELEMENTS` elements in all), e.g. ``[(3, 4), (3, 4)]``."""
     if not isinstance(shapes, (list, tuple)) or not shapes:
         raise ArgumentTypeError(
             f"shapes must be a non-empty list of shapes such as [(3, 4)], got {shapes!r:.60}"
@@ -339,18 +310,19 @@ def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=N
     check_fits(
         16 * elements, dev, f"classify(shapes={clean!r:.80})", "choose smaller shapes such as [(3, 4)]"
     )
-    return _probe_one(Op(name, "custom", tuple(clean), fn), 999, dev, autocast_dtype(dev, dtype))
+    return _probe_one(al.Op(name, "custom", tuple(clean), fn), 999, dev, autocast_dtype(dev, dtype))
 
 
 def probe(device=None, dtype=None, *, ops: Iterable[str] | None = None) -> ProbeTable:
-    """Run the catalogue (or the ``ops`` named, see :func:`op_names`) under ``torch.autocast`` in ``dtype``
-    (None: the device's default) and classify each op, keyed by the docs' names; an op that cannot run here
-    comes back ``"n/a"`` with the reason.  Every tensor is tiny: the whole catalogue takes about a second."""
+    """Run the catalogue (or its ``ops`` named) under ``torch.autocast`` in ``dtype`` (None: the device's
+    default) and classify each op, keyed by the docs' names; an op that cannot run here comes back ``"n/a"``."""
     dev = get_device(device)
     low = autocast_dtype(dev, dtype)
-    wanted = None if ops is None else set(op_list("ops", ops))
+    wanted = None if ops is None else set(al.op_list("ops", ops))
     results = [
-        _probe_one(op, i, dev, low) for i, op in enumerate(catalogue()) if wanted is None or op.name in wanted
+        _probe_one(op, i, dev, low)
+        for i, op in enumerate(al.catalogue())
+        if wanted is None or op.name in wanted
     ]
     return ProbeTable(results, device_type=dev.type, dtype=low)
 
@@ -385,35 +357,31 @@ class Comparison:
 
     @property
     def reading(self) -> Reading:
-        facts = dict(
-            device=self.device_type, probed_torch=self.probed_torch, documented_torch=self.documented_torch
-        )
-        return Reading("autocast.compared", (), facts | dict(agree=len(self.agree), differ=len(self.differ)))
+        counts = dict(device=self.device_type, agree=len(self.agree), differ=len(self.differ))
+        return Reading("autocast.compared", (), vars(self) | counts)
 
 
 def compare(probed: ProbeTable) -> Comparison:
     """Agreements and differences between a probe and its device's documented lists (an op on no list is
     documented ``"unchanged"``)."""
     _check_probe_table(probed)
-    device = check_choice("probed.device_type", probed.device_type, AUTOCAST_KEYS)
+    device = check_choice("probed.device_type", probed.device_type, al.AUTOCAST_KEYS)
     agree, differ = [], []
     for name, result in probed.items():
-        doc = documented_policy(name, device)
+        doc = al.documented_policy(name, device)
         if doc == result.policy:
             agree.append(name)
         elif result.policy == "n/a":
             differ.append(Difference(name, result.policy, doc, result.evidence))
         else:
-            code = "autocast.differs"
-            if doc == "unchanged" and result.policy == "lower":
-                code = "autocast.undocumented_lower"
-            elif doc == "unchanged":
-                code = "autocast.undocumented_fp32"
-            elif result.policy == "unchanged":
-                code = "autocast.documented_no_cast"
+            code = "autocast.documented_no_cast" if result.policy == "unchanged" else "autocast.differs"
+            if doc == "unchanged":
+                code = "autocast.undocumented_" + ("lower" if result.policy == "lower" else "fp32")
             facts = dict(result.evidence.facts, probed=result.policy, documented=doc)
             differ.append(Difference(name, result.policy, doc, Reading(code, (), facts)))
-    return Comparison(device, probed.torch_version, DOCUMENTED["torch_version"], tuple(agree), tuple(differ))
+    return Comparison(
+        device, probed.torch_version, al.DOCUMENTED["torch_version"], tuple(agree), tuple(differ)
+    )
 
 
 @dataclass(frozen=True)
@@ -430,58 +398,51 @@ class RuleRow:
 
 
 def rule_comparison(probed: ProbeTable | None = None, *, ops: Iterable[str] | None = None) -> list[RuleRow]:
-    """The docs, torch's registered rules on CPU *and* CUDA (live from the dispatcher) and a probe, one
-    :class:`RuleRow` per op of ``ops`` (default: the probe's, or the whole catalogue)."""
+    """One :class:`RuleRow` per op of ``ops`` (default: the probe's, or the catalogue): the docs, the rules the
+    dispatcher holds for CPU *and* CUDA, and the probe."""
     if probed is not None:
         _check_probe_table(probed)
     if ops is None:
-        names = list(probed) if probed is not None else op_names()
+        names = list(probed) if probed is not None else al.op_names()
     else:
-        names = op_list("ops", ops)
+        names = al.op_list("ops", ops)
         for i, name in enumerate(names):
             if probed is not None and name not in probed:
                 raise ValueError(f"ops[{i}]={name!r} was not probed; the probe holds {len(probed)} ops")
     rows = []
     for name in names:
-        aten = ATEN_OPS.get(name, name)
-        documented = {}
-        for d in AUTOCAST_KEYS:  # the docs list some ops under their aten name (matmul, not __matmul__)
-            policy = documented_policy(name, d)
-            base = aten.partition(".")[0]
-            documented[d] = documented_policy(base, d) if policy == "unchanged" and base != name else policy
-        rule = {d: has_autocast_rule(aten, d) for d in AUTOCAST_KEYS}
-        if probed is None:
-            rows.append(RuleRow(name, aten, documented, rule))
-        else:
-            rows.append(RuleRow(name, aten, documented, rule, probed[name].policy, probed.device_type))
+        aten = al.ATEN_OPS.get(name, name)
+        base = aten.partition(".")[0]  # the docs list some ops under their aten name (matmul, not __matmul__)
+        doc = {d: al.documented_policy(name, d) for d in al.AUTOCAST_KEYS}
+        documented = {d: al.documented_policy(base, d) if p == "unchanged" else p for d, p in doc.items()}
+        rule = {d: al.has_autocast_rule(aten, d) for d in al.AUTOCAST_KEYS}
+        seen = () if probed is None else (probed[name].policy, probed.device_type)
+        rows.append(RuleRow(name, aten, documented, rule, *seen))
     return rows
 
 
 def rule_groups(rows: Iterable[RuleRow]) -> list[Reading]:
-    """What the rows say, one Reading per non-empty group (its ``ops`` fact): where the two devices' rules
-    differ, where a device's rules and docs disagree, and which probed ops were cast without a rule of
-    their own (they decompose into ops that have one)."""
-    rows = bounded_list("rows", rows, MAX_OP_NAMES, "the list rule_comparison() returns")
+    """One Reading per non-empty group of rows: where the devices' rules differ, where a device's rules and
+    docs disagree, and which probed ops were cast without a rule of their own (by decomposition)."""
+    rows = bounded_list("rows", rows, al.MAX_OP_NAMES, "the list rule_comparison() returns")
     for i, r in enumerate(rows):
         check_instance(f"rows[{i}]", r, RuleRow, "a RuleRow (rule_comparison() builds them)")
     groups: dict[tuple[str, str], list[str]] = {
         ("autocast.rule_cuda_only", ""): [r.op for r in rows if r.rule["cuda"] and not r.rule["cpu"]],
         ("autocast.rule_cpu_only", ""): [r.op for r in rows if r.rule["cpu"] and not r.rule["cuda"]],
     }
-    for d in AUTOCAST_KEYS:
+    for d in al.AUTOCAST_KEYS:
         groups["autocast.rule_undocumented", d] = [
             r.op for r in rows if r.rule[d] and r.documented[d] == "unchanged"
         ]
         groups["autocast.documented_no_rule", d] = [
-            r.op for r in rows if not r.rule[d] and r.documented[d] in LISTED
+            r.op for r in rows if not r.rule[d] and r.documented[d] in al.LISTED
         ]
     for r in rows:
-        if r.probed_device in AUTOCAST_KEYS and r.probed in LISTED and not r.rule[r.probed_device]:
+        if r.probed_device in al.AUTOCAST_KEYS and r.probed in al.LISTED and not r.rule[r.probed_device]:
             groups.setdefault((f"autocast.probed_{r.probed}_no_rule", r.probed_device), []).append(r.op)
     return [
-        Reading(
-            code, (), {"device": device.upper(), "n": len(ops), "ops": ", ".join(ops), "op_list": tuple(ops)}
-        )
+        Reading(code, (), {"device": device.upper(), "n": len(ops), "ops": ", ".join(ops)})
         for (code, device), ops in groups.items()
         if ops
     ]
@@ -492,7 +453,7 @@ def format_groups(probed: ProbeTable, *, width: int = 100) -> str:
     _check_probe_table(probed)
     width = check_int("width", width, minimum=20, maximum=10_000)
     return "\n".join(
-        f"{policy} ({len(names)}) - {POLICY_MEANING[policy]}:\n"
+        f"{policy} ({len(names)}) - {al.POLICY_MEANING[policy]}:\n"
         + textwrap.fill(", ".join(names), width=width, initial_indent="    ", subsequent_indent="    ")
         for policy, names in probed.by_policy().items()
         if names
@@ -510,9 +471,9 @@ def _float_dtype(name: str, value) -> torch.dtype:
 def read_call(op: str, device_type: str, in_dtype, out_dtype, plain_dtype=None) -> Reading:
     """What autocast did to one call of the aten op ``op`` on ``device_type``: ``in_dtype`` inputs gave
     ``out_dtype`` (``plain_dtype``: without autocast).  The outcome says whether it cast down, up or not;
-    the reasons whether each device registers a rule (:func:`has_autocast_rule`)."""
-    rules = {d: has_autocast_rule(op, d) for d in AUTOCAST_KEYS}  # validates op
-    check_choice("device_type", device_type, AUTOCAST_KEYS)
+    the reasons whether each device registers a rule (:func:`~amp_lab.autocast_lists.has_autocast_rule`)."""
+    rules = {d: al.has_autocast_rule(op, d) for d in al.AUTOCAST_KEYS}  # validates op
+    check_choice("device_type", device_type, al.AUTOCAST_KEYS)
     din, dout = _float_dtype("in_dtype", in_dtype), _float_dtype("out_dtype", out_dtype)
     dplain = None if plain_dtype is None else _float_dtype("plain_dtype", plain_dtype)
     wide = {d: torch.finfo(d).bits + (d == torch.float16) for d in _FLOATS}  # float16 above bfloat16
@@ -522,16 +483,9 @@ def read_call(op: str, device_type: str, in_dtype, out_dtype, plain_dtype=None) 
         reasons.append("autocast.rule_decides")
     if dplain is not None:
         reasons.append("autocast.plain_gives")
-    facts = dict(
-        op=op.removeprefix("aten::"),
-        device=device_type.upper(),
-        rule=rules[device_type],
-        rule_cpu="yes" if rules["cpu"] else "no",
-        rule_cuda="yes" if rules["cuda"] else "no",
-        in_dtype=short(din),
-        dtype=short(dout),
-        plain=short(dplain),
-    )
+    facts = dict(op=op.removeprefix("aten::"), device=device_type.upper(), rule=rules[device_type])
+    facts |= {f"rule_{d}": "yes" if rules[d] else "no" for d in al.AUTOCAST_KEYS}
+    facts |= dict(in_dtype=short(din), dtype=short(dout), plain=short(dplain))
     return Reading(f"autocast.call_{outcome}", tuple(reasons), facts)
 
 

@@ -1,10 +1,5 @@
-"""FP8 from scratch, proven against torchao (notebook 08): formats, tensorwise and delayed scaling, layers.
-
-Every FP8 recipe multiplies a tensor by a *scale* before the cast and divides it out after the matmul:
-tensorwise current scaling (:func:`tensorwise_scale`, :func:`quantize`, :func:`dequantize`), delayed
-scaling (:class:`DelayedScaling`), and FP8 training (:class:`Float8Matmul`, :class:`Float8Linear`,
-:func:`convert_to_float8`), bit for bit identical to torchao's.  Block scaling is :mod:`amp_lab.mx`.
-"""
+"""FP8 from scratch, bit for bit torchao's (notebook 08): formats, tensorwise scaling (:func:`quantize`),
+delayed scaling (:class:`DelayedScaling`) and FP8 training (:class:`Float8Linear`).  Block scaling: :mod:`amp_lab.mx`."""
 
 from __future__ import annotations
 
@@ -14,6 +9,7 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from numbers import Real
 
 import torch
@@ -41,11 +37,6 @@ class ElementFormat:
     def saturation_bound(self) -> float:
         """Where rounding starts to go past ``max``: ``max + ulp(max) / 2`` (464 for E4M3, 61440 for E5M2)."""
         return self.max + 2.0 ** (self.emax - self.mantissa_bits) / 2
-
-    @property
-    def tie_saturates(self) -> bool:
-        """Whether a value at :attr:`saturation_bound` rounds past ``max`` (an odd max mantissa: E5M2)."""
-        return int(self.max / 2.0 ** (self.emax - self.mantissa_bits)) % 2 == 1
 
 
 FP8_FORMATS: dict[str, ElementFormat] = {
@@ -93,10 +84,9 @@ def check_tensor(name: str, x, *, min_dim: int = 0) -> torch.Tensor:
 def _torchao_import_noise(record: logging.LogRecord) -> bool:
     """A logging filter that drops exactly the two harmless records importing torchao logs on a CPU."""
     msg = record.getMessage()
-    if record.name == "torchao" and msg.startswith("Failed to load "):
-        return False
-    pytree = record.name == "torch.utils._pytree"
-    return not (pytree and "is an Enum subclass" in msg and "register_constant()" in msg)
+    failed = record.name == "torchao" and msg.startswith("Failed to load ")
+    enum = record.name == "torch.utils._pytree" and "Enum subclass" in msg and "register_constant()" in msg
+    return not (failed or enum)
 
 
 def import_torchao():
@@ -105,13 +95,10 @@ def import_torchao():
     for logger in loggers:
         logger.addFilter(_torchao_import_noise)
     try:
-        for name in (
-            "torchao.float8.float8_utils",
-            "torchao.float8.float8_training_tensor",
-            "torchao.prototype.mx_formats.mx_tensor",
-            "torchao.prototype.mx_formats.nvfp4_tensor",
-        ):
-            importlib.import_module(name)
+        for name in ("float8_utils", "float8_training_tensor"):
+            importlib.import_module(f"torchao.float8.{name}")
+        for name in ("mx_tensor", "nvfp4_tensor"):
+            importlib.import_module(f"torchao.prototype.mx_formats.{name}")
     except ImportError as err:
         raise ImportError(
             f"torchao is needed for this comparison but could not be imported ({err}); install it with "
@@ -124,8 +111,8 @@ def import_torchao():
 
 
 def fp8_device(device=None) -> tuple[torch.device, Reading]:
-    """Where this machine runs FP8 matmuls, and why: ``(device, reading)``, decided by :func:`fp8_placement`
-    (a GPU with FP8 Tensor Cores runs them; anything else hands them to the CPU's ``_scaled_mm``)."""
+    """``(device, reading)``: where this machine runs FP8 matmuls (a GPU with FP8 Tensor Cores, else the CPU's
+    ``_scaled_mm``) and why, decided by :func:`fp8_placement`."""
     dev = get_device(device)
     capability = arch_list = None
     if dev.type == "cuda":
@@ -135,17 +122,15 @@ def fp8_device(device=None) -> tuple[torch.device, Reading]:
 
 
 def fp8_placement(device: torch.device, capability=None, arch_list=None) -> tuple[torch.device, Reading]:
-    """:func:`fp8_device`'s decision from the facts: outcome ``fp8.runs_on_gpu``, ``fp8.gpu_without_fp8``,
-    ``fp8.apple_gpu`` or ``fp8.no_gpu``; ``facts["why"]``: :func:`amp_lab.gpus.fp8_matmul_support`'s reason."""
+    """:func:`fp8_device`'s decision from the facts; ``facts["why"]`` is :func:`~amp_lab.gpus.fp8_matmul_support`'s."""
     cpu = torch.device("cpu")
     if device.type == "mps":
         return cpu, Reading("fp8.apple_gpu")
     support = fp8_matmul_support(capability if device.type == "cuda" else None, arch_list)
     if device.type != "cuda":
         return cpu, Reading("fp8.no_gpu", facts={"why": support.reason.removeprefix("no CUDA GPU: ")})
-    if support.supported:
-        return device, Reading("fp8.runs_on_gpu", facts={"why": support.reason})
-    return cpu, Reading("fp8.gpu_without_fp8", facts={"why": support.reason})
+    code = "fp8.runs_on_gpu" if support.supported else "fp8.gpu_without_fp8"
+    return device if support.supported else cpu, Reading(code, facts={"why": support.reason})
 
 
 def tensorwise_scale(x: torch.Tensor, fmt: str = "fp8_e4m3", margin: int = 0) -> torch.Tensor:
@@ -200,8 +185,8 @@ def saturation_count(x: torch.Tensor, fmt: str, scale) -> int:
     x = check_tensor("x", x)
     spec = check_format("fmt", fmt, FP8_FORMATS)
     magnitude = (x.to(torch.float32) * _check_scale_arg(scale, x)).abs()
-    beyond = magnitude >= spec.saturation_bound if spec.tie_saturates else magnitude > spec.saturation_bound
-    return int(beyond.sum())
+    tie_up = int(spec.max / 2.0 ** (spec.emax - spec.mantissa_bits)) % 2 == 1  # an odd max mantissa: E5M2
+    return int((magnitude >= spec.saturation_bound if tie_up else magnitude > spec.saturation_bound).sum())
 
 
 def quantization_error(x: torch.Tensor, xq: torch.Tensor) -> float:
@@ -212,10 +197,8 @@ def quantization_error(x: torch.Tensor, xq: torch.Tensor) -> float:
         raise ValueError(f"x and xq must have the same shape, got {tuple(x.shape)} and {tuple(xq.shape)}")
     a, b = x.detach().to(torch.float64), xq.detach().to(torch.float64)
     num, den = float(((b - a) ** 2).sum()), float((a**2).sum())
-    if math.isnan(num) or math.isnan(den):
-        return math.nan
     if den == 0.0:
-        return 0.0 if num == 0.0 else math.inf
+        return 0.0 if num == 0.0 else math.inf if num > 0 else math.nan
     return math.sqrt(num / den)
 
 
@@ -240,10 +223,6 @@ class DelayedScaling:
         """The remembered amaxes, oldest first."""
         return list(self._history)
 
-    @property
-    def max(self) -> float:
-        return FP8_FORMATS[self.fmt].max
-
     def update(self, amax) -> float:
         """Record this step's ``amax`` (a number >= 0, inf or NaN, or a 0-d tensor); return the next scale."""
         if isinstance(amax, torch.Tensor) and amax.numel() == 1 and amax.is_floating_point():
@@ -262,7 +241,7 @@ class DelayedScaling:
         h = self._history
         r = h[-1] if self.algo == "most_recent" else math.nan if any(map(math.isnan, h)) else max(h)
         if math.isfinite(r) and r > 0:
-            value = min(self.max / r / 2.0**self.margin, torch.finfo(torch.float32).max)
+            value = min(FP8_FORMATS[self.fmt].max / r / 2.0**self.margin, torch.finfo(torch.float32).max)
             self.scale = float(torch.tensor(value, dtype=torch.float32))
         return self.scale
 
@@ -371,30 +350,16 @@ class Float8Linear(ConvertedLinear):
     """An ``nn.Linear`` whose matmuls run in FP8 through :class:`Float8Matmul` (notebook 08).
 
     ``scaling="dynamic"`` is torchao's default recipe (bit for bit); ``"delayed"`` keeps one
-    :class:`DelayedScaling` per operand in ``delayed``, moved only by training steps.  The bias is added in
+    :class:`DelayedScaling` per operand in ``recipe.delayed``, moved only by training steps.  The bias is added in
     high precision after the GEMM.  Features must be multiples of 16, and on CUDA a training batch's rows.
     """
 
     def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        device=None,
-        dtype=None,
-        *,
-        scaling: str = "dynamic",
-        history_len: int = 16,
-        margin: int = 0,
-        algo: str = "max",
+        self, in_features, out_features, bias=True, device=None, dtype=None, *, scaling="dynamic", **recipe
     ):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.scaling = scaling
-        self.recipe = TensorwiseRecipe(scaling, history_len, margin, algo)
-
-    @property
-    def delayed(self) -> dict[str, DelayedScaling]:
-        return self.recipe.delayed
+        self.recipe = TensorwiseRecipe(scaling, **recipe)
 
     @classmethod
     def from_float(cls, linear: nn.Linear, **options) -> Float8Linear:
@@ -467,4 +432,4 @@ def convert_to_float8(
     DelayedScaling("fp8_e4m3", history_len, margin, algo)  # checks history_len, margin and algo
     module_filter = check_callable("module_filter", module_filter, optional=True) or float8_module_filter
     options = dict(scaling=scaling, history_len=history_len, margin=margin, algo=algo)
-    return swap_linears(model, lambda m: Float8Linear.from_float(m, **options), module_filter)
+    return swap_linears(model, partial(Float8Linear.from_float, **options), module_filter)

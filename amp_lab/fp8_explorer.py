@@ -28,28 +28,21 @@ from .fp8 import (
 from .text import Reading
 from .widgets import FigurePane, table_html
 
-RECIPES = ("delayed", "current")
-LABELS = ("log2(scale)", "saturated", "relative error")
 MAX_SEQUENCE_STEPS = 1000
 MAX_SEQUENCE_SIZE = 2**16
 MAX_SEQUENCE_ELEMENTS = 2**22  # all steps together: 16 MiB of float32
-MAX_EXPLORER_SIZE = 4096  # the widget recomputes on every slider move
-MAX_SPIKE = 1e6
-MAX_DRIFT = 1.0
 
 
-def _spreads(name: str, value) -> list:
-    return bounded_list(name, value, 1000, "a list of spreads")
+def _spreads(name: str, value) -> list[float]:
+    values = bounded_list(name, value, 1000, "a list of spreads")
+    return [check_float(f"{name}[{i}]", v, ge=0) for i, v in enumerate(values)]
 
 
 def spread_reading(activations, gradients, e4m3_window: float, e5m2_window: float) -> Reading:
     """What the spreads (binades, one per layer; the gradients' last is the logits') say about the formats,
     whose windows are ``e4m3_window`` and ``e5m2_window`` binades wide: outcome ``fp8.standard_recipe`` when
     the activations fit E4M3 and the hidden gradients need E5M2, else ``fp8.recipe_not_forced``."""
-    acts = [
-        check_float(f"activations[{i}]", v, ge=0) for i, v in enumerate(_spreads("activations", activations))
-    ]
-    grads = [check_float(f"gradients[{i}]", v, ge=0) for i, v in enumerate(_spreads("gradients", gradients))]
+    acts, grads = _spreads("activations", activations), _spreads("gradients", gradients)
     if not acts or len(grads) < 2:
         raise ValueError(
             "activations needs a spread per layer and gradients at least two (hidden, then logits)"
@@ -73,13 +66,9 @@ def unscaled_reading(largest: float, fmt: str = "fp8_e4m3") -> Reading:
     outcome ``fp8.below_window`` or ``fp8.near_window``."""
     largest = check_float("largest", largest, gt=0)
     spec = check_format("fmt", fmt, FP8_FORMATS)
-    log2_min_normal = math.log2(torch.finfo(spec.dtype).smallest_normal)
-    facts = {
-        "log2_largest": math.floor(math.log2(largest)),
-        "log2_min_normal": log2_min_normal,
-        "label": spec.label,
-    }
-    return Reading("fp8.below_window" if largest < 2.0**log2_min_normal else "fp8.near_window", (), facts)
+    low = math.log2(torch.finfo(spec.dtype).smallest_normal)
+    facts = {"log2_largest": math.floor(math.log2(largest)), "log2_min_normal": low, "label": spec.label}
+    return Reading("fp8.below_window" if largest < 2.0**low else "fp8.near_window", (), facts)
 
 
 def identity_reading(ours, theirs, same_weights: bool) -> Reading:
@@ -113,10 +102,10 @@ def make_tensor_sequence(
     an outlier ``spike_size`` times the tensor's amax."""
     num_steps = check_int("num_steps", num_steps, minimum=1, maximum=MAX_SEQUENCE_STEPS)
     size = check_int("size", size, minimum=1, maximum=MAX_SEQUENCE_SIZE)
-    drift = check_float("drift", drift, ge=-MAX_DRIFT, le=MAX_DRIFT)
+    drift = check_float("drift", drift, ge=-1.0, le=1.0)
     if spike_step is not None:
         spike_step = check_int("spike_step", spike_step, minimum=0, maximum=num_steps - 1)
-    spike_size = check_float("spike_size", spike_size, ge=1.0, le=MAX_SPIKE)
+    spike_size = check_float("spike_size", spike_size, ge=1.0, le=1e6)
     seed = check_seed("seed", seed)
     if num_steps * size > MAX_SEQUENCE_ELEMENTS:
         raise ValueError(
@@ -151,7 +140,7 @@ class ScalingTrajectory:
 
     @property
     def log2_scale(self) -> list[float]:
-        return [math.log2(s) if s > 0 else (-math.inf if s == 0 else math.nan) for s in self.scale]
+        return [math.log2(s) if s > 0 else -math.inf if s == 0 else math.nan for s in self.scale]
 
     @property
     def saturated_steps(self) -> list[int]:
@@ -193,7 +182,7 @@ def scaling_trajectory(
     by its own amax (:func:`tensorwise_scale`), ``"delayed"`` by a :class:`DelayedScaling` of earlier steps."""
     tensors = _check_tensor_list(tensors)
     spec = check_format("fmt", fmt, FP8_FORMATS)
-    check_name("recipe", recipe, RECIPES)
+    check_name("recipe", recipe, ("delayed", "current"))
     history = DelayedScaling(spec.name, history_len, margin, algo)  # checks history_len, margin, algo
     traj = ScalingTrajectory(recipe, spec.name, history.history_len, history.margin, history.algo)
     for t in tensors:
@@ -222,21 +211,15 @@ class ScalingExplorer:
         self.num_steps, self.size, self.fmt, self.seed = num_steps, size, fmt, seed
         style = {"description_width": "initial"}
         common = dict(continuous_update=False, style=style, layout=widgets.Layout(width="420px"))
-        self.history_len = widgets.IntSlider(
-            value=history_len, min=1, max=64, description="history length", **common
-        )
-        self.margin = widgets.IntSlider(
-            value=margin, min=0, max=8, description="margin (powers of 2)", **common
-        )
+        self.history_len = widgets.IntSlider(history_len, 1, 64, description="history length", **common)
+        self.margin = widgets.IntSlider(margin, 0, 8, description="margin (powers of 2)", **common)
         self.spike_step = widgets.IntSlider(
-            value=spike_step, min=0, max=num_steps - 1, description="spike at step", **common
+            spike_step, 0, num_steps - 1, description="spike at step", **common
         )
         self.spike_size = widgets.FloatLogSlider(
-            value=spike_size, base=10, min=0, max=4, step=0.25, description="spike size (x amax)", **common
+            spike_size, base=10, min=0, max=4, step=0.25, description="spike size (x amax)", **common
         )
-        self.algo = widgets.Dropdown(
-            options=list(ALGOS), value=algo, description="history reduced by", style=style
-        )
+        self.algo = widgets.Dropdown(options=ALGOS, value=algo, description="history reduced by", style=style)
         controls = [self.history_len, self.margin, self.spike_step, self.spike_size, self.algo]
         for control, css in zip(
             controls, ("history", "margin", "spike-step", "spike-size", "algo"), strict=True
@@ -250,15 +233,14 @@ class ScalingExplorer:
         self.widget = widgets.VBox([*controls, self.readout, self.pane.image])
         self.axes = self.pane.figure.subplots(3, 1, sharex=True)
         self._lines = {}
-        for ax, key, ylabel in zip(self.axes, ("log2_scale", "saturated", "error"), LABELS, strict=True):
+        for ax, ylabel in zip(self.axes, ("log2(scale)", "saturated", "relative error"), strict=True):
             for recipe, color in (("current", "C0"), ("delayed", "C3")):
-                (self._lines[(key, recipe)],) = ax.step(
+                (self._lines[ax, recipe],) = ax.step(
                     range(num_steps), [1.0] * num_steps, where="mid", color=color, lw=1.4, label=recipe
                 )
             ax.set_ylabel(ylabel, fontsize=9)
             ax.grid(alpha=0.3)
-        self.axes[2].set_yscale("log")
-        self.axes[2].set_xlabel("step")
+        self.axes[2].set(yscale="log", xlabel="step")
         self.axes[0].legend(loc="lower left", fontsize=8)
         self._spike_lines = [ax.axvline(0, color="0.5", ls=":", lw=1) for ax in self.axes]
         self._title = self.axes[0].set_title("", fontsize=10)
@@ -267,23 +249,23 @@ class ScalingExplorer:
 
     def update(self) -> tuple[ScalingTrajectory, ScalingTrajectory]:
         """Recompute both recipes with the controls' values; refresh the readout and the figure."""
-        spike, size = int(self.spike_step.value), float(self.spike_size.value)
+        spike = int(self.spike_step.value)
         tensors = make_tensor_sequence(
-            self.num_steps, size=self.size, spike_step=spike, spike_size=size, seed=self.seed
+            self.num_steps, size=self.size, spike_step=spike, spike_size=self.spike_size.value, seed=self.seed
         )
-        kwargs = dict(
+        kw = dict(
             fmt=self.fmt, history_len=self.history_len.value, margin=self.margin.value, algo=self.algo.value
         )
-        self.current = scaling_trajectory(tensors, recipe="current", **kwargs)
-        self.delayed = scaling_trajectory(tensors, recipe="delayed", **kwargs)
-        for recipe, traj in (("current", self.current), ("delayed", self.delayed)):
-            self._lines[("log2_scale", recipe)].set_ydata(traj.log2_scale)
-            self._lines[("saturated", recipe)].set_ydata(traj.saturated)
-            self._lines[("error", recipe)].set_ydata([max(e, 1e-6) for e in traj.error])
-        for ax in self.axes:
+        self.current = scaling_trajectory(tensors, recipe="current", **kw)
+        self.delayed = scaling_trajectory(tensors, recipe="delayed", **kw)
+        for recipe, t in (("current", self.current), ("delayed", self.delayed)):
+            for ax, ys in zip(
+                self.axes, (t.log2_scale, t.saturated, [max(e, 1e-6) for e in t.error]), strict=True
+            ):
+                self._lines[ax, recipe].set_ydata(ys)
+        for ax, line in zip(self.axes, self._spike_lines, strict=True):
             ax.relim()
             ax.autoscale_view()
-        for line in self._spike_lines:
             line.set_xdata([spike, spike])
         self._title.set_text(f"{FP8_FORMATS[self.fmt].label}: outlier at step {spike} (dotted)")
         self.readout.value = readout_html(spike_reading(self.current, self.delayed, spike))
@@ -325,22 +307,19 @@ def spike_reading(current: ScalingTrajectory, delayed: ScalingTrajectory, spike_
 def readout_html(reading: Reading) -> str:
     """The explorer's readout: the spike reading's numbers as a table, then its sentences."""
     f = reading.facts
-    rows = [
-        ("saturated at the spike step", "saturated"),
-        ("flushed to zero at the spike step", "flushed"),
-        ("relative error at the spike step", "error"),
-        (f"mean relative error, {f['n_after']} steps after it", "after"),
-        ("steps with saturation", "saturated_steps"),
-    ]
+    rows = {
+        "saturated at the spike step": "saturated",
+        "flushed to zero at the spike step": "flushed",
+        "relative error at the spike step": "error",
+        f"mean relative error, {f['n_after']} steps after it": "after",
+        "steps with saturation": "saturated_steps",
+    }
     cells = [
-        (
+        [
             label,
-            *(
-                str(v) if isinstance(v, int) else f"{v:.3g}"
-                for v in (f[f"{key}_current"], f[f"{key}_delayed"])
-            ),
-        )
-        for label, key in rows
+            *(str(v) if isinstance(v, int) else f"{v:.3g}" for v in (f[f"{k}_current"], f[f"{k}_delayed"])),
+        ]
+        for label, k in rows.items()
     ]
     return table_html(cells, ["", "current", "delayed"]) + f"<p>{html.escape(str(reading))}</p>"
 
@@ -363,7 +342,7 @@ def scaling_explorer(
     num_steps = check_int("num_steps", num_steps, minimum=2, maximum=200)
     return ScalingExplorer(
         num_steps=num_steps,
-        size=check_int("size", size, minimum=1, maximum=MAX_EXPLORER_SIZE),
+        size=check_int("size", size, minimum=1, maximum=4096),
         history_len=check_int("history_len", history_len, minimum=1, maximum=64),
         margin=check_int("margin", margin, minimum=0, maximum=8),
         spike_step=check_int("spike_step", spike_step, minimum=0, maximum=num_steps - 1),

@@ -8,6 +8,7 @@ and :func:`convert_to_mx`: emulated MX training (operands quantize-dequantized, 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
@@ -45,9 +46,7 @@ def mx_quantize(x: torch.Tensor, elem: str = "fp8_e4m3", block_size: int = 32) -
     spec = check_format("elem", elem, ELEMENT_FORMATS)
     block_size = _check_block_size(block_size)
     if x.shape[-1] % block_size:
-        raise ValueError(
-            f"block_size={block_size} must divide x's last dimension, got shape {tuple(x.shape)}"
-        )
+        raise ValueError(f"block_size={block_size} must divide x's last dimension, got {tuple(x.shape)}")
     if x.dtype not in LOW_FLOATS:
         raise ArgumentTypeError(f"x must be float32, bfloat16 or float16 for MX, got dtype {x.dtype}")
     blocks = x.detach().to(torch.float32).contiguous().reshape(-1, block_size)
@@ -56,9 +55,7 @@ def mx_quantize(x: torch.Tensor, elem: str = "fp8_e4m3", block_size: int = 32) -
     exponent = (torch.bitwise_right_shift(amax.view(torch.int32), 23) & 0xFF) - 127
     biased = torch.clamp(exponent - spec.emax, min=-E8M0_BIAS, max=E8M0_BIAS + 1) + E8M0_BIAS
     biased = torch.where(torch.isnan(amax), E8M0_NAN, biased)
-    scale = torch.bitwise_left_shift(biased.to(torch.int32), 23).view(
-        torch.float32
-    )  # the E8M0 byte as float32
+    scale = torch.bitwise_left_shift(biased.to(torch.int32), 23).view(torch.float32)  # E8M0 as float32
     scaled = blocks / torch.clamp(scale, min=2.0**-126)  # torchao: never divide by the subnormal 2**-127
     if spec.name == "fp4_e2m1":
         elements = _round_to_fp4(scaled)
@@ -166,6 +163,4 @@ def convert_to_mx(
     elem = check_format("elem", elem, ELEMENT_FORMATS).name
     block_size = _check_block_size(block_size)
     module_filter = check_callable("module_filter", module_filter, optional=True) or (lambda m, fqn: True)
-    return swap_linears(
-        model, lambda m: MXLinear.from_float(m, elem=elem, block_size=block_size), module_filter
-    )
+    return swap_linears(model, partial(MXLinear.from_float, elem=elem, block_size=block_size), module_filter)

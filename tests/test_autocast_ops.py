@@ -254,8 +254,7 @@ def _refused(x):
 def test_unavailable_ops_come_back_na(monkeypatch):
     fakes = (_fake("missing", _missing), _fake("no_low", _no_low_kernel), _fake("refused", _refused))
     ops = al.catalogue() + fakes
-    for module in (al, ao):
-        monkeypatch.setattr(module, "catalogue", lambda: ops)
+    monkeypatch.setattr(al, "catalogue", lambda: ops)
     table = ao.probe("cpu", ops=["missing", "no_low", "refused", "mm"])
     assert [table[n].policy for n in ("missing", "no_low", "refused")] == ["n/a"] * 3
     assert table["missing"].evidence.outcome == "autocast.unavailable"
@@ -408,8 +407,6 @@ def small_table():
     "call, exc, match",
     [
         (lambda t: ao.compare("table"), TypeError, "probed must be the ProbeTable"),
-        (lambda t: t.policy("bogus"), ValueError, "op='bogus' was not probed; this table holds 2 ops: mm, add"),
-        (lambda t: t.policy(None), TypeError, "op must be an op name"),
         (lambda t: ao.format_groups("table"), TypeError, "probed must be the ProbeTable"),
         (lambda t: ao.format_groups(t, width=0), ValueError, "width must be >= 20"),
         (lambda t: al.documented_policy(5), TypeError, "op must be an op name"),
@@ -545,8 +542,8 @@ def test_a_fallthrough_kernel_is_not_a_rule(monkeypatch):
      ("mm", torch.device("cpu"), TypeError, "^device_type must be"),
      ("mm", "mps", ValueError, "^device_type='mps' is not allowed; choose one of: 'cpu', 'cuda'"),
      ("mm", "CUDA", ValueError, "^device_type='CUDA' is not allowed"),
-     ("no_such_op", "cpu", ValueError, "^op='no_such_op' is not an operator torch"),
-     ("mm.no_such_overload", "cpu", ValueError, "is not an operator torch"),
+     ("no_such_op", "cpu", ValueError, "^op='no_such_op' is not an operator in torch"),
+     ("mm.no_such_overload", "cpu", ValueError, "is not an operator in torch"),
      ("softmax", "cuda", ValueError, "^op='softmax' has no default overload .*softmax.int"),
      ("", "cpu", ValueError, "is not an aten op name"), ("mm.", "cpu", ValueError, "is not an aten op name"),
      ("prims::mm", "cpu", ValueError, "is not an aten op name"), ("a b", "cpu", ValueError, "is not an aten op name"),
@@ -617,7 +614,7 @@ def _groups_oracle(rows, probe):
 
 
 def _by_code(readings):
-    return {(g.outcome, g.facts["device"]): list(g.facts["op_list"]) for g in readings}
+    return {(g.outcome, g.facts["device"]): g.facts["ops"].split(", ") for g in readings}
 
 
 def test_rule_groups_follow_from_the_rules_not_the_docs(cpu_probe):
@@ -625,7 +622,7 @@ def test_rule_groups_follow_from_the_rules_not_the_docs(cpu_probe):
     readings = ao.rule_groups(rows)
     groups = _by_code(readings)
     assert groups == _groups_oracle(rows, cpu_probe)
-    assert all(g.facts["n"] == len(g.facts["op_list"]) for g in readings)
+    assert all(g.facts["n"] == len(g.facts["ops"].split(", ")) for g in readings)
     # the correction: einsum has a CUDA rule, and on CPU it is lowered by decomposition
     assert "einsum" in groups["autocast.rule_cuda_only", ""]
     assert "einsum" in groups["autocast.probed_lower_no_rule", "CPU"]
