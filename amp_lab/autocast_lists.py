@@ -145,11 +145,9 @@ def has_autocast_rule(op: str, device_type: str) -> bool:
     """Whether torch registered an autocast kernel for the aten op ``op`` (``"einsum"``, ``"softmax.int"``)
     on ``device_type``'s dispatch key, asked of the dispatcher (so the CUDA answer is live on any build).
     An op without a rule may still run low when it decomposes into ops that have one."""
-    qualified = qualified_op(op)
-    key = AUTOCAST_KEYS[check_device_type(device_type)]
-    return torch._C._dispatch_has_kernel_for_dispatch_key(
-        qualified, key
-    ) and not torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough(qualified, key)
+    qualified, key = qualified_op(op), AUTOCAST_KEYS[check_device_type(device_type)]
+    registered = torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
+    return registered and not torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough(qualified, key)
 
 
 FAMILIES = ("matmul", "convolution", "rnn cell", "activation", "softmax", "normalization", "loss", "reduction",

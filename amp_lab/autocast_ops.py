@@ -122,20 +122,18 @@ def autocast_dtype(device=None, dtype=None) -> torch.dtype:
     allowed = (torch.bfloat16, torch.float16)
     if dev.type == "cuda" and not bf16_hardware(torch.cuda.get_device_capability(dev)):
         allowed = (torch.float16,)  # this very GPU's hardware, not torch.cuda.is_bf16_supported()'s emulation
-    return parse_dtype(
-        torch.get_autocast_dtype(dev.type) if dtype is None else dtype, allowed=allowed, name="dtype"
-    )
+    dtype = torch.get_autocast_dtype(dev.type) if dtype is None else dtype
+    return parse_dtype(dtype, allowed=allowed, name="dtype")
 
 
 def dispatch_trace(
     fn: Callable, *args, device=None, dtype=None, enabled: bool = True, cache_enabled: bool | None = None
 ):
-    """Run ``fn(*args)`` under ``torch.autocast`` (``enabled=False``: without it) and return ``(output, calls)``:
+    """Run ``fn(*args)`` under ``torch.autocast`` (``enabled=False``: without it); return ``(output, calls)``,
     the :class:`TraceCall` list the dispatcher saw, casts included."""
     check_callable("fn", fn)
     enabled = check_bool("enabled", enabled)
-    if cache_enabled is not None:
-        cache_enabled = check_bool("cache_enabled", cache_enabled)
+    cache_enabled = None if cache_enabled is None else check_bool("cache_enabled", cache_enabled)
     dev = get_device(device)
     return _run(fn, args, dev.type, autocast_dtype(dev, dtype), enabled, cache_enabled)
 
@@ -161,7 +159,7 @@ class OpResult:
 
 
 class ProbeTable(dict):
-    """``{op name: OpResult}`` plus ``device_type``, ``dtype`` (autocast's low dtype) and ``torch_version``."""
+    """``{op name: OpResult}`` plus ``device_type``, ``dtype`` (the low dtype) and ``torch_version``."""
 
     def __init__(self, results: Iterable[OpResult], *, device_type: str, dtype: torch.dtype):
         super().__init__((r.op, r) for r in results)
@@ -315,7 +313,7 @@ def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=N
 
 def probe(device=None, dtype=None, *, ops: Iterable[str] | None = None) -> ProbeTable:
     """Run the catalogue (or its ``ops`` named) under ``torch.autocast`` in ``dtype`` (None: the device's
-    default) and classify each op, keyed by the docs' names; an op that cannot run here comes back ``"n/a"``."""
+    default) and classify each op, keyed by the docs' names; an op that cannot run here is ``"n/a"``."""
     dev = get_device(device)
     low = autocast_dtype(dev, dtype)
     wanted = None if ops is None else set(al.op_list("ops", ops))
@@ -325,10 +323,6 @@ def probe(device=None, dtype=None, *, ops: Iterable[str] | None = None) -> Probe
         if wanted is None or op.name in wanted
     ]
     return ProbeTable(results, device_type=dev.type, dtype=low)
-
-
-def _check_probe_table(value) -> ProbeTable:
-    return check_instance("probed", value, ProbeTable, "the ProbeTable that probe() returns")
 
 
 @dataclass(frozen=True)
@@ -364,7 +358,7 @@ class Comparison:
 def compare(probed: ProbeTable) -> Comparison:
     """Agreements and differences between a probe and its device's documented lists (an op on no list is
     documented ``"unchanged"``)."""
-    _check_probe_table(probed)
+    check_instance("probed", probed, ProbeTable, "the ProbeTable that probe() returns")
     device = check_choice("probed.device_type", probed.device_type, al.AUTOCAST_KEYS)
     agree, differ = [], []
     for name, result in probed.items():
@@ -398,10 +392,10 @@ class RuleRow:
 
 
 def rule_comparison(probed: ProbeTable | None = None, *, ops: Iterable[str] | None = None) -> list[RuleRow]:
-    """One :class:`RuleRow` per op of ``ops`` (default: the probe's, or the catalogue): the docs, the rules the
-    dispatcher holds for CPU *and* CUDA, and the probe."""
+    """One :class:`RuleRow` per op of ``ops`` (default: the probe's, or the catalogue): the docs, the rules
+    the dispatcher holds for CPU *and* CUDA, and the probe."""
     if probed is not None:
-        _check_probe_table(probed)
+        check_instance("probed", probed, ProbeTable, "the ProbeTable that probe() returns")
     if ops is None:
         names = list(probed) if probed is not None else al.op_names()
     else:
@@ -450,7 +444,7 @@ def rule_groups(rows: Iterable[RuleRow]) -> list[Reading]:
 
 def format_groups(probed: ProbeTable, *, width: int = 100) -> str:
     """The probe as one paragraph per policy: ``policy (n) - meaning:`` and its ops."""
-    _check_probe_table(probed)
+    check_instance("probed", probed, ProbeTable, "the ProbeTable that probe() returns")
     width = check_int("width", width, minimum=20, maximum=10_000)
     return "\n".join(
         f"{policy} ({len(names)}) - {al.POLICY_MEANING[policy]}:\n"

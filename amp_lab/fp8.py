@@ -1,5 +1,5 @@
 """FP8 from scratch, bit for bit torchao's (notebook 08): formats, tensorwise scaling (:func:`quantize`),
-delayed scaling (:class:`DelayedScaling`) and FP8 training (:class:`Float8Linear`).  Block scaling: :mod:`amp_lab.mx`."""
+delayed scaling (:class:`DelayedScaling`), FP8 training (:class:`Float8Linear`); blocks: :mod:`amp_lab.mx`."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ def fp8_device(device=None) -> tuple[torch.device, Reading]:
 
 
 def fp8_placement(device: torch.device, capability=None, arch_list=None) -> tuple[torch.device, Reading]:
-    """:func:`fp8_device`'s decision from the facts; ``facts["why"]`` is :func:`~amp_lab.gpus.fp8_matmul_support`'s."""
+    """:func:`fp8_device`'s decision from the facts; ``facts["why"]`` is ``gpus.fp8_matmul_support``'s."""
     cpu = torch.device("cpu")
     if device.type == "mps":
         return cpu, Reading("fp8.apple_gpu")
@@ -203,12 +203,8 @@ def quantization_error(x: torch.Tensor, xq: torch.Tensor) -> float:
 
 
 class DelayedScaling:
-    """Transformer Engine's delayed scaling: this step's ``scale`` (1.0 at first) comes from earlier amaxes.
-
-    ``update(amax)`` appends the amax (as float32) to ``history`` (the last ``history_len``), reduces it by
-    ``algo`` (``"max"``: NaN if any is NaN; ``"most_recent"``) to ``r`` and, if ``r`` is finite and > 0,
-    sets ``scale = fmt.max / r / 2**margin`` rounded to float32 (overflow clamped to float32's max).
-    """
+    """Transformer Engine's delayed scaling: ``scale`` (1.0 at first) is ``fmt.max / r / 2**margin`` in
+    float32, ``r`` the last ``history_len`` amaxes reduced by ``algo`` (``"max"``, NaN-propagating)."""
 
     def __init__(self, fmt: str = "fp8_e4m3", history_len: int = 16, margin: int = 0, algo: str = "max"):
         self.fmt = check_format("fmt", fmt, FP8_FORMATS).name
@@ -347,12 +343,8 @@ class ConvertedLinear(nn.Linear):
 
 
 class Float8Linear(ConvertedLinear):
-    """An ``nn.Linear`` whose matmuls run in FP8 through :class:`Float8Matmul` (notebook 08).
-
-    ``scaling="dynamic"`` is torchao's default recipe (bit for bit); ``"delayed"`` keeps one
-    :class:`DelayedScaling` per operand in ``recipe.delayed``, moved only by training steps.  The bias is added in
-    high precision after the GEMM.  Features must be multiples of 16, and on CUDA a training batch's rows.
-    """
+    """An ``nn.Linear`` whose matmuls run in FP8 through :class:`Float8Matmul`: ``scaling="dynamic"`` is
+    torchao's default recipe, ``"delayed"`` a :class:`DelayedScaling` per operand; the bias is added after."""
 
     def __init__(
         self, in_features, out_features, bias=True, device=None, dtype=None, *, scaling="dynamic", **recipe
@@ -374,13 +366,6 @@ class Float8Linear(ConvertedLinear):
         x = input
         if torch.is_autocast_enabled(x.device.type):  # as torchao does for CUDA autocast
             x = x.to(torch.get_autocast_dtype(x.device.type))
-        if x.device.type == "cuda" and torch.is_grad_enabled() and self.weight.requires_grad:
-            rows = x.numel() // self.in_features
-            if rows % FP8_GEMM_MULTIPLE:
-                raise ValueError(
-                    f"on CUDA a training batch must have a multiple of {FP8_GEMM_MULTIPLE} rows (the FP8 "
-                    f"grad_weight GEMM reduces over it); got {rows} (input shape {tuple(x.shape)})"
-                )
         record = self.training and torch.is_grad_enabled()  # a training step, not an evaluation
         output = Float8Matmul.apply(x, self.weight, self.recipe, record)
         if self.bias is not None:
@@ -394,9 +379,12 @@ class Float8Linear(ConvertedLinear):
 def float8_module_filter(module: nn.Module, fqn: str = "") -> bool:
     """:func:`convert_to_float8`'s default (torchao's ``module_filter_fn`` signature): True for an unconverted
     ``nn.Linear`` whose in and out features are multiples of 16 (so a 10-class output layer stays)."""
-    if not isinstance(module, nn.Linear) or isinstance(module, ConvertedLinear):
-        return False
-    return module.in_features % FP8_GEMM_MULTIPLE == 0 and module.out_features % FP8_GEMM_MULTIPLE == 0
+    linear = isinstance(module, nn.Linear) and not isinstance(module, ConvertedLinear)
+    return (
+        linear
+        and module.in_features % FP8_GEMM_MULTIPLE == 0
+        and module.out_features % FP8_GEMM_MULTIPLE == 0
+    )
 
 
 def swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module], module_filter) -> nn.Module:

@@ -1,9 +1,5 @@
-"""Block-scaled formats from scratch, proven against torchao (notebook 08): MX and NVFP4.
-
-:func:`mx_quantize` (OCP MX: one E8M0 power-of-two scale per block), :func:`nvfp4_quantize` (16-element
-blocks, E4M3 block scales, an FP32 per-tensor scale), both bit-identical to torchao's; :class:`MXLinear`
-and :func:`convert_to_mx`: emulated MX training (operands quantize-dequantized, the matmul in float32).
-"""
+"""Block-scaled formats from scratch, bit for bit torchao's (notebook 08): MX (:func:`mx_quantize`), NVFP4
+(:func:`nvfp4_quantize`) and emulated MX training (:func:`convert_to_mx`: the matmul in float32)."""
 
 from __future__ import annotations
 
@@ -35,12 +31,8 @@ def _check_block_size(block_size) -> int:
 
 
 def mx_quantize(x: torch.Tensor, elem: str = "fp8_e4m3", block_size: int = 32) -> torch.Tensor:
-    """OCP MX block scaling along the last dimension, quantized and dequantized to float32.
-
-    Each block of ``block_size`` (a power of two from 1 to 1024 dividing the last dimension) shares an
-    E8M0 scale ``2**(floor(log2(amax)) - emax)`` (torchao's FLOOR rule); the elements are ``x / scale`` cast,
-    saturating, to ``elem``.  Bit-identical to torchao's ``to_mx`` + ``to_dtype``, including its clamp of
-    the divisor to 2**-126 and a block holding NaN coming back all NaN.
+    """OCP MX along the last dimension, quantized and dequantized to float32 (torchao's ``to_mx``): a block
+    (a power of two, 1 to 1024) shares an E8M0 scale ``2**(floor(log2(amax)) - emax)``; NaN blocks stay NaN.
     """
     x = check_tensor("x", x, min_dim=1)
     spec = check_format("elem", elem, ELEMENT_FORMATS)
@@ -68,13 +60,8 @@ def mx_quantize(x: torch.Tensor, elem: str = "fp8_e4m3", block_size: int = 32) -
 
 
 def nvfp4_quantize(x: torch.Tensor, per_tensor_scale=None) -> torch.Tensor:
-    """NVFP4 (Blackwell's FP4) along the last dimension, quantized and dequantized to float32, bit-identical
-    to torchao's ``NVFP4Tensor.to_nvfp4(x, per_tensor_scale=...).dequantize()``.
-
-    A per-tensor scale ``g`` (default ``amax / (448 * 6)``; 1.0 where that is 0, where torchao gives NaN),
-    16-element blocks whose scale ``amax / 6 / g`` is rounded to E4M3 (clamped to [2**-6, 448]), elements
-    rounded to FP4 E2M1.  ``x`` needs at least 2 dimensions, the last a multiple of 16.
-    """
+    """NVFP4 along the last dimension (a multiple of 16), quantized and dequantized (torchao's NVFP4Tensor): a
+    per-tensor scale ``g`` (default ``amax / (448 * 6)``, 1.0 for zeros), E4M3 scales per 16, FP4 elements."""
     x = check_tensor("x", x, min_dim=2)
     if x.shape[-1] % NVFP4_BLOCK_SIZE:
         raise ValueError(f"x's last dimension must be a multiple of 16 for NVFP4, got {tuple(x.shape)}")
@@ -102,7 +89,7 @@ def nvfp4_quantize(x: torch.Tensor, per_tensor_scale=None) -> torch.Tensor:
 
 
 def _mx_along_last(t: torch.Tensor, elem: str, block_size: int) -> torch.Tensor:
-    """:func:`mx_quantize` along the last dimension of a 2-D tensor, zero-padded to a multiple of the block."""
+    """:func:`mx_quantize` along the last dimension, zero-padded to a multiple of the block."""
     pad = (-t.shape[-1]) % block_size
     q = mx_quantize(nn.functional.pad(t, (0, pad)).contiguous(), elem, block_size)
     return q[..., : q.shape[-1] - pad]
