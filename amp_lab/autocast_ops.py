@@ -334,10 +334,6 @@ class Difference:
     documented: str
     reading: Reading
 
-    @property
-    def note(self) -> str:
-        return str(self.reading)
-
 
 @dataclass(frozen=True)
 class Comparison:

@@ -224,9 +224,7 @@ class DelayedScaling:
         if isinstance(amax, torch.Tensor) and amax.numel() == 1 and amax.is_floating_point():
             amax = float(amax)
         if isinstance(amax, bool) or not isinstance(amax, Real):
-            raise ArgumentTypeError(
-                f"amax must be a number or a 0-d floating tensor, got {type(amax).__name__}"
-            )
+            raise ArgumentTypeError(f"amax must be a number or a 0-d float tensor, got {type(amax).__name__}")
         try:
             amax = float(torch.tensor(float(amax), dtype=torch.float32))  # TE keeps its history in float32
         except OverflowError:

@@ -11,20 +11,8 @@ from dataclasses import dataclass, field
 import ipywidgets as widgets
 import torch
 
+from . import fp8
 from ._checks import MAX_STEPS, bounded_list, check_bool, check_float, check_instance, check_int, check_seed
-from .fp8 import (
-    ALGOS,
-    FP8_FORMATS,
-    DelayedScaling,
-    check_format,
-    check_name,
-    check_tensor,
-    dequantize,
-    quantization_error,
-    quantize,
-    saturation_count,
-    tensorwise_scale,
-)
 from .text import Reading
 from .widgets import FigurePane, table_html
 
@@ -44,9 +32,7 @@ def spread_reading(activations, gradients, e4m3_window: float, e5m2_window: floa
     the activations fit E4M3 and the hidden gradients need E5M2, else ``fp8.recipe_not_forced``."""
     acts, grads = _spreads("activations", activations), _spreads("gradients", gradients)
     if not acts or len(grads) < 2:
-        raise ValueError(
-            "activations needs a spread per layer and gradients at least two (hidden, then logits)"
-        )
+        raise ValueError("activations needs a spread per layer, gradients at least two (hidden, logits)")
     w4 = check_float("e4m3_window", e4m3_window, gt=0)
     w5 = check_float("e5m2_window", e5m2_window, gt=0)
     facts = {"narrow": max(acts), "wide": max(grads[:-1]), "logits": grads[-1], "w4": w4, "w5": w5}
@@ -65,7 +51,7 @@ def unscaled_reading(largest: float, fmt: str = "fp8_e4m3") -> Reading:
     """Where a tensor's ``largest`` magnitude sits against ``fmt``'s smallest normal, cast without a scale:
     outcome ``fp8.below_window`` or ``fp8.near_window``."""
     largest = check_float("largest", largest, gt=0)
-    spec = check_format("fmt", fmt, FP8_FORMATS)
+    spec = fp8.check_format("fmt", fmt, fp8.FP8_FORMATS)
     low = math.log2(torch.finfo(spec.dtype).smallest_normal)
     facts = {"log2_largest": math.floor(math.log2(largest)), "log2_min_normal": low, "label": spec.label}
     return Reading("fp8.below_window" if largest < 2.0**low else "fp8.near_window", (), facts)
@@ -78,9 +64,7 @@ def identity_reading(ours, theirs, same_weights: bool) -> Reading:
     ours = bounded_list("ours", ours, MAX_STEPS, "a list of losses")
     theirs = bounded_list("theirs", theirs, MAX_STEPS, "a list of losses")
     if len(ours) != len(theirs) or not ours:
-        raise ValueError(
-            f"ours and theirs must hold as many losses (at least one), got {len(ours)} and {len(theirs)}"
-        )
+        raise ValueError(f"ours and theirs must hold as many losses (> 0), got {len(ours)} and {len(theirs)}")
     same_weights = check_bool("same_weights", same_weights)
     equal, total = sum(a == b for a, b in zip(ours, theirs, strict=True)), len(ours)
     outcome = "identical" if equal == total else "close" if equal else "different"
@@ -108,9 +92,7 @@ def make_tensor_sequence(
     spike_size = check_float("spike_size", spike_size, ge=1.0, le=1e6)
     seed = check_seed("seed", seed)
     if num_steps * size > MAX_SEQUENCE_ELEMENTS:
-        raise ValueError(
-            f"num_steps * size = {num_steps * size:,} values; at most {MAX_SEQUENCE_ELEMENTS:,} (2**22)"
-        )
+        raise ValueError(f"num_steps * size = {num_steps * size:,} values; at most {MAX_SEQUENCE_ELEMENTS:,}")
     gen = torch.Generator().manual_seed(seed)
     tensors = []
     for step in range(num_steps):
@@ -154,13 +136,11 @@ class ScalingTrajectory:
 
 def _check_tensor_list(tensors) -> list[torch.Tensor]:
     if isinstance(tensors, torch.Tensor) and tensors.dim() != 2:
-        raise ValueError(
-            f"tensors as one tensor must be 2-D (steps, values), got shape {tuple(tensors.shape)}"
-        )
+        raise ValueError(f"tensors as one tensor must be 2-D (steps, values), got {tuple(tensors.shape)}")
     tensors = bounded_list("tensors", tensors, MAX_SEQUENCE_STEPS, "a list of tensors, one per step")
     if not tensors:
         raise ValueError("tensors must hold at least one step")
-    out = [check_tensor(f"tensors[{i}]", t) for i, t in enumerate(tensors)]
+    out = [fp8.check_tensor(f"tensors[{i}]", t) for i, t in enumerate(tensors)]
     for i, t in enumerate(out):
         if not 1 <= t.numel() <= MAX_SEQUENCE_SIZE:
             raise ValueError(f"tensors[{i}] has {t.numel():,} elements; 1 to {MAX_SEQUENCE_SIZE:,} per step")
@@ -179,26 +159,26 @@ def scaling_trajectory(
     recipe: str = "delayed",
 ) -> ScalingTrajectory:
     """Quantize each step's tensor (a list, or a 2-D tensor of steps) with one recipe: ``"current"`` scales
-    by its own amax (:func:`tensorwise_scale`), ``"delayed"`` by a :class:`DelayedScaling` of earlier steps."""
+    by its own amax (:func:`~amp_lab.fp8.tensorwise_scale`), ``"delayed"`` by earlier steps' amaxes."""
     tensors = _check_tensor_list(tensors)
-    spec = check_format("fmt", fmt, FP8_FORMATS)
-    check_name("recipe", recipe, ("delayed", "current"))
-    history = DelayedScaling(spec.name, history_len, margin, algo)  # checks history_len, margin, algo
+    spec = fp8.check_format("fmt", fmt, fp8.FP8_FORMATS)
+    fp8.check_name("recipe", recipe, ("delayed", "current"))
+    history = fp8.DelayedScaling(spec.name, history_len, margin, algo)  # checks history_len, margin, algo
     traj = ScalingTrajectory(recipe, spec.name, history.history_len, history.margin, history.algo)
     for t in tensors:
         x = t.detach().to(torch.float32)
         amax = float(x.abs().max())
         if recipe == "current":
-            scale = tensorwise_scale(x, spec.name, history.margin)
+            scale = fp8.tensorwise_scale(x, spec.name, history.margin)
         else:
             scale = torch.tensor(history.scale, dtype=torch.float32)
             history.update(amax)
-        q = quantize(x, spec.name, scale)
+        q = fp8.quantize(x, spec.name, scale)
         traj.amax.append(amax)
         traj.scale.append(float(scale))
-        traj.saturated.append(saturation_count(x, spec.name, scale))
+        traj.saturated.append(fp8.saturation_count(x, spec.name, scale))
         traj.flushed.append(int(((q.to(torch.float32) == 0) & (x != 0)).sum()))
-        traj.error.append(quantization_error(x, dequantize(q, scale)))
+        traj.error.append(fp8.quantization_error(x, fp8.dequantize(q, scale)))
     return traj
 
 
@@ -219,7 +199,9 @@ class ScalingExplorer:
         self.spike_size = widgets.FloatLogSlider(
             spike_size, base=10, min=0, max=4, step=0.25, description="spike size (x amax)", **common
         )
-        self.algo = widgets.Dropdown(options=ALGOS, value=algo, description="history reduced by", style=style)
+        self.algo = widgets.Dropdown(
+            options=fp8.ALGOS, value=algo, description="history reduced by", style=style
+        )
         controls = [self.history_len, self.margin, self.spike_step, self.spike_size, self.algo]
         for control, css in zip(
             controls, ("history", "margin", "spike-step", "spike-size", "algo"), strict=True
@@ -267,7 +249,7 @@ class ScalingExplorer:
             ax.relim()
             ax.autoscale_view()
             line.set_xdata([spike, spike])
-        self._title.set_text(f"{FP8_FORMATS[self.fmt].label}: outlier at step {spike} (dotted)")
+        self._title.set_text(f"{fp8.FP8_FORMATS[self.fmt].label}: outlier at step {spike} (dotted)")
         self.readout.value = readout_html(spike_reading(self.current, self.delayed, spike))
         self.pane.refresh()
         return self.current, self.delayed
@@ -281,14 +263,12 @@ def spike_reading(current: ScalingTrajectory, delayed: ScalingTrajectory, spike_
     for name, traj in (("current", current), ("delayed", delayed)):
         check_instance(name, traj, ScalingTrajectory, "a ScalingTrajectory (fp8_explorer.scaling_trajectory)")
     if len(current.scale) != len(delayed.scale):
-        raise ValueError(
-            f"current and delayed must cover the same steps, got {len(current.scale)} and {len(delayed.scale)}"
-        )
+        raise ValueError(f"current and delayed cover {len(current.scale)} and {len(delayed.scale)} steps")
     spike = check_int("spike_step", spike_step, minimum=0, maximum=len(current.scale) - 1)
     facts = {
         "spike": spike,
         "n_after": len(current.scale) - spike - 1,
-        "max": FP8_FORMATS[delayed.fmt].max,
+        "max": fp8.FP8_FORMATS[delayed.fmt].max,
         "amax_ratio": delayed.amax[spike] / max(delayed.amax[:spike], default=math.nan),
     }
     for name, t in (("current", current), ("delayed", delayed)):
@@ -347,7 +327,7 @@ def scaling_explorer(
         margin=check_int("margin", margin, minimum=0, maximum=8),
         spike_step=check_int("spike_step", spike_step, minimum=0, maximum=num_steps - 1),
         spike_size=check_float("spike_size", spike_size, ge=1.0, le=1e4),
-        algo=check_name("algo", algo, ALGOS),
-        fmt=check_format("fmt", fmt, FP8_FORMATS).name,
+        algo=fp8.check_name("algo", algo, fp8.ALGOS),
+        fmt=fp8.check_format("fmt", fmt, fp8.FP8_FORMATS).name,
         seed=check_seed("seed", seed),
     )
