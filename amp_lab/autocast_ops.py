@@ -317,12 +317,8 @@ def probe(device=None, dtype=None, *, ops: Iterable[str] | None = None) -> Probe
     dev = get_device(device)
     low = autocast_dtype(dev, dtype)
     wanted = None if ops is None else set(al.op_list("ops", ops))
-    results = [
-        _probe_one(op, i, dev, low)
-        for i, op in enumerate(al.catalogue())
-        if wanted is None or op.name in wanted
-    ]
-    return ProbeTable(results, device_type=dev.type, dtype=low)
+    todo = [(i, op) for i, op in enumerate(al.catalogue()) if wanted is None or op.name in wanted]
+    return ProbeTable([_probe_one(op, i, dev, low) for i, op in todo], device_type=dev.type, dtype=low)
 
 
 @dataclass(frozen=True)
@@ -352,8 +348,7 @@ class Comparison:
 
 
 def compare(probed: ProbeTable) -> Comparison:
-    """Agreements and differences between a probe and its device's documented lists (an op on no list is
-    documented ``"unchanged"``)."""
+    """Agreements and differences between a probe and its device's documented lists."""
     check_instance("probed", probed, ProbeTable, "the ProbeTable that probe() returns")
     device = check_choice("probed.device_type", probed.device_type, al.AUTOCAST_KEYS)
     agree, differ = [], []
@@ -369,9 +364,8 @@ def compare(probed: ProbeTable) -> Comparison:
                 code = "autocast.undocumented_" + ("lower" if result.policy == "lower" else "fp32")
             facts = dict(result.evidence.facts, probed=result.policy, documented=doc)
             differ.append(Difference(name, result.policy, doc, Reading(code, (), facts)))
-    return Comparison(
-        device, probed.torch_version, al.DOCUMENTED["torch_version"], tuple(agree), tuple(differ)
-    )
+    documented = al.DOCUMENTED["torch_version"]
+    return Comparison(device, probed.torch_version, documented, tuple(agree), tuple(differ))
 
 
 @dataclass(frozen=True)

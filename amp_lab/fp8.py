@@ -344,11 +344,8 @@ class Float8Linear(ConvertedLinear):
     """An ``nn.Linear`` whose matmuls run in FP8 through :class:`Float8Matmul`: ``scaling="dynamic"`` is
     torchao's default recipe, ``"delayed"`` a :class:`DelayedScaling` per operand; the bias is added after."""
 
-    def __init__(
-        self, in_features, out_features, bias=True, device=None, dtype=None, *, scaling="dynamic", **recipe
-    ):
-        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.scaling = scaling
+    def __init__(self, in_features, out_features, bias=True, *, scaling="dynamic", **recipe):
+        super().__init__(in_features, out_features, bias)
         self.recipe = TensorwiseRecipe(scaling, **recipe)
 
     @classmethod
@@ -366,12 +363,7 @@ class Float8Linear(ConvertedLinear):
             x = x.to(torch.get_autocast_dtype(x.device.type))
         record = self.training and torch.is_grad_enabled()  # a training step, not an evaluation
         output = Float8Matmul.apply(x, self.weight, self.recipe, record)
-        if self.bias is not None:
-            output = output + self.bias.to(output.dtype)  # bias in high precision, after the GEMM
-        return output
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, scaling={self.scaling!r}"
+        return output if self.bias is None else output + self.bias.to(output.dtype)  # bias after the GEMM
 
 
 def float8_module_filter(module: nn.Module, fqn: str = "") -> bool:

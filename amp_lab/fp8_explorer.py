@@ -191,11 +191,10 @@ class ScalingExplorer:
         self.num_steps, self.size, self.fmt, self.seed = num_steps, size, fmt, seed
         style = {"description_width": "initial"}
         common = dict(continuous_update=False, style=style, layout=widgets.Layout(width="420px"))
-        self.history_len = widgets.IntSlider(history_len, 1, 64, description="history length", **common)
-        self.margin = widgets.IntSlider(margin, 0, 8, description="margin (powers of 2)", **common)
-        self.spike_step = widgets.IntSlider(
-            spike_step, 0, num_steps - 1, description="spike at step", **common
-        )
+        slider = widgets.IntSlider
+        self.history_len = slider(history_len, 1, 64, description="history length", **common)
+        self.margin = slider(margin, 0, 8, description="margin (powers of 2)", **common)
+        self.spike_step = slider(spike_step, 0, num_steps - 1, description="spike at step", **common)
         self.spike_size = widgets.FloatLogSlider(
             spike_size, base=10, min=0, max=4, step=0.25, description="spike size (x amax)", **common
         )
@@ -203,13 +202,11 @@ class ScalingExplorer:
             options=fp8.ALGOS, value=algo, description="history reduced by", style=style
         )
         controls = [self.history_len, self.margin, self.spike_step, self.spike_size, self.algo]
-        for control, css in zip(
-            controls, ("history", "margin", "spike-step", "spike-size", "algo"), strict=True
-        ):
-            control.add_class(f"amp-fp8-{css}")
+        names = ("history", "margin", "spike-step", "spike-size", "algo")
+        for control, name in zip(controls, names, strict=True):
+            control.add_class(f"amp-fp8-{name}")
             control.observe(lambda change: self.update(), names="value")
-        self.readout = widgets.HTML()
-        self.readout.add_class("amp-fp8-readout")
+        self.readout = widgets.HTML().add_class("amp-fp8-readout")
         self.pane = FigurePane(figsize=(7.0, 5.4), dpi=80)
         self.pane.image.add_class("amp-fp8-plot")
         self.widget = widgets.VBox([*controls, self.readout, self.pane.image])

@@ -123,18 +123,13 @@ class MXLinear(ConvertedLinear):
     """An ``nn.Linear`` trained with emulated MX block scaling through :class:`MXMatmul` (notebook 08);
     the bias stays in FP32."""
 
-    def __init__(
-        self, in_features, out_features, bias=True, device=None, dtype=None, *, elem="fp8_e4m3", block_size=32
-    ):
-        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+    def __init__(self, in_features, out_features, bias=True, *, elem="fp8_e4m3", block_size=32):
+        super().__init__(in_features, out_features, bias)
         self.elem, self.block_size = elem, block_size
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         output = MXMatmul.apply(input, self.weight, self.elem, self.block_size)
         return output if self.bias is None else output + self.bias.to(output.dtype)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, elem={self.elem!r}, block_size={self.block_size}"
 
 
 def convert_to_mx(
