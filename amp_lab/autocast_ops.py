@@ -19,7 +19,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import autocast_lists as al
 from ._checks import (
-    ArgumentTypeError,
     bounded_list,
     check_bool,
     check_callable,
@@ -287,10 +286,9 @@ def _probe_one(op: al.Op, index: int, dev: torch.device, low: torch.dtype) -> Op
 def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=None) -> OpResult:
     """Classify any callable as :func:`probe` classifies its catalogue: ``fn`` takes one float tensor per
     shape of ``shapes`` (at most :data:`MAX_CLASSIFY_ELEMENTS` elements in all), e.g. ``[(3, 4), (3, 4)]``."""
-    if not isinstance(shapes, (list, tuple)) or not shapes:
-        raise ArgumentTypeError(
-            f"shapes must be a non-empty list of shapes such as [(3, 4)], got {shapes!r:.60}"
-        )
+    check_instance("shapes", shapes, (list, tuple), "a non-empty list of shapes such as [(3, 4)]")
+    if not shapes:
+        raise ValueError("shapes must be a non-empty list of shapes such as [(3, 4)], got none")
     clean = []
     for i, shape in enumerate(shapes):
         shape = (shape,) if isinstance(shape, Integral) and not isinstance(shape, bool) else shape

@@ -116,8 +116,7 @@ def fp8_device(device=None) -> tuple[torch.device, Reading]:
     dev = get_device(device)
     capability = arch_list = None
     if dev.type == "cuda":
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        capability, arch_list = torch.cuda.get_device_capability(index), torch.cuda.get_arch_list()
+        capability, arch_list = torch.cuda.get_device_capability(dev), torch.cuda.get_arch_list()
     return fp8_placement(dev, capability, arch_list)
 
 

@@ -1,6 +1,5 @@
-"""Notebook 08's readouts and the scaling explorer: which format each tensor needs (:func:`spread_reading`),
-and current versus delayed scaling on a sequence with an outlier (:func:`scaling_trajectory`,
-:func:`spike_reading`, :func:`scaling_explorer`)."""
+"""Notebook 08's readouts (:func:`spread_reading`, :func:`spike_reading`) and the explorer of current versus
+delayed scaling on a sequence with an outlier (:func:`scaling_trajectory`, :func:`scaling_explorer`)."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ def unscaled_reading(largest: float, fmt: str = "fp8_e4m3") -> Reading:
 
 def identity_reading(ours, theirs, same_weights: bool) -> Reading:
     """Two runs' losses step by step and whether their weights are equal: outcome ``fp8.losses_identical``,
-    ``fp8.losses_close`` or ``fp8.losses_different``; reason ``fp8.weights_identical`` or
-    ``fp8.weights_differ``."""
+    ``fp8.losses_close`` or ``fp8.losses_different``."""
     ours = bounded_list("ours", ours, MAX_STEPS, "a list of losses")
     theirs = bounded_list("theirs", theirs, MAX_STEPS, "a list of losses")
     if len(ours) != len(theirs) or not ours:
@@ -183,9 +181,8 @@ def scaling_trajectory(
 
 
 class ScalingExplorer:
-    """The widget of :func:`scaling_explorer` (arguments checked there): sliders, ``readout``, ``pane``
-    (log2 scale, saturated elements, relative error; both recipes) and ``widget``; ``current`` and
-    ``delayed`` are the latest trajectories."""
+    """The widget of :func:`scaling_explorer` (arguments checked there): sliders, ``readout``, ``pane`` and
+    ``widget``; ``current`` and ``delayed`` are the latest trajectories."""
 
     def __init__(self, *, num_steps, size, history_len, margin, spike_step, spike_size, algo, fmt, seed):
         self.num_steps, self.size, self.fmt, self.seed = num_steps, size, fmt, seed
@@ -254,9 +251,7 @@ class ScalingExplorer:
 
 def spike_reading(current: ScalingTrajectory, delayed: ScalingTrajectory, spike_step: int) -> Reading:
     """What the outlier at ``spike_step`` cost each recipe: outcome ``fp8.delayed_saturates`` or
-    ``fp8.delayed_holds``, reason ``fp8.current_rescales``; per recipe (``_current``, ``_delayed``) the
-    ``saturated``, ``flushed`` and ``error`` at the spike, the mean error ``after`` it, ``saturated_steps``
-    and ``log2_scale``; ``amax_ratio`` (the spike's amax over the largest before) and ``max``."""
+    ``fp8.delayed_holds``; facts per recipe (``saturated_current``, ``error_delayed``, ...)."""
     for name, traj in (("current", current), ("delayed", delayed)):
         check_instance(name, traj, ScalingTrajectory, "a ScalingTrajectory (fp8_explorer.scaling_trajectory)")
     if len(current.scale) != len(delayed.scale):

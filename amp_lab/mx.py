@@ -76,8 +76,7 @@ def nvfp4_quantize(x: torch.Tensor, per_tensor_scale=None) -> torch.Tensor:
         return data
     else:
         g = data.abs().amax() / (448.0 * 6.0)  # torchao's per_tensor_amax_to_scale
-        if float(g) == 0.0:
-            g = torch.tensor(1.0)
+        g = torch.where(g == 0, 1.0, g)
     g = g.to(torch.float32).to(data.device)
     blocks = data.reshape(-1, NVFP4_BLOCK_SIZE)
     e4m3 = FP8_FORMATS["fp8_e4m3"]
