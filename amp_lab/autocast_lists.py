@@ -21,13 +21,6 @@ from ._checks import bounded_list, check_choice, check_instance
 
 POLICIES = ("lower", "fp32", "promote", "unchanged", "n/a")
 LISTED = ("lower", "fp32", "promote")
-POLICY_MEANING = {
-    "lower": "float32 inputs ran in the low dtype",
-    "fp32": "forced to float32, even from low-precision inputs",
-    "promote": "autocast cast all inputs to the widest input type",
-    "unchanged": "no autocast rule: runs in its input dtype",
-    "n/a": "could not be probed here",
-}
 
 # PyTorch's AMP page, "Autocast Op Reference" (docs/source/amp.md, the 2.13 development line), in the docs'
 # own spellings; DOC_ALIASES maps the few that differ from the probe's names.
@@ -143,8 +136,7 @@ def qualified_op(op) -> str:
 
 def has_autocast_rule(op: str, device_type: str) -> bool:
     """Whether torch registered an autocast kernel for the aten op ``op`` (``"einsum"``, ``"softmax.int"``)
-    on ``device_type``'s dispatch key, asked of the dispatcher (so the CUDA answer is live on any build).
-    An op without a rule may still run low when it decomposes into ops that have one."""
+    on ``device_type``'s dispatch key, asked of the dispatcher (so the CUDA answer is live on any build)."""
     qualified, key = qualified_op(op), AUTOCAST_KEYS[check_device_type(device_type)]
     registered = torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
     return registered and not torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough(qualified, key)

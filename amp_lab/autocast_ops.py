@@ -1,8 +1,5 @@
-"""What autocast really does (05): the catalogue probed under autocast, the dispatcher trace, and the probe
-beside the documented lists and the registered rules (:mod:`amp_lab.autocast_lists`).
-
-:func:`probe` feeds float32, low-precision and mixed inputs, with and without autocast, and counts the casts
-(``aten._to_copy``) autocast inserts, seen by :func:`dispatch_trace`."""
+"""What autocast really does (05): the catalogue probed under autocast (float32, low and mixed inputs, with
+and without it; casts seen by :func:`dispatch_trace`) beside the docs and rules of ``autocast_lists``."""
 
 from __future__ import annotations
 
@@ -30,7 +27,7 @@ from ._checks import (
 from .device import check_fits, get_device
 from .dtypes import parse_dtype
 from .gpus import bf16_hardware
-from .text import Reading
+from .text import Reading, say
 
 MAX_CLASSIFY_ELEMENTS = 2**20  # the probe reads dtypes, so tiny tensors suffice
 
@@ -435,7 +432,7 @@ def format_groups(probed: ProbeTable, *, width: int = 100) -> str:
     check_instance("probed", probed, ProbeTable, "the ProbeTable that probe() returns")
     width = check_int("width", width, minimum=20, maximum=10_000)
     return "\n".join(
-        f"{policy} ({len(names)}) - {al.POLICY_MEANING[policy]}:\n"
+        f"{policy} ({len(names)}) - {say('autocast.policy_' + policy.replace('/', ''))}:\n"
         + textwrap.fill(", ".join(names), width=width, initial_indent="    ", subsequent_indent="    ")
         for policy, names in probed.by_policy().items()
         if names
@@ -451,9 +448,8 @@ def _float_dtype(name: str, value) -> torch.dtype:
 
 
 def read_call(op: str, device_type: str, in_dtype, out_dtype, plain_dtype=None) -> Reading:
-    """What autocast did to one call of the aten op ``op`` on ``device_type``: ``in_dtype`` inputs gave
-    ``out_dtype`` (``plain_dtype``: without autocast).  The outcome says whether it cast down, up or not;
-    the reasons whether each device registers a rule (:func:`~amp_lab.autocast_lists.has_autocast_rule`)."""
+    """What autocast did to one call of the aten op ``op``: ``in_dtype`` inputs gave ``out_dtype``
+    (``plain_dtype``: without autocast); the reasons say whether each device registers a rule."""
     rules = {d: al.has_autocast_rule(op, d) for d in al.AUTOCAST_KEYS}  # validates op
     check_choice("device_type", device_type, al.AUTOCAST_KEYS)
     din, dout = _float_dtype("in_dtype", in_dtype), _float_dtype("out_dtype", out_dtype)
@@ -478,9 +474,8 @@ VARIANCE_BANDS = ("within 1% of it", "off by 1% to 50%", "off by more than half 
 def read_variance(
     truth: float, autocast_value: float, protected_value: float, mean_square: float, dtype
 ) -> Reading:
-    """How the variance by moments fared: ``autocast_value`` (inside autocast, in ``dtype``) and
-    ``protected_value`` (float32, autocast off) against the float64 ``truth``; ``mean_square`` is E[x^2],
-    where the dtype's spacing decides what survives.  ``facts["band"]`` is one of :data:`VARIANCE_BANDS`."""
+    """How the variance by moments fared inside autocast (``autocast_value``, in ``dtype``) and outside it
+    against the float64 ``truth``, given E[x^2] (``mean_square``); ``facts["band"]``: VARIANCE_BANDS."""
     truth = check_float("truth", truth, gt=0)
     autocast_value = check_float("autocast_value", autocast_value)
     protected_value = check_float("protected_value", protected_value)

@@ -369,11 +369,7 @@ def float8_module_filter(module: nn.Module, fqn: str = "") -> bool:
     """:func:`convert_to_float8`'s default (torchao's ``module_filter_fn`` signature): True for an unconverted
     ``nn.Linear`` whose in and out features are multiples of 16 (so a 10-class output layer stays)."""
     linear = isinstance(module, nn.Linear) and not isinstance(module, ConvertedLinear)
-    return (
-        linear
-        and module.in_features % FP8_GEMM_MULTIPLE == 0
-        and module.out_features % FP8_GEMM_MULTIPLE == 0
-    )
+    return linear and not (module.in_features % FP8_GEMM_MULTIPLE or module.out_features % FP8_GEMM_MULTIPLE)
 
 
 def swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module], module_filter) -> nn.Module:

@@ -26,9 +26,8 @@ def _spreads(name: str, value) -> list[float]:
 
 
 def spread_reading(activations, gradients, e4m3_window: float, e5m2_window: float) -> Reading:
-    """What the spreads (binades, one per layer; the gradients' last is the logits') say about the formats,
-    whose windows are ``e4m3_window`` and ``e5m2_window`` binades wide: outcome ``fp8.standard_recipe`` when
-    the activations fit E4M3 and the hidden gradients need E5M2, else ``fp8.recipe_not_forced``."""
+    """What the spreads (binades per layer; the gradients' last is the logits') say against the formats'
+    windows: ``fp8.standard_recipe`` when activations fit E4M3 and hidden gradients need E5M2."""
     acts, grads = _spreads("activations", activations), _spreads("gradients", gradients)
     if not acts or len(grads) < 2:
         raise ValueError("activations needs a spread per layer, gradients at least two (hidden, logits)")
@@ -79,9 +78,8 @@ def make_tensor_sequence(
     spike_size: float = 100.0,
     seed: int = 0,
 ) -> list[torch.Tensor]:
-    """A seeded sequence of ``num_steps`` tensors of ``size`` Gaussian values, one layer's activations over
-    training: the spread grows by ``2**drift`` a step, and at ``spike_step`` (None: none) one element becomes
-    an outlier ``spike_size`` times the tensor's amax."""
+    """``num_steps`` seeded Gaussian tensors of ``size`` values whose spread grows by ``2**drift`` a step; at
+    ``spike_step`` (None: none) one element becomes an outlier ``spike_size`` times the tensor's amax."""
     num_steps = check_int("num_steps", num_steps, minimum=1, maximum=MAX_SEQUENCE_STEPS)
     size = check_int("size", size, minimum=1, maximum=MAX_SEQUENCE_SIZE)
     drift = check_float("drift", drift, ge=-1.0, le=1.0)

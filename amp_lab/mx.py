@@ -96,8 +96,7 @@ def _mx_along_last(t: torch.Tensor, elem: str, block_size: int) -> torch.Tensor:
 
 class MXMatmul(torch.autograd.Function):
     """``x @ weight.T`` with every GEMM operand quantize-dequantized in MX blocks along that GEMM's
-    reduction dimension, then multiplied in float32: the forward along K, grad_input along N and
-    grad_weight along M."""
+    reduction dimension (K forward, N for grad_input, M for grad_weight), multiplied in float32."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, elem: str, block_size: int):
