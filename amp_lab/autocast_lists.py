@@ -74,20 +74,11 @@ DOCUMENTED = {
         "PyTorch docs, 'Automatic Mixed Precision package - torch.amp', section 'Autocast Op "
         "Reference' (docs/source/amp.md, pytorch/pytorch, 2.13 development line)"
     ),
-    "cuda": {
-        "dtype": torch.float16,
-        "lower": _CUDA_LOWER,
-        "fp32": _CUDA_FP32,
-        "promote": _CUDA_PROMOTE,
-        "refused": ("binary_cross_entropy",),  # "raise an error in autocast-enabled regions"
-    },
-    "cpu": {
-        "dtype": torch.bfloat16,
-        "lower": _CPU_LOWER,
-        "fp32": _CPU_FP32,
-        "promote": _CPU_PROMOTE,
-        "refused": (),
-    },
+    # refused: the ops the docs say "raise an error in autocast-enabled regions"
+    "cuda": dict(
+        lower=_CUDA_LOWER, fp32=_CUDA_FP32, promote=_CUDA_PROMOTE, refused=("binary_cross_entropy",)
+    ),
+    "cpu": dict(lower=_CPU_LOWER, fp32=_CPU_FP32, promote=_CPU_PROMOTE, refused=()),
 }
 DOC_ALIASES = {"cross_entropy_loss": "cross_entropy", "grid_sampler": "grid_sample"}
 # The dispatch key that holds each device's autocast rules (aten/src/ATen/autocast_mode.cpp).
@@ -96,9 +87,8 @@ _OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_device_type(value) -> str:
-    return check_choice(
-        "device_type", check_instance("device_type", value, str, "'cpu' or 'cuda'"), AUTOCAST_KEYS
-    )
+    value = check_instance("device_type", value, str, "'cpu' or 'cuda'")
+    return check_choice("device_type", value, AUTOCAST_KEYS)
 
 
 def documented_policy(op: str, device_type: str = "cpu") -> str:
@@ -119,9 +109,7 @@ def qualified_op(op) -> str:
         raise ValueError(f"op must be an aten op name of at most 200 characters, got {len(op)}")
     base, dot, overload = op.strip().removeprefix("aten::").partition(".")
     if not _OP_NAME.fullmatch(base) or (dot and not _OP_NAME.fullmatch(overload)):
-        raise ValueError(
-            f"op={op!r:.80} is not an aten op name such as 'einsum', 'softmax.int' or 'aten::mm'"
-        )
+        raise ValueError(f"op={op!r:.80} is not an aten op name such as 'einsum', 'softmax.int', 'aten::mm'")
     overload = "" if overload == "default" else overload
     try:
         torch._C._dispatch_find_schema_or_throw(f"aten::{base}", overload)
@@ -304,9 +292,8 @@ def op_list(name: str, ops) -> list[str]:
     ops = bounded_list(name, ops, MAX_OP_NAMES, "a list of op names such as ['mm', 'softmax']")
     known = op_names()
     for i, op in enumerate(ops):
-        check_choice(
-            f"{name}[{i}]", check_instance(f"{name}[{i}]", op, str, "an op name such as 'mm'"), known
-        )
+        item = f"{name}[{i}]"
+        check_choice(item, check_instance(item, op, str, "an op name such as 'mm'"), known)
     return ops
 
 

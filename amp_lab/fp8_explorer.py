@@ -284,13 +284,10 @@ def readout_html(reading: Reading) -> str:
         f"mean relative error, {f['n_after']} steps after it": "after",
         "steps with saturation": "saturated_steps",
     }
-    cells = [
-        [
-            label,
-            *(str(v) if isinstance(v, int) else f"{v:.3g}" for v in (f[f"{k}_current"], f[f"{k}_delayed"])),
-        ]
-        for label, k in rows.items()
-    ]
+    cells = []
+    for label, k in rows.items():
+        values = (f[f"{k}_current"], f[f"{k}_delayed"])
+        cells.append([label, *(str(v) if isinstance(v, int) else f"{v:.3g}" for v in values)])
     return table_html(cells, ["", "current", "delayed"]) + f"<p>{html.escape(str(reading))}</p>"
 
 
@@ -306,9 +303,8 @@ def scaling_explorer(
     fmt: str = "fp8_e4m3",
     seed: int = 0,
 ) -> ScalingExplorer:
-    """Sliders for current versus delayed scaling (notebook 08): history length (1 to 64), margin (0 to 8),
-    the outlier's step and size (1 to 10**4 times the amax), the history's reduction; ``num_steps`` at most
-    200, tensors of ``size`` values (at most 4096).  The notebook cell ends with ``explorer.widget``."""
+    """Sliders for current versus delayed scaling (notebook 08: ``explorer.widget``): history length, margin,
+    the outlier's step and size, the history's reduction; ``num_steps`` up to 200, ``size`` up to 4096."""
     num_steps = check_int("num_steps", num_steps, minimum=2, maximum=200)
     return ScalingExplorer(
         num_steps=num_steps,
