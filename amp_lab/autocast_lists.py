@@ -1,11 +1,7 @@
-"""What torch *says* autocast does (05): the documented op lists, the rules registered at the dispatcher,
-and the catalogue of ops the probe (:mod:`amp_lab.autocast_ops`) runs, under the docs' names.
-
-Policies (PyTorch's ``at::autocast::CastPolicy`` in brackets): ``"lower"`` (``lower_precision_fp``: float32
-inputs run in the low dtype), ``"fp32"`` (``fp32``: low-precision inputs are cast up), ``"promote"``
-(``promote``: mixed inputs are cast to the widest type), ``"unchanged"`` (no autocast kernel: the op runs in
-its input dtype) and ``"n/a"`` (the op could not be probed here).
-"""
+"""What torch *says* autocast does (05): the documented op lists, the rules registered at the dispatcher and
+the catalogue the probe (:mod:`amp_lab.autocast_ops`) runs.  Policies (``at::autocast::CastPolicy``):
+``"lower"`` (``lower_precision_fp``: float32 runs low), ``"fp32"`` (``fp32``: low inputs are cast up),
+``"promote"`` (``promote``: mixed inputs go to the widest), ``"unchanged"`` (no rule) and ``"n/a"``."""
 
 from __future__ import annotations
 

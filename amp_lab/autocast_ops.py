@@ -161,9 +161,6 @@ class ProbeTable(dict):
         super().__init__((r.op, r) for r in results)
         self.device_type, self.dtype, self.torch_version = device_type, dtype, torch.__version__
 
-    def policy(self, op: str) -> str:
-        return self[op].policy
-
     def by_policy(self) -> dict[str, list[str]]:
         """Op names grouped by policy, in the order of :data:`~amp_lab.autocast_lists.POLICIES`."""
         groups: dict[str, list[str]] = {p: [] for p in al.POLICIES}
@@ -177,12 +174,8 @@ class ProbeTable(dict):
 
 
 def _first_float(out) -> torch.dtype | None:
-    for t in _tensors(out):
-        if t.is_complex():
-            return t.real.dtype if t.dtype != torch.complex32 else torch.float16
-        if t.is_floating_point():
-            return t.dtype
-    return None
+    """The dtype of the first floating (or complex: its real part's) output tensor."""
+    return next((t.dtype.to_real() for t in _tensors(out) if t.is_floating_point() or t.is_complex()), None)
 
 
 def _message(exc: BaseException) -> str:
@@ -467,7 +460,6 @@ def read_call(op: str, device_type: str, in_dtype, out_dtype, plain_dtype=None) 
     return Reading(f"autocast.call_{outcome}", tuple(reasons), facts)
 
 
-# The choices of 05's variance prediction, from the closest to the farthest.
 VARIANCE_BANDS = ("within 1% of it", "off by 1% to 50%", "off by more than half of it")
 
 

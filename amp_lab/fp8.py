@@ -397,9 +397,8 @@ def convert_to_float8(
     margin: int = 0,
     algo: str = "max",
 ) -> nn.Module:
-    """Swap ``model``'s linear layers for :class:`Float8Linear` in place, as torchao's
-    ``convert_to_float8_training``, and return it.  ``module_filter`` defaults to
-    :func:`float8_module_filter`; a chosen layer that does not suit FP8 raises before anything is swapped."""
+    """Swap ``model``'s linear layers (default filter: :func:`float8_module_filter`) for :class:`Float8Linear`
+    in place (torchao's ``convert_to_float8_training``); a chosen layer unfit for FP8 raises first."""
     check_instance("model", model, nn.Module, "an nn.Module")
     check_name("scaling", scaling, SCALINGS)
     DelayedScaling("fp8_e4m3", history_len, margin, algo)  # checks history_len, margin and algo
