@@ -163,10 +163,7 @@ class ProbeTable(dict):
 
     def by_policy(self) -> dict[str, list[str]]:
         """Op names grouped by policy, in the order of :data:`~amp_lab.autocast_lists.POLICIES`."""
-        groups: dict[str, list[str]] = {p: [] for p in al.POLICIES}
-        for r in self.values():
-            groups[r.policy].append(r.op)
-        return groups
+        return {p: [r.op for r in self.values() if r.policy == p] for p in al.POLICIES}
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{p}: {len(ops)}" for p, ops in self.by_policy().items() if ops)
@@ -293,9 +290,7 @@ def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=N
             "(the probe only looks at dtypes): choose shapes such as [(3, 4)]"
         )
     dev = get_device(device)
-    check_fits(
-        16 * elements, dev, f"classify(shapes={clean!r:.80})", "choose smaller shapes such as [(3, 4)]"
-    )
+    check_fits(16 * elements, dev, f"classify(shapes={clean!r:.80})", "choose smaller shapes, e.g. [(3, 4)]")
     return _probe_one(al.Op(name, "custom", tuple(clean), fn), 999, dev, autocast_dtype(dev, dtype))
 
 

@@ -36,10 +36,8 @@ def spread_reading(activations, gradients, e4m3_window: float, e5m2_window: floa
     facts = {"narrow": max(acts), "wide": max(grads[:-1]), "logits": grads[-1], "w4": w4, "w5": w5}
     fits = facts["narrow"] < w4 - 4  # four binades of room above the smallest values that matter
     reasons = ["fp8.activations_fit_e4m3" if fits else "fp8.activations_fill_e4m3"]
-    if facts["wide"] <= w4:
-        reasons.append("fp8.gradients_fit_e4m3")
-    else:
-        reasons.append("fp8.gradients_need_e5m2" if facts["wide"] < w5 else "fp8.gradients_beyond_e5m2")
+    wide = "fit_e4m3" if facts["wide"] <= w4 else "need_e5m2" if facts["wide"] < w5 else "beyond_e5m2"
+    reasons.append(f"fp8.gradients_{wide}")
     reasons.append("fp8.logits_beyond_e5m2" if facts["logits"] > w5 else "fp8.logits_within_e5m2")
     standard = fits and reasons[1] == "fp8.gradients_need_e5m2"
     return Reading("fp8.standard_recipe" if standard else "fp8.recipe_not_forced", tuple(reasons), facts)
@@ -233,9 +231,8 @@ class ScalingExplorer:
         self.current = scaling_trajectory(tensors, recipe="current", **kw)
         self.delayed = scaling_trajectory(tensors, recipe="delayed", **kw)
         for recipe, t in (("current", self.current), ("delayed", self.delayed)):
-            for ax, ys in zip(
-                self.axes, (t.log2_scale, t.saturated, [max(e, 1e-6) for e in t.error]), strict=True
-            ):
+            series = (t.log2_scale, t.saturated, [max(e, 1e-6) for e in t.error])
+            for ax, ys in zip(self.axes, series, strict=True):
                 self._lines[ax, recipe].set_ydata(ys)
         for ax, line in zip(self.axes, self._spike_lines, strict=True):
             ax.relim()

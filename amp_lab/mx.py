@@ -31,9 +31,8 @@ def _check_block_size(block_size) -> int:
 
 
 def mx_quantize(x: torch.Tensor, elem: str = "fp8_e4m3", block_size: int = 32) -> torch.Tensor:
-    """OCP MX along the last dimension, quantized and dequantized to float32 (torchao's ``to_mx``): a block
-    (a power of two, 1 to 1024) shares an E8M0 scale ``2**(floor(log2(amax)) - emax)``; NaN blocks stay NaN.
-    """
+    """OCP MX along the last dimension, quantized and dequantized (torchao's ``to_mx``): a block (a power
+    of two, 1 to 1024) shares an E8M0 scale ``2**(floor(log2(amax)) - emax)``; NaN blocks stay NaN."""
     x = check_tensor("x", x, min_dim=1)
     spec = check_format("elem", elem, ELEMENT_FORMATS)
     block_size = _check_block_size(block_size)
@@ -118,8 +117,7 @@ class MXMatmul(torch.autograd.Function):
 
 
 class MXLinear(ConvertedLinear):
-    """An ``nn.Linear`` trained with emulated MX block scaling through :class:`MXMatmul` (notebook 08);
-    the bias stays in FP32."""
+    """An ``nn.Linear`` trained with emulated MX block scaling through :class:`MXMatmul`; bias in FP32."""
 
     def __init__(self, in_features, out_features, bias=True, *, elem="fp8_e4m3", block_size=32):
         super().__init__(in_features, out_features, bias)
