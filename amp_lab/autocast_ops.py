@@ -49,8 +49,7 @@ def short(dtype) -> str:
 
 @dataclass(frozen=True)
 class TraceCall:
-    """One operator call the dispatcher saw: ``op`` (``"aten.mm.default"``), its tensors' dtypes in and out,
-    and for a cast (``aten._to_copy``) the dtype it cast ``to``."""
+    """One operator call the dispatcher saw: ``op``, its tensors' dtypes in and out, and a cast's ``to``."""
 
     op: str
     inputs: tuple[torch.dtype, ...]
@@ -66,8 +65,7 @@ class TraceCall:
         return self.name == "_to_copy" and self.to is not None and self.inputs[:1] != (self.to,)
 
     @property
-    def is_view(self) -> bool:
-        """A call that only relabels or allocates memory, no arithmetic."""
+    def is_view(self) -> bool:  # relabels or allocates memory: no arithmetic
         return self.name in _VIEWS and not self.is_cast
 
     def __str__(self) -> str:
@@ -112,8 +110,7 @@ def _run(fn, args, device_type, dtype, enabled, cache_enabled=None):
 
 
 def autocast_dtype(device=None, dtype=None) -> torch.dtype:
-    """The low-precision dtype autocast will use on ``device`` (``None``: its default, float16 on CUDA and
-    bfloat16 on CPU); bfloat16 on a GPU without bf16 Tensor Cores, or another dtype, raises ValueError."""
+    """The low dtype autocast uses on ``device`` (default: float16 on CUDA, bfloat16 on CPU) or ValueError."""
     dev = get_device(device)
     allowed = (torch.bfloat16, torch.float16)
     if dev.type == "cuda" and not bf16_hardware(torch.cuda.get_device_capability(dev)):
@@ -125,8 +122,7 @@ def autocast_dtype(device=None, dtype=None) -> torch.dtype:
 def dispatch_trace(
     fn: Callable, *args, device=None, dtype=None, enabled: bool = True, cache_enabled: bool | None = None
 ):
-    """Run ``fn(*args)`` under ``torch.autocast`` (``enabled=False``: without it); return ``(output, calls)``,
-    the :class:`TraceCall` list the dispatcher saw, casts included."""
+    """``(output, calls)`` of ``fn(*args)`` under ``torch.autocast`` (or not): the :class:`TraceCall` list."""
     check_callable("fn", fn)
     enabled = check_bool("enabled", enabled)
     cache_enabled = None if cache_enabled is None else check_bool("cache_enabled", cache_enabled)
@@ -136,8 +132,7 @@ def dispatch_trace(
 
 @dataclass(frozen=True)
 class OpResult:
-    """What autocast did to one op: its ``policy``, the output dtypes for float32, low and mixed inputs (None
-    when not run), the ``casts`` autocast inserted, the ``kernels`` that ran and the deciding ``evidence``."""
+    """What autocast did to one op: ``policy``, output dtypes (float32, low, mixed inputs), ``evidence``."""
 
     op: str
     family: str
@@ -353,8 +348,7 @@ def compare(probed: ProbeTable) -> Comparison:
 
 @dataclass(frozen=True)
 class RuleRow:
-    """One op in three sources: its ``documented`` policy and registered ``rule`` per device
-    (``{"cpu": ..., "cuda": ...}``), and the ``probed`` policy on ``probed_device`` (None without a probe)."""
+    """One op's ``documented`` policy and registered ``rule`` per device, and its ``probed`` one (or None)."""
 
     op: str
     aten: str

@@ -111,8 +111,7 @@ def import_torchao():
 
 
 def fp8_device(device=None) -> tuple[torch.device, Reading]:
-    """``(device, reading)``: where this machine runs FP8 matmuls (a GPU with FP8 Tensor Cores, else the CPU's
-    ``_scaled_mm``) and why, decided by :func:`fp8_placement`."""
+    """``(device, reading)``: where FP8 matmuls run here (FP8 Tensor Cores, else the CPU) and why."""
     dev = get_device(device)
     capability = arch_list = None
     if dev.type == "cuda":

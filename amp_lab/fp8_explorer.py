@@ -100,8 +100,7 @@ def make_tensor_sequence(
 
 @dataclass
 class ScalingTrajectory:
-    """Per step of one recipe: the tensor's ``amax``, the ``scale`` used, elements ``saturated`` and
-    ``flushed`` (nonzero cast to 0), and the relative RMS ``error`` of the round trip."""
+    """Per step of one recipe: ``amax``, ``scale``, elements ``saturated`` and ``flushed`` to 0, ``error``."""
 
     recipe: str
     fmt: str
@@ -177,8 +176,7 @@ def scaling_trajectory(
 
 
 class ScalingExplorer:
-    """The widget of :func:`scaling_explorer` (arguments checked there): sliders, ``readout``, ``pane`` and
-    ``widget``; ``current`` and ``delayed`` are the latest trajectories."""
+    """:func:`scaling_explorer`'s widget: sliders, ``readout``, ``pane``, ``widget``, latest trajectories."""
 
     def __init__(self, *, num_steps, size, history_len, margin, spike_step, spike_size, algo, fmt, seed):
         self.num_steps, self.size, self.fmt, self.seed = num_steps, size, fmt, seed
