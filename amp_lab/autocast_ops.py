@@ -1,181 +1,354 @@
-"""Autocast's op lists side by side, and the readouts of ``05_autocast_op_lists``.
-
-The documented lists and the registered rules are :mod:`amp_lab.autocast_lists`; the dispatcher probe is
-:mod:`amp_lab.autocast_probe`.  This room sets them beside each other: :func:`compare` (a probe against the
-docs), :func:`rule_comparison` and :func:`rule_groups` (docs, the rules torch registers for CPU *and* CUDA,
-and a probe), :func:`format_groups` (the probe, one paragraph per policy), and the notebook's readouts,
-which return a :class:`~amp_lab.text.Reading` (codes and numbers; :data:`amp_lab.text.REASONS` words them).
-The names the notebooks call are importable from here, as ``amp_lab.autocast_ops``.
-"""
+"""What autocast really does (05): the catalogue probed under autocast (float32, low and mixed inputs, with
+and without it; casts seen by :func:`dispatch_trace`) beside the docs and rules of ``autocast_lists``."""
 
 from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Iterable
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from numbers import Integral
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._checks import bounded_list, check_choice, check_float, check_instance, check_int
-from .autocast_lists import (
-    AUTOCAST_KEYS,
-    DOC_ALIASES,
-    DOCUMENTED,
-    POLICIES,
-    POLICY_MEANING,
-    TORCH_POLICY,
-    documented_policy,
-    has_autocast_rule,
+from . import autocast_lists as al
+from ._checks import (
+    bounded_list,
+    check_bool,
+    check_callable,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
 )
-from .autocast_probe import (
-    ATEN_OPS,
-    FAMILIES,
-    MAX_CLASSIFY_ELEMENTS,
-    MAX_OP_NAMES,
-    OpResult,
-    ProbeTable,
-    TraceCall,
-    aten_op,
-    autocast_dtype,
-    classify,
-    dispatch_trace,
-    op_list,
-    op_names,
-    probe,
-    probed_result,
-    short,
-)
-from .text import Reading
+from .device import check_fits, get_device
+from .dtypes import parse_dtype
+from .gpus import bf16_hardware
+from .text import Reading, say
 
-__all__ = [
-    "AUTOCAST_KEYS",
-    "DOCUMENTED",
-    "FAMILIES",
-    "MAX_CLASSIFY_ELEMENTS",
-    "MAX_OP_NAMES",
-    "POLICIES",
-    "POLICY_MEANING",
-    "TORCH_POLICY",
-    "VARIANCE_BANDS",
-    "Comparison",
-    "Difference",
-    "OpResult",
-    "ProbeTable",
-    "RuleRow",
-    "TraceCall",
-    "aten_op",
-    "autocast_dtype",
-    "classify",
-    "compare",
-    "dispatch_trace",
-    "documented_policy",
-    "format_groups",
-    "has_autocast_rule",
-    "op_names",
-    "probe",
-    "read_call",
-    "read_variance",
-    "rule_comparison",
-    "rule_groups",
-]
-
-_LISTED = ("lower", "fp32", "promote")
+MAX_CLASSIFY_ELEMENTS = 2**20  # the probe reads dtypes, so tiny tensors suffice
 
 
-def _check_probe_table(value) -> ProbeTable:
-    return check_instance("probed", value, ProbeTable, "the ProbeTable that probe() returns")
+# Ops that only relabel or allocate memory: they say nothing about where the arithmetic happened.
+_VIEWS = {
+    "t", "view", "_unsafe_view", "reshape", "permute", "transpose", "expand", "unsqueeze",
+    "squeeze", "slice", "select", "detach", "alias", "as_strided", "clone", "contiguous",
+    "lift_fresh", "_to_copy", "empty_like", "zeros_like", "ones_like", "fill_", "copy_",
+    "split", "split_with_sizes", "unbind", "_reshape_alias", "view_as_real", "index_put_",
+    "empty", "zeros", "ones", "new_empty", "new_zeros", "arange", "_local_scalar_dense",
+}  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------
-# A probe against the docs
-# ---------------------------------------------------------------------------------------
+def short(dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``; None -> ``"-"``."""
+    return "-" if dtype is None else str(dtype).removeprefix("torch.")
+
+
+@dataclass(frozen=True)
+class TraceCall:
+    """One operator call the dispatcher saw: ``op``, its tensors' dtypes in and out, and a cast's ``to``."""
+
+    op: str
+    inputs: tuple[torch.dtype, ...]
+    outputs: tuple[torch.dtype, ...]
+    to: torch.dtype | None = None
+
+    @property
+    def name(self) -> str:
+        return self.op.split(".")[1 if "." in self.op else 0]
+
+    @property
+    def is_cast(self) -> bool:
+        return self.name == "_to_copy" and self.to is not None and self.inputs[:1] != (self.to,)
+
+    @property
+    def is_view(self) -> bool:  # relabels or allocates memory: no arithmetic
+        return self.name in _VIEWS and not self.is_cast
+
+    def __str__(self) -> str:
+        ins = ", ".join(short(d) for d in self.inputs)
+        if self.is_cast:
+            return f"cast  {ins} -> {short(self.to)}"
+        return f"{self.name}({ins}) -> {', '.join(short(d) for d in self.outputs)}"
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [a for a in torch.utils._pytree.tree_leaves(tree) if isinstance(a, torch.Tensor)]
+
+
+class _Recorder(TorchDispatchMode):
+    """Records every operator call that reaches the dispatcher, after autocast."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # else torch imports torch._dynamo (seconds) on first use; nothing here is compiled
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[TraceCall] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        to = kwargs.get("dtype") if "_to_copy" in str(func) else None
+        ins = tuple(t.dtype for t in _tensors((args, kwargs)))
+        self.calls.append(TraceCall(str(func), ins, tuple(t.dtype for t in _tensors(out)), to))
+        return out
+
+
+def _run(fn, args, device_type, dtype, enabled, cache_enabled=None):
+    """Call ``fn(*args)`` under autocast (or not) and record the dispatcher's calls."""
+    rec = _Recorder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled), rec:
+            out = fn(*args)
+    return out, rec.calls
+
+
+def autocast_dtype(device=None, dtype=None) -> torch.dtype:
+    """The low dtype autocast uses on ``device`` (default: float16 on CUDA, bfloat16 on CPU) or ValueError."""
+    dev = get_device(device)
+    allowed = (torch.bfloat16, torch.float16)
+    if dev.type == "cuda" and not bf16_hardware(torch.cuda.get_device_capability(dev)):
+        allowed = (torch.float16,)  # this very GPU's hardware, not torch.cuda.is_bf16_supported()'s emulation
+    dtype = torch.get_autocast_dtype(dev.type) if dtype is None else dtype
+    return parse_dtype(dtype, allowed=allowed, name="dtype")
+
+
+def dispatch_trace(
+    fn: Callable, *args, device=None, dtype=None, enabled: bool = True, cache_enabled: bool | None = None
+):
+    """``(output, calls)`` of ``fn(*args)`` under ``torch.autocast`` (or not): the :class:`TraceCall` list."""
+    check_callable("fn", fn)
+    enabled = check_bool("enabled", enabled)
+    cache_enabled = None if cache_enabled is None else check_bool("cache_enabled", cache_enabled)
+    dev = get_device(device)
+    return _run(fn, args, dev.type, autocast_dtype(dev, dtype), enabled, cache_enabled)
+
+
+@dataclass(frozen=True)
+class OpResult:
+    """What autocast did to one op: ``policy``, output dtypes (float32, low, mixed inputs), ``evidence``."""
+
+    op: str
+    family: str
+    policy: str
+    dtype: torch.dtype | None
+    low_dtype: torch.dtype | None = None
+    mixed_dtype: torch.dtype | None = None
+    casts: int = 0
+    kernels: tuple[str, ...] = ()
+    evidence: Reading | None = None
+
+    @property
+    def reason(self) -> str:
+        return "" if self.evidence is None else str(self.evidence)
+
+
+class ProbeTable(dict):
+    """``{op name: OpResult}`` plus ``device_type``, ``dtype`` (the low dtype) and ``torch_version``."""
+
+    def __init__(self, results: Iterable[OpResult], *, device_type: str, dtype: torch.dtype):
+        super().__init__((r.op, r) for r in results)
+        self.device_type, self.dtype, self.torch_version = device_type, dtype, torch.__version__
+
+    def by_policy(self) -> dict[str, list[str]]:
+        """Op names grouped by policy, in the order of :data:`~amp_lab.autocast_lists.POLICIES`."""
+        return {p: [r.op for r in self.values() if r.policy == p] for p in al.POLICIES}
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{p}: {len(ops)}" for p, ops in self.by_policy().items() if ops)
+        return f"ProbeTable({self.device_type}, {short(self.dtype)}, {len(self)} ops; {counts})"
+
+
+def _first_float(out) -> torch.dtype | None:
+    """The dtype of the first floating (or complex: its real part's) output tensor."""
+    return next((t.dtype.to_real() for t in _tensors(out) if t.is_floating_point() or t.is_complex()), None)
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {(text[0] if text else type(exc).__name__)[:160]}"
+
+
+def _inputs(op: al.Op, index: int, device: torch.device) -> list[torch.Tensor]:
+    # Values in (0.1, 0.9): inside the domain of log, acos, erfinv, BCE's probabilities...
+    gen = torch.Generator().manual_seed(1000 + index)
+    return [(0.1 + 0.8 * torch.rand(s, generator=gen)).to(device) for s in op.shapes]
+
+
+def _kernels(calls: list[TraceCall], dtype: torch.dtype) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(c.name for c in calls if c.name not in _VIEWS and dtype in c.inputs))
+
+
+def _casts_to(calls: list[TraceCall], dtype: torch.dtype, plain: list[TraceCall] = ()) -> int:
+    """Casts to ``dtype`` in ``calls`` that the same call without autocast (``plain``) does not make."""
+    count = Counter((c.inputs[0], c.to) for c in calls if c.is_cast)
+    count -= Counter((c.inputs[0], c.to) for c in plain if c.is_cast)
+    return sum(n for (_, to), n in count.items() if to == dtype)
+
+
+def _probe_one(op: al.Op, index: int, dev: torch.device, low: torch.dtype) -> OpResult:
+    f32 = torch.float32
+    facts = {"op": op.name, "device": dev.type, "low": short(low), "torch": torch.__version__}
+
+    def result(
+        policy, code, *reasons, dtype=None, low_dtype=None, mixed_dtype=None, casts=0, kernels=(), **more
+    ):
+        shown = dict(dtype=short(dtype), low_dtype=short(low_dtype), mixed_dtype=short(mixed_dtype))
+        listed = ", ".join(kernels[:3]) + (", ..." if len(kernels) > 3 else "") if kernels else "the op"
+        facts.update(shown, casts=casts, kernels=listed, **more)
+        evidence = Reading(code, reasons, dict(facts))
+        return OpResult(op.name, op.family, policy, dtype, low_dtype, mixed_dtype, casts, kernels, evidence)
+
+    x32 = _inputs(op, index, dev)
+    # 1. float32 inputs under autocast: does the op run lower?
+    try:
+        out, calls = _run(op.call, x32, dev.type, low, True)
+    except Exception as exc:
+        try:
+            _run(op.call, x32, dev.type, low, False)
+        except Exception:
+            return result("n/a", "autocast.unavailable", dtype=None, error=_message(exc))
+        return result("n/a", "autocast.refused", dtype=None, error=_message(exc))
+    d32 = _first_float(out)
+    down = _casts_to(calls, low)
+    if d32 == low or down:
+        # A composite op (an LSTM cell, say) may run its matmuls in the low dtype and still return float32,
+        # because a later op without a rule meets a float32 tensor.
+        back = () if d32 == low else ("autocast.promoted_back",)
+        return result("lower", "autocast.lowered", *back, dtype=d32, casts=down, kernels=_kernels(calls, low))
+
+    # 2. low-precision inputs under autocast: forced back to float32, or left alone?
+    xlo = [t.to(low) for t in x32]
+    try:
+        out, calls = _run(op.call, xlo, dev.type, low, True)
+    except Exception as exc:
+        return result("n/a", "autocast.low_inputs_fail", dtype=d32, error=_message(exc))
+    dlo = _first_float(out)
+    if dlo == f32 and d32 == f32:
+        # Some kernels return float32 from low-precision inputs by themselves; only call it autocast's fp32
+        # policy when the same call without autocast stays low.
+        try:
+            plain = _first_float(_run(op.call, xlo, dev.type, low, False)[0])
+            why, error = "autocast.plain_stays", ""
+        except Exception as exc:
+            plain, why, error = None, "autocast.plain_raises", _message(exc)
+        if plain != f32:
+            up = _casts_to(calls, f32)
+            kw = dict(casts=up, kernels=_kernels(calls, f32), plain=short(plain), error=error)
+            return result("fp32", "autocast.upcast", why, dtype=d32, low_dtype=dlo, **kw)
+        return result("unchanged", "autocast.kernel_fp32", dtype=d32, low_dtype=dlo)
+    if len(x32) < 2:
+        return result("unchanged", "autocast.input_dtype", dtype=d32, low_dtype=dlo)
+
+    # 3. mixed inputs: does *autocast* cast them to the widest type, or does the kernel promote by itself
+    #    (or refuse)?  Compare the casts with and without autocast.
+    xmix = [xlo[0], *x32[1:]]
+    try:
+        out, calls = _run(op.call, xmix, dev.type, low, True)
+        dmix = _first_float(out)
+    except Exception as exc:
+        return result("unchanged", "autocast.mixed_raise", dtype=d32, low_dtype=dlo, error=_message(exc))
+    try:
+        plain_calls, why, error = _run(op.call, xmix, dev.type, low, False)[1], "autocast.plain_no_cast", ""
+    except Exception as exc:
+        plain_calls, why, error = [], "autocast.plain_mixed_raises", _message(exc)
+    upcasts = _casts_to(calls, dmix, plain_calls)
+    if dmix == f32 and upcasts:
+        kw = dict(casts=upcasts, kernels=_kernels(calls, f32), error=error)
+        return result("promote", "autocast.promote", why, dtype=d32, low_dtype=dlo, mixed_dtype=dmix, **kw)
+    return result("unchanged", "autocast.kernel_promotion", dtype=d32, low_dtype=dlo, mixed_dtype=dmix)
+
+
+def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=None) -> OpResult:
+    """Classify any callable as :func:`probe` classifies its catalogue: ``fn`` takes one float tensor per
+    shape of ``shapes`` (at most :data:`MAX_CLASSIFY_ELEMENTS` elements in all), e.g. ``[(3, 4), (3, 4)]``."""
+    check_instance("shapes", shapes, (list, tuple), "a non-empty list of shapes such as [(3, 4)]")
+    if not shapes:
+        raise ValueError("shapes must be a non-empty list of shapes such as [(3, 4)], got none")
+    clean = []
+    for i, shape in enumerate(shapes):
+        shape = (shape,) if isinstance(shape, Integral) and not isinstance(shape, bool) else shape
+        check_instance(f"shapes[{i}]", shape, (list, tuple), "a tuple of positive ints such as (3, 4)")
+        clean.append(tuple(check_int(f"shapes[{i}][{j}]", n, minimum=1) for j, n in enumerate(shape)))
+    check_callable("fn", fn)
+    check_instance("name", name, str, "a string")
+    elements = sum(torch.Size(s).numel() for s in clean)
+    if elements > MAX_CLASSIFY_ELEMENTS:
+        raise ValueError(
+            f"shapes hold {elements:,} elements in all; classify allows at most {MAX_CLASSIFY_ELEMENTS:,} "
+            "(the probe only looks at dtypes): choose shapes such as [(3, 4)]"
+        )
+    dev = get_device(device)
+    check_fits(16 * elements, dev, f"classify(shapes={clean!r:.80})", "choose smaller shapes, e.g. [(3, 4)]")
+    return _probe_one(al.Op(name, "custom", tuple(clean), fn), 999, dev, autocast_dtype(dev, dtype))
+
+
+def probe(device=None, dtype=None, *, ops: Iterable[str] | None = None) -> ProbeTable:
+    """Run the catalogue (or its ``ops`` named) under ``torch.autocast`` in ``dtype`` (None: the device's
+    default) and classify each op, keyed by the docs' names; an op that cannot run here is ``"n/a"``."""
+    dev = get_device(device)
+    low = autocast_dtype(dev, dtype)
+    wanted = None if ops is None else set(al.op_list("ops", ops))
+    todo = [(i, op) for i, op in enumerate(al.catalogue()) if wanted is None or op.name in wanted]
+    return ProbeTable([_probe_one(op, i, dev, low) for i, op in todo], device_type=dev.type, dtype=low)
 
 
 @dataclass(frozen=True)
 class Difference:
-    """One op where the probe and the docs disagree; ``reading`` says how (codes and facts)."""
+    """One op where the probe and the docs disagree; ``reading`` says how."""
 
     op: str
     probed: str
     documented: str
     reading: Reading
 
-    @property
-    def note(self) -> str:
-        return str(self.reading)
-
 
 @dataclass(frozen=True)
 class Comparison:
-    """A probe set beside the documented lists of the same device type."""
+    """A probe set beside the documented lists of its device type."""
 
     device_type: str
     probed_torch: str
     documented_torch: str
     agree: tuple[str, ...]
     differ: tuple[Difference, ...]
-    not_probed: tuple[str, ...] = ()
 
     @property
     def reading(self) -> Reading:
-        facts = dict(
-            device=self.device_type,
-            probed_torch=self.probed_torch,
-            documented_torch=self.documented_torch,
-            agree=len(self.agree),
-            differ=len(self.differ),
-        )
-        return Reading("autocast.compared", (), facts)
-
-
-def _difference(result: OpResult, documented: str) -> Difference:
-    if result.policy == "n/a":
-        return Difference(result.op, result.policy, documented, result.evidence)
-    code = "autocast.differs"
-    if documented == "unchanged" and result.policy == "lower":
-        code = "autocast.undocumented_lower"
-    elif documented == "unchanged" and result.policy in ("fp32", "promote"):
-        code = "autocast.undocumented_fp32"
-    elif result.policy == "unchanged":
-        code = "autocast.documented_no_cast"
-    facts = dict(result.evidence.facts, probed=result.policy, documented=documented)
-    return Difference(result.op, result.policy, documented, Reading(code, (), facts))
+        counts = dict(device=self.device_type, agree=len(self.agree), differ=len(self.differ))
+        return Reading("autocast.compared", (), vars(self) | counts)
 
 
 def compare(probed: ProbeTable) -> Comparison:
-    """Agreements and differences between a probe and the documented lists of its device type.
-
-    An op on no documented list counts as documented ``"unchanged"`` (the docs: "ops not listed below do
-    not go through autocasting").  ``not_probed`` names the documented ops the probe did not run.
-    """
-    _check_probe_table(probed)
-    device = check_choice("probed.device_type", probed.device_type, AUTOCAST_KEYS)
+    """Agreements and differences between a probe and its device's documented lists."""
+    check_instance("probed", probed, ProbeTable, "the ProbeTable that probe() returns")
+    device = check_choice("probed.device_type", probed.device_type, al.AUTOCAST_KEYS)
     agree, differ = [], []
     for name, result in probed.items():
-        doc = documented_policy(name, device)
+        doc = al.documented_policy(name, device)
         if doc == result.policy:
             agree.append(name)
+        elif result.policy == "n/a":
+            differ.append(Difference(name, result.policy, doc, result.evidence))
         else:
-            differ.append(_difference(result, doc))
-    lists = DOCUMENTED[device]
-    listed = (DOC_ALIASES.get(n, n) for p in (*_LISTED, "refused") for n in lists[p])
-    not_probed = tuple(dict.fromkeys(n for n in listed if n not in probed))
-    return Comparison(
-        device, probed.torch_version, DOCUMENTED["torch_version"], tuple(agree), tuple(differ), not_probed
-    )
-
-
-# ---------------------------------------------------------------------------------------
-# Docs, registered rules of both devices, and a probe
-# ---------------------------------------------------------------------------------------
+            code = "autocast.documented_no_cast" if result.policy == "unchanged" else "autocast.differs"
+            if doc == "unchanged":
+                code = "autocast.undocumented_" + ("lower" if result.policy == "lower" else "fp32")
+            facts = dict(result.evidence.facts, probed=result.policy, documented=doc)
+            differ.append(Difference(name, result.policy, doc, Reading(code, (), facts)))
+    documented = al.DOCUMENTED["torch_version"]
+    return Comparison(device, probed.torch_version, documented, tuple(agree), tuple(differ))
 
 
 @dataclass(frozen=True)
 class RuleRow:
-    """One op in three sources: ``documented`` policy per device (``{"cpu": ..., "cuda": ...}``, under the
-    op's name or its aten name), ``rule`` registered per device (``{"cpu": bool, "cuda": bool}``, live from
-    the dispatcher), and the ``probed`` policy on ``probed_device`` (None without a probe)."""
+    """One op's ``documented`` policy and registered ``rule`` per device, and its ``probed`` one (or None)."""
 
     op: str
     aten: str
@@ -185,103 +358,68 @@ class RuleRow:
     probed_device: str | None = None
 
 
-def _documented_either(name: str, aten: str, device_type: str) -> str:
-    """The docs' policy for ``name``, or for its aten op where the docs list that spelling instead (the CPU
-    list names ``matmul``, which ``a @ b`` calls, not ``__matmul__``)."""
-    policy = documented_policy(name, device_type)
-    base = aten.partition(".")[0]
-    return documented_policy(base, device_type) if policy == "unchanged" and base != name else policy
-
-
 def rule_comparison(probed: ProbeTable | None = None, *, ops: Iterable[str] | None = None) -> list[RuleRow]:
-    """The docs, torch's registered rules on both devices, and a probe, one :class:`RuleRow` per op.
-
-    ``ops`` are catalogue names (default: the probe's ops, or the whole catalogue); ``probed`` is a
-    :class:`ProbeTable` from :func:`probe` (optional).  The registered rules come from the dispatcher for
-    CPU *and* CUDA, so the CUDA column is live even without a GPU.
-    """
+    """One :class:`RuleRow` per op of ``ops`` (default: the probe's, or the catalogue): the docs, the rules
+    the dispatcher holds for CPU *and* CUDA, and the probe."""
     if probed is not None:
-        _check_probe_table(probed)
+        check_instance("probed", probed, ProbeTable, "the ProbeTable that probe() returns")
     if ops is None:
-        names = list(probed) if probed is not None else op_names()
+        names = list(probed) if probed is not None else al.op_names()
     else:
-        names = op_list("ops", ops)
-        known = op_names()
+        names = al.op_list("ops", ops)
         for i, name in enumerate(names):
-            check_choice(f"ops[{i}]", name, known)
-            if probed is not None:
-                probed_result(probed, name, f"ops[{i}]")
+            if probed is not None and name not in probed:
+                raise ValueError(f"ops[{i}]={name!r} was not probed; the probe holds {len(probed)} ops")
     rows = []
     for name in names:
-        aten = ATEN_OPS.get(name, name)
-        rows.append(
-            RuleRow(
-                name,
-                aten,
-                {d: _documented_either(name, aten, d) for d in AUTOCAST_KEYS},
-                {d: has_autocast_rule(aten, d) for d in AUTOCAST_KEYS},
-                probed[name].policy if probed is not None and name in probed else None,
-                probed.device_type if probed is not None else None,
-            )
-        )
+        aten = al.ATEN_OPS.get(name, name)
+        base = aten.partition(".")[0]  # the docs list some ops under their aten name (matmul, not __matmul__)
+        doc = {d: al.documented_policy(name, d) for d in al.AUTOCAST_KEYS}
+        documented = {d: al.documented_policy(base, d) if p == "unchanged" else p for d, p in doc.items()}
+        rule = {d: al.has_autocast_rule(aten, d) for d in al.AUTOCAST_KEYS}
+        seen = () if probed is None else (probed[name].policy, probed.device_type)
+        rows.append(RuleRow(name, aten, documented, rule, *seen))
     return rows
 
 
 def rule_groups(rows: Iterable[RuleRow]) -> list[Reading]:
-    """What the rows say, one :class:`~amp_lab.text.Reading` per non-empty group (its ``ops`` fact).
-
-    Where the registered rules of the two devices differ, where a device's registrations and its documented
-    list disagree, and (with a probe) which ops the probe saw lowered or forced to float32 without a rule of
-    their own on the probed device: ops that decompose into ops that have one.
-    """
-    rows = bounded_list("rows", rows, MAX_OP_NAMES, "the list rule_comparison() returns")
+    """One Reading per non-empty group of rows: where the devices' rules differ, where a device's rules and
+    docs disagree, and which probed ops were cast without a rule of their own (by decomposition)."""
+    rows = bounded_list("rows", rows, al.MAX_OP_NAMES, "the list rule_comparison() returns")
     for i, r in enumerate(rows):
         check_instance(f"rows[{i}]", r, RuleRow, "a RuleRow (rule_comparison() builds them)")
     groups: dict[tuple[str, str], list[str]] = {
         ("autocast.rule_cuda_only", ""): [r.op for r in rows if r.rule["cuda"] and not r.rule["cpu"]],
         ("autocast.rule_cpu_only", ""): [r.op for r in rows if r.rule["cpu"] and not r.rule["cuda"]],
     }
-    for d in AUTOCAST_KEYS:
+    for d in al.AUTOCAST_KEYS:
         groups["autocast.rule_undocumented", d] = [
             r.op for r in rows if r.rule[d] and r.documented[d] == "unchanged"
         ]
         groups["autocast.documented_no_rule", d] = [
-            r.op for r in rows if not r.rule[d] and r.documented[d] in _LISTED
+            r.op for r in rows if not r.rule[d] and r.documented[d] in al.LISTED
         ]
     for r in rows:
-        if r.probed_device in AUTOCAST_KEYS and r.probed in _LISTED and not r.rule[r.probed_device]:
+        if r.probed_device in al.AUTOCAST_KEYS and r.probed in al.LISTED and not r.rule[r.probed_device]:
             groups.setdefault((f"autocast.probed_{r.probed}_no_rule", r.probed_device), []).append(r.op)
     return [
-        Reading(
-            code, (), {"device": device.upper(), "n": len(ops), "ops": ", ".join(ops), "op_list": tuple(ops)}
-        )
+        Reading(code, (), {"device": device.upper(), "n": len(ops), "ops": ", ".join(ops)})
         for (code, device), ops in groups.items()
         if ops
     ]
 
 
-# ---------------------------------------------------------------------------------------
-# The probe as text
-# ---------------------------------------------------------------------------------------
-
-
 def format_groups(probed: ProbeTable, *, width: int = 100) -> str:
     """The probe as one paragraph per policy: ``policy (n) - meaning:`` and its ops."""
-    _check_probe_table(probed)
+    check_instance("probed", probed, ProbeTable, "the ProbeTable that probe() returns")
     width = check_int("width", width, minimum=20, maximum=10_000)
-    out = []
-    for policy, names in probed.by_policy().items():
-        if names:
-            body = textwrap.fill(
-                ", ".join(names), width=width, initial_indent="    ", subsequent_indent="    "
-            )
-            out.append(f"{policy} ({len(names)}) - {POLICY_MEANING[policy]}:\n{body}")
-    return "\n".join(out)
+    return "\n".join(
+        f"{policy} ({len(names)}) - {say('autocast.policy_' + policy.replace('/', ''))}:\n"
+        + textwrap.fill(", ".join(names), width=width, initial_indent="    ", subsequent_indent="    ")
+        for policy, names in probed.by_policy().items()
+        if names
+    )
 
-
-# ---------------------------------------------------------------------------------------
-# The notebook's reveals
-# ---------------------------------------------------------------------------------------
 
 _FLOATS = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
@@ -292,55 +430,33 @@ def _float_dtype(name: str, value) -> torch.dtype:
 
 
 def read_call(op: str, device_type: str, in_dtype, out_dtype, plain_dtype=None) -> Reading:
-    """What autocast did to one call of the aten op ``op`` on ``device_type`` (``"cpu"``, ``"cuda"``): it
-    got ``in_dtype`` inputs and returned ``out_dtype`` (``plain_dtype``: the same call without autocast).
-
-    The outcome says whether autocast cast down, cast up or left the dtype; the reasons say whether each
-    device registers a rule for the op (:func:`has_autocast_rule`).
-    """
-    rules = {d: has_autocast_rule(op, d) for d in AUTOCAST_KEYS}  # validates op
-    check_choice("device_type", device_type, AUTOCAST_KEYS)
+    """What autocast did to one call of the aten op ``op``: ``in_dtype`` inputs gave ``out_dtype``
+    (``plain_dtype``: without autocast); the reasons say whether each device registers a rule."""
+    rules = {d: al.has_autocast_rule(op, d) for d in al.AUTOCAST_KEYS}  # validates op
+    check_choice("device_type", device_type, al.AUTOCAST_KEYS)
     din, dout = _float_dtype("in_dtype", in_dtype), _float_dtype("out_dtype", out_dtype)
     dplain = None if plain_dtype is None else _float_dtype("plain_dtype", plain_dtype)
     wide = {d: torch.finfo(d).bits + (d == torch.float16) for d in _FLOATS}  # float16 above bfloat16
-    outcome = (
-        "autocast.call_kept"
-        if din == dout
-        else "autocast.call_lowered"
-        if wide[dout] < wide[din]
-        else "autocast.call_upcast"
-    )
+    outcome = "kept" if din == dout else "lowered" if wide[dout] < wide[din] else "upcast"
     reasons = ["autocast.rule_here" if rules[device_type] else "autocast.no_rule_here"]
     if rules["cpu"] != rules["cuda"]:
         reasons.append("autocast.rule_decides")
     if dplain is not None:
         reasons.append("autocast.plain_gives")
-    facts = dict(
-        op=op.removeprefix("aten::"),
-        device=device_type.upper(),
-        rule=rules[device_type],
-        rule_cpu="yes" if rules["cpu"] else "no",
-        rule_cuda="yes" if rules["cuda"] else "no",
-        in_dtype=short(din),
-        dtype=short(dout),
-        plain=short(dplain),
-    )
-    return Reading(outcome, tuple(reasons), facts)
+    facts = dict(op=op.removeprefix("aten::"), device=device_type.upper(), rule=rules[device_type])
+    facts |= {f"rule_{d}": "yes" if rules[d] else "no" for d in al.AUTOCAST_KEYS}
+    facts |= dict(in_dtype=short(din), dtype=short(dout), plain=short(dplain))
+    return Reading(f"autocast.call_{outcome}", tuple(reasons), facts)
 
 
-# The choices of 05's variance prediction, from the closest to the farthest.
 VARIANCE_BANDS = ("within 1% of it", "off by 1% to 50%", "off by more than half of it")
 
 
 def read_variance(
     truth: float, autocast_value: float, protected_value: float, mean_square: float, dtype
 ) -> Reading:
-    """How the variance by moments fared: ``autocast_value`` computed inside autocast in ``dtype``,
-    ``protected_value`` in float32 with autocast switched off, against the float64 ``truth``; ``mean_square``
-    is E[x^2], where the low dtype's spacing decides what survives the subtraction.
-
-    ``facts["band"]`` is the one of :data:`VARIANCE_BANDS` the autocast value falls in.
-    """
+    """How the variance by moments fared inside autocast (``autocast_value``, in ``dtype``) and outside it
+    against the float64 ``truth``, given E[x^2] (``mean_square``); ``facts["band"]``: VARIANCE_BANDS."""
     truth = check_float("truth", truth, gt=0)
     autocast_value = check_float("autocast_value", autocast_value)
     protected_value = check_float("protected_value", protected_value)
@@ -355,11 +471,6 @@ def read_variance(
     )
     outcome = ("autocast.variance_close", "autocast.variance_off", "autocast.variance_lost")[band]
     facts = dict(
-        band=VARIANCE_BANDS[band],
-        error=error,
-        truth=truth,
-        dtype=short(dtype),
-        mean_square=mean_square,
-        spacing=spacing,
+        band=VARIANCE_BANDS[band], error=error, truth=truth, dtype=short(dtype), mean_square=mean_square
     )
-    return Reading(outcome, reasons, facts)
+    return Reading(outcome, reasons, facts | {"spacing": spacing})

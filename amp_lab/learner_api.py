@@ -18,16 +18,18 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "choose_amp_dtype",
         "example_machines",
     ),
-    "autocast_ops": (
+    "autocast_lists": (
         "aten_op",
+        "documented_policy",
+        "has_autocast_rule",
+        "op_names",
+    ),
+    "autocast_ops": (
         "autocast_dtype",
         "classify",
         "compare",
         "dispatch_trace",
-        "documented_policy",
         "format_groups",
-        "has_autocast_rule",
-        "op_names",
         "probe",
         "read_call",
         "read_variance",

@@ -132,13 +132,13 @@ def test_import_torchao_prints_nothing_in_a_fresh_interpreter():
 def test_the_import_filter_drops_exactly_its_two_records():
     import logging
 
-    noise = fp8._TorchaoImportNoise()
+    noise = fp8._torchao_import_noise
 
     def record(name, msg, *args):
         return logging.LogRecord(name, logging.WARNING, "f.py", 1, msg, args, None)
 
-    assert not noise.filter(record("torchao", "Failed to load %s: %s", "/x/_C.so", "no CUDA"))
-    assert not noise.filter(
+    assert not noise(record("torchao", "Failed to load %s: %s", "/x/_C.so", "no CUDA"))
+    assert not noise(
         record(
             "torch.utils._pytree",
             "%s is an Enum subclass and is now natively supported by torch.compile as an opaque value type. "
@@ -146,11 +146,11 @@ def test_the_import_filter_drops_exactly_its_two_records():
             "<enum 'X'>",
         )
     )
-    assert noise.filter(record("torchao", "Skipping import of cpp extensions due to incompatible torch"))
-    assert noise.filter(record("torch.utils._pytree", "something else"))
-    assert noise.filter(record("other", "Failed to load x.so"))
+    assert noise(record("torchao", "Skipping import of cpp extensions due to incompatible torch"))
+    assert noise(record("torch.utils._pytree", "something else"))
+    assert noise(record("other", "Failed to load x.so"))
     # The filter is removed after the import.
-    assert noise.__class__ not in [type(f) for f in logging.getLogger("torchao").filters]
+    assert noise not in logging.getLogger("torchao").filters
 
 
 def test_import_torchao_missing_gives_an_install_hint(monkeypatch):
@@ -568,14 +568,14 @@ def test_delayed_float8_linear_uses_scale_one_then_earlier_amaxes(ao):
         s_x = float(ao.amax_to_scale(torch.tensor(max(amax_x)), E4M3))
         s_w = float(ao.amax_to_scale(W.abs().max(), E4M3))
         s_g = float(ao.amax_to_scale(torch.tensor(max(amax_g)), E5M2))
-        assert layer.delayed["input"].scale == s_x and layer.delayed["grad_output"].scale == s_g
-    assert layer.delayed["input"].history == amax_x
+        assert layer.recipe.delayed["input"].scale == s_x and layer.recipe.delayed["grad_output"].scale == s_g
+    assert layer.recipe.delayed["input"].history == amax_x
     # Under no_grad, or in eval mode, the histories stay as they are.
     with torch.no_grad():
         layer(torch.randn(8, 32) * 100)
     layer.eval()
     layer(torch.randn(8, 32) * 100)
-    assert layer.delayed["input"].history == amax_x
+    assert layer.recipe.delayed["input"].history == amax_x
 
 
 def test_delayed_and_mx_training_on_digits_stays_finite_and_learns():
