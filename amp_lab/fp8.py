@@ -340,7 +340,9 @@ class ConvertedLinear(nn.Linear):
 
 class Float8Linear(ConvertedLinear):
     """An ``nn.Linear`` whose matmuls run in FP8 through :class:`Float8Matmul`: ``scaling="dynamic"`` is
-    torchao's default recipe, ``"delayed"`` a :class:`DelayedScaling` per operand; the bias is added after."""
+    torchao's default recipe, ``"delayed"`` a :class:`DelayedScaling` per operand; the bias is added after.  On CUDA a training
+    batch's rows must be a multiple of 16 too (the grad_weight GEMM reduces over them): checked before any
+    scale records the step."""
 
     def __init__(self, in_features, out_features, bias=True, *, scaling="dynamic", **recipe):
         super().__init__(in_features, out_features, bias)
@@ -359,6 +361,13 @@ class Float8Linear(ConvertedLinear):
         x = input
         if torch.is_autocast_enabled(x.device.type):  # as torchao does for CUDA autocast
             x = x.to(torch.get_autocast_dtype(x.device.type))
+        if x.device.type == "cuda" and torch.is_grad_enabled() and self.weight.requires_grad:
+            rows = x.numel() // self.in_features  # checked here, before the scales record this step
+            if rows % FP8_GEMM_MULTIPLE:
+                raise ValueError(
+                    "on CUDA the FP8 grad_weight GEMM reduces over the batch, so a training batch must "
+                    f"have a multiple of {FP8_GEMM_MULTIPLE} rows; got {rows} (input shape {tuple(x.shape)})"
+                )
         record = self.training and torch.is_grad_enabled()  # a training step, not an evaluation
         output = Float8Matmul.apply(x, self.weight, self.recipe, record)
         return output if self.bias is None else output + self.bias.to(output.dtype)  # bias after the GEMM
