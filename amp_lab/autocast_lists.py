@@ -126,8 +126,20 @@ def has_autocast_rule(op: str, device_type: str) -> bool:
     return registered and not torch._C._dispatch_kernel_for_dispatch_key_is_fallthrough(qualified, key)
 
 
-FAMILIES = ("matmul", "convolution", "rnn cell", "activation", "softmax", "normalization", "loss", "reduction",
-            "pointwise", "pooling/padding", "cat/index", "fft")  # fmt: skip
+FAMILIES = (
+    "matmul",
+    "convolution",
+    "rnn cell",
+    "activation",
+    "softmax",
+    "normalization",
+    "loss",
+    "reduction",
+    "pointwise",
+    "pooling/padding",
+    "cat/index",
+    "fft",
+)
 MAX_OP_NAMES = 1000  # the catalogue has about a hundred ops: a longer list can only repeat them
 
 

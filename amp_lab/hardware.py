@@ -97,8 +97,13 @@ class MachineReport:
     def explain(self) -> str:
         """The verdict, the facts behind it, and what it predicts (``00_setup_check`` prints this)."""
         scaler = "with a GradScaler" if self.use_scaler else "no GradScaler needed"
-        so = say("report.so", dtype=dtype_name(self.race_dtype), device=self.race_device, scaler=scaler,
-                 expect=say(_EXPECT[self.expect_speedup]))  # fmt: skip
+        so = say(
+            "report.so",
+            dtype=dtype_name(self.race_dtype),
+            device=self.race_device,
+            scaler=scaler,
+            expect=say(_EXPECT[self.expect_speedup]),
+        )
         return "\n".join([f"verdict: {self.verdict}", "why:", *(f"  - {r}" for r in self.reasons), so])
 
     def __str__(self) -> str:
@@ -269,14 +274,26 @@ def tf32_setting() -> tuple[bool, str]:
 
 def report_verdict(report: MachineReport) -> Verdict:
     """:func:`machine_verdict` read from a report's facts (never its stored verdict)."""
-    return machine_verdict(cuda_available=report.cuda_available, tensor_cores=report.tensor_cores,
-                           flags=report.cpu_flags, device_type=report.race_device, system=report.system)  # fmt: skip
+    return machine_verdict(
+        cuda_available=report.cuda_available,
+        tensor_cores=report.tensor_cores,
+        flags=report.cpu_flags,
+        device_type=report.race_device,
+        system=report.system,
+    )
 
 
 def _with_verdict(report: MachineReport) -> MachineReport:
     v = report_verdict(report)
-    return replace(report, race_device=v.device, race_dtype=v.dtype, verdict=v.text, use_scaler=v.use_scaler,
-                   expect_speedup=v.expect_speedup, reasons=v.reasons)  # fmt: skip
+    return replace(
+        report,
+        race_device=v.device,
+        race_dtype=v.dtype,
+        verdict=v.text,
+        use_scaler=v.use_scaler,
+        expect_speedup=v.expect_speedup,
+        reasons=v.reasons,
+    )
 
 
 def describe(device=None) -> MachineReport:
