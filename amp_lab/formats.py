@@ -152,7 +152,8 @@ def real_tensor(x, name: str = "x", what: str | None = None) -> torch.Tensor:
     else:
         try:  # the numbers as they are (to see bools and complex), else as float64 (ints beyond int64)
             t = torch.as_tensor(x, device="cpu")
-            t = t if t.dtype == torch.bool or t.is_complex() else t.double()
+            if t.dtype != torch.bool and not t.is_complex():
+                t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
         except (TypeError, ValueError, RuntimeError, OverflowError):
             try:
                 t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
@@ -205,7 +206,10 @@ def round_to(x, fmt) -> torch.Tensor:
         if (f.exponent_bits, f.mantissa_bits, f.finite_only) == (8, 10, False):
             return _round_tf32_bits(t)
         return emulate_round(t, f)  # a format of your own, from its bit widths
-    return t.to(f.torch_dtype).float()
+    try:
+        return t.to(f.torch_dtype).float()
+    except (RuntimeError, TypeError):  # a device without this dtype (MPS has no FP8)
+        return emulate_round(t, f)
 
 
 def round_array(x: np.ndarray, f: FloatFormat, residual: np.ndarray | None = None) -> np.ndarray:
