@@ -68,7 +68,9 @@ def float64_hazards(source: str) -> list[str]:
         line = f"line {node.lineno}: {ast.unparse(node)}"
         if method == "double":
             found.append(line)  # t.double() stays on t's device
-        elif method in ("to", "type") and any(_is_float64(a) for a in [*node.args, *[k.value for k in node.keywords]]):
+        elif method in ("to", "type") and any(
+            _is_float64(a) for a in [*node.args, *[k.value for k in node.keywords]]
+        ):
             found.append(line)  # t.to(torch.float64) / t.to(dev, torch.float64) / t.type(torch.float64)
         elif method == "to" and _is_from_numpy(func.value):
             found.append(line)  # torch.from_numpy(float64 array).to(dev): float64 onto the device
@@ -135,7 +137,9 @@ def _on_mps(x) -> bool:
 
 
 def _mps_device(x) -> bool:
-    return (isinstance(x, torch.device) and x.type == "mps") or (isinstance(x, str) and x.strip().startswith("mps"))
+    return (isinstance(x, torch.device) and x.type == "mps") or (
+        isinstance(x, str) and x.strip().startswith("mps")
+    )
 
 
 def _cpu_device(x) -> bool:
@@ -268,14 +272,6 @@ def test_tensor_core_emulation_on_mps(fake_mps):
     assert s.device.type == "mps" and tensor_cores.first_stall(s) == (2049, 2048.0)
     curve = tensor_cores.accumulation_curve(64, batch=4, device="mps")
     assert torch.equal(curve.reference, tensor_cores.accumulation_curve(64, batch=4).reference)
-
-
-def test_time_matmul_on_mps(fake_mps, monkeypatch):
-    waits = []
-    monkeypatch.setattr(torch.mps, "synchronize", lambda: waits.append(1))
-    r = alignment.time_matmul(8, device="mps", repeats=3, warmup=1)
-    assert r["dtype"] == "float16" and len(r["samples_ms"]) == 3
-    assert len(waits) == 6  # before and after each sample: MPS only queues the matmuls
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8_e5m2", "tf32"])
