@@ -68,9 +68,7 @@ def float64_hazards(source: str) -> list[str]:
         line = f"line {node.lineno}: {ast.unparse(node)}"
         if method == "double":
             found.append(line)  # t.double() stays on t's device
-        elif method in ("to", "type") and any(
-            _is_float64(a) for a in [*node.args, *[k.value for k in node.keywords]]
-        ):
+        elif method in ("to", "type") and any(_is_float64(a) for a in [*node.args, *[k.value for k in node.keywords]]):
             found.append(line)  # t.to(torch.float64) / t.to(dev, torch.float64) / t.type(torch.float64)
         elif method == "to" and _is_from_numpy(func.value):
             found.append(line)  # torch.from_numpy(float64 array).to(dev): float64 onto the device
@@ -137,9 +135,7 @@ def _on_mps(x) -> bool:
 
 
 def _mps_device(x) -> bool:
-    return (isinstance(x, torch.device) and x.type == "mps") or (
-        isinstance(x, str) and x.strip().startswith("mps")
-    )
+    return (isinstance(x, torch.device) and x.type == "mps") or (isinstance(x, str) and x.strip().startswith("mps"))
 
 
 def _cpu_device(x) -> bool:
