@@ -583,18 +583,6 @@ def test_output_errors_against_an_independent_median():
     assert practical[15] < practical[255] < practical[4095]
 
 
-def test_output_partial_bad_arguments():
-    curve = T.accumulation_curve(8, batch=2)
-    with pytest.raises(ValueError, match="accumulator"):
-        curve.output_partial("bf16", "fp16")  # not accumulated in this curve
-    with pytest.raises(ValueError, match="output"):
-        curve.output_partial("fp32", "fp8_e4m3")
-    with pytest.raises(ValueError):
-        curve.output_errors("no-such-format")
-    with pytest.raises(TypeError):
-        curve.output_errors(3.5)
-
-
 def test_accumulate_rates_match_the_datasheets_and_the_lesson():
 
     by_part = {r["part"]: r for r in gpus.ACCUMULATE_RATES}
