@@ -590,7 +590,7 @@ def test_bit_explorer_start_value_as_decompose_reads_it(value, shown):
     "name, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16), ("fp8_e5m2", torch.float8_e5m2)]
 )
 def test_overflow_starts_half_a_step_above_max_as_torch_casts(name, dtype):
-    from amp_lab.ranges import overflow_threshold
+    from amp_lab.range_counts import overflow_threshold
 
     f = F.FORMATS[name]
     thr, tie_overflows = overflow_threshold(name)
@@ -604,7 +604,7 @@ def test_overflow_starts_half_a_step_above_max_as_torch_casts(name, dtype):
 
 
 def test_fp16_overflow_threshold_is_65520():
-    from amp_lab.ranges import overflow_threshold
+    from amp_lab.range_counts import overflow_threshold
 
     assert overflow_threshold("fp16") == (65520.0, True)
     x = torch.tensor([65519.0, 65520.0])
