@@ -31,7 +31,6 @@ class FloatFormat:
     finite_only: bool = False
     overflow: str = "inf"
     label: str = ""
-    note: str = ""
     bias: int = field(init=False)
     emin: int = field(init=False)
     emax: int = field(init=False)
@@ -79,23 +78,12 @@ def fp8_e4m3_overflow() -> str:
 FORMATS: dict[str, FloatFormat] = {
     f.name: f
     for f in (
-        FloatFormat("fp32", 8, 23, torch.float32, note="IEEE binary32; the reference"),
-        FloatFormat(
-            "tf32", 8, 10, note="Tensor Core input for FP32 matmuls (Ampere+); FP32 range, FP16 precision"
-        ),
-        FloatFormat("bf16", 8, 7, torch.bfloat16, note="FP32's range with 8 bits of precision"),
-        FloatFormat("fp16", 5, 10, torch.float16, note="IEEE binary16: needs loss scaling"),
-        FloatFormat(
-            "fp8_e4m3",
-            4,
-            3,
-            torch.float8_e4m3fn,
-            finite_only=True,
-            overflow=fp8_e4m3_overflow(),
-            label="FP8 E4M3",
-            note="torch float8_e4m3fn: no inf, forward activations/weights",
-        ),
-        FloatFormat("fp8_e5m2", 5, 2, torch.float8_e5m2, label="FP8 E5M2", note="IEEE-like: gradients"),
+        FloatFormat("fp32", 8, 23, torch.float32),
+        FloatFormat("tf32", 8, 10),  # Tensor Core input for FP32 matmuls (Ampere+): no storage dtype
+        FloatFormat("bf16", 8, 7, torch.bfloat16),
+        FloatFormat("fp16", 5, 10, torch.float16),
+        FloatFormat("fp8_e4m3", 4, 3, torch.float8_e4m3fn, True, fp8_e4m3_overflow(), "FP8 E4M3"),
+        FloatFormat("fp8_e5m2", 5, 2, torch.float8_e5m2, label="FP8 E5M2"),
     )
 }
 FORMAT_NAMES: tuple[str, ...] = tuple(FORMATS)
@@ -124,17 +112,17 @@ def get_format(fmt) -> FloatFormat:
     raise ValueError(f"fmt={fmt!r} is not a course format; choose one of: {choices}")
 
 
-def format_list(fmts, name: str = "fmts") -> tuple[FloatFormat, ...]:
+def format_list(fmts) -> tuple[FloatFormat, ...]:
     """Formats from ``None`` (all of them), one format, or a non-empty list of them."""
     if fmts is None:
         return tuple(FORMATS.values())
     if isinstance(fmts, (str, FloatFormat, torch.dtype)):
         return (get_format(fmts),)
     if not isinstance(fmts, Iterable) or isinstance(fmts, Mapping):
-        raise ArgumentTypeError(f"{name} must be a format name or a list of them, got {type(fmts).__name__}")
+        raise ArgumentTypeError(f"fmts must be a format name or a list of them, got {type(fmts).__name__}")
     out = tuple(get_format(f) for f in fmts)
     if not out:
-        raise ValueError(f"{name} must name at least one format, got an empty {type(fmts).__name__}")
+        raise ValueError(f"fmts must name at least one format, got an empty {type(fmts).__name__}")
     return out
 
 
