@@ -194,15 +194,12 @@ class AccumulationCurve:
             row[f"{name}_error"] = float(self.errors[name][k - 1])
         return row
 
-    def output_partial(self, accumulator: str, output="fp16") -> torch.Tensor:
-        """``partial[accumulator]`` rounded once more to ``output`` (float64): what an autocast matmul stores."""
-        return float64_on_cpu(formats.round_to(self.partial[accumulator].float(), output))
-
     def output_errors(self, output="fp16") -> dict[str, torch.Tensor]:
-        """:attr:`errors` of each accumulator's result rounded to ``output``: the error an autocast matmul returns."""
+        """:attr:`errors` of each accumulator's result rounded once more to ``output``, as an autocast matmul
+        stores it (torch's cast): the error an autocast matmul returns."""
         return {
-            name: _median_error(self.output_partial(name, output), self.reference)
-            for name in self.accumulators
+            name: _median_error(float64_on_cpu(formats.round_to(out.float(), output)), self.reference)
+            for name, out in self.partial.items()
         }
 
     def reading(self, low: str = "fp16", high: str = "fp32") -> Reading:
