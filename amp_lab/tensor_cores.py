@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import formats
-from ._checks import ArgumentTypeError, check_choice, check_float, check_int, check_seed
+from ._checks import check_choice, check_float, check_instance, check_int, check_seed
 from .device import check_fits, float64_on_cpu, float64_to, get_device
 from .gpus import ARCHITECTURE_DETAILS, TENSOR_CORE_DETAILS, tensor_core_generation
 from .text import Reading
@@ -239,10 +239,7 @@ def accumulation_curve(
     check_choice("inputs", formats.get_format(inputs).name, INPUT_FORMATS)
     if isinstance(accumulators, (str, formats.FloatFormat, torch.dtype)):
         accumulators = (accumulators,)
-    elif not isinstance(accumulators, (list, tuple)):
-        raise ArgumentTypeError(
-            f"accumulators must be a format name or a list of them, got {type(accumulators).__name__}"
-        )
+    check_instance("accumulators", accumulators, (list, tuple), "a format name or a list of them")
     accs = tuple(
         check_choice("accumulators", formats.get_format(a).name, ACCUMULATE_FORMATS) for a in accumulators
     )
@@ -281,11 +278,9 @@ DEFAULT_CAPABILITIES = ((6, 0), (7, 0), (7, 5), (8, 0), (8, 9), (9, 0), (10, 0))
 def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
     """One row per compute capability: architecture, Tensor Core generation and precisions
     (``gpus.tensor_core_generation``) and per-clock throughput (``gpus.TENSOR_CORE_DETAILS``)."""
-    if isinstance(capabilities, (str, bytes)) or not isinstance(capabilities, (list, tuple)):
-        raise ArgumentTypeError(
-            f"capabilities must be a list of (major, minor) pairs such as [(8, 0), (9, 0)], got "
-            f"{type(capabilities).__name__}: {capabilities!r:.80}"
-        )
+    check_instance(
+        "capabilities", capabilities, (list, tuple), "a list of (major, minor) pairs such as [(8, 0), (9, 0)]"
+    )
     if not capabilities:
         raise ValueError("capabilities must hold at least one (major, minor) pair")
     if len(capabilities) == 2 and all(isinstance(c, int) and not isinstance(c, bool) for c in capabilities):
