@@ -25,7 +25,17 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import amp_lab.device as D
-from amp_lab import alignment, check, formats, gradients, range_counts, ranges, scaling, tensor_cores, training
+from amp_lab import (
+    alignment,
+    check,
+    formats,
+    gradients,
+    range_counts,
+    ranges,
+    scaling,
+    tensor_cores,
+    training,
+)
 
 # --------------------------------------------------------------------------------------------
 # The static check
