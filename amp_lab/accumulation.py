@@ -17,8 +17,6 @@ from ._checks import check_int
 from .tensor_cores import MAX_K, AccumulationCurve, accumulation_curve
 from .widgets import FigurePane
 
-COLOURS = {"fp32": "#1f77b4", "fp16": "#d62728", "bf16": "#ff7f0e"}
-
 
 class AccumulationExplorer:
     """Slide K and compare accumulators (build it with :func:`accumulation_explorer`): ``slider``, ``readout``
@@ -42,11 +40,10 @@ class AccumulationExplorer:
         # ~400 log-spaced K values look like all of them on log axes, and keep a redraw fast
         idx = np.unique(np.geomspace(1, curve.k_max, num=min(curve.k_max, 400)).round().astype(int)) - 1
         for name in curve.accumulators:
-            label = f"{formats.FORMATS[name].label} accumulator"
-            ax.loglog(
-                idx + 1, curve.errors[name].clamp_min(1e-12).numpy()[idx], color=COLOURS[name], label=label
-            )
-            ax.axhline(formats.FORMATS[name].eps / 2, color=COLOURS[name], ls=":", lw=1)  # the unit roundoff
+            f, colour = formats.FORMATS[name], formats.FORMAT_COLOURS[name]
+            errors = curve.errors[name].clamp_min(1e-12).numpy()[idx]
+            ax.loglog(idx + 1, errors, color=colour, label=f"{f.label} accumulator")
+            ax.axhline(f.eps / 2, color=colour, ls=":", lw=1)  # the unit roundoff
         ax.axhline(1e-12, color="0.8", lw=0.5)
         ax.set_xlabel("inner dimension K (terms in each dot product)")
         ax.set_ylabel("median relative error vs float64")

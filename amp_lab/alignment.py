@@ -121,10 +121,6 @@ class AlignmentDemo:
     reading: Reading
     rows: list[dict] = field(default_factory=list)
 
-    @property
-    def measured(self) -> bool:
-        return bool(self.rows)
-
     def __str__(self) -> str:
         lines = [str(self.reading)]
         if self.rows:

@@ -1,11 +1,8 @@
-"""Pitfalls practitioners hit, each run live (``09_pitfalls``): the autocast cast cache, Adam's eps in FP16
-state, attention logits overflowing FP16, and ``torch.compile`` with autocast.  Each returns a frozen record
-whose ``reading()`` (its ``str()``) gives reason codes and numbers.  Swamping and subnormals have rooms of
-their own (:mod:`amp_lab.swamping`, :mod:`amp_lab.subnormals`); the bounds below are shared with them."""
+"""Pitfalls run live (``09_pitfalls``): autocast's cast cache, Adam's eps in FP16, attention logits
+overflowing FP16, ``torch.compile`` with autocast.  The bounds are shared with swamping and subnormals."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import types
 import warnings
@@ -38,15 +35,16 @@ def check_work(numel: int, num_steps: int) -> None:
         )
 
 
-def _low_dtype(dtype, device: torch.device) -> torch.dtype:
-    """``dtype`` checked (float16 or bfloat16), or the course's autocast dtype for ``device``."""
-    return amp_dtype(device) if dtype is None else parse_dtype(dtype)
+class Reads:
+    """A record whose ``str()`` is its :meth:`reading`."""
+
+    def __str__(self) -> str:
+        return str(self.reading())
 
 
 def read_cast_cache(weight_changed: bool, stale_inside: bool) -> Reading:
     """What two forward passes around an ``opt.step()`` inside one autocast region show: outcome
-    ``"pitfalls.cache_stale"`` (the weight changed, the output did not), ``"pitfalls.cache_fresh"`` or
-    ``"pitfalls.cache_no_change"``."""
+    ``pitfalls.cache_stale`` (the weight changed, the output did not), ``cache_fresh`` or ``cache_no_change``."""
     weight_changed = check_bool("weight_changed", weight_changed)
     stale_inside = check_bool("stale_inside", stale_inside)
     if not weight_changed:
@@ -57,10 +55,9 @@ def read_cast_cache(weight_changed: bool, stale_inside: bool) -> Reading:
 
 
 @dataclass(frozen=True)
-class CastCacheResult:
-    """What one autocast region saw of a weight updated in place inside it: ``stale_inside`` (the pass after
-    the step gave the old output bit for bit) and whether each way out (a new region, ``clear_autocast_cache``,
-    ``cache_enabled=False``) gives the updated weight's output, ``F.linear(X.to(dtype), W_new.to(dtype))``."""
+class CastCacheResult(Reads):
+    """What one autocast region saw of a weight updated in place inside it, and whether each way out gives
+    the updated weight's output ``F.linear(X.to(dtype), W_new.to(dtype))``."""
 
     device_type: str
     dtype: torch.dtype
@@ -80,31 +77,25 @@ class CastCacheResult:
     def reading(self) -> Reading:
         base = read_cast_cache(self.weight_changed, self.stale_inside)
         reasons = ("pitfalls.cache_stale_error",) if self.cache_applies else ()
-        reasons += (
-            "pitfalls.cache_new_region_matches"
-            if self.matches_update_new_region
-            else "pitfalls.cache_new_region_stale",
-            "pitfalls.cache_cleared_matches"
-            if self.matches_update_cleared
-            else "pitfalls.cache_cleared_stale",
-            "pitfalls.cache_uncached_matches"
-            if self.matches_update_uncached
-            else "pitfalls.cache_uncached_stale",
+        new, clear, off = (
+            self.matches_update_new_region,
+            self.matches_update_cleared,
+            self.matches_update_uncached,
         )
-        facts = {**base.facts, "device_type": self.device_type, "dtype": dtype_name(self.dtype)}
-        return Reading(base.outcome, reasons, {**facts, "stale_error": self.stale_error})
-
-    def __str__(self) -> str:
-        return str(self.reading())
+        reasons += (
+            "pitfalls.cache_new_region_matches" if new else "pitfalls.cache_new_region_stale",
+            "pitfalls.cache_cleared_matches" if clear else "pitfalls.cache_cleared_stale",
+            "pitfalls.cache_uncached_matches" if off else "pitfalls.cache_uncached_stale",
+        )
+        facts = vars(self) | base.facts | {"dtype": dtype_name(self.dtype)}
+        return Reading(base.outcome, reasons, facts)
 
 
 def weight_cast_cache(device=None, *, dtype=None, lr: float = 0.5, seed: int = 0) -> CastCacheResult:
-    """Run an SGD step *inside* one autocast region (``dtype``: float16 or bfloat16) on a float32
-    ``nn.Linear(16, 8, bias=False)`` and see whether the region notices: autocast keeps the low-precision copy
-    of a leaf weight for the whole region, and an in-place update does not invalidate it.  The three ways out
-    are run too."""
+    """An SGD step *inside* one autocast region on a float32 ``nn.Linear(16, 8, bias=False)``: does the region
+    notice?  The three ways out (a new region, ``clear_autocast_cache``, ``cache_enabled=False``) run too."""
     dev = get_device(device)
-    dtype = _low_dtype(dtype, dev)
+    dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
     lr = check_float("lr", lr, gt=0, le=1e3)
     seed = check_seed("seed", seed)
     with seeded(seed):
@@ -163,7 +154,7 @@ def read_fp16_eps(eps: float) -> Reading:
 
 
 @dataclass(frozen=True)
-class AdamEpsResult:
+class AdamEpsResult(Reads):
     """Adam on the same gradients with FP16 weights and state, and with FP32 master weights and state:
     ``distance_*`` are ``||w - target||`` after each step (index 0: before the first), nan once non-finite."""
 
@@ -180,25 +171,15 @@ class AdamEpsResult:
     distance_fp32: tuple[float, ...]
 
     def reading(self) -> Reading:
-        """Outcome: whether the FP16 weights turned inf or nan; then eps in FP16, the zero second moments and
-        how the FP32 master weights ended."""
+        """Outcome: whether the FP16 weights turned inf or nan; then eps, second moments, the FP32 run."""
         eps = read_fp16_eps(self.eps)
-        fp16_bad, fp32_bad = self.first_nonfinite_step_fp16, self.first_nonfinite_step_fp32
-        facts = {**eps.facts, "device_type": self.device_type, "num_steps": len(self.distance_fp32) - 1}
-        facts |= {"grad_max": self.grad_max, "v_zero_fp16": self.v_zero_fraction_fp16}
-        facts |= {
-            "v_zero_fp32": self.v_zero_fraction_fp32,
-            "fp16_bad_step": fp16_bad,
-            "fp32_bad_step": fp32_bad,
-        }
-        facts |= {"fp16_start": self.distance_fp16[0], "fp16_end": self.distance_fp16[-1]}
-        facts |= {"fp32_start": self.distance_fp32[0], "fp32_end": self.distance_fp32[-1]}
-        outcome = "pitfalls.fp16_adam_nonfinite" if fp16_bad is not None else "pitfalls.fp16_adam_finite"
-        fp32 = "pitfalls.fp32_adam_nonfinite" if fp32_bad is not None else "pitfalls.fp32_adam_finite"
+        d16, d32 = self.distance_fp16, self.distance_fp32
+        facts = vars(self) | eps.facts | {"num_steps": len(d32) - 1, "fp16_end": d16[-1], "fp32_end": d32[-1]}
+        fp16_bad = self.first_nonfinite_step_fp16 is not None
+        outcome = "pitfalls.fp16_adam_nonfinite" if fp16_bad else "pitfalls.fp16_adam_finite"
+        fp32_bad = self.first_nonfinite_step_fp32 is not None
+        fp32 = "pitfalls.fp32_adam_nonfinite" if fp32_bad else "pitfalls.fp32_adam_finite"
         return Reading(outcome, (eps.outcome, "pitfalls.adam_v_zero", fp32), facts)
-
-    def __str__(self) -> str:
-        return str(self.reading())
 
 
 def adam_eps_underflow(
@@ -211,10 +192,8 @@ def adam_eps_underflow(
     numel: int = 16,
     seed: int = 0,
 ) -> AdamEpsResult:
-    """Adam with pure-FP16 weights and state against FP32 master weights and state, on the same small
-    gradients: ``numel`` weights from 0 chase a seeded target in [0, 1) with gradient ``grad_size * (w -
-    target)`` computed in float16 (the FP32 run gets it cast to float32, as autocast gives it).
-    ``num_steps`` <= :data:`MAX_STEPS`, ``numel`` <= :data:`MAX_NUMEL`, their product <= :data:`MAX_WORK`."""
+    """Adam with pure-FP16 weights and state against FP32 master weights and state: ``numel`` weights from 0
+    chase a seeded target with the float16 gradient ``grad_size * (w - target)``.  Work bounded by MAX_*."""
     dev = get_device(device)
     grad_size = check_float("grad_size", grad_size, gt=0, le=1e4)
     num_steps = check_int("num_steps", num_steps, minimum=1, maximum=MAX_STEPS)
@@ -287,7 +266,7 @@ ATTENTION_VARIANTS = ("fp16", "fp16 logits, fp32 softmax", "fp16 with Q scaled f
 
 
 @dataclass(frozen=True)
-class AttentionOverflowResult:
+class AttentionOverflowResult(Reads):
     """Attention logits from small inputs, computed five ways."""
 
     device_type: str
@@ -299,28 +278,23 @@ class AttentionOverflowResult:
     variants: dict  # name -> AttentionVariant
 
     def reading(self) -> Reading:
-        """Outcome ``"pitfalls.attention_overflows"`` (plain float16 logits overflow) or
-        ``"pitfalls.attention_fits"``; then how many variants stay finite."""
+        """Outcome: whether plain float16 logits overflow; then how many variants stay finite."""
         fp16 = self.variants["fp16"]
-        facts = {"largest_input": self.largest_input, "fp16_max": self.fp16_max}
-        facts |= {"largest_logit": self.largest_logit, "inf_logits": fp16.inf_logits}
-        facts |= {"num_logits": self.seq * self.seq, "nan_rows": fp16.nan_rows, "seq": self.seq}
+        facts = vars(self) | {
+            "inf_logits": fp16.inf_logits,
+            "nan_rows": fp16.nan_rows,
+            "num_logits": self.seq**2,
+        }
         facts |= {"num_finite": sum(v.ok for v in self.variants.values()), "num_variants": len(self.variants)}
         outcome = "pitfalls.attention_fits" if fp16.ok else "pitfalls.attention_overflows"
         return Reading(outcome, ("pitfalls.attention_finite_variants",), facts)
-
-    def __str__(self) -> str:
-        return str(self.reading())
 
 
 def attention_overflow(
     seq: int = 16, head_dim: int = 64, *, magnitude: float = 60.0, device=None, seed: int = 0
 ) -> AttentionOverflowResult:
-    """Queries and keys with entries in [0, ``magnitude``) and ``softmax(Q K^T / sqrt(head_dim))`` computed
-    the five ways of :data:`ATTENTION_VARIANTS`: ``(Q @ K.T) / sqrt(d)`` in float16; the same logits with a
-    float32 softmax (too late: inf is inf); ``(Q / sqrt(d)) @ K.T`` in float16 (what fused kernels do); the
-    first order in bfloat16; float32 logits and softmax.  Each is compared with float64.  ``seq`` <=
-    :data:`MAX_SEQ`, ``head_dim`` <= :data:`MAX_HEAD_DIM`."""
+    """``softmax(Q K^T / sqrt(head_dim))`` of entries in [0, ``magnitude``), computed the five ways of
+    :data:`ATTENTION_VARIANTS` and compared with float64.  ``seq`` <= MAX_SEQ, ``head_dim`` <= MAX_HEAD_DIM."""
     seq = check_int("seq", seq, minimum=1, maximum=MAX_SEQ)
     head_dim = check_int("head_dim", head_dim, minimum=1, maximum=MAX_HEAD_DIM)
     fp16_max = torch.finfo(torch.float16).max
@@ -333,9 +307,8 @@ def attention_overflow(
         f"attention_overflow(seq={seq}, head_dim={head_dim})",
         "choose a smaller seq or head_dim",
     )
-    with seeded(
-        seed
-    ):  # torch.rand draws the same values on every CPU kernel; float16 inputs for every variant
+    # torch.rand draws the same values on every CPU kernel; float16 inputs for every variant
+    with seeded(seed):
         Q = (magnitude * torch.rand(seq, head_dim)).to(torch.float16)
         K = (magnitude * torch.rand(seq, head_dim)).to(torch.float16)
     Q64, K64 = float64_on_cpu(Q), float64_on_cpu(K)
@@ -375,7 +348,7 @@ def attention_overflow(
 
 
 @dataclass(frozen=True)
-class CompileResult:
+class CompileResult(Reads):
     """What ``torch.compile`` made of a function with an autocast region, seen by a recording backend; with
     ``available`` False, ``reason`` says why and the other fields are empty."""
 
@@ -383,20 +356,23 @@ class CompileResult:
     reason: str
     device_type: str
     dtype: torch.dtype
-    autocast_regions: int  # _enter_autocast nodes in the graph Dynamo captured
-    casts: int  # casts to dtype in the ATen graph AOTAutograd traced
-    aten_graph: str  # that graph's code
-    eager_dtype: torch.dtype | None
-    compiled_dtype: torch.dtype | None
-    bitwise_equal: bool
-    max_abs_diff: float
-    sees_in_place_update: bool  # inside one region, the compiled function saw a weight updated in place
-    graphs_outside_then_inside: int  # graphs compiled for a function called outside, then inside, a region
-    dtypes_outside_then_inside: tuple
+    autocast_regions: int = 0  # _enter_autocast nodes in the graph Dynamo captured
+    casts: int = 0  # casts to dtype in the ATen graph AOTAutograd traced
+    aten_graph: str = ""  # that graph's code
+    eager_dtype: torch.dtype | None = None
+    compiled_dtype: torch.dtype | None = None
+    bitwise_equal: bool = False
+    max_abs_diff: float = math.nan
+    sees_in_place_update: bool = (
+        False  # inside one region, the compiled function saw a weight updated in place
+    )
+    graphs_outside_then_inside: int = (
+        0  # graphs compiled for a function called outside, then inside, a region
+    )
+    dtypes_outside_then_inside: tuple = ()
 
     def reading(self) -> Reading:
-        """Outcome ``"pitfalls.compile_unavailable"`` or ``"pitfalls.compile_casts"``; then whether compiled
-        equals eager, sees an in-place update, and the guard."""
+        """Outcome: unavailable, or the casts; then compiled against eager, the in-place update, the guard."""
         if not self.available:
             return Reading("pitfalls.compile_unavailable", facts={"reason": self.reason})
         outside, inside = self.dtypes_outside_then_inside
@@ -415,30 +391,16 @@ class CompileResult:
         )
         return Reading("pitfalls.compile_casts", reasons, facts)
 
-    def __str__(self) -> str:
-        return str(self.reading())
-
 
 def compile_autocast(device=None, *, dtype=None, seed: int = 0) -> CompileResult:
-    """Compile a small model step with an autocast region inside, with a recording backend on ``aot_eager``'s
-    machinery (Dynamo's graph, then AOTAutograd's ATen graph, run eagerly: no C++ compiler), and compare it
-    with eager.  Also run: the cast-cache experiment on the compiled function, and a function without a
-    region called outside, then inside, one (a recompile).  Where ``torch.compile`` cannot run, the result
-    has ``available=False`` and the reason."""
+    """Compile a small model with an autocast region inside, through a recording backend on AOTAutograd (no
+    C++ compiler), against eager; then the cast cache compiled, and the guard on the autocast state."""
     dev = get_device(device)
-    dtype = _low_dtype(dtype, dev)
+    dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
     seed = check_seed("seed", seed)
     with seeded(seed):
         lin = torch.nn.Linear(16, 8).to(dev)
         X = torch.rand(4, 16, device=dev)
-    empty = CompileResult(False, "", dev.type, dtype, 0, 0, "", None, None, False, math.nan, False, 0, ())
-    try:  # an optional part of torch: imported where it is used
-        from torch._dynamo.backends.common import aot_autograd
-    except Exception as exc:  # noqa: BLE001 - any failure means: not available here
-        return dataclasses.replace(
-            empty, reason=f"torch._dynamo is not available ({type(exc).__name__}: {exc})"
-        )
-
     dynamo_graphs, aten_graphs = [], []
 
     def record_aten(gm, example_inputs):
@@ -462,6 +424,8 @@ def compile_autocast(device=None, *, dtype=None, seed: int = 0) -> CompileResult
         )
 
     try:
+        from torch._dynamo.backends.common import aot_autograd  # an optional part of torch
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled = torch.compile(fresh(region), backend=backend, fullgraph=True)
@@ -482,9 +446,9 @@ def compile_autocast(device=None, *, dtype=None, seed: int = 0) -> CompileResult
                     inside = compiled_plain(X)
     except Exception as exc:  # noqa: BLE001 - say why, show what can be shown
         first_line = str(exc).splitlines()[0] if str(exc) else ""
-        return dataclasses.replace(empty, reason=f"{type(exc).__name__}: {first_line}")
+        return CompileResult(False, f"{type(exc).__name__}: {first_line}", dev.type, dtype)
     if not aten_graphs:
-        return dataclasses.replace(empty, reason="the recording backend received no graph")
+        return CompileResult(False, "the recording backend received no graph", dev.type, dtype)
     region_nodes = () if region_graph is None else region_graph.graph.nodes
     regions = sum("_enter_autocast" in getattr(n.target, "__name__", str(n.target)) for n in region_nodes)
     casts = sum(

@@ -127,10 +127,6 @@ class RangeReport:
     normal = property(lambda self: self.fraction("normal"))
     overflow = property(lambda self: self.fraction("overflow"))
 
-    @property
-    def fractions(self) -> dict[str, float]:
-        return {c: self.fraction(c) for c in CATEGORIES}
-
     def summary(self, digits: int = 3) -> str:
         """One line: format, scale and the four percentages with ``digits`` decimals."""
         return f"{get_format(self.fmt).label} at scale {scale_str(self.scale)}: " + ", ".join(

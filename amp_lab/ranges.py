@@ -223,9 +223,7 @@ class ScaleExplorer:
         }
         if self.suggested_log2 is not None and counts.size:
             k = self.suggested_log2
-            ax.stairs(
-                counts, (edges + k).astype(float), color="0.15", lw=1.0, ls="--", zorder=3
-            )  # drawn on top
+            ax.stairs(counts, (edges + k).astype(float), color="0.15", lw=1.0, ls="--", zorder=3)  # on top
             static.append(
                 ax.text(
                     0.01, 0.85, f"- - -  at the suggested scale 2^{k}", transform=ax.transAxes, fontsize=8

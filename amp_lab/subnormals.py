@@ -10,7 +10,7 @@ import torch
 
 from ._checks import check_choice, check_float, check_int
 from .device import check_fits, torch_threads
-from .pitfalls import MAX_NUMEL
+from .pitfalls import MAX_NUMEL, Reads
 from .text import Reading, format_ratio, format_seconds
 from .timing import Contestant, measure
 
@@ -37,7 +37,7 @@ def flush_denormal(enabled: bool):
 
 
 @dataclass(frozen=True)
-class SubnormalResult:
+class SubnormalResult(Reads):
     """Float32 arithmetic on normal and on subnormal inputs, timed with flush-to-zero off and on; ``timings``
     maps a label to an :class:`amp_lab.timing.Timing`."""
 
@@ -78,9 +78,6 @@ class SubnormalResult:
         return Reading(
             outcome, ("subnormals.ftz_zeros" if self.flushes_to_zero else "subnormals.ftz_kept",), facts
         )
-
-    def __str__(self) -> str:
-        return str(self.reading())
 
 
 _SUBNORMAL_OPS = {

@@ -12,7 +12,7 @@ import torch
 
 from ._checks import check_axes, check_float, check_instance, check_int, check_seed
 from .device import check_fits, float64_on_cpu, get_device
-from .pitfalls import MAX_NUMEL, MAX_STEPS, check_work
+from .pitfalls import MAX_NUMEL, MAX_STEPS, Reads, check_work
 from .text import Reading
 
 SWAMPING_METHODS = ("bf16", "fp32 master", "kahan", "stochastic")
@@ -55,7 +55,7 @@ def kahan_add_(weight: torch.Tensor, compensation: torch.Tensor, update) -> torc
 
 
 @dataclass(frozen=True)
-class SwampingResult:
+class SwampingResult(Reads):
     """A weight nudged ``num_steps`` times by ``update``, kept four ways: ``history[method]`` is the weight
     after each step (index 0: the start; for ``"stochastic"`` the mean over ``numel`` weights); ``exact`` is
     ``start + num_steps * update`` in float64."""
@@ -101,9 +101,6 @@ class SwampingResult:
             facts[f"final_{key}"] = self.final[m]
             facts[f"progress_{key}"] = round(100 * self.progress(m)) / 100 + 0.0  # + 0.0: no "-0%"
         return Reading(outcome, reasons, facts)
-
-    def __str__(self) -> str:
-        return str(self.reading())
 
 
 def swamping_run(
@@ -152,11 +149,7 @@ def swamping_run(
         kahan_add_(kahan_w, kahan_c, update)
         x = sr.float() + update
         # on MPS the random bits are drawn on the CPU
-        sr = (
-            stochastic_round(x.cpu(), generator=gen).to(dev)
-            if dev.type == "mps"
-            else stochastic_round(x, generator=gen)
-        )
+        sr = stochastic_round(x.cpu() if dev.type == "mps" else x, generator=gen).to(dev)
         hist["bf16"].append(plain.clone())
         hist["fp32 master"].append(master.to(torch.bfloat16))
         hist["kahan"].append(kahan_w.clone())
@@ -187,12 +180,8 @@ def plot_swamping(result: SwampingResult, ax=None):
     steps = range(result.num_steps + 1)
     ax.plot(steps, [result.start + i * result.update for i in steps], "k--", lw=1, label="exact")
     for m in SWAMPING_METHODS:
-        ax.plot(
-            steps,
-            result.history[m],
-            lw=1.5,
-            label=f"{m} (mean of {result.numel})" if m == "stochastic" else m,
-        )
+        label = f"{m} (mean of {result.numel})" if m == "stochastic" else m
+        ax.plot(steps, result.history[m], lw=1.5, label=label)
     ax.set_xlabel("step")
     ax.set_ylabel("weight")
     ax.set_title(f"{result.num_steps} updates of {result.update:g} to a bfloat16 weight")

@@ -147,7 +147,7 @@ def test_adam_eps_rounds_to_zero_in_fp16_and_fp16_adam_blows_up():
         "pitfalls.adam_v_zero",
         "pitfalls.fp32_adam_finite",
     )
-    assert r.reading().facts["fp16_bad_step"] == 1 and r.reading().facts["fp32_end"] == r.distance_fp32[-1]
+    assert r.reading().facts["first_nonfinite_step_fp16"] == 1 and r.reading().facts["fp32_end"] == r.distance_fp32[-1]
 
 
 def test_adam_with_an_eps_fp16_can_hold_stays_finite():
