@@ -349,47 +349,36 @@ def attention_overflow(
 
 @dataclass(frozen=True)
 class CompileResult(Reads):
-    """What ``torch.compile`` made of a function with an autocast region, seen by a recording backend; with
-    ``available`` False, ``reason`` says why and the other fields are empty."""
+    """What ``torch.compile`` made of a function with an autocast region, seen by a recording backend (dtypes
+    by name); with ``available`` False, ``reason`` says why and the other fields are empty.
+    ``sees_in_place_update``: inside one region, the compiled function saw a weight updated in place;
+    ``graphs_outside_then_inside``: graphs compiled for a function called outside, then inside, a region."""
 
     available: bool
     reason: str
     device_type: str
-    dtype: torch.dtype
+    dtype: str
     autocast_regions: int = 0  # _enter_autocast nodes in the graph Dynamo captured
     casts: int = 0  # casts to dtype in the ATen graph AOTAutograd traced
     aten_graph: str = ""  # that graph's code
-    eager_dtype: torch.dtype | None = None
-    compiled_dtype: torch.dtype | None = None
+    eager_dtype: str = ""
+    compiled_dtype: str = ""
     bitwise_equal: bool = False
     max_abs_diff: float = math.nan
-    sees_in_place_update: bool = (
-        False  # inside one region, the compiled function saw a weight updated in place
-    )
-    graphs_outside_then_inside: int = (
-        0  # graphs compiled for a function called outside, then inside, a region
-    )
-    dtypes_outside_then_inside: tuple = ()
+    sees_in_place_update: bool = False
+    graphs_outside_then_inside: int = 0
+    dtypes_outside_then_inside: tuple[str, ...] = ()
 
     def reading(self) -> Reading:
         """Outcome: unavailable, or the casts; then compiled against eager, the in-place update, the guard."""
         if not self.available:
-            return Reading("pitfalls.compile_unavailable", facts={"reason": self.reason})
-        outside, inside = self.dtypes_outside_then_inside
-        facts = {"device_type": self.device_type, "dtype": dtype_name(self.dtype)}
-        facts |= {"autocast_regions": self.autocast_regions, "casts": self.casts}
-        facts |= {
-            "compiled_dtype": dtype_name(self.compiled_dtype),
-            "eager_dtype": dtype_name(self.eager_dtype),
-        }
-        facts |= {"max_abs_diff": self.max_abs_diff, "graphs": self.graphs_outside_then_inside}
-        facts |= {"dtype_outside": dtype_name(outside), "dtype_inside": dtype_name(inside)}
+            return Reading("pitfalls.compile_unavailable", facts=vars(self))
         reasons = (
             "pitfalls.compile_bitwise" if self.bitwise_equal else "pitfalls.compile_close",
             "pitfalls.compile_sees_update" if self.sees_in_place_update else "pitfalls.compile_stale",
             "pitfalls.compile_guard",
         )
-        return Reading("pitfalls.compile_casts", reasons, facts)
+        return Reading("pitfalls.compile_casts", reasons, vars(self))
 
 
 def compile_autocast(device=None, *, dtype=None, seed: int = 0) -> CompileResult:
@@ -446,9 +435,9 @@ def compile_autocast(device=None, *, dtype=None, seed: int = 0) -> CompileResult
                     inside = compiled_plain(X)
     except Exception as exc:  # noqa: BLE001 - say why, show what can be shown
         first_line = str(exc).splitlines()[0] if str(exc) else ""
-        return CompileResult(False, f"{type(exc).__name__}: {first_line}", dev.type, dtype)
+        return CompileResult(False, f"{type(exc).__name__}: {first_line}", dev.type, dtype_name(dtype))
     if not aten_graphs:
-        return CompileResult(False, "the recording backend received no graph", dev.type, dtype)
+        return CompileResult(False, "the recording backend received no graph", dev.type, dtype_name(dtype))
     region_nodes = () if region_graph is None else region_graph.graph.nodes
     regions = sum("_enter_autocast" in getattr(n.target, "__name__", str(n.target)) for n in region_nodes)
     casts = sum(
@@ -462,15 +451,15 @@ def compile_autocast(device=None, *, dtype=None, seed: int = 0) -> CompileResult
         available=True,
         reason="",
         device_type=dev.type,
-        dtype=dtype,
+        dtype=dtype_name(dtype),
         autocast_regions=regions,
         casts=casts,
         aten_graph=aten_graphs[0].code.strip(),
-        eager_dtype=eager.dtype,
-        compiled_dtype=out.dtype,
+        eager_dtype=dtype_name(eager.dtype),
+        compiled_dtype=dtype_name(out.dtype),
         bitwise_equal=torch.equal(out, eager),
         max_abs_diff=float((out.float() - eager.float()).abs().max()),
         sees_in_place_update=not torch.equal(first, second),
         graphs_outside_then_inside=len(dynamo_graphs),
-        dtypes_outside_then_inside=(outside.dtype, inside.dtype),
+        dtypes_outside_then_inside=(dtype_name(outside.dtype), dtype_name(inside.dtype)),
     )

@@ -86,17 +86,13 @@ def _float32_threshold(f: FloatFormat) -> tuple[float, bool]:
     return float(t), False
 
 
-def _overflow_mask(y: torch.Tensor, r: torch.Tensor, f: FloatFormat) -> torch.Tensor:
-    t, inclusive = _float32_threshold(f)
-    a = y.float().abs()
-    # a cast that returns inf/NaN has overflowed whatever the threshold says (an older torch's E4M3 NaN)
-    return ((a >= t) if inclusive else (a > t)) | ~torch.isfinite(r)
-
-
 def _categorize(y: torch.Tensor, f: FloatFormat) -> dict[str, torch.Tensor]:
     """Boolean masks of the four categories for non-zero finite float32 ``y``."""
     r = round_to(y, f)
-    over = _overflow_mask(y, r, f)
+    t, inclusive = _float32_threshold(f)
+    a = y.float().abs()
+    # a cast that returns inf/NaN has overflowed whatever the threshold says (an older torch's E4M3 NaN)
+    over = ((a >= t) if inclusive else (a > t)) | ~torch.isfinite(r)
     zero = (r == 0) & ~over
     sub = (r != 0) & (r.abs() < f.min_normal) & ~over
     return {"underflow": zero, "subnormal": sub, "normal": ~(over | zero | sub), "overflow": over}

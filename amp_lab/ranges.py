@@ -39,6 +39,7 @@ from .range_counts import (  # lost_update_fraction, range_report, suggest_scale
 from .widgets import FigurePane
 
 DEFAULT_FMTS = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+RULER = (("min_subnormal", "min_normal", "#c6dbef"), ("min_normal", "max", "#6baed6"))  # light, dark
 
 
 def _view_range(hist: Log2Histogram, fmts, tail: float = 1e-3) -> tuple[float, float]:
@@ -106,23 +107,11 @@ def plot_log2_histogram(
         trans = ax.get_xaxis_transform()  # x in data, y in axes fraction
         for i, f in enumerate(fmts):
             lim, y0, h = log2_limits(f), 0.98 - (i + 1) * row, row * 0.8
-            for a, b, colour in (
-                ("min_subnormal", "min_normal", "#c6dbef"),
-                ("min_normal", "max", "#6baed6"),
-            ):
-                ax.add_patch(
-                    Rectangle(
-                        (lim[a], y0), lim[b] - lim[a], h, facecolor=colour, edgecolor="none", transform=trans
-                    )
-                )
-            ax.text(
-                max(lim["min_subnormal"], lo) + 0.4,
-                y0 + h / 2,
-                f.label,
-                transform=trans,
-                va="center",
-                fontsize=7,
-            )
+            for a, b, colour in RULER:
+                box = (lim[a], y0), lim[b] - lim[a], h
+                ax.add_patch(Rectangle(*box, facecolor=colour, edgecolor="none", transform=trans))
+            x0 = max(lim["min_subnormal"], lo) + 0.4
+            ax.text(x0, y0 + h / 2, f.label, transform=trans, va="center", fontsize=7)
     ax.set_xlabel("log2 |value|")
     ax.set_ylabel("count")
     if title:
@@ -209,13 +198,8 @@ class ScaleExplorer:
             ("normal", lim["min_normal"], lim["overflow_from"]),
             ("inf", lim["overflow_from"], hi),
         )
-        trans = ax.get_xaxis_transform()
-        for text, a, b in zones:
-            static.append(
-                ax.text(
-                    (a + b) / 2, 0.97, text, transform=trans, fontsize=8, ha="center", va="top", color="0.25"
-                )
-            )
+        style = {"transform": ax.get_xaxis_transform(), "ha": "center", "va": "top", "color": "0.25"}
+        static += [ax.text((a + b) / 2, 0.97, text, fontsize=8, **style) for text, a, b in zones]
         # one filled step patch per category (4 artists, not one per bar): a move only changes their data
         zero = np.zeros(len(counts))
         self._stairs = {
@@ -224,11 +208,8 @@ class ScaleExplorer:
         if self.suggested_log2 is not None and counts.size:
             k = self.suggested_log2
             ax.stairs(counts, (edges + k).astype(float), color="0.15", lw=1.0, ls="--", zorder=3)  # on top
-            static.append(
-                ax.text(
-                    0.01, 0.85, f"- - -  at the suggested scale 2^{k}", transform=ax.transAxes, fontsize=8
-                )
-            )
+            note = f"- - -  at the suggested scale 2^{k}"
+            static.append(ax.text(0.01, 0.85, note, transform=ax.transAxes, fontsize=8))
         ax.set_xlabel(
             f"log2 |value × scale|   ({self.fmt.label}: zero at or below 2^{lim['zero_below']:g}, "
             f"inf from {overflow_threshold(self.fmt)[0]:g})",

@@ -293,7 +293,7 @@ def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
         d = None
         if tc.generation is not None:
             d = ARCHITECTURE_DETAILS.get(tc.architecture, TENSOR_CORE_DETAILS.get(tc.generation))
-        per_sm = d and d.fma_per_tensor_core_per_clock and d.tensor_cores_per_sm
+        cores = d and d.fma_per_tensor_core_per_clock and d.tensor_cores_per_sm  # per SM, where known
         rows.append(
             {
                 "capability": f"{tc.capability[0]}.{tc.capability[1]}",
@@ -301,9 +301,7 @@ def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
                 "generation": tc.generation if tc.generation is not None else "-",
                 "precisions": ", ".join(tc.precisions).upper() if tc.precisions else "(no Tensor Cores)",
                 "per clock (per Tensor Core)": d.per_clock if d else "-",
-                "dense FP16 FMA/clock/SM": d.fma_per_tensor_core_per_clock * d.tensor_cores_per_sm
-                if per_sm
-                else "-",
+                "dense FP16 FMA/clock/SM": d.fma_per_tensor_core_per_clock * cores if cores else "-",
                 "reference part": d.reference_part if d else "-",
                 "MMA instruction": d.instruction if d else "-",
                 "note": d.note if d else "FP16 runs on ordinary CUDA cores",

@@ -14,6 +14,7 @@ from amp_lab import pitfalls as P
 from amp_lab import subnormals as N
 from amp_lab import swamping as S
 from amp_lab.device import seeded
+from amp_lab.dtypes import dtype_name
 from amp_lab.text import REASONS
 
 BF16 = torch.finfo(torch.bfloat16)
@@ -485,17 +486,17 @@ def test_compile_autocast_records_the_casts(dtype):
     assert r.autocast_regions == 1
     assert r.casts == 3  # input, weight and bias of the Linear
     assert r.aten_graph.count("_to_copy") >= 3 and str(dtype) in r.aten_graph
-    assert r.eager_dtype == r.compiled_dtype == dtype
+    assert r.eager_dtype == r.compiled_dtype == dtype_name(dtype)
     assert r.bitwise_equal and r.max_abs_diff == 0
     assert r.sees_in_place_update
-    assert r.graphs_outside_then_inside == 2 and r.dtypes_outside_then_inside == (torch.float32, dtype)
+    assert r.graphs_outside_then_inside == 2 and r.dtypes_outside_then_inside == ("float32", dtype_name(dtype))
     assert codes(r) == (
         "pitfalls.compile_casts",
         "pitfalls.compile_bitwise",
         "pitfalls.compile_sees_update",
         "pitfalls.compile_guard",
     )
-    assert r.reading().facts["graphs"] == 2
+    assert r.reading().facts["graphs_outside_then_inside"] == 2
 
 
 def test_compile_autocast_says_why_when_compile_fails(monkeypatch):
