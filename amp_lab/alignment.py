@@ -33,12 +33,8 @@ def pad_to_multiple(n: int, multiple: int = 8) -> int:
 
 
 def tile_quantization(m: int, n: int, *, tile_m: int = 128, tile_n: int = 128, sms: int = A100_SMS) -> dict:
-    """How much of an ``m×n`` GEMM's work partial tiles and a partial last wave waste.
-
-    The output is cut into ``tile_m×tile_n`` tiles run in waves of ``sms`` (one tile per SM, the model of
-    NVIDIA's "Matrix Multiplication Background" guide: it explains, not predicts).  Returns ``tiles``,
-    ``tile_efficiency`` (useful share of the tiles' work), ``waves``, ``wave_efficiency`` (share of SM slots
-    busy), their product ``efficiency``, and the arguments (each at most 2**31)."""
+    """How much of an ``m×n`` GEMM's work partial tiles and a partial last wave waste: ``tile_m×tile_n`` tiles
+    in waves of ``sms`` (NVIDIA's "Matrix Multiplication Background" model).  Arguments <= 2**31."""
     limit = 1 << 31
     m = check_int("m", m, minimum=1, maximum=limit)
     n = check_int("n", n, minimum=1, maximum=limit)

@@ -312,11 +312,8 @@ def format_ulp(value: float, fmt) -> float:
 
 
 def decompose(value, fmt) -> Decomposition:
-    """Round ``value`` to ``fmt`` (as :func:`round_to` does) and take the result apart.
-
-    ``kind`` is ``"zero"``, ``"subnormal"``, ``"normal"``, ``"inf"`` or ``"nan"``; ``error`` is
-    ``|value - input| / |input|`` against the input as given (``inf`` after overflow, NaN for NaN input).
-    An integer beyond float64 reads as ``±inf``, with error ``inf``: it was finite."""
+    """Round ``value`` to ``fmt`` (as :func:`round_to` does) and take the result apart; ``error`` is
+    ``|value - input| / |input|`` (``inf`` after overflow, also for an integer beyond float64)."""
     f = get_format(fmt)
     x = real_scalar(value, "value")
     r = float(round_to(x, f).item())

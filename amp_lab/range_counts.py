@@ -1,10 +1,6 @@
-"""Where values land in a format's range (``03_underflow_and_overflow``, used by 04 and 08): underflow,
-subnormal, normal, overflow; the largest safe loss scale; a histogram by binade; lost weight updates.
-
-Values are classified after :func:`amp_lab.formats.round_to` (casts are never re-implemented here).  ``x`` may
-be a tensor, a dict or list of tensors, a :class:`~amp_lab.gradients.GradientRecord` (its activation
-gradients) or a list of numbers; everything is flattened to float32.
-"""
+"""Where values land in a format's range (``03_underflow_and_overflow``, 04, 08), classified after
+:func:`amp_lab.formats.round_to`: the four categories, the largest safe loss scale, log2 histograms, lost
+updates.  ``x``: a tensor, a dict or list of them, a GradientRecord or numbers, flattened to float32."""
 
 from __future__ import annotations
 
@@ -51,10 +47,8 @@ def flat_float32(x, name: str = "x") -> torch.Tensor:
 
 
 def overflow_threshold(fmt) -> tuple[float, bool]:
-    """``(threshold, inclusive)``: magnitudes above it (or at it, when ``inclusive``) overflow ``fmt``.
-
-    It is ``max`` plus half an ulp of ``max``; the tie rounds to even: up when ``max`` ends in a 1 bit (FP16:
-    65520 becomes inf), down when it ends in 0 (FP8 E4M3: 464 rounds to 448)."""
+    """``(threshold, inclusive)``: magnitudes above ``max`` plus half its ulp overflow ``fmt``; at it, the tie
+    rounds to even: up when ``max`` ends in a 1 bit (FP16's 65520), down otherwise (E4M3's 464)."""
     f = get_format(fmt)
     ulp = math.ldexp(1.0, f.emax - f.mantissa_bits)
     return f.max + ulp / 2, int(f.max / ulp) % 2 == 1
@@ -150,13 +144,8 @@ def report_of(sel: torch.Tensor, zeros: int, nonfinite: int, f: FloatFormat, s: 
 
 
 def range_report(x, fmt, scale: float = 1.0) -> RangeReport:
-    """Classify the non-zero finite elements of ``x * scale`` (formed in float32, as scaled FP32 gradients
-    are) rounded to ``fmt``: *underflow* if it rounds to zero, *subnormal* if to a non-zero value below
-    ``min_normal``, *overflow* beyond :func:`overflow_threshold`, *normal* otherwise.
-
-    >>> range_report(torch.tensor([1e-8, 1e-6, 1.0, 1e5]), "fp16").counts
-    {'underflow': 1, 'subnormal': 1, 'normal': 1, 'overflow': 1}
-    """
+    """Classify the non-zero finite elements of float32 ``x * scale`` rounded to ``fmt``: *underflow* (to
+    zero), *subnormal* (below ``min_normal``), *overflow* (beyond :func:`overflow_threshold`) or *normal*."""
     f = get_format(fmt)
     return report_of(*select_values(flat_float32(x)), f, check_scale("scale", scale))
 

@@ -119,20 +119,15 @@ def plot_log2_histogram(
     return ax
 
 
-def readout_text(report: RangeReport) -> list[str]:
-    """The readout lines, one per category, e.g. ``underflow: 12.345% (2018 of 16345)``."""
-    return [
-        f"{c}: {100 * report.fraction(c):.3f}% ({report.counts[c]} of {report.total})" for c in CATEGORIES
-    ]
-
-
 def readout_html(report: RangeReport, suggested_log2: int | None = None) -> str:
-    """HTML of :func:`readout_text` with a header naming the format, the scale and the suggested one."""
+    """One line per category (``underflow: 12.345% (2018 of 16345)``) under a header naming the format, the
+    scale and the suggested one."""
     head = f"{get_format(report.fmt).label}, scale {scale_str(report.scale)} = {report.scale:.10g}"
     if suggested_log2 is not None:
         head += f" · suggested scale: 2^{suggested_log2} (largest with no overflow)"
     lines = [f'<div class="amp-scale-head" style="font-weight:bold">{html.escape(head)}</div>']
-    for c, text in zip(CATEGORIES, readout_text(report), strict=True):
+    for c in CATEGORIES:
+        text = f"{c}: {100 * report.fraction(c):.3f}% ({report.counts[c]} of {report.total})"
         lines.append(
             f'<div class="amp-scale-{c}" style="font-family:monospace;color:{COLORS[c]}">{html.escape(text)}</div>'
         )

@@ -19,12 +19,8 @@ SWAMPING_METHODS = ("bf16", "fp32 master", "kahan", "stochastic")
 
 
 def stochastic_round(x: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Round a float32 tensor to bfloat16 *stochastically*: up with probability equal to the distance from the
-    bfloat16 value below, so ``E[result] == x``.
-
-    The integer trick: add a random integer in [0, 2**16) to the 16 low bits bfloat16 drops, then clear them;
-    a carry moves to the next bfloat16 value away from zero (sign and magnitude bits), with probability (low
-    bits) / 2**16.  Infinities and nan pass through; ``generator`` (on ``x``'s device) seeds the bits."""
+    """Round a float32 tensor to bfloat16 *stochastically*, so ``E[result] == x``: a random integer in
+    [0, 2**16) is added to the 16 low bits bfloat16 drops, which are then cleared.  inf and nan pass through."""
     check_instance("x", x, torch.Tensor, "a torch.Tensor")
     if x.dtype != torch.float32:
         raise ValueError(f"x must be a float32 tensor (the master copy being rounded), got dtype {x.dtype}")
@@ -112,10 +108,8 @@ def swamping_run(
     seed: int = 0,
     device=None,
 ) -> SwampingResult:
-    """Nudge ``numel`` weights starting at ``start`` ``num_steps`` times by ``update`` (think ``-lr * grad``),
-    kept as plain bfloat16, FP32 master weights, bfloat16 with a Kahan compensation (:func:`kahan_add_`), and
-    bfloat16 rounded stochastically from float32 after each update (:func:`stochastic_round`, seeded).
-    ``num_steps`` <= :data:`MAX_STEPS`, ``numel`` <= 2**16, their product <= :data:`MAX_WORK`."""
+    """Nudge ``numel`` weights from ``start`` ``num_steps`` times by ``update``, kept the four ways of
+    :data:`SWAMPING_METHODS`.  ``num_steps`` <= MAX_STEPS, ``numel`` <= 2**16, their product <= MAX_WORK."""
     num_steps = check_int("num_steps", num_steps, minimum=1, maximum=MAX_STEPS)
     seed = check_seed("seed", seed)
     update = check_float("update", update)

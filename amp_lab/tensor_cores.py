@@ -1,12 +1,7 @@
-"""What a Tensor Core computes, emulated exactly (``02_tensor_cores``): ``D = A·B + C`` from rounded inputs,
-running sums and their stall, the error against the inner dimension ``K``, and the Tensor Core generations.
+"""What a Tensor Core computes, emulated exactly (``02_tensor_cores``): rounded inputs, exact products added
+in ``k`` order, each addition rounded once to the accumulator; running sums, error against ``K``, generations.
 
-The model: inputs rounded to ``inputs``, every product exact, products added one at a time in ``k`` order,
-each addition rounded once (to nearest even) to the accumulator.  Real Tensor Cores add several products at
-once and truncate aligned addends (Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021), so their
-last bits can differ; the lesson (the accumulator's precision decides how the error grows with ``K``) does
-not.  The accumulator of a real matmul is cuBLAS's choice, not autocast's.
-"""
+Real Tensor Cores add several products at once and truncate (Fasi et al., 2021): last bits can differ."""
 
 from __future__ import annotations
 
@@ -86,12 +81,8 @@ def _operands(A, B, C, inputs, device, limit_work: bool):
 
 
 def mma(A, B, C=None, *, inputs="fp16", accumulate="fp32", device=None) -> torch.Tensor:
-    """Emulate a Tensor Core's ``D = A·B + C``; returns float32 ``D`` on ``device``.
-
-    ``A`` (M×K) and ``B`` (K×N) are rounded to ``inputs`` (one of ``INPUT_FORMATS``), ``C`` (default zeros)
-    to ``accumulate`` (``"fp32"``, ``"fp16"``, ``"bf16"``); the exact products ``A[:, k] * B[k, :]`` are added
-    to it in ``k`` order, each addition rounded once.  Work is bounded before it starts: ``K`` <= 2**16 and
-    ``M*N*K`` <= 2**24."""
+    """Emulate a Tensor Core's ``D = A·B + C`` (float32 ``D`` on ``device``): A and B rounded to ``inputs``, C
+    to ``accumulate``, exact products added in ``k`` order.  ``K`` <= 2**16 and ``M*N*K`` <= 2**24."""
     facc = formats.get_format(accumulate)
     check_choice("accumulate", facc.name, ACCUMULATE_FORMATS)
     dev, Ar, Br, C = _operands(A, B, C, inputs, device, limit_work=True)
@@ -174,9 +165,8 @@ def _median_error(out: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class AccumulationCurve:
-    """Dot products of length 1..k_max accumulated in several formats (see :func:`accumulation_curve`):
-    ``reference`` and ``partial[fmt]`` are (batch, k_max) float64 partial sums, ``errors[fmt]`` the median
-    relative error against ``reference`` for every ``K``."""
+    """Dot products of length 1..k_max in several accumulators: (batch, k_max) float64 partial sums
+    ``reference`` and ``partial[fmt]``, and ``errors[fmt]``, the median relative error for every ``K``."""
 
     inputs: str
     accumulators: tuple[str, ...]
