@@ -31,10 +31,8 @@ class AccumulationExplorer:
             description="K",
             continuous_update=False,
             layout=widgets.Layout(width="40em"),
-        )
-        self.slider.add_class("amp-accumulation-k")
-        self.readout = widgets.HTML()
-        self.readout.add_class("amp-accumulation-readout")
+        ).add_class("amp-accumulation-k")
+        self.readout = widgets.HTML().add_class("amp-accumulation-readout")
         self.pane = FigurePane(figsize=(7.0, 3.8), dpi=80)
         self._ax = ax = self.pane.figure.add_subplot()
         # ~400 log-spaced K values look like all of them on log axes, and keep a redraw fast

@@ -55,8 +55,7 @@ class BitExplorer:
             description="value",
             continuous_update=False,
             layout=widgets.Layout(width="22em"),
-        )
-        self.value_input.add_class("amp-bit-explorer-value")
+        ).add_class("amp-bit-explorer-value")
         self.slider = widgets.FloatLogSlider(
             value=1.0,
             base=10,
@@ -67,15 +66,11 @@ class BitExplorer:
             readout_format=".3g",
             continuous_update=True,
             layout=widgets.Layout(width="36em"),
-        )
-        self.slider.add_class("amp-bit-explorer-slider")
-        self.status = widgets.HTML()
-        self.status.add_class("amp-bit-explorer-status")
-        self.readouts = {}
-        for name in fmts:
-            self.readouts[name] = widgets.HTML()
-            self.readouts[name].add_class(f"amp-readout-{name}")
-            self.readouts[name].add_class("amp-readout")
+        ).add_class("amp-bit-explorer-slider")
+        self.status = widgets.HTML().add_class("amp-bit-explorer-status")
+        self.readouts = {
+            name: widgets.HTML().add_class(f"amp-readout-{name}").add_class("amp-readout") for name in fmts
+        }
         self.decompositions: dict[str, Decomposition] = {}
         legend = widgets.HTML(
             "<span style='font-family:monospace'>bits: "
@@ -86,8 +81,7 @@ class BitExplorer:
         self.slider.observe(self._on_slider, names="value")
         self.widget = widgets.VBox(
             [widgets.HBox([self.value_input, self.status]), self.slider, legend, *self.readouts.values()]
-        )
-        self.widget.add_class("amp-bit-explorer")
+        ).add_class("amp-bit-explorer")
         self._on_text({"new": self.value_input.value})
 
     def show(self, x: float) -> None:
@@ -129,13 +123,9 @@ class BitExplorer:
             return
         # The page snaps the slider to its 0.01-decade grid and echoes the snapped value back: a value within
         # half a step of the one shown is that echo, not a learner's move.
-        current = abs(getattr(self, "value", 0.0))
-        if (
-            math.isfinite(current)
-            and current > 0
-            and change["new"] > 0
-            and abs(math.log10(change["new"]) - math.log10(current)) <= self.slider.step / 2 + 1e-9
-        ):
+        current = abs(self.value)
+        gap = abs(math.log10(change["new"]) - math.log10(current)) if 0 < current < math.inf else math.inf
+        if gap <= self.slider.step / 2 + 1e-9:
             return
         sign = -1.0 if self.value_input.value.strip().startswith("-") else 1.0
         x = float(f"{sign * change['new']:.6g}")

@@ -431,17 +431,12 @@ def plot_range_precision(fig=None, fmts=None):
         ys.append(ys[-1])
         ax_ulp.step(xs, ys, where="post", color=colour, label=f.label, lw=1.4)
         # relative spacing: 1 down to eps through the subnormals, then between eps/2 and eps in every binade
-        ax_rel.plot(
-            [f.min_subnormal, f.min_normal, f.max], [1.0, f.eps, f.eps], color=colour, label=f.label, lw=1.4
-        )
+        edges, rel = (f.min_subnormal, f.min_normal, f.max), (1.0, f.eps, f.eps)
+        ax_rel.plot(edges, rel, color=colour, label=f.label, lw=1.4)
         ax_rel.plot([f.min_normal, f.max], [f.eps / 2, f.eps / 2], color=colour, lw=0.6, alpha=0.6)
-        for ax, yv in (
-            (ax_ulp, (f.min_subnormal, f.min_subnormal * 2**f.mantissa_bits, ys[-1])),
-            (ax_rel, (1.0, f.eps, f.eps)),
-        ):
-            for x, y, marker, ms in zip(
-                (f.min_subnormal, f.min_normal, f.max), yv, "o^s", (5, 6, 5), strict=True
-            ):
+        ulp_marks = (f.min_subnormal, f.min_subnormal * 2**f.mantissa_bits, ys[-1])
+        for ax, yv in ((ax_ulp, ulp_marks), (ax_rel, rel)):
+            for x, y, marker, ms in zip(edges, yv, "o^s", (5, 6, 5), strict=True):
                 ax.plot([x], [y], marker, color=colour, ms=ms)
     for ax in (ax_ulp, ax_rel):
         ax.set_xscale("log", base=10)

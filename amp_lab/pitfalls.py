@@ -216,10 +216,8 @@ def adam_eps_underflow(
         distances, finite = [], []
         for i in range(num_steps):
             distances.append(w.detach().float() - target)
-            g = (w.detach().to(torch.float16) - target16) * size16  # as a float16 model computes it
-            if i == 0:
-                first_grad = g
-            w.grad = g.to(dtype)
+            # the gradient as a float16 model computes it
+            w.grad = ((w.detach().to(torch.float16) - target16) * size16).to(dtype)
             opt.step()
             if i == 0:
                 v_zero = float((opt.state[w]["exp_avg_sq"] == 0).float().mean())
@@ -228,16 +226,16 @@ def adam_eps_underflow(
         d = float64_on_cpu(torch.stack(distances)).norm(dim=1)  # one transfer at the end: no sync in the loop
         bad = (~torch.stack(finite).cpu()).nonzero()
         dist = tuple(x if math.isfinite(x) else math.nan for x in d.tolist())
-        return dist, int(bad[0, 0]) + 1 if len(bad) else None, v_zero, float(first_grad.abs().max())
+        return dist, int(bad[0, 0]) + 1 if len(bad) else None, v_zero
 
-    d16, bad16, vz16, gmax = run(torch.float16)
-    d32, bad32, vz32, _ = run(torch.float32)
+    d16, bad16, vz16 = run(torch.float16)
+    d32, bad32, vz32 = run(torch.float32)
     return AdamEpsResult(
         device_type=dev.type,
         eps=eps,
         eps_in_fp16=float(torch.tensor(eps, dtype=torch.float16)),
         grad_size=grad_size,
-        grad_max=gmax,
+        grad_max=float((target16 * size16).abs().max()),  # the first step's: the weights start at 0
         v_zero_fraction_fp16=vz16,
         v_zero_fraction_fp32=vz32,
         first_nonfinite_step_fp16=bad16,

@@ -231,9 +231,8 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
         lo = check_int("lo", lo, minimum=-400, maximum=400)
     if hi is not None:
         hi = check_int("hi", hi, minimum=-399 if lo is None else lo + 1, maximum=401)
-    t = flat_float32(x)
-    finite, nonzero = torch.isfinite(t), t != 0
-    prod = t[finite & nonzero] * torch.tensor(s, dtype=torch.float32, device=t.device)
+    sel, zeros, nonfinite = select_values(flat_float32(x))
+    prod = sel * torch.tensor(s, dtype=torch.float32, device=sel.device)
     vanished, blown = prod == 0, ~torch.isfinite(prod)  # a tiny or huge scale leaves float32's range
     e = torch.frexp(prod[~vanished & ~blown].cpu())[1].to(torch.int64) - 1  # |t| = m * 2**e, m in [0.5, 1)
     lo = (int(e.min()) if e.numel() else 0) if lo is None else lo
@@ -244,8 +243,8 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
     return Log2Histogram(
         edges=np.arange(lo, hi + 1),
         counts=torch.bincount(e[inside] - lo, minlength=hi - lo).numpy().astype(np.int64),
-        zeros=_count(finite & ~nonzero) + _count(vanished),
-        nonfinite=_count(~finite) + _count(blown),
+        zeros=zeros + _count(vanished),
+        nonfinite=nonfinite + _count(blown),
         outside=_count(~inside),
         scale=s,
     )

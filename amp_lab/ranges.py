@@ -157,10 +157,8 @@ class ScaleExplorer:
             continuous_update=True,
             style={"description_width": "initial"},
             layout=widgets.Layout(width="460px"),
-        )
-        self.slider.add_class("amp-scale-slider")
-        self.readout = widgets.HTML()
-        self.readout.add_class("amp-scale-readout")
+        ).add_class("amp-scale-slider")
+        self.readout = widgets.HTML().add_class("amp-scale-readout")
         self.pane = FigurePane(figsize=(7.0, 3.4), dpi=80)
         self._build_figure(title)
         self.widget = widgets.VBox([self.slider, self.readout, self.pane.image])

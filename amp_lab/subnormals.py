@@ -60,24 +60,17 @@ class SubnormalResult(Reads):
         return None if t is None else t.median / self.timings["normal"].median
 
     def reading(self) -> Reading:
-        """Outcome ``"subnormals.slow"`` (at least 1.2 times as long) or ``"subnormals.no_penalty"``; then what
-        flush-to-zero did."""
-        t = self.timings
-        facts = {"op": self.op, "numel": self.numel, "slowdown": self.slowdown}
-        facts |= {"normal_time": format_seconds(t["normal"].median)}
-        facts |= {
-            "subnormal_time": format_seconds(t["subnormal"].median),
-            "slowdown_ratio": format_ratio(self.slowdown),
-        }
+        """Outcome: slow (at least 1.2 times as long) or no penalty; then what flush-to-zero did."""
+        time = {k: format_seconds(t.median) for k, t in self.timings.items()}
+        facts = vars(self) | {"slowdown": self.slowdown, "slowdown_ratio": format_ratio(self.slowdown)}
+        facts |= {"normal_time": time["normal"], "subnormal_time": time["subnormal"]}
         outcome = "subnormals.slow" if self.slowdown >= 1.2 else "subnormals.no_penalty"
         if not self.flush_supported:
             return Reading(outcome, ("subnormals.ftz_unsupported",), facts)
-        facts["flushed_slowdown"] = self.flushed_slowdown
-        facts["flushed_time"] = format_seconds(t["subnormal, flush-to-zero"].median)
+        facts["flushed_time"] = time["subnormal, flush-to-zero"]
         facts["flushed_ratio"] = format_ratio(self.flushed_slowdown)
-        return Reading(
-            outcome, ("subnormals.ftz_zeros" if self.flushes_to_zero else "subnormals.ftz_kept",), facts
-        )
+        ftz = "subnormals.ftz_zeros" if self.flushes_to_zero else "subnormals.ftz_kept"
+        return Reading(outcome, (ftz,), facts)
 
 
 _SUBNORMAL_OPS = {

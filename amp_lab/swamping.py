@@ -144,10 +144,8 @@ def swamping_run(
         x = sr.float() + update
         # on MPS the random bits are drawn on the CPU
         sr = stochastic_round(x.cpu() if dev.type == "mps" else x, generator=gen).to(dev)
-        hist["bf16"].append(plain.clone())
-        hist["fp32 master"].append(master.to(torch.bfloat16))
-        hist["kahan"].append(kahan_w.clone())
-        hist["stochastic"].append(sr)
+        for m, w in zip(SWAMPING_METHODS, (plain, master, kahan_w, sr), strict=True):
+            hist[m].append(w.to(torch.bfloat16, copy=True))
     # means of bfloat16 values in float64 are exact sums here (few, short mantissas): the same on any CPU
     stacked = {m: float64_on_cpu(torch.stack(values)) for m, values in hist.items()}
     last = stacked["stochastic"][-1]
