@@ -43,8 +43,8 @@ class Reads:
 
 
 def read_cast_cache(weight_changed: bool, stale_inside: bool) -> Reading:
-    """What two forward passes around an ``opt.step()`` inside one autocast region show: outcome
-    ``pitfalls.cache_stale`` (the weight changed, the output did not), ``cache_fresh`` or ``cache_no_change``."""
+    """Two forward passes around an ``opt.step()`` inside one autocast region: ``pitfalls.cache_stale`` (the
+    weight changed, the output did not), ``pitfalls.cache_fresh`` or ``pitfalls.cache_no_change``."""
     weight_changed = check_bool("weight_changed", weight_changed)
     stale_inside = check_bool("stale_inside", stale_inside)
     if not weight_changed:
@@ -292,7 +292,7 @@ def attention_overflow(
     seq: int = 16, head_dim: int = 64, *, magnitude: float = 60.0, device=None, seed: int = 0
 ) -> AttentionOverflowResult:
     """``softmax(Q K^T / sqrt(head_dim))`` of entries in [0, ``magnitude``), computed the five ways of
-    :data:`ATTENTION_VARIANTS` and compared with float64.  ``seq`` <= MAX_SEQ, ``head_dim`` <= MAX_HEAD_DIM."""
+    :data:`ATTENTION_VARIANTS`, against float64.  ``seq`` <= MAX_SEQ, ``head_dim`` <= MAX_HEAD_DIM."""
     seq = check_int("seq", seq, minimum=1, maximum=MAX_SEQ)
     head_dim = check_int("head_dim", head_dim, minimum=1, maximum=MAX_HEAD_DIM)
     fp16_max = torch.finfo(torch.float16).max

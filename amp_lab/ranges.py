@@ -13,36 +13,18 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Rectangle
 
+from . import range_counts as rc
 from ._checks import ArgumentTypeError, check_float, check_instance, check_int
 from .device import torch_threads
 from .formats import format_list, get_format
-from .range_counts import (  # lost_update_fraction, range_report, suggest_scale: exercises.nb03 imports them here
-    CATEGORIES,
-    COLORS,
-    MAX_LOG2_SCALE,
-    MIN_LOG2_SCALE,
-    Log2Histogram,
-    RangeReport,
-    bin_categories,
-    flat_float32,
-    log2_histogram,
-    log2_limits,
-    lost_update_fraction,  # noqa: F401
-    overflow_threshold,
-    range_report,  # noqa: F401
-    report_of,
-    scale_str,
-    select_values,
-    suggest_log2_scale,
-    suggest_scale,  # noqa: F401
-)
+from .range_counts import log2_limits, lost_update_fraction, range_report, suggest_scale  # noqa: F401 - nb03
 from .widgets import FigurePane
 
 DEFAULT_FMTS = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
 RULER = (("min_subnormal", "min_normal", "#c6dbef"), ("min_normal", "max", "#6baed6"))  # light, dark
 
 
-def _view_range(hist: Log2Histogram, fmts, tail: float = 1e-3) -> tuple[float, float]:
+def _view_range(hist: rc.Log2Histogram, fmts, tail: float = 1e-3) -> tuple[float, float]:
     """An x-range showing the data without its thinnest tail (below ``tail`` of the total) and the whole range
     of every narrow format (FP16, FP8); BF16's and TF32's huge ranges run off the axes."""
     lo, hi = float(hist.edges[0]), float(hist.edges[-1])
@@ -50,7 +32,7 @@ def _view_range(hist: Log2Histogram, fmts, tail: float = 1e-3) -> tuple[float, f
         lo = float(hist.edges[int(np.argmax(np.cumsum(hist.counts) / hist.counts.sum() >= tail))])
     for f in fmts:
         if f.exponent_bits < 8:
-            lim = log2_limits(f)
+            lim = rc.log2_limits(f)
             lo, hi = min(lo, lim["zero_below"]), max(hi, lim["overflow_from"])
     return lo - 2, hi + 3
 
@@ -80,7 +62,7 @@ def plot_log2_histogram(
         xlim = (check_float("xlim[0]", xlim[0]), check_float("xlim[1]", xlim[1]))
         if not xlim[1] > xlim[0]:
             raise ValueError(f"xlim must be (lo, hi) with hi > lo, got {xlim}")
-    hist = log2_histogram(x, scale=scale)  # everything checked before a figure is made
+    hist = rc.log2_histogram(x, scale=scale)  # everything checked before a figure is made
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -88,16 +70,16 @@ def plot_log2_histogram(
     primary = fmts[0]
     lo, hi = xlim if xlim is not None else _view_range(hist, fmts)
     if hist.counts.size:
-        cats = np.array(bin_categories(hist.lefts, primary))
-        for c in CATEGORIES:
+        cats = np.array(rc.bin_categories(hist.lefts, primary))
+        for c in rc.CATEGORIES:
             values = np.where(cats == c, hist.counts, 0)
             label = f"{'zero' if c == 'underflow' else c} in {primary.label}" if values.any() else None
-            ax.stairs(values, hist.edges.astype(float), fill=True, color=COLORS[c], lw=0, label=label)
+            ax.stairs(values, hist.edges.astype(float), fill=True, color=rc.COLORS[c], lw=0, label=label)
         ax.legend(loc="center left", fontsize=8, frameon=False)
-    lim = log2_limits(primary)
-    ax.axvspan(min(lo, lim["zero_below"]), lim["zero_below"], color=COLORS["underflow"], alpha=0.08, lw=0)
+    lim = rc.log2_limits(primary)
+    ax.axvspan(min(lo, lim["zero_below"]), lim["zero_below"], color=rc.COLORS["underflow"], alpha=0.08, lw=0)
     ax.axvspan(
-        lim["overflow_from"], max(hi, lim["overflow_from"]), color=COLORS["overflow"], alpha=0.08, lw=0
+        lim["overflow_from"], max(hi, lim["overflow_from"]), color=rc.COLORS["overflow"], alpha=0.08, lw=0
     )
     ax.set_xlim(lo, hi)
     peak = max(int(hist.counts.max()) if hist.counts.size else 1, 1)
@@ -106,7 +88,7 @@ def plot_log2_histogram(
     if rulers:
         trans = ax.get_xaxis_transform()  # x in data, y in axes fraction
         for i, f in enumerate(fmts):
-            lim, y0, h = log2_limits(f), 0.98 - (i + 1) * row, row * 0.8
+            lim, y0, h = rc.log2_limits(f), 0.98 - (i + 1) * row, row * 0.8
             for a, b, colour in RULER:
                 box = (lim[a], y0), lim[b] - lim[a], h
                 ax.add_patch(Rectangle(*box, facecolor=colour, edgecolor="none", transform=trans))
@@ -119,17 +101,17 @@ def plot_log2_histogram(
     return ax
 
 
-def readout_html(report: RangeReport, suggested_log2: int | None = None) -> str:
+def readout_html(report: rc.RangeReport, suggested_log2: int | None = None) -> str:
     """One line per category (``underflow: 12.345% (2018 of 16345)``) under a header naming the format, the
     scale and the suggested one."""
-    head = f"{get_format(report.fmt).label}, scale {scale_str(report.scale)} = {report.scale:.10g}"
+    head = f"{get_format(report.fmt).label}, scale {rc.scale_str(report.scale)} = {report.scale:.10g}"
     if suggested_log2 is not None:
         head += f" · suggested scale: 2^{suggested_log2} (largest with no overflow)"
     lines = [f'<div class="amp-scale-head" style="font-weight:bold">{html.escape(head)}</div>']
-    for c in CATEGORIES:
+    for c in rc.CATEGORIES:
         text = f"{c}: {100 * report.fraction(c):.3f}% ({report.counts[c]} of {report.total})"
         lines.append(
-            f'<div class="amp-scale-{c}" style="font-family:monospace;color:{COLORS[c]}">{html.escape(text)}</div>'
+            f'<div class="amp-scale-{c}" style="font-family:monospace;color:{rc.COLORS[c]}">{html.escape(text)}</div>'
         )
     return "".join(lines)
 
@@ -145,10 +127,10 @@ class ScaleExplorer:
         if title is not None:
             check_instance("title", title, str, "a string or None")
         # the values selected once: a slider move costs one multiply, one round_to and a few comparisons
-        self._sel, self._zeros, self._nonfinite = select_values(flat_float32(x))
-        self.suggested_log2 = suggest_log2_scale(self._sel, self.fmt)
-        self._hist = log2_histogram(self._sel)
-        self.report: RangeReport | None = None
+        self._sel, self._zeros, self._nonfinite = rc.select_values(rc.flat_float32(x))
+        self.suggested_log2 = rc.suggest_log2_scale(self._sel, self.fmt)
+        self._hist = rc.log2_histogram(self._sel)
+        self.report: rc.RangeReport | None = None
         self.slider = widgets.IntSlider(
             value=log2_scale,
             min=0,
@@ -170,16 +152,16 @@ class ScaleExplorer:
         a slider move draws only the bars and the title over it (well under 100 ms on a 2-core CPU)."""
         fig = self.pane.figure
         self.ax = ax = fig.add_subplot(1, 1, 1)
-        lim = log2_limits(self.fmt)
+        lim = rc.log2_limits(self.fmt)
         edges, counts = self._hist.edges, self._hist.counts
         lo, hi = _view_range(self._hist, (self.fmt,))
         hi = max(hi + 2, float(edges[-1]) + int(self.slider.max) + 2)
         ax.set_xlim(lo, hi)
         ax.set_ylim(0, max(int(counts.max()) if counts.size else 1, 1) * 1.35)
         static = [
-            ax.axvspan(lo, lim["zero_below"], color=COLORS["underflow"], alpha=0.10, lw=0),
-            ax.axvspan(lim["zero_below"], lim["min_normal"], color=COLORS["subnormal"], alpha=0.08, lw=0),
-            ax.axvspan(lim["overflow_from"], hi, color=COLORS["overflow"], alpha=0.10, lw=0),
+            ax.axvspan(lo, lim["zero_below"], color=rc.COLORS["underflow"], alpha=0.10, lw=0),
+            ax.axvspan(lim["zero_below"], lim["min_normal"], color=rc.COLORS["subnormal"], alpha=0.08, lw=0),
+            ax.axvspan(lim["overflow_from"], hi, color=rc.COLORS["overflow"], alpha=0.10, lw=0),
         ]
         static += [
             ax.axvline(lim[key], color="0.4", lw=0.8, ls=":")
@@ -196,7 +178,8 @@ class ScaleExplorer:
         # one filled step patch per category (4 artists, not one per bar): a move only changes their data
         zero = np.zeros(len(counts))
         self._stairs = {
-            c: ax.stairs(zero, edges.astype(float), fill=True, color=COLORS[c], lw=0) for c in CATEGORIES
+            c: ax.stairs(zero, edges.astype(float), fill=True, color=rc.COLORS[c], lw=0)
+            for c in rc.CATEGORIES
         }
         if self.suggested_log2 is not None and counts.size:
             k = self.suggested_log2
@@ -205,7 +188,7 @@ class ScaleExplorer:
             static.append(ax.text(0.01, 0.85, note, transform=ax.transAxes, fontsize=8))
         ax.set_xlabel(
             f"log2 |value × scale|   ({self.fmt.label}: zero at or below 2^{lim['zero_below']:g}, "
-            f"inf from {overflow_threshold(self.fmt)[0]:g})",
+            f"inf from {rc.overflow_threshold(self.fmt)[0]:g})",
             fontsize=9,
         )
         ax.set_ylabel("count")
@@ -225,21 +208,21 @@ class ScaleExplorer:
             artist.set_visible(False)
         fig.figimage(background, xo=0, yo=0, origin="upper", zorder=-10)
 
-    def update(self, log2_scale: int | None = None) -> RangeReport:
+    def update(self, log2_scale: int | None = None) -> rc.RangeReport:
         """Show scale ``2**log2_scale`` (default: the slider's); returns the new report, which equals
         ``range_report(x, fmt, 2**log2_scale)``.  To move the widget from code, set ``slider.value``."""
         if log2_scale is None:
             k = int(self.slider.value)
         else:  # any usable loss scale 2**k, checked before anything changes
-            k = check_int("log2_scale", log2_scale, minimum=MIN_LOG2_SCALE, maximum=MAX_LOG2_SCALE)
+            k = check_int("log2_scale", log2_scale, minimum=rc.MIN_LOG2_SCALE, maximum=rc.MAX_LOG2_SCALE)
         # one thread: it never waits for a second core that another process holds
         with torch_threads(1, self._sel.device):
-            report = report_of(self._sel, self._zeros, self._nonfinite, self.fmt, math.ldexp(1.0, k))
+            report = rc.report_of(self._sel, self._zeros, self._nonfinite, self.fmt, math.ldexp(1.0, k))
         self.report = report
         self.readout.value = readout_html(report, self.suggested_log2)
         edges, counts = self._hist.edges, self._hist.counts
         if counts.size:
-            cats = np.array(bin_categories(edges[:-1] + k, self.fmt))
+            cats = np.array(rc.bin_categories(edges[:-1] + k, self.fmt))
             for c, patch in self._stairs.items():
                 patch.set_data(np.where(cats == c, counts, 0), (edges + k).astype(float))
         self._title.set_text(

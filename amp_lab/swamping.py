@@ -20,7 +20,7 @@ SWAMPING_METHODS = ("bf16", "fp32 master", "kahan", "stochastic")
 
 def stochastic_round(x: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
     """Round a float32 tensor to bfloat16 *stochastically*, so ``E[result] == x``: a random integer in
-    [0, 2**16) is added to the 16 low bits bfloat16 drops, which are then cleared.  inf and nan pass through."""
+    [0, 2**16) is added to the 16 low bits bfloat16 drops, which are then cleared; inf, nan pass."""
     check_instance("x", x, torch.Tensor, "a torch.Tensor")
     if x.dtype != torch.float32:
         raise ValueError(f"x must be a float32 tensor (the master copy being rounded), got dtype {x.dtype}")
