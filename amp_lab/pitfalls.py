@@ -161,7 +161,6 @@ class AdamEpsResult(Reads):
     device_type: str
     eps: float
     eps_in_fp16: float
-    grad_size: float
     grad_max: float  # the largest |gradient| of the first step, in float16
     v_zero_fraction_fp16: float  # share of exp_avg_sq entries exactly 0 after the first step, FP16 state
     v_zero_fraction_fp32: float
@@ -202,9 +201,8 @@ def adam_eps_underflow(
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     check_work(numel, num_steps)
     seed = check_seed("seed", seed)
-    check_fits(
-        numel * 4 * 8 + num_steps * 16, dev, f"adam_eps_underflow(numel={numel})", "choose a smaller numel"
-    )
+    need = numel * 4 * 8 + num_steps * 16
+    check_fits(need, dev, f"adam_eps_underflow(numel={numel})", "choose a smaller numel")
     with seeded(seed):
         target = torch.rand(numel).to(dev)
     target16 = target.to(torch.float16)
@@ -234,7 +232,6 @@ def adam_eps_underflow(
         device_type=dev.type,
         eps=eps,
         eps_in_fp16=float(torch.tensor(eps, dtype=torch.float16)),
-        grad_size=grad_size,
         grad_max=float((target16 * size16).abs().max()),  # the first step's: the weights start at 0
         v_zero_fraction_fp16=vz16,
         v_zero_fraction_fp32=vz32,
@@ -269,7 +266,6 @@ class AttentionOverflowResult(Reads):
 
     device_type: str
     seq: int
-    head_dim: int
     largest_input: float  # the largest |entry| of Q and K
     largest_logit: float  # the largest |Q K^T| entry in float64, before the 1/sqrt(d) scaling
     fp16_max: float
@@ -299,12 +295,8 @@ def attention_overflow(
     magnitude = check_float("magnitude", magnitude, gt=0, le=fp16_max)
     seed = check_seed("seed", seed)
     dev = get_device(device)
-    check_fits(
-        seq * head_dim * 2 * 8 + seq * seq * 8 * 8,
-        dev,
-        f"attention_overflow(seq={seq}, head_dim={head_dim})",
-        "choose a smaller seq or head_dim",
-    )
+    what = f"attention_overflow(seq={seq}, head_dim={head_dim})"
+    check_fits(seq * head_dim * 2 * 8 + seq * seq * 8 * 8, dev, what, "choose a smaller seq or head_dim")
     # torch.rand draws the same values on every CPU kernel; float16 inputs for every variant
     with seeded(seed):
         Q = (magnitude * torch.rand(seq, head_dim)).to(torch.float16)
@@ -337,7 +329,6 @@ def attention_overflow(
     return AttentionOverflowResult(
         device_type=dev.type,
         seq=seq,
-        head_dim=head_dim,
         largest_input=float(torch.maximum(Q64.abs().max(), K64.abs().max())),
         largest_logit=float(logits64.abs().max()),
         fp16_max=fp16_max,

@@ -125,12 +125,8 @@ def swamping_run(
         )
     if update == 0:
         raise ValueError("update must not be 0: a run without movement shows nothing")
-    check_fits(
-        num_steps * numel * 2 + numel * 16,
-        dev,
-        f"swamping_run(num_steps={num_steps}, numel={numel})",
-        "choose fewer steps or weights",
-    )
+    what = f"swamping_run(num_steps={num_steps}, numel={numel})"
+    check_fits(num_steps * numel * 2 + numel * 16, dev, what, "choose fewer steps or weights")
     gen = torch.Generator(device=dev.type if dev.type != "mps" else "cpu").manual_seed(seed)
     bf16 = torch.full((numel,), start, dtype=torch.float32, device=dev).to(torch.bfloat16)
     master = bf16.float()  # FP32 master weights start from the same bfloat16 value

@@ -241,12 +241,9 @@ def accumulation_curve(
     if not high > low:
         raise ValueError(f"high must be > low, got low={low}, high={high}")
     get_device(device)  # checked for a uniform API; the emulation is float64 work on the CPU
-    check_fits(
-        batch * k_max * (2 * 4 + 4 * 8 + 3 * 8 * len(accs)),
-        "cpu",
-        f"accumulation_curve(k_max={k_max}, batch={batch})",
-        "choose a smaller batch or k_max",
-    )
+    need = batch * k_max * (2 * 4 + 4 * 8 + 3 * 8 * len(accs))
+    what = f"accumulation_curve(k_max={k_max}, batch={batch})"
+    check_fits(need, "cpu", what, "choose a smaller batch or k_max")
     g = torch.Generator().manual_seed(seed)
     a, b = (low + (high - low) * torch.rand(batch, k_max, generator=g) for _ in range(2))
     p = float64_on_cpu(formats.round_to(a, inputs)) * float64_on_cpu(formats.round_to(b, inputs))  # exact
