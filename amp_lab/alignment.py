@@ -45,18 +45,9 @@ def tile_quantization(m: int, n: int, *, tile_m: int = 128, tile_n: int = 128, s
     waves = -(-tiles // sms)
     tile_eff = m * n / (tiles * tile_m * tile_n)
     wave_eff = tiles / (waves * sms)
-    return {
-        "m": m,
-        "n": n,
-        "tile_m": tile_m,
-        "tile_n": tile_n,
-        "sms": sms,
-        "tiles": tiles,
-        "tile_efficiency": tile_eff,
-        "waves": waves,
-        "wave_efficiency": wave_eff,
-        "efficiency": tile_eff * wave_eff,
-    }
+    out = {"m": m, "n": n, "tile_m": tile_m, "tile_n": tile_n, "sms": sms, "tiles": tiles}
+    out |= {"tile_efficiency": tile_eff, "waves": waves, "wave_efficiency": wave_eff}
+    return out | {"efficiency": tile_eff * wave_eff}
 
 
 def padding_reading(m: int, n: int, *, tile_n: int = 64) -> Reading:
@@ -100,13 +91,8 @@ def time_matmul(n: int, *, dtype, device, repeats: int = 20, warmup: int = 5, in
             end.synchronize()
             samples.append(start.elapsed_time(end) / inner)
     median = statistics.median(samples)
-    return {
-        "n": n,
-        "dtype": dtype_name(dtype),
-        "median_ms": median,
-        "tflops": 2.0 * n**3 / (median * 1e-3) / 1e12,
-        "samples_ms": samples,
-    }
+    tflops = 2.0 * n**3 / (median * 1e-3) / 1e12
+    return {"n": n, "dtype": dtype_name(dtype), "median_ms": median, "tflops": tflops, "samples_ms": samples}
 
 
 @dataclass
@@ -144,13 +130,8 @@ def alignment_demo(
         )
     if dtype is not None:
         dtype = parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16))
-    facts = {
-        "n": n,
-        "n1": n - 1,
-        "repeats": repeats,
-        "multiple": alignment_multiple("fp16"),
-        "device": dev.type,
-    }
+    facts = {"n": n, "n1": n - 1, "repeats": repeats, "multiple": alignment_multiple("fp16")}
+    facts["device"] = dev.type
     if dev.type != "cuda":
         facts["dtype"] = dtype_name(amp_dtype("cuda") if torch.cuda.is_available() else torch.float16)
         return AlignmentDemo(Reading("tc.alignment_skipped", ("tc.alignment_would_show",), facts))
@@ -161,10 +142,6 @@ def alignment_demo(
         time_matmul(m, dtype=dtype, device=dev, repeats=repeats, warmup=warmup, inner=INNER)
         for m in (n, n - 1)
     ]
-    facts |= {
-        "gpu": torch.cuda.get_device_name(dev),
-        "dtype": dtype_name(dtype),
-        "work": b["n"] ** 3 / a["n"] ** 3,
-        "time": b["median_ms"] / a["median_ms"],
-    }
+    facts |= {"gpu": torch.cuda.get_device_name(dev), "dtype": dtype_name(dtype)}
+    facts |= {"work": b["n"] ** 3 / a["n"] ** 3, "time": b["median_ms"] / a["median_ms"]}
     return AlignmentDemo(Reading("tc.alignment_measured", ("tc.alignment_ratio",), facts), rows)

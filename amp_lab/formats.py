@@ -45,16 +45,9 @@ class FloatFormat:
         # finite_only: the top binade is ordinary, only its all-ones mantissa is NaN
         emax = (2**e - 1 if self.finite_only else 2**e - 2) - bias
         top = 2.0 - 2.0 ** ((1 if self.finite_only else 0) - m)
-        derived = {
-            "bias": bias,
-            "emin": 1 - bias,
-            "emax": emax,
-            "max": math.ldexp(top, emax),
-            "min_normal": math.ldexp(1.0, 1 - bias),
-            "min_subnormal": math.ldexp(1.0, 1 - bias - m),
-            "eps": math.ldexp(1.0, -m),
-            "label": self.label or self.name.upper(),
-        }
+        derived = {"bias": bias, "emin": 1 - bias, "emax": emax, "max": math.ldexp(top, emax)}
+        derived |= {"min_normal": math.ldexp(1.0, 1 - bias), "min_subnormal": math.ldexp(1.0, 1 - bias - m)}
+        derived |= {"eps": math.ldexp(1.0, -m), "label": self.label or self.name.upper()}
         for key, value in derived.items():
             object.__setattr__(self, key, value)
 
@@ -285,14 +278,8 @@ class Decomposition:
         step = format_ulp(x, f)
         low = math.ldexp(1.0, math.frexp(abs(x))[1] - 1) if abs(x) >= f.min_normal else 0.0
         below = math.floor(x / step) * step
-        facts |= {
-            "step": step,
-            "low": low,
-            "high": 2 * low if low else f.min_normal,
-            "below": below,
-            "above": below + step,
-            "last_bit": self.mantissa_bits[-1],
-        }
+        facts |= {"step": step, "low": low, "high": 2 * low if low else f.min_normal, "below": below}
+        facts |= {"above": below + step, "last_bit": self.mantissa_bits[-1]}
         reasons = (
             "formats.step_in_binade" if low else "formats.step_subnormal",
             "formats.tie_to_even" if x - below == step / 2 else "formats.to_nearest",

@@ -47,10 +47,9 @@ def read_cast_cache(weight_changed: bool, stale_inside: bool) -> Reading:
     weight changed, the output did not), ``pitfalls.cache_fresh`` or ``pitfalls.cache_no_change``."""
     weight_changed = check_bool("weight_changed", weight_changed)
     stale_inside = check_bool("stale_inside", stale_inside)
+    outcome = "pitfalls.cache_stale" if stale_inside else "pitfalls.cache_fresh"
     if not weight_changed:
         outcome = "pitfalls.cache_no_change"
-    else:
-        outcome = "pitfalls.cache_stale" if stale_inside else "pitfalls.cache_fresh"
     return Reading(outcome, facts={"weight_changed": weight_changed, "stale_inside": stale_inside})
 
 

@@ -145,13 +145,8 @@ def stall_reading(n: int = 3000, accumulate="fp16") -> Reading:
     f = formats.get_format(accumulate)
     sums = running_sum(torch.ones(n), f)
     stall = first_stall(sums)
-    facts = {
-        "n": n,
-        "label": f.label,
-        "precision": f.precision,
-        "start": 2**f.precision,
-        "final": float(sums[-1]),
-    }
+    facts = {"n": n, "label": f.label, "precision": f.precision, "start": 2**f.precision}
+    facts["final"] = float(sums[-1])
     if stall is None:
         return Reading("tc.no_stall", (), facts)
     return Reading("tc.stalls", (), facts | {"index": stall[0], "stalled": stall[1]})
