@@ -9,12 +9,11 @@ import math
 
 import ipywidgets as widgets
 import numpy as np
-from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Rectangle
 
 from . import range_counts as rc
-from ._checks import ArgumentTypeError, check_float, check_instance, check_int
+from ._checks import ArgumentTypeError, check_axes, check_float, check_instance, check_int
 from .device import torch_threads
 from .formats import format_list, get_format
 from .range_counts import log2_limits, lost_update_fraction, range_report, suggest_scale  # noqa: F401 - nb03
@@ -51,13 +50,11 @@ def plot_log2_histogram(
     None), bars coloured by their fate in ``fmts[0]`` and its zero/overflow zones shaded; with ``rulers``,
     each format gets a ruler at the top (light: subnormal range, dark: normal range).  Returns the axes."""
     fmts = format_list(fmts)
-    if ax is not None:
-        check_instance("ax", ax, Axes, "matplotlib Axes or None")
-    if title is not None:
-        check_instance("title", title, str, "a string or None")
+    check_axes("ax", ax)
+    check_instance("title", title, (str, type(None)), "a string or None")
     check_instance("rulers", rulers, (bool, np.bool_), "True or False")
     if xlim is not None:
-        if isinstance(xlim, (str, bytes)) or not isinstance(xlim, (tuple, list)) or len(xlim) != 2:
+        if not isinstance(xlim, (tuple, list)) or len(xlim) != 2:
             raise ArgumentTypeError(f"xlim must be a pair (lo, hi) of log2 values, got {xlim!r:.80}")
         xlim = (check_float("xlim[0]", xlim[0]), check_float("xlim[1]", xlim[1]))
         if not xlim[1] > xlim[0]:
@@ -124,8 +121,7 @@ class ScaleExplorer:
         self.fmt = get_format(fmt)
         max_log2 = check_int("max_log2", max_log2, minimum=1, maximum=120)
         log2_scale = check_int("log2_scale", log2_scale, minimum=0, maximum=max_log2)
-        if title is not None:
-            check_instance("title", title, str, "a string or None")
+        check_instance("title", title, (str, type(None)), "a string or None")
         # the values selected once: a slider move costs one multiply, one round_to and a few comparisons
         self._sel, self._zeros, self._nonfinite = rc.select_values(rc.flat_float32(x))
         self.suggested_log2 = rc.suggest_log2_scale(self._sel, self.fmt)

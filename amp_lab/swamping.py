@@ -83,10 +83,9 @@ class SwampingResult(Reads):
         """Outcome ``"swamping.bf16_stuck"``, ``"swamping.bf16_exact"`` or ``"swamping.bf16_partway"``; with
         ``remedies``, how far the other three methods got."""
         end = self.final["bf16"]
+        outcome = "swamping.bf16_exact" if end == self.exact else "swamping.bf16_partway"
         if end == self.start:
             outcome = "swamping.bf16_stuck"
-        else:
-            outcome = "swamping.bf16_exact" if end == self.exact else "swamping.bf16_partway"
         reasons = ("swamping.update_lost" if self.lost else "swamping.update_kept",)
         if remedies:
             reasons += ("swamping.remedies",)
