@@ -409,7 +409,7 @@ def compile_autocast(device=None, *, dtype=None, seed: int = 0) -> CompileResult
             with torch.no_grad():
                 eager = region(X)
                 out = compiled(X)
-            region_graph = dynamo_graphs[0] if dynamo_graphs else None
+            region_graph = dynamo_graphs[0]  # with fullgraph=True, compiling gives one graph or raises
             with torch.no_grad(), torch.autocast(dev.type, dtype=dtype):  # the cast cache
                 first = compiled(X)
                 lin.weight.add_(1.0)
@@ -426,8 +426,8 @@ def compile_autocast(device=None, *, dtype=None, seed: int = 0) -> CompileResult
         return CompileResult(False, f"{type(exc).__name__}: {first_line}", dev.type, dtype_name(dtype))
     if not aten_graphs:
         return CompileResult(False, "the recording backend received no graph", dev.type, dtype_name(dtype))
-    region_nodes = () if region_graph is None else region_graph.graph.nodes
-    regions = sum("_enter_autocast" in getattr(n.target, "__name__", str(n.target)) for n in region_nodes)
+    nodes = region_graph.graph.nodes
+    regions = sum("_enter_autocast" in getattr(n.target, "__name__", str(n.target)) for n in nodes)
     casts = sum(
         1
         for n in aten_graphs[0].graph.nodes

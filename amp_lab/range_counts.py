@@ -237,8 +237,7 @@ def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | No
     e = torch.frexp(prod[~vanished & ~blown].cpu())[1].to(torch.int64) - 1  # |t| = m * 2**e, m in [0.5, 1)
     lo = (int(e.min()) if e.numel() else 0) if lo is None else lo
     hi = (int(e.max()) + 1 if e.numel() else lo + 1) if hi is None else hi
-    lo = check_int("lo", lo, minimum=-400, maximum=400)
-    hi = check_int("hi", hi, minimum=lo + 1, maximum=401)
+    hi = check_int("hi", hi, minimum=lo + 1, maximum=401)  # lo from the data is within float32's binades
     inside = (e >= lo) & (e < hi)
     return Log2Histogram(
         edges=np.arange(lo, hi + 1),
