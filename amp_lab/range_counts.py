@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._checks import FLOAT32_MAX, FLOAT32_TINY, ArgumentTypeError, check_int, check_scale
+from ._checks import FLOAT32_MAX, FLOAT32_TINY, ArgumentTypeError, check_instance, check_int, check_scale
 from .formats import FloatFormat, get_format, real_tensor, round_to
 
 CATEGORIES = ("underflow", "subnormal", "normal", "overflow")
@@ -152,8 +152,7 @@ def range_report(x, fmt, scale: float = 1.0) -> RangeReport:
 
 def per_layer_reports(tensors: Mapping, fmt, scale: float = 1.0) -> dict[str, RangeReport]:
     """``{name: range_report(tensor, fmt, scale)}`` for a dict such as ``record.activation_grads``."""
-    if not isinstance(tensors, Mapping):
-        raise ArgumentTypeError(f"tensors must be a dict of name -> tensor, got {type(tensors).__name__}")
+    check_instance("tensors", tensors, Mapping, "a dict of name -> tensor")
     f = get_format(fmt)
     s = check_scale("scale", scale)
     return {name: range_report(t, f, s) for name, t in tensors.items()}
