@@ -1,31 +1,5 @@
-"""Floating-point formats, bit by bit (taught in ``01_float_formats``).
-
-Six formats modern accelerators use, described by their bit widths and rounded exactly as
-torch (and the hardware) rounds:
-
-========== ======== ======== ===================================================================
-name       exponent mantissa notes
-========== ======== ======== ===================================================================
-``fp32``   8        23       IEEE binary32, the reference
-``tf32``   8        10       Ampere+ Tensor Core input format; no storage dtype, emulated on fp32 bits
-``bf16``   8        7        FP32's range, 8 bits of precision
-``fp16``   5        10       IEEE binary16: more precision than bf16, far less range
-``fp8_e4m3`` 4      3        torch ``float8_e4m3fn``: no infinities, max 448, casts saturate
-``fp8_e5m2`` 5      2        torch ``float8_e5m2``: IEEE-like, max 57344, overflow goes to inf
-========== ======== ======== ===================================================================
-
-* ``FORMATS`` maps each name to a :class:`FloatFormat` whose limits (``max``, ``min_normal``,
-  ``min_subnormal``, ``eps``) are derived from the bit widths (tests check them against
-  ``torch.finfo``).
-* ``round_to(x, fmt)`` rounds to a format and returns float32; for torch-backed formats it *is*
-  ``x.float().to(dtype).float()``.  ``emulate_round(x, fmt)`` is an independent re-implementation
-  from the bit widths (round to nearest, ties to even), which tests check against torch's casts
-  and which TF32 uses.
-* ``decompose(value, fmt)`` gives the sign/exponent/mantissa fields, the class, the ulp and the
-  rounding error of a value; ``from_bits(bits, fmt)`` decodes a bit pattern.
-* ``Decomposition.rounding()`` reads what the rounding did (exact, nearest, a tie to even, an
-  overflow) as a :class:`~amp_lab.text.Reading`; the bit explorer widget is ``format_explorer``'s.
-"""
+"""Floating-point formats bit by bit (``01_float_formats``): the six formats, rounding as torch rounds,
+an independent rounding from the bit widths, values taken apart into fields, the table and range chart."""
 
 from __future__ import annotations
 
@@ -39,40 +13,16 @@ import torch
 
 from ._checks import ArgumentTypeError, check_instance
 from .device import float64_on_cpu
+from .dtypes import dtype_named
 from .text import Reading
-
-__all__ = [
-    "FloatFormat",
-    "FORMATS",
-    "FORMAT_NAMES",
-    "get_format",
-    "round_to",
-    "emulate_round",
-    "decompose",
-    "Decomposition",
-    "from_bits",
-    "formats_table",
-    "ulp_curve",
-    "plot_range_precision",
-    "format_ulp",
-    "fp8_e4m3_overflow",
-]
-
-
-# --------------------------------------------------------------------------------------------
-# Formats
-# --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class FloatFormat:
-    """A binary floating-point format: 1 sign bit, ``exponent_bits``, ``mantissa_bits``.
+    """A binary format: 1 sign bit, ``exponent_bits``, ``mantissa_bits``; its limits are derived from them.
 
-    ``finite_only`` formats (FP8 E4M3 "fn") have no infinities: the all-ones exponent is an
-    ordinary binade except for the single all-ones pattern, which is NaN.  ``overflow`` says what
-    a cast does to values beyond ``max``: ``"inf"`` (IEEE), ``"saturate"`` (clamp to ``±max``)
-    or ``"nan"``.  The limits are derived from the widths in ``__post_init__``.
-    """
+    ``finite_only`` (FP8 E4M3 "fn"): no infinities, only the all-ones pattern is NaN.  ``overflow`` is what
+    a cast does beyond ``max``: ``"inf"``, ``"saturate"`` (to ``±max``) or ``"nan"``."""
 
     name: str
     exponent_bits: int
@@ -81,7 +31,6 @@ class FloatFormat:
     finite_only: bool = False
     overflow: str = "inf"
     label: str = ""
-    note: str = ""
     bias: int = field(init=False)
     emin: int = field(init=False)
     emax: int = field(init=False)
@@ -93,23 +42,14 @@ class FloatFormat:
     def __post_init__(self):
         e, m = self.exponent_bits, self.mantissa_bits
         bias = 2 ** (e - 1) - 1
-        if self.finite_only:
-            # The top binade is ordinary; only its all-ones mantissa is NaN.
-            emax = (2**e - 1) - bias
-            max_significand = 2.0 - 2.0 ** (1 - m)
-        else:
-            emax = (2**e - 2) - bias
-            max_significand = 2.0 - 2.0**-m
-        set_ = object.__setattr__
-        set_(self, "bias", bias)
-        set_(self, "emin", 1 - bias)
-        set_(self, "emax", emax)
-        set_(self, "max", math.ldexp(max_significand, emax))
-        set_(self, "min_normal", math.ldexp(1.0, 1 - bias))
-        set_(self, "min_subnormal", math.ldexp(1.0, 1 - bias - m))
-        set_(self, "eps", math.ldexp(1.0, -m))
-        if not self.label:
-            set_(self, "label", self.name.upper())
+        # finite_only: the top binade is ordinary, only its all-ones mantissa is NaN
+        emax = (2**e - 1 if self.finite_only else 2**e - 2) - bias
+        top = 2.0 - 2.0 ** ((1 if self.finite_only else 0) - m)
+        derived = {"bias": bias, "emin": 1 - bias, "emax": emax, "max": math.ldexp(top, emax)}
+        derived |= {"min_normal": math.ldexp(1.0, 1 - bias), "min_subnormal": math.ldexp(1.0, 1 - bias - m)}
+        derived |= {"eps": math.ldexp(1.0, -m), "label": self.label or self.name.upper()}
+        for key, value in derived.items():
+            object.__setattr__(self, key, value)
 
     @property
     def total_bits(self) -> int:
@@ -121,186 +61,107 @@ class FloatFormat:
         """Significand bits including the implicit leading 1."""
         return self.mantissa_bits + 1
 
-    @property
-    def has_inf(self) -> bool:
-        return not self.finite_only
-
-    def __repr__(self) -> str:
-        return (
-            f"FloatFormat({self.name!r}, E{self.exponent_bits}M{self.mantissa_bits}, bias={self.bias}, "
-            f"max={self.max:g}, min_normal={self.min_normal:g}, min_subnormal={self.min_subnormal:g}, "
-            f"eps={self.eps:g})"
-        )
-
 
 def fp8_e4m3_overflow() -> str:
-    """What this torch's ``x.to(torch.float8_e4m3fn)`` does beyond 448: ``"saturate"`` (torch 2.13, CPU and
-    CUDA alike: finite overflow and ±inf become ±448, NaN stays NaN) or ``"nan"``, asked of torch, not assumed,
-    so ``FORMATS["fp8_e4m3"]`` always describes the installed torch."""
+    """What this torch's cast to ``float8_e4m3fn`` does beyond 448, asked of torch: ``"saturate"`` or ``"nan"``."""
     probe = torch.tensor([1e4, float("inf")]).to(torch.float8_e4m3fn).float()
-    if bool(torch.all(probe == 448.0)):
-        return "saturate"
-    return "nan"
+    return "saturate" if bool(torch.all(probe == 448.0)) else "nan"
 
 
-def _build_formats() -> dict[str, FloatFormat]:
-    fmts = [
-        FloatFormat("fp32", 8, 23, torch.float32, note="IEEE binary32; the reference"),
-        FloatFormat(
-            "tf32",
-            8,
-            10,
-            None,
-            note="Tensor Core input for FP32 matmuls (Ampere+); FP32 range, FP16 precision",
-        ),
-        FloatFormat("bf16", 8, 7, torch.bfloat16, note="FP32's range with 8 bits of precision"),
-        FloatFormat("fp16", 5, 10, torch.float16, note="IEEE binary16: needs loss scaling"),
-        FloatFormat(
-            "fp8_e4m3",
-            4,
-            3,
-            torch.float8_e4m3fn,
-            finite_only=True,
-            overflow=fp8_e4m3_overflow(),
-            label="FP8 E4M3",
-            note="torch float8_e4m3fn: no inf, forward activations/weights",
-        ),
-        FloatFormat("fp8_e5m2", 5, 2, torch.float8_e5m2, label="FP8 E5M2", note="IEEE-like: gradients"),
-    ]
-    return {f.name: f for f in fmts}
-
-
-FORMATS: dict[str, FloatFormat] = _build_formats()
-FORMAT_NAMES: tuple[str, ...] = tuple(FORMATS)
-
-_ALIASES = {
-    "float32": "fp32",
-    "float": "fp32",
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "half": "fp16",
-    "float8_e4m3fn": "fp8_e4m3",
-    "e4m3": "fp8_e4m3",
-    "float8_e5m2": "fp8_e5m2",
-    "e5m2": "fp8_e5m2",
+FORMATS: dict[str, FloatFormat] = {
+    f.name: f
+    for f in (
+        FloatFormat("fp32", 8, 23, torch.float32),
+        FloatFormat("tf32", 8, 10),  # Tensor Core input for FP32 matmuls (Ampere+): no storage dtype
+        FloatFormat("bf16", 8, 7, torch.bfloat16),
+        FloatFormat("fp16", 5, 10, torch.float16),
+        FloatFormat("fp8_e4m3", 4, 3, torch.float8_e4m3fn, True, fp8_e4m3_overflow(), "FP8 E4M3"),
+        FloatFormat("fp8_e5m2", 5, 2, torch.float8_e5m2, label="FP8 E5M2"),
+    )
 }
+FORMAT_NAMES: tuple[str, ...] = tuple(FORMATS)
 
 
 def get_format(fmt) -> FloatFormat:
-    """A :class:`FloatFormat` from a name (``"fp16"``, ``"bf16"``, ...), a torch dtype or a FloatFormat.
-
-    An unknown name raises ``ValueError`` listing the valid names.
-    """
+    """A :class:`FloatFormat` from a name (``"fp16"``, or a dtype's name such as ``"half"``), a torch dtype or
+    a FloatFormat."""
     if isinstance(fmt, FloatFormat):
         return fmt
-    if isinstance(fmt, torch.dtype):
-        for f in FORMATS.values():
-            if f.torch_dtype == fmt:
-                return f
-        raise ValueError(f"fmt={fmt!r} is not a course format; choose one of: {', '.join(FORMAT_NAMES)}")
+    choices = ", ".join(repr(n) for n in FORMAT_NAMES)
     if isinstance(fmt, str):
-        key = fmt.strip().lower().removeprefix("torch.")
-        key = _ALIASES.get(key, key)
-        if key in FORMATS:
-            return FORMATS[key]
-        raise ValueError(
-            f"fmt={fmt!r} is not allowed; choose one of: {', '.join(repr(n) for n in FORMAT_NAMES)}"
+        if fmt.strip().lower() in FORMATS:
+            return FORMATS[fmt.strip().lower()]
+        dtype = dtype_named(fmt)
+    elif isinstance(fmt, torch.dtype):
+        dtype = fmt
+    else:
+        raise ArgumentTypeError(
+            f"fmt={fmt!r:.80} is a {type(fmt).__name__}, not a format: use a format name (one of: {choices}), "
+            "a torch dtype or a FloatFormat"
         )
-    raise ArgumentTypeError(
-        f"fmt={fmt!r:.80} is a {type(fmt).__name__}, not a format: use a format name (one of: "
-        f"{', '.join(repr(n) for n in FORMAT_NAMES)}), a torch dtype or a FloatFormat"
-    )
+    for f in FORMATS.values():
+        if dtype is not None and f.torch_dtype == dtype:
+            return f
+    raise ValueError(f"fmt={fmt!r} is not a course format; choose one of: {choices}")
 
 
-def format_list(fmts, name: str = "fmts") -> tuple[FloatFormat, ...]:
+def format_list(fmts) -> tuple[FloatFormat, ...]:
     """Formats from ``None`` (all of them), one format, or a non-empty list of them."""
     if fmts is None:
         return tuple(FORMATS.values())
     if isinstance(fmts, (str, FloatFormat, torch.dtype)):
         return (get_format(fmts),)
     if not isinstance(fmts, Iterable) or isinstance(fmts, Mapping):
-        raise ArgumentTypeError(f"{name} must be a format name or a list of them, got {type(fmts).__name__}")
+        raise ArgumentTypeError(f"fmts must be a format name or a list of them, got {type(fmts).__name__}")
     out = tuple(get_format(f) for f in fmts)
     if not out:
-        raise ValueError(f"{name} must name at least one format, got an empty {type(fmts).__name__}")
+        raise ValueError(f"fmts must name at least one format, got an empty {type(fmts).__name__}")
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# Rounding
-# --------------------------------------------------------------------------------------------
-
-
 def real_tensor(x, name: str = "x", what: str | None = None) -> torch.Tensor:
-    """``x`` (a tensor, a number, a numpy array or a (nested) list of numbers) as a real, non-bool tensor.
+    """``x`` (a tensor, number, numpy array or nested list) as a real tensor, detached, not copied.
 
-    The one rule every function that takes numbers follows: text is refused (write ``0.1``, not
-    ``"0.1"``: parsing text is the bit explorer's job), and so are booleans (``True`` is not the
-    number 1 here) and complex numbers (a format holds real numbers).  A Python int beyond float64
-    becomes ``±inf``, as it would in float32 anyway.  Tensors are returned detached, not copied.
-    """
+    Text, bools and complex numbers are refused; a Python int beyond float64 becomes ``±inf``."""
     what = what or f"{name} must be a real number, a list of numbers, a numpy array or a tensor"
+    if isinstance(x, (str, bytes)):
+        raise ArgumentTypeError(f"{what}, got the text {x!r:.80}: write the number without quotes")
+    if isinstance(x, Integral) and not isinstance(x, (bool, np.bool_)):
+        x = _int_as_float(x)
     if isinstance(x, torch.Tensor):
         t = x.detach()
     else:
-        if isinstance(x, (str, bytes)):
-            raise ArgumentTypeError(f"{what}, got the text {x!r:.80}: write the number without quotes")
-        if isinstance(x, (bool, np.bool_)):
-            raise ArgumentTypeError(f"{what}, got the bool {x!r}")
-        if isinstance(x, Integral):
-            try:
-                float(x)
-            except OverflowError:  # a Python int beyond float64's range: ±inf, as float32 would store it
-                x = math.inf if x > 0 else -math.inf
-        try:
-            probe = torch.as_tensor(x, device="cpu")  # only to see what kind of numbers x holds
+        try:  # the numbers as they are (to see bools and complex), else as float64 (ints beyond int64)
+            t = torch.as_tensor(x, device="cpu")
+            if t.dtype != torch.bool and not t.is_complex():
+                t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
         except (TypeError, ValueError, RuntimeError, OverflowError):
-            probe = None  # e.g. a list with an int beyond int64: float64 may still hold it
-        if probe is not None and (probe.dtype == torch.bool or probe.is_complex()):
-            t = probe
-        else:
             try:
                 t = torch.as_tensor(x, dtype=torch.float64, device="cpu")
             except (TypeError, ValueError, RuntimeError, OverflowError):
                 raise ArgumentTypeError(f"{what}, got {type(x).__name__}: {x!r:.80}") from None
     if t.dtype == torch.bool:
-        raise ArgumentTypeError(
-            f"{name} must hold numbers, got a bool tensor (True/False values); use x.float()"
-        )
+        raise ArgumentTypeError(f"{what}, got a bool tensor (True/False values); use x.float()")
     if t.is_complex():
         raise ArgumentTypeError(f"{name} must be real, got a complex {'tensor' if t.dim() else 'number'}")
     return t
 
 
-def _as_float32(x, name: str = "x") -> torch.Tensor:
-    return real_tensor(x, name).float()
+def _int_as_float(value: int) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # beyond float64: ±inf, as float32 would store it
+        return math.inf if value > 0 else -math.inf
 
 
 def real_scalar(value, name: str = "value") -> float:
-    """One real number (a Python or numpy number, or a one-element tensor) as a float, by the rule
-    of :func:`real_tensor` (no text, no bools, no complex; huge ints become ±inf)."""
-    if isinstance(value, float):
-        return value
+    """One real number (or a one-element tensor) as a float, by :func:`real_tensor`'s rule."""
     if isinstance(value, Real) and not isinstance(value, (bool, np.bool_)):
-        try:
-            return float(value)  # Python and numpy numbers, Fractions
-        except OverflowError:  # an int beyond float64's range
-            return math.inf if value > 0 else -math.inf
+        return _int_as_float(value) if isinstance(value, Integral) else float(value)
     t = real_tensor(value, name, f"{name} must be a real number (or a one-element tensor)")
     if t.numel() != 1:
         raise ValueError(f"{name} must be a single number, got a tensor of shape {tuple(t.shape)}")
     return float(t.reshape(()).item())
-
-
-def _is_huge_int(value) -> bool:
-    """True for an integer beyond float64's range (which the rule above reads as ``±inf``)."""
-    if not isinstance(value, Integral) or isinstance(value, (bool, np.bool_)):
-        return False
-    try:
-        float(value)
-    except OverflowError:
-        return True
-    return False
 
 
 def _round_tf32_bits(t: torch.Tensor) -> torch.Tensor:
@@ -308,29 +169,18 @@ def _round_tf32_bits(t: torch.Tensor) -> torch.Tensor:
     drop = 23 - 10
     bits = t.contiguous().view(torch.int32)
     lsb = (bits >> drop) & 1
-    # Adding half an ulp minus one plus the kept lsb, then truncating, is round-half-even; a
-    # carry out of the mantissa increments the exponent (and FLT_MAX-ish values become inf).
+    # half an ulp minus one plus the kept lsb, then truncate: round half to even (a carry bumps the exponent)
     rounded = (bits + ((1 << (drop - 1)) - 1) + lsb) & ~((1 << drop) - 1)
-    out = rounded.view(torch.float32)
-    return torch.where(torch.isfinite(t), out, t)
+    return torch.where(torch.isfinite(t), rounded.view(torch.float32), t)
 
 
 def round_to(x, fmt) -> torch.Tensor:
-    """``x`` rounded to ``fmt``, returned as a float32 tensor (same shape and device as ``x``).
+    """``x`` rounded to ``fmt``, as a float32 tensor of ``x``'s shape and device.
 
-    ``x`` may be a tensor, a Python number or a list; it is first stored as float32, exactly as
-    ``torch.tensor(x)`` would, then rounded.  For formats torch stores (fp32, bf16, fp16, both
-    FP8) the result *is* ``x.float().to(fmt.torch_dtype).float()``: round to nearest, ties to
-    even, subnormals kept, and overflow as torch casts it: ``inf`` for fp16/bf16/fp8_e5m2,
-    ``±448`` for fp8_e4m3 (torch 2.13 saturates finite overflow *and* ±inf; NaN stays NaN; see
-    :func:`fp8_e4m3_overflow` for older torch).  TF32 has no storage dtype: it is emulated on the
-    float32 bits (round to nearest even at 10 mantissa bits; overflow to inf).  Note that
-    hardware conversions differ at ties: PTX ``cvt.rna.tf32.f32`` rounds ties away from zero and
-    Tensor Cores given raw FP32 in TF32 mode may simply ignore the low 13 bits, so real TF32
-    results can differ from this model in the last TF32 bit.
-    """
+    For torch's formats it *is* ``x.float().to(dtype).float()``; TF32 is rounded on the float32 bits (ties to
+    even; hardware may round ties away or truncate, so the last TF32 bit can differ)."""
     f = get_format(fmt)
-    t = _as_float32(x)
+    t = real_tensor(x).float()
     if f.torch_dtype == torch.float32:
         return t.clone()
     if f.torch_dtype is None:
@@ -339,66 +189,38 @@ def round_to(x, fmt) -> torch.Tensor:
         return emulate_round(t, f)  # a format of your own, from its bit widths
     try:
         return t.to(f.torch_dtype).float()
-    except (RuntimeError, TypeError):  # pragma: no cover - a device without this dtype (e.g. MPS fp8)
+    except (RuntimeError, TypeError):  # a device without this dtype (MPS has no FP8)
         return emulate_round(t, f)
 
 
 def round_array(x: np.ndarray, f: FloatFormat, residual: np.ndarray | None = None) -> np.ndarray:
-    """Round float64 values to ``f`` exactly (ties to even); returns float64.
+    """Round float64 values to ``f`` exactly (ties to even), from the bit widths; returns float64.
 
-    The one implementation of rounding from the bit widths, used by :func:`emulate_round` and by
-    the Tensor Core emulation.  ``residual`` (optional) is the part of the exact value float64
-    could not hold, as from a TwoSum: the exact value is ``x + residual``.  It only matters when
-    ``x`` sits exactly on a tie of ``f``; then its sign decides, as correct rounding requires.
-    """
+    ``residual`` is what float64 could not hold of the exact value (``x + residual``, from a TwoSum): its
+    sign decides a tie, as correct rounding requires."""
     with np.errstate(all="ignore"):
-        _, ex = np.frexp(x)  # x = m * 2**ex with 0.5 <= |m| < 1 (ex = 0 for 0, inf, nan)
-        e = np.maximum(ex - 1, f.emin)  # binade exponent; subnormals share emin's quantum
-        q = np.ldexp(1.0, e - f.mantissa_bits)
+        _, ex = np.frexp(x)  # x = m * 2**ex with 0.5 <= |m| < 1
+        q = np.ldexp(1.0, np.maximum(ex - 1, f.emin) - f.mantissa_bits)  # subnormals share emin's quantum
         v = x / q  # exact: scaling by a power of two
         r = np.rint(v)  # half to even
-        if residual is not None and np.any(residual != 0):
+        if residual is not None:
             lo = np.floor(v)
             tie = (v - lo) == 0.5
             r = np.where(tie & (residual > 0), lo + 1, np.where(tie & (residual < 0), lo, r))
         r = r * q
-        over = np.abs(r) > f.max  # finite overflow, and infinite input
-        if np.any(over):
-            if f.overflow == "inf":
-                big = np.copysign(np.inf, x)
-            elif f.overflow == "saturate":
-                big = np.copysign(f.max, x)
-            else:
-                big = np.full_like(x, np.nan)
-            if f.has_inf:  # an infinite input stays infinite
-                big = np.where(np.isinf(x), x, big)
-            r = np.where(over, big, r)
-    return np.asarray(r, dtype=np.float64)  # 0-d input gives a numpy scalar above
-
-
-def _round_float64(x: torch.Tensor, f: FloatFormat, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`round_array` for a tensor's values, computed in float64 on the CPU; returns a float64
-    tensor on the CPU (an Apple GPU has no float64, so the result cannot go back as it is)."""
-    res = None if residual is None else float64_on_cpu(residual).numpy()
-    return torch.from_numpy(round_array(float64_on_cpu(x).numpy(), f, res))
+        big = {"inf": np.copysign(np.inf, x), "saturate": np.copysign(f.max, x)}.get(f.overflow, np.nan * x)
+        if not f.finite_only:
+            big = np.where(np.isinf(x), x, big)  # an infinite input stays infinite
+        r = np.where(np.abs(r) > f.max, big, r)
+    return np.asarray(r, dtype=np.float64)
 
 
 def emulate_round(x, fmt) -> torch.Tensor:
-    """``round_to`` re-implemented from the bit widths alone (float32 in, float32 out).
-
-    Round to nearest, ties to even, gradual underflow, and the format's overflow rule.  Tests
-    check it against torch's casts for every torch-backed format; for TF32 it agrees with
-    ``round_to``'s bit-level emulation.
-    """
+    """:func:`round_to` from the bit widths alone (float32 in, float32 out), checked against torch's casts."""
     f = get_format(fmt)
-    t = _as_float32(x)
+    t = real_tensor(x).float()
     # narrowed to float32 on the CPU, then moved: float64 never reaches the device (MPS has none)
-    return _round_float64(t, f).float().to(t.device)
-
-
-# --------------------------------------------------------------------------------------------
-# Fields of a value
-# --------------------------------------------------------------------------------------------
+    return torch.from_numpy(round_array(float64_on_cpu(t).numpy(), f)).float().to(t.device)
 
 
 @dataclass(frozen=True)
@@ -432,17 +254,17 @@ class Decomposition:
     def formula(self) -> str:
         """How the fields make the value, e.g. ``(-1)^0 × 2^(15-15) × 1.0000000000b``."""
         bias = 2 ** (self.exponent_width - 1) - 1
-        if self.kind in ("nan", "inf"):
-            return {"nan": "NaN", "inf": ("-" if self.sign else "+") + "inf"}[self.kind]
+        if self.kind == "nan":
+            return "NaN"
+        if self.kind == "inf":
+            return ("-" if self.sign else "+") + "inf"
         if self.kind in ("zero", "subnormal"):
             return f"(-1)^{self.sign} × 2^({1 - bias}) × 0.{self.mantissa_bits}b"
         return f"(-1)^{self.sign} × 2^({self.exponent}-{bias}) × 1.{self.mantissa_bits}b"
 
     def rounding(self) -> Reading:
-        """What rounding ``input`` to the format did, as facts: outcome ``formats.exact``,
-        ``formats.stored_as`` (with ``formats.step_in_binade`` or ``formats.step_subnormal``, and ``formats.tie_to_even`` or
-        ``formats.to_nearest``), ``formats.saturates``, ``formats.overflows_to_inf``,
-        ``formats.overflows_to_nan`` or ``formats.nan_in``."""
+        """What rounding did: ``formats.exact``, ``formats.stored_as`` (with the step and the tie),
+        ``formats.saturates``, ``formats.overflows_to_inf``, ``formats.overflows_to_nan`` or ``formats.nan_in``."""
         f = get_format(self.fmt)
         x, stored = self.input, self.value
         facts = {"label": f.label, "x": x, "stored": stored, "max": f.max, "precision": f.precision}
@@ -456,99 +278,52 @@ class Decomposition:
         step = format_ulp(x, f)
         low = math.ldexp(1.0, math.frexp(abs(x))[1] - 1) if abs(x) >= f.min_normal else 0.0
         below = math.floor(x / step) * step
-        facts |= {
-            "step": step,
-            "low": low,
-            "high": 2 * low if low else f.min_normal,
-            "below": below,
-            "above": below + step,
-            "last_bit": self.mantissa_bits[-1],
-        }
-        tie = x - below == step / 2
-        return Reading(
-            "formats.stored_as",
-            (
-                "formats.step_in_binade" if low else "formats.step_subnormal",
-                "formats.tie_to_even" if tie else "formats.to_nearest",
-            ),
-            facts,
+        facts |= {"step": step, "low": low, "high": 2 * low if low else f.min_normal, "below": below}
+        facts |= {"above": below + step, "last_bit": self.mantissa_bits[-1]}
+        reasons = (
+            "formats.step_in_binade" if low else "formats.step_subnormal",
+            "formats.tie_to_even" if x - below == step / 2 else "formats.to_nearest",
         )
+        return Reading("formats.stored_as", reasons, facts)
 
 
 def format_ulp(value: float, fmt) -> float:
-    """Spacing of ``fmt`` at ``value``: ``2**(e - mantissa_bits)`` with ``e`` = the binade of ``|value|``
-    (``emin`` for zero and subnormals).  It is the gap to the next value *away from zero*; NaN for
-    non-finite values.  An integer beyond float64's range is finite: its spacing is exact where
-    float64 can hold it and ``inf`` where it cannot (never NaN)."""
+    """Spacing of ``fmt`` at ``value`` (the gap to the next value away from zero; ``emin``'s for zero and
+    subnormals); NaN for inf and NaN, but ``inf`` for an integer beyond float64 (finite, yet too big)."""
     f = get_format(fmt)
     v = real_scalar(value, "value")
-    if _is_huge_int(value):
-        # finite, but beyond float64: its spacing 2**(e - mantissa_bits), exact while float64 holds it
-        e = abs(int(value)).bit_length() - 1
-        try:
-            return math.ldexp(1.0, e - f.mantissa_bits)
-        except OverflowError:
-            return math.inf
     if not math.isfinite(v):
-        return math.nan
+        return math.inf if isinstance(value, Integral) and math.isinf(v) else math.nan
     e = f.emin if v == 0 else max(math.frexp(abs(v))[1] - 1, f.emin)
     return math.ldexp(1.0, e - f.mantissa_bits)
 
 
-def _kind(value: float, f: FloatFormat) -> str:
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf"
-    if value == 0:
-        return "zero"
-    return "subnormal" if abs(value) < f.min_normal else "normal"
-
-
 def decompose(value, fmt) -> Decomposition:
-    """Round ``value`` to ``fmt`` (as :func:`round_to` does) and take the result apart.
-
-    Returns a :class:`Decomposition` with ``sign`` (0/1), ``exponent`` (the raw biased field),
-    ``mantissa`` (the raw field), ``bits`` (the pattern as a 0/1 string: sign, exponent,
-    mantissa), ``value`` (the rounded value), ``kind`` (``"zero"``, ``"subnormal"``,
-    ``"normal"``, ``"inf"``, ``"nan"``), ``ulp`` (see :func:`format_ulp`) and ``error``, the
-    relative rounding error ``|value - input| / |input|`` against the input as given (a Python
-    float is float64, so even FP32 shows the error of storing ``0.1``).  ``error`` is 0 for exact
-    results (zeros and infinities kept), ``inf`` when a finite input overflowed to inf or an
-    infinite one saturated, and NaN for NaN input.  NaN is shown with its canonical pattern.
-    An integer beyond float64's range is read as ``±inf`` (:func:`round_to`'s rule; ``input`` is
-    ``±inf``), but it was finite, so its ``error`` is ``inf``.  ``value`` may also be a
-    one-element tensor, as for :func:`round_to`.
-    """
+    """Round ``value`` to ``fmt`` (as :func:`round_to` does) and take the result apart; ``error`` is
+    ``|value - input| / |input|`` (``inf`` after overflow, also for an integer beyond float64)."""
     f = get_format(fmt)
-    x = real_scalar(value, "value")  # the same rule as round_to's: no text, no bools, huge ints are ±inf
+    x = real_scalar(value, "value")
     r = float(round_to(x, f).item())
-    kind = _kind(r, f)
     e_all = 2**f.exponent_bits - 1
     sign = 1 if math.copysign(1.0, r) < 0 else 0
-    if kind == "nan":
-        sign = 0
-        exponent = e_all
+    if math.isnan(r):
+        kind, sign, exponent = "nan", 0, e_all
         mantissa = 2**f.mantissa_bits - 1 if f.finite_only else 1 << (f.mantissa_bits - 1)
-    elif kind == "inf":
-        exponent, mantissa = e_all, 0
-    elif kind == "zero":
-        exponent, mantissa = 0, 0
-    elif kind == "subnormal":
-        exponent = 0
-        mantissa = int(abs(r) / f.min_subnormal)
+    elif math.isinf(r):
+        kind, exponent, mantissa = "inf", e_all, 0
+    elif r == 0:
+        kind, exponent, mantissa = "zero", 0, 0
+    elif abs(r) < f.min_normal:
+        kind, exponent, mantissa = "subnormal", 0, int(abs(r) / f.min_subnormal)
     else:
         e = math.frexp(abs(r))[1] - 1
-        exponent = e + f.bias
+        kind, exponent = "normal", e + f.bias
         mantissa = int((math.ldexp(abs(r), -e) - 1.0) * 2**f.mantissa_bits)
-    bits = f"{sign}{exponent:0{f.exponent_bits}b}{mantissa:0{f.mantissa_bits}b}"
-    if math.isnan(x) or math.isnan(r):
-        error = math.nan if math.isnan(x) else math.inf
-    elif _is_huge_int(value):  # finite, though read as ±inf: it overflowed
-        error = math.inf
-    elif r == x:
+    if math.isnan(x):
+        error = math.nan
+    elif r == x and not (isinstance(value, Integral) and math.isinf(x)):
         error = 0.0
-    elif math.isinf(x) or math.isinf(r):
+    elif math.isinf(x) or math.isinf(r) or math.isnan(r):
         error = math.inf
     else:
         error = abs(r - x) / abs(x)
@@ -559,7 +334,7 @@ def decompose(value, fmt) -> Decomposition:
         sign=sign,
         exponent=exponent,
         mantissa=mantissa,
-        bits=bits,
+        bits=f"{sign}{exponent:0{f.exponent_bits}b}{mantissa:0{f.mantissa_bits}b}",
         kind=kind,
         ulp=format_ulp(r, f),
         error=error,
@@ -568,15 +343,10 @@ def decompose(value, fmt) -> Decomposition:
 
 
 def from_bits(bits, fmt) -> float:
-    """The value of a bit pattern of ``fmt`` (an int, or a 0/1 string, spaces allowed).
-
-    Decodes from the fields alone (not via torch), so tests can check it against torch's
-    ``view`` of every FP16, BF16 and FP8 pattern.
-    """
+    """The value of a bit pattern of ``fmt`` (an int, or a 0/1 string, spaces allowed), from the fields alone."""
     f = get_format(fmt)
-    n = f.total_bits
     pattern = int(bits.replace(" ", "").replace("_", ""), 2) if isinstance(bits, str) else int(bits)
-    sign = -1.0 if pattern >> (n - 1) else 1.0
+    sign = -1.0 if pattern >> (f.total_bits - 1) else 1.0
     exponent = (pattern >> f.mantissa_bits) & (2**f.exponent_bits - 1)
     mantissa = pattern & (2**f.mantissa_bits - 1)
     e_all = 2**f.exponent_bits - 1
@@ -592,26 +362,24 @@ def from_bits(bits, fmt) -> float:
 
 def formats_table(fmts=None) -> list[dict]:
     """One row per format: bit widths, bias, limits and decimal digits, computed from the formats."""
-    rows = []
-    for f in format_list(fmts):
-        rows.append(
-            {
-                "format": f.label,
-                "bits": f.total_bits,
-                "exponent": f.exponent_bits,
-                "mantissa": f.mantissa_bits,
-                "bias": f.bias,
-                "max": f.max,
-                "min_normal": f.min_normal,
-                "min_subnormal": f.min_subnormal,
-                "eps": f.eps,
-                "decimal_digits": round(math.log10(2.0**f.precision), 1),
-                "decades": round(math.log10(f.max / f.min_subnormal), 1),
-                "torch_dtype": str(f.torch_dtype).removeprefix("torch.") if f.torch_dtype else "(none)",
-                "overflow": f.overflow,
-            }
-        )
-    return rows
+    return [
+        {
+            "format": f.label,
+            "bits": f.total_bits,
+            "exponent": f.exponent_bits,
+            "mantissa": f.mantissa_bits,
+            "bias": f.bias,
+            "max": f.max,
+            "min_normal": f.min_normal,
+            "min_subnormal": f.min_subnormal,
+            "eps": f.eps,
+            "decimal_digits": round(math.log10(2.0**f.precision), 1),
+            "decades": round(math.log10(f.max / f.min_subnormal), 1),
+            "torch_dtype": str(f.torch_dtype).removeprefix("torch.") if f.torch_dtype else "(none)",
+            "overflow": f.overflow,
+        }
+        for f in format_list(fmts)
+    ]
 
 
 FORMAT_COLOURS = {
@@ -624,26 +392,14 @@ FORMAT_COLOURS = {
 }
 
 
-def ulp_curve(fmt) -> tuple[list[float], list[float]]:
-    """Points of the staircase ``ulp(|x|)`` from ``min_subnormal`` to ``max`` (for log-log plots)."""
-    f = get_format(fmt)
-    xs = [f.min_subnormal]
-    ys = [f.min_subnormal]
-    for e in range(f.emin, f.emax + 1):
-        xs.append(math.ldexp(1.0, e))
-        ys.append(math.ldexp(1.0, e - f.mantissa_bits))
-    xs.append(f.max)
-    ys.append(ys[-1])
-    return xs, ys
-
-
 def plot_range_precision(fig=None, fmts=None):
-    """Notebook 01's chart: ulp against magnitude (left) and relative spacing ``ulp/|x|`` (right),
-    log-log, one staircase per format with its min subnormal (o), min normal (^) and max (s)."""
+    """Notebook 01's chart: ulp against magnitude (left) and relative spacing ``ulp/|x|`` (right), log-log,
+    one staircase per format with its min subnormal (o), min normal (^) and max (s)."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-    names = [f.name for f in format_list(fmts)]
-    unknown = [n for n in names if n not in FORMATS]
+    fs = format_list(fmts)
+    unknown = [f.name for f in fs if f.name not in FORMATS]
     if unknown:
         raise ValueError(
             f"fmts may name only the course's formats ({', '.join(FORMAT_NAMES)}), got {unknown[0]!r}"
@@ -655,37 +411,27 @@ def plot_range_precision(fig=None, fmts=None):
         if fig.axes:
             raise ValueError("fig must be an empty Figure (this chart adds its own two axes); pass a new one")
     ax_ulp, ax_rel = fig.subplots(1, 2)
-    for name in names:
-        f = FORMATS[name]
-        colour = FORMAT_COLOURS.get(name)
-        xs, ys = ulp_curve(f)
+    for f in fs:
+        colour = FORMAT_COLOURS[f.name]
+        xs = [f.min_subnormal, *(math.ldexp(1.0, e) for e in range(f.emin, f.emax + 1)), f.max]
+        ys = [f.min_subnormal, *(math.ldexp(1.0, e - f.mantissa_bits) for e in range(f.emin, f.emax + 1))]
+        ys.append(ys[-1])
         ax_ulp.step(xs, ys, where="post", color=colour, label=f.label, lw=1.4)
-        # relative spacing: min_subnormal/|x| through the subnormals (1 at the bottom, eps at
-        # min_normal), then between eps/2 and eps in every binade up to max
-        ax_rel.plot(
-            [f.min_subnormal, f.min_normal, f.max], [1.0, f.eps, f.eps], color=colour, label=f.label, lw=1.4
-        )
+        # relative spacing: 1 down to eps through the subnormals, then between eps/2 and eps in every binade
+        edges, rel = (f.min_subnormal, f.min_normal, f.max), (1.0, f.eps, f.eps)
+        ax_rel.plot(edges, rel, color=colour, label=f.label, lw=1.4)
         ax_rel.plot([f.min_normal, f.max], [f.eps / 2, f.eps / 2], color=colour, lw=0.6, alpha=0.6)
-        for ax, yv in (
-            (ax_ulp, (f.min_subnormal, f.min_subnormal * 2**f.mantissa_bits, ys[-1])),
-            (ax_rel, (1.0, f.eps, f.eps)),
-        ):
-            ax.plot([f.min_subnormal], [yv[0]], "o", color=colour, ms=5)
-            ax.plot([f.min_normal], [yv[1]], "^", color=colour, ms=6)
-            ax.plot([f.max], [yv[2]], "s", color=colour, ms=5)
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
-
-    def power_of_ten(v, _):
-        return f"1e{round(math.log10(v))}" if v > 0 else ""
-
+        ulp_marks = (f.min_subnormal, f.min_subnormal * 2**f.mantissa_bits, ys[-1])
+        for ax, yv in ((ax_ulp, ulp_marks), (ax_rel, rel)):
+            for x, y, marker, ms in zip(edges, yv, "o^s", (5, 6, 5), strict=True):
+                ax.plot([x], [y], marker, color=colour, ms=ms)
     for ax in (ax_ulp, ax_rel):
         ax.set_xscale("log", base=10)
         ax.set_yscale("log", base=10)
-        # plain "1e-8" labels: quicker to lay out than the default mathtext ones
-        for axis in (ax.xaxis, ax.yaxis):
+        for axis in (ax.xaxis, ax.yaxis):  # plain "1e-8" labels and no minor ticks: quick to draw
             axis.set_major_locator(LogLocator(base=10, numticks=8))
-            axis.set_major_formatter(FuncFormatter(power_of_ten))
-            axis.set_minor_locator(NullLocator())  # 90 decades of minor ticks are slow to draw
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"1e{round(math.log10(v))}" if v > 0 else ""))
+            axis.set_minor_locator(NullLocator())
         ax.set_xlabel("magnitude |x|")
         ax.grid(True, which="major", alpha=0.3)
     ax_ulp.set_ylabel("ulp: gap to the next value")

@@ -151,17 +151,19 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "RaceWidget",
         "race_widget",
     ),
-    "ranges": (
+    "range_counts": (
         "log2_histogram",
         "log2_limits",
         "lost_update_fraction",
         "overflow_threshold",
         "per_layer_reports",
-        "plot_log2_histogram",
         "range_report",
-        "scale_explorer",
         "suggest_log2_scale",
         "suggest_scale",
+    ),
+    "ranges": (
+        "plot_log2_histogram",
+        "scale_explorer",
     ),
     "recipe": (
         "count_host_reads",

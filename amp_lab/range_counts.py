@@ -1,23 +1,6 @@
-"""Where values land in a format's range: underflow, subnormal, normal, overflow (the counts).
-
-Taught in ``03_underflow_and_overflow`` and used by 04 and 08; :mod:`amp_lab.ranges` draws the
-pictures (the log2 histogram, the scale slider) and is where learners import these names from.
-Micikevicius et al. (2018, Fig. 3) showed that many activation gradients of a real network lie
-below FP16's smallest subnormal, 2^-24, and become zero; multiplying the loss by a scale ``S``
-shifts every gradient by log2(S) binades, into range.
-
-* :func:`range_report` classifies the non-zero finite elements of ``x * scale`` after rounding
-  with :func:`amp_lab.formats.round_to` (the casts themselves are never re-implemented here).
-* :func:`suggest_scale` is the paper's rule of thumb made exact: the largest power of two that
-  overflows nothing.
-* :func:`log2_histogram` bins ``floor(log2|x|)`` (one bin per binade, exact via ``frexp``).
-* :func:`lost_update_fraction` counts weight updates that vanish when ``w + Δw`` is stored in
-  a narrow format (swamping: why optimizers keep FP32 master weights).
-
-``x`` may be a tensor, a dict or list of tensors (e.g. ``record.activation_grads`` from
-:func:`amp_lab.gradients.collect_gradients`), a :class:`~amp_lab.gradients.GradientRecord`
-(its activation gradients) or a list of numbers; everything is flattened to float32.
-"""
+"""Where values land in a format's range (``03_underflow_and_overflow``, 04, 08), classified after
+:func:`amp_lab.formats.round_to`: the four categories, the largest safe loss scale, log2 histograms, lost
+updates.  ``x``: a tensor, a dict or list of them, a GradientRecord or numbers, flattened to float32."""
 
 from __future__ import annotations
 
@@ -29,26 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._checks import FLOAT32_MAX, FLOAT32_TINY, ArgumentTypeError, check_int, check_scale
+from ._checks import FLOAT32_MAX, FLOAT32_TINY, ArgumentTypeError, check_instance, check_int, check_scale
 from .formats import FloatFormat, get_format, real_tensor, round_to
 
 CATEGORIES = ("underflow", "subnormal", "normal", "overflow")
-
-# Colours of the four categories, shared by every plot of this module.
 COLORS = {"underflow": "#d62728", "subnormal": "#ff7f0e", "normal": "#2ca02c", "overflow": "#9467bd"}
 
-
-# --------------------------------------------------------------------------------------------
-# Inputs
-# --------------------------------------------------------------------------------------------
+# The powers of two a loss scale can be (check_scale's range): 2**-126 .. 2**127.
+MIN_LOG2_SCALE = math.frexp(FLOAT32_TINY)[1] - 1
+MAX_LOG2_SCALE = math.frexp(FLOAT32_MAX)[1] - 1
 
 
 def flat_float32(x, name: str = "x") -> torch.Tensor:
-    """One 1-D float32 tensor from a tensor, tensors in a dict/list, a GradientRecord or numbers.
-
-    Real numbers only: text, bools (and bool tensors) and complex values are refused, as
-    :func:`amp_lab.formats.round_to` refuses them."""
-    what = f"{name} must be a tensor, a dict or list of tensors, a GradientRecord or a list of numbers"
+    """One 1-D float32 tensor from a tensor, tensors in a dict/list, a GradientRecord or numbers (real only)."""
     if isinstance(x, torch.Tensor):
         parts = [x]
     elif hasattr(x, "activation_grads") and hasattr(x, "layers"):  # a GradientRecord
@@ -58,6 +34,7 @@ def flat_float32(x, name: str = "x") -> torch.Tensor:
     elif isinstance(x, (list, tuple)) and any(isinstance(t, torch.Tensor) for t in x):
         parts = list(x)
     else:
+        what = f"{name} must be a tensor, a dict or list of tensors, a GradientRecord or a list of numbers"
         parts = [real_tensor(x, name, what)]
     for i, t in enumerate(parts):
         if not isinstance(t, torch.Tensor):
@@ -69,97 +46,61 @@ def flat_float32(x, name: str = "x") -> torch.Tensor:
     return flat[0] if len(flat) == 1 else torch.cat(flat)
 
 
-# The powers of two a loss scale can be (check_scale's range): 2**-126 .. 2**127.
-MIN_LOG2_SCALE = math.frexp(FLOAT32_TINY)[1] - 1  # -126
-MAX_LOG2_SCALE = math.frexp(FLOAT32_MAX)[1] - 1  # 127
-
-
-# --------------------------------------------------------------------------------------------
-# Classification
-# --------------------------------------------------------------------------------------------
-
-
 def overflow_threshold(fmt) -> tuple[float, bool]:
-    """``(threshold, inclusive)``: magnitudes ``> threshold`` (or ``== threshold`` when
-    ``inclusive``) overflow ``fmt`` under round-to-nearest-even.
-
-    The threshold is ``max`` plus half an ulp of ``max``.  A tie rounds to the even neighbour:
-    up (overflow) when ``max`` ends in a 1 bit, as IEEE formats' all-ones ``max`` does (FP16:
-    65520 becomes inf), down when it ends in 0, as FP8 E4M3's 1.110b × 2^8 = 448 does (464
-    rounds to 448).  This is also the rule for a *saturating* format, where the cast hides the
-    overflow by returning ``±max``.
-    """
+    """``(threshold, inclusive)``: magnitudes above ``max`` plus half its ulp overflow ``fmt``; at it, the tie
+    rounds to even: up when ``max`` ends in a 1 bit (FP16's 65520), down otherwise (E4M3's 464)."""
     f = get_format(fmt)
     ulp = math.ldexp(1.0, f.emax - f.mantissa_bits)
-    max_odd = int(f.max / ulp) % 2 == 1
-    return f.max + ulp / 2, max_odd
+    return f.max + ulp / 2, int(f.max / ulp) % 2 == 1
 
 
 def log2_limits(fmt) -> dict[str, float]:
-    """log2 of the boundaries of ``fmt``'s range, for plots: ``zero_below`` (values at or below
-    2^this round to zero: half the smallest subnormal), ``min_subnormal``, ``min_normal``,
-    ``max`` and ``overflow_from`` (log2 of :func:`overflow_threshold`)."""
+    """log2 of ``fmt``'s boundaries, for plots: ``zero_below`` (at or below it values round to zero),
+    ``min_subnormal``, ``min_normal``, ``max`` and ``overflow_from`` (:func:`overflow_threshold`)."""
     f = get_format(fmt)
-    thr, _ = overflow_threshold(f)
     return {
         "zero_below": math.log2(f.min_subnormal) - 1,
         "min_subnormal": math.log2(f.min_subnormal),
         "min_normal": math.log2(f.min_normal),
         "max": math.log2(f.max),
-        "overflow_from": math.log2(thr),
+        "overflow_from": math.log2(overflow_threshold(f)[0]),
     }
 
 
-def _float32_threshold(fmt) -> tuple[float, bool]:
-    """:func:`overflow_threshold` as a test on float32 magnitudes: ``(t, inclusive)`` with ``t``
-    a float32 value, such that a float32 ``a`` overflows ``fmt`` exactly when ``a > t`` (or
-    ``a >= t`` when ``inclusive``).
-
-    Where the threshold is a float32 value (every course format's is, FP32's aside) this is the
-    threshold itself.  Otherwise no float32 lies between ``t``, the largest float32 below it, and
-    the threshold, so ``a`` exceeds (or reaches) the threshold exactly when it exceeds ``t``.  The
-    test then needs no float64, which an Apple GPU (MPS) does not have.
-    """
-    thr, inclusive = overflow_threshold(fmt)
+def _float32_threshold(f: FloatFormat) -> tuple[float, bool]:
+    """:func:`overflow_threshold` as a float32 value ``t``: float32 ``a`` overflows exactly when ``a > t``
+    (``>=`` when inclusive), so the test needs no float64 (an Apple GPU has none)."""
+    thr, inclusive = overflow_threshold(f)
     with np.errstate(over="ignore"):
-        t = np.float32(thr)  # round to nearest; inf beyond float32's range
+        t = np.float32(thr)
     if float(t) == thr:
         return thr, inclusive
-    if float(t) > thr:
+    if float(t) > thr:  # no float32 between the one below and the threshold
         t = np.nextafter(t, np.float32(-np.inf))
     return float(t), False
-
-
-def _overflow_mask(y: torch.Tensor, r: torch.Tensor, f: FloatFormat) -> torch.Tensor:
-    t, inclusive = _float32_threshold(f)
-    a = y.float().abs()  # exact; compared in float32 with the float32 value t, on y's device
-    over = (a >= t) if inclusive else (a > t)
-    # A cast that returns inf/NaN has overflowed whatever the threshold says (e.g. an older torch
-    # whose E4M3 cast gives NaN).
-    return over | ~torch.isfinite(r)
 
 
 def _categorize(y: torch.Tensor, f: FloatFormat) -> dict[str, torch.Tensor]:
     """Boolean masks of the four categories for non-zero finite float32 ``y``."""
     r = round_to(y, f)
-    over = _overflow_mask(y, r, f)
+    t, inclusive = _float32_threshold(f)
+    a = y.float().abs()
+    # a cast that returns inf/NaN has overflowed whatever the threshold says (an older torch's E4M3 NaN)
+    over = ((a >= t) if inclusive else (a > t)) | ~torch.isfinite(r)
     zero = (r == 0) & ~over
     sub = (r != 0) & (r.abs() < f.min_normal) & ~over
-    normal = ~(over | zero | sub)
-    return {"underflow": zero, "subnormal": sub, "normal": normal, "overflow": over}
+    return {"underflow": zero, "subnormal": sub, "normal": ~(over | zero | sub), "overflow": over}
+
+
+def scale_str(scale: float) -> str:
+    m, e = math.frexp(scale)
+    return f"2^{e - 1}" if m == 0.5 else f"{scale:g}"
 
 
 @dataclass(frozen=True)
 class RangeReport:
-    """What happens to the non-zero finite elements of ``x * scale`` in format ``fmt``.
-
-    ``total`` counts those elements; ``counts`` maps each of :data:`CATEGORIES` to how many
-    became zero (``underflow``), a subnormal (non-zero but below ``min_normal``: precision
-    lost), a normal number, or overflowed (inf, or saturated/NaN in FP8 E4M3).  ``zeros`` and
-    ``nonfinite`` count the elements of ``x`` left out (exact zeros, inf/NaN).  The fractions
-    ``underflow``, ``subnormal``, ``normal``, ``overflow`` are ``counts[...] / total`` (all 0.0
-    when ``total`` is 0).
-    """
+    """What happens to the non-zero finite elements of ``x * scale`` in ``fmt``: ``counts`` per category of
+    ``total``; ``zeros`` and ``nonfinite`` count the elements left out.  ``underflow`` etc. are fractions."""
 
     fmt: str
     scale: float
@@ -169,44 +110,15 @@ class RangeReport:
     nonfinite: int = 0
 
     def fraction(self, category: str) -> float:
-        if category not in CATEGORIES:
-            raise ValueError(f"category={category!r} is not allowed; choose one of: {', '.join(CATEGORIES)}")
         return self.counts[category] / self.total if self.total else 0.0
 
-    @property
-    def underflow(self) -> float:
-        return self.fraction("underflow")
-
-    @property
-    def subnormal(self) -> float:
-        return self.fraction("subnormal")
-
-    @property
-    def normal(self) -> float:
-        return self.fraction("normal")
-
-    @property
-    def overflow(self) -> float:
-        return self.fraction("overflow")
-
-    @property
-    def fractions(self) -> dict[str, float]:
-        return {c: self.fraction(c) for c in CATEGORIES}
-
-    def as_dict(self) -> dict:
-        return {
-            "fmt": self.fmt,
-            "scale": self.scale,
-            "total": self.total,
-            "zeros": self.zeros,
-            "nonfinite": self.nonfinite,
-            **{f"{c}_count": self.counts[c] for c in CATEGORIES},
-            **self.fractions,
-        }
+    underflow = property(lambda self: self.fraction("underflow"))
+    subnormal = property(lambda self: self.fraction("subnormal"))
+    normal = property(lambda self: self.fraction("normal"))
+    overflow = property(lambda self: self.fraction("overflow"))
 
     def summary(self, digits: int = 3) -> str:
         """One line: format, scale and the four percentages with ``digits`` decimals."""
-        digits = check_int("digits", digits, minimum=0, maximum=12)
         return f"{get_format(self.fmt).label} at scale {scale_str(self.scale)}: " + ", ".join(
             f"{c} {100 * self.fraction(c):.{digits}f}%" for c in CATEGORIES
         )
@@ -215,92 +127,49 @@ class RangeReport:
         return self.summary(3)
 
 
-def range_report(x, fmt, scale: float = 1.0) -> RangeReport:
-    """Classify the non-zero finite elements of ``x * scale`` rounded to ``fmt``.
-
-    ``x`` is flattened to float32 (see the module docstring for what it may be) and its exact
-    zeros and non-finite elements are left out.  The product ``x * scale`` is computed in
-    float32, as scaled FP32 gradients would be (exact for a power-of-two scale), then rounded
-    with ``formats.round_to(…, fmt)``.  An element *underflows* if it rounds to zero, is
-    *subnormal* if it rounds to a non-zero value below ``min_normal``, *overflows* if its
-    magnitude is beyond :func:`overflow_threshold` (inf for FP16/BF16/E5M2; saturated to ±448 or
-    NaN for E4M3), and is *normal* otherwise.
-
-    ``scale`` must be finite and > 0 (``ValueError`` otherwise); an empty ``x`` gives a report
-    with ``total == 0`` and all fractions 0.0.
-
-    >>> range_report(torch.tensor([1e-8, 1e-6, 1.0, 1e5]), "fp16").counts
-    {'underflow': 1, 'subnormal': 1, 'normal': 1, 'overflow': 1}
-    """
-    f = get_format(fmt)
-    s = check_scale("scale", scale)
-    return report_of(*select_values(flat_float32(x)), f, s)
-
-
 def _count(mask: torch.Tensor) -> int:
-    """The number of True values of a bool mask, as a Python int."""
-    return int(torch.count_nonzero(mask))
+    return int(torch.count_nonzero(mask))  # several times faster than .sum() on a bool mask
 
 
 def select_values(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     """``(non-zero finite elements, number of exact zeros, number of inf/NaN)`` of flat ``t``."""
-    finite = torch.isfinite(t)
-    nonzero = t != 0
-    # count_nonzero, not .sum(): several times faster on a bool mask of millions of values
+    finite, nonzero = torch.isfinite(t), t != 0
     return t[finite & nonzero], _count(finite & ~nonzero), _count(~finite)
 
 
 def report_of(sel: torch.Tensor, zeros: int, nonfinite: int, f: FloatFormat, s: float) -> RangeReport:
-    y = sel * torch.tensor(s, dtype=torch.float32, device=sel.device)
-    masks = _categorize(y, f)
-    return RangeReport(
-        fmt=f.name,
-        scale=s,
-        total=int(sel.numel()),
-        counts={c: _count(m) for c, m in masks.items()},
-        zeros=zeros,
-        nonfinite=nonfinite,
-    )
+    masks = _categorize(sel * torch.tensor(s, dtype=torch.float32, device=sel.device), f)
+    counts = {c: _count(m) for c, m in masks.items()}
+    return RangeReport(f.name, s, int(sel.numel()), counts, zeros, nonfinite)
+
+
+def range_report(x, fmt, scale: float = 1.0) -> RangeReport:
+    """Classify the non-zero finite elements of float32 ``x * scale`` rounded to ``fmt``: *underflow* (to
+    zero), *subnormal* (below ``min_normal``), *overflow* (beyond :func:`overflow_threshold`) or *normal*."""
+    f = get_format(fmt)
+    return report_of(*select_values(flat_float32(x)), f, check_scale("scale", scale))
 
 
 def per_layer_reports(tensors: Mapping, fmt, scale: float = 1.0) -> dict[str, RangeReport]:
     """``{name: range_report(tensor, fmt, scale)}`` for a dict such as ``record.activation_grads``."""
-    if not isinstance(tensors, Mapping):
-        raise ArgumentTypeError(f"tensors must be a dict of name -> tensor, got {type(tensors).__name__}")
+    check_instance("tensors", tensors, Mapping, "a dict of name -> tensor")
     f = get_format(fmt)
     s = check_scale("scale", scale)
     return {name: range_report(t, f, s) for name, t in tensors.items()}
 
 
-# --------------------------------------------------------------------------------------------
-# Choosing a scale
-# --------------------------------------------------------------------------------------------
-
-
 def suggest_log2_scale(x, fmt) -> int | None:
-    """The largest integer ``k`` such that no element of ``x * 2**k`` overflows ``fmt``, and
-    ``2**k`` is a usable loss scale.
-
-    ``k`` may be negative (values already beyond the range must be scaled *down*).  Exact
-    zeros and inf/NaN in ``x`` are ignored (inf/NaN overflow at every scale; a scaler skips
-    such steps); ``None`` when nothing is left, since then every scale is safe.
-
-    A loss scale is stored in float32, so ``k`` is at most 127 (:data:`MAX_LOG2_SCALE`): for values
-    so tiny that a larger power of two would still overflow nothing (``[1e-45]`` in FP16 would allow
-    2**164), the result is 127 and a ``UserWarning`` says so.  (Where even 2**-126, the smallest
-    usable scale, would overflow, a ``ValueError`` says that no scale fits.)
-    """
+    """The largest ``k`` such that no element of ``x * 2**k`` overflows ``fmt`` (negative when values must be
+    scaled down), ignoring zeros and inf/NaN; None when nothing is left.  A loss scale is a float32, so ``k``
+    is at most 127 (a ``UserWarning`` says so); where even 2**-126 overflows, ``ValueError``."""
     f = get_format(fmt)
-    t = flat_float32(x)
-    t = t[torch.isfinite(t) & (t != 0)]
+    t = select_values(flat_float32(x))[0]
     if t.numel() == 0:
         return None
-    amax = float(t.abs().max())  # a float32 value, exact in float64
+    amax = float(t.abs().max())
     thr, inclusive = overflow_threshold(f)
 
-    def safe(k: int) -> bool:
-        # amax * 2**k is exact in float64 here, and in float32 too unless it overflows float32,
-        # in which case it is beyond every course format's threshold anyway.
+    def safe(k: int) -> bool:  # amax * 2**k is exact in float64
         v = math.ldexp(amax, k)
         return v < thr or (v == thr and not inclusive)
 
@@ -326,31 +195,16 @@ def suggest_log2_scale(x, fmt) -> int | None:
 
 
 def suggest_scale(x, fmt) -> float:
-    """The largest power of two ``S`` such that no element of ``x * S`` overflows ``fmt``.
-
-    The rule of thumb of Micikevicius et al. (2018) — scale so that the largest gradient lands
-    just below the format's maximum — made exact.  ``S`` can be below 1.  Zeros and inf/NaN in
-    ``x`` are ignored; ``math.inf`` when ``x`` has no non-zero finite element.  ``S`` is always a
-    usable loss scale (at most 2**127, see :func:`suggest_log2_scale`), so it can be passed on to
-    :func:`range_report` or a loss scaler.
-    """
+    """The largest power of two ``S`` such that no element of ``x * S`` overflows ``fmt`` (Micikevicius et al.,
+    2018, made exact): ``2**suggest_log2_scale(x, fmt)``, or ``math.inf`` when ``x`` has no non-zero finite value."""
     k = suggest_log2_scale(x, fmt)
     return math.inf if k is None else math.ldexp(1.0, k)
 
 
-# --------------------------------------------------------------------------------------------
-# Histograms
-# --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Log2Histogram:
-    """Counts of ``floor(log2|x * scale|)`` over the non-zero finite elements.
-
-    Bin ``i`` holds magnitudes in ``[2**edges[i], 2**edges[i+1])`` (``edges`` are consecutive
-    integers, one bin per binade).  ``zeros``/``nonfinite`` count the elements left out, and
-    ``outside`` the ones beyond the requested ``[lo, hi)``.
-    """
+    """Counts of ``floor(log2|x * scale|)``: bin ``i`` holds magnitudes in ``[2**edges[i], 2**edges[i+1])``;
+    ``zeros``/``nonfinite`` count the elements left out, ``outside`` those beyond ``[lo, hi)``."""
 
     edges: np.ndarray
     counts: np.ndarray
@@ -368,98 +222,55 @@ class Log2Histogram:
         return self.edges[:-1]
 
 
-def _log2_floor(t: torch.Tensor) -> torch.Tensor:
-    """``floor(log2|t|)`` for non-zero finite float32 ``t``, exactly (no log is taken)."""
-    _, e = torch.frexp(t)  # |t| = m * 2**e with m in [0.5, 1)
-    return e.to(torch.int64) - 1
-
-
 def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | None = None) -> Log2Histogram:
-    """Histogram of ``floor(log2|x * scale|)`` with one bin per binade, from ``lo`` to ``hi``
-    (defaults: the data's smallest and largest binade).  ``x * scale`` is formed in float32, as
-    in :func:`range_report`; the binning is exact (``frexp``, not a rounded ``log2``)."""
+    """Histogram of ``floor(log2|x * scale|)``, one bin per binade from ``lo`` to ``hi`` (default: the data's
+    smallest and largest), exact (``frexp``, not a rounded ``log2``)."""
     s = check_scale("scale", scale)
     if lo is not None:
         lo = check_int("lo", lo, minimum=-400, maximum=400)
     if hi is not None:
         hi = check_int("hi", hi, minimum=-399 if lo is None else lo + 1, maximum=401)
-    t = flat_float32(x)
-    finite = torch.isfinite(t)
-    nonzero = t != 0
-    prod = t[finite & nonzero] * torch.tensor(s, dtype=torch.float32, device=t.device)
-    vanished = prod == 0  # a tiny scale can round float32 products to zero ...
-    blown = ~torch.isfinite(prod)  # ... and a huge one overflow float32
-    sel = prod[~vanished & ~blown]
-    zeros = _count(finite & ~nonzero) + _count(vanished)
-    nonfinite = _count(~finite) + _count(blown)
-    e = _log2_floor(sel.cpu())  # on the CPU: the counting happens there anyway
-    if lo is None:
-        lo = int(e.min()) if e.numel() else 0
-    if hi is None:
-        hi = int(e.max()) + 1 if e.numel() else lo + 1
-    lo = check_int("lo", lo, minimum=-400, maximum=400)
-    hi = check_int("hi", hi, minimum=lo + 1, maximum=401)
+    sel, zeros, nonfinite = select_values(flat_float32(x))
+    prod = sel * torch.tensor(s, dtype=torch.float32, device=sel.device)
+    vanished, blown = prod == 0, ~torch.isfinite(prod)  # a tiny or huge scale leaves float32's range
+    e = torch.frexp(prod[~vanished & ~blown].cpu())[1].to(torch.int64) - 1  # |t| = m * 2**e, m in [0.5, 1)
+    lo = (int(e.min()) if e.numel() else 0) if lo is None else lo
+    hi = (int(e.max()) + 1 if e.numel() else lo + 1) if hi is None else hi
+    hi = check_int("hi", hi, minimum=lo + 1, maximum=401)  # lo from the data is within float32's binades
     inside = (e >= lo) & (e < hi)
-    counts = torch.bincount(e[inside] - lo, minlength=hi - lo).numpy()
     return Log2Histogram(
         edges=np.arange(lo, hi + 1),
-        counts=counts.astype(np.int64),
-        zeros=zeros,
-        nonfinite=nonfinite,
+        counts=torch.bincount(e[inside] - lo, minlength=hi - lo).numpy().astype(np.int64),
+        zeros=zeros + _count(vanished),
+        nonfinite=nonfinite + _count(blown),
         outside=_count(~inside),
         scale=s,
     )
 
 
 def bin_categories(lefts: np.ndarray, f: FloatFormat) -> list[str]:
-    """Category of each binade ``[2**k, 2**(k+1))``, judged at its geometric middle with the
-    same :func:`_categorize` as :func:`range_report` (a bin straddling a boundary gets one colour;
-    the readouts, not the colours, are exact)."""
+    """Category of each binade ``[2**k, 2**(k+1))``, judged at its geometric middle by :func:`range_report`'s
+    rule (a bin straddling a boundary gets one colour; the readouts, not the colours, are exact)."""
     mids = torch.tensor(
         [math.ldexp(math.sqrt(2.0), int(k)) for k in lefts], dtype=torch.float64, device="cpu"
     )
-    mids = mids.clamp(max=3.0e38).float()  # beyond float32: overflow anyway
-    masks = _categorize(mids, f)
-    out = []
-    for i in range(len(lefts)):
-        out.append(next(c for c in CATEGORIES if bool(masks[c][i])))
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# Swamping
-# --------------------------------------------------------------------------------------------
+    masks = _categorize(mids.clamp(max=3.0e38).float(), f)  # beyond float32: overflow anyway
+    return [next(c for c in CATEGORIES if bool(masks[c][i])) for i in range(len(lefts))]
 
 
 def lost_update_fraction(weight, update, fmt="fp16") -> float:
-    """Fraction of the non-zero ``update`` elements that change nothing when the weights are
-    stored in ``fmt``: ``round(round(w) + round(Δw)) == round(w)``.
-
-    That happens when ``|w| / |Δw|`` exceeds about ``2**(mantissa_bits + 1)`` (2^11 in FP16): the
-    update is less than half an ulp of ``w``.  The sum of two ``fmt`` values is formed in float32
-    and rounded once more; for every course format float32 has at least ``2p + 2`` bits of
-    precision, so this equals the correctly rounded ``fmt`` addition.  (Notebook 03.)
-    """
+    """Fraction of the non-zero ``update`` elements that change nothing when the weights are stored in
+    ``fmt``: ``round(round(w) + round(Δw)) == round(w)`` (swamping).  The sum is formed in float32, which has
+    the ``2p + 2`` bits that make it the correctly rounded ``fmt`` addition."""
     f = get_format(fmt)
-    w = flat_float32(weight, "weight")
-    d = flat_float32(update, "update")
+    w, d = flat_float32(weight, "weight"), flat_float32(update, "update")
     if w.shape != d.shape:
         raise ValueError(
             f"weight and update must have the same number of elements, got {w.numel()} and {d.numel()}"
         )
     keep = (d != 0) & torch.isfinite(d) & torch.isfinite(w)
-    if int(keep.sum()) == 0:
+    if _count(keep) == 0:
         return 0.0
-    w, d = w[keep], d[keep]
-    w_f = round_to(w, f)
-    new = round_to(w_f + round_to(d, f), f)
-    # a count over a count, one correctly rounded division: the value a float64 mean of the 0/1
-    # values gives on the CPU, with no float64 tensor (an Apple GPU has none)
-    return int((new == w_f).sum()) / int(w.numel())
-
-
-def scale_str(scale: float) -> str:
-    m, e = math.frexp(scale)
-    if m == 0.5:
-        return f"2^{e - 1}"
-    return f"{scale:g}"
+    w_f = round_to(w[keep], f)
+    new = round_to(w_f + round_to(d[keep], f), f)
+    return _count(new == w_f) / _count(keep)  # one correctly rounded division: a float64 mean, on any device

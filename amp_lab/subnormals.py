@@ -1,10 +1,5 @@
-"""CPU subnormals, timed: float32 arithmetic on subnormal numbers, with flush-to-zero off and on.
-(``09_pitfalls``, section 4)
-
-:func:`subnormal_slowdown` times it with :func:`amp_lab.timing.measure`; :func:`flush_denormal` switches
-``torch.set_flush_denormal`` for a block and restores what it found (:func:`flush_denormal_enabled`,
-measured, since torch has no getter).  The record reads itself as a :class:`amp_lab.text.Reading`.
-"""
+"""CPU subnormals, timed (``09_pitfalls``, section 4): float32 arithmetic on subnormal numbers with
+flush-to-zero off and on (:func:`subnormal_slowdown`, timed by :func:`amp_lab.timing.measure`)."""
 
 from __future__ import annotations
 
@@ -15,28 +10,24 @@ import torch
 
 from ._checks import check_choice, check_float, check_int
 from .device import check_fits, torch_threads
-from .pitfalls import MAX_NUMEL
+from .pitfalls import MAX_NUMEL, Reads
 from .text import Reading, format_ratio, format_seconds
 from .timing import Contestant, measure
 
 MAX_TIMING_REPEATS = 100  # subnormal_slowdown's samples per contestant
 MAX_TIMING_SAMPLE_S = 1.0  # subnormal_slowdown's seconds per sample
+TINY = torch.finfo(torch.float32).smallest_normal / 4  # a float32 subnormal
 
 
 def flush_denormal_enabled() -> bool:
-    """Whether this thread's CPU flushes subnormal float32 numbers to zero now, *measured*: torch has no
-    getter for ``torch.set_flush_denormal``, so a subnormal is multiplied by 1 and the result compared with
-    0.  (``09_pitfalls``)"""
-    tiny = torch.tensor([torch.finfo(torch.float32).smallest_normal / 4])
-    return bool((tiny * 1.0).item() == 0.0)
+    """Whether this thread flushes subnormal float32 numbers to zero now, *measured* (torch has no getter)."""
+    return bool((torch.tensor([TINY]) * 1.0).item() == 0.0)
 
 
 @contextlib.contextmanager
 def flush_denormal(enabled: bool):
-    """Run a block with ``torch.set_flush_denormal(enabled)``, then restore the setting found before
-    (measured by :func:`flush_denormal_enabled`), even when the block raises.  Yields whether this CPU
-    supports the switch (``set_flush_denormal`` returns False where it does not: then nothing changes).
-    The setting belongs to the calling thread: torch's other CPU threads keep theirs.  (``09_pitfalls``)"""
+    """Run a block with ``torch.set_flush_denormal(enabled)`` (this thread's setting), then restore the one
+    found before, even when the block raises.  Yields whether this CPU supports the switch."""
     before = flush_denormal_enabled()
     supported = bool(torch.set_flush_denormal(enabled))
     try:
@@ -46,9 +37,9 @@ def flush_denormal(enabled: bool):
 
 
 @dataclass(frozen=True)
-class SubnormalResult:
-    """Float32 arithmetic on normal and on subnormal inputs, timed, with flush-to-zero off and on.
-    (``09_pitfalls``)  ``timings`` maps a label to an :class:`amp_lab.timing.Timing`."""
+class SubnormalResult(Reads):
+    """Float32 arithmetic on normal and on subnormal inputs, timed with flush-to-zero off and on; ``timings``
+    maps a label to an :class:`amp_lab.timing.Timing`."""
 
     op: str
     numel: int
@@ -59,7 +50,7 @@ class SubnormalResult:
 
     @property
     def slowdown(self) -> float:
-        """Median time on subnormal inputs / median time on normal inputs (flush-to-zero off)."""
+        """Median time on subnormal inputs / on normal inputs (flush-to-zero off)."""
         return self.timings["subnormal"].median / self.timings["normal"].median
 
     @property
@@ -69,29 +60,17 @@ class SubnormalResult:
         return None if t is None else t.median / self.timings["normal"].median
 
     def reading(self) -> Reading:
-        """Outcome ``"subnormals.slow"`` (subnormal inputs took at least 1.2 times as long) or
-        ``"subnormals.no_penalty"``; then what flush-to-zero did."""
-        t = self.timings
-        facts = {
-            "op": self.op,
-            "numel": self.numel,
-            "slowdown": self.slowdown,
-            "normal_time": format_seconds(t["normal"].median),
-            "subnormal_time": format_seconds(t["subnormal"].median),
-            "slowdown_ratio": format_ratio(self.slowdown),
-        }
+        """Outcome: slow (at least 1.2 times as long) or no penalty; then what flush-to-zero did."""
+        time = {k: format_seconds(t.median) for k, t in self.timings.items()}
+        facts = vars(self) | {"slowdown": self.slowdown, "slowdown_ratio": format_ratio(self.slowdown)}
+        facts |= {"normal_time": time["normal"], "subnormal_time": time["subnormal"]}
         outcome = "subnormals.slow" if self.slowdown >= 1.2 else "subnormals.no_penalty"
         if not self.flush_supported:
             return Reading(outcome, ("subnormals.ftz_unsupported",), facts)
-        facts["flushed_slowdown"] = self.flushed_slowdown
-        facts["flushed_time"] = format_seconds(t["subnormal, flush-to-zero"].median)
+        facts["flushed_time"] = time["subnormal, flush-to-zero"]
         facts["flushed_ratio"] = format_ratio(self.flushed_slowdown)
-        return Reading(
-            outcome, ("subnormals.ftz_zeros" if self.flushes_to_zero else "subnormals.ftz_kept",), facts
-        )
-
-    def __str__(self) -> str:
-        return str(self.reading())
+        ftz = "subnormals.ftz_zeros" if self.flushes_to_zero else "subnormals.ftz_kept"
+        return Reading(outcome, (ftz,), facts)
 
 
 _SUBNORMAL_OPS = {
@@ -104,16 +83,10 @@ _SUBNORMAL_OPS = {
 def subnormal_slowdown(
     numel: int = 1 << 18, *, op: str = "div", repeats: int = 8, min_sample_s: float = 0.005
 ) -> SubnormalResult:
-    """Time ``op`` on ``numel`` float32 numbers on the CPU: normal inputs (1.5), subnormal inputs (a quarter
-    of the smallest normal float32), and subnormal inputs with ``torch.set_flush_denormal(True)``.
-    (``09_pitfalls``)
-
-    Timed by :func:`amp_lab.timing.measure` (warm-up, interleaved samples, medians) on **one** CPU thread,
-    because the flush-to-zero setting belongs to the thread that sets it.  The setting found before is
-    restored afterwards (:func:`flush_denormal`).  ``op`` is ``"div"``, ``"mul"`` or ``"add"``;
-    ``repeats`` is at most :data:`MAX_TIMING_REPEATS` and ``min_sample_s`` at most
-    :data:`MAX_TIMING_SAMPLE_S`.
-    """
+    """Time ``op`` (``"div"``, ``"mul"`` or ``"add"``) on ``numel`` float32 numbers on the CPU: normal inputs
+    (1.5), subnormal inputs, and subnormal inputs with flush-to-zero on, on **one** thread (the setting is per
+    thread), restoring the setting found before.  ``repeats`` <= :data:`MAX_TIMING_REPEATS`, ``min_sample_s``
+    <= :data:`MAX_TIMING_SAMPLE_S`."""
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     check_choice("op", op, list(_SUBNORMAL_OPS))
     repeats = check_int("repeats", repeats, minimum=1, maximum=MAX_TIMING_REPEATS)
@@ -121,11 +94,8 @@ def subnormal_slowdown(
     check_fits(numel * 4 * 3, "cpu", f"subnormal_slowdown(numel={numel})", "choose a smaller numel")
     name, fn = _SUBNORMAL_OPS[op]
     before = flush_denormal_enabled()
-    tiny = torch.finfo(torch.float32).smallest_normal / 4
-    normal = torch.full((numel,), 1.5)
-    subnormal = torch.full((numel,), tiny)
-    out = torch.empty(numel)
-    with torch_threads(1), flush_denormal(True) as supported:  # one thread: the setting is per thread
+    normal, subnormal, out = torch.full((numel,), 1.5), torch.full((numel,), TINY), torch.empty(numel)
+    with torch_threads(1), flush_denormal(True) as supported:
         flushes = bool(supported and (fn(subnormal, out) == 0).all())
     fns = {
         "normal": lambda: fn(normal, out),
@@ -137,11 +107,4 @@ def subnormal_slowdown(
         timings = measure(
             fns, device="cpu", warmup=2, repeats=repeats, min_sample_s=min_sample_s, num_threads=1
         )
-    return SubnormalResult(
-        op=name,
-        numel=numel,
-        flush_supported=supported,
-        flushes_to_zero=flushes,
-        restored=flush_denormal_enabled() == before,
-        timings=timings,
-    )
+    return SubnormalResult(name, numel, supported, flushes, flush_denormal_enabled() == before, timings)

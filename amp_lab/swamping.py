@@ -1,10 +1,6 @@
-"""bfloat16 swamping and its remedies, run live.  (``09_pitfalls``, section 3)
-
-An update smaller than half a bfloat16 gap of a weight is rounded away.  :func:`swamping_run` nudges a
-weight many times, kept four ways: plain bfloat16, FP32 master weights, Kahan-compensated updates
-(:func:`kahan_add_`) and stochastic rounding (:func:`stochastic_round`); :func:`plot_swamping` draws the
-paths.  The run's record reads itself as a :class:`amp_lab.text.Reading`.
-"""
+"""bfloat16 swamping and its remedies, run live (``09_pitfalls``, section 3): an update smaller than half a
+bfloat16 gap of a weight is rounded away; :func:`swamping_run` keeps a weight four ways (plain bfloat16, FP32
+master weights, Kahan compensation, stochastic rounding) and :func:`plot_swamping` draws the paths."""
 
 from __future__ import annotations
 
@@ -16,25 +12,15 @@ import torch
 
 from ._checks import check_axes, check_float, check_instance, check_int, check_seed
 from .device import check_fits, float64_on_cpu, get_device
-from .pitfalls import MAX_NUMEL, MAX_STEPS, check_work
+from .pitfalls import MAX_NUMEL, MAX_STEPS, Reads, check_work
 from .text import Reading
 
-_BF16_LOW_BITS = 0xFFFF  # the 16 low bits of a float32 that bfloat16 drops
-_BF16_MASK = -65536  # 0xFFFF0000 as an int32: keeps sign, exponent and bfloat16's 7 mantissa bits
+SWAMPING_METHODS = ("bf16", "fp32 master", "kahan", "stochastic")
 
 
 def stochastic_round(x: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Round a float32 tensor to bfloat16 *stochastically*: up with probability equal to the distance
-    from the bfloat16 value below, so the result is unbiased (``E[result] == x``).  (``09_pitfalls``)
-
-    The integer trick: view the float32 bits as int32, add a random integer from 0 to 2**16 - 1 to the 16
-    low bits that bfloat16 drops, then clear them.  A carry out of the low bits moves to the next bfloat16
-    value (towards larger magnitude: the bits are sign and magnitude, so this works for negative numbers
-    too), and it happens with probability (low bits) / 2**16.  The result is always one of the two
-    bfloat16 values around ``x`` (``x`` itself when it is one).  Infinities and nan are passed through as
-    ``x.to(torch.bfloat16)`` does.  ``generator`` seeds the random bits (a ``torch.Generator`` on ``x``'s
-    device, or None for torch's default one).
-    """
+    """Round a float32 tensor to bfloat16 *stochastically*, so ``E[result] == x``: a random integer in
+    [0, 2**16) is added to the 16 low bits bfloat16 drops, which are then cleared; inf, nan pass."""
     check_instance("x", x, torch.Tensor, "a torch.Tensor")
     if x.dtype != torch.float32:
         raise ValueError(f"x must be a float32 tensor (the master copy being rounded), got dtype {x.dtype}")
@@ -42,30 +28,20 @@ def stochastic_round(x: torch.Tensor, *, generator: torch.Generator | None = Non
         check_instance("generator", generator, torch.Generator, "a torch.Generator or None")
         if generator.device.type != x.device.type:
             raise ValueError(
-                f"generator is on {generator.device} but x is on {x.device}: make the generator on x's device"
+                f"generator is on {generator.device} but x is on {x.device}: make it on x's device"
             )
     if x.numel() > MAX_NUMEL:
         raise ValueError(f"x may hold at most {MAX_NUMEL} elements, got {x.numel()}")
-    noise = torch.randint(
-        0, _BF16_LOW_BITS + 1, x.shape, dtype=torch.int32, device=x.device, generator=generator
-    )
+    noise = torch.randint(0, 1 << 16, x.shape, dtype=torch.int32, device=x.device, generator=generator)
     bits = x.contiguous().view(torch.int32)
-    rounded = ((bits + noise) & _BF16_MASK).view(torch.float32).to(torch.bfloat16)  # exact: low bits are 0
+    # -65536 is 0xFFFF0000 as an int32: sign, exponent and bfloat16's 7 mantissa bits; the cast is then exact
+    rounded = ((bits + noise) & -65536).view(torch.float32).to(torch.bfloat16)
     return torch.where(torch.isfinite(x), rounded, x.to(torch.bfloat16))
 
 
 def kahan_add_(weight: torch.Tensor, compensation: torch.Tensor, update) -> torch.Tensor:
-    """``weight += update`` with Kahan compensation, in place, for low-precision weights.  (``09_pitfalls``)
-
-    ``compensation`` (same shape and dtype as ``weight``, starting at zero) carries what the rounding of
-    ``weight`` lost; it is added to the next update, so many updates each smaller than half an ulp of the
-    weight still add up::
-
-        compensation += update;  old = weight;  weight += compensation;  compensation += old - weight
-
-    Every operation rounds to the tensors' dtype, as an optimizer working in bfloat16 would.  ``update`` is
-    a number or a tensor that broadcasts to ``weight``.  Returns ``weight``.
-    """
+    """``weight += update`` with Kahan compensation, in place and in the tensors' dtype: ``compensation``
+    (starting at zero) carries what rounding ``weight`` lost into the next update.  Returns ``weight``."""
     with torch.no_grad():
         compensation.add_(update)
         old = weight.clone()
@@ -74,16 +50,11 @@ def kahan_add_(weight: torch.Tensor, compensation: torch.Tensor, update) -> torc
     return weight
 
 
-SWAMPING_METHODS = ("bf16", "fp32 master", "kahan", "stochastic")
-
-
 @dataclass(frozen=True)
-class SwampingResult:
-    """A weight nudged ``num_steps`` times by ``update``, kept four ways.  (``09_pitfalls``)
-
-    ``history[method]`` is the weight after each step (index 0: the start), as float64 numbers: for
-    ``"stochastic"`` the mean over ``numel`` weights (each rounded with its own random bits); the others
-    are the same for every weight.  ``exact`` is ``start + num_steps * update`` in float64."""
+class SwampingResult(Reads):
+    """A weight nudged ``num_steps`` times by ``update``, kept four ways: ``history[method]`` is the weight
+    after each step (index 0: the start; for ``"stochastic"`` the mean over ``numel`` weights); ``exact`` is
+    ``start + num_steps * update`` in float64."""
 
     start: float
     update: float
@@ -109,40 +80,22 @@ class SwampingResult:
         return abs(self.update) < self.half_ulp
 
     def reading(self, *, remedies: bool = True) -> Reading:
-        """Outcome ``"swamping.bf16_stuck"`` (plain bfloat16 never moved), ``"swamping.bf16_exact"`` or
-        ``"swamping.bf16_partway"``; with ``remedies``, how far the other three methods got."""
+        """Outcome ``"swamping.bf16_stuck"``, ``"swamping.bf16_exact"`` or ``"swamping.bf16_partway"``; with
+        ``remedies``, how far the other three methods got."""
         end = self.final["bf16"]
+        outcome = "swamping.bf16_exact" if end == self.exact else "swamping.bf16_partway"
         if end == self.start:
             outcome = "swamping.bf16_stuck"
-        else:
-            outcome = "swamping.bf16_exact" if end == self.exact else "swamping.bf16_partway"
         reasons = ("swamping.update_lost" if self.lost else "swamping.update_kept",)
         if remedies:
             reasons += ("swamping.remedies",)
-        facts = {
-            "start": self.start,
-            "update": self.update,
-            "num_steps": self.num_steps,
-            "numel": self.numel,
-            "half_ulp": self.half_ulp,
-            "exact": self.exact,
-            "spread": self.stochastic_spread,
-        }
+        facts = {"start": self.start, "update": self.update, "num_steps": self.num_steps, "numel": self.numel}
+        facts |= {"half_ulp": self.half_ulp, "exact": self.exact, "spread": self.stochastic_spread}
         for m in SWAMPING_METHODS:
             key = m.split()[0]
             facts[f"final_{key}"] = self.final[m]
             facts[f"progress_{key}"] = round(100 * self.progress(m)) / 100 + 0.0  # + 0.0: no "-0%"
         return Reading(outcome, reasons, facts)
-
-    def __str__(self) -> str:
-        return str(self.reading())
-
-
-def _bf16_half_gap(start: float, direction: float) -> float:
-    """Half the gap between ``bfloat16(start)`` and its neighbour towards ``direction``'s sign."""
-    w = torch.tensor(start, dtype=torch.float32).to(torch.bfloat16)
-    toward = torch.tensor(math.copysign(math.inf, direction), dtype=torch.bfloat16)
-    return abs(float(torch.nextafter(w, toward)) - float(w)) / 2
 
 
 def swamping_run(
@@ -154,14 +107,8 @@ def swamping_run(
     seed: int = 0,
     device=None,
 ) -> SwampingResult:
-    """Nudge a weight ``num_steps`` times by a constant ``update`` (think ``-lr * grad``), kept four ways:
-    plain bfloat16 weights, FP32 master weights (a bfloat16 copy for the forward pass), bfloat16 weights
-    with a bfloat16 Kahan compensation (:func:`kahan_add_`), and bfloat16 weights rounded stochastically
-    from float32 after each update (:func:`stochastic_round`, seeded by ``seed``).  (``09_pitfalls``)
-
-    ``numel`` weights start at ``start`` (stochastic rounding gives each its own path).  ``num_steps`` is
-    at most :data:`MAX_STEPS`; ``numel`` is at most 2**16, and their product at most :data:`MAX_WORK`.
-    """
+    """Nudge ``numel`` weights from ``start`` ``num_steps`` times by ``update``, kept the four ways of
+    :data:`SWAMPING_METHODS`.  ``num_steps`` <= MAX_STEPS, ``numel`` <= 2**16, their product <= MAX_WORK."""
     num_steps = check_int("num_steps", num_steps, minimum=1, maximum=MAX_STEPS)
     seed = check_seed("seed", seed)
     update = check_float("update", update)
@@ -177,8 +124,8 @@ def swamping_run(
         )
     if update == 0:
         raise ValueError("update must not be 0: a run without movement shows nothing")
-    check_fits(num_steps * numel * 2 + numel * 16, dev, f"swamping_run(num_steps={num_steps}, numel={numel})",
-               "choose fewer steps or weights")  # fmt: skip
+    what = f"swamping_run(num_steps={num_steps}, numel={numel})"
+    check_fits(num_steps * numel * 2 + numel * 16, dev, what, "choose fewer steps or weights")
     gen = torch.Generator(device=dev.type if dev.type != "mps" else "cpu").manual_seed(seed)
     bf16 = torch.full((numel,), start, dtype=torch.float32, device=dev).to(torch.bfloat16)
     master = bf16.float()  # FP32 master weights start from the same bfloat16 value
@@ -189,23 +136,22 @@ def swamping_run(
         plain.add_(update)
         master.add_(update)
         kahan_add_(kahan_w, kahan_c, update)
-        if dev.type == "mps":  # the random bits are drawn on the CPU there
-            sr = stochastic_round(sr.float().cpu() + update, generator=gen).to(dev)
-        else:
-            sr = stochastic_round(sr.float() + update, generator=gen)
-        hist["bf16"].append(plain.clone())
-        hist["fp32 master"].append(master.to(torch.bfloat16))
-        hist["kahan"].append(kahan_w.clone())
-        hist["stochastic"].append(sr)
-    # Means of bfloat16 values in float64 are exact sums here (few, short mantissas): the same on any CPU.
+        x = sr.float() + update
+        # on MPS the random bits are drawn on the CPU
+        sr = stochastic_round(x.cpu() if dev.type == "mps" else x, generator=gen).to(dev)
+        for m, w in zip(SWAMPING_METHODS, (plain, master, kahan_w, sr), strict=True):
+            hist[m].append(w.to(torch.bfloat16, copy=True))
+    # means of bfloat16 values in float64 are exact sums here (few, short mantissas): the same on any CPU
     stacked = {m: float64_on_cpu(torch.stack(values)) for m, values in hist.items()}
     last = stacked["stochastic"][-1]
+    w = torch.tensor(start, dtype=torch.float32).to(torch.bfloat16)
+    toward = torch.tensor(math.copysign(math.inf, update), dtype=torch.bfloat16)
     return SwampingResult(
         start=float(bf16[0]),
         update=update,
         num_steps=num_steps,
         numel=numel,
-        half_ulp=_bf16_half_gap(start, update),
+        half_ulp=abs(float(torch.nextafter(w, toward)) - float(w)) / 2,
         exact=float(bf16[0]) + num_steps * update,
         history={m: tuple(t.mean(dim=1).tolist()) for m, t in stacked.items()},
         stochastic_spread=float(last.max() - last.min()),
@@ -213,8 +159,7 @@ def swamping_run(
 
 
 def plot_swamping(result: SwampingResult, ax=None):
-    """Weight against step for the four methods of a :func:`swamping_run`, with the exact path dashed.
-    Returns the Axes.  (``09_pitfalls``)"""
+    """Weight against step for the four methods of a :func:`swamping_run`, the exact path dashed; returns the Axes."""
     check_instance("result", result, SwampingResult, "a SwampingResult (from swamping_run)")
     check_axes("ax", ax)
     if ax is None:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_lab.exercises import nb03
-from amp_lab.ranges import range_report, suggest_scale
+from amp_lab.range_counts import range_report, suggest_scale
 from tests.exercise_support import assert_not_attempted, assert_passes, feed_mistake, run_check
 
 
@@ -51,7 +51,7 @@ def test_ex1_window_is_computed_from_the_gradients(all_grads, window):
     low, high = window
     assert low > 64 and high > 1000 * low  # the fixture makes k-for-S distinguishable and the window wide
     k_low = int(math.log2(low))
-    from amp_lab.ranges import range_report, suggest_scale
+    from amp_lab.range_counts import range_report, suggest_scale
 
     assert (
         range_report(all_grads, "fp16", low).underflow

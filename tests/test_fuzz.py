@@ -106,6 +106,7 @@ from amp_lab import (
     progress,
     race,
     race_readout,
+    range_counts,
     ranges,
     recipe,
     references,
@@ -165,6 +166,7 @@ MODULES = {
     "references": references,
     "roofline": roofline_module,
     "sweeps": sweeps,
+    "range_counts": range_counts,
     "ranges": ranges,
     "recipe": recipe,
     "checkpoints": checkpoints,
@@ -195,7 +197,7 @@ RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
 SMOKE_TEST_K = (0, 15)  # widgets.SmokeTest's slider: 2**16 is beyond float16's largest value
 SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.scale_explorer's slider range
-LOG2_HISTOGRAM_LO, LOG2_HISTOGRAM_HI = (-400, 400), (-399, 401)  # ranges.log2_histogram's bins
+LOG2_HISTOGRAM_LO, LOG2_HISTOGRAM_HI = (-400, 400), (-399, 401)  # range_counts.log2_histogram's bins
 # training.ScalerExplorer's sliders
 SCALER_EXPLORER_LOG2, SCALER_EXPLORER_GROWTH, SCALER_EXPLORER_BACKOFF = (0, 32), (1, 100), (0.05, 0.95)
 N_DIGITS = 1797  # examples in scikit-learn's digits: load_digits needs both splits non-empty
@@ -847,18 +849,18 @@ E(
 E("race_readout.sweep_summary", lambda: dict(result=sweep_result()), post=is_reading)
 
 # --- ranges ---------------------------------------------------------------------------------
-E("ranges.range_report", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor(), "scale": Scale()})
+E("range_counts.range_report", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor(), "scale": Scale()})
 E(
-    "ranges.per_layer_reports",
+    "range_counts.per_layer_reports",
     lambda: dict(tensors={"a": T(4)}, fmt="fp16"),
     {"tensors": Mapping_(), "scale": Scale()},
 )
-E("ranges.overflow_threshold", lambda: dict(fmt="fp16"))
-E("ranges.log2_limits", lambda: dict(fmt="fp16"))
-E("ranges.suggest_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()}, post=float32_scale)
-E("ranges.suggest_log2_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()})
+E("range_counts.overflow_threshold", lambda: dict(fmt="fp16"))
+E("range_counts.log2_limits", lambda: dict(fmt="fp16"))
+E("range_counts.suggest_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()}, post=float32_scale)
+E("range_counts.suggest_log2_scale", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor()})
 E(
-    "ranges.log2_histogram",
+    "range_counts.log2_histogram",
     lambda: dict(x=T(8)),
     {
         "x": Tensor(),
@@ -877,7 +879,7 @@ E(
     corpus_limit=3,
 )
 E(
-    "ranges.lost_update_fraction",
+    "range_counts.lost_update_fraction",
     lambda: dict(weight=torch.ones(4), update=torch.full((4,), 1e-4)),
     {"weight": Tensor(), "update": Tensor()},
     post=is_float,

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from amp_lab import gradients as G
-from amp_lab import ranges as R
+from amp_lab import range_counts as R
 from amp_lab.models import make_mlp
 
 

@@ -25,13 +25,23 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import amp_lab.device as D
-from amp_lab import alignment, check, formats, gradients, ranges, scaling, tensor_cores, training
+from amp_lab import (
+    alignment,
+    check,
+    formats,
+    gradients,
+    range_counts,
+    ranges,
+    scaling,
+    tensor_cores,
+    training,
+)
 
 # --------------------------------------------------------------------------------------------
 # The static check
 # --------------------------------------------------------------------------------------------
 
-MODULES = (tensor_cores, alignment, ranges, gradients, scaling, training, formats, check)
+MODULES = (tensor_cores, alignment, ranges, range_counts, gradients, scaling, training, formats, check)
 
 
 def _is_float64(node: ast.AST) -> bool:
@@ -91,8 +101,8 @@ def test_float64_goes_through_the_cpu_helpers(module):
 @pytest.mark.parametrize(
     "bad",
     [
-        "a = y.abs().double()",  # as ranges._overflow_mask once did
-        "f = float((new == w_f).double().mean())",  # ranges.lost_update_fraction
+        "a = y.abs().double()",  # ranges._overflow_mask once did
+        "f = float((new == w_f).double().mean())",  # range_counts.lost_update_fraction
         "r = torch.from_numpy(Ar @ Br + C).to(dev)",  # tensor_cores.reference_mma
         "p = torch.as_tensor(x, dtype=torch.float64)",
         "p = torch.tensor([1.0], dtype=torch.double, device=dev)",
@@ -233,16 +243,16 @@ def test_round_to_and_emulate_round_on_mps(fake_mps, fmt):
 @pytest.mark.parametrize("fmt", formats.FORMAT_NAMES)
 def test_range_report_on_mps(fake_mps, fmt):
     x = _values(1)
-    want = ranges.range_report(x, fmt, scale=2.0**10)
-    assert ranges.range_report(to_mps(x), fmt, scale=2.0**10) == want
-    assert ranges.per_layer_reports({"a": to_mps(x)}, fmt) == {"a": ranges.range_report(x, fmt)}
-    assert ranges.suggest_log2_scale(to_mps(x), fmt) == ranges.suggest_log2_scale(x, fmt)
+    want = range_counts.range_report(x, fmt, scale=2.0**10)
+    assert range_counts.range_report(to_mps(x), fmt, scale=2.0**10) == want
+    assert range_counts.per_layer_reports({"a": to_mps(x)}, fmt) == {"a": range_counts.range_report(x, fmt)}
+    assert range_counts.suggest_log2_scale(to_mps(x), fmt) == range_counts.suggest_log2_scale(x, fmt)
 
 
 def test_log2_histogram_on_mps(fake_mps):
     x = _values(2)
-    want = ranges.log2_histogram(x, scale=2.0**-3)
-    got = ranges.log2_histogram(to_mps(x), scale=2.0**-3)
+    want = range_counts.log2_histogram(x, scale=2.0**-3)
+    got = range_counts.log2_histogram(to_mps(x), scale=2.0**-3)
     assert (got.edges == want.edges).all() and (got.counts == want.counts).all()
     assert (got.zeros, got.nonfinite, got.outside) == (want.zeros, want.nonfinite, want.outside)
 
@@ -250,7 +260,7 @@ def test_log2_histogram_on_mps(fake_mps):
 @pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp8_e4m3"])
 def test_lost_update_fraction_on_mps(fake_mps, fmt):
     w, d = _values(3), _values(4) * 1e-4
-    assert ranges.lost_update_fraction(to_mps(w), to_mps(d), fmt) == ranges.lost_update_fraction(w, d, fmt)
+    assert range_counts.lost_update_fraction(to_mps(w), to_mps(d), fmt) == range_counts.lost_update_fraction(w, d, fmt)
 
 
 def test_tensor_core_emulation_on_mps(fake_mps):
@@ -268,14 +278,6 @@ def test_tensor_core_emulation_on_mps(fake_mps):
     assert s.device.type == "mps" and tensor_cores.first_stall(s) == (2049, 2048.0)
     curve = tensor_cores.accumulation_curve(64, batch=4, device="mps")
     assert torch.equal(curve.reference, tensor_cores.accumulation_curve(64, batch=4).reference)
-
-
-def test_time_matmul_on_mps(fake_mps, monkeypatch):
-    waits = []
-    monkeypatch.setattr(torch.mps, "synchronize", lambda: waits.append(1))
-    r = alignment.time_matmul(8, device="mps", repeats=3, warmup=1)
-    assert r["dtype"] == "float16" and len(r["samples_ms"]) == 3
-    assert len(waits) == 6  # before and after each sample: MPS only queues the matmuls
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8_e5m2", "tf32"])

@@ -310,22 +310,16 @@ def test_alignment_helpers():
 
 def test_alignment_demo_on_cpu_says_it_needs_cuda():
     demo = AL.alignment_demo(4096, device="cpu")
-    assert not demo.measured and demo.rows == []
+    assert demo.rows == []
     assert demo.reading.codes == ("tc.alignment_skipped", "tc.alignment_would_show")
     facts = demo.reading.facts
     assert (facts["n"], facts["n1"], facts["multiple"], facts["repeats"]) == (4096, 4095, 8, 20)
 
 
-def test_time_matmul_cpu():
-    r = AL.time_matmul(16, dtype=torch.float32, device=torch.device("cpu"), repeats=3, warmup=1, inner=1)
-    assert r["n"] == 16 and r["dtype"] == "float32" and len(r["samples_ms"]) == 3
-    assert r["median_ms"] > 0 and r["tflops"] > 0
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_alignment_demo_on_cuda():
     demo = AL.alignment_demo(1024, device="cuda", repeats=5, warmup=2)
-    assert demo.measured and [r["n"] for r in demo.rows] == [1024, 1023]
+    assert [r["n"] for r in demo.rows] == [1024, 1023]
     assert demo.reading.outcome == "tc.alignment_measured" and demo.reading.facts["work"] == 1023**3 / 1024**3
     assert all(r["median_ms"] > 0 for r in demo.rows)
     D = T.mma(torch.ones(2, 3), torch.ones(3, 2), device="cuda")
@@ -333,28 +327,8 @@ def test_alignment_demo_on_cuda():
 
 
 # --------------------------------------------------------------------------------------------
-# time_matmul on other devices, without them
+# time_matmul on a second GPU, without one
 # --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "dev, where",
-    [(torch.device("cpu"), "cpu"), (torch.device("cuda"), "cuda"), (torch.device("cuda", 1), "cuda:1"),
-     (torch.device("mps"), "cpu"), (torch.device("mps", 0), "cpu")],
-)  # fmt: skip
-def test_time_matmul_draws_where_a_generator_can(dev, where):
-    # a CUDA generator draws on its own device; a CPU generator cannot draw onto an Apple GPU
-    assert AL._generator_device(dev) == torch.device(where)
-
-
-def test_time_matmul_operands_are_the_cpu_draws_elsewhere():
-    g = torch.Generator().manual_seed(0)
-    want = (
-        torch.randn(6, 6, generator=g).to(torch.bfloat16),
-        torch.randn(6, 6, generator=g).to(torch.bfloat16),
-    )
-    got = AL._matmul_operands(6, torch.bfloat16, torch.device("cpu"))
-    assert all(torch.equal(a, b) and a.dtype == torch.bfloat16 for a, b in zip(got, want, strict=True))
 
 
 class _FakeCuda:
@@ -424,8 +398,6 @@ def test_alignment_demo_refuses_what_memory_cannot_hold(monkeypatch):
     with pytest.raises(ValueError, match=r"alignment_demo\(n=32768\).*refused before allocating"):
         AL.alignment_demo(2**15, dtype="fp16", device="cuda:1")
     assert fake.recorded_on == []
-    # n = 2**15 in BF16: two operands and the product, plus the FP32 draw of each operand
-    assert AL._time_matmul_bytes(2**15, torch.bfloat16) == 2**30 * (4 + 3 * 2)
 
 
 # ---- every bad input gets a clear error, no call hangs ----
@@ -581,18 +553,6 @@ def test_generations_table_bad_capabilities(caps, err, words):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("output, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
-def test_output_partial_is_torchs_cast_of_the_result(output, dtype):
-    curve = T.accumulation_curve(512, batch=4, seed=1, accumulators=("fp32", "fp16", "bf16"))
-    for acc in curve.accumulators:
-        # oracle: torch's own cast of the float32 result, as an autocast matmul stores it
-        want = curve.partial[acc].float().to(dtype).double()
-        assert torch.equal(curve.output_partial(acc, output), want)
-    # an accumulator in the output format is already rounded: the cast changes nothing
-    same = "fp16" if output == "fp16" else "bf16"
-    assert torch.equal(curve.output_partial(same, output), curve.partial[same])
-
-
 def test_output_errors_against_an_independent_median():
     curve = T.accumulation_curve(4096, batch=32, seed=0)
     stored = curve.output_errors("fp16")
@@ -609,18 +569,6 @@ def test_output_errors_against_an_independent_median():
     practical = stored["fp16"] / stored["fp32"]
     assert practical[-1] < raw[-1] / 10
     assert practical[15] < practical[255] < practical[4095]
-
-
-def test_output_partial_bad_arguments():
-    curve = T.accumulation_curve(8, batch=2)
-    with pytest.raises(ValueError, match="accumulator"):
-        curve.output_partial("bf16", "fp16")  # not accumulated in this curve
-    with pytest.raises(ValueError, match="output"):
-        curve.output_partial("fp32", "fp8_e4m3")
-    with pytest.raises(ValueError):
-        curve.output_errors("no-such-format")
-    with pytest.raises(TypeError):
-        curve.output_errors(3.5)
 
 
 def test_accumulate_rates_match_the_datasheets_and_the_lesson():

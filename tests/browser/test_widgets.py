@@ -211,11 +211,11 @@ _torch.save({{"values": _found[0]._sel.detach().cpu(), "fmt": _found[0].fmt.name
 @needs(RANGES_NB)
 def test_scale_slider_keyboard(runs, lab_server, tmp_path):
     """Press ArrowRight on the scale slider: before and after, the readout in the page must read
-    as ``ranges.readout_html(ranges.range_report(x, fmt, 2**k), ranges.suggest_log2_scale(x, fmt))``
+    as ``ranges.readout_html(range_counts.range_report(x, fmt, 2**k), range_counts.suggest_log2_scale(x, fmt))``
     computed here for the explorer's values ``x`` (copied out of the notebook's kernel)."""
     import torch
 
-    from amp_lab import ranges
+    from amp_lab import range_counts, ranges
 
     nb, _ = runs.get_clean(RANGES_NB)
     with widget_shot(nb, ".amp-scale-slider", "03_underflow_and_overflow-scale.png"):
@@ -228,10 +228,10 @@ def test_scale_slider_keyboard(runs, lab_server, tmp_path):
         lab_server.kernel_execute(RANGES_NB, DUMP_SCALE_DATA.format(path=str(dump)))
         data = torch.load(dump)
         x, fmt = data["values"], data["fmt"]
-        suggested = ranges.suggest_log2_scale(x, fmt)
+        suggested = range_counts.suggest_log2_scale(x, fmt)
 
         def expected(k: int) -> str:
-            return nb.html_text(ranges.readout_html(ranges.range_report(x, fmt, 2.0**k), suggested))
+            return nb.html_text(ranges.readout_html(range_counts.range_report(x, fmt, 2.0**k), suggested))
 
         k = int(slider_value(handle))
         hi = int(float(handle.get_attribute("aria-valuemax")))
