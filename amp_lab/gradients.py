@@ -371,7 +371,7 @@ def collect_gradients(
     Returns a :class:`GradientRecord`: ``record.layers[i]`` has ``name``, ``output``,
     ``activation_grad`` (dL/d``output``), ``weight_grad``, ``bias_grad``; dict views
     ``record.activation_grads`` / ``record.weight_grads`` / ``record.outputs``; and
-    ``record.flat("activation")`` concatenates all layers for :func:`amp_lab.ranges.range_report`.
+    ``record.flat("activation")`` concatenates all layers for :func:`amp_lab.range_counts.range_report`.
 
     The model's own ``.grad`` fields are not touched: gradients are taken with
     ``torch.autograd.grad`` and the hooks are removed afterwards, even on error.  On the CPU the

@@ -16,7 +16,6 @@ from . import range_counts as rc
 from ._checks import ArgumentTypeError, check_axes, check_float, check_instance, check_int
 from .device import torch_threads
 from .formats import format_list, get_format
-from .range_counts import log2_limits, lost_update_fraction, range_report, suggest_scale  # noqa: F401 - nb03
 from .widgets import FigurePane
 
 DEFAULT_FMTS = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")

@@ -1816,12 +1816,12 @@ MUST_ACCEPT = [
         lambda: isinstance(formats.round_to(np.float64(0.1), "fp16"), torch.Tensor),
     ),
     (
-        "ranges.range_report(torch.tensor(0.5), 'fp16')",
-        lambda: ranges.range_report(torch.tensor(0.5), "fp16").total == 1,
+        "range_counts.range_report(torch.tensor(0.5), 'fp16')",
+        lambda: range_counts.range_report(torch.tensor(0.5), "fp16").total == 1,
     ),
     (
-        "ranges.suggest_scale(torch.tensor(3.0), 'fp16') is a float32 scale",
-        lambda: F32_TINY <= ranges.suggest_scale(torch.tensor(3.0), "fp16") <= F32_MAX,
+        "range_counts.suggest_scale(torch.tensor(3.0), 'fp16') is a float32 scale",
+        lambda: F32_TINY <= range_counts.suggest_scale(torch.tensor(3.0), "fp16") <= F32_MAX,
     ),
     (
         "scaling.StaticLossScaler(np.float32(1024.0))",

@@ -14,7 +14,7 @@ from ..check_base import CheckResult, finish
 from ..check_items import check_choice
 from ..device import float64_on_cpu
 from ..formats import FORMATS
-from ..ranges import log2_limits, lost_update_fraction, range_report, suggest_scale
+from ..range_counts import log2_limits, lost_update_fraction, range_report, suggest_scale
 from . import exercise, finite_float, wrong
 
 MAX_ZERO_SHARE = 0.01  # exercise 1: the share of the gradients that may still become zero at a good scale
