@@ -12,7 +12,7 @@ import torch
 
 from . import cpus, gpus
 from ._checks import check_bool, check_choice, check_instance, check_optional_str
-from .cpus import CPU_FLAGS, cpu_flags, cpu_has_native, cpu_model  # noqa: F401 (sweeps imports it from here)
+from .cpus import CPU_FLAGS, cpu_flags, cpu_model
 from .device import get_device, mps_available
 from .dtypes import dtype_name
 from .gpus import TensorCoreGeneration, amp_dtype_for, tensor_core_generation

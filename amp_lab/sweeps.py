@@ -13,10 +13,10 @@ from tqdm.auto import tqdm
 from . import race as _race
 from ._checks import check_axes, check_bool, check_choice, check_instance, check_int, check_int_sequence
 from .cost import IN_FEATURES, matmul_bytes, mlp_bytes
+from .cpus import cpu_has_native
 from .device import amp_dtype, check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
 from .gpus import datasheet_entry
-from .hardware import cpu_has_native
 from .intervals import SpeedupEstimate, jsonable, speedup_estimate
 from .progress import enabled as progress_enabled
 from .race import CONFIDENCE, RACE_MAX_TIME_S, RACE_TARGET_REL_WIDTH, RaceResult, check_race_args

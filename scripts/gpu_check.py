@@ -349,9 +349,9 @@ def driver_version(index: int) -> str | None:
 def machine_info(dev, facts: CudaFacts | None = None) -> dict:
     import torch
 
+    from amp_lab.cpus import cpu_model
     from amp_lab.dtypes import dtype_name
     from amp_lab.gpus import arch_supported, bf16_hardware
-    from amp_lab.hardware import cpu_model
 
     try:
         arch_list = list(facts.arch_list) if facts is not None else list(torch.cuda.get_arch_list())

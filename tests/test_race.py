@@ -22,7 +22,7 @@ import torch
 
 from amp_lab import (
     cost,
-    hardware,
+    cpus,
     intervals,
     race,
     race_readout,
@@ -375,7 +375,7 @@ def test_explain_on_a_cpu_with_and_without_bf16(ratios, flags, verdict, reason):
     assert reading.facts["basis"] == f"95% interval {r.speedup_interval.ends_text()}, 8 interleaved pairs"
     assert reading.facts["inverse"] == pytest.approx(1 / r.speedup)
     assert str(reading)  # every code has its sentence
-    assert race.native_arithmetic(r) is hardware.cpu_has_native(torch.bfloat16, flags=flags)
+    assert race.native_arithmetic(r) is cpus.cpu_has_native(torch.bfloat16, flags=flags)
 
 
 def test_explain_reads_the_recorded_flags_not_this_machines(monkeypatch):

@@ -473,7 +473,7 @@ def test_median_and_iqr_match_numpy_and_torch_benchmark(samples):
 
 
 def test_context_records_threads_tf32_cpu_flags_and_versions_and_threads_are_restored():
-    from amp_lab.hardware import cpu_flags
+    from amp_lab.cpus import cpu_flags
 
     seen = []
     before = torch.get_num_threads()
