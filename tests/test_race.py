@@ -71,7 +71,7 @@ def test_race_matmul_races_fp32_against_autocast_and_carries_its_context(monkeyp
     # the speedup is the median of the per-round ratios, and its interval comes with it
     ratios = np.array(r.fp32.samples) / np.array(r.amp.samples)
     assert r.speedup == pytest.approx(float(np.median(ratios)), rel=1e-12)
-    assert r.speedup_interval == timing.speedup_estimate(r.fp32, r.amp) and r.outcome == r.speedup_interval.outcome
+    assert r.speedup_interval == intervals.speedup_estimate(r.fp32, r.amp) and r.outcome == r.speedup_interval.outcome
     assert r.tflops["amp"] == pytest.approx(2 * n**3 / r.amp.median / 1e12)
     assert r.dtype == dtype and r.params == {"n": n} and r.kind == "matmul"
     assert r.context["device"] == "cpu" and r.context["amp_dtype"] == str(dtype).removeprefix("torch.")
@@ -484,7 +484,7 @@ def test_sizes_for_reads_this_machine(monkeypatch):
 def test_default_sweep_sizes_follow_the_verdict(monkeypatch):
     seen = []
     monkeypatch.setattr(race, "race_matmul", lambda n, **kw: seen.append(n) or _result(FASTER, kind="matmul", params={"n": n}))
-    monkeypatch.setattr(sweeps, "_raw_gemm_ratio", lambda *a, **kw: timing.speedup_estimate(FASTER, [1.0] * 8))
+    monkeypatch.setattr(sweeps, "_raw_gemm_ratio", lambda *a, **kw: intervals.speedup_estimate(FASTER, [1.0] * 8))
     monkeypatch.setattr(sweeps, "check_fits", lambda *a: None)
     for native in (True, False):
         monkeypatch.setattr(sweeps, "cpu_has_native", lambda dtype, flags=None, native=native: native)
@@ -721,7 +721,7 @@ def test_sweep_summary_reads_the_sweep_with_intervals():
 
 
 def test_sweep_summary_too_close_at_the_top_and_a_ceiling_below_one():
-    cpu = sweeps.Ceiling(0.05, None, "measured on this cpu", measured_interval=timing.speedup_estimate([0.05] * 8, [1.0] * 8))
+    cpu = sweeps.Ceiling(0.05, None, "measured on this cpu", measured_interval=intervals.speedup_estimate([0.05] * 8, [1.0] * 8))
     reading = race_readout.sweep_summary(_sweep_of("Ssc", cpu))
     assert reading.outcome == "does_not_pay" and reading.facts["last_outcome"] == "too close to call"
     assert reading.reasons == ("race.sweep_sizes", "race.sweep_never_pays", "race.sweep_grew", "race.ceiling_below_one")

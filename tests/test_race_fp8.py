@@ -228,8 +228,8 @@ def test_race_fp8_matmul_races_three_gemms_on_the_cpu(spy, n):
     assert r.flops == 2.0 * n**3 and r.tflops["fp8"] == pytest.approx(2 * n**3 / r.fp8.median / 1e12)
     ratios = np.array(r.amp.samples) / np.array(r.fp8.samples)
     assert r.fp8_speedup == pytest.approx(float(np.median(ratios)), rel=1e-12)
-    assert r.fp8_speedup_interval == timing.speedup_estimate(r.amp, r.fp8)
-    assert r.speedup_interval == timing.speedup_estimate(r.fp32, r.amp) and len(r.fp8.samples) == 4
+    assert r.fp8_speedup_interval == intervals.speedup_estimate(r.amp, r.fp8)
+    assert r.speedup_interval == intervals.speedup_estimate(r.fp32, r.amp) and len(r.fp8.samples) == 4
     assert r.context["race"] == "fp8_matmul" and "float8_e4m3fn" in r.context["fp8"]
     assert r.bytes_moved("fp8") == 4 * n * n and r.bytes_moved("amp") == 6 * n * n and r.bytes_moved("fp32") == 12 * n * n
     assert set(r.regimes) == {"fp32", "amp", "fp8"} and r.size == f"n={n}"
@@ -407,7 +407,7 @@ def _on_gpu(result, name, capability):
 def test_fp8_summary_on_the_cpu_says_it_measured_no_fp8_hardware(fp8_result):
     reading = race.fp8_summary(fp8_result)
     est = fp8_result.fp8_speedup_interval
-    vs32 = timing.speedup_estimate(fp8_result.fp32, fp8_result.fp8)
+    vs32 = intervals.speedup_estimate(fp8_result.fp32, fp8_result.fp8)
     assert reading.outcome == est.outcome and reading.reasons[:2] == ("race.fp8_head", "race.fp8_no_units")
     assert (reading.facts["vs_amp"], reading.facts["vs_fp32"]) == (str(est), str(vs32))
     assert {k: reading.facts[f"tflops_{k}"] for k in ("fp32", "amp", "fp8")} == fp8_result.tflops
