@@ -1,9 +1,6 @@
-"""Clipping scaled gradients: what goes wrong, measured with Adam and with SGD (``07_amp_training_recipe``).
-
-:func:`compare_clipping` trains four short runs from the same seeded model, clipping after
-``scaler.unscale_`` (right) or before it (the scaled gradients: the mistake), and
-:meth:`ClippingComparison.reading` says what the mistake did, as reason codes and numbers.
-"""
+"""Clipping scaled gradients, measured with Adam and with SGD (07): :func:`compare_clipping` clips after
+``scaler.unscale_`` (right) or before it (the mistake), and :meth:`ClippingComparison.reading` says what the
+mistake did, as reason codes and numbers."""
 
 from __future__ import annotations
 
@@ -30,13 +27,10 @@ OPTIMIZERS = ("Adam", "SGD")
 
 @dataclass(frozen=True)
 class ClippingRun:
-    """One run of :func:`compare_clipping`: ``optimizer`` ("Adam" or "SGD"), and whether ``clip_grad_norm_``
-    saw the ``scaled`` gradients (before ``unscale_``: the mistake) or the true ones.
-
-    Per step: ``seen_norms`` is the norm ``clip_grad_norm_`` measured (``scale`` times the true norm when
-    ``scaled``), ``true_norms`` the gradients' true norm, ``clipped`` whether clipping fired (as
-    ``clip_grad_norm_`` decides: ``max_norm / (norm + 1e-6) < 1``), ``skipped`` whether ``GradScaler``
-    skipped the step, and ``update_norms`` the norm of the change the step made to the parameters."""
+    """One run of :func:`compare_clipping`: its ``optimizer``, whether ``clip_grad_norm_`` saw the ``scaled``
+    gradients (the mistake), and per step the norm it saw, the true norm, whether it ``clipped`` (as
+    ``clip_grad_norm_`` decides: ``max_norm / (norm + 1e-6) < 1``), whether GradScaler ``skipped`` the step
+    and the norm of the step's change to the parameters."""
 
     optimizer: str
     scaled: bool
@@ -58,7 +52,7 @@ class ClippingRun:
 
     @property
     def effective_max_norm(self) -> float:
-        """The threshold in true gradient units: ``max_norm / scale`` when the scaled gradients are clipped."""
+        """The threshold in true gradient units."""
         return self.max_norm / self.scale if self.scaled else self.max_norm
 
     @property
@@ -68,26 +62,21 @@ class ClippingRun:
 
 @dataclass(frozen=True)
 class ClippingComparison:
-    """What :func:`compare_clipping` measured: for each optimizer, the run that clips after ``unscale_``
-    and the one that clips the scaled gradients.  :meth:`reading` reads them; ``str()`` is its sentences."""
+    """:func:`compare_clipping`'s runs; :meth:`reading` reads them, ``str()`` is its sentences."""
 
     runs: tuple[ClippingRun, ...]
 
     def run(self, optimizer: str, *, scaled: bool) -> ClippingRun:
-        """The run of ``optimizer`` that clipped the scaled (True) or true (False) gradients."""
         return next(r for r in self.runs if r.optimizer == optimizer and r.scaled == scaled)
 
     def update_ratio(self, optimizer: str) -> float:
-        """Mean update size when clipping the scaled gradients over the mean update when clipping the true
-        ones (1: the mistake changes nothing; far below 1: the steps shrink)."""
+        """Mean update with the scaled gradients clipped over the correct run's (1: the mistake changes nothing)."""
         right, wrong = self.run(optimizer, scaled=False), self.run(optimizer, scaled=True)
         return wrong.mean_update_norm / right.mean_update_norm if right.mean_update_norm > 0 else math.nan
 
     def reading(self) -> Reading:
-        """Outcome ``"clip.threshold"`` (the scaled threshold in true units, and how often each run clipped),
-        then per optimizer ``"clip.<opt>_little"``, ``"_shrank"`` or ``"_grew"`` (its update ratio) and
-        ``"clip.<opt>_why"``.  Facts: ``max_norm``, ``scale``, ``effective``, ``num_steps`` and, per optimizer
-        ``o`` (lower case), ``o_scaled_clipped``, ``o_true_clipped`` and ``o_ratio``."""
+        """Outcome ``"clip.threshold"``, then per optimizer ``"clip.<opt>_little"``, ``_shrank`` or ``_grew``
+        (its update ratio) and ``"clip.<opt>_why"``."""
         first = self.run(OPTIMIZERS[0], scaled=True)
         facts = dict(max_norm=first.max_norm, scale=first.scale, effective=first.effective_max_norm)
         facts["num_steps"] = first.num_steps
@@ -121,20 +110,12 @@ def compare_clipping(
 ) -> ClippingComparison:
     """Clip after ``unscale_`` (right) and before it (the scaled gradients: wrong), with Adam and with SGD.
 
-    Four runs of ``num_steps`` steps each from the same seeded ``models.make_mlp`` on the same batches of
-    ``data.train``: for Adam and for SGD (both at learning rate ``lr``), one run calls
-    ``clip_grad_norm_(params, max_norm)`` after ``scaler.unscale_(opt)`` and one before it, on gradients
-    still multiplied by ``scale``.  The scaler is a ``torch.amp.GradScaler`` enabled at ``scale`` (it never
-    grows; it halves only after a skipped step).
-
-    Clipping the scaled gradients puts the threshold at ``max_norm / scale`` in true units, so it fires on
-    almost every step.  SGD's steps shrink with the gradient; Adam's barely change (it is invariant to the
-    gradient's scale, apart from its eps).
-
-    Everything is checked before anything is built: ``data`` a ``data.Dataset`` on ``device``, ``scale`` a
-    normal float32, ``max_norm`` and ``lr`` finite and > 0 (``lr`` at most 1e6), ``num_steps`` from 1 to
-    ``_checks.MAX_STEPS // 4``, ``batch_size`` at most the training examples, ``hidden`` and ``depth`` as
-    ``models.make_mlp`` takes them.
+    Four runs of ``num_steps`` steps from the same seeded ``models.make_mlp`` on the same batches of
+    ``data.train``, with a ``torch.amp.GradScaler`` at ``scale`` that never grows.  Clipping the scaled
+    gradients puts the threshold at ``max_norm / scale`` in true units, so it fires on almost every step:
+    SGD's steps shrink with the gradient, Adam's barely change (it is invariant to the gradient's scale,
+    apart from its eps).  Everything is checked before anything is built (``num_steps`` up to
+    ``_checks.MAX_STEPS // 4``, ``lr`` up to 1e6).
     """
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     scale = check_scale("scale", scale)

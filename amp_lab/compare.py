@@ -1,10 +1,9 @@
-"""FP32 against AMP, measured and read (taught in ``07_amp_training_recipe``).
+"""FP32 against AMP, measured and read (``07_amp_training_recipe``).
 
-:func:`compare_precisions` trains the same seeded model once per dtype on the same batches, in lockstep,
-and measures time per step (with the speed-up's interval, from paired steps), the bytes autograd saves for
-backward, the peak CUDA memory of one step and test accuracy.  :func:`comparison_rows` tabulates them;
-:func:`read_comparison` (speed, against the AMP decision's expectation) and :func:`read_memory` (memory and
-accuracy) return ``text.Reading`` records: outcome and reason codes with the numbers they rest on.
+:func:`compare_precisions` trains the same seeded model once per dtype on the same batches, in lockstep, and
+measures time per step (with the speed-up's interval, from paired steps), the bytes autograd saves for
+backward, the peak CUDA memory of a step and test accuracy.  :func:`comparison_rows` tabulates them;
+:func:`read_comparison` (speed) and :func:`read_memory` (memory, accuracy) read them as reason codes.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from .hardware import tf32_setting
 from .intervals import SpeedupEstimate, speedup_estimate
 from .models import make_mlp
 from .progress import progress
+from .race_trainer import saved_bytes
 from .recipe import MAX_LR, History, evaluate, make_scaler, step_batches, step_on_device, timed_step
 from .recipe_checks import check_on, check_per_step, precision
 from .text import Reading, format_bytes, format_ratio
@@ -45,35 +45,20 @@ from .timing import Regime, regime_for, timing_context
 
 
 def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
-    """Bytes autograd saves for backward during one forward pass of ``model`` on ``X``.
-
-    Measured with ``torch.autograd.graph.saved_tensors_hooks``: every tensor the forward keeps
-    for the backward pass is counted once (by storage).  This is the activation memory AMP
-    shrinks; the float32 weights and optimizer state do not shrink.  ``X`` and ``y`` are one batch.
-    """
+    """Bytes autograd saves for backward during one forward pass of ``model`` on the batch ``X``, ``y``, each
+    storage counted once: the activation memory AMP shrinks (the float32 weights and Adam's state do not)."""
     dev = get_device(device)
-    seen: dict[tuple[int, int], int] = {}
 
-    def pack(t):
-        storage = t.untyped_storage()
-        seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    def forward():
         with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss = F.cross_entropy(model(X), y)
-    del loss
-    return sum(seen.values())
+            F.cross_entropy(model(X), y)
+
+    return saved_bytes(forward)
 
 
 def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:
-    """Adam for the comparison: fused on CUDA, the default elsewhere.
-
-    On CUDA the fused kernel is one launch for all parameters, and with an enabled GradScaler it takes
-    the inf check as a tensor: a non-fused optimizer makes ``scaler.step`` call ``found_inf.item()``, a
-    host sync in every float16 step.  The CPU has a fused Adam too, but it rounds differently in the
-    last bit (so every stored CPU loss would change), and a CPU ``.item()`` waits for nothing.
-    """
+    """Fused on CUDA (a non-fused Adam makes an enabled ``scaler.step`` call ``found_inf.item()``, a host sync
+    per step); the default elsewhere (the CPU's fused Adam rounds differently in the last bit)."""
     return torch.optim.Adam(params, lr=lr, fused=device.type == "cuda")
 
 
@@ -88,7 +73,7 @@ class _MemoryCounters:
 
 
 def _memory_counters(dev: torch.device) -> _MemoryCounters | None:
-    """CUDA's allocator counters for ``dev``; None elsewhere, where no allocator statistic is reliable."""
+    """CUDA's allocator counters for ``dev``; None elsewhere (no reliable allocator statistic)."""
     if dev.type != "cuda":
         return None
     return _MemoryCounters(
@@ -106,14 +91,8 @@ def _numbered_step(model, opt, scaler, split, step: int, *, dtype, dev, batch_si
 
 
 def _step_memory(step: Callable[[int], object], counters: _MemoryCounters) -> int:
-    """Peak bytes one training step allocates above what was already allocated before it.
-
-    ``step(k)`` runs optimizer step ``k`` of a fresh model.  Step 0 is a warm-up, not measured: first
-    steps create cuBLAS workspaces, the gradients and Adam's state, which then stay.  The baseline
-    taken after it holds everything alive (the dataset, the model, its gradients, Adam's state), so the
-    difference is what a step itself needs on top: activations kept for backward, autocast's copies,
-    temporaries (as ``race_trainer.measure_memory`` measures a race's contestants).
-    """
+    """Peak bytes one training step allocates above what is alive before it: step 0 is an unmeasured
+    warm-up (cuBLAS workspaces, gradients, Adam's state), then step 1 is measured from a fresh baseline."""
     step(0)
     counters.synchronize()
     base = int(counters.allocated())
@@ -127,13 +106,10 @@ def _step_memory(step: Callable[[int], object], counters: _MemoryCounters) -> in
 class PrecisionResult:
     """One row of :func:`compare_precisions`.
 
-    ``step_seconds`` are the timed steps (after the warm-up), in the lockstep rounds all dtypes took
-    together, so round ``i`` of every row belongs together; ``speedup`` is this row's
-    ``timing.SpeedupEstimate`` against the first row (FP32) from those rounds (None for the first
-    row); ``context`` is ``timing.timing_context`` at the time (device, threads, CPU instructions).
-    ``peak_memory_bytes`` is what one training step allocated on the GPU above what was already
-    allocated (None off CUDA); ``step_flops`` and ``step_bytes`` are :func:`step_flops` and the lower
-    bound :func:`step_bytes` for one step, from which :attr:`regime` reads what limited the step.
+    ``step_seconds`` are the timed steps, in the lockstep rounds all dtypes took together; ``speedup`` is
+    this row's ``SpeedupEstimate`` against the first row (None for the first); ``context`` is
+    ``timing.timing_context``; ``peak_memory_bytes`` what one step allocated on the GPU above what was
+    alive (None off CUDA); ``step_flops`` and ``step_bytes`` (``amp_lab.cost``) give :attr:`regime`.
     """
 
     dtype: torch.dtype
@@ -158,14 +134,11 @@ class PrecisionResult:
 
     @property
     def regime(self) -> Regime | None:
-        """What limited this row's median step on its device (``race.regime_for``: launch-bound,
-        memory-bound, compute-bound, or unknown where the device's datasheet is not known, as on a
-        CPU); None when the row carries no FLOP and byte counts."""
+        """What limited this row's median step (``timing.regime_for``); None without FLOP and byte counts."""
         if self.step_flops is None or self.step_bytes is None or self.seconds_per_step <= 0:
             return None
-
-        dtype = self.dtype
         ctx = self.context or {}
+        dtype = self.dtype
         if (
             dtype == torch.float32
             and ctx.get("tf32_matmul")
@@ -175,6 +148,12 @@ class PrecisionResult:
         return regime_for(
             self.seconds_per_step, self.step_flops, self.step_bytes, dtype, ctx, unit=f"{self.name} step"
         )
+
+
+def _numbered_step(model, opt, scaler, split, step: int, *, dtype, dev, batch_size, per_step, seed):
+    """Optimizer step ``step`` of a run on ``split`` (untimed, and without reading anything back)."""
+    batches = step_batches(split, step, batch_size, per_step, seed)
+    return step_on_device(model, opt, scaler, batches, dtype=dtype, max_grad_norm=1.0, device=dev)
 
 
 def compare_precisions(
@@ -195,18 +174,12 @@ def compare_precisions(
 ) -> list[PrecisionResult]:
     """Train the same seeded model once per dtype, on the same batches, and measure what AMP changes.
 
-    The runs advance in lockstep (step 0 of every dtype, then step 1, ...), the order within a step flipping
-    every step, so a machine that gets busier slows every dtype alike.  Each step is timed with the device
-    synchronised around it and no host sync inside (:func:`recipe.timed_step`; on CUDA Adam is fused, so a
-    float16 step does not read its inf check either).  Per row: ``seconds_per_step``, the median after
-    ``warmup_steps``; ``speedup`` (rows after the first), ``timing.speedup_estimate`` of the first dtype's
-    step times against this one's, paired step by step; ``saved_bytes`` from :func:`saved_activation_bytes`
-    on one batch; ``peak_memory_bytes`` on CUDA, ``max_memory_allocated`` during one step (after an untimed
-    warm-up step) minus ``memory_allocated`` just before it, so that the data, weights and Adam's state
-    every dtype shares drop out (None elsewhere: no allocator statistic is reliable there); accuracy and
-    loss from ``recipe.evaluate``; ``step_flops`` and ``step_bytes`` from ``amp_lab.cost``, from which
-    ``PrecisionResult.regime`` reads what limited a step.  ``threads`` sets torch's CPU thread count for the
-    comparison (restored afterwards; a model this small runs fastest on one).
+    The runs advance in lockstep, the order within a step flipping every step, so a machine that gets
+    busier slows every dtype alike.  Each step is :func:`recipe.timed_step` (no host sync inside; on CUDA
+    Adam is fused).  Per row: the median step time after ``warmup_steps``; the speed-up against the first
+    dtype, paired step by step; the bytes saved for backward on one batch; on CUDA the peak memory of one
+    step; accuracy and loss from ``recipe.evaluate``; the step's FLOPs and bytes.  ``threads`` sets torch's
+    CPU threads for the comparison (restored afterwards).
 
     Everything is checked before the first model is built: ``data`` a ``data.Dataset`` on ``device``,
     ``num_steps`` times the number of dtypes at most ``_checks.MAX_STEPS``, ``hidden`` and ``depth`` as
@@ -221,23 +194,11 @@ def compare_precisions(
     dts = [
         precision(d, name="dtypes") for d in bounded_list("dtypes", dtypes, MAX_STEPS, "a sequence of dtypes")
     ]
-    if threads is not None:
-        threads = check_int("threads", threads, minimum=1, maximum=MAX_THREADS)
-        with torch_threads(threads):
-            return compare_precisions(
-                data, dts, num_steps=num_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
-                hidden=hidden, depth=depth, lr=lr, warmup_steps=warmup_steps, seed=seed, threads=None,
-                device=dev, show_progress=show_progress,
-            )  # fmt: skip
     if not dts:
         raise ValueError("dtypes must name at least one of: float32, bfloat16, float16")
+    threads = None if threads is None else check_int("threads", threads, minimum=1, maximum=MAX_THREADS)
     warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0, maximum=MAX_STEPS - 1)
-    num_steps = check_int("num_steps", num_steps, minimum=warmup_steps + 1, maximum=MAX_STEPS)
-    if num_steps * len(dts) > MAX_STEPS:
-        raise ValueError(
-            f"num_steps={num_steps} for {len(dts)} dtypes is {num_steps * len(dts)} training steps, more than the "
-            f"{MAX_STEPS} allowed in all (_checks.MAX_STEPS): choose num_steps <= {MAX_STEPS // len(dts)}"
-        )
+    num_steps = check_int("num_steps", num_steps, minimum=warmup_steps + 1, maximum=MAX_STEPS // len(dts))
     lr = check_float("lr", lr, gt=0, le=MAX_LR)
     mlp_sizes(data.num_features, data.num_classes, hidden, depth)
     seed = check_seed("seed", seed)
@@ -247,14 +208,44 @@ def compare_precisions(
         if len(split) == 0:
             raise ValueError(f"{which} holds no examples")
         check_on(which, split.X.device, dev)
-        labels = split.y
-        low, high = torch.stack([labels.min(), labels.max()]).tolist()
+        low, high = torch.stack([split.y.min(), split.y.max()]).tolist()
         if low < 0 or high >= data.num_classes:
             raise ValueError(
-                f"{which} holds class labels from {low} to {high}, but data.num_classes={data.num_classes} allows "
-                f"0 to {data.num_classes - 1}"
+                f"{which} holds class labels from {low} to {high}, beyond data.num_classes={data.num_classes}"
             )
+    with torch_threads(threads):
+        return _compare(
+            data,
+            dts,
+            num_steps,
+            batch_size,
+            accumulation_steps,
+            per_step,
+            hidden,
+            depth,
+            lr,
+            warmup_steps,
+            seed,
+            dev,
+            show_progress,
+        )
 
+
+def _compare(
+    data,
+    dts,
+    num_steps,
+    batch_size,
+    accumulation_steps,
+    per_step,
+    hidden,
+    depth,
+    lr,
+    warmup_steps,
+    seed,
+    dev,
+    show_progress,
+) -> list[PrecisionResult]:
     def fresh(dtype):
         model = make_mlp(
             data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
@@ -275,22 +266,19 @@ def compare_precisions(
 
     context = timing_context(dev)
     runs = [(dtype, *fresh(dtype), History()) for dtype in dts]
-    steps = range(num_steps)
-    if show_progress:
-        steps = progress(steps, desc="FP32 vs AMP")
+    steps = progress(range(num_steps), desc="FP32 vs AMP") if show_progress else range(num_steps)
     for step in steps:
         batches = step_batches(data.train, step, batch_size, per_step, seed)
-        # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked
-        # down), and that should not always favour the same dtype.
+        # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked down).
         for dtype, model, opt, scaler, history in runs if step % 2 == 0 else runs[::-1]:
             result, seconds = timed_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=1.0, dev=dev)
             history.append(step, result, seconds)
 
-    flops = step_flops(data.num_features, data.num_classes, hidden=hidden, depth=depth, batch_size=batch_size,
-                       accumulation_steps=accumulation_steps)  # fmt: skip
-    rows = []
+    sizes = dict(hidden=hidden, depth=depth, batch_size=batch_size, accumulation_steps=accumulation_steps)
+    flops = step_flops(data.num_features, data.num_classes, **sizes)
     X, y = step_batches(data.train, 0, batch_size, batch_size, seed)[0]
     base_seconds = tuple(runs[0][4].seconds[warmup_steps:])
+    rows = []
     for i, (dtype, model, _opt, _scaler, history) in enumerate(runs):
         ev = evaluate(model, data.test, dtype=dtype, device=dev)
         timed = tuple(history.seconds[warmup_steps:])
@@ -310,47 +298,8 @@ def compare_precisions(
                 speedup=speedup_estimate(base_seconds, timed) if i > 0 else None,
                 context=context,
                 step_flops=flops,
-                step_bytes=step_bytes(
-                    data.num_features,
-                    data.num_classes,
-                    hidden=hidden,
-                    depth=depth,
-                    batch_size=batch_size,
-                    accumulation_steps=accumulation_steps,
-                    dtype=dtype,
-                ),
-            )  # fmt: skip
-        )
-    return rows
-
-
-def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
-    """Table rows (for ``widgets.table_html``, header :data:`COMPARISON_HEADER`), against the first
-    result (FP32).
-
-    The speed-up is FP32 time / AMP time, with its 95% interval from the paired steps: above 1 AMP
-    is faster, below 1 it is slower.  ``results`` is :func:`compare_precisions`' non-empty list."""
-    results = _results("results", results, minimum=1)
-    base = results[0]
-    rows = []
-    for i, r in enumerate(results):
-        if i == 0:
-            speed = "1 (baseline)"
-        else:
-            est = r.speedup if r.speedup is not None else _speedup_of(base, r)
-            speed = f"{format_ratio(est.ratio)} ({est.ends_text()})" if est is not None else "n/a"
-        peak = "n/a" if r.peak_memory_bytes is None else format_bytes(r.peak_memory_bytes)
-        rows.append(
-            [
-                r.name,
-                f"{r.seconds_per_step * 1e3:.2f} ms",
-                speed,
-                f"{r.saved_bytes / 1024:.0f} KiB"
-                + (f" ({r.saved_bytes / base.saved_bytes:.2f}x)" if base.saved_bytes > 0 else ""),
-                peak,
-                f"{r.test_accuracy:.1%}",
-                str(r.num_skipped),
-            ]
+                step_bytes=step_bytes(data.num_features, data.num_classes, **sizes, dtype=dtype),
+            )
         )
     return rows
 
@@ -366,6 +315,35 @@ COMPARISON_HEADER = [
 ]
 
 
+def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
+    """Table rows (header :data:`COMPARISON_HEADER`) of :func:`compare_precisions`' non-empty ``results``,
+    against the first (FP32): the speed-up is FP32 time / AMP time, with its 95% interval."""
+    results = _results("results", results, minimum=1)
+    base = results[0]
+    rows = []
+    for i, r in enumerate(results):
+        est = r.speedup
+        speed = (
+            "1 (baseline)" if i == 0 else f"{format_ratio(est.ratio)} ({est.ends_text()})" if est else "n/a"
+        )
+        saved = f"{r.saved_bytes / 1024:.0f} KiB"
+        if base.saved_bytes > 0:
+            saved += f" ({r.saved_bytes / base.saved_bytes:.2f}x)"
+        peak = "n/a" if r.peak_memory_bytes is None else format_bytes(r.peak_memory_bytes)
+        rows.append(
+            [
+                r.name,
+                f"{r.seconds_per_step * 1e3:.2f} ms",
+                speed,
+                saved,
+                peak,
+                f"{r.test_accuracy:.1%}",
+                str(r.num_skipped),
+            ]
+        )
+    return rows
+
+
 def _results(name: str, results, *, minimum: int) -> list[PrecisionResult]:
     what = "compare_precisions' list of PrecisionResult rows (the float32 baseline first)"
     results = bounded_list(name, results, MAX_STEPS, what)
@@ -375,12 +353,6 @@ def _results(name: str, results, *, minimum: int) -> list[PrecisionResult]:
         need = "at least one row" if minimum == 1 else "the float32 baseline, then at least one AMP row"
         raise ValueError(f"{name} must be {what}: {need}, got {len(results)} row(s)")
     return results
-
-
-def _speedup_of(base: PrecisionResult, r: PrecisionResult) -> SpeedupEstimate | None:
-    if not base.step_seconds or len(base.step_seconds) != len(r.step_seconds):
-        return None
-    return speedup_estimate(base.step_seconds, r.step_seconds)
 
 
 # --------------------------------------------------------------------------------------------
@@ -438,45 +410,42 @@ def _amp_row(results, choice) -> tuple[PrecisionResult, PrecisionResult]:
 
 
 def read_comparison(results: Sequence[PrecisionResult], choice: AmpChoice) -> Reading:
-    """What :func:`compare_precisions`' ``results`` say about speed on the machine ``choice`` describes.
-
-    Outcome ``"recipe.faster"``, ``"recipe.slower"`` or ``"recipe.too_close"`` (the speed-up's interval
-    against 1); the reasons compare it with the AMP decision's expectation (``choice.expect_speedup``) and
-    say why a small model differs (the AMP step's measured regime where the GPU's datasheet is known:
-    ``PrecisionResult.regime``).  Facts: ``name``, ``ratio``, ``low``, ``high``, ``pairs``, ``speedup`` (the
-    estimate as printed), ``slowdown``, ``matches`` (True, False or None), ``regime``, ``regime_text`` and
-    ``basis``.  ``results[0]`` must be the float32 baseline; the AMP row read is the one in ``choice.dtype``.
-    The outcome rests on timings: show it in a cell marked volatile."""
-    base, amp = _amp_row(results, choice)
-    est = amp.speedup if amp.speedup is not None else _speedup_of(base, amp)
+    """What ``results`` (float32 first) say about speed on the machine ``choice`` describes (its
+    ``choice.dtype`` row): outcome ``"recipe.faster"``, ``"recipe.slower"`` or ``"recipe.too_close"``; the
+    reasons compare it with ``choice.expect_speedup`` and say why a small model differs (the measured
+    regime, where the GPU's datasheet is known).  It rests on timings: show it in a volatile cell."""
+    _, amp = _amp_row(results, choice)
+    est = amp.speedup
     if est is None:
-        raise ValueError(
-            "results carry no paired step times (step_seconds): run compare_precisions to get them"
-        )
+        raise ValueError("results carry no speed-up (speedup): run compare_precisions to get them")
     regime = amp.regime
     reasons, matches = _expectation(choice.expect_speedup, est.outcome, _why_small(choice.device, regime))
     text = regime.text if regime is not None else ""
     facts = dict(
-        name=amp.name, ratio=est.ratio, low=est.low, high=est.high, pairs=est.pairs, speedup=str(est),
-        slowdown=1 / est.ratio if est.ratio > 0 else float("inf"), matches=matches,
-        regime=regime.name if regime is not None else None, regime_text=text[:1].upper() + text[1:],
+        name=amp.name,
+        ratio=est.ratio,
+        low=est.low,
+        high=est.high,
+        pairs=est.pairs,
+        speedup=str(est),
+        slowdown=1 / est.ratio if est.ratio > 0 else float("inf"),
+        matches=matches,
+        regime=regime.name if regime is not None else None,
+        regime_text=text[:1].upper() + text[1:],
         basis=f" ({choice.basis})" if choice.basis else "",
-    )  # fmt: skip
+    )
     return Reading(_OUTCOMES[est.outcome], reasons, facts)
 
 
 def read_memory(
     results: Sequence[PrecisionResult], choice: AmpChoice, *, accuracy_tolerance: float = 0.03
 ) -> Reading:
-    """What :func:`compare_precisions`' ``results`` say about memory and accuracy (these rest on tensor sizes
-    and a tolerance, so they hold on every machine).
+    """What ``results`` say about memory and accuracy (tensor sizes and a tolerance: true on every machine).
 
-    Outcome ``"recipe.memory_half"`` (AMP saved at most 0.6x FP32's bytes for backward), ``"_less"`` (below
-    0.95x), ``"_same"`` (up to 1.05x) or ``"_more"``; reasons ``"recipe.weights_stay"``, ``"recipe.peak"``
-    (on CUDA, where the peak memory per step was measured) and ``"recipe.accuracy_within"`` or
-    ``"recipe.accuracy_beyond"`` (AMP's test accuracy against FP32's, ``accuracy_tolerance`` a fraction:
-    0.03 is 3 points).  Facts: ``name``, ``saved_ratio``, ``base_kib``, ``amp_kib``, ``peak_ratio``,
-    ``base_peak``, ``amp_peak`` (formatted bytes), ``accuracy_gap``, ``points``."""
+    Outcome ``"recipe.memory_half"`` (AMP saved at most 0.6x FP32's bytes for backward), ``_less`` (below
+    0.95x), ``_same`` (up to 1.05x) or ``_more``; reasons ``"recipe.weights_stay"``, ``"recipe.peak"`` (where
+    the peak memory per step was measured) and ``"recipe.accuracy_within"`` or ``_beyond``
+    (``accuracy_tolerance`` a fraction: 0.03 is 3 points)."""
     base, amp = _amp_row(results, choice)
     accuracy_tolerance = check_float("accuracy_tolerance", accuracy_tolerance, ge=0, lt=1)
     if not base.saved_bytes > 0:
@@ -506,10 +475,9 @@ def read_memory(
 
 
 def read_tf32(device=None) -> Reading:
-    """What the "FP32" baseline computes on ``device``: outcome ``"recipe.tf32_on"`` (a GPU with TF32 Tensor
-    Cores and TF32 on: its FP32 matmuls use them), ``"recipe.tf32_off"`` (such a GPU, TF32 off) or
-    ``"recipe.tf32_none"`` (no TF32 Tensor Cores in use); facts ``allowed`` and ``precision``, from
-    ``hardware.tf32_setting()``."""
+    """What the "FP32" baseline computes on ``device``: ``"recipe.tf32_on"`` (TF32 Tensor Cores, TF32 on),
+    ``"recipe.tf32_off"`` (such a GPU, TF32 off) or ``"recipe.tf32_none"``; facts ``allowed`` and
+    ``precision``, from ``hardware.tf32_setting()``."""
     dev = get_device(device)
     allowed, matmul_precision = tf32_setting()
     capability = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
