@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -38,7 +38,16 @@ from .intervals import SpeedupEstimate, speedup_estimate
 from .models import make_mlp
 from .progress import progress
 from .race_trainer import saved_bytes
-from .recipe import MAX_LR, History, evaluate, make_scaler, step_batches, step_on_device, timed_step
+from .recipe import (
+    MAX_LR,
+    History,
+    evaluate,
+    make_scaler,
+    split_batches,
+    step_batches,
+    timed_step,
+    train_loop,
+)
 from .recipe_checks import check_on, check_per_step, precision
 from .text import Reading, format_bytes, format_ratio
 from .timing import Regime, regime_for, timing_context
@@ -62,44 +71,16 @@ def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=lr, fused=device.type == "cuda")
 
 
-@dataclass(frozen=True)
-class _MemoryCounters:
-    """The allocator statistics :func:`_step_memory` reads (CUDA's, or a test's fakes)."""
-
-    synchronize: Callable[[], None]
-    allocated: Callable[[], int]
-    reset_peak: Callable[[], None]
-    peak: Callable[[], int]
-
-
-def _memory_counters(dev: torch.device) -> _MemoryCounters | None:
-    """CUDA's allocator counters for ``dev``; None elsewhere (no reliable allocator statistic)."""
-    if dev.type != "cuda":
-        return None
-    return _MemoryCounters(
-        synchronize=lambda: torch.cuda.synchronize(dev),
-        allocated=lambda: torch.cuda.memory_allocated(dev),
-        reset_peak=lambda: torch.cuda.reset_peak_memory_stats(dev),
-        peak=lambda: torch.cuda.max_memory_allocated(dev),
-    )
-
-
-def _numbered_step(model, opt, scaler, split, step: int, *, dtype, dev, batch_size, per_step, seed):
-    """Optimizer step ``step`` of a run on ``split`` (untimed, and without reading anything back)."""
-    batches = step_batches(split, step, batch_size, per_step, seed)
-    return step_on_device(model, opt, scaler, batches, dtype=dtype, device=dev)
-
-
-def _step_memory(step: Callable[[int], object], counters: _MemoryCounters) -> int:
-    """Peak bytes one training step allocates above what is alive before it: step 0 is an unmeasured
-    warm-up (cuBLAS workspaces, gradients, Adam's state), then step 1 is measured from a fresh baseline."""
-    step(0)
-    counters.synchronize()
-    base = int(counters.allocated())
-    counters.reset_peak()
-    step(1)
-    counters.synchronize()
-    return int(counters.peak()) - base
+def _step_memory(loop, dev: torch.device) -> int:
+    """Peak bytes one training step (``next(loop)``) allocates on CUDA above what is alive before it: the
+    first step is an unmeasured warm-up (cuBLAS workspaces, gradients, Adam's state)."""
+    next(loop)
+    torch.cuda.synchronize(dev)
+    base = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    next(loop)
+    torch.cuda.synchronize(dev)
+    return torch.cuda.max_memory_allocated(dev) - base
 
 
 @dataclass(frozen=True)
@@ -148,12 +129,6 @@ class PrecisionResult:
         return regime_for(
             self.seconds_per_step, self.step_flops, self.step_bytes, dtype, ctx, unit=f"{self.name} step"
         )
-
-
-def _numbered_step(model, opt, scaler, split, step: int, *, dtype, dev, batch_size, per_step, seed):
-    """Optimizer step ``step`` of a run on ``split`` (untimed, and without reading anything back)."""
-    batches = step_batches(split, step, batch_size, per_step, seed)
-    return step_on_device(model, opt, scaler, batches, dtype=dtype, max_grad_norm=1.0, device=dev)
 
 
 def compare_precisions(
@@ -252,34 +227,29 @@ def _compare(
         )
         return model, _adam(model.parameters(), lr=lr, device=dev), make_scaler(dtype, dev)
 
-    batch_kw = dict(batch_size=batch_size, per_step=per_step, seed=seed)
-    peaks: dict[torch.dtype, int | None] = dict.fromkeys(dts)
-    counters = _memory_counters(dev)
-    if counters is not None:
-        for dtype in dts:
-            model, opt, scaler = fresh(dtype)
-            step = functools.partial(
-                _numbered_step, model, opt, scaler, data.train, dtype=dtype, dev=dev, **batch_kw
-            )
-            peaks[dtype] = _step_memory(step, counters)
-            del model, opt, scaler, step
+    batches_of = functools.partial(split_batches, data.train, batch_size, per_step, seed)
 
+    def run(dtype, steps):
+        model, opt, scaler = fresh(dtype)
+        return model, train_loop(model, opt, scaler, batches_of, steps, dtype=dtype, max_grad_norm=1.0)
+
+    peaks = {
+        dtype: _step_memory(run(dtype, range(2))[1], dev) if dev.type == "cuda" else None for dtype in dts
+    }
     context = timing_context(dev)
-    runs = [(dtype, *fresh(dtype), History()) for dtype in dts]
+    runs = [(dtype, *run(dtype, range(num_steps)), History()) for dtype in dts]
     steps = progress(range(num_steps), desc="FP32 vs AMP") if show_progress else range(num_steps)
     for step in steps:
-        batches = step_batches(data.train, step, batch_size, per_step, seed)
         # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked down).
-        for dtype, model, opt, scaler, history in runs if step % 2 == 0 else runs[::-1]:
-            result, seconds = timed_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=1.0, dev=dev)
-            history.append(step, result, seconds)
+        for _dtype, _model, loop, history in runs if step % 2 == 0 else runs[::-1]:
+            history.append(step, *timed_step(loop, dev))
 
     sizes = dict(hidden=hidden, depth=depth, batch_size=batch_size, accumulation_steps=accumulation_steps)
     flops = step_flops(data.num_features, data.num_classes, **sizes)
     X, y = step_batches(data.train, 0, batch_size, batch_size, seed)[0]
-    base_seconds = tuple(runs[0][4].seconds[warmup_steps:])
+    base_seconds = tuple(runs[0][3].seconds[warmup_steps:])
     rows = []
-    for i, (dtype, model, _opt, _scaler, history) in enumerate(runs):
+    for i, (dtype, model, _loop, history) in enumerate(runs):
         ev = evaluate(model, data.test, dtype=dtype, device=dev)
         timed = tuple(history.seconds[warmup_steps:])
         rows.append(

@@ -156,29 +156,20 @@ def train_step(
 
 @dataclass(frozen=True)
 class PendingStep:
-    """One optimizer step, still on the device (from :func:`sync_free_step`): 0-d tensors ``loss`` and
-    ``grad_norm``, the ``scale`` used (a tensor, or 1.0 for a disabled scaler), GradScaler's ``found_inf``
-    flag (None for a disabled scaler).  :meth:`values` gathers them without waiting; :meth:`result` reads."""
+    """One optimizer step, still on the device (from :func:`sync_free_step`): 0-d tensors ``loss``,
+    ``grad_norm``, the ``scale`` used and GradScaler's ``found_inf`` flag (nonzero: the step was skipped)."""
 
     loss: torch.Tensor
     grad_norm: torch.Tensor
-    scale: torch.Tensor | float
-    found_inf: torch.Tensor | None = None
+    scale: torch.Tensor
+    found_inf: torch.Tensor
 
     def values(self) -> torch.Tensor:
-        """``[loss, grad_norm, scale, skipped]`` as one tensor on the device, no host sync: float64, which
-        holds every float32 exactly (float32 on Apple GPUs, which have no float64)."""
-        dev = self.loss.device
-        dtype = torch.float32 if dev.type == "mps" else torch.float64
-
-        def on_device(value) -> torch.Tensor:
-            if isinstance(value, torch.Tensor):
-                return value.detach().reshape(()).to(device=dev, dtype=dtype)
-            return torch.full((), float(value), dtype=dtype, device=dev)  # filled there: a copy could wait
-
-        skipped = on_device(0.0 if self.found_inf is None else self.found_inf) != 0
-        parts = [self.loss, self.grad_norm, self.scale]
-        return torch.stack([*map(on_device, parts), skipped.to(dtype)])
+        """``[loss, grad_norm, scale, skipped]`` in one tensor on the device, without a host sync: float64,
+        which holds every float32 exactly (float32 on Apple GPUs, which have no float64)."""
+        wide = torch.float32 if self.loss.device.type == "mps" else torch.float64
+        parts = (self.loss, self.grad_norm, self.scale, self.found_inf != 0)
+        return torch.stack([t.detach().reshape(()).to(self.loss.device, wide) for t in parts])
 
     def result(self) -> StepResult:
         """The step as Python numbers: one read from the device (one host sync)."""
@@ -210,14 +201,15 @@ def sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float |
         scaler.scale(loss).backward()
         total += loss.detach().float()  # stays on the device: float(loss) here would wait for the GPU
     enabled = scaler.is_enabled()
-    scale = scaler._get_scale_async().detach().clone() if enabled else 1.0  # a copy: update() changes it
+    # A copy: update() changes the scale in place.  A disabled scaler has none: 1, filled on the device.
+    scale = scaler._get_scale_async().detach().clone() if enabled else torch.ones((), device=dev)
     scaler.unscale_(opt)
     if max_grad_norm is not None:
         grad_norm = nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     else:
         grad_norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
     scaler.step(opt)
-    found_inf = None
+    found_inf = torch.zeros((), device=dev)  # a disabled scaler never skips
     if enabled:  # one flag per device the gradients live on, copied before update() adds into it
         flags = list(scaler._found_inf_per_device(opt).values())
         found_inf = torch.stack([f.to(flags[0].device) for f in flags]).sum()
@@ -231,13 +223,12 @@ step_on_device = sync_free_step.unchecked  # the step itself, for callers that c
 _clock = time.perf_counter
 
 
-def timed_step(model, opt, scaler, batches, *, dtype, max_grad_norm, dev) -> tuple[StepResult, float]:
-    """One :func:`sync_free_step` between two device syncs; its numbers are read after the clock stopped."""
+def timed_step(loop, dev) -> tuple[StepResult, float]:
+    """One step of ``loop`` (a :func:`train_loop`) between two device syncs: nothing is read while the clock
+    runs, and the step's numbers are read after it stopped."""
     synchronize(dev)
     t0 = _clock()
-    pending = step_on_device(
-        model, opt, scaler, batches, dtype=dtype, max_grad_norm=max_grad_norm, device=dev
-    )
+    pending = next(loop)
     synchronize(dev)
     seconds = _clock() - t0
     return pending.result(), seconds
@@ -350,21 +341,18 @@ def train(
     # scaler. Otherwise every log_every steps.
     read_each_step = scheduler is not None and scaler.is_enabled()
     window = 1 if read_each_step else min(log_every or num_steps, max(num_steps, 1))
-    batches_of = functools.partial(_batches_of, split, batch_size, per_step, seed)
+    batches_of = functools.partial(split_batches, split, batch_size, per_step, seed)
     loop = train_loop(model, opt, scaler, batches_of, steps, dtype=dtype, max_grad_norm=max_grad_norm)
-    rows, pending = None, []  # the steps' numbers wait on the device, one row per step
+    pending = []  # the steps' numbers, waiting on the device
     synchronize(dev)
     t0 = _clock()
-    for step, result in zip(steps, loop, strict=True):
-        values = result.values()
-        if rows is None:
-            rows = torch.empty((window, 4), dtype=values.dtype, device=values.device)
-        rows[len(pending)].copy_(values)  # a copy on the device: nothing is read yet
-        pending.append(step)
-        if len(pending) == window or step == steps[-1]:
+    for step, result in zip(range(start_step, start_step + num_steps), loop, strict=True):
+        pending.append(result.values())
+        if len(pending) == window or step == start_step + num_steps - 1:
             synchronize(dev)
             now = _clock()
-            for k, row in zip(pending, rows[: len(pending)].tolist(), strict=True):  # the one read
+            first = step - len(pending) + 1
+            for k, row in enumerate(torch.stack(pending).tolist(), start=first):  # the one read
                 history.append(k, step_result(row), (now - t0) / len(pending))
             t0, pending = now, []
         if scheduler is not None and not (read_each_step and history.skipped[-1]):
@@ -372,7 +360,8 @@ def train(
     return history
 
 
-def _batches_of(split, batch_size, per_step, seed, step):
+def split_batches(split, batch_size, per_step, seed, step):
+    """``batches_of(step)`` for :func:`train_loop`: the micro-batches of a run on ``split``."""
     return step_batches(split, step, batch_size, per_step, seed)
 
 

@@ -152,10 +152,7 @@ def runs_table(runs, last: int = 20):
 def cpu_threads(num_threads: int | None, device: torch.device):
     """Run the block with ``num_threads`` torch CPU threads, 1 to ``MAX_THREADS`` (restored afterwards;
     no-op off the CPU or for None), checked when called."""
-    num_threads = (
-        None if num_threads is None else check_int("num_threads", num_threads, minimum=1, maximum=MAX_THREADS)
-    )
-    return torch_threads(num_threads, None if device is None else get_device(device))
+    return torch_threads(num_threads, device)
 
 
 def _check_scaler(scaler):
@@ -323,10 +320,14 @@ def train_digits(
 
 
 class ScalerExplorer:
-    """Widget of :func:`scaler_explorer`: sliders ``init_scale`` (log2), ``growth_interval`` and
-    ``backoff_factor``, an HTML ``readout``, the figure ``pane``, the layout ``widget``; ``run`` is the latest
-    :class:`TrainingRun`.  CSS classes ``amp-scaler-init-scale``, ``-growth-interval``, ``-backoff``,
-    ``-readout``, ``-plot``."""
+    """Sliders for a :class:`~amp_lab.scaling.DynamicLossScaler`'s initial scale (a power of two), growth
+    interval and backoff factor (04): each change re-runs ``num_steps`` (at most :data:`MAX_EXPLORER_STEPS`)
+    of :func:`train_digits` in FP16 and redraws the scale trajectory, skipped steps marked.  The values must
+    lie on the sliders (0 to 32, 1 to 100, 0.05 to 0.95); ``train_kwargs`` holds other train_digits settings.
+
+    Parts: the sliders ``init_scale``, ``growth_interval``, ``backoff_factor``, the HTML ``readout``, the
+    figure ``pane``, the layout ``widget``; ``run`` is the latest :class:`TrainingRun`.  CSS classes
+    ``amp-scaler-init-scale``, ``-growth-interval``, ``-backoff``, ``-readout``, ``-plot``."""
 
     def __init__(
         self,
@@ -457,24 +458,4 @@ def _readout_html(run: TrainingRun, final_scale: float) -> str:
     return table_html(rows)
 
 
-def scaler_explorer(
-    *,
-    log2_init_scale: int = 16,
-    growth_interval: int = 10,
-    backoff_factor: float = 0.5,
-    num_steps: int = 60,
-    train_kwargs: dict | None = None,
-    device=None,
-) -> ScalerExplorer:
-    """Sliders for a :class:`~amp_lab.scaling.DynamicLossScaler`'s initial scale (a power of two), growth
-    interval and backoff factor (04): each change re-runs ``num_steps`` (at most :data:`MAX_EXPLORER_STEPS`)
-    of :func:`train_digits` in FP16 and redraws the scale trajectory, skipped steps marked.  The values must
-    lie on the sliders (0 to 32, 1 to 100, 0.05 to 0.95); ``train_kwargs`` holds other train_digits settings."""
-    return ScalerExplorer(
-        log2_init_scale=log2_init_scale,
-        growth_interval=growth_interval,
-        backoff_factor=backoff_factor,
-        num_steps=num_steps,
-        train_kwargs=train_kwargs,
-        device=device,
-    )
+scaler_explorer = ScalerExplorer  # the name notebook 04 calls
