@@ -1,10 +1,6 @@
-"""Checkpoints that resume a mixed-precision run bit for bit (``07_amp_training_recipe``).
-
-:func:`save_checkpoint` stores the model, the optimizer, the GradScaler (its scale and growth tracker), the
-lr scheduler, the step number and the RNG state, written whole or not at all; :func:`load_checkpoint` reads
-it with ``weights_only=True``, validates all of it against what it will be loaded into (by loading it into
-copies first), then changes it: a refused load changes nothing.
-"""
+"""Checkpoints that resume a mixed-precision run bit for bit (07): :func:`save_checkpoint` writes everything
+a resumed run needs, whole or not at all; :func:`load_checkpoint` reads it with ``weights_only=True``,
+validates it by loading it into copies first, then changes the learner's objects."""
 
 from __future__ import annotations
 
@@ -221,12 +217,9 @@ def _validate(state, model, opt, scaler, scheduler) -> None:
 def load_checkpoint(path, model, opt, scaler, *, scheduler=None, device=None) -> int:
     """Restore what :func:`save_checkpoint` saved into existing objects; returns the step to resume at.
 
-    Read with ``weights_only=True`` (unpickling arbitrary objects can run code).  Validate, then change:
-    the whole checkpoint is checked first (every entry present, the weights against ``model``, the optimizer
-    state against ``opt``, the loss-scale state against ``scaler``, scheduler state exactly when
-    ``scheduler`` is given), and a refused load changes nothing.  A file that is not a checkpoint raises
-    ValueError naming the path; a missing file FileNotFoundError, which is also a ValueError.
-    """
+    Read with ``weights_only=True`` (unpickling arbitrary objects can run code).  Validate, then change: a
+    checkpoint that does not fit ``model``, ``opt``, ``scaler`` and ``scheduler`` changes nothing and raises
+    ValueError naming the path; a missing file raises FileNotFoundError, which is also a ValueError."""
     path = _check_path(path)
     _check_objects(model, opt, scaler, scheduler)
     dev = get_device(device)

@@ -108,15 +108,10 @@ def compare_clipping(
     seed: int = 0,
     device=None,
 ) -> ClippingComparison:
-    """Clip after ``unscale_`` (right) and before it (the scaled gradients: wrong), with Adam and with SGD.
-
-    Four runs of ``num_steps`` steps from the same seeded ``models.make_mlp`` on the same batches of
-    ``data.train``, with a ``torch.amp.GradScaler`` at ``scale`` that never grows.  Clipping the scaled
-    gradients puts the threshold at ``max_norm / scale`` in true units, so it fires on almost every step:
-    SGD's steps shrink with the gradient, Adam's barely change (it is invariant to the gradient's scale,
-    apart from its eps).  Everything is checked before anything is built (``num_steps`` up to
-    ``_checks.MAX_STEPS // 4``, ``lr`` up to 1e6).
-    """
+    """Clip after ``unscale_`` (right) and before it (wrong), with Adam and with SGD: four runs of
+    ``num_steps`` from the same seeded model on the same batches, with a GradScaler at ``scale`` that never
+    grows.  Clipping the scaled gradients clips at ``max_norm / scale`` in true units, so it fires on almost every
+    step: SGD's steps shrink, Adam's barely change.  Everything is checked before anything is built."""
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     scale = check_scale("scale", scale)
     max_norm = check_float("max_norm", max_norm, gt=0)

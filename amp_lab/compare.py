@@ -1,10 +1,6 @@
-"""FP32 against AMP, measured and read (``07_amp_training_recipe``).
-
-:func:`compare_precisions` trains the same seeded model once per dtype on the same batches, in lockstep, and
-measures time per step (with the speed-up's interval, from paired steps), the bytes autograd saves for
-backward, the peak CUDA memory of a step and test accuracy.  :func:`comparison_rows` tabulates them;
-:func:`read_comparison` (speed) and :func:`read_memory` (memory, accuracy) read them as reason codes.
-"""
+"""FP32 against AMP, measured and read (07): :func:`compare_precisions` trains the same model once per dtype
+in lockstep and measures time, memory and accuracy; :func:`comparison_rows` tabulates them;
+:func:`read_comparison` and :func:`read_memory` read them as reason codes."""
 
 from __future__ import annotations
 
@@ -147,19 +143,13 @@ def compare_precisions(
     device=None,
     show_progress: bool = False,
 ) -> list[PrecisionResult]:
-    """Train the same seeded model once per dtype, on the same batches, and measure what AMP changes.
+    """Train the same seeded model once per dtype on the same batches, in lockstep (the order flipping every
+    step, so a machine that gets busier slows every dtype alike), each step a :func:`recipe.timed_step`.
 
-    The runs advance in lockstep, the order within a step flipping every step, so a machine that gets
-    busier slows every dtype alike.  Each step is :func:`recipe.timed_step` (no host sync inside; on CUDA
-    Adam is fused).  Per row: the median step time after ``warmup_steps``; the speed-up against the first
-    dtype, paired step by step; the bytes saved for backward on one batch; on CUDA the peak memory of one
-    step; accuracy and loss from ``recipe.evaluate``; the step's FLOPs and bytes.  ``threads`` sets torch's
-    CPU threads for the comparison (restored afterwards).
-
-    Everything is checked before the first model is built: ``data`` a ``data.Dataset`` on ``device``,
-    ``num_steps`` times the number of dtypes at most ``_checks.MAX_STEPS``, ``hidden`` and ``depth`` as
-    ``models.make_mlp`` takes them, ``lr`` at most 1e6, ``threads`` from 1 to 1024.
-    """
+    Per row: the median step time after ``warmup_steps``, the speed-up against the first dtype (paired steps),
+    the bytes saved for backward on one batch, on CUDA the peak memory of a step, test accuracy and loss, the
+    step's FLOPs and bytes.  ``threads`` sets torch's CPU threads meanwhile.  Everything is checked before the
+    first model is built (``num_steps`` times the number of dtypes at most ``MAX_STEPS``, ``lr`` at most 1e6)."""
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     dev = get_device(device)
     if isinstance(dtypes, (torch.dtype, str)):
@@ -189,89 +179,54 @@ def compare_precisions(
                 f"{which} holds class labels from {low} to {high}, beyond data.num_classes={data.num_classes}"
             )
     with torch_threads(threads):
-        return _compare(
-            data,
-            dts,
-            num_steps,
-            batch_size,
-            accumulation_steps,
-            per_step,
-            hidden,
-            depth,
-            lr,
-            warmup_steps,
-            seed,
-            dev,
-            show_progress,
-        )
+        batches_of = functools.partial(split_batches, data.train, batch_size, per_step, seed)
 
-
-def _compare(
-    data,
-    dts,
-    num_steps,
-    batch_size,
-    accumulation_steps,
-    per_step,
-    hidden,
-    depth,
-    lr,
-    warmup_steps,
-    seed,
-    dev,
-    show_progress,
-) -> list[PrecisionResult]:
-    def fresh(dtype):
-        model = make_mlp(
-            data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
-        )
-        return model, _adam(model.parameters(), lr=lr, device=dev), make_scaler(dtype, dev)
-
-    batches_of = functools.partial(split_batches, data.train, batch_size, per_step, seed)
-
-    def run(dtype, steps):
-        model, opt, scaler = fresh(dtype)
-        return model, train_loop(model, opt, scaler, batches_of, steps, dtype=dtype, max_grad_norm=1.0)
-
-    peaks = {
-        dtype: _step_memory(run(dtype, range(2))[1], dev) if dev.type == "cuda" else None for dtype in dts
-    }
-    context = timing_context(dev)
-    runs = [(dtype, *run(dtype, range(num_steps)), History()) for dtype in dts]
-    steps = progress(range(num_steps), desc="FP32 vs AMP") if show_progress else range(num_steps)
-    for step in steps:
-        # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked down).
-        for _dtype, _model, loop, history in runs if step % 2 == 0 else runs[::-1]:
-            history.append(step, *timed_step(loop, dev))
-
-    sizes = dict(hidden=hidden, depth=depth, batch_size=batch_size, accumulation_steps=accumulation_steps)
-    flops = step_flops(data.num_features, data.num_classes, **sizes)
-    X, y = step_batches(data.train, 0, batch_size, batch_size, seed)[0]
-    base_seconds = tuple(runs[0][3].seconds[warmup_steps:])
-    rows = []
-    for i, (dtype, model, _loop, history) in enumerate(runs):
-        ev = evaluate(model, data.test, dtype=dtype, device=dev)
-        timed = tuple(history.seconds[warmup_steps:])
-        rows.append(
-            PrecisionResult(
-                dtype=dtype,
-                seconds_per_step=statistics.median(timed),
-                saved_bytes=saved_activation_bytes(model, X, y, dtype=dtype, device=dev),
-                peak_memory_bytes=peaks[dtype],
-                test_accuracy=ev.accuracy,
-                test_loss=ev.loss,
-                final_train_loss=history.losses[-1],
-                num_skipped=history.num_skipped,
-                losses=tuple(history.losses),
-                threads=torch.get_num_threads(),
-                step_seconds=timed,
-                speedup=speedup_estimate(base_seconds, timed) if i > 0 else None,
-                context=context,
-                step_flops=flops,
-                step_bytes=step_bytes(data.num_features, data.num_classes, **sizes, dtype=dtype),
+        def run(dtype, steps):
+            model = make_mlp(
+                data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
             )
-        )
-    return rows
+            opt, scaler = _adam(model.parameters(), lr=lr, device=dev), make_scaler(dtype, dev)
+            return model, train_loop(model, opt, scaler, batches_of, steps, dtype=dtype, max_grad_norm=1.0)
+
+        peaks = {
+            dtype: _step_memory(run(dtype, range(2))[1], dev) if dev.type == "cuda" else None for dtype in dts
+        }
+        context = timing_context(dev)
+        runs = [(dtype, *run(dtype, range(num_steps)), History()) for dtype in dts]
+        steps = progress(range(num_steps), desc="FP32 vs AMP") if show_progress else range(num_steps)
+        for step in steps:
+            # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked down).
+            for _dtype, _model, loop, history in runs if step % 2 == 0 else runs[::-1]:
+                history.append(step, *timed_step(loop, dev))
+
+        sizes = dict(hidden=hidden, depth=depth, batch_size=batch_size, accumulation_steps=accumulation_steps)
+        flops = step_flops(data.num_features, data.num_classes, **sizes)
+        X, y = step_batches(data.train, 0, batch_size, batch_size, seed)[0]
+        base_seconds = tuple(runs[0][3].seconds[warmup_steps:])
+        rows = []
+        for i, (dtype, model, _loop, history) in enumerate(runs):
+            ev = evaluate(model, data.test, dtype=dtype, device=dev)
+            timed = tuple(history.seconds[warmup_steps:])
+            rows.append(
+                PrecisionResult(
+                    dtype=dtype,
+                    seconds_per_step=statistics.median(timed),
+                    saved_bytes=saved_activation_bytes(model, X, y, dtype=dtype, device=dev),
+                    peak_memory_bytes=peaks[dtype],
+                    test_accuracy=ev.accuracy,
+                    test_loss=ev.loss,
+                    final_train_loss=history.losses[-1],
+                    num_skipped=history.num_skipped,
+                    losses=tuple(history.losses),
+                    threads=torch.get_num_threads(),
+                    step_seconds=timed,
+                    speedup=speedup_estimate(base_seconds, timed) if i > 0 else None,
+                    context=context,
+                    step_flops=flops,
+                    step_bytes=step_bytes(data.num_features, data.num_classes, **sizes, dtype=dtype),
+                )
+            )
+        return rows
 
 
 COMPARISON_HEADER = [

@@ -1,11 +1,7 @@
-"""Real gradients to look at: the course's MLP trained on the digits, and hooks that collect them (03, 04).
-
-FP16 loses them because they are tiny: cross-entropy's gradient ``softmax(z) - onehot(y)`` is ~1e-4..1e-8
-for confidently classified examples, ``reduction="mean"`` divides by the batch size, and backpropagation
-multiplies by small weights and ReLU's 0/1 masks at every layer.  :func:`train_steps` trains the model a few
-hundred cheap steps; :func:`collect_gradients` records, per layer, the forward output, the activation
-gradient dL/d(output) and the weight and bias gradients, in float32 unless ``autocast_dtype`` is given.
-"""
+"""Real gradients to look at (03, 04): :func:`train_steps` trains the course's MLP a few hundred cheap steps
+on the digits, and :func:`collect_gradients` records per layer the forward output, the activation gradient
+and the weight and bias gradients.  They are tiny (softmax minus one-hot, divided by the batch size, times
+small weights at every layer), which is why FP16 loses them."""
 
 from __future__ import annotations
 
@@ -214,15 +210,10 @@ def collect_gradients(
 ) -> GradientRecord:
     """One forward and backward pass of ``model`` on ``(X, y)``, recording every layer's gradients.
 
-    ``loss_fn(output, y)`` defaults to cross-entropy (mean over the batch); the loss is multiplied by
-    ``loss_scale`` (finite, > 0) before backward, as loss scaling does.  With ``autocast_dtype`` (e.g.
-    ``torch.float16`` or "bf16") the forward pass runs under ``torch.autocast``, so activations and their
-    gradients really are in that dtype.  Modules of ``layer_types`` are recorded.
-
-    The model's own ``.grad`` fields are not touched (``torch.autograd.grad``); the hooks are removed
-    afterwards, even on error.  On the CPU the pass runs with one thread, so results do not depend on the
-    core count.
-    """
+    ``loss_fn(output, y)`` defaults to cross-entropy; the loss is multiplied by ``loss_scale`` before backward,
+    as loss scaling does; with ``autocast_dtype`` the forward pass runs under ``torch.autocast``.  Modules of
+    ``layer_types`` are recorded.  The model's ``.grad`` fields are not touched, the hooks are removed even on
+    error, and on the CPU the pass runs with one thread (results do not depend on the core count)."""
     check_instance("model", model, nn.Module, "a torch.nn.Module (e.g. from make_mlp)")
     loss_scale = check_scale("loss_scale", loss_scale)
     if autocast_dtype is not None:

@@ -1,13 +1,7 @@
-"""The mixed-precision training recipe: the step, the course's one training loop, host reads, evaluation (07).
-
-* :func:`train_step` is one optimizer step on public torch API (notebook 07 prints it); :func:`sync_free_step`
-  is the same step reading nothing back from the device, with two of GradScaler's private methods.
-* :func:`train_loop` is the course's one training loop (03's ``gradients.train_steps``, 04's
-  ``training.train_digits``, 06's race in ``race_trainer``, 07's :func:`train`).
-* :func:`train` runs steps on batches that are a pure function of the step number (:func:`micro_batches`),
-  so a run resumed from a checkpoint continues bit for bit; it reads the steps' numbers every ``log_every``.
-* :func:`count_host_reads` counts host reads; :func:`evaluate` runs inference under autocast.
-"""
+"""The mixed-precision training recipe (07): :func:`train_step` on public torch API, :func:`sync_free_step`
+reading nothing back, the course's one training loop :func:`train_loop` (03, 04, 06's race, 07), :func:`train`
+on batches that are a pure function of the step (so a resumed run continues bit for bit), host reads
+counted, and evaluation under autocast."""
 
 from __future__ import annotations
 
@@ -250,16 +244,9 @@ def train_loop(model, opt, scaler, batches_of, steps, *, dtype=None, max_grad_no
     dev = next(model.parameters()).device
     scaler = scaler if scaler is not None else torch.amp.GradScaler(dev.type, enabled=False)
     step = step_on_device if sync_free else train_step.unchecked
+    settings = dict(dtype=dtype or torch.float32, max_grad_norm=max_grad_norm, device=dev)
     for k in steps:
-        yield step(
-            model,
-            opt,
-            scaler,
-            batches_of(k),
-            dtype=dtype or torch.float32,
-            max_grad_norm=max_grad_norm,
-            device=dev,
-        )
+        yield step(model, opt, scaler, batches_of(k), **settings)
 
 
 @dataclass
@@ -309,15 +296,12 @@ def train(
 ) -> History:
     """Run optimizer steps ``start_step .. start_step + num_steps - 1`` of the recipe on ``split``.
 
-    Each step is a :func:`sync_free_step` (in :func:`train_loop`); the host reads the steps' numbers in one
-    go every ``log_every`` steps, or once at the end (None).  ``History.seconds`` holds each step's share of
-    its window's time (the device synchronised at both ends).  ``scheduler`` is stepped only after steps the
-    scaler did not skip, so with an enabled scaler such a run reads every step (the one sync it needs).
-
-    Everything is checked before the first step, as :func:`train_step` checks it (the whole split at once):
-    ``num_steps`` up to ``_checks.MAX_STEPS``, ``start_step + num_steps`` at most 2**53, ``scheduler`` None or
-    a scheduler of ``opt`` that steps without a metric, ``log_every`` None or from 1 to ``MAX_STEPS``.
-    """
+    Each step is a :func:`sync_free_step`; the host reads the steps' numbers in one go every ``log_every`` steps,
+    or once at the end (None), and ``History.seconds`` holds each step's share of its window's time.
+    ``scheduler`` is stepped only after steps the scaler did not skip, so with an enabled scaler such a run
+    reads every step (the one sync it needs).  Everything is checked before the first step, as
+    :func:`train_step` checks it: ``num_steps`` up to ``MAX_STEPS``, ``start_step + num_steps`` at most 2**53,
+    ``scheduler`` one of ``opt`` that steps without a metric, ``log_every`` None or 1 to ``MAX_STEPS``."""
     num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
     log_every = None if log_every is None else check_int("log_every", log_every, minimum=1, maximum=MAX_STEPS)
     start_step = check_int("start_step", start_step, minimum=0, maximum=MAX_STEP_NUMBER - num_steps)

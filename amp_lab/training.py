@@ -1,11 +1,7 @@
-"""04's training runs: the same network on the digits in FP32, FP16 without scaling, with our scalers and with
-GradScaler, compared by loss, the share of exactly-zero gradients and the scale trajectory.
-
-The default network is the course's MLP made deep and narrow (18 Linear layers of width 16): each layer
-shrinks the backward signal, and the mean over a batch of 256 divides it further, so the lower layers'
-gradients fall below FP16's smallest subnormal (2**-24) and become exactly zero without scaling.
-:func:`scaler_explorer` re-runs a short training as its sliders move.
-"""
+"""04's training runs (:func:`train_digits`): FP32, FP16 without scaling, with our scalers and with GradScaler,
+compared by loss, share of exactly-zero gradients and scale trajectory.  The default network (18 Linear
+layers of width 16) shrinks its lower layers' gradients below FP16's smallest subnormal.  The
+:class:`ScalerExplorer` re-runs a short training as its sliders move."""
 
 from __future__ import annotations
 
@@ -237,16 +233,11 @@ def train_digits(
 ) -> TrainingRun:
     """Train :func:`amp_lab.models.make_mlp` (``depth`` Linear layers of ``width``) on the digits with Adam.
 
-    ``scaler`` is None (plain ``backward``/``step``) or any object with GradScaler's methods (ours,
-    ``torch.amp.GradScaler``, a learner's); ``dtype`` the autocast dtype, or None for FP32.  ``seed`` seeds
-    the weights and the mini-batches alike; ``max_grad_norm`` clips after ``unscale_``; ``data`` defaults to
-    ``load_digits(device=device)``; ``num_threads`` is as :func:`cpu_threads`; ``convert`` (e.g.
-    ``fp8.convert_to_float8``) replaces the built model before the optimizer sees it.
-
-    Everything is checked before anything is built: the bounds (``num_steps`` up to ``MAX_STEPS``, ``lr`` up
-    to :data:`MAX_LR`, ``depth`` and ``width`` up to :data:`MAX_DEPTH` and :data:`MAX_WIDTH`), the memory
-    against the device's, and ``data`` against the network.  Returns a :class:`TrainingRun`.
-    """
+    ``scaler`` is None (plain ``backward``/``step``) or any object with GradScaler's methods; ``dtype`` the
+    autocast dtype, or None for FP32; ``seed`` seeds the weights and the batches; ``max_grad_norm`` clips after
+    ``unscale_``; ``convert`` (e.g. ``fp8.convert_to_float8``) replaces the built model.  Everything is checked
+    before anything is built: the bounds (:data:`MAX_LR`, :data:`MAX_DEPTH`, :data:`MAX_WIDTH`), the memory,
+    and ``data`` against the network."""
     scaler = _check_scaler(scaler)
     dtype, num_steps, batch_size, lr, depth, width, max_grad_norm, seed, label, num_threads, convert = (
         _check_settings(
@@ -281,6 +272,7 @@ def train_digits(
         )
     run = TrainingRun(label=label, model=model)
     params = list(model.parameters())
+    n_params = sum(p.numel() for p in params)
     calls = []  # whether the optimizer stepped, whatever the scaler: its step hook sees it
     hook = opt.register_step_post_hook(lambda *_: calls.append(1))
     try:
@@ -300,11 +292,8 @@ def train_digits(
                 run.losses.append(result.loss)
                 run.scales.append(float(result.scale))
                 run.stepped.append(len(calls) > len(run.stepped))
-                grads = [p.grad for p in params if p.grad is not None]
-                zeros = sum(int((g == 0).sum()) for g in grads) + sum(
-                    p.numel() for p in params if p.grad is None
-                )
-                run.zero_fraction.append(zeros / sum(p.numel() for p in params))
+                zeros = sum(p.numel() if p.grad is None else int((p.grad == 0).sum()) for p in params)
+                run.zero_fraction.append(zeros / n_params)
             with torch.no_grad():
                 logits = model(data.test.X.to(dev))
             run.test_accuracy = float((logits.argmax(1) == data.test.y.to(dev)).float().mean())
