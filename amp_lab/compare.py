@@ -94,11 +94,8 @@ class PrecisionResult:
     saved_bytes: int
     peak_memory_bytes: int | None
     test_accuracy: float
-    test_loss: float
-    final_train_loss: float
     num_skipped: int
     losses: tuple[float, ...] = ()
-    threads: int = 0
     step_seconds: tuple[float, ...] = ()
     speedup: SpeedupEstimate | None = None
     context: dict = field(default_factory=dict, compare=False)
@@ -214,11 +211,8 @@ def compare_precisions(
                     saved_bytes=saved_activation_bytes(model, X, y, dtype=dtype, device=dev),
                     peak_memory_bytes=peaks[dtype],
                     test_accuracy=ev.accuracy,
-                    test_loss=ev.loss,
-                    final_train_loss=history.losses[-1],
                     num_skipped=history.num_skipped,
                     losses=tuple(history.losses),
-                    threads=torch.get_num_threads(),
                     step_seconds=timed,
                     speedup=speedup_estimate(base_seconds, timed) if i > 0 else None,
                     context=context,

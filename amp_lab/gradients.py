@@ -33,7 +33,6 @@ class LayerGradients:
     (None without a bias), detached, in the dtypes autograd produced them in."""
 
     name: str
-    kind: str
     output: torch.Tensor
     activation_grad: torch.Tensor
     weight_grad: torch.Tensor | None
@@ -67,10 +66,6 @@ class GradientRecord:
     @property
     def weight_grads(self) -> dict[str, torch.Tensor]:
         return self._by_name("weight_grad")
-
-    @property
-    def bias_grads(self) -> dict[str, torch.Tensor]:
-        return self._by_name("bias_grad")
 
     @property
     def outputs(self) -> dict[str, torch.Tensor]:
@@ -277,7 +272,6 @@ def collect_gradients(
     layers = [
         LayerGradients(
             name=key,
-            kind=type(e["module"]).__name__,
             output=e["output"],
             activation_grad=e["grad"] if e["grad"] is not None else torch.zeros_like(e["output"]),
             weight_grad=grad(e["module"], "weight"),

@@ -55,8 +55,6 @@ def test_collect_gradients_matches_autograd():
         close(rec.activation_grads[name], acts[name])
         close(rec.weight_grads[name], weights[name])
         close(rec.outputs[name], outs[name])
-    assert [layer.kind for layer in rec.layers] == ["Linear"] * 4
-    assert rec.bias_grads["0"].shape == (16,)
 
 
 def test_collect_gradients_close_to_float64():

@@ -468,7 +468,7 @@ def fake_results(amp_dtype, outcome, *, saved=(72_000, 37_000), accuracy=(0.91, 
     def row(dtype, steps, saved_bytes, acc, peak, speedup):
         return compare.PrecisionResult(
             dtype=dtype, seconds_per_step=statistics.median(steps), saved_bytes=saved_bytes,
-            peak_memory_bytes=peak, test_accuracy=acc, test_loss=0.3, final_train_loss=0.1, num_skipped=0,
+            peak_memory_bytes=peak, test_accuracy=acc, num_skipped=0,
             step_seconds=steps, speedup=speedup,
         )  # fmt: skip
 
