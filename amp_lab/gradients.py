@@ -25,6 +25,7 @@ from .device import get_device, torch_threads
 from .dtypes import parse_dtype
 from .models import make_mlp
 from .recipe import train_loop
+from .recipe_checks import linear_ends
 
 
 @dataclass
@@ -80,16 +81,6 @@ class GradientRecord:
         return torch.cat(parts) if parts else torch.empty(0)
 
 
-def _linear_ends(model: nn.Module) -> tuple[nn.Linear | None, nn.Linear | None]:
-    """The first and last layers of a plain stack (nested ``nn.Sequential``s, or one layer) where they are
-    Linear; None where a model with its own ``forward`` hides the order of its layers."""
-    modules = list(model.modules())
-    if not all(isinstance(m, nn.Sequential) for m in modules if next(m.children(), None) is not None):
-        return None, None
-    leaves = [m for m in modules if next(m.children(), None) is None] or [None]
-    return tuple(m if isinstance(m, nn.Linear) else None for m in (leaves[0], leaves[-1]))
-
-
 def _check_xy(model: nn.Module, X, y, *, class_labels: bool = True) -> None:
     """``X`` and ``y`` against ``model``, before anything runs or moves, with the fix in the message."""
     check_instance("X", X, torch.Tensor, "a torch.Tensor of inputs (torch.as_tensor(X, dtype=torch.float32))")
@@ -98,7 +89,7 @@ def _check_xy(model: nn.Module, X, y, *, class_labels: bool = True) -> None:
         raise ArgumentTypeError(f"X must be a floating-point tensor, got dtype {X.dtype}; use X.float()")
     if X.dim() == 0 or X.shape[0] == 0:
         raise ValueError(f"X must hold at least one example (rows), got shape {tuple(X.shape)}")
-    first, last = _linear_ends(model)
+    first, last = linear_ends(model)
     if first is not None and (X.dim() < 2 or X.shape[-1] != first.in_features):
         raise ValueError(
             f"X has shape {tuple(X.shape)}, but the model's first layer takes {first.in_features} features: "

@@ -108,17 +108,14 @@ def check_max_grad_norm(max_grad_norm) -> float | None:
     return None if max_grad_norm is None else check_float("max_grad_norm", max_grad_norm, gt=0)
 
 
-def _io_widths(model) -> tuple[int | None, int | None]:
-    """The input width and number of outputs of an ``nn.Sequential`` whose first and last layers are Linear
-    (as ``models.make_mlp``'s are), read without running it; None where they cannot be read."""
-    leaves = [m for m in model.modules() if next(m.children(), None) is None]
-    if not isinstance(model, nn.Sequential) or not leaves:
+def linear_ends(model) -> tuple[nn.Linear | None, nn.Linear | None]:
+    """The first and last layers of a plain stack (nested ``nn.Sequential``s, or one layer) where they are
+    Linear, read without running it; None where a model with its own ``forward`` hides their order."""
+    modules = list(model.modules())
+    if not all(isinstance(m, nn.Sequential) for m in modules if next(m.children(), None) is not None):
         return None, None
-    first, last = leaves[0], leaves[-1]
-    return (
-        first.in_features if isinstance(first, nn.Linear) else None,
-        last.out_features if isinstance(last, nn.Linear) else None,
-    )
+    leaves = [m for m in modules if next(m.children(), None) is None] or [None]
+    return tuple(m if isinstance(m, nn.Linear) else None for m in (leaves[0], leaves[-1]))
 
 
 def check_examples(xname: str, yname: str, X, y, model, device: torch.device) -> None:
@@ -127,9 +124,11 @@ def check_examples(xname: str, yname: str, X, y, model, device: torch.device) ->
     check_instance(yname, y, torch.Tensor, "a tensor of class labels")
     if X.dtype != torch.float32 or X.ndim != 2:
         raise ValueError(f"{xname} must be a 2-D float32 tensor, got {X.dtype} of shape {tuple(X.shape)}")
-    in_features, _ = _io_widths(model)
-    if in_features is not None and X.shape[1] != in_features:
-        raise ValueError(f"{xname} has {X.shape[1]} features per example, but the model takes {in_features}")
+    first, _ = linear_ends(model)
+    if first is not None and X.shape[1] != first.in_features:
+        raise ValueError(
+            f"{xname} has {X.shape[1]} features per example, but the model takes {first.in_features}"
+        )
     if y.dtype != torch.int64 or y.ndim != 1 or len(X) != len(y) or len(X) == 0:
         raise ValueError(
             f"{yname} must be a 1-D int64 tensor of labels (use y.long()), one per example of {xname} (at least "
@@ -145,7 +144,8 @@ def check_examples(xname: str, yname: str, X, y, model, device: torch.device) ->
 def check_example_values(pairs, model, where: str) -> None:
     """Labels within the model's outputs and finite features, read once (one host sync): a label out of range
     fails inside torch (on a GPU, as a device-side assert) and a NaN feature writes NaN into the weights."""
-    _, num_classes = _io_widths(model)
+    _, last = linear_ends(model)
+    num_classes = None if last is None else last.out_features
     low, high, finite = torch.stack(
         [
             torch.stack([y.min() for _, y in pairs]).min(),
