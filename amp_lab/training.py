@@ -5,6 +5,7 @@ layers of width 16) shrinks its lower layers' gradients below FP16's smallest su
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 
@@ -400,19 +401,11 @@ class ScalerExplorer:
 
 
 _EXPLORER_OWN = ("scaler", "num_steps", "data", "device")  # what the widget passes to train_digits itself
-_TRAIN_DEFAULTS = dict(
-    dtype=torch.float16,
-    num_steps=1,
-    batch_size=256,
-    lr=1e-2,
-    depth=18,
-    width=16,
-    max_grad_norm=None,
-    seed=0,
-    label=None,
-    num_threads=1,
-    convert=None,
-)
+_TRAIN_DEFAULTS = {
+    name: p.default
+    for name, p in inspect.signature(train_digits).parameters.items()
+    if name not in _EXPLORER_OWN
+}
 
 
 def _check_train_kwargs(train_kwargs) -> dict:
