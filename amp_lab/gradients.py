@@ -13,6 +13,7 @@ from torch import nn
 from ._checks import (
     MAX_STEPS,
     ArgumentTypeError,
+    check_callable,
     check_choice,
     check_float,
     check_instance,
@@ -208,10 +209,7 @@ def collect_gradients(
         isinstance(t, type) and issubclass(t, nn.Module) for t in layer_types
     ):
         raise ArgumentTypeError(f"layer_types must be a tuple of nn.Module classes, got {layer_types!r:.80}")
-    if loss_fn is not None and not callable(loss_fn):
-        raise ArgumentTypeError(
-            f"loss_fn must be a function loss_fn(output, y) or None, got {type(loss_fn).__name__}"
-        )
+    check_callable("loss_fn", loss_fn, optional=True)
     _check_xy(model, X, y, class_labels=loss_fn is None)
     dev = get_device(device)
     model.to(dev)
