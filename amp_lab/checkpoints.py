@@ -98,13 +98,9 @@ def _checked_extra(extra) -> dict:
 def save_checkpoint(
     path, model, opt, scaler, *, step: int, scheduler=None, extra: dict | None = None
 ) -> Path:
-    """Save everything a resumed run needs to continue identically: model and optimizer state, the
-    GradScaler's state (forget it and a resumed float16 run restarts from the initial scale), the lr
-    scheduler, the step number and the RNG state; ``extra`` is None or a dict of plain values and tensors.
-
-    Everything is checked before the file is written, and it is written whole or not at all (to a
-    temporary file, then renamed), so a checkpoint this function writes always loads.
-    """
+    """Save everything a resumed run needs to continue identically: model, optimizer, the GradScaler's state
+    (forget it and a resumed float16 run restarts from the initial scale), scheduler, step and RNG state, and
+    ``extra`` (None or a dict of plain values and tensors).  Checked first, written whole or not at all."""
     path = _check_path(path)
     step = check_int("step", step, minimum=0, maximum=MAX_STEP_NUMBER)
     _check_objects(model, opt, scaler, scheduler)

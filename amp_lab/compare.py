@@ -81,13 +81,9 @@ def _step_memory(loop, dev: torch.device) -> int:
 
 @dataclass(frozen=True)
 class PrecisionResult:
-    """One row of :func:`compare_precisions`.
-
-    ``step_seconds`` are the timed steps, in the lockstep rounds all dtypes took together; ``speedup`` is
-    this row's ``SpeedupEstimate`` against the first row (None for the first); ``context`` is
-    ``timing.timing_context``; ``peak_memory_bytes`` what one step allocated on the GPU above what was
-    alive (None off CUDA); ``step_flops`` and ``step_bytes`` (``amp_lab.cost``) give :attr:`regime`.
-    """
+    """One row of :func:`compare_precisions`: ``step_seconds`` in the lockstep rounds all dtypes took, the
+    ``speedup`` against the first row (None for it), ``peak_memory_bytes`` of a step (None off CUDA), and the
+    step's FLOPs and bytes, from which :attr:`regime` reads what limited it."""
 
     dtype: torch.dtype
     seconds_per_step: float

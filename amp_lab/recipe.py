@@ -236,11 +236,9 @@ def timed_step(loop, dev) -> tuple[StepResult, float]:
 def train_loop(model, opt, scaler, batches_of, steps, *, dtype=None, max_grad_norm=None, sync_free=True):
     """The course's one training loop: for each step number in ``steps``, one step on ``batches_of(step)``.
 
-    ``scaler`` None is a disabled GradScaler (plain ``backward``/``step``).  ``sync_free`` (a GradScaler):
-    each step is :func:`sync_free_step` and yields its :class:`PendingStep`, nothing read (07, 06's race).
-    Otherwise each step is :func:`train_step`, on any object with GradScaler's methods (04's scalers), and
-    yields its :class:`StepResult`.  ``dtype`` None is float32.  Internal: callers check the arguments.
-    """
+    ``scaler`` None is a disabled GradScaler.  ``sync_free``: each step is :func:`sync_free_step` and yields its
+    :class:`PendingStep`, nothing read (07, 06's race); otherwise it is :func:`train_step` (any object with
+    GradScaler's methods: 03, 04) and yields a :class:`StepResult`.  Internal: callers check the arguments."""
     dev = next(model.parameters()).device
     scaler = scaler if scaler is not None else torch.amp.GradScaler(dev.type, enabled=False)
     step = step_on_device if sync_free else train_step.unchecked
@@ -413,13 +411,10 @@ class HostReads:
 
 @contextlib.contextmanager
 def count_host_reads():
-    """Count the host reads of tensors inside a ``with`` block (``with count_host_reads() as reads``).
-
-    Counts every ``.item()``, ``.tolist()``, ``float(t)``, ``int(t)``, ``bool(t)``, ``t.numpy()`` and index
-    use of a tensor that Python code makes, torch's own included (``GradScaler.get_scale`` and a non-fused
-    optimizer's inf check in ``GradScaler.step`` are ``.item()`` calls); on a GPU each is a host sync.
-    Reads inside torch's C++ code are not seen.  torch's methods are wrapped for the block, then restored.
-    """
+    """Count the host reads of tensors inside a ``with`` block (``with count_host_reads() as reads``): every
+    ``.item()``, ``.tolist()``, ``float(t)``, ``int(t)``, ``bool(t)``, ``t.numpy()`` and index use that Python
+    code makes, torch's own included (``GradScaler.get_scale``); on a GPU each is a host sync.  Reads inside
+    torch's C++ code are not seen."""
     reads = HostReads()
     saved = {name: getattr(torch.Tensor, name) for name in _HOST_READS}
 

@@ -310,14 +310,10 @@ def train_digits(
 
 
 class ScalerExplorer:
-    """Sliders for a :class:`~amp_lab.scaling.DynamicLossScaler`'s initial scale (a power of two), growth
-    interval and backoff factor (04): each change re-runs ``num_steps`` (at most :data:`MAX_EXPLORER_STEPS`)
-    of :func:`train_digits` in FP16 and redraws the scale trajectory, skipped steps marked.  The values must
-    lie on the sliders (0 to 32, 1 to 100, 0.05 to 0.95); ``train_kwargs`` holds other train_digits settings.
-
-    Parts: the sliders ``init_scale``, ``growth_interval``, ``backoff_factor``, the HTML ``readout``, the
-    figure ``pane``, the layout ``widget``; ``run`` is the latest :class:`TrainingRun`.  CSS classes
-    ``amp-scaler-init-scale``, ``-growth-interval``, ``-backoff``, ``-readout``, ``-plot``."""
+    """Sliders for a :class:`~amp_lab.scaling.DynamicLossScaler`'s initial scale (log2, 0 to 32), growth interval
+    (1 to 100) and backoff factor (0.05 to 0.95), 04: each move re-runs ``num_steps`` (at most
+    :data:`MAX_EXPLORER_STEPS`) of :func:`train_digits` and redraws the scale, skipped steps marked.  Parts:
+    ``init_scale``, ``growth_interval``, ``backoff_factor``, ``readout``, ``pane``, ``widget``, ``run``."""
 
     def __init__(
         self,
