@@ -97,25 +97,19 @@ class StepResult:
     skipped: bool
 
 
-def _checked(read_values: bool):
-    """Check every argument of a step before it runs (:func:`~amp_lab.recipe_checks.check_step`); the step's
-    own source stays what ``inspect.getsource`` shows."""
+def _checked(step, read_values: bool):
+    """``step`` with every argument checked before it runs (:func:`~amp_lab.recipe_checks.check_step`)."""
 
-    def wrap(step):
-        @functools.wraps(step)
-        def checked(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None):
-            pairs, dtype, max_grad_norm, dev = check_step(
-                model, opt, scaler, batches, dtype, max_grad_norm, device, read_values=read_values
-            )
-            return step(model, opt, scaler, pairs, dtype=dtype, max_grad_norm=max_grad_norm, device=dev)
+    @functools.wraps(step)
+    def checked(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None):
+        pairs, dtype, max_grad_norm, dev = check_step(
+            model, opt, scaler, batches, dtype, max_grad_norm, device, read_values=read_values
+        )
+        return step(model, opt, scaler, pairs, dtype=dtype, max_grad_norm=max_grad_norm, device=dev)
 
-        checked.unchecked = step
-        return checked
-
-    return wrap
+    return checked
 
 
-@_checked(read_values=True)
 def train_step(
     model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None
 ) -> StepResult:
@@ -144,8 +138,13 @@ def train_step(
     scaler.step(opt)  # skips opt.step() if any gradient is inf or NaN
     scaler.update()  # a skipped step halves the scale; a run of good ones grows it
     loss_value, norm = torch.stack([total, grad_norm.float()]).tolist()  # one read for both
-    # A scaler skips exactly when a gradient is inf or NaN, and then their norm is too.
-    return StepResult(loss_value, norm, scale, not math.isfinite(norm))
+    # An enabled scaler skips exactly when a gradient is inf or NaN (then so is their norm); a disabled one
+    # steps anyway.  04's hand-written scalers have no is_enabled and always scale.
+    skipped = getattr(scaler, "is_enabled", lambda: True)() and not math.isfinite(norm)
+    return StepResult(loss_value, norm, scale, skipped)
+
+
+train_step = _checked(train_step, read_values=True)  # no decorator: the printed source is the step alone
 
 
 @dataclass(frozen=True)
@@ -175,7 +174,6 @@ def step_result(values) -> StepResult:
     return StepResult(loss, grad_norm, scale, skipped != 0)
 
 
-@_checked(read_values=False)
 def sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None):
     """:func:`train_step`, reading nothing back from the device: returns a :class:`PendingStep`.
 
@@ -211,7 +209,8 @@ def sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float |
     return PendingStep(total, grad_norm.detach(), scale, found_inf)
 
 
-step_on_device = sync_free_step.unchecked  # the step itself, for callers that check their arguments once
+step_on_device = sync_free_step  # the step itself, for callers that check their arguments once
+sync_free_step = _checked(sync_free_step, read_values=False)
 
 # The clock the step timer reads (a module attribute, so that a test can see where timing starts and stops).
 _clock = time.perf_counter
@@ -241,7 +240,7 @@ def train_loop(model, opt, scaler, batches_of, steps, *, dtype=None, max_grad_no
     GradScaler's methods: 03, 04) and yields a :class:`StepResult`.  Internal: callers check the arguments."""
     dev = next(model.parameters()).device
     scaler = scaler if scaler is not None else torch.amp.GradScaler(dev.type, enabled=False)
-    step = step_on_device if sync_free else train_step.unchecked
+    step = step_on_device if sync_free else train_step.__wrapped__
     settings = dict(dtype=dtype or torch.float32, max_grad_norm=max_grad_norm, device=dev)
     for k in steps:
         yield step(model, opt, scaler, batches_of(k), **settings)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 import statistics
 import warnings
@@ -249,6 +250,21 @@ def test_a_step_with_overflowing_gradients_is_skipped(data):
     assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
     # The next step, at half the scale, is judged again by the scaler.
     assert recipe.train_step(model, opt, scaler, batches, dtype=torch.float16).scale == 2.0**23
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_disabled_scaler_never_skips_even_on_nan_gradients(data, dtype):
+    """bfloat16 and float32 have no loss scaling: the optimizer steps on NaN gradients, so the step is not
+    'skipped' (the weights turn NaN)."""
+    model, opt, scaler, _ = fresh(dtype)
+    with torch.no_grad():
+        model[0].weight.fill_(3e38)  # the forward overflows to inf: loss and gradients are NaN
+    batches = recipe.micro_batches(data.train, step=0, batch_size=64)
+    for step in (recipe.train_step, recipe.sync_free_step):
+        result = step(model, opt, scaler, batches, dtype=dtype)
+        result = result if isinstance(result, recipe.StepResult) else result.result()
+        assert not math.isfinite(result.grad_norm) and not result.skipped
+    assert not scaler.is_enabled() and not torch.isfinite(model[-1].weight).all()
 
 
 # --------------------------------------------------------------------------------------------
@@ -651,6 +667,12 @@ def test_sync_free_step_is_train_step_on_the_device(data):
         assert all(
             torch.equal(p, q) for p, q in zip(runs[0][0].parameters(), runs[1][0].parameters(), strict=True)
         )
+
+
+def test_notebook_07_prints_the_steps_alone():
+    for step in (recipe.train_step, recipe.sync_free_step):
+        source = inspect.getsource(step)
+        assert source.startswith(f"def {step.__name__}(") and "_checked" not in source
 
 
 SYNCS = ("item", "__float__", "__bool__", "__int__", "__index__", "tolist", "cpu", "numpy")
