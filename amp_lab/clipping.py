@@ -125,7 +125,7 @@ def compare_clipping(
     check_on("data.train", data.train.X.device, dev)
     model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
     check_split_for("data.train", data.train, model, dev)
-    batches = [step_batches(data.train, k, batch_size, per_step, seed)[0] for k in range(num_steps)]
+    batches = [step_batches(data.train, batch_size, per_step, seed, k)[0] for k in range(num_steps)]
     runs = []
     for optimizer in OPTIMIZERS:
         for scaled in (False, True):

@@ -39,7 +39,6 @@ from .recipe import (
     History,
     evaluate,
     make_scaler,
-    split_batches,
     step_batches,
     timed_step,
     train_loop,
@@ -61,12 +60,6 @@ def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
     return saved_bytes(forward)
 
 
-def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:
-    """Fused on CUDA (a non-fused Adam makes an enabled ``scaler.step`` call ``found_inf.item()``, a host sync
-    per step); the default elsewhere (the CPU's fused Adam rounds differently in the last bit)."""
-    return torch.optim.Adam(params, lr=lr, fused=device.type == "cuda")
-
-
 def _step_memory(loop, dev: torch.device) -> int:
     """Peak bytes one training step (``next(loop)``) allocates on CUDA above what is alive before it: the
     first step is an unmeasured warm-up (cuBLAS workspaces, gradients, Adam's state)."""
@@ -77,6 +70,11 @@ def _step_memory(loop, dev: torch.device) -> int:
     next(loop)
     torch.cuda.synchronize(dev)
     return torch.cuda.max_memory_allocated(dev) - base
+
+
+def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:
+    """Fused on CUDA (a non-fused Adam makes an enabled ``scaler.step`` read ``found_inf``, a host sync)."""
+    return torch.optim.Adam(params, lr=lr, fused=device.type == "cuda")
 
 
 @dataclass(frozen=True)
@@ -137,12 +135,9 @@ def compare_precisions(
     show_progress: bool = False,
 ) -> list[PrecisionResult]:
     """Train the same seeded model once per dtype on the same batches, in lockstep (the order flipping every
-    step, so a machine that gets busier slows every dtype alike), each step a :func:`recipe.timed_step`.
-
-    Per row: the median step time after ``warmup_steps``, the speed-up against the first dtype (paired steps),
-    the bytes saved for backward on one batch, on CUDA the peak memory of a step, test accuracy and loss, the
-    step's FLOPs and bytes.  ``threads`` sets torch's CPU threads meanwhile.  Everything is checked before the
-    first model is built (``num_steps`` times the number of dtypes at most ``MAX_STEPS``, ``lr`` at most 1e6)."""
+    step), each step a :func:`recipe.timed_step`: per row the median step time after ``warmup_steps``, the
+    speed-up against the first dtype, the bytes saved for backward, on CUDA a step's peak memory, accuracy,
+    losses, FLOPs and bytes.  ``threads`` sets torch's CPU threads.  Everything is checked first."""
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     dev = get_device(device)
     if isinstance(dtypes, (torch.dtype, str)):
@@ -172,7 +167,7 @@ def compare_precisions(
                 f"{which} holds class labels from {low} to {high}, beyond data.num_classes={data.num_classes}"
             )
     with torch_threads(threads):
-        batches_of = functools.partial(split_batches, data.train, batch_size, per_step, seed)
+        batches_of = functools.partial(step_batches, data.train, batch_size, per_step, seed)
 
         def run(dtype, steps):
             model = make_mlp(
@@ -194,7 +189,7 @@ def compare_precisions(
 
         sizes = dict(hidden=hidden, depth=depth, batch_size=batch_size, accumulation_steps=accumulation_steps)
         flops = step_flops(data.num_features, data.num_classes, **sizes)
-        X, y = step_batches(data.train, 0, batch_size, batch_size, seed)[0]
+        X, y = step_batches(data.train, batch_size, batch_size, seed, 0)[0]
         base_seconds = tuple(runs[0][3].seconds[warmup_steps:])
         rows = []
         for i, (dtype, model, _loop, history) in enumerate(runs):
@@ -355,12 +350,10 @@ def read_comparison(results: Sequence[PrecisionResult], choice: AmpChoice) -> Re
 def read_memory(
     results: Sequence[PrecisionResult], choice: AmpChoice, *, accuracy_tolerance: float = 0.03
 ) -> Reading:
-    """What ``results`` say about memory and accuracy (tensor sizes and a tolerance: true on every machine).
-
-    Outcome ``"recipe.memory_half"`` (AMP saved at most 0.6x FP32's bytes for backward), ``_less`` (below
-    0.95x), ``_same`` (up to 1.05x) or ``_more``; reasons ``"recipe.weights_stay"``, ``"recipe.peak"`` (where
-    the peak memory per step was measured) and ``"recipe.accuracy_within"`` or ``_beyond``
-    (``accuracy_tolerance`` a fraction: 0.03 is 3 points)."""
+    """What ``results`` say about memory and accuracy: outcome ``"recipe.memory_half"`` (AMP's bytes saved
+    for backward at most 0.6x FP32's), ``_less``, ``_same`` or ``_more``; reasons ``"recipe.weights_stay"``,
+    ``"recipe.peak"`` (CUDA) and ``"recipe.accuracy_within"`` or ``_beyond`` (``accuracy_tolerance``: 0.03 is
+    3 points)."""
     base, amp = _amp_row(results, choice)
     accuracy_tolerance = check_float("accuracy_tolerance", accuracy_tolerance, ge=0, lt=1)
     if not base.saved_bytes > 0:

@@ -66,10 +66,11 @@ def micro_batches(
     step = check_int("step", step, minimum=0, maximum=MAX_STEP_NUMBER)
     seed = check_seed("seed", seed)
     batch_size, _, per_step = check_per_step(batch_size, accumulation_steps, len(split))
-    return step_batches(split, step, batch_size, per_step, seed)
+    return step_batches(split, batch_size, per_step, seed, step)
 
 
-def step_batches(split: Split, step: int, batch_size: int, per_step: int, seed: int) -> list:
+def step_batches(split: Split, batch_size: int, per_step: int, seed: int, step: int) -> list:
+    """Step ``step``'s micro-batches (``batches_of(step)`` for :func:`train_loop`, with the rest bound)."""
     epoch, k = divmod(step, len(split) // per_step)  # the remainder of each epoch is dropped
     idx = _epoch_order(len(split), seed, epoch, str(split.X.device))[k * per_step : (k + 1) * per_step]
     return [(split.X[chunk], split.y[chunk]) for chunk in idx.split(batch_size)]
@@ -322,7 +323,7 @@ def train(
     # scaler. Otherwise every log_every steps.
     read_each_step = scheduler is not None and scaler.is_enabled()
     window = 1 if read_each_step else min(log_every or num_steps, max(num_steps, 1))
-    batches_of = functools.partial(split_batches, split, batch_size, per_step, seed)
+    batches_of = functools.partial(step_batches, split, batch_size, per_step, seed)
     loop = train_loop(model, opt, scaler, batches_of, steps, dtype=dtype, max_grad_norm=max_grad_norm)
     pending = []  # the steps' numbers, waiting on the device
     synchronize(dev)
@@ -339,11 +340,6 @@ def train(
         if scheduler is not None and not (read_each_step and history.skipped[-1]):
             scheduler.step()
     return history
-
-
-def split_batches(split, batch_size, per_step, seed, step):
-    """``batches_of(step)`` for :func:`train_loop`: the micro-batches of a run on ``split``."""
-    return step_batches(split, step, batch_size, per_step, seed)
 
 
 # --------------------------------------------------------------------------------------------

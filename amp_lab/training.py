@@ -29,13 +29,12 @@ from .device import check_fits, get_device, torch_threads
 from .dtypes import parse_dtype
 from .gradients import random_batches
 from .models import make_mlp
-from .recipe import train_loop
+from .recipe import MAX_LR, train_loop
 from .scaling import DynamicLossScaler
 from .text import Reading
 from .widgets import FigurePane, Table, table_html
 
 MAX_EXPLORER_STEPS = 500  # the widget re-runs the training on every slider move
-MAX_LR = 1e6  # far beyond 1 Adam's weights only turn inf; far enough beyond, torch cannot convert it
 MAX_DEPTH = 64  # Linear layers
 MAX_WIDTH = 4096
 _SCALER_METHODS = ("scale", "unscale_", "step", "update", "get_scale")
@@ -154,17 +153,11 @@ def cpu_threads(num_threads: int | None, device: torch.device):
 
 def _check_scaler(scaler):
     """None, or an object with GradScaler's methods (ours, torch.amp.GradScaler, a hand-written one)."""
-    if scaler is None:
-        return None
-    if isinstance(scaler, type):
+    has_methods = all(callable(getattr(scaler, m, None)) for m in _SCALER_METHODS)
+    if scaler is not None and (isinstance(scaler, type) or not has_methods):
         raise ArgumentTypeError(
-            f"scaler must be a loss scaler object, got the class {scaler.__name__}: call it"
-        )
-    missing = [m for m in _SCALER_METHODS if not callable(getattr(scaler, m, None))]
-    if missing:
-        raise ArgumentTypeError(
-            f"scaler must be None or a loss scaler with GradScaler's methods ({', '.join(_SCALER_METHODS)}), "
-            f"such as DynamicLossScaler(); got {type(scaler).__name__} without {', '.join(missing)}"
+            f"scaler must be None or a loss scaler object with GradScaler's methods "
+            f"({', '.join(_SCALER_METHODS)}), such as DynamicLossScaler(); got {scaler!r:.60}"
         )
     return scaler
 
@@ -408,19 +401,10 @@ def _check_train_kwargs(train_kwargs) -> dict:
     """The widget's other train_digits settings: a dict of train_digits' own keywords, checked now."""
     if train_kwargs is None:
         return {}
-    if not isinstance(train_kwargs, dict):
-        raise ArgumentTypeError(
-            f"train_kwargs must be a dict of train_digits settings, got {type(train_kwargs).__name__}"
-        )
+    check_instance("train_kwargs", train_kwargs, dict, "a dict of train_digits settings")
     for key in train_kwargs:
-        if key in _EXPLORER_OWN:
-            raise ValueError(
-                f"train_kwargs[{key!r}] is set by the widget itself (num_steps: pass it to scaler_explorer)"
-            )
         if key not in _TRAIN_DEFAULTS:
-            raise ValueError(
-                f"train_kwargs has the unknown key {key!r}; train_digits takes: {', '.join(_TRAIN_DEFAULTS)}"
-            )
+            raise ValueError(f"train_kwargs[{key!r}]: the widget passes on only {', '.join(_TRAIN_DEFAULTS)}")
     _check_settings(**{**_TRAIN_DEFAULTS, **train_kwargs, "num_steps": 1})
     return dict(train_kwargs)
 
