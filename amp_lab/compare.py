@@ -265,9 +265,7 @@ def _results(name: str, results, *, minimum: int) -> list[PrecisionResult]:
     return results
 
 
-# --------------------------------------------------------------------------------------------
-# What the comparison says, read from the numbers
-# --------------------------------------------------------------------------------------------
+# -- What the comparison says, read from the numbers --
 
 _OUTCOMES = {"faster": "recipe.faster", "slower": "recipe.slower", "too close to call": "recipe.too_close"}
 

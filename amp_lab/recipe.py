@@ -57,11 +57,8 @@ def make_scaler(dtype, device=None, *, init_scale: float = 2.0**16, growth_inter
 def micro_batches(
     split, *, step: int, batch_size: int = 64, accumulation_steps: int = 1, seed: int = 0
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The micro-batches of optimizer step ``step``: a pure function of ``(seed, step)``.
-
-    Each epoch is a seeded permutation of the split; step ``k`` takes the next ``batch_size *
-    accumulation_steps`` examples, cut into ``accumulation_steps`` micro-batches, so a resumed run sees
-    exactly the batches the uninterrupted run would have seen."""
+    """The micro-batches of optimizer step ``step``, a pure function of ``(seed, step)`` (a resumed run sees
+    the uninterrupted run's batches): the next ``batch_size * accumulation_steps`` of a seeded epoch order."""
     check_split("split", split)
     step = check_int("step", step, minimum=0, maximum=MAX_STEP_NUMBER)
     seed = check_seed("seed", seed)
@@ -83,9 +80,7 @@ def _epoch_order(n: int, seed: int, epoch: int, device: str = "cpu") -> torch.Te
     return order if device == "cpu" else order.to(device)
 
 
-# --------------------------------------------------------------------------------------------
-# One step of the recipe
-# --------------------------------------------------------------------------------------------
+# -- One step of the recipe --
 
 
 @dataclass(frozen=True)
@@ -228,17 +223,13 @@ def timed_step(loop, dev) -> tuple[StepResult, float]:
     return pending.result(), seconds
 
 
-# --------------------------------------------------------------------------------------------
-# The loop
-# --------------------------------------------------------------------------------------------
+# -- The loop --
 
 
 def train_loop(model, opt, scaler, batches_of, steps, *, dtype=None, max_grad_norm=None, sync_free=True):
-    """The course's one training loop: for each step number in ``steps``, one step on ``batches_of(step)``.
-
-    ``scaler`` None is a disabled GradScaler.  ``sync_free``: each step is :func:`sync_free_step` and yields its
-    :class:`PendingStep`, nothing read (07, 06's race); otherwise it is :func:`train_step` (any object with
-    GradScaler's methods: 03, 04) and yields a :class:`StepResult`.  Internal: callers check the arguments."""
+    """The course's one training loop: per step number in ``steps``, one step on ``batches_of(step)``, yields
+    a :func:`sync_free_step`'s :class:`PendingStep` (07, 06) or, not ``sync_free``, a :func:`train_step`'s
+    :class:`StepResult` (any object with GradScaler's methods: 03, 04).  ``scaler`` None: a disabled one."""
     dev = next(model.parameters()).device
     scaler = scaler if scaler is not None else torch.amp.GradScaler(dev.type, enabled=False)
     step = step_on_device if sync_free else train_step.__wrapped__
@@ -292,14 +283,9 @@ def train(
     show_progress: bool = False,
     log_every: int | None = None,
 ) -> History:
-    """Run optimizer steps ``start_step .. start_step + num_steps - 1`` of the recipe on ``split``.
-
-    Each step is a :func:`sync_free_step`; the host reads the steps' numbers in one go every ``log_every`` steps,
-    or once at the end (None), and ``History.seconds`` holds each step's share of its window's time.
-    ``scheduler`` is stepped only after steps the scaler did not skip, so with an enabled scaler such a run
-    reads every step (the one sync it needs).  Everything is checked before the first step, as
-    :func:`train_step` checks it: ``num_steps`` up to ``MAX_STEPS``, ``start_step + num_steps`` at most 2**53,
-    ``scheduler`` one of ``opt`` that steps without a metric, ``log_every`` None or 1 to ``MAX_STEPS``."""
+    """Run optimizer steps ``start_step .. start_step + num_steps - 1`` of the recipe on ``split``, each a
+    :func:`sync_free_step`, read in one go every ``log_every`` steps (None: at the end).  ``scheduler`` steps
+    only after steps the scaler did not skip (with an enabled scaler each step is read).  Checked first."""
     num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
     log_every = None if log_every is None else check_int("log_every", log_every, minimum=1, maximum=MAX_STEPS)
     start_step = check_int("start_step", start_step, minimum=0, maximum=MAX_STEP_NUMBER - num_steps)
@@ -342,9 +328,7 @@ def train(
     return history
 
 
-# --------------------------------------------------------------------------------------------
-# What the scaler did, read from the numbers
-# --------------------------------------------------------------------------------------------
+# -- What the scaler did, read from the numbers --
 
 SCALE_PATHS = (
     "recipe.scale_grew",
@@ -384,24 +368,19 @@ def read_scaled_norm(scale) -> Reading:
     return Reading("recipe.scaled_norm", (), dict(scale=scale, log2=math.log2(scale)))
 
 
-# --------------------------------------------------------------------------------------------
-# Host reads, counted
-# --------------------------------------------------------------------------------------------
+# -- Host reads, counted --
 
 # Every way Python turns a tensor's value into a Python object: on a GPU each one waits for the device.
 _HOST_READS = ("item", "tolist", "__float__", "__int__", "__bool__", "__index__", "numpy")
 
 
-@dataclass
-class HostReads:
-    """What :func:`count_host_reads` counted: ``counts`` maps each way of reading (``"item"``, ``"tolist"``,
-    ``"__float__"`` for ``float(t)``, ...) to how often it happened; ``total`` sums them."""
-
-    counts: dict[str, int] = field(default_factory=dict)
+class HostReads(dict):
+    """What :func:`count_host_reads` counted: how often each way of reading (``"item"``, ``"tolist"``,
+    ``"__float__"`` for ``float(t)``, ...) happened; ``total`` sums them."""
 
     @property
     def total(self) -> int:
-        return sum(self.counts.values())
+        return sum(self.values())
 
 
 @contextlib.contextmanager
@@ -416,7 +395,7 @@ def count_host_reads():
     def counting(name: str, original):
         @functools.wraps(original)
         def read(tensor, *args, **kwargs):
-            reads.counts[name] = reads.counts.get(name, 0) + 1
+            reads[name] = reads.get(name, 0) + 1
             return original(tensor, *args, **kwargs)
 
         return read
@@ -430,16 +409,13 @@ def count_host_reads():
             setattr(torch.Tensor, name, original)
 
 
-# --------------------------------------------------------------------------------------------
-# Inference under autocast
-# --------------------------------------------------------------------------------------------
+# -- Inference under autocast --
 
 
 @dataclass(frozen=True)
 class Evaluation:
     loss: float
     accuracy: float
-    num_examples: int
 
 
 def evaluate(model, split, *, dtype, batch_size: int = 512, device=None) -> Evaluation:
@@ -467,4 +443,4 @@ def evaluate(model, split, *, dtype, batch_size: int = 512, device=None) -> Eval
     for batch_sum in torch.stack(sums).cpu().double().tolist():
         loss_sum += batch_sum
     correct = int(torch.stack(hits).sum())
-    return Evaluation(loss_sum / len(split), correct / len(split), len(split))
+    return Evaluation(loss_sum / len(split), correct / len(split))

@@ -1,7 +1,5 @@
-"""04's training runs (:func:`train_digits`): FP32, FP16 without scaling, with our scalers and with GradScaler,
-compared by loss, share of exactly-zero gradients and scale trajectory.  The default network (18 Linear
-layers of width 16) shrinks its lower layers' gradients below FP16's smallest subnormal.  The
-:class:`ScalerExplorer` re-runs a short training as its sliders move."""
+"""04's training runs (:func:`train_digits`: FP32, FP16 with and without scalers), compared by loss, share
+of exactly-zero gradients and scale trajectory; :class:`ScalerExplorer` re-runs one as its sliders move."""
 
 from __future__ import annotations
 
@@ -225,13 +223,9 @@ def train_digits(
     device=None,
     convert=None,
 ) -> TrainingRun:
-    """Train :func:`amp_lab.models.make_mlp` (``depth`` Linear layers of ``width``) on the digits with Adam.
-
-    ``scaler`` is None (plain ``backward``/``step``) or any object with GradScaler's methods; ``dtype`` the
-    autocast dtype, or None for FP32; ``seed`` seeds the weights and the batches; ``max_grad_norm`` clips after
-    ``unscale_``; ``convert`` (e.g. ``fp8.convert_to_float8``) replaces the built model.  Everything is checked
-    before anything is built: the bounds (:data:`MAX_LR`, :data:`MAX_DEPTH`, :data:`MAX_WIDTH`), the memory,
-    and ``data`` against the network."""
+    """Train :func:`amp_lab.models.make_mlp` (``depth`` Linear layers of ``width``) on the digits with Adam,
+    with ``scaler`` None or any object with GradScaler's methods, autocast to ``dtype`` (None: FP32);
+    ``convert`` (e.g. ``fp8.convert_to_float8``) replaces the built model.  All is checked before building."""
     scaler = _check_scaler(scaler)
     dtype, num_steps, batch_size, lr, depth, width, max_grad_norm, seed, label, num_threads, convert = (
         _check_settings(
@@ -297,9 +291,7 @@ def train_digits(
     return run
 
 
-# ------------------------------------------------------------------------------------------
-# The widget
-# ------------------------------------------------------------------------------------------
+# -- The widget --
 
 
 class ScalerExplorer:

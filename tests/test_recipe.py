@@ -396,7 +396,6 @@ def test_evaluate_under_autocast(data, dtype):
         logits = model(data.test.X)
     assert logits.dtype == dtype
     assert ev.accuracy == pytest.approx((logits.argmax(1) == data.test.y).double().mean().item(), abs=1e-12)
-    assert ev.num_examples == len(data.test)
 
 
 def test_amp_halves_what_autograd_saves_for_backward(data):
@@ -1835,7 +1834,7 @@ def test_count_host_reads_counts_each_read_and_restores_torch():
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
         scaler.scale(torch.ones(()))
         scaler.get_scale()  # torch's own .item()
-    assert reads.counts == {"__float__": 1, "item": 3, "tolist": 1, "__bool__": 1} and reads.total == 6
+    assert reads == {"__float__": 1, "item": 3, "tolist": 1, "__bool__": 1} and reads.total == 6
     assert all(getattr(torch.Tensor, name) is f for name, f in originals.items())
     with pytest.raises(RuntimeError), recipe.count_host_reads():
         raise RuntimeError("inside the block")
