@@ -170,12 +170,9 @@ def _validate(state, model, opt, scaler, scheduler) -> None:
     loaded into a copy of its object first, so torch's own checks run on nothing the learner holds."""
     if not isinstance(state, dict):
         raise ValueError(f"it holds a {type(state).__name__}, not the dict save_checkpoint writes")
-    missing, unknown = [k for k in _KEYS if k not in state], [repr(k) for k in state if k not in _KEYS]
+    missing, unknown = [k for k in _KEYS if k not in state], [k for k in state if k not in _KEYS]
     if missing or unknown:
-        parts = [f"it lacks {', '.join(missing)}"] * bool(missing) + [
-            f"unknown entries {', '.join(unknown)}"
-        ] * bool(unknown)
-        raise ValueError(f"it is not a checkpoint save_checkpoint wrote: {'; '.join(parts)}")
+        raise ValueError(f"it is not a checkpoint save_checkpoint wrote: it lacks {missing}, has {unknown}")
     step, rng_cpu, rng_cuda = state["step"], state["rng_cpu"], state["rng_cuda"]
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"its step is {step!r}, not a step number")
@@ -211,11 +208,9 @@ def _validate(state, model, opt, scaler, scheduler) -> None:
 
 
 def load_checkpoint(path, model, opt, scaler, *, scheduler=None, device=None) -> int:
-    """Restore what :func:`save_checkpoint` saved into existing objects; returns the step to resume at.
-
-    Read with ``weights_only=True`` (unpickling arbitrary objects can run code).  Validate, then change: a
-    checkpoint that does not fit ``model``, ``opt``, ``scaler`` and ``scheduler`` changes nothing and raises
-    ValueError naming the path; a missing file raises FileNotFoundError, which is also a ValueError."""
+    """Restore what :func:`save_checkpoint` saved into existing objects, read with ``weights_only=True``
+    (unpickling can run code); returns the step to resume at.  A checkpoint that does not fit changes nothing
+    and raises ValueError naming the path (a missing file: FileNotFoundError, also a ValueError)."""
     path = _check_path(path)
     _check_objects(model, opt, scaler, scheduler)
     dev = get_device(device)

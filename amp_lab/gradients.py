@@ -1,7 +1,5 @@
-"""Real gradients to look at (03, 04): :func:`train_steps` trains the course's MLP a few hundred cheap steps
-on the digits, and :func:`collect_gradients` records per layer the forward output, the activation gradient
-and the weight and bias gradients.  They are tiny (softmax minus one-hot, divided by the batch size, times
-small weights at every layer), which is why FP16 loses them."""
+"""Real gradients to look at (03, 04): :func:`train_steps` trains the course's MLP on the digits, and
+:func:`collect_gradients` records per layer the forward output and the activation and weight gradients."""
 
 from __future__ import annotations
 
@@ -31,22 +29,19 @@ from .recipe_checks import linear_ends
 
 @dataclass
 class LayerGradients:
-    """One layer's forward ``output``, ``activation_grad`` (dL/d``output``), ``weight_grad`` and ``bias_grad``
-    (None without a bias), detached, in the dtypes autograd produced them in."""
+    """One layer's forward ``output``, ``activation_grad`` (dL/d``output``) and ``weight_grad``, detached, in the
+    dtypes autograd produced them in."""
 
     name: str
     output: torch.Tensor
     activation_grad: torch.Tensor
     weight_grad: torch.Tensor | None
-    bias_grad: torch.Tensor | None
 
 
 @dataclass
 class GradientRecord:
-    """Per-layer gradients of one batch, in forward order (from :func:`collect_gradients`).
-
-    ``loss`` is the unscaled loss; every gradient is ``loss_scale`` times the true one.  ``model`` is set
-    by :func:`digits_gradients`."""
+    """Per-layer gradients of one batch, in forward order (from :func:`collect_gradients`): every gradient is
+    ``loss_scale`` times the true one; ``loss`` is unscaled; :func:`digits_gradients` sets ``model``."""
 
     layers: list[LayerGradients]
     loss: float
@@ -75,8 +70,8 @@ class GradientRecord:
         return self._by_name("output")
 
     def flat(self, kind: str = "activation") -> torch.Tensor:
-        """All layers' tensors of one kind ('activation', 'weight', 'bias', 'output') as one float32 tensor."""
-        attr = check_choice("kind", kind, ("activation", "weight", "bias", "output"))
+        """All layers' tensors of one kind ('activation', 'weight', 'output') as one float32 tensor."""
+        attr = check_choice("kind", kind, ("activation", "weight", "output"))
         attr = attr if attr == "output" else f"{attr}_grad"
         parts = [t.detach().reshape(-1).float() for t in self._by_name(attr).values()]
         return torch.cat(parts) if parts else torch.empty(0)
@@ -123,11 +118,8 @@ def train_steps(
     seed: int = 0,
     device=None,
 ) -> list[float]:
-    """Train ``model`` in place with a fresh Adam on random mini-batches of ``data`` (a ``Split`` or
-    ``(X, y)``) for ``num_steps`` steps of cross-entropy; returns the losses.
-
-    The batches come from a generator seeded with ``seed``, so a call is reproducible.  ``num_steps`` is 0
-    (trains nothing, returns ``[]``) to ``MAX_STEPS``."""
+    """Train ``model`` in place with a fresh Adam, ``num_steps`` (0 to ``MAX_STEPS``) steps of cross-entropy on
+    mini-batches of ``data`` (a ``Split`` or ``(X, y)``) drawn with ``seed``; returns the losses."""
     check_instance("model", model, nn.Module, "a torch.nn.Module (e.g. from make_mlp)")
     num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
     lr = check_float("lr", lr, gt=0.0)
@@ -195,12 +187,9 @@ def collect_gradients(
     layer_types: tuple[type[nn.Module], ...] = (nn.Linear, nn.Conv1d, nn.Conv2d),
     device=None,
 ) -> GradientRecord:
-    """One forward and backward pass of ``model`` on ``(X, y)``, recording every layer's gradients.
-
-    ``loss_fn(output, y)`` defaults to cross-entropy; the loss is multiplied by ``loss_scale`` before backward,
-    as loss scaling does; with ``autocast_dtype`` the forward pass runs under ``torch.autocast``.  Modules of
-    ``layer_types`` are recorded.  The model's ``.grad`` fields are not touched, the hooks are removed even on
-    error, and on the CPU the pass runs with one thread (results do not depend on the core count)."""
+    """One forward and backward pass of ``model`` on ``(X, y)`` (``loss_fn(output, y)``, cross-entropy by
+    default, times ``loss_scale``; under autocast with ``autocast_dtype``), recording every module of
+    ``layer_types``.  The model's ``.grad`` fields are untouched; on the CPU it runs on one thread."""
     check_instance("model", model, nn.Module, "a torch.nn.Module (e.g. from make_mlp)")
     loss_scale = check_scale("loss_scale", loss_scale)
     if autocast_dtype is not None:
@@ -264,7 +253,6 @@ def collect_gradients(
             output=e["output"],
             activation_grad=e["grad"] if e["grad"] is not None else torch.zeros_like(e["output"]),
             weight_grad=grad(e["module"], "weight"),
-            bias_grad=grad(e["module"], "bias"),
         )
         for key, e in records.items()
     ]
@@ -277,8 +265,6 @@ def digits_gradients(
     depth: int = 7,
     num_steps: int = 300,
     batch_size: int = 512,
-    lr: float = 1e-3,
-    seed: int = 0,
     device=None,
 ) -> GradientRecord:
     """03's gradients in one call: the digits, :func:`~amp_lab.models.make_mlp` trained ``num_steps`` Adam
@@ -286,8 +272,8 @@ def digits_gradients(
     the trained model is in ``record.model``."""
     dev = get_device(device)
     data = load_digits(device=dev)
-    model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
-    train_steps(model, data.train, num_steps=num_steps, lr=lr, seed=seed, device=dev)
+    model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, device=dev)
+    train_steps(model, data.train, num_steps=num_steps, device=dev)
     n = min(batch_size, len(data.train))
     record = collect_gradients(model, data.train.X[:n], data.train.y[:n], device=dev)
     record.model = model

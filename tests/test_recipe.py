@@ -1324,9 +1324,9 @@ def test_a_refused_load_changes_nothing(tmp_path):
     good = checkpoints.save_checkpoint(tmp_path / "good.pt", model, opt, scaler, step=2, scheduler=scheduler)
     state = torch.load(good, weights_only=True)
     cases = {
-        "no scaler": ({k: v for k, v in state.items() if k != "scaler"}, "it lacks scaler"),
-        "unknown entry": ({**state, "epoch": 3}, "unknown entries 'epoch'"),
-        "no model": ({k: v for k, v in state.items() if k != "model"}, "it lacks model"),
+        "no scaler": ({k: v for k, v in state.items() if k != "scaler"}, r"lacks \['scaler'\]"),
+        "unknown entry": ({**state, "epoch": 3}, r"has \['epoch'\]"),
+        "no model": ({k: v for k, v in state.items() if k != "model"}, r"lacks \['model'\]"),
         "bad step": ({**state, "step": -3}, "step"),
         "bad rng": ({**state, "rng_cpu": torch.zeros(3, dtype=torch.uint8)}, "random-generator"),
         "scale NaN": ({**state, "scaler": {**state["scaler"], "scale": float("nan")}}, "scale is nan"),
