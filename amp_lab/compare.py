@@ -240,17 +240,8 @@ def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
         if base.saved_bytes > 0:
             saved += f" ({r.saved_bytes / base.saved_bytes:.2f}x)"
         peak = "n/a" if r.peak_memory_bytes is None else format_bytes(r.peak_memory_bytes)
-        rows.append(
-            [
-                r.name,
-                f"{r.seconds_per_step * 1e3:.2f} ms",
-                speed,
-                saved,
-                peak,
-                f"{r.test_accuracy:.1%}",
-                str(r.num_skipped),
-            ]
-        )
+        time, accuracy = f"{r.seconds_per_step * 1e3:.2f} ms", f"{r.test_accuracy:.1%}"
+        rows.append([r.name, time, speed, saved, peak, accuracy, str(r.num_skipped)])
     return rows
 
 
@@ -278,9 +269,9 @@ def _why_small(device: str, regime: Regime | None) -> str:
     return {"cuda": "recipe.small_cuda", "cpu": "recipe.small_cpu"}.get(device, "recipe.small_other")
 
 
-def _expectation(expect: bool | None, outcome: str, why: str) -> tuple[tuple[str, ...], bool | None]:
-    """The reason codes comparing the measured ``outcome`` with the decision's ``expect`` (``choice.
-    expect_speedup``), and whether they agree (None: no prediction, or the measurement cannot decide)."""
+def _expectation(expect: bool | None, outcome: str, why: str) -> tuple[str, ...]:
+    """The reason codes comparing the measured ``outcome`` with the decision's ``expect``
+    (``choice.expect_speedup``)."""
     race = "recipe.see_race"
     noise = "recipe.within_interval" if why == "recipe.regime" else "recipe.within_noise"
     if expect is None:
@@ -294,14 +285,14 @@ def _expectation(expect: bool | None, outcome: str, why: str) -> tuple[tuple[str
                 race,
             ),
         }[outcome]
-        return ("recipe.unpredicted", *then), None
+        return ("recipe.unpredicted", *then)
     if outcome == "too close to call":
-        return ("recipe.undecided_fast" if expect else "recipe.undecided_slow", noise, why, race), None
+        return ("recipe.undecided_fast" if expect else "recipe.undecided_slow", noise, why, race)
     if expect == (outcome == "faster"):
-        return ("recipe.matches_fast" if expect else "recipe.matches_slow",), True
+        return ("recipe.matches_fast" if expect else "recipe.matches_slow",)
     if expect:
-        return ("recipe.contradicts_fast", why, "recipe.trust_measurement", race), False
-    return ("recipe.contradicts_slow",), False
+        return ("recipe.contradicts_fast", why, "recipe.trust_measurement", race)
+    return ("recipe.contradicts_slow",)
 
 
 def _amp_row(results, choice) -> tuple[PrecisionResult, PrecisionResult]:
@@ -327,18 +318,13 @@ def read_comparison(results: Sequence[PrecisionResult], choice: AmpChoice) -> Re
     if est is None:
         raise ValueError("results carry no speed-up (speedup): run compare_precisions to get them")
     regime = amp.regime
-    reasons, matches = _expectation(choice.expect_speedup, est.outcome, _why_small(choice.device, regime))
+    reasons = _expectation(choice.expect_speedup, est.outcome, _why_small(choice.device, regime))
     text = regime.text if regime is not None else ""
     facts = dict(
         name=amp.name,
-        ratio=est.ratio,
-        low=est.low,
-        high=est.high,
         pairs=est.pairs,
         speedup=str(est),
         slowdown=1 / est.ratio if est.ratio > 0 else float("inf"),
-        matches=matches,
-        regime=regime.name if regime is not None else None,
         regime_text=text[:1].upper() + text[1:],
         basis=f" ({choice.basis})" if choice.basis else "",
     )

@@ -521,17 +521,10 @@ def test_read_comparison_codes(machine_name, outcome):
     assert oracle.outcome == outcome  # the fake times really are faster / slower / too close to call
     assert reading.outcome == OUTCOME_CODES[outcome]
     facts = reading.facts
-    assert (facts["ratio"], facts["low"], facts["high"], facts["pairs"]) == (
-        oracle.ratio,
-        oracle.low,
-        oracle.high,
-        27,
-    )
+    assert (facts["speedup"], facts["pairs"]) == (str(oracle), 27)
     assert facts["name"] == dtype_name(choice.dtype) and facts["slowdown"] == 1 / oracle.ratio
     # Does the measurement match the decision flow's expectation?  Hand-written, case by case.
     expect = choice.expect_speedup
-    matches = None if expect is None or outcome == "too close to call" else expect == (outcome == "faster")
-    assert facts["matches"] is matches
     first = {
         (None, "faster"): "recipe.unpredicted", (None, "slower"): "recipe.unpredicted",
         (None, "too close to call"): "recipe.unpredicted",
@@ -812,7 +805,6 @@ def test_read_comparison_explains_a_gpu_step_by_its_regime(outcome):
     oracle = regime_for(amp.seconds_per_step, 2.5e6, 4e5, torch.bfloat16, H100_CONTEXT, unit="bfloat16 step")
     assert amp.regime == oracle and amp.regime.name == "launch-bound"
     reading = compare.read_comparison(results, choice)
-    assert reading.facts["regime"] == "launch-bound"
     if outcome == "faster":  # the flow's expectation holds: nothing to explain
         assert "recipe.regime" not in reading.reasons
         return
@@ -828,7 +820,7 @@ def test_read_comparison_regime_follows_the_numbers():
     choice = amp_choice.choose_amp_dtype(gpu((9, 0), "NVIDIA H100 80GB HBM3"))
     results = with_context(fake_results(choice.dtype, "slower"), H100_CONTEXT, flops=3e12)
     assert results[1].regime.name == "compute-bound"
-    assert compare.read_comparison(results, choice).facts["regime"] == "compute-bound"
+    assert "recipe.regime" in compare.read_comparison(results, choice).reasons
 
 
 @pytest.mark.parametrize(
