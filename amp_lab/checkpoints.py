@@ -152,16 +152,11 @@ def _check_scaler_state(saved, scaler) -> None:
     own = scaler.state_dict()
     if set(saved) != set(own):
         raise ValueError(f"its scaler state has {sorted(saved)}, not a GradScaler's {sorted(own)}")
-    for name in ("scale", "growth_factor", "backoff_factor"):
-        value = saved[name]
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not (math.isfinite(value) and value > 0)
-        ):
-            raise ValueError(f"its scaler's {name} is {value!r}, not a finite number > 0")
+    for name in ("scale", "growth_factor", "backoff_factor"):  # type(): a bool is no scale
+        if type(saved[name]) not in (int, float) or not (math.isfinite(saved[name]) and saved[name] > 0):
+            raise ValueError(f"its scaler's {name} is {saved[name]!r}, not a finite number > 0")
     for name, least in (("growth_interval", 1), ("_growth_tracker", 0)):
-        if isinstance(saved[name], bool) or not isinstance(saved[name], int) or saved[name] < least:
+        if type(saved[name]) is not int or saved[name] < least:
             raise ValueError(f"its scaler's {name} is {saved[name]!r}, not a count")
 
 
@@ -174,7 +169,7 @@ def _validate(state, model, opt, scaler, scheduler) -> None:
     if missing or unknown:
         raise ValueError(f"it is not a checkpoint save_checkpoint wrote: it lacks {missing}, has {unknown}")
     step, rng_cpu, rng_cuda = state["step"], state["rng_cpu"], state["rng_cuda"]
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    if type(step) is not int or step < 0:
         raise ValueError(f"its step is {step!r}, not a step number")
     own = torch.random.get_rng_state()
     if not isinstance(rng_cpu, torch.Tensor) or rng_cpu.dtype != torch.uint8 or rng_cpu.shape != own.shape:

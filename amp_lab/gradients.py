@@ -241,18 +241,13 @@ def collect_gradients(
     finally:
         for h in handles:
             h.remove()
-    grad_of = {id(p): g for p, g in zip(params, grads, strict=True)}
-
-    def grad(module, attr):
-        g = grad_of.get(id(getattr(module, attr, None)))
-        return None if g is None else g.detach()
-
+    grad_of = {id(p): g for p, g in zip(params, grads, strict=True)}  # autograd.grad's are detached
     layers = [
         LayerGradients(
             name=key,
             output=e["output"],
             activation_grad=e["grad"] if e["grad"] is not None else torch.zeros_like(e["output"]),
-            weight_grad=grad(e["module"], "weight"),
+            weight_grad=grad_of.get(id(getattr(e["module"], "weight", None))),
         )
         for key, e in records.items()
     ]

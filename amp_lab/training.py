@@ -60,12 +60,10 @@ class TrainingRun:
 
     def recent_loss(self, last: int = 20) -> float:
         """Mean training loss over the ``last`` steps (NaN if there are none or one is NaN)."""
-        tail = self.losses[-last:]
-        return sum(tail) / len(tail) if tail else math.nan
+        return _mean(self.losses[-last:])
 
     def recent_zero_fraction(self, last: int = 20) -> float:
-        tail = self.zero_fraction[-last:]
-        return sum(tail) / len(tail) if tail else math.nan
+        return _mean(self.zero_fraction[-last:])
 
     @property
     def first_nonfinite_step(self) -> int | None:
@@ -79,6 +77,10 @@ class TrainingRun:
             f"zero gradients {100 * self.recent_zero_fraction(last):5.1f}%   skipped {len(self.skipped_steps):3d}   "
             f"test accuracy {100 * self.test_accuracy:5.1f}%"
         )
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values) if values else math.nan
 
 
 def _joined(scales) -> str:
@@ -402,11 +404,10 @@ def _check_train_kwargs(train_kwargs) -> dict:
 
 
 def _readout_html(run: TrainingRun, final_scale: float) -> str:
-    tail = run.losses[-10:]
     rows = [
         ("steps skipped", f"{len(run.skipped_steps)} of {len(run.stepped)}"),
         ("final scale", f"2^{math.log2(final_scale):g} = {final_scale:g}"),
-        ("mean loss, last 10 steps", f"{sum(tail) / len(tail):.4f}"),
+        ("mean loss, last 10 steps", f"{run.recent_loss(10):.4f}"),
         ("zero gradients, last step", f"{100 * run.zero_fraction[-1]:.1f}%"),
     ]
     return table_html(rows)
