@@ -27,10 +27,9 @@ OPTIMIZERS = ("Adam", "SGD")
 
 @dataclass(frozen=True)
 class ClippingRun:
-    """One run of :func:`compare_clipping`: its ``optimizer``, whether ``clip_grad_norm_`` saw the ``scaled``
-    gradients (the mistake), and per step the norm it saw, the true norm, whether it ``clipped`` (as
-    ``clip_grad_norm_`` decides: ``max_norm / (norm + 1e-6) < 1``), whether GradScaler ``skipped`` the step
-    and the norm of the step's change to the parameters."""
+    """One run of :func:`compare_clipping`: whether ``clip_grad_norm_`` saw the ``scaled`` gradients (the
+    mistake), and per step the norm it saw, the true norm, whether it ``clipped``, whether GradScaler
+    ``skipped`` and the norm of the step's change to the parameters."""
 
     optimizer: str
     scaled: bool

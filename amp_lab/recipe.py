@@ -1,7 +1,5 @@
-"""The mixed-precision training recipe (07): :func:`train_step` on public torch API, :func:`sync_free_step`
-reading nothing back, the course's one training loop :func:`train_loop` (03, 04, 06's race, 07), :func:`train`
-on batches that are a pure function of the step (so a resumed run continues bit for bit), host reads
-counted, and evaluation under autocast."""
+"""The mixed-precision training recipe (07): :func:`train_step`, :func:`sync_free_step`, the course's one
+training loop :func:`train_loop`, :func:`train` (its batches a function of the step), host reads, evaluation."""
 
 from __future__ import annotations
 

@@ -146,8 +146,7 @@ def runs_table(runs, last: int = 20):
 
 
 def cpu_threads(num_threads: int | None, device: torch.device):
-    """Run the block with ``num_threads`` torch CPU threads, 1 to ``MAX_THREADS`` (restored afterwards;
-    no-op off the CPU or for None), checked when called."""
+    """Run the block with ``num_threads`` torch CPU threads (restored after; no-op off the CPU or for None)."""
     return torch_threads(num_threads, device)
 
 
@@ -383,11 +382,10 @@ class ScalerExplorer:
         return run
 
 
-_EXPLORER_OWN = ("scaler", "num_steps", "data", "device")  # what the widget passes to train_digits itself
-_TRAIN_DEFAULTS = {
+_TRAIN_DEFAULTS = {  # what the widget's train_kwargs may set (it passes scaler, num_steps, data, device)
     name: p.default
     for name, p in inspect.signature(train_digits).parameters.items()
-    if name not in _EXPLORER_OWN
+    if name not in ("scaler", "num_steps", "data", "device")
 }
 
 
