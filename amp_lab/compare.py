@@ -106,13 +106,9 @@ class PrecisionResult:
         if self.step_flops is None or self.step_bytes is None or self.seconds_per_step <= 0:
             return None
         ctx = self.context or {}
-        dtype = self.dtype
-        if (
-            dtype == torch.float32
-            and ctx.get("tf32_matmul")
-            and tuple(ctx.get("capability") or (0, 0)) >= (8, 0)
-        ):
-            dtype = "tf32"  # with TF32 on, the "FP32" baseline's matmuls run at the TF32 Tensor Core rate
+        # With TF32 on, the "FP32" baseline's matmuls run at the TF32 Tensor Core rate.
+        tf32 = ctx.get("tf32_matmul") and tuple(ctx.get("capability") or (0, 0)) >= (8, 0)
+        dtype = "tf32" if self.dtype == torch.float32 and tf32 else self.dtype
         return regime_for(
             self.seconds_per_step, self.step_flops, self.step_bytes, dtype, ctx, unit=f"{self.name} step"
         )

@@ -321,23 +321,15 @@ class ScalerExplorer:
         self.train_kwargs = _check_train_kwargs(train_kwargs)
         self.device = get_device(device)
         self._data = load_digits(device=self.device)
-        style, layout = {"description_width": "initial"}, widgets.Layout(width="420px")
+        layout = widgets.Layout(width="420px")
+        common = dict(continuous_update=False, style={"description_width": "initial"}, layout=layout)
         sliders = []
         for kind, value, low, high, step, description, css in [
             (widgets.IntSlider, log2_init_scale, 0, 32, 1, "initial scale 2^", "init-scale"),
             (widgets.IntSlider, growth_interval, 1, 100, 1, "growth interval", "growth-interval"),
             (widgets.FloatSlider, backoff_factor, 0.05, 0.95, 0.05, "backoff factor", "backoff"),
         ]:
-            slider = kind(
-                value=value,
-                min=low,
-                max=high,
-                step=step,
-                description=description,
-                continuous_update=False,
-                style=style,
-                layout=layout,
-            )
+            slider = kind(value=value, min=low, max=high, step=step, description=description, **common)
             slider.add_class(f"amp-scaler-{css}")
             slider.observe(lambda change: self.update(), names="value")
             sliders.append(slider)
