@@ -159,15 +159,7 @@ def _clipping_run(model, optimizer, scaled, batches, scale, max_norm, lr, dtype,
         update = nn.utils.get_total_norm([p.detach() - b for p, b in zip(params, before, strict=True)])
         skipped = ~torch.isfinite(seen)  # GradScaler skips exactly when a gradient is inf or NaN
         rows.append(torch.stack([seen, true, skipped.to(seen.dtype), update]).to(wide))
-    values = torch.stack(rows).tolist()  # one read for the whole run
-    return ClippingRun(
-        optimizer=optimizer,
-        scaled=scaled,
-        scale=scale,
-        max_norm=max_norm,
-        seen_norms=tuple(r[0] for r in values),
-        true_norms=tuple(r[1] for r in values),
-        clipped=tuple(bool(max_norm / (r[0] + 1e-6) < 1) for r in values),
-        skipped=tuple(r[2] != 0 for r in values),
-        update_norms=tuple(r[3] for r in values),
-    )
+    seen, true, skipped, update = zip(*torch.stack(rows).tolist(), strict=True)  # one read for the whole run
+    clipped = tuple(max_norm / (n + 1e-6) < 1 for n in seen)  # as clip_grad_norm_ decides
+    skipped = tuple(s != 0 for s in skipped)
+    return ClippingRun(optimizer, scaled, scale, max_norm, seen, true, clipped, skipped, update)
