@@ -306,7 +306,7 @@ def train(
     # Read a step at once only when the host needs it before the next step: the scheduler, with an enabled
     # scaler. Otherwise every log_every steps.
     read_each_step = scheduler is not None and scaler.is_enabled()
-    window = 1 if read_each_step else min(log_every or num_steps, max(num_steps, 1))
+    window = 1 if read_each_step else log_every or num_steps  # and the last step ends a window
     batches_of = functools.partial(step_batches, split, batch_size, per_step, seed)
     loop = train_loop(model, opt, scaler, batches_of, steps, dtype=dtype, max_grad_norm=max_grad_norm)
     pending = []  # the steps' numbers, waiting on the device
