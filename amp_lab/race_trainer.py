@@ -19,9 +19,12 @@ class Trainer:
         self.model = copy.deepcopy(model).to(dev)
         # Fused Adam on CUDA: one kernel for the update, and GradScaler hands it the inf/NaN flag on the GPU
         # (with the default Adam GradScaler.step calls found_inf.item(), a host sync in every float16 step).
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3, fused=dev.type == "cuda")
+        self.opt = torch.optim.Adam(
+            self.model.parameters(), lr=1e-3, **({"fused": True} if dev.type == "cuda" else {})
+        )
         # float16 needs loss scaling to keep small gradients; bfloat16 has FP32's range and does not.
         self.scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 else None
+        self.X, self.y = X, y
         self._steps = train_loop(
             self.model, self.opt, self.scaler, lambda _: [(X, y)], itertools.count(), dtype=dtype
         )
