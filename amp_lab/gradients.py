@@ -46,7 +46,6 @@ class GradientRecord:
     layers: list[LayerGradients]
     loss: float
     loss_scale: float = 1.0
-    autocast_dtype: torch.dtype | None = None
     model: nn.Module | None = field(default=None, repr=False)
 
     @property
@@ -251,7 +250,7 @@ def collect_gradients(
         )
         for key, e in records.items()
     ]
-    return GradientRecord(layers, float(loss.detach().float()), loss_scale, autocast_dtype)
+    return GradientRecord(layers, float(loss.detach().float()), loss_scale)
 
 
 def digits_gradients(

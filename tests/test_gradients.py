@@ -133,7 +133,6 @@ def test_autocast_fp16_really_computes_in_fp16():
     model = make_mlp(hidden=16, depth=2)
     X, y = small_batch()
     rec = G.collect_gradients(model, X, y, autocast_dtype="fp16")
-    assert rec.autocast_dtype == torch.float16
     assert all(t.dtype == torch.float16 for t in rec.activation_grads.values())
     assert all(t.dtype == torch.float16 for t in rec.outputs.values())
     assert all(t.dtype == torch.float32 for t in rec.weight_grads.values())
