@@ -42,9 +42,7 @@ def _check_path(path) -> Path:
     check_instance("path", path, (str, os.PathLike), "a file path (a str or a pathlib.Path)")
     path = Path(path)
     if path.is_dir():
-        raise ValueError(
-            f"path={str(path)!r} is a directory, not a checkpoint file: name a file, e.g. 'ckpt.pt'"
-        )
+        raise ValueError(f"path={str(path)!r} is a directory, not a checkpoint file (e.g. 'ckpt.pt')")
     return path
 
 
@@ -137,7 +135,7 @@ def _check_optimizer_state(saved, opt) -> None:
         for name, value in entry.items():
             if isinstance(value, torch.Tensor) and value.ndim > 0 and tuple(value.shape) != shapes.get(key):
                 raise ValueError(
-                    f"its optimizer state {name!r} has shape {tuple(value.shape)}, not its parameter's"
+                    f"its optimizer state {name!r} has shape {tuple(value.shape)}, not the parameter's"
                 )
 
 

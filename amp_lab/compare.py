@@ -137,9 +137,7 @@ def compare_precisions(
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     dev = get_device(device)
     if isinstance(dtypes, (torch.dtype, str)):
-        raise ArgumentTypeError(
-            f"dtypes must be a sequence of dtypes, e.g. (torch.float32, 'bf16'), got {dtypes!r}"
-        )
+        raise ArgumentTypeError(f"dtypes must be a sequence, e.g. (torch.float32, 'bf16'), got {dtypes!r}")
     dts = [
         precision(d, name="dtypes") for d in bounded_list("dtypes", dtypes, MAX_STEPS, "a sequence of dtypes")
     ]
@@ -337,9 +335,7 @@ def read_memory(
     base, amp = _amp_row(results, choice)
     accuracy_tolerance = check_float("accuracy_tolerance", accuracy_tolerance, ge=0, lt=1)
     if not base.saved_bytes > 0:
-        raise ValueError(
-            f"results[0].saved_bytes must be > 0 (the baseline's memory), got {base.saved_bytes!r}"
-        )
+        raise ValueError(f"results[0].saved_bytes (the baseline's) must be > 0, got {base.saved_bytes!r}")
     ratio = amp.saved_bytes / base.saved_bytes
     outcome = "half" if ratio <= 0.6 else "less" if ratio < 0.95 else "same" if ratio <= 1.05 else "more"
     reasons = ["recipe.weights_stay"]

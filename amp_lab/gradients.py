@@ -129,9 +129,7 @@ def train_steps(
     elif isinstance(data, (tuple, list)) and len(data) == 2:
         X, y = data
     else:
-        raise ArgumentTypeError(
-            f"data must be a Split (with .X and .y) or an (X, y) pair, got {type(data).__name__}"
-        )
+        raise ArgumentTypeError(f"data must be a Split or an (X, y) pair, got {type(data).__name__}")
     _check_xy(model, X, y)
     if y.is_floating_point():
         raise ArgumentTypeError(f"y must hold class labels as int64, got dtype {y.dtype}; use y.long()")

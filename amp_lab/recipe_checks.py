@@ -83,7 +83,7 @@ def check_scaler(scaler, dev: torch.device | None = None) -> None:
     made_for = getattr(scaler, "_device", None)
     if dev is not None and scaler.is_enabled() and isinstance(made_for, str) and made_for != dev.type:
         raise ValueError(
-            f"scaler was made for {made_for!r}, but device={str(dev)!r}: use make_scaler(dtype, device)"
+            f"scaler was made for {made_for!r}, not device={str(dev)!r}: use make_scaler(dtype, device)"
         )
 
 
@@ -136,9 +136,7 @@ def check_examples(xname: str, yname: str, X, y, model, device: torch.device) ->
         )
     for name, t in ((xname, X), (yname, y)):
         if t.device != device:
-            raise ValueError(
-                f"{name} is on {t.device}, but the model is on {device}: move it with .to(device)"
-            )
+            raise ValueError(f"{name} is on {t.device}, but the model is on {device}: use .to(device)")
 
 
 def check_example_values(pairs, model, where: str) -> None:
@@ -159,9 +157,7 @@ def check_example_values(pairs, model, where: str) -> None:
             f"{where} holds class labels from {low} to {high}, but the model's labels are {allowed}"
         )
     if not finite:
-        raise ValueError(
-            f"{where} holds NaN or inf features: a step on them would write NaN into the weights"
-        )
+        raise ValueError(f"{where} holds NaN or inf features: a step would write NaN into the weights")
 
 
 def check_split_for(name: str, split, model, device: torch.device) -> None:
@@ -186,9 +182,7 @@ def check_step(model, opt, scaler, batches, dtype, max_grad_norm, device, *, rea
         raise ValueError(f"batches must be {what}, got an empty one")
     for i, pair in enumerate(pairs):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise ArgumentTypeError(
-                f"batches[{i}] must be an (X, y) pair of tensors, got {type(pair).__name__}"
-            )
+            raise ArgumentTypeError(f"batches[{i}] must be an (X, y) pair, got {type(pair).__name__}")
         check_examples(f"batches[{i}] X", f"batches[{i}] y", *pair, model, params[0].device)
     if read_values or params[0].device.type == "cpu":
         check_example_values(pairs, model, "batches")

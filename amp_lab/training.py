@@ -91,9 +91,7 @@ def read_static_runs(runs: dict) -> Reading:
     """04's reveal after the static scales' runs (``{scale: TrainingRun}``): which kept the weights finite
     (``facts["answer"]``, worded as the prediction's options) and when each of the others was lost."""
     if not isinstance(runs, dict) or not 1 <= len(runs) <= 64:
-        raise ArgumentTypeError(
-            f"runs must be a dict of 1 to 64 {{scale: TrainingRun}}, got {type(runs).__name__}"
-        )
+        raise ArgumentTypeError(f"runs must be 1 to 64 {{scale: TrainingRun}}, got {type(runs).__name__}")
     for S, run in runs.items():
         check_float("runs' scales", S, gt=0.0)
         check_instance(f"runs[{S!r}]", run, TrainingRun, "a TrainingRun (from train_digits)")
@@ -251,9 +249,7 @@ def train_digits(
     if convert is not None:
         model = convert(model)
         if not isinstance(model, nn.Module) or not any(True for _ in model.parameters()):
-            raise TypeError(
-                f"convert must return the nn.Module to train, with parameters; got {type(model).__name__}"
-            )
+            raise TypeError(f"convert must return an nn.Module with parameters, got {type(model).__name__}")
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     if label is None:
         label = ("FP32" if dtype is None else str(dtype).removeprefix("torch.")) + (
