@@ -35,11 +35,7 @@ def manual_pass(model, X, y, scale=1.0):
     model.zero_grad(set_to_none=True)
     (loss * scale).backward()
     acts = {k: v.grad for k, v in outputs.items()}
-    weights = {
-        name: layer.weight.grad.clone()
-        for name, layer in model.named_children()
-        if isinstance(layer, nn.Linear)
-    }
+    weights = {name: layer.weight.grad.clone() for name, layer in model.named_children() if isinstance(layer, nn.Linear)}
     model.zero_grad(set_to_none=True)
     return loss.item(), acts, weights, {k: v.detach() for k, v in outputs.items()}
 
@@ -51,7 +47,6 @@ def test_collect_gradients_matches_autograd():
     rec = G.collect_gradients(model, X, y)
     assert rec.names == list(acts) == ["0", "2", "4", "6"]
     assert rec.loss == pytest.approx(loss, rel=1e-6)
-
     # same float32 arithmetic up to summation order (thread count): a few eps of the largest value
     def close(a, b):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * b.abs().max().item())
@@ -69,9 +64,7 @@ def test_collect_gradients_close_to_float64():
     model64 = make_mlp(hidden=16, depth=2, seed=1).double()
     rec64 = G.collect_gradients(model64, X.double(), y)
     for name in rec.names:
-        torch.testing.assert_close(
-            rec.weight_grads[name].double(), rec64.weight_grads[name], rtol=1e-4, atol=1e-9
-        )
+        torch.testing.assert_close(rec.weight_grads[name].double(), rec64.weight_grads[name], rtol=1e-4, atol=1e-9)
 
 
 def test_loss_scale_multiplies_every_gradient_exactly():
@@ -298,7 +291,6 @@ def test_collect_gradients_other_arguments():
 
 # ---- the fuzz suite's findings ----
 
-
 def test_zero_steps_are_allowed_and_train_nothing():
     # documented: num_steps=0 gives the untrained model's gradients (digits_gradients) or [] (train_steps)
     record = G.digits_gradients(hidden=8, depth=1, num_steps=0, batch_size=16)
@@ -312,7 +304,7 @@ def test_zero_steps_are_allowed_and_train_nothing():
         (lambda out, y: None, TypeError, "loss_fn must return the loss as a scalar tensor"),
         (lambda out, y: 1.0, TypeError, "loss_fn must return the loss as a scalar tensor"),
         (lambda out, y: out.sum(dim=1), TypeError, "shape"),
-        (lambda out, y: out.sum() > 0, TypeError, "floating-point"),
+        (lambda out, y: (out.sum() > 0), TypeError, "floating-point"),
         (lambda out, y: torch.tensor(1.0), ValueError, "loss_fn returned a tensor that does not depend"),
     ],
 )
