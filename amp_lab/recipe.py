@@ -8,6 +8,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -388,7 +389,6 @@ def count_host_reads():
     code makes, torch's own included (``GradScaler.get_scale``); on a GPU each is a host sync.  Reads inside
     torch's C++ code are not seen."""
     reads = HostReads()
-    saved = {name: getattr(torch.Tensor, name) for name in _HOST_READS}
 
     def counting(name: str, original):
         @functools.wraps(original)
@@ -398,13 +398,12 @@ def count_host_reads():
 
         return read
 
-    for name, original in saved.items():
-        setattr(torch.Tensor, name, counting(name, original))
-    try:
+    with contextlib.ExitStack() as patches:  # each patch restores torch's own method on the way out
+        for name in _HOST_READS:
+            patches.enter_context(
+                mock.patch.object(torch.Tensor, name, counting(name, getattr(torch.Tensor, name)))
+            )
         yield reads
-    finally:
-        for name, original in saved.items():
-            setattr(torch.Tensor, name, original)
 
 
 # -- Inference under autocast --
