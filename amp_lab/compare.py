@@ -269,15 +269,11 @@ def _expectation(expect: bool | None, outcome: str, why: str) -> tuple[str, ...]
     race = "recipe.see_race"
     noise = "recipe.within_interval" if why == "recipe.regime" else "recipe.within_noise"
     if expect is None:
+        regime = (why,) if why == "recipe.regime" else ()
         then = {
             "faster": ("recipe.advice_pays",),
             "slower": ("recipe.advice_fp32",),
-            "too close to call": (
-                noise,
-                "recipe.advice_memory",
-                *((why,) if why == "recipe.regime" else ()),
-                race,
-            ),
+            "too close to call": (noise, "recipe.advice_memory", *regime, race),
         }[outcome]
         return ("recipe.unpredicted", *then)
     if outcome == "too close to call":

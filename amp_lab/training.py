@@ -263,17 +263,8 @@ def train_digits(
     try:
         with torch_threads(num_threads, dev):
             batches = random_batches(data.train.X.to(dev), data.train.y.to(dev), batch_size, seed)
-            steps = train_loop(
-                model,
-                opt,
-                scaler,
-                batches,
-                range(num_steps),
-                dtype=dtype,
-                max_grad_norm=max_grad_norm,
-                sync_free=False,
-            )
-            for result in steps:
+            settings = dict(dtype=dtype, max_grad_norm=max_grad_norm, sync_free=False)
+            for result in train_loop(model, opt, scaler, batches, range(num_steps), **settings):
                 run.losses.append(result.loss)
                 run.scales.append(float(result.scale))
                 run.stepped.append(len(calls) > len(run.stepped))
