@@ -138,9 +138,8 @@ def compare_precisions(
     dev = get_device(device)
     if isinstance(dtypes, (torch.dtype, str)):
         raise ArgumentTypeError(f"dtypes must be a sequence, e.g. (torch.float32, 'bf16'), got {dtypes!r}")
-    dts = [
-        precision(d, name="dtypes") for d in bounded_list("dtypes", dtypes, MAX_STEPS, "a sequence of dtypes")
-    ]
+    dtypes = bounded_list("dtypes", dtypes, MAX_STEPS, "a sequence of dtypes")
+    dts = [precision(d, name="dtypes") for d in dtypes]
     if not dts:
         raise ValueError("dtypes must name at least one of: float32, bfloat16, float16")
     threads = None if threads is None else check_int("threads", threads, minimum=1, maximum=MAX_THREADS)

@@ -300,8 +300,7 @@ def train(
     check_split_for("split", split, model, params[0].device)
     batch_size, _, per_step = check_per_step(batch_size, accumulation_steps, len(split))
     steps = range(start_step, start_step + num_steps)
-    if show_progress:
-        steps = progress(steps, desc=f"training ({dtype_name(dtype)})")
+    steps = progress(steps, desc=f"training ({dtype_name(dtype)})") if show_progress else steps
     history = History()
     model.train()
     # Read a step at once only when the host needs it before the next step: the scheduler, with an enabled
