@@ -4,6 +4,7 @@ mistake did, as reason codes and numbers."""
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from dataclasses import dataclass
@@ -125,13 +126,11 @@ def compare_clipping(
     model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
     check_split_for("data.train", data.train, model, dev)
     batches = [step_batches(data.train, batch_size, per_step, seed, k)[0] for k in range(num_steps)]
-    runs = []
-    for optimizer in OPTIMIZERS:
-        for scaled in (False, True):
-            model = make_mlp(
-                data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
-            )
-            runs.append(_clipping_run(model, optimizer, scaled, batches, scale, max_norm, lr, dtype, dev))
+    runs = (  # each from a copy of the same seeded model
+        _clipping_run(copy.deepcopy(model), optimizer, scaled, batches, scale, max_norm, lr, dtype, dev)
+        for optimizer in OPTIMIZERS
+        for scaled in (False, True)
+    )
     return ClippingComparison(tuple(runs))
 
 
