@@ -1,12 +1,10 @@
-"""Clipping scaled gradients: what goes wrong, measured with Adam and with SGD (``07_amp_training_recipe``).
-
-:func:`compare_clipping` trains four short runs from the same seeded model, clipping after
-``scaler.unscale_`` (right) or before it (the scaled gradients: the mistake), and
-:meth:`ClippingComparison.reading` says what the mistake did, as reason codes and numbers.
-"""
+"""Clipping scaled gradients, measured with Adam and with SGD (07): :func:`compare_clipping` clips after
+``scaler.unscale_`` (right) or before it (the mistake), and :meth:`ClippingComparison.reading` says what the
+mistake did, as reason codes and numbers."""
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from dataclasses import dataclass
@@ -30,13 +28,9 @@ OPTIMIZERS = ("Adam", "SGD")
 
 @dataclass(frozen=True)
 class ClippingRun:
-    """One run of :func:`compare_clipping`: ``optimizer`` ("Adam" or "SGD"), and whether ``clip_grad_norm_``
-    saw the ``scaled`` gradients (before ``unscale_``: the mistake) or the true ones.
-
-    Per step: ``seen_norms`` is the norm ``clip_grad_norm_`` measured (``scale`` times the true norm when
-    ``scaled``), ``true_norms`` the gradients' true norm, ``clipped`` whether clipping fired (as
-    ``clip_grad_norm_`` decides: ``max_norm / (norm + 1e-6) < 1``), ``skipped`` whether ``GradScaler``
-    skipped the step, and ``update_norms`` the norm of the change the step made to the parameters."""
+    """One run of :func:`compare_clipping`: whether ``clip_grad_norm_`` saw the ``scaled`` gradients (the
+    mistake), and per step the norm it saw, the true norm, whether it ``clipped``, whether GradScaler
+    ``skipped`` and the norm of the step's change to the parameters."""
 
     optimizer: str
     scaled: bool
@@ -58,7 +52,7 @@ class ClippingRun:
 
     @property
     def effective_max_norm(self) -> float:
-        """The threshold in true gradient units: ``max_norm / scale`` when the scaled gradients are clipped."""
+        """The threshold in true gradient units."""
         return self.max_norm / self.scale if self.scaled else self.max_norm
 
     @property
@@ -68,26 +62,21 @@ class ClippingRun:
 
 @dataclass(frozen=True)
 class ClippingComparison:
-    """What :func:`compare_clipping` measured: for each optimizer, the run that clips after ``unscale_``
-    and the one that clips the scaled gradients.  :meth:`reading` reads them; ``str()`` is its sentences."""
+    """:func:`compare_clipping`'s runs; :meth:`reading` reads them, ``str()`` is its sentences."""
 
     runs: tuple[ClippingRun, ...]
 
     def run(self, optimizer: str, *, scaled: bool) -> ClippingRun:
-        """The run of ``optimizer`` that clipped the scaled (True) or true (False) gradients."""
         return next(r for r in self.runs if r.optimizer == optimizer and r.scaled == scaled)
 
     def update_ratio(self, optimizer: str) -> float:
-        """Mean update size when clipping the scaled gradients over the mean update when clipping the true
-        ones (1: the mistake changes nothing; far below 1: the steps shrink)."""
+        """Mean update with the scaled gradients clipped over the correct run's (1: the mistake changes nothing)."""
         right, wrong = self.run(optimizer, scaled=False), self.run(optimizer, scaled=True)
         return wrong.mean_update_norm / right.mean_update_norm if right.mean_update_norm > 0 else math.nan
 
     def reading(self) -> Reading:
-        """Outcome ``"clip.threshold"`` (the scaled threshold in true units, and how often each run clipped),
-        then per optimizer ``"clip.<opt>_little"``, ``"_shrank"`` or ``"_grew"`` (its update ratio) and
-        ``"clip.<opt>_why"``.  Facts: ``max_norm``, ``scale``, ``effective``, ``num_steps`` and, per optimizer
-        ``o`` (lower case), ``o_scaled_clipped``, ``o_true_clipped`` and ``o_ratio``."""
+        """Outcome ``"clip.threshold"``, then per optimizer ``"clip.<opt>_little"``, ``_shrank`` or ``_grew``
+        (its update ratio) and ``"clip.<opt>_why"``."""
         first = self.run(OPTIMIZERS[0], scaled=True)
         facts = dict(max_norm=first.max_norm, scale=first.scale, effective=first.effective_max_norm)
         facts["num_steps"] = first.num_steps
@@ -119,23 +108,10 @@ def compare_clipping(
     seed: int = 0,
     device=None,
 ) -> ClippingComparison:
-    """Clip after ``unscale_`` (right) and before it (the scaled gradients: wrong), with Adam and with SGD.
-
-    Four runs of ``num_steps`` steps each from the same seeded ``models.make_mlp`` on the same batches of
-    ``data.train``: for Adam and for SGD (both at learning rate ``lr``), one run calls
-    ``clip_grad_norm_(params, max_norm)`` after ``scaler.unscale_(opt)`` and one before it, on gradients
-    still multiplied by ``scale``.  The scaler is a ``torch.amp.GradScaler`` enabled at ``scale`` (it never
-    grows; it halves only after a skipped step).
-
-    Clipping the scaled gradients puts the threshold at ``max_norm / scale`` in true units, so it fires on
-    almost every step.  SGD's steps shrink with the gradient; Adam's barely change (it is invariant to the
-    gradient's scale, apart from its eps).
-
-    Everything is checked before anything is built: ``data`` a ``data.Dataset`` on ``device``, ``scale`` a
-    normal float32, ``max_norm`` and ``lr`` finite and > 0 (``lr`` at most 1e6), ``num_steps`` from 1 to
-    ``_checks.MAX_STEPS // 4``, ``batch_size`` at most the training examples, ``hidden`` and ``depth`` as
-    ``models.make_mlp`` takes them.
-    """
+    """Clip after ``unscale_`` (right) and before it (wrong), with Adam and with SGD: four runs of
+    ``num_steps`` from the same seeded model on the same batches, with a GradScaler at ``scale`` that never
+    grows.  Clipping the scaled gradients clips at ``max_norm / scale`` in true units, so it fires on almost every
+    step: SGD's steps shrink, Adam's barely change.  Everything is checked before anything is built."""
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     scale = check_scale("scale", scale)
     max_norm = check_float("max_norm", max_norm, gt=0)
@@ -149,14 +125,12 @@ def compare_clipping(
     check_on("data.train", data.train.X.device, dev)
     model = make_mlp(data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev)
     check_split_for("data.train", data.train, model, dev)
-    batches = [step_batches(data.train, k, batch_size, per_step, seed)[0] for k in range(num_steps)]
-    runs = []
-    for optimizer in OPTIMIZERS:
-        for scaled in (False, True):
-            model = make_mlp(
-                data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
-            )
-            runs.append(_clipping_run(model, optimizer, scaled, batches, scale, max_norm, lr, dtype, dev))
+    batches = [step_batches(data.train, batch_size, per_step, seed, k)[0] for k in range(num_steps)]
+    runs = (  # each from a copy of the same seeded model
+        _clipping_run(copy.deepcopy(model), optimizer, scaled, batches, scale, max_norm, lr, dtype, dev)
+        for optimizer in OPTIMIZERS
+        for scaled in (False, True)
+    )
     return ClippingComparison(tuple(runs))
 
 
@@ -184,15 +158,7 @@ def _clipping_run(model, optimizer, scaled, batches, scale, max_norm, lr, dtype,
         update = nn.utils.get_total_norm([p.detach() - b for p, b in zip(params, before, strict=True)])
         skipped = ~torch.isfinite(seen)  # GradScaler skips exactly when a gradient is inf or NaN
         rows.append(torch.stack([seen, true, skipped.to(seen.dtype), update]).to(wide))
-    values = torch.stack(rows).tolist()  # one read for the whole run
-    return ClippingRun(
-        optimizer=optimizer,
-        scaled=scaled,
-        scale=scale,
-        max_norm=max_norm,
-        seen_norms=tuple(r[0] for r in values),
-        true_norms=tuple(r[1] for r in values),
-        clipped=tuple(bool(max_norm / (r[0] + 1e-6) < 1) for r in values),
-        skipped=tuple(r[2] != 0 for r in values),
-        update_norms=tuple(r[3] for r in values),
-    )
+    seen, true, skipped, update = zip(*torch.stack(rows).tolist(), strict=True)  # one read for the whole run
+    clipped = tuple(max_norm / (n + 1e-6) < 1 for n in seen)  # as clip_grad_norm_ decides
+    skipped = tuple(s != 0 for s in skipped)
+    return ClippingRun(optimizer, scaled, scale, max_norm, seen, true, clipped, skipped, update)

@@ -1,17 +1,12 @@
-"""FP32 against AMP, measured and read (taught in ``07_amp_training_recipe``).
-
-:func:`compare_precisions` trains the same seeded model once per dtype on the same batches, in lockstep,
-and measures time per step (with the speed-up's interval, from paired steps), the bytes autograd saves for
-backward, the peak CUDA memory of one step and test accuracy.  :func:`comparison_rows` tabulates them;
-:func:`read_comparison` (speed, against the AMP decision's expectation) and :func:`read_memory` (memory and
-accuracy) return ``text.Reading`` records: outcome and reason codes with the numbers they rest on.
-"""
+"""FP32 against AMP, measured and read (07): :func:`compare_precisions` trains the same model once per dtype
+in lockstep and measures time, memory and accuracy; :func:`comparison_rows` tabulates them;
+:func:`read_comparison` and :func:`read_memory` read them as reason codes."""
 
 from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -38,114 +33,63 @@ from .hardware import tf32_setting
 from .intervals import SpeedupEstimate, speedup_estimate
 from .models import make_mlp
 from .progress import progress
-from .recipe import MAX_LR, History, evaluate, make_scaler, step_batches, step_on_device, timed_step
+from .race_trainer import saved_bytes
+from .recipe import (
+    MAX_LR,
+    History,
+    evaluate,
+    make_scaler,
+    step_batches,
+    timed_step,
+    train_loop,
+)
 from .recipe_checks import check_on, check_per_step, precision
 from .text import Reading, format_bytes, format_ratio
 from .timing import Regime, regime_for, timing_context
 
 
 def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
-    """Bytes autograd saves for backward during one forward pass of ``model`` on ``X``.
-
-    Measured with ``torch.autograd.graph.saved_tensors_hooks``: every tensor the forward keeps
-    for the backward pass is counted once (by storage).  This is the activation memory AMP
-    shrinks; the float32 weights and optimizer state do not shrink.  ``X`` and ``y`` are one batch.
-    """
+    """Bytes autograd saves for backward during one forward pass of ``model`` on the batch ``X``, ``y``, each
+    storage counted once: the activation memory AMP shrinks (the float32 weights and Adam's state do not)."""
     dev = get_device(device)
-    seen: dict[tuple[int, int], int] = {}
 
-    def pack(t):
-        storage = t.untyped_storage()
-        seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    def forward():
         with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
-            loss = F.cross_entropy(model(X), y)
-    del loss
-    return sum(seen.values())
+            F.cross_entropy(model(X), y)
+
+    return saved_bytes(forward)
+
+
+def _step_memory(loop, dev: torch.device) -> int:
+    """Peak bytes one training step (``next(loop)``) allocates on CUDA above what is alive before it: the
+    first step is an unmeasured warm-up (cuBLAS workspaces, gradients, Adam's state)."""
+    next(loop)
+    torch.cuda.synchronize(dev)
+    base = torch.cuda.memory_allocated(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    next(loop)
+    torch.cuda.synchronize(dev)
+    return torch.cuda.max_memory_allocated(dev) - base
 
 
 def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:
-    """Adam for the comparison: fused on CUDA, the default elsewhere.
-
-    On CUDA the fused kernel is one launch for all parameters, and with an enabled GradScaler it takes
-    the inf check as a tensor: a non-fused optimizer makes ``scaler.step`` call ``found_inf.item()``, a
-    host sync in every float16 step.  The CPU has a fused Adam too, but it rounds differently in the
-    last bit (so every stored CPU loss would change), and a CPU ``.item()`` waits for nothing.
-    """
+    """Fused on CUDA (a non-fused Adam makes an enabled ``scaler.step`` read ``found_inf``, a host sync)."""
     return torch.optim.Adam(params, lr=lr, fused=device.type == "cuda")
 
 
 @dataclass(frozen=True)
-class _MemoryCounters:
-    """The allocator statistics :func:`_step_memory` reads (CUDA's, or a test's fakes)."""
-
-    synchronize: Callable[[], None]
-    allocated: Callable[[], int]
-    reset_peak: Callable[[], None]
-    peak: Callable[[], int]
-
-
-def _memory_counters(dev: torch.device) -> _MemoryCounters | None:
-    """CUDA's allocator counters for ``dev``; None elsewhere, where no allocator statistic is reliable."""
-    if dev.type != "cuda":
-        return None
-    return _MemoryCounters(
-        synchronize=lambda: torch.cuda.synchronize(dev),
-        allocated=lambda: torch.cuda.memory_allocated(dev),
-        reset_peak=lambda: torch.cuda.reset_peak_memory_stats(dev),
-        peak=lambda: torch.cuda.max_memory_allocated(dev),
-    )
-
-
-def _numbered_step(model, opt, scaler, split, step: int, *, dtype, dev, batch_size, per_step, seed):
-    """Optimizer step ``step`` of a run on ``split`` (untimed, and without reading anything back)."""
-    batches = step_batches(split, step, batch_size, per_step, seed)
-    return step_on_device(model, opt, scaler, batches, dtype=dtype, device=dev)
-
-
-def _step_memory(step: Callable[[int], object], counters: _MemoryCounters) -> int:
-    """Peak bytes one training step allocates above what was already allocated before it.
-
-    ``step(k)`` runs optimizer step ``k`` of a fresh model.  Step 0 is a warm-up, not measured: first
-    steps create cuBLAS workspaces, the gradients and Adam's state, which then stay.  The baseline
-    taken after it holds everything alive (the dataset, the model, its gradients, Adam's state), so the
-    difference is what a step itself needs on top: activations kept for backward, autocast's copies,
-    temporaries (as ``race_trainer.measure_memory`` measures a race's contestants).
-    """
-    step(0)
-    counters.synchronize()
-    base = int(counters.allocated())
-    counters.reset_peak()
-    step(1)
-    counters.synchronize()
-    return int(counters.peak()) - base
-
-
-@dataclass(frozen=True)
 class PrecisionResult:
-    """One row of :func:`compare_precisions`.
-
-    ``step_seconds`` are the timed steps (after the warm-up), in the lockstep rounds all dtypes took
-    together, so round ``i`` of every row belongs together; ``speedup`` is this row's
-    ``timing.SpeedupEstimate`` against the first row (FP32) from those rounds (None for the first
-    row); ``context`` is ``timing.timing_context`` at the time (device, threads, CPU instructions).
-    ``peak_memory_bytes`` is what one training step allocated on the GPU above what was already
-    allocated (None off CUDA); ``step_flops`` and ``step_bytes`` are :func:`step_flops` and the lower
-    bound :func:`step_bytes` for one step, from which :attr:`regime` reads what limited the step.
-    """
+    """One row of :func:`compare_precisions`: ``step_seconds`` in the lockstep rounds all dtypes took, the
+    ``speedup`` against the first row (None for it), ``peak_memory_bytes`` of a step (None off CUDA), and the
+    step's FLOPs and bytes, from which :attr:`regime` reads what limited it."""
 
     dtype: torch.dtype
     seconds_per_step: float
     saved_bytes: int
     peak_memory_bytes: int | None
     test_accuracy: float
-    test_loss: float
-    final_train_loss: float
     num_skipped: int
     losses: tuple[float, ...] = ()
-    threads: int = 0
     step_seconds: tuple[float, ...] = ()
     speedup: SpeedupEstimate | None = None
     context: dict = field(default_factory=dict, compare=False)
@@ -158,20 +102,13 @@ class PrecisionResult:
 
     @property
     def regime(self) -> Regime | None:
-        """What limited this row's median step on its device (``race.regime_for``: launch-bound,
-        memory-bound, compute-bound, or unknown where the device's datasheet is not known, as on a
-        CPU); None when the row carries no FLOP and byte counts."""
+        """What limited this row's median step (``timing.regime_for``); None without FLOP and byte counts."""
         if self.step_flops is None or self.step_bytes is None or self.seconds_per_step <= 0:
             return None
-
-        dtype = self.dtype
         ctx = self.context or {}
-        if (
-            dtype == torch.float32
-            and ctx.get("tf32_matmul")
-            and tuple(ctx.get("capability") or (0, 0)) >= (8, 0)
-        ):
-            dtype = "tf32"  # with TF32 on, the "FP32" baseline's matmuls run at the TF32 Tensor Core rate
+        # With TF32 on, the "FP32" baseline's matmuls run at the TF32 Tensor Core rate.
+        tf32 = ctx.get("tf32_matmul") and tuple(ctx.get("capability") or (0, 0)) >= (8, 0)
+        dtype = "tf32" if self.dtype == torch.float32 and tf32 else self.dtype
         return regime_for(
             self.seconds_per_step, self.step_flops, self.step_bytes, dtype, ctx, unit=f"{self.name} step"
         )
@@ -193,51 +130,21 @@ def compare_precisions(
     device=None,
     show_progress: bool = False,
 ) -> list[PrecisionResult]:
-    """Train the same seeded model once per dtype, on the same batches, and measure what AMP changes.
-
-    The runs advance in lockstep (step 0 of every dtype, then step 1, ...), the order within a step flipping
-    every step, so a machine that gets busier slows every dtype alike.  Each step is timed with the device
-    synchronised around it and no host sync inside (:func:`recipe.timed_step`; on CUDA Adam is fused, so a
-    float16 step does not read its inf check either).  Per row: ``seconds_per_step``, the median after
-    ``warmup_steps``; ``speedup`` (rows after the first), ``timing.speedup_estimate`` of the first dtype's
-    step times against this one's, paired step by step; ``saved_bytes`` from :func:`saved_activation_bytes`
-    on one batch; ``peak_memory_bytes`` on CUDA, ``max_memory_allocated`` during one step (after an untimed
-    warm-up step) minus ``memory_allocated`` just before it, so that the data, weights and Adam's state
-    every dtype shares drop out (None elsewhere: no allocator statistic is reliable there); accuracy and
-    loss from ``recipe.evaluate``; ``step_flops`` and ``step_bytes`` from ``amp_lab.cost``, from which
-    ``PrecisionResult.regime`` reads what limited a step.  ``threads`` sets torch's CPU thread count for the
-    comparison (restored afterwards; a model this small runs fastest on one).
-
-    Everything is checked before the first model is built: ``data`` a ``data.Dataset`` on ``device``,
-    ``num_steps`` times the number of dtypes at most ``_checks.MAX_STEPS``, ``hidden`` and ``depth`` as
-    ``models.make_mlp`` takes them, ``lr`` at most 1e6, ``threads`` from 1 to 1024.
-    """
+    """Train the same seeded model once per dtype on the same batches, in lockstep (the order flipping every
+    step), each step a :func:`recipe.timed_step`: per row the median step time after ``warmup_steps``, the
+    speed-up against the first dtype, the bytes saved for backward, on CUDA a step's peak memory, accuracy,
+    losses, FLOPs and bytes.  ``threads`` sets torch's CPU threads.  Everything is checked first."""
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     dev = get_device(device)
     if isinstance(dtypes, (torch.dtype, str)):
-        raise ArgumentTypeError(
-            f"dtypes must be a sequence of dtypes, e.g. (torch.float32, 'bf16'), got {dtypes!r}"
-        )
-    dts = [
-        precision(d, name="dtypes") for d in bounded_list("dtypes", dtypes, MAX_STEPS, "a sequence of dtypes")
-    ]
-    if threads is not None:
-        threads = check_int("threads", threads, minimum=1, maximum=MAX_THREADS)
-        with torch_threads(threads):
-            return compare_precisions(
-                data, dts, num_steps=num_steps, batch_size=batch_size, accumulation_steps=accumulation_steps,
-                hidden=hidden, depth=depth, lr=lr, warmup_steps=warmup_steps, seed=seed, threads=None,
-                device=dev, show_progress=show_progress,
-            )  # fmt: skip
+        raise ArgumentTypeError(f"dtypes must be a sequence, e.g. (torch.float32, 'bf16'), got {dtypes!r}")
+    dtypes = bounded_list("dtypes", dtypes, MAX_STEPS, "a sequence of dtypes")
+    dts = [precision(d, name="dtypes") for d in dtypes]
     if not dts:
         raise ValueError("dtypes must name at least one of: float32, bfloat16, float16")
+    threads = None if threads is None else check_int("threads", threads, minimum=1, maximum=MAX_THREADS)
     warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0, maximum=MAX_STEPS - 1)
-    num_steps = check_int("num_steps", num_steps, minimum=warmup_steps + 1, maximum=MAX_STEPS)
-    if num_steps * len(dts) > MAX_STEPS:
-        raise ValueError(
-            f"num_steps={num_steps} for {len(dts)} dtypes is {num_steps * len(dts)} training steps, more than the "
-            f"{MAX_STEPS} allowed in all (_checks.MAX_STEPS): choose num_steps <= {MAX_STEPS // len(dts)}"
-        )
+    num_steps = check_int("num_steps", num_steps, minimum=warmup_steps + 1, maximum=MAX_STEPS // len(dts))
     lr = check_float("lr", lr, gt=0, le=MAX_LR)
     mlp_sizes(data.num_features, data.num_classes, hidden, depth)
     seed = check_seed("seed", seed)
@@ -247,112 +154,57 @@ def compare_precisions(
         if len(split) == 0:
             raise ValueError(f"{which} holds no examples")
         check_on(which, split.X.device, dev)
-        labels = split.y
-        low, high = torch.stack([labels.min(), labels.max()]).tolist()
+        low, high = torch.stack([split.y.min(), split.y.max()]).tolist()
         if low < 0 or high >= data.num_classes:
             raise ValueError(
-                f"{which} holds class labels from {low} to {high}, but data.num_classes={data.num_classes} allows "
-                f"0 to {data.num_classes - 1}"
+                f"{which} holds class labels from {low} to {high}, beyond data.num_classes={data.num_classes}"
             )
+    with torch_threads(threads):
+        batches_of = functools.partial(step_batches, data.train, batch_size, per_step, seed)
 
-    def fresh(dtype):
-        model = make_mlp(
-            data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
-        )
-        return model, _adam(model.parameters(), lr=lr, device=dev), make_scaler(dtype, dev)
-
-    batch_kw = dict(batch_size=batch_size, per_step=per_step, seed=seed)
-    peaks: dict[torch.dtype, int | None] = dict.fromkeys(dts)
-    counters = _memory_counters(dev)
-    if counters is not None:
-        for dtype in dts:
-            model, opt, scaler = fresh(dtype)
-            step = functools.partial(
-                _numbered_step, model, opt, scaler, data.train, dtype=dtype, dev=dev, **batch_kw
+        def run(dtype, steps):
+            model = make_mlp(
+                data.num_features, data.num_classes, hidden=hidden, depth=depth, seed=seed, device=dev
             )
-            peaks[dtype] = _step_memory(step, counters)
-            del model, opt, scaler, step
+            opt, scaler = _adam(model.parameters(), lr=lr, device=dev), make_scaler(dtype, dev)
+            return model, train_loop(model, opt, scaler, batches_of, steps, dtype=dtype, max_grad_norm=1.0)
 
-    context = timing_context(dev)
-    runs = [(dtype, *fresh(dtype), History()) for dtype in dts]
-    steps = range(num_steps)
-    if show_progress:
-        steps = progress(steps, desc="FP32 vs AMP")
-    for step in steps:
-        batches = step_batches(data.train, step, batch_size, per_step, seed)
-        # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked
-        # down), and that should not always favour the same dtype.
-        for dtype, model, opt, scaler, history in runs if step % 2 == 0 else runs[::-1]:
-            result, seconds = timed_step(model, opt, scaler, batches, dtype=dtype, max_grad_norm=1.0, dev=dev)
-            history.append(step, result, seconds)
+        peaks = {
+            dtype: _step_memory(run(dtype, range(2))[1], dev) if dev.type == "cuda" else None for dtype in dts
+        }
+        context = timing_context(dev)
+        runs = [(dtype, *run(dtype, range(num_steps)), History()) for dtype in dts]
+        steps = progress(range(num_steps), desc="FP32 vs AMP") if show_progress else range(num_steps)
+        for step in steps:
+            # Flip the order every step: whoever runs second may find caches warm (or the CPU clocked down).
+            for _dtype, _model, loop, history in runs if step % 2 == 0 else runs[::-1]:
+                history.append(step, *timed_step(loop, dev))
 
-    flops = step_flops(data.num_features, data.num_classes, hidden=hidden, depth=depth, batch_size=batch_size,
-                       accumulation_steps=accumulation_steps)  # fmt: skip
-    rows = []
-    X, y = step_batches(data.train, 0, batch_size, batch_size, seed)[0]
-    base_seconds = tuple(runs[0][4].seconds[warmup_steps:])
-    for i, (dtype, model, _opt, _scaler, history) in enumerate(runs):
-        ev = evaluate(model, data.test, dtype=dtype, device=dev)
-        timed = tuple(history.seconds[warmup_steps:])
-        rows.append(
-            PrecisionResult(
-                dtype=dtype,
-                seconds_per_step=statistics.median(timed),
-                saved_bytes=saved_activation_bytes(model, X, y, dtype=dtype, device=dev),
-                peak_memory_bytes=peaks[dtype],
-                test_accuracy=ev.accuracy,
-                test_loss=ev.loss,
-                final_train_loss=history.losses[-1],
-                num_skipped=history.num_skipped,
-                losses=tuple(history.losses),
-                threads=torch.get_num_threads(),
-                step_seconds=timed,
-                speedup=speedup_estimate(base_seconds, timed) if i > 0 else None,
-                context=context,
-                step_flops=flops,
-                step_bytes=step_bytes(
-                    data.num_features,
-                    data.num_classes,
-                    hidden=hidden,
-                    depth=depth,
-                    batch_size=batch_size,
-                    accumulation_steps=accumulation_steps,
+        sizes = dict(hidden=hidden, depth=depth, batch_size=batch_size, accumulation_steps=accumulation_steps)
+        flops = step_flops(data.num_features, data.num_classes, **sizes)
+        X, y = step_batches(data.train, batch_size, batch_size, seed, 0)[0]
+        base_seconds = tuple(runs[0][3].seconds[warmup_steps:])
+        rows = []
+        for i, (dtype, model, _loop, history) in enumerate(runs):
+            ev = evaluate(model, data.test, dtype=dtype, device=dev)
+            timed = tuple(history.seconds[warmup_steps:])
+            rows.append(
+                PrecisionResult(
                     dtype=dtype,
-                ),
-            )  # fmt: skip
-        )
-    return rows
-
-
-def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
-    """Table rows (for ``widgets.table_html``, header :data:`COMPARISON_HEADER`), against the first
-    result (FP32).
-
-    The speed-up is FP32 time / AMP time, with its 95% interval from the paired steps: above 1 AMP
-    is faster, below 1 it is slower.  ``results`` is :func:`compare_precisions`' non-empty list."""
-    results = _results("results", results, minimum=1)
-    base = results[0]
-    rows = []
-    for i, r in enumerate(results):
-        if i == 0:
-            speed = "1 (baseline)"
-        else:
-            est = r.speedup if r.speedup is not None else _speedup_of(base, r)
-            speed = f"{format_ratio(est.ratio)} ({est.ends_text()})" if est is not None else "n/a"
-        peak = "n/a" if r.peak_memory_bytes is None else format_bytes(r.peak_memory_bytes)
-        rows.append(
-            [
-                r.name,
-                f"{r.seconds_per_step * 1e3:.2f} ms",
-                speed,
-                f"{r.saved_bytes / 1024:.0f} KiB"
-                + (f" ({r.saved_bytes / base.saved_bytes:.2f}x)" if base.saved_bytes > 0 else ""),
-                peak,
-                f"{r.test_accuracy:.1%}",
-                str(r.num_skipped),
-            ]
-        )
-    return rows
+                    seconds_per_step=statistics.median(timed),
+                    saved_bytes=saved_activation_bytes(model, X, y, dtype=dtype, device=dev),
+                    peak_memory_bytes=peaks[dtype],
+                    test_accuracy=ev.accuracy,
+                    num_skipped=history.num_skipped,
+                    losses=tuple(history.losses),
+                    step_seconds=timed,
+                    speedup=speedup_estimate(base_seconds, timed) if i > 0 else None,
+                    context=context,
+                    step_flops=flops,
+                    step_bytes=step_bytes(data.num_features, data.num_classes, **sizes, dtype=dtype),
+                )
+            )
+        return rows
 
 
 COMPARISON_HEADER = [
@@ -366,6 +218,26 @@ COMPARISON_HEADER = [
 ]
 
 
+def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
+    """Table rows (header :data:`COMPARISON_HEADER`) of :func:`compare_precisions`' non-empty ``results``,
+    against the first (FP32): the speed-up is FP32 time / AMP time, with its 95% interval."""
+    results = _results("results", results, minimum=1)
+    base = results[0]
+    rows = []
+    for i, r in enumerate(results):
+        est = r.speedup
+        speed = (
+            "1 (baseline)" if i == 0 else f"{format_ratio(est.ratio)} ({est.ends_text()})" if est else "n/a"
+        )
+        saved = f"{r.saved_bytes / 1024:.0f} KiB"
+        if base.saved_bytes > 0:
+            saved += f" ({r.saved_bytes / base.saved_bytes:.2f}x)"
+        peak = "n/a" if r.peak_memory_bytes is None else format_bytes(r.peak_memory_bytes)
+        time, accuracy = f"{r.seconds_per_step * 1e3:.2f} ms", f"{r.test_accuracy:.1%}"
+        rows.append([r.name, time, speed, saved, peak, accuracy, str(r.num_skipped)])
+    return rows
+
+
 def _results(name: str, results, *, minimum: int) -> list[PrecisionResult]:
     what = "compare_precisions' list of PrecisionResult rows (the float32 baseline first)"
     results = bounded_list(name, results, MAX_STEPS, what)
@@ -377,15 +249,7 @@ def _results(name: str, results, *, minimum: int) -> list[PrecisionResult]:
     return results
 
 
-def _speedup_of(base: PrecisionResult, r: PrecisionResult) -> SpeedupEstimate | None:
-    if not base.step_seconds or len(base.step_seconds) != len(r.step_seconds):
-        return None
-    return speedup_estimate(base.step_seconds, r.step_seconds)
-
-
-# --------------------------------------------------------------------------------------------
-# What the comparison says, read from the numbers
-# --------------------------------------------------------------------------------------------
+# -- What the comparison says, read from the numbers --
 
 _OUTCOMES = {"faster": "recipe.faster", "slower": "recipe.slower", "too close to call": "recipe.too_close"}
 
@@ -398,30 +262,26 @@ def _why_small(device: str, regime: Regime | None) -> str:
     return {"cuda": "recipe.small_cuda", "cpu": "recipe.small_cpu"}.get(device, "recipe.small_other")
 
 
-def _expectation(expect: bool | None, outcome: str, why: str) -> tuple[tuple[str, ...], bool | None]:
-    """The reason codes comparing the measured ``outcome`` with the decision's ``expect`` (``choice.
-    expect_speedup``), and whether they agree (None: no prediction, or the measurement cannot decide)."""
+def _expectation(expect: bool | None, outcome: str, why: str) -> tuple[str, ...]:
+    """The reason codes comparing the measured ``outcome`` with the decision's ``expect``
+    (``choice.expect_speedup``)."""
     race = "recipe.see_race"
     noise = "recipe.within_interval" if why == "recipe.regime" else "recipe.within_noise"
     if expect is None:
+        regime = (why,) if why == "recipe.regime" else ()
         then = {
             "faster": ("recipe.advice_pays",),
             "slower": ("recipe.advice_fp32",),
-            "too close to call": (
-                noise,
-                "recipe.advice_memory",
-                *((why,) if why == "recipe.regime" else ()),
-                race,
-            ),
+            "too close to call": (noise, "recipe.advice_memory", *regime, race),
         }[outcome]
-        return ("recipe.unpredicted", *then), None
+        return ("recipe.unpredicted", *then)
     if outcome == "too close to call":
-        return ("recipe.undecided_fast" if expect else "recipe.undecided_slow", noise, why, race), None
+        return ("recipe.undecided_fast" if expect else "recipe.undecided_slow", noise, why, race)
     if expect == (outcome == "faster"):
-        return ("recipe.matches_fast" if expect else "recipe.matches_slow",), True
+        return ("recipe.matches_fast" if expect else "recipe.matches_slow",)
     if expect:
-        return ("recipe.contradicts_fast", why, "recipe.trust_measurement", race), False
-    return ("recipe.contradicts_slow",), False
+        return ("recipe.contradicts_fast", why, "recipe.trust_measurement", race)
+    return ("recipe.contradicts_slow",)
 
 
 def _amp_row(results, choice) -> tuple[PrecisionResult, PrecisionResult]:
@@ -438,51 +298,39 @@ def _amp_row(results, choice) -> tuple[PrecisionResult, PrecisionResult]:
 
 
 def read_comparison(results: Sequence[PrecisionResult], choice: AmpChoice) -> Reading:
-    """What :func:`compare_precisions`' ``results`` say about speed on the machine ``choice`` describes.
-
-    Outcome ``"recipe.faster"``, ``"recipe.slower"`` or ``"recipe.too_close"`` (the speed-up's interval
-    against 1); the reasons compare it with the AMP decision's expectation (``choice.expect_speedup``) and
-    say why a small model differs (the AMP step's measured regime where the GPU's datasheet is known:
-    ``PrecisionResult.regime``).  Facts: ``name``, ``ratio``, ``low``, ``high``, ``pairs``, ``speedup`` (the
-    estimate as printed), ``slowdown``, ``matches`` (True, False or None), ``regime``, ``regime_text`` and
-    ``basis``.  ``results[0]`` must be the float32 baseline; the AMP row read is the one in ``choice.dtype``.
-    The outcome rests on timings: show it in a cell marked volatile."""
-    base, amp = _amp_row(results, choice)
-    est = amp.speedup if amp.speedup is not None else _speedup_of(base, amp)
+    """What ``results`` (float32 first) say about speed on the machine ``choice`` describes (its
+    ``choice.dtype`` row): outcome ``"recipe.faster"``, ``"recipe.slower"`` or ``"recipe.too_close"``; the
+    reasons compare it with ``choice.expect_speedup`` and say why a small model differs (the measured
+    regime, where the GPU's datasheet is known).  It rests on timings: show it in a volatile cell."""
+    _, amp = _amp_row(results, choice)
+    est = amp.speedup
     if est is None:
-        raise ValueError(
-            "results carry no paired step times (step_seconds): run compare_precisions to get them"
-        )
+        raise ValueError("results carry no speed-up (speedup): run compare_precisions to get them")
     regime = amp.regime
-    reasons, matches = _expectation(choice.expect_speedup, est.outcome, _why_small(choice.device, regime))
+    reasons = _expectation(choice.expect_speedup, est.outcome, _why_small(choice.device, regime))
     text = regime.text if regime is not None else ""
     facts = dict(
-        name=amp.name, ratio=est.ratio, low=est.low, high=est.high, pairs=est.pairs, speedup=str(est),
-        slowdown=1 / est.ratio if est.ratio > 0 else float("inf"), matches=matches,
-        regime=regime.name if regime is not None else None, regime_text=text[:1].upper() + text[1:],
+        name=amp.name,
+        pairs=est.pairs,
+        speedup=str(est),
+        slowdown=1 / est.ratio if est.ratio > 0 else float("inf"),
+        regime_text=text[:1].upper() + text[1:],
         basis=f" ({choice.basis})" if choice.basis else "",
-    )  # fmt: skip
+    )
     return Reading(_OUTCOMES[est.outcome], reasons, facts)
 
 
 def read_memory(
     results: Sequence[PrecisionResult], choice: AmpChoice, *, accuracy_tolerance: float = 0.03
 ) -> Reading:
-    """What :func:`compare_precisions`' ``results`` say about memory and accuracy (these rest on tensor sizes
-    and a tolerance, so they hold on every machine).
-
-    Outcome ``"recipe.memory_half"`` (AMP saved at most 0.6x FP32's bytes for backward), ``"_less"`` (below
-    0.95x), ``"_same"`` (up to 1.05x) or ``"_more"``; reasons ``"recipe.weights_stay"``, ``"recipe.peak"``
-    (on CUDA, where the peak memory per step was measured) and ``"recipe.accuracy_within"`` or
-    ``"recipe.accuracy_beyond"`` (AMP's test accuracy against FP32's, ``accuracy_tolerance`` a fraction:
-    0.03 is 3 points).  Facts: ``name``, ``saved_ratio``, ``base_kib``, ``amp_kib``, ``peak_ratio``,
-    ``base_peak``, ``amp_peak`` (formatted bytes), ``accuracy_gap``, ``points``."""
+    """What ``results`` say about memory and accuracy: outcome ``"recipe.memory_half"`` (AMP's bytes saved
+    for backward at most 0.6x FP32's), ``_less``, ``_same`` or ``_more``; reasons ``"recipe.weights_stay"``,
+    ``"recipe.peak"`` (CUDA) and ``"recipe.accuracy_within"`` or ``_beyond`` (``accuracy_tolerance``: 0.03 is
+    3 points)."""
     base, amp = _amp_row(results, choice)
     accuracy_tolerance = check_float("accuracy_tolerance", accuracy_tolerance, ge=0, lt=1)
     if not base.saved_bytes > 0:
-        raise ValueError(
-            f"results[0].saved_bytes must be > 0 (the baseline's memory), got {base.saved_bytes!r}"
-        )
+        raise ValueError(f"results[0].saved_bytes (the baseline's) must be > 0, got {base.saved_bytes!r}")
     ratio = amp.saved_bytes / base.saved_bytes
     outcome = "half" if ratio <= 0.6 else "less" if ratio < 0.95 else "same" if ratio <= 1.05 else "more"
     reasons = ["recipe.weights_stay"]
@@ -506,10 +354,9 @@ def read_memory(
 
 
 def read_tf32(device=None) -> Reading:
-    """What the "FP32" baseline computes on ``device``: outcome ``"recipe.tf32_on"`` (a GPU with TF32 Tensor
-    Cores and TF32 on: its FP32 matmuls use them), ``"recipe.tf32_off"`` (such a GPU, TF32 off) or
-    ``"recipe.tf32_none"`` (no TF32 Tensor Cores in use); facts ``allowed`` and ``precision``, from
-    ``hardware.tf32_setting()``."""
+    """What the "FP32" baseline computes on ``device``: ``"recipe.tf32_on"`` (TF32 Tensor Cores, TF32 on),
+    ``"recipe.tf32_off"`` (such a GPU, TF32 off) or ``"recipe.tf32_none"``; facts ``allowed`` and
+    ``precision``, from ``hardware.tf32_setting()``."""
     dev = get_device(device)
     allowed, matmul_precision = tf32_setting()
     capability = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None

@@ -1,83 +1,71 @@
-"""The race's training step and its memory (``06_timing_race``): one contestant's model, Adam and step,
-and the peak memory of a step, measured on CUDA and estimated from what autograd saves elsewhere."""
+"""The race's training step and its memory (``06_timing_race``): one contestant's model, Adam and a step of
+the course's one loop (``recipe.train_loop``), and the peak memory of a step, measured on CUDA and
+estimated from what autograd saves elsewhere."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+import itertools
 
 import torch
-import torch.nn.functional as F
+
+from .recipe import train_loop
 
 
 class Trainer:
-    """One contestant: its own copy of the model, its optimizer, and a ``step()``."""
+    """One contestant: its own copy of the model, its optimizer, and a ``step()`` that reads nothing back."""
 
     def __init__(self, model, X, y, dev, dtype: torch.dtype | None):
         self.model = copy.deepcopy(model).to(dev)
-        # Fused Adam on CUDA: one kernel for the whole update, and with a GradScaler it reads the inf/NaN
-        # flag on the GPU; the default (foreach) Adam makes GradScaler.step call found_inf.item(), a host
-        # sync in every float16 step that the FP32 and bfloat16 steps do not pay.
+        # Fused Adam on CUDA: one kernel for the update, and GradScaler hands it the inf/NaN flag on the GPU
+        # (with the default Adam GradScaler.step calls found_inf.item(), a host sync in every float16 step).
         self.opt = torch.optim.Adam(
             self.model.parameters(), lr=1e-3, **({"fused": True} if dev.type == "cuda" else {})
         )
-        self.X, self.y, self.dtype, self.dev = X, y, dtype, dev
         # float16 needs loss scaling to keep small gradients; bfloat16 has FP32's range and does not.
         self.scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 else None
+        self.X, self.y = X, y
+        self._steps = train_loop(
+            self.model, self.opt, self.scaler, lambda _: [(X, y)], itertools.count(), dtype=dtype
+        )
 
-    def step(self):
-        self.opt.zero_grad(set_to_none=True)
-        with torch.autocast(
-            self.dev.type, dtype=self.dtype or torch.bfloat16, enabled=self.dtype is not None
-        ):
-            loss = F.cross_entropy(self.model(self.X), self.y)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.opt)
-            self.scaler.update()
-        else:
-            loss.backward()
-            self.opt.step()
-        return loss
+    def step(self) -> torch.Tensor:
+        """One training step (the loss stays on the device)."""
+        return next(self._steps).loss
 
     def static_bytes(self) -> int:
-        tensors = [p for p in self.model.parameters()]
+        tensors = [*self.model.parameters()]
         tensors += [p.grad for p in self.model.parameters() if p.grad is not None]
-        for state in self.opt.state.values():
-            tensors += [v for v in state.values() if torch.is_tensor(v)]
-        return _unique_storage_bytes(tensors)
+        tensors += [v for state in self.opt.state.values() for v in state.values() if torch.is_tensor(v)]
+        sizes = {}
+        for t in tensors:
+            st = t.untyped_storage()
+            sizes[st.data_ptr()] = max(st.nbytes(), sizes.get(st.data_ptr(), 0))
+        return sum(sizes.values())
 
 
-def _storage_key(t: torch.Tensor):
-    st = t.untyped_storage()
-    return st.data_ptr(), st.nbytes()
-
-
-def _unique_storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
-    seen = {}
-    for t in tensors:
-        ptr, nbytes = _storage_key(t)
-        seen[ptr] = max(nbytes, seen.get(ptr, 0))
-    return sum(seen.values())
-
-
-def saved_for_backward_bytes(trainer: Trainer, exclude: Iterable[torch.Tensor]) -> int:
-    """Bytes of new tensors autograd keeps for backward during one step (inputs and parameters,
-    which exist anyway, are not counted; each storage is counted once)."""
-    seen = {_storage_key(t)[0] for t in exclude}
+def saved_bytes(run, exclude=()) -> int:
+    """Bytes of the tensors autograd keeps for backward while ``run()`` runs, each storage counted once
+    (those of ``exclude``, which exist anyway, not at all)."""
+    seen = {t.untyped_storage().data_ptr() for t in exclude}
     total = 0
 
     def pack(t):
         nonlocal total
-        ptr, nbytes = _storage_key(t)
-        if ptr not in seen:
-            seen.add(ptr)
-            total += nbytes
+        st = t.untyped_storage()
+        if st.data_ptr() not in seen:
+            seen.add(st.data_ptr())
+            total += st.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        trainer.step()
+        run()
     return total
+
+
+def saved_for_backward_bytes(trainer: Trainer, exclude) -> int:
+    """What autograd keeps for backward during one of ``trainer``'s steps (``exclude`` not counted)."""
+    return saved_bytes(trainer.step, exclude)
 
 
 def measure_memory(make: dict, dev: torch.device, shared: list[torch.Tensor]) -> dict:

@@ -1,6 +1,6 @@
 """Argument checks of the recipe's learner-facing names (``recipe``, ``checkpoints``, ``clipping``,
-``compare``): models, optimizers, scalers, schedulers, batches and splits.  Everything is checked before
-anything changes, and torch's shape and dtype errors never reach the learner."""
+``compare``): models, optimizers, scalers, schedulers, batches and splits, checked before anything changes,
+so that torch's shape and dtype errors never reach the learner."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def precision(dtype, name: str = "dtype") -> torch.dtype:
 
 
 def check_per_step(batch_size, accumulation_steps, n: int) -> tuple[int, int, int]:
-    """``batch_size``, ``accumulation_steps`` and their product, checked against the ``n`` examples."""
+    """``batch_size``, ``accumulation_steps`` and their product, at most the ``n`` examples."""
     batch_size = check_int("batch_size", batch_size, minimum=1, maximum=MAX_SIZE)
     accumulation_steps = check_int("accumulation_steps", accumulation_steps, minimum=1, maximum=MAX_SIZE)
     per_step = batch_size * accumulation_steps
@@ -32,12 +32,6 @@ def check_per_step(batch_size, accumulation_steps, n: int) -> tuple[int, int, in
             f"number of examples ({n})"
         )
     return batch_size, accumulation_steps, per_step
-
-
-# --------------------------------------------------------------------------------------------
-# Argument checks of the learner-facing step, loop, evaluation and checkpoints: everything is checked
-# before anything changes, and torch's shape and dtype errors never reach the learner.
-# --------------------------------------------------------------------------------------------
 
 
 def check_split(name: str, split) -> Split:
@@ -56,8 +50,8 @@ def model_params(name: str, model) -> list[torch.Tensor]:
 
 
 def check_model(name: str, model, dev: torch.device, *, trainable: bool) -> list[torch.Tensor]:
-    """The parameters of ``model``: float32 (the master weights; autocast makes the 16-bit copies), all on
-    ``dev``, and, for training, at least one that requires a gradient."""
+    """The parameters of ``model``: float32 (the master weights), on ``dev``, and for training at least one
+    that requires a gradient."""
     params = model_params(name, model)
     wrong = next((p for p in params if p.dtype != torch.float32), None)
     if wrong is not None:
@@ -79,15 +73,9 @@ def check_on(name: str, actual: torch.device, dev: torch.device) -> None:
 def check_opt(opt, params: list[torch.Tensor]) -> None:
     check_instance("opt", opt, torch.optim.Optimizer, "a torch.optim.Optimizer (e.g. torch.optim.Adam(...))")
     held = [p for group in opt.param_groups for p in group["params"]]
-    if not held:
-        raise ValueError(
-            "opt holds no parameters: build it from the model's, torch.optim.Adam(model.parameters())"
-        )
     own = {id(p) for p in params}
-    if any(id(p) not in own for p in held):
-        raise ValueError(
-            "opt holds parameters that are not the model's: build it from this model's parameters"
-        )
+    if not held or any(id(p) not in own for p in held):
+        raise ValueError("opt holds parameters that are not the model's: build it from model.parameters()")
 
 
 def check_scaler(scaler, dev: torch.device | None = None) -> None:
@@ -95,7 +83,7 @@ def check_scaler(scaler, dev: torch.device | None = None) -> None:
     made_for = getattr(scaler, "_device", None)
     if dev is not None and scaler.is_enabled() and isinstance(made_for, str) and made_for != dev.type:
         raise ValueError(
-            f"scaler was made for {made_for!r}, but device={str(dev)!r}: use make_scaler(dtype, device)"
+            f"scaler was made for {made_for!r}, not device={str(dev)!r}: use make_scaler(dtype, device)"
         )
 
 
@@ -116,22 +104,18 @@ def check_scheduler(scheduler, opt, *, stepped_by_train: bool) -> None:
 
 
 def check_max_grad_norm(max_grad_norm) -> float | None:
-    """None (no clipping) or a finite number > 0: a negative norm would reverse every update, NaN would
-    write NaN into the weights, and 0 would freeze training."""
+    """None (no clipping) or a finite number > 0 (negative reverses the updates, NaN poisons, 0 freezes)."""
     return None if max_grad_norm is None else check_float("max_grad_norm", max_grad_norm, gt=0)
 
 
-def _io_widths(model) -> tuple[int | None, int | None]:
-    """The input width and number of outputs of a ``nn.Sequential`` whose first and last layers are Linear
-    (as ``models.make_mlp``'s are), read without running it; None where they cannot be read."""
-    leaves = [m for m in model.modules() if next(m.children(), None) is None]
-    if not isinstance(model, nn.Sequential) or not leaves:
+def linear_ends(model) -> tuple[nn.Linear | None, nn.Linear | None]:
+    """The first and last layers of a plain stack (nested ``nn.Sequential``s, or one layer) where they are
+    Linear, read without running it; None where a model with its own ``forward`` hides their order."""
+    modules = list(model.modules())
+    if not all(isinstance(m, nn.Sequential) for m in modules if next(m.children(), None) is not None):
         return None, None
-    first, last = leaves[0], leaves[-1]
-    return (
-        first.in_features if isinstance(first, nn.Linear) else None,
-        last.out_features if isinstance(last, nn.Linear) else None,
-    )
+    leaves = [m for m in modules if next(m.children(), None) is None] or [None]
+    return tuple(m if isinstance(m, nn.Linear) else None for m in (leaves[0], leaves[-1]))
 
 
 def check_examples(xname: str, yname: str, X, y, model, device: torch.device) -> None:
@@ -140,30 +124,26 @@ def check_examples(xname: str, yname: str, X, y, model, device: torch.device) ->
     check_instance(yname, y, torch.Tensor, "a tensor of class labels")
     if X.dtype != torch.float32 or X.ndim != 2:
         raise ValueError(f"{xname} must be a 2-D float32 tensor, got {X.dtype} of shape {tuple(X.shape)}")
-    in_features, _ = _io_widths(model)
-    if in_features is not None and X.shape[1] != in_features:
-        raise ValueError(f"{xname} has {X.shape[1]} features per example, but the model takes {in_features}")
-    if y.dtype != torch.int64 or y.ndim != 1:
+    first, _ = linear_ends(model)
+    if first is not None and X.shape[1] != first.in_features:
         raise ValueError(
-            f"{yname} must be a 1-D int64 tensor of labels (use y.long()), got {y.dtype} of shape {tuple(y.shape)}"
+            f"{xname} has {X.shape[1]} features per example, but the model takes {first.in_features}"
         )
-    if len(X) != len(y):
+    if y.dtype != torch.int64 or y.ndim != 1 or len(X) != len(y) or len(X) == 0:
         raise ValueError(
-            f"{xname} has {len(X)} examples but {yname} has {len(y)} labels: one label per example"
+            f"{yname} must be a 1-D int64 tensor of labels (use y.long()), one per example of {xname} (at least "
+            f"one), got {y.dtype} of shape {tuple(y.shape)} for {len(X)} examples"
         )
-    if len(X) == 0:
-        raise ValueError(f"{xname} holds no examples")
     for name, t in ((xname, X), (yname, y)):
         if t.device != device:
-            raise ValueError(
-                f"{name} is on {t.device}, but the model is on {device}: move it with .to(device)"
-            )
+            raise ValueError(f"{name} is on {t.device}, but the model is on {device}: use .to(device)")
 
 
 def check_example_values(pairs, model, where: str) -> None:
     """Labels within the model's outputs and finite features, read once (one host sync): a label out of range
     fails inside torch (on a GPU, as a device-side assert) and a NaN feature writes NaN into the weights."""
-    _, num_classes = _io_widths(model)
+    _, last = linear_ends(model)
+    num_classes = None if last is None else last.out_features
     low, high, finite = torch.stack(
         [
             torch.stack([y.min() for _, y in pairs]).min(),
@@ -177,9 +157,7 @@ def check_example_values(pairs, model, where: str) -> None:
             f"{where} holds class labels from {low} to {high}, but the model's labels are {allowed}"
         )
     if not finite:
-        raise ValueError(
-            f"{where} holds NaN or inf features: a step on them would write NaN into the weights"
-        )
+        raise ValueError(f"{where} holds NaN or inf features: a step would write NaN into the weights")
 
 
 def check_split_for(name: str, split, model, device: torch.device) -> None:
@@ -189,6 +167,7 @@ def check_split_for(name: str, split, model, device: torch.device) -> None:
 
 
 def check_step(model, opt, scaler, batches, dtype, max_grad_norm, device, *, read_values: bool):
+    """A step's arguments; on a GPU the sync-free step does not read the labels' values (a host sync)."""
     dev = get_device(device)
     dtype = precision(dtype)
     max_grad_norm = check_max_grad_norm(max_grad_norm)
@@ -203,11 +182,8 @@ def check_step(model, opt, scaler, batches, dtype, max_grad_norm, device, *, rea
         raise ValueError(f"batches must be {what}, got an empty one")
     for i, pair in enumerate(pairs):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise ArgumentTypeError(
-                f"batches[{i}] must be an (X, y) pair of tensors, got {type(pair).__name__}"
-            )
+            raise ArgumentTypeError(f"batches[{i}] must be an (X, y) pair, got {type(pair).__name__}")
         check_examples(f"batches[{i}] X", f"batches[{i}] y", *pair, model, params[0].device)
-    # Reading the labels' values waits for a GPU: the sync-free step skips it there.
     if read_values or params[0].device.type == "cpu":
         check_example_values(pairs, model, "batches")
     return pairs, dtype, max_grad_norm, dev

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 import statistics
 import warnings
@@ -251,6 +252,21 @@ def test_a_step_with_overflowing_gradients_is_skipped(data):
     assert recipe.train_step(model, opt, scaler, batches, dtype=torch.float16).scale == 2.0**23
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_disabled_scaler_never_skips_even_on_nan_gradients(data, dtype):
+    """bfloat16 and float32 have no loss scaling: the optimizer steps on NaN gradients, so the step is not
+    'skipped' (the weights turn NaN)."""
+    model, opt, scaler, _ = fresh(dtype)
+    with torch.no_grad():
+        model[0].weight.fill_(3e38)  # the forward overflows to inf: loss and gradients are NaN
+    batches = recipe.micro_batches(data.train, step=0, batch_size=64)
+    for step in (recipe.train_step, recipe.sync_free_step):
+        result = step(model, opt, scaler, batches, dtype=dtype)
+        result = result if isinstance(result, recipe.StepResult) else result.result()
+        assert not math.isfinite(result.grad_norm) and not result.skipped
+    assert not scaler.is_enabled() and not torch.isfinite(model[-1].weight).all()
+
+
 # --------------------------------------------------------------------------------------------
 # The stumbles the instructor guide answers
 # --------------------------------------------------------------------------------------------
@@ -380,7 +396,6 @@ def test_evaluate_under_autocast(data, dtype):
         logits = model(data.test.X)
     assert logits.dtype == dtype
     assert ev.accuracy == pytest.approx((logits.argmax(1) == data.test.y).double().mean().item(), abs=1e-12)
-    assert ev.num_examples == len(data.test)
 
 
 def test_amp_halves_what_autograd_saves_for_backward(data):
@@ -400,7 +415,7 @@ def test_compare_precisions_measures_each_dtype(data):
     )
     assert torch.get_num_threads() == threads  # restored
     assert [r.dtype for r in rows] == [torch.float32, torch.bfloat16]
-    assert all(r.threads == 1 and r.context["threads"] == 1 for r in rows)
+    assert all(r.context["threads"] == 1 for r in rows)
     # Both runs saw the same batches in lockstep: their first losses agree to bfloat16 precision.
     assert rows[1].losses[0] == pytest.approx(rows[0].losses[0], rel=2**-6)
     for r in rows:
@@ -468,7 +483,7 @@ def fake_results(amp_dtype, outcome, *, saved=(72_000, 37_000), accuracy=(0.91, 
     def row(dtype, steps, saved_bytes, acc, peak, speedup):
         return compare.PrecisionResult(
             dtype=dtype, seconds_per_step=statistics.median(steps), saved_bytes=saved_bytes,
-            peak_memory_bytes=peak, test_accuracy=acc, test_loss=0.3, final_train_loss=0.1, num_skipped=0,
+            peak_memory_bytes=peak, test_accuracy=acc, num_skipped=0,
             step_seconds=steps, speedup=speedup,
         )  # fmt: skip
 
@@ -506,17 +521,10 @@ def test_read_comparison_codes(machine_name, outcome):
     assert oracle.outcome == outcome  # the fake times really are faster / slower / too close to call
     assert reading.outcome == OUTCOME_CODES[outcome]
     facts = reading.facts
-    assert (facts["ratio"], facts["low"], facts["high"], facts["pairs"]) == (
-        oracle.ratio,
-        oracle.low,
-        oracle.high,
-        27,
-    )
+    assert (facts["speedup"], facts["pairs"]) == (str(oracle), 27)
     assert facts["name"] == dtype_name(choice.dtype) and facts["slowdown"] == 1 / oracle.ratio
     # Does the measurement match the decision flow's expectation?  Hand-written, case by case.
     expect = choice.expect_speedup
-    matches = None if expect is None or outcome == "too close to call" else expect == (outcome == "faster")
-    assert facts["matches"] is matches
     first = {
         (None, "faster"): "recipe.unpredicted", (None, "slower"): "recipe.unpredicted",
         (None, "too close to call"): "recipe.unpredicted",
@@ -563,13 +571,6 @@ def test_read_memory_follows_the_numbers():
     assert (peak.facts["base_peak"], peak.facts["amp_peak"]) == ("4.00 MiB", "3.00 MiB")
 
 
-def test_read_comparison_computes_the_interval_when_results_carry_only_step_times():
-    choice = amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))
-    results = [dataclasses.replace(r, speedup=None) for r in fake_results(torch.bfloat16, "slower")]
-    oracle = speedup_estimate(FP32_STEPS, TIMES["slower"])
-    assert compare.read_comparison(results, choice).facts["speedup"] == str(oracle)
-
-
 def test_read_comparison_errors():
     choice = amp_choice.choose_amp_dtype(cpu(AVX2_ONLY))
     results = fake_results(torch.bfloat16, "slower")
@@ -586,7 +587,7 @@ def test_read_comparison_errors():
     with pytest.raises(ValueError, match="accuracy_tolerance"):
         compare.read_memory(results, choice, accuracy_tolerance=-0.1)
     bare = [dataclasses.replace(r, speedup=None, step_seconds=()) for r in results]
-    with pytest.raises(ValueError, match="step_seconds"):
+    with pytest.raises(ValueError, match="speedup"):
         compare.read_comparison(bare, choice)
 
 
@@ -660,6 +661,12 @@ def test_sync_free_step_is_train_step_on_the_device(data):
         )
 
 
+def test_notebook_07_prints_the_steps_alone():
+    for step in (recipe.train_step, recipe.sync_free_step):
+        source = inspect.getsource(step)
+        assert source.startswith(f"def {step.__name__}(") and "_checked" not in source
+
+
 SYNCS = ("item", "__float__", "__bool__", "__int__", "__index__", "tolist", "cpu", "numpy")
 
 
@@ -699,44 +706,28 @@ def test_no_host_sync_inside_a_timed_step(data, monkeypatch):
     assert all(len(r.losses) == 4 and all(math.isfinite(v) for v in r.losses) for r in rows)
 
 
-def test_compare_precisions_reports_the_memory_of_one_step_not_everything_alive(data, monkeypatch):
+def test_the_memory_of_a_step_is_its_peak_above_what_was_alive_before_it(monkeypatch):
     """Fake CUDA allocator counters: memory_allocated says ALIVE bytes (data, weights, Adam state) and the
-    peak is ALIVE + this dtype's step.  The row must report the step alone, measured after a warm-up
-    step (Adam's state exists at the baseline), with the peak reset after the baseline was read."""
-    ALIVE = 50 * 2**20
-    STEP = {torch.float32: 300_000, torch.bfloat16: 170_000}
-    events, current = [], {}
-    step = compare._numbered_step
+    peak is ALIVE + the step's.  The step alone is reported, measured after a warm-up step (Adam's state
+    exists at the baseline), with the peak reset after the baseline was read."""
+    ALIVE, STEP = 50 * 2**20, 300_000
+    events = []
 
-    def numbered_step(model, opt, scaler, split, k, *, dtype, **kw):
-        events.append(f"step {k}")
-        current.update(opt=opt, dtype=dtype)
-        return step(model, opt, scaler, split, k, dtype=dtype, **kw)
+    def loop():
+        for k in range(2):
+            events.append(f"step {k}")
+            yield
 
-    def allocated():
-        events.append("allocated")
-        assert len(current["opt"].state) > 0, (
-            "the baseline was read before the warm-up step made Adam's state"
-        )
-        return ALIVE
-
-    counters = compare._MemoryCounters(
-        synchronize=lambda: events.append("sync"),
-        allocated=allocated,
-        reset_peak=lambda: events.append("reset"),
-        peak=lambda: events.append("peak") or ALIVE + STEP[current["dtype"]],
+    fakes = dict(
+        synchronize=lambda dev: events.append("sync"),
+        memory_allocated=lambda dev: events.append("allocated") or ALIVE,
+        reset_peak_memory_stats=lambda dev: events.append("reset"),
+        max_memory_allocated=lambda dev: events.append("peak") or ALIVE + STEP,
     )
-    monkeypatch.setattr(compare, "_numbered_step", numbered_step)
-    monkeypatch.setattr(compare, "_memory_counters", lambda dev: counters)
-    rows = compare.compare_precisions(data, (torch.float32, "bf16"), num_steps=3, warmup_steps=1, hidden=16)
-    assert [r.peak_memory_bytes for r in rows] == [STEP[torch.float32], STEP[torch.bfloat16]]
-    one = ["step 0", "sync", "allocated", "reset", "step 1", "sync", "peak"]
-    assert events == one + one
-    table = compare.comparison_rows(rows)
-    assert [row[4] for row in table] == ["292.97 KiB", "166.02 KiB"]
-    reading = compare.read_memory(rows, amp_choice.choose_amp_dtype(gpu((8, 0), "A100")))
-    assert "recipe.peak" in reading.reasons
-    assert reading.facts["peak_ratio"] == STEP[torch.bfloat16] / STEP[torch.float32]
+    for name, fake in fakes.items():
+        monkeypatch.setattr(torch.cuda, name, fake)
+    assert compare._step_memory(loop(), torch.device("cuda")) == STEP
+    assert events == ["step 0", "sync", "allocated", "reset", "step 1", "sync", "peak"]
 
 
 def test_compare_precisions_uses_fused_adam_only_on_cuda():
@@ -746,7 +737,6 @@ def test_compare_precisions_uses_fused_adam_only_on_cuda():
     assert compare._adam(params, lr=1e-3, device=torch.device("cpu")).defaults["fused"] is False
     # torch.device("cuda") is only a description here: the optimizer is built, never stepped.
     assert compare._adam(params, lr=1e-3, device=torch.device("cuda")).defaults["fused"] is True
-    assert compare._memory_counters(torch.device("cpu")) is None
 
 
 def test_step_flops_counts_the_matmuls_autograd_runs(data):
@@ -815,7 +805,6 @@ def test_read_comparison_explains_a_gpu_step_by_its_regime(outcome):
     oracle = regime_for(amp.seconds_per_step, 2.5e6, 4e5, torch.bfloat16, H100_CONTEXT, unit="bfloat16 step")
     assert amp.regime == oracle and amp.regime.name == "launch-bound"
     reading = compare.read_comparison(results, choice)
-    assert reading.facts["regime"] == "launch-bound"
     if outcome == "faster":  # the flow's expectation holds: nothing to explain
         assert "recipe.regime" not in reading.reasons
         return
@@ -831,7 +820,7 @@ def test_read_comparison_regime_follows_the_numbers():
     choice = amp_choice.choose_amp_dtype(gpu((9, 0), "NVIDIA H100 80GB HBM3"))
     results = with_context(fake_results(choice.dtype, "slower"), H100_CONTEXT, flops=3e12)
     assert results[1].regime.name == "compute-bound"
-    assert compare.read_comparison(results, choice).facts["regime"] == "compute-bound"
+    assert "recipe.regime" in compare.read_comparison(results, choice).reasons
 
 
 @pytest.mark.parametrize(
@@ -961,8 +950,8 @@ BAD_BATCHES = {
     "y float": (lambda d: [(d.train.X[:8], d.train.y[:8].float())], ValueError, "int64"),
     "y int32": (lambda d: [(d.train.X[:8], d.train.y[:8].int())], ValueError, r"y.long\(\)"),
     "y 2-D": (lambda d: [(d.train.X[:8], d.train.y[:8, None])], ValueError, "1-D int64"),
-    "sizes differ": (lambda d: [(d.train.X[:8], d.train.y[:7])], ValueError, "8 examples but .* 7 labels"),
-    "no examples": (lambda d: [(d.train.X[:0], d.train.y[:0])], ValueError, "holds no examples"),
+    "sizes differ": (lambda d: [(d.train.X[:8], d.train.y[:7])], ValueError, "one per example"),
+    "no examples": (lambda d: [(d.train.X[:0], d.train.y[:0])], ValueError, "at least one"),
     "label 10": (
         lambda d: [(d.train.X[:8], torch.full((8,), 10))],
         ValueError,
@@ -1191,7 +1180,7 @@ def test_compare_precisions_bounds_its_work_before_building_anything(data, monke
     monkeypatch.setattr(compare, "make_mlp", lambda *a, **k: built.append(a) or 1 / 0)
     cases = [
         (dict(num_steps=10**9), ValueError, "num_steps"),
-        (dict(num_steps=60_000), ValueError, r"120000 training steps.*num_steps <= 50000"),
+        (dict(num_steps=60_000), ValueError, "num_steps must be <= 50000"),
         (dict(dtypes="bf16"), TypeError, "dtypes must be a sequence"),
         (dict(dtypes=torch.bfloat16), TypeError, "dtypes must be a sequence"),
         (dict(dtypes=()), ValueError, "dtypes must name at least one"),
@@ -1285,7 +1274,7 @@ def test_comparison_rows_of_one_row_and_choice_rows_of_none():
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda m, d: recipe.evaluate(m, Split(d.test.X[:0], d.test.y[:0]), dtype=torch.float32), ValueError, "holds no examples"),
+        (lambda m, d: recipe.evaluate(m, Split(d.test.X[:0], d.test.y[:0]), dtype=torch.float32), ValueError, "at least one"),
         (lambda m, d: recipe.evaluate(m, (d.test.X, d.test.y), dtype=torch.float32), TypeError, "split must be a data.Split"),
         (lambda m, d: recipe.evaluate(m, d, dtype=torch.float32), TypeError, "split must be a data.Split"),
         (lambda m, d: recipe.evaluate("model", d.test, dtype=torch.float32), TypeError, "model must be"),
@@ -1327,14 +1316,14 @@ def test_a_refused_load_changes_nothing(tmp_path):
     good = checkpoints.save_checkpoint(tmp_path / "good.pt", model, opt, scaler, step=2, scheduler=scheduler)
     state = torch.load(good, weights_only=True)
     cases = {
-        "no scaler": ({k: v for k, v in state.items() if k != "scaler"}, "it lacks scaler"),
-        "unknown entry": ({**state, "epoch": 3}, "unknown entries 'epoch'"),
-        "no model": ({k: v for k, v in state.items() if k != "model"}, "it lacks model"),
+        "no scaler": ({k: v for k, v in state.items() if k != "scaler"}, r"lacks \['scaler'\]"),
+        "unknown entry": ({**state, "epoch": 3}, r"has \['epoch'\]"),
+        "no model": ({k: v for k, v in state.items() if k != "model"}, r"lacks \['model'\]"),
         "bad step": ({**state, "step": -3}, "step"),
         "bad rng": ({**state, "rng_cpu": torch.zeros(3, dtype=torch.uint8)}, "random-generator"),
         "scale NaN": ({**state, "scaler": {**state["scaler"], "scale": float("nan")}}, "scale is nan"),
         "scaler from bf16 run": ({**state, "scaler": {}}, "holds no loss-scale state"),
-        "scaler keys": ({**state, "scaler": {"scale": 2.0}}, "scaler state has scale"),
+        "scaler keys": ({**state, "scaler": {"scale": 2.0}}, "scaler state has"),
         "extra not a dict": ({**state, "extra": [1]}, "extra is a list"),
     }
     for name, (broken, match) in cases.items():
@@ -1354,7 +1343,7 @@ def test_a_checkpoint_for_another_model_optimizer_or_scheduler_is_refused(tmp_pa
     o = torch.optim.Adam(other.parameters(), lr=1e-3)
     err = load_refused(path, other, o, recipe.make_scaler(torch.float32, "cpu"),
                        torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=30), "another model")  # fmt: skip
-    assert "0.weight is (32, 64) there and (16, 64)" in str(err)
+    assert "size mismatch for 0.weight" in str(err)
     # Another depth: keys the model lacks.
     deeper = models.make_mlp(64, 10, hidden=32, depth=3)
     o = torch.optim.Adam(deeper.parameters(), lr=1e-3)
@@ -1426,12 +1415,11 @@ def test_a_missing_checkpoint_is_a_file_not_found_error_that_is_a_value_error(tm
         (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, None, step=0), TypeError, "scaler must be"),
         (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, scheduler=3), TypeError, "scheduler"),
         (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra=[1]), TypeError, "extra must be None or a dict"),
-        (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={"a": {1, 2}}), TypeError, r"extra\['a'\] is a set"),
         (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={"a": object()}), TypeError, "weights_only"),
         (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={1: "a"}), TypeError, "string keys"),
         (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={"f": len}), TypeError, "extra"),
         (lambda p, m, o, s: checkpoints.save_checkpoint(p, m, o, s, step=0, extra={"t": torch.ones(2).to_sparse()}),
-         ValueError, "dense"),  # fmt: skip
+         TypeError, "weights_only"),  # fmt: skip
         (lambda p, m, o, s: checkpoints.save_checkpoint(p.parent, m, o, s, step=0), ValueError, "is a directory"),
         (lambda p, m, o, s: checkpoints.load_checkpoint(3, m, o, s), TypeError, "path must be"),
         (lambda p, m, o, s: checkpoints.load_checkpoint(p, m, o, "scaler"), TypeError, "scaler must be"),
@@ -1450,7 +1438,7 @@ def test_a_cyclic_extra_is_refused():
     model, opt, scaler, _ = fresh(torch.float32)
     loop = []
     loop.append(loop)
-    with pytest.raises(ValueError, match="nests more than"):
+    with pytest.raises(ValueError, match="nests too deeply"):
         checkpoints.save_checkpoint("unused.pt", model, opt, scaler, step=0, extra={"loop": loop})
 
 
@@ -1838,19 +1826,12 @@ def test_count_host_reads_counts_each_read_and_restores_torch():
         scaler = torch.amp.GradScaler("cpu", init_scale=2.0**4)
         scaler.scale(torch.ones(()))
         scaler.get_scale()  # torch's own .item()
-    assert reads.counts == {"__float__": 1, "item": 3, "tolist": 1, "__bool__": 1} and reads.total == 6
+    assert reads == {"__float__": 1, "item": 3, "tolist": 1, "__bool__": 1} and reads.total == 6
     assert all(getattr(torch.Tensor, name) is f for name, f in originals.items())
-    counter = recipe.count_host_reads()
-    with pytest.raises(RuntimeError), counter:
+    with pytest.raises(RuntimeError), recipe.count_host_reads():
         raise RuntimeError("inside the block")
-    assert all(
-        getattr(torch.Tensor, name) is f for name, f in originals.items()
-    )  # restored after an error too
-    with counter as again:
-        with pytest.raises(ValueError, match="already counting"):
-            counter.__enter__()
-        t.item()
-    assert again.total == 1 and torch.Tensor.item is originals["item"]
+    # restored after an error too
+    assert all(getattr(torch.Tensor, name) is f for name, f in originals.items())
 
 
 def test_read_scale_path_names_what_the_scaler_did(data):
