@@ -26,7 +26,7 @@ from amp_lab.device import torch_threads
 from amp_lab.dtypes import dtype_name
 from amp_lab.gpus import tensor_core_generation
 from amp_lab.hardware import describe
-from amp_lab.timing import speedup_estimate
+from amp_lab.intervals import speedup_estimate
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,7 @@ def test_choice_matches_what_cpu_autocast_runs_and_needs_no_scaler():
     tiny = torch.finfo(torch.float32).tiny
     assert torch.tensor(tiny).to(choice.dtype).item() != 0.0
     assert not choice.use_scaler
-    assert choice.expect_speedup == hardware.cpu_has_native(torch.bfloat16)
+    assert choice.expect_speedup == cpus.cpu_has_native(torch.bfloat16)
 
 
 def test_example_machines_table():
@@ -165,7 +165,7 @@ def test_example_machines_table():
     assert by["AVX2"][1:4] == ["bfloat16", "no", "no"]
     # The CPUs are read from their own cpuinfo text, as this machine's is.
     graviton = dict(machines)[next(n for n in names if "Graviton" in n)]
-    assert hardware.cpu_has_native(torch.bfloat16, graviton.cpu_flags) is True
+    assert cpus.cpu_has_native(torch.bfloat16, graviton.cpu_flags) is True
 
 
 def test_make_scaler_enabled_only_for_float16():
