@@ -154,7 +154,8 @@ def test_the_import_filter_drops_exactly_its_two_records():
 
 
 def test_import_torchao_missing_gives_an_install_hint(monkeypatch):
-    monkeypatch.setitem(sys.modules, "torchao", None)
+    for name in [m for m in sys.modules if m == "torchao" or m.startswith("torchao.")] + ["torchao"]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if never installed, even after an earlier import
     with pytest.raises(ImportError, match=r"make lab.*pip install \"torchao>=0\.18,<0\.19\""):
         fp8.import_torchao()
 
