@@ -118,12 +118,7 @@ _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 
 
 def parse_arch_list(arch_list) -> list[tuple[str, tuple[int, int], str]]:
-    """Each entry of ``torch.cuda.get_arch_list()`` (a list or tuple of strings) as (kind, capability, suffix)."""
-    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
-        raise ArgumentTypeError(
-            f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] (torch.cuda.get_arch_list()), "
-            f"got {type(arch_list).__name__}: {arch_list!r:.80}"
-        )
+    """Each entry of ``torch.cuda.get_arch_list()`` as (kind, capability, suffix)."""
     parsed = []
     for entry in arch_list:
         m = _ARCH.match(entry) if isinstance(entry, str) else None
@@ -315,8 +310,6 @@ class Fp8Support:
 def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
     """Whether a CUDA GPU of ``capability`` (None: none) runs FP8 GEMMs on Tensor Cores (Ada, Hopper, Blackwell)
     with a torch build whose arch list is ``arch_list`` (None: unchecked), and why."""
-    if arch_list is not None:  # checked whatever the capability, so a malformed list is never accepted
-        parse_arch_list(arch_list)
     if capability is None:
         return Fp8Support(False, "fp8.no_cuda_gpu", {})
     tc = tensor_core_generation(capability)
