@@ -95,12 +95,8 @@ def available_bytes(device: str | torch.device | None = None) -> int | None:
                 for line in fh:
                     if line.startswith("MemAvailable:"):
                         return int(line.split()[1]) * 1024
-        except OSError:
+        except OSError:  # no /proc (macOS): unknown
             pass
-        try:
-            return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_AVPHYS_PAGES"))
-        except (AttributeError, ValueError, OSError):
-            return None
     return None
 
 
