@@ -47,20 +47,19 @@ _PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
 
 def check_capability(capability, name: str = "capability") -> tuple[int, int]:
     """``(major, minor)`` as ints; a tuple or a list only (a set has no order: {7, 5} is no sm_57)."""
-    if not isinstance(capability, (tuple, list)) or len(capability) != 2:
+    if (
+        not isinstance(capability, (tuple, list))
+        or len(capability) != 2
+        or any(isinstance(p, bool) or not isinstance(p, Integral) for p in capability)
+    ):
         raise ArgumentTypeError(
             f"{name} must be a (major, minor) tuple of integers such as (8, 0), got "
             f"{type(capability).__name__}: {capability!r:.80}"
         )
-    major, minor = capability
-    for part in (major, minor):
-        if isinstance(part, bool) or not isinstance(part, Integral):
-            raise ArgumentTypeError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
-        if part < 0:
-            raise ValueError(f"{name} parts must be >= 0, got {capability!r}")
-    if major < 1:
-        raise ValueError(f"{name} major version must be >= 1, got {capability!r}")
-    return int(major), int(minor)
+    major, minor = int(capability[0]), int(capability[1])
+    if major < 1 or minor < 0:
+        raise ValueError(f"{name} must have a major version >= 1 and a minor >= 0, got {capability!r}")
+    return major, minor
 
 
 def tensor_core_generation(capability) -> TensorCoreGeneration:

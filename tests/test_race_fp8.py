@@ -117,7 +117,7 @@ def test_fp8_support_needs_an_fp8_tensor_core_gpu_and_kernels(major, minor, arch
     [
         ("9.0", None, TypeError, "capability must be a"),
         ((9,), None, ValueError, "capability must be a"),
-        ((9, -1), None, ValueError, "capability parts must be >= 0"),
+        ((9, -1), None, ValueError, "capability must have a major version >= 1 and a minor >= 0"),
         ((9, 0), ["gfx90a"], ValueError, "arch_list entries must look like"),
     ],
 )
