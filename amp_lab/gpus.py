@@ -302,9 +302,6 @@ class Fp8Support:
     def __bool__(self) -> bool:
         return self.supported
 
-    def __iter__(self):  # ok, why = fp8_matmul_support(...)
-        return iter((self.supported, self.reason))
-
 
 def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
     """Whether a CUDA GPU of ``capability`` (None: none) runs FP8 GEMMs on Tensor Cores (Ada, Hopper, Blackwell)
