@@ -2,7 +2,6 @@
 
 import sys
 
-from ._checks import check_instance
 from .doctor import main as doctor
 
 USAGE = "usage: python -m amp_lab doctor\n\n  doctor   check this machine and environment for the course"
@@ -11,8 +10,7 @@ USAGE = "usage: python -m amp_lab doctor\n\n  doctor   check this machine and en
 def main(argv=None) -> int:
     """``python -m amp_lab COMMAND [ARGS]``: 0 or 1 from the command, 2 (with the usage on stderr) for a
     command line it does not understand, 0 for ``-h``/``--help``."""
-    argv = sys.argv[1:] if argv is None else argv
-    argv = list(check_instance("argv", argv, (list, tuple), "a list of command-line arguments"))
+    argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["doctor"]:
         return doctor(argv[1:])
     if argv[:1] in (["-h"], ["--help"]):

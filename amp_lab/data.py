@@ -67,9 +67,8 @@ def load_digits(*, device=None, test_fraction: float = 0.25, seed: int = 0) -> D
     if n_test < 1 or n_train < 1:
         empty = "test" if n_test < 1 else "training"
         raise ValueError(
-            f"test_fraction={test_fraction!r} leaves the {empty} split empty ({n_test} test and {n_train} training "
-            f"examples of {n}); choose test_fraction from 1/{n} ({1 / n:.6f}) to {n - 1}/{n} ({(n - 1) / n:.6f}) "
-            "so that both splits hold at least one example"
+            f"test_fraction={test_fraction!r} leaves the {empty} split empty; choose it from 1/{n} ({1 / n:.6f}) "
+            f"to {n - 1}/{n} ({(n - 1) / n:.6f})"
         )
     X = torch.tensor(raw.data, dtype=torch.float32)
     y = torch.tensor(raw.target, dtype=torch.int64)

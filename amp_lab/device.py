@@ -51,11 +51,6 @@ def get_device(device: str | torch.device | None = None) -> torch.device:
     return dev
 
 
-def device_type(device: str | torch.device | None = None) -> str:
-    """The ``device_type`` string that ``torch.autocast`` and ``torch.amp.GradScaler`` take."""
-    return get_device(device).type
-
-
 def amp_dtype(device: str | torch.device | None = None) -> torch.dtype:
     """The low-precision dtype the course uses for autocast on ``device``: :func:`~amp_lab.gpus.amp_dtype_for`'s,
     from the GPU's compute capability alone, so it is cheap in every cell.  (``00_setup_check``)"""
@@ -100,12 +95,8 @@ def available_bytes(device: str | torch.device | None = None) -> int | None:
                 for line in fh:
                     if line.startswith("MemAvailable:"):
                         return int(line.split()[1]) * 1024
-        except OSError:
+        except OSError:  # no /proc (macOS): unknown
             pass
-        try:
-            return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_AVPHYS_PAGES"))
-        except (AttributeError, ValueError, OSError):
-            return None
     return None
 
 

@@ -47,20 +47,19 @@ _PRE_VOLTA = {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal"}
 
 def check_capability(capability, name: str = "capability") -> tuple[int, int]:
     """``(major, minor)`` as ints; a tuple or a list only (a set has no order: {7, 5} is no sm_57)."""
-    if not isinstance(capability, (tuple, list)) or len(capability) != 2:
+    if (
+        not isinstance(capability, (tuple, list))
+        or len(capability) != 2
+        or any(isinstance(p, bool) or not isinstance(p, Integral) for p in capability)
+    ):
         raise ArgumentTypeError(
             f"{name} must be a (major, minor) tuple of integers such as (8, 0), got "
             f"{type(capability).__name__}: {capability!r:.80}"
         )
-    major, minor = capability
-    for part in (major, minor):
-        if isinstance(part, bool) or not isinstance(part, Integral):
-            raise ArgumentTypeError(f"{name} must be a (major, minor) pair of integers, got {capability!r}")
-        if part < 0:
-            raise ValueError(f"{name} parts must be >= 0, got {capability!r}")
-    if major < 1:
-        raise ValueError(f"{name} major version must be >= 1, got {capability!r}")
-    return int(major), int(minor)
+    major, minor = int(capability[0]), int(capability[1])
+    if major < 1 or minor < 0:
+        raise ValueError(f"{name} must have a major version >= 1 and a minor >= 0, got {capability!r}")
+    return major, minor
 
 
 def tensor_core_generation(capability) -> TensorCoreGeneration:
@@ -118,12 +117,7 @@ _ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
 
 
 def parse_arch_list(arch_list) -> list[tuple[str, tuple[int, int], str]]:
-    """Each entry of ``torch.cuda.get_arch_list()`` (a list or tuple of strings) as (kind, capability, suffix)."""
-    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, (list, tuple)):
-        raise ArgumentTypeError(
-            f"arch_list must be a list of strings such as ['sm_80', 'sm_90'] (torch.cuda.get_arch_list()), "
-            f"got {type(arch_list).__name__}: {arch_list!r:.80}"
-        )
+    """Each entry of ``torch.cuda.get_arch_list()`` as (kind, capability, suffix)."""
     parsed = []
     for entry in arch_list:
         m = _ARCH.match(entry) if isinstance(entry, str) else None
@@ -308,15 +302,10 @@ class Fp8Support:
     def __bool__(self) -> bool:
         return self.supported
 
-    def __iter__(self):  # ok, why = fp8_matmul_support(...)
-        return iter((self.supported, self.reason))
-
 
 def fp8_matmul_support(capability, arch_list=None) -> Fp8Support:
     """Whether a CUDA GPU of ``capability`` (None: none) runs FP8 GEMMs on Tensor Cores (Ada, Hopper, Blackwell)
     with a torch build whose arch list is ``arch_list`` (None: unchecked), and why."""
-    if arch_list is not None:  # checked whatever the capability, so a malformed list is never accepted
-        parse_arch_list(arch_list)
     if capability is None:
         return Fp8Support(False, "fp8.no_cuda_gpu", {})
     tc = tensor_core_generation(capability)

@@ -54,11 +54,6 @@ class MachineReport:
     arch_supported: bool | None = None  # None: no GPU
     arch_list: tuple[str, ...] = ()
 
-    @property
-    def system(self) -> str | None:
-        """``platform.system()`` of the machine described (``"Darwin"`` on a Mac)."""
-        return self.platform.split()[0] if self.platform else None
-
     def lines(self) -> list[tuple[str, str]]:
         """(label, value) pairs in reading order."""
         rows = [
@@ -279,7 +274,7 @@ def report_verdict(report: MachineReport) -> Verdict:
         tensor_cores=report.tensor_cores,
         flags=report.cpu_flags,
         device_type=report.race_device,
-        system=report.system,
+        system=report.platform.split()[0] if report.platform else None,  # platform.system()
     )
 
 

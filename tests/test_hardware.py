@@ -741,7 +741,6 @@ import numpy as np  # noqa: E402
          "device_type must be"),
         (lambda: hardware.machine_verdict(cuda_available=None, tensor_cores=None, flags={}), TypeError,
          "cuda_available"),
-        (lambda: gpus.arch_supported((9, 0), "sm_90"), TypeError, "arch_list must be a list"),
         (lambda: gpus.amp_dtype_for(("cuda",)), TypeError, "device_type must be"),
         (lambda: hardware.report_for("cuda", capability={8, 0}), TypeError, "capability must be"),
     ],
