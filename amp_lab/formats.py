@@ -164,29 +164,17 @@ def real_scalar(value, name: str = "value") -> float:
     return float(t.reshape(()).item())
 
 
-def _round_tf32_bits(t: torch.Tensor) -> torch.Tensor:
-    """Round float32 to 10 mantissa bits, ties to even, on the integer bit pattern."""
-    drop = 23 - 10
-    bits = t.contiguous().view(torch.int32)
-    lsb = (bits >> drop) & 1
-    # half an ulp minus one plus the kept lsb, then truncate: round half to even (a carry bumps the exponent)
-    rounded = (bits + ((1 << (drop - 1)) - 1) + lsb) & ~((1 << drop) - 1)
-    return torch.where(torch.isfinite(t), rounded.view(torch.float32), t)
-
-
 def round_to(x, fmt) -> torch.Tensor:
     """``x`` rounded to ``fmt``, as a float32 tensor of ``x``'s shape and device.
 
-    For torch's formats it *is* ``x.float().to(dtype).float()``; TF32 is rounded on the float32 bits (ties to
+    For torch's formats it *is* ``x.float().to(dtype).float()``; TF32 is rounded from its bit widths (ties to
     even; hardware may round ties away or truncate, so the last TF32 bit can differ)."""
     f = get_format(fmt)
     t = real_tensor(x).float()
     if f.torch_dtype == torch.float32:
         return t.clone()
-    if f.torch_dtype is None:
-        if (f.exponent_bits, f.mantissa_bits, f.finite_only) == (8, 10, False):
-            return _round_tf32_bits(t)
-        return emulate_round(t, f)  # a format of your own, from its bit widths
+    if f.torch_dtype is None:  # TF32 or a format of your own
+        return emulate_round(t, f)
     try:
         return t.to(f.torch_dtype).float()
     except (RuntimeError, TypeError):  # a device without this dtype (MPS has no FP8)
