@@ -123,10 +123,7 @@ def first_stall(partial_sums) -> tuple[int, float] | None:
         partial_sums, "partial_sums", "partial_sums must be a 1-D tensor or a list of numbers"
     )
     if t.dim() != 1:
-        raise ValueError(
-            f"partial_sums must be 1-D (one running sum), got shape {tuple(t.shape)}; "
-            "for several sums, call first_stall on each row"
-        )
+        raise ValueError(f"partial_sums must be 1-D (one running sum), got shape {tuple(t.shape)}")
     s = float64_on_cpu(t)
     same = torch.nonzero(s[1:] == s[:-1]).flatten()
     if same.numel() == 0:
