@@ -7,7 +7,6 @@ import math
 
 import ipywidgets as widgets
 
-from ._checks import ArgumentTypeError
 from .formats import Decomposition, decompose, format_list, get_format, real_scalar
 
 COLOURS = {"sign": "#d62728", "exponent": "#1f77b4", "mantissa": "#2ca02c"}
@@ -136,9 +135,4 @@ class BitExplorer:
 def bit_explorer(value: float = 0.1, fmts=None) -> BitExplorer:
     """Build the bit explorer of notebook 01 starting at ``value`` (a real number, by
     :func:`~amp_lab.formats.decompose`'s rule), in ``fmts`` (default all six); end the cell with ``.widget``."""
-    if isinstance(value, (str, bytes)):
-        raise ArgumentTypeError(
-            f"value must be a number such as 0.1, got the text {value!r:.80}: write the number without quotes "
-            "(the explorer's text box reads typed text)"
-        )
     return BitExplorer(real_scalar(value, "value"), tuple(f.name for f in format_list(fmts)))

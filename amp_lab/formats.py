@@ -19,10 +19,8 @@ from .text import Reading
 
 @dataclass(frozen=True)
 class FloatFormat:
-    """A binary format: 1 sign bit, ``exponent_bits``, ``mantissa_bits``; its limits are derived from them.
-
-    ``finite_only`` (FP8 E4M3 "fn"): no infinities, only the all-ones pattern is NaN.  ``overflow`` is what
-    a cast does beyond ``max``: ``"inf"``, ``"saturate"`` (to ``±max``) or ``"nan"``."""
+    """A binary format from its bit widths.  ``finite_only`` (E4M3 "fn"): no infinities, only all-ones is NaN;
+    ``overflow``: what a cast does beyond ``max`` (``"inf"``, ``"saturate"`` to ``±max``, or ``"nan"``)."""
 
     name: str
     exponent_bits: int
@@ -120,9 +118,8 @@ def format_list(fmts) -> tuple[FloatFormat, ...]:
 
 
 def real_tensor(x, name: str = "x", what: str | None = None) -> torch.Tensor:
-    """``x`` (a tensor, number, numpy array or nested list) as a real tensor, detached, not copied.
-
-    Text, bools and complex numbers are refused; a Python int beyond float64 becomes ``±inf``."""
+    """``x`` (a tensor, number, numpy array or nested list) as a real tensor, detached, not copied; text,
+    bools and complex numbers are refused, a Python int beyond float64 becomes ``±inf``."""
     what = what or f"{name} must be a real number, a list of numbers, a numpy array or a tensor"
     if isinstance(x, (str, bytes)):
         raise ArgumentTypeError(f"{what}, got the text {x!r:.80}: write the number without quotes")
@@ -164,29 +161,15 @@ def real_scalar(value, name: str = "value") -> float:
     return float(t.reshape(()).item())
 
 
-def _round_tf32_bits(t: torch.Tensor) -> torch.Tensor:
-    """Round float32 to 10 mantissa bits, ties to even, on the integer bit pattern."""
-    drop = 23 - 10
-    bits = t.contiguous().view(torch.int32)
-    lsb = (bits >> drop) & 1
-    # half an ulp minus one plus the kept lsb, then truncate: round half to even (a carry bumps the exponent)
-    rounded = (bits + ((1 << (drop - 1)) - 1) + lsb) & ~((1 << drop) - 1)
-    return torch.where(torch.isfinite(t), rounded.view(torch.float32), t)
-
-
 def round_to(x, fmt) -> torch.Tensor:
-    """``x`` rounded to ``fmt``, as a float32 tensor of ``x``'s shape and device.
-
-    For torch's formats it *is* ``x.float().to(dtype).float()``; TF32 is rounded on the float32 bits (ties to
-    even; hardware may round ties away or truncate, so the last TF32 bit can differ)."""
+    """``x`` rounded to ``fmt`` as a float32 tensor: ``x.float().to(dtype).float()`` for torch's formats; TF32
+    from its bit widths, ties to even (hardware may round ties away or truncate: the last bit can differ)."""
     f = get_format(fmt)
     t = real_tensor(x).float()
     if f.torch_dtype == torch.float32:
         return t.clone()
-    if f.torch_dtype is None:
-        if (f.exponent_bits, f.mantissa_bits, f.finite_only) == (8, 10, False):
-            return _round_tf32_bits(t)
-        return emulate_round(t, f)  # a format of your own, from its bit widths
+    if f.torch_dtype is None:  # TF32 or a format of your own
+        return emulate_round(t, f)
     try:
         return t.to(f.torch_dtype).float()
     except (RuntimeError, TypeError):  # a device without this dtype (MPS has no FP8)
@@ -194,10 +177,8 @@ def round_to(x, fmt) -> torch.Tensor:
 
 
 def round_array(x: np.ndarray, f: FloatFormat, residual: np.ndarray | None = None) -> np.ndarray:
-    """Round float64 values to ``f`` exactly (ties to even), from the bit widths; returns float64.
-
-    ``residual`` is what float64 could not hold of the exact value (``x + residual``, from a TwoSum): its
-    sign decides a tie, as correct rounding requires."""
+    """Round float64 values to ``f`` exactly (ties to even) from the bit widths; ``residual`` (from a TwoSum:
+    the exact value is ``x + residual``) decides a tie by its sign, as correct rounding requires."""
     with np.errstate(all="ignore"):
         _, ex = np.frexp(x)  # x = m * 2**ex with 0.5 <= |m| < 1
         q = np.ldexp(1.0, np.maximum(ex - 1, f.emin) - f.mantissa_bits)  # subnormals share emin's quantum

@@ -1,6 +1,5 @@
-"""Where values land in a format's range (``03_underflow_and_overflow``, 04, 08), classified after
-:func:`amp_lab.formats.round_to`: the four categories, the largest safe loss scale, log2 histograms, lost
-updates.  ``x``: a tensor, a dict or list of them, a GradientRecord or numbers, flattened to float32."""
+"""Where values land in a format's range (notebooks 03, 04, 08): four categories, the largest safe loss scale,
+log2 histograms, lost updates.  ``x``: tensors (alone, in a dict or list), a GradientRecord, or numbers."""
 
 from __future__ import annotations
 

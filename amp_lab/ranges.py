@@ -1,6 +1,5 @@
-"""The range pictures of ``03_underflow_and_overflow``: the log2 histogram with the formats' ranges marked
-(:func:`plot_log2_histogram`) and the scale slider (:func:`scale_explorer`).  The counting is
-:mod:`amp_lab.range_counts`'."""
+"""The range pictures of ``03_underflow_and_overflow``: :func:`plot_log2_histogram` with the formats' ranges
+marked and the scale slider :func:`scale_explorer`; the counting is :mod:`amp_lab.range_counts`'."""
 
 from __future__ import annotations
 

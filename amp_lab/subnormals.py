@@ -83,10 +83,9 @@ _SUBNORMAL_OPS = {
 def subnormal_slowdown(
     numel: int = 1 << 18, *, op: str = "div", repeats: int = 8, min_sample_s: float = 0.005
 ) -> SubnormalResult:
-    """Time ``op`` (``"div"``, ``"mul"`` or ``"add"``) on ``numel`` float32 numbers on the CPU: normal inputs
-    (1.5), subnormal inputs, and subnormal inputs with flush-to-zero on, on **one** thread (the setting is per
-    thread), restoring the setting found before.  ``repeats`` <= :data:`MAX_TIMING_REPEATS`, ``min_sample_s``
-    <= :data:`MAX_TIMING_SAMPLE_S`."""
+    """Time ``op`` (``"div"``, ``"mul"`` or ``"add"``) on ``numel`` CPU float32 numbers: normal (1.5),
+    subnormal, and subnormal with flush-to-zero on, on **one** thread (the setting is per thread), restored.
+    ``repeats`` <= :data:`MAX_TIMING_REPEATS`, ``min_sample_s`` <= :data:`MAX_TIMING_SAMPLE_S`."""
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     check_choice("op", op, list(_SUBNORMAL_OPS))
     repeats = check_int("repeats", repeats, minimum=1, maximum=MAX_TIMING_REPEATS)

@@ -1,6 +1,5 @@
-"""bfloat16 swamping and its remedies, run live (``09_pitfalls``, section 3): an update smaller than half a
-bfloat16 gap of a weight is rounded away; :func:`swamping_run` keeps a weight four ways (plain bfloat16, FP32
-master weights, Kahan compensation, stochastic rounding) and :func:`plot_swamping` draws the paths."""
+"""bfloat16 swamping (``09_pitfalls``, section 3): an update below half a weight's bfloat16 gap is lost;
+:func:`swamping_run` keeps a weight the four ways of ``SWAMPING_METHODS``; :func:`plot_swamping` draws."""
 
 from __future__ import annotations
 

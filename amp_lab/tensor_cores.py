@@ -1,7 +1,5 @@
-"""What a Tensor Core computes, emulated exactly (``02_tensor_cores``): rounded inputs, exact products added
-in ``k`` order, each addition rounded once to the accumulator; running sums, error against ``K``, generations.
-
-Real Tensor Cores add several products at once and truncate (Fasi et al., 2021): last bits can differ."""
+"""A Tensor Core emulated exactly (``02_tensor_cores``): exact products added in ``k`` order, each addition
+rounded once (real ones add several at once and truncate, Fasi et al. 2021); running sums, generations."""
 
 from __future__ import annotations
 
@@ -100,9 +98,8 @@ def reference_mma(A, B, C=None, *, inputs="fp16", device=None) -> torch.Tensor:
 
 
 def running_sum(values, accumulate="fp16", *, device=None) -> torch.Tensor:
-    """Every partial sum of ``values`` (as float32) added in order along the last dimension, each addition
-    rounded once to ``accumulate``; float32 result.  ``running_sum(torch.ones(3000), "fp16")`` stalls at 2048.
-    The last dimension is at most 2**16 long and ``values`` at most 2**24 elements."""
+    """Every partial sum of float32 ``values`` along the last dimension (<= 2**16 long, <= 2**24 elements),
+    each addition rounded once to ``accumulate``: ``running_sum(torch.ones(3000), "fp16")`` stops at 2048."""
     dev = get_device(device)
     f = formats.get_format(accumulate)
     values = formats.real_tensor(values, "values", "values must be a tensor or a list of numbers")
@@ -126,10 +123,7 @@ def first_stall(partial_sums) -> tuple[int, float] | None:
         partial_sums, "partial_sums", "partial_sums must be a 1-D tensor or a list of numbers"
     )
     if t.dim() != 1:
-        raise ValueError(
-            f"partial_sums must be 1-D (one running sum), got shape {tuple(t.shape)}; "
-            "for several sums, call first_stall on each row"
-        )
+        raise ValueError(f"partial_sums must be 1-D (one running sum), got shape {tuple(t.shape)}")
     s = float64_on_cpu(t)
     same = torch.nonzero(s[1:] == s[:-1]).flatten()
     if same.numel() == 0:
