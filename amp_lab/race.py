@@ -1,6 +1,5 @@
-"""The race: FP32 against AMP, timed honestly by :func:`amp_lab.timing.measure`.  (``06_timing_race``,
-``08_fp8_and_block_scaling``)  Sweeps are in :mod:`amp_lab.sweeps`, the memory-bound race and the roofline in
-:mod:`amp_lab.roofline`, the readings in :mod:`amp_lab.race_readout`."""
+"""The race: FP32 against AMP, timed by :func:`amp_lab.timing.measure`.  (``06_timing_race``,
+``08_fp8_and_block_scaling``)"""
 
 from __future__ import annotations
 
@@ -76,11 +75,9 @@ class RaceResult:
         return self.timings.get("fp8")
 
     def _estimate(self, baseline: Timing | None, contender: Timing | None) -> SpeedupEstimate | None:
-        return (
-            None
-            if None in (baseline, contender)
-            else speedup_estimate(baseline, contender, confidence=self.confidence)
-        )
+        if baseline is None or contender is None:
+            return None
+        return speedup_estimate(baseline, contender, confidence=self.confidence)
 
     @property
     def speedup_interval(self) -> SpeedupEstimate:
@@ -316,12 +313,10 @@ def race_mlp(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race training steps of the tutorial loop's model (``make_mlp(in_features, num_classes,
-    hidden=width, depth=1)``, fused Adam, cross-entropy, one fixed batch) in FP32 against autocast (with a GradScaler
-    for float16).  (``06_timing_race``)
-
-    Each contestant trains its own copy of the same weights; ``memory=True`` adds each one's peak memory for a
-    step (measured on CUDA, estimated elsewhere).  Sampling, TF32 and ``reuse`` work as in :func:`race_matmul`."""
+    """Race training steps of ``make_mlp(in_features, num_classes, hidden=width, depth=1)`` (fused Adam,
+    one fixed batch) in FP32 against autocast (GradScaler for float16), each on its own copy of the weights.
+    ``memory=True`` adds each one's peak memory per step (measured on CUDA, estimated elsewhere).  Sampling,
+    TF32 and ``reuse`` work as in :func:`race_matmul`.  (``06_timing_race``)"""
     width = check_int("width", width, minimum=1)
     batch = check_int("batch", batch, minimum=1)
     in_features = check_int("in_features", in_features, minimum=1)
@@ -340,7 +335,6 @@ def race_mlp(
     check_fits(need, dev, f"race_mlp(width={width}, batch={batch})", "choose a smaller width or batch")
     with torch_threads(num_threads):
         X, y, model = _mlp_setup(width, batch, in_features, num_classes, dev)
-
         low = {"fp32": None, "amp": dtype, "tf32": None}
         make = _contestants(
             {k: functools.partial(Trainer, model, X, y, dev, d) for k, d in low.items()}, *facts
@@ -352,11 +346,9 @@ def race_mlp(
 
 
 def _mlp_setup(width, batch, in_features, num_classes, dev):
-    # Seeded without touching the learner's global RNG state (CPU and every GPU's).
     model = make_mlp(in_features, num_classes, hidden=width, depth=1)
-    with seeded(0):
-        X = torch.randn(batch, in_features)
-        y = torch.randint(0, num_classes, (batch,))
+    with seeded(0):  # without touching the learner's global RNG state
+        X, y = torch.randn(batch, in_features), torch.randint(0, num_classes, (batch,))
     return X.to(dev), y.to(dev), model
 
 

@@ -1,8 +1,5 @@
-"""What a race means (``06_timing_race``): readings of a race, a sweep, a step's memory and TF32.
-
-Each readout returns a :class:`amp_lab.text.Reading`: the outcome, reason codes chosen from the measurement
-and the machine's facts (so an AVX2 laptop, a bf16 CPU and a GPU each read a true story), and the numbers.
-The sentences are ``text.REASONS``' ``race.*`` entries; ``str(reading)`` reads them."""
+"""What a race means (``06_timing_race``): each readout returns a :class:`amp_lab.text.Reading` of reason codes
+(``race.*`` in reasons.json) chosen from the measurement and the machine's facts, and the numbers."""
 
 from __future__ import annotations
 
