@@ -145,15 +145,11 @@ def measure_roofline(
     return Roofline(flops, bandwidth, n, numel, timings, timings["matmul"].context)
 
 
-def _check_roofline(name: str, value) -> Roofline:
-    return check_instance(name, value, Roofline, "a Roofline (from measure_roofline)")
-
-
 def plot_roofline(roofline: Roofline, results, ax=None):
     """This machine's roofline (the measured peak FP32 FLOP/s and bandwidth, log-log) with the races in
     ``results`` placed on it: each contestant at its arithmetic intensity and the FLOP/s it achieved.
     (``06_timing_race``)"""
-    _check_roofline("roofline", roofline)
+    check_instance("roofline", roofline, Roofline, "a Roofline (from measure_roofline)")
     races = races_of("results", results)
     if check_axes("ax", ax) is None:
         import matplotlib.pyplot as plt
@@ -195,7 +191,7 @@ def roofline_summary(roofline: Roofline, results) -> Reading:
     """The roofline read: the roofs and ridge point, then for each race's FP32 contestant its intensity
     against the ridge, the share of the roof it reached and its regime.  Outcome ``"measured"``;
     ``facts["points"]`` one dict per race.  (``06_timing_race``)"""
-    _check_roofline("roofline", roofline)
+    check_instance("roofline", roofline, Roofline, "a Roofline (from measure_roofline)")
     points = []
     for r in races_of("results", results):
         intensity = r.intensity("fp32")
