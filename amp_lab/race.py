@@ -272,11 +272,10 @@ def race_matmul(
     reuse=None,
 ) -> RaceResult:
     """Race ``C = A @ B`` (n x n, FP32 inputs) without and with autocast in ``dtype`` (default
-    ``amp_dtype(device)``).  (``06_timing_race``)
-
-    On CUDA FP32 and AMP run with TF32 off and, from Ampere on, a ``"tf32"`` contestant with it on.  At least
-    ``repeats`` rounds, then more until the interval is narrower than ``target_rel_width`` (0.1: about +-5%) or
-    ``max_time_s`` is spent.  ``reuse``: earlier results; one that raced this very configuration is returned."""
+    ``amp_dtype(device)``); on CUDA with TF32 off, plus a ``"tf32"`` contestant from Ampere on.  At least
+    ``repeats`` rounds, then more until the interval is narrower than ``target_rel_width`` (0.1: about +-5%)
+    or ``max_time_s`` is spent.  ``reuse``: earlier results; one that raced this very configuration is
+    returned.  (``06_timing_race``)"""
     n = check_int("n", n, minimum=1)
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
@@ -411,12 +410,10 @@ def race_fp8_matmul(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race one n x n GEMM in FP32, in the AMP dtype and in FP8.  (``08_fp8_and_block_scaling``)
-
-    Each contestant's inputs are already in its own dtype, so the race compares GEMM rates: ``"fp8"`` is
-    ``torch._scaled_mm`` of E4M3 operands with one scale per tensor, writing bfloat16 (made before timing, B
-    column-major as cuBLASLt needs).  ``n`` is a multiple of 16; on CUDA it races only where
-    :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling and ``reuse`` work as in :func:`race_matmul`."""
+    """Race one n x n GEMM in FP32, in the AMP dtype and in FP8 (``torch._scaled_mm`` of E4M3 operands with
+    one scale per tensor, writing bfloat16), each on inputs already in its own dtype.  ``n`` is a multiple of
+    16; on CUDA it races only where :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling and ``reuse``
+    work as in :func:`race_matmul`.  (``08_fp8_and_block_scaling``)"""
     n = check_int("n", n, minimum=FP8_GEMM_MULTIPLE, maximum=MAX_GEMM_DIM)
     if n % FP8_GEMM_MULTIPLE:
         lower = n - n % FP8_GEMM_MULTIPLE

@@ -49,12 +49,10 @@ def race_elementwise(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race ``torch.add(a, b)`` on ``numel`` elements stored in FP32 against the same op on tensors
-    stored in ``dtype`` (default ``amp_dtype(device)``).  (``06_timing_race``)
-
-    The memory-bound regime: one FLOP per element against 12 bytes in FP32, 6 in a 16-bit dtype.  Autocast has no
-    rule for ``add``, so ``"amp"`` adds the values already converted (untimed), into an output allocated once.
-    Sampling and ``reuse`` work as in :func:`~amp_lab.race.race_matmul`."""
+    """Race ``torch.add(a, b)`` on ``numel`` elements stored in FP32 against tensors stored in ``dtype``
+    (default ``amp_dtype(device)``, converted untimed: autocast has no rule for ``add``): one FLOP per 12
+    bytes in FP32, 6 in 16 bits.  Sampling and ``reuse`` work as in :func:`~amp_lab.race.race_matmul`.
+    (``06_timing_race``)"""
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
