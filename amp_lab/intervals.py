@@ -1,10 +1,6 @@
-"""Samples and how sure a speedup is: :class:`Timing` (one contestant's per-call seconds) and
-:func:`speedup_estimate`, the interval of a speedup from interleaved rounds.  (``06_timing_race``)
-
-The speedup is the median of the per-round ratios ``baseline_i / contender_i``; its interval is the
-distribution-free one for a median (the inverted sign test, ``B ~ Binomial(n, 1/2)``), valid whatever the noise
-while rounds are independent; one slowed sample moves it by one rank at most.  At 95% it needs six pairs.
-"""
+"""Samples and how sure a speedup is (``06_timing_race``): :class:`Timing` and :func:`speedup_estimate`, the
+median of the per-round ratios with the distribution-free interval of a median (the inverted sign test),
+valid whatever the noise while rounds are independent.  At 95% it needs six pairs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The race: FP32 against AMP, timed honestly by :func:`amp_lab.timing.measure`.  (``06_timing_race``,
-``08_fp8_and_block_scaling``)  Sweeps are in :mod:`amp_lab.sweeps`, the memory-bound race and the roofline in
-:mod:`amp_lab.roofline`, the readings in :mod:`amp_lab.race_readout`."""
+"""The race: FP32 against AMP, timed by :func:`amp_lab.timing.measure`.  (``06_timing_race``,
+``08_fp8_and_block_scaling``)"""
 
 from __future__ import annotations
 
@@ -76,11 +75,9 @@ class RaceResult:
         return self.timings.get("fp8")
 
     def _estimate(self, baseline: Timing | None, contender: Timing | None) -> SpeedupEstimate | None:
-        return (
-            None
-            if None in (baseline, contender)
-            else speedup_estimate(baseline, contender, confidence=self.confidence)
-        )
+        if baseline is None or contender is None:
+            return None
+        return speedup_estimate(baseline, contender, confidence=self.confidence)
 
     @property
     def speedup_interval(self) -> SpeedupEstimate:
@@ -275,11 +272,10 @@ def race_matmul(
     reuse=None,
 ) -> RaceResult:
     """Race ``C = A @ B`` (n x n, FP32 inputs) without and with autocast in ``dtype`` (default
-    ``amp_dtype(device)``).  (``06_timing_race``)
-
-    On CUDA FP32 and AMP run with TF32 off and, from Ampere on, a ``"tf32"`` contestant with it on.  At least
-    ``repeats`` rounds, then more until the interval is narrower than ``target_rel_width`` (0.1: about +-5%) or
-    ``max_time_s`` is spent.  ``reuse``: earlier results; one that raced this very configuration is returned."""
+    ``amp_dtype(device)``); on CUDA with TF32 off, plus a ``"tf32"`` contestant from Ampere on.  At least
+    ``repeats`` rounds, then more until the interval is narrower than ``target_rel_width`` (0.1: about +-5%)
+    or ``max_time_s`` is spent.  ``reuse``: earlier results; one that raced this very configuration is
+    returned.  (``06_timing_race``)"""
     n = check_int("n", n, minimum=1)
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
@@ -316,12 +312,10 @@ def race_mlp(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race training steps of the tutorial loop's model (``make_mlp(in_features, num_classes,
-    hidden=width, depth=1)``, fused Adam, cross-entropy, one fixed batch) in FP32 against autocast (with a GradScaler
-    for float16).  (``06_timing_race``)
-
-    Each contestant trains its own copy of the same weights; ``memory=True`` adds each one's peak memory for a
-    step (measured on CUDA, estimated elsewhere).  Sampling, TF32 and ``reuse`` work as in :func:`race_matmul`."""
+    """Race training steps of ``make_mlp(in_features, num_classes, hidden=width, depth=1)`` (fused Adam,
+    one fixed batch) in FP32 against autocast (GradScaler for float16), each on its own copy of the weights.
+    ``memory=True`` adds each one's peak memory per step (measured on CUDA, estimated elsewhere).  Sampling,
+    TF32 and ``reuse`` work as in :func:`race_matmul`.  (``06_timing_race``)"""
     width = check_int("width", width, minimum=1)
     batch = check_int("batch", batch, minimum=1)
     in_features = check_int("in_features", in_features, minimum=1)
@@ -340,7 +334,6 @@ def race_mlp(
     check_fits(need, dev, f"race_mlp(width={width}, batch={batch})", "choose a smaller width or batch")
     with torch_threads(num_threads):
         X, y, model = _mlp_setup(width, batch, in_features, num_classes, dev)
-
         low = {"fp32": None, "amp": dtype, "tf32": None}
         make = _contestants(
             {k: functools.partial(Trainer, model, X, y, dev, d) for k, d in low.items()}, *facts
@@ -352,11 +345,9 @@ def race_mlp(
 
 
 def _mlp_setup(width, batch, in_features, num_classes, dev):
-    # Seeded without touching the learner's global RNG state (CPU and every GPU's).
     model = make_mlp(in_features, num_classes, hidden=width, depth=1)
-    with seeded(0):
-        X = torch.randn(batch, in_features)
-        y = torch.randint(0, num_classes, (batch,))
+    with seeded(0):  # without touching the learner's global RNG state
+        X, y = torch.randn(batch, in_features), torch.randint(0, num_classes, (batch,))
     return X.to(dev), y.to(dev), model
 
 
@@ -419,12 +410,10 @@ def race_fp8_matmul(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race one n x n GEMM in FP32, in the AMP dtype and in FP8.  (``08_fp8_and_block_scaling``)
-
-    Each contestant's inputs are already in its own dtype, so the race compares GEMM rates: ``"fp8"`` is
-    ``torch._scaled_mm`` of E4M3 operands with one scale per tensor, writing bfloat16 (made before timing, B
-    column-major as cuBLASLt needs).  ``n`` is a multiple of 16; on CUDA it races only where
-    :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling and ``reuse`` work as in :func:`race_matmul`."""
+    """Race one n x n GEMM in FP32, in the AMP dtype and in FP8 (``torch._scaled_mm`` of E4M3 operands with
+    one scale per tensor, writing bfloat16), each on inputs already in its own dtype.  ``n`` is a multiple of
+    16; on CUDA it races only where :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling and ``reuse``
+    work as in :func:`race_matmul`.  (``08_fp8_and_block_scaling``)"""
     n = check_int("n", n, minimum=FP8_GEMM_MULTIPLE, maximum=MAX_GEMM_DIM)
     if n % FP8_GEMM_MULTIPLE:
         lower = n - n % FP8_GEMM_MULTIPLE

@@ -1,8 +1,5 @@
-"""What a race means (``06_timing_race``): readings of a race, a sweep, a step's memory and TF32.
-
-Each readout returns a :class:`amp_lab.text.Reading`: the outcome, reason codes chosen from the measurement
-and the machine's facts (so an AVX2 laptop, a bf16 CPU and a GPU each read a true story), and the numbers.
-The sentences are ``text.REASONS``' ``race.*`` entries; ``str(reading)`` reads them."""
+"""What a race means (``06_timing_race``): each readout returns a :class:`amp_lab.text.Reading` of reason codes
+(``race.*`` in reasons.json) chosen from the measurement and the machine's facts, and the numbers."""
 
 from __future__ import annotations
 
@@ -29,12 +26,6 @@ from .sweeps import SweepResult, check_sweep
 from .text import Reading, format_bytes, format_ratio
 
 _SIZE_NAMES = {"matmul": "n", "mlp": "width", "batch": "batch"}
-
-
-def _est_text(e: SpeedupEstimate) -> str:
-    """``'1.32x (1.25x to 1.40x): faster'``: a speedup, its interval and what the interval says."""
-    ends = e.ends_text() if math.isfinite(e.high) else "too few pairs for an interval"
-    return f"{format_ratio(e.ratio)} ({ends}): {e.outcome}"
 
 
 def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...], dict]:
@@ -68,9 +59,14 @@ def sweep_summary(result: SweepResult) -> Reading:
     first, last = result.intervals[0], result.intervals[-1]
     best = max(result.speedups)
     c = result.ceiling
+
+    def est_text(e: SpeedupEstimate) -> str:  # '1.32x (1.25x to 1.40x): faster'
+        ends = e.ends_text() if math.isfinite(e.high) else "too few pairs for an interval"
+        return f"{format_ratio(e.ratio)} ({ends}): {e.outcome}"
+
     facts = {
         "what": what, "name": name, "low": dtype_name(r0.dtype), "confidence": r0.speedup_interval.confidence_text,
-        "per_size": "; ".join(f"{name} {s}: {_est_text(e)}" for s, e in zip(result.sizes, result.intervals, strict=True)),
+        "per_size": "; ".join(f"{name} {s}: {est_text(e)}" for s, e in zip(result.sizes, result.intervals, strict=True)),
         "pays_from": result.first_paying_size, "largest": result.sizes[-1], "last_outcome": result.outcomes[-1],
         "first_size": result.sizes[0], "first_ratio": format_ratio(first.ratio), "last_ratio": format_ratio(last.ratio),
         "best": format_ratio(best), "best_at": result.sizes[result.speedups.index(best)],
@@ -130,19 +126,16 @@ def _verdict(result: RaceResult) -> tuple[str, dict]:
     return f"race.verdict_{e.outcome if e.outcome in ('faster', 'slower') else 'close'}", facts
 
 
-def _elementwise_reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
-    b32, blow = result.bytes_moved("fp32"), result.bytes_moved("amp")
-    rate = {name: result.bytes_moved(name) / t.median / 1e9 for name, t in result.timings.items()}
-    facts = {"b32": format_bytes(b32), "blow": format_bytes(blow), "fewer": b32 / blow,
-             "intensity": elementwise_intensity(torch.float32), "gbs_fp32": rate["fp32"], "gbs_amp": rate["amp"],
-             "share": result.speedup / (b32 / blow)}  # fmt: skip
-    return ("race.add_head", f"race.add_{'faster' if result.outcome == 'faster' else 'not_faster'}"), facts
-
-
 def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
     """Why the race came out as it did: reason codes from the hardware's facts and the outcome."""
     if result.kind == "elementwise":
-        return _elementwise_reason(result)
+        b32, blow = result.bytes_moved("fp32"), result.bytes_moved("amp")
+        rate = {name: result.bytes_moved(name) / t.median / 1e9 for name, t in result.timings.items()}
+        facts = {"b32": format_bytes(b32), "blow": format_bytes(blow), "fewer": b32 / blow,
+                 "intensity": elementwise_intensity(torch.float32), "gbs_fp32": rate["fp32"],
+                 "gbs_amp": rate["amp"], "share": result.speedup / (b32 / blow)}  # fmt: skip
+        faster = "faster" if result.outcome == "faster" else "not_faster"
+        return ("race.add_head", f"race.add_{faster}"), facts
     outcome = result.outcome
     dev = str(result.context.get("device", ""))
     native = native_arithmetic(result)
@@ -173,16 +166,6 @@ def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
     return (f"race.gpu_{bound}",), facts
 
 
-def _tf32(result: RaceResult) -> tuple[tuple[str, ...], dict]:
-    est = result.speedup_vs_tf32_interval
-    if est is None:
-        return (), {}
-    tc = result_tensor_cores(result)
-    facts = {"vs_tf32": str(est), "vs_tf32_outcome": est.outcome, "tf32_arch": tc.architecture if tc else "?"}
-    none = tc is not None and "tf32" not in tc.precisions
-    return ("race.tf32_none_on_arch" if none else "race.tf32_vs",), facts
-
-
 def tf32_summary(result: RaceResult) -> Reading:
     """What TF32 did in a race: on a GPU with TF32 Tensor Cores the TF32 contestant against IEEE FP32 and AMP
     against TF32; on an older GPU or a CPU why there is none.  Outcome: TF32's outcome against FP32, or
@@ -211,7 +194,13 @@ def explain(result: RaceResult) -> Reading:
     check_result("result", result)
     verdict, facts = _verdict(result)
     reasons, more = _reason(result)
-    tf32, tf32_facts = _tf32(result)
+    tf32, tf32_facts = (), {}
+    if (est := result.speedup_vs_tf32_interval) is not None:
+        tc = result_tensor_cores(result)
+        none = tc is not None and "tf32" not in tc.precisions
+        tf32 = ("race.tf32_none_on_arch" if none else "race.tf32_vs",)
+        arch = tc.architecture if tc else "?"
+        tf32_facts = {"vs_tf32": str(est), "vs_tf32_outcome": est.outcome, "tf32_arch": arch}
     noise, noise_facts = _noise([result], result.context)
     facts = {**facts, **more, **tf32_facts, **noise_facts}
     return Reading(result.outcome, (verdict, *reasons, *tf32, *noise), facts)

@@ -31,8 +31,7 @@ from .timing import Contestant, RaceProgress, check_budget, classify_regime, mea
 
 
 def _elementwise_operands(numel: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    # Uniform draws: about twice as fast to make as normal ones, and an add's speed does not depend on them.
-    gen = torch.Generator(device=dev).manual_seed(0)
+    gen = torch.Generator(device=dev).manual_seed(0)  # uniform draws: quicker to make, and add does not mind
     return torch.rand(numel, device=dev, generator=gen), torch.rand(numel, device=dev, generator=gen)
 
 
@@ -50,12 +49,10 @@ def race_elementwise(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
 ) -> RaceResult:
-    """Race ``torch.add(a, b)`` on ``numel`` elements stored in FP32 against the same op on tensors
-    stored in ``dtype`` (default ``amp_dtype(device)``).  (``06_timing_race``)
-
-    The memory-bound regime: one FLOP per element against 12 bytes in FP32, 6 in a 16-bit dtype.  Autocast has no
-    rule for ``add``, so ``"amp"`` adds the values already converted (untimed), into an output allocated once.
-    Sampling and ``reuse`` work as in :func:`~amp_lab.race.race_matmul`."""
+    """Race ``torch.add(a, b)`` on ``numel`` elements stored in FP32 against tensors stored in ``dtype``
+    (default ``amp_dtype(device)``, converted untimed: autocast has no rule for ``add``): one FLOP per 12
+    bytes in FP32, 6 in 16 bits.  Sampling and ``reuse`` work as in :func:`~amp_lab.race.race_matmul`.
+    (``06_timing_race``)"""
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     dev, dtype, budget = check_race_args(
         device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
@@ -146,15 +143,11 @@ def measure_roofline(
     return Roofline(flops, bandwidth, n, numel, timings, timings["matmul"].context)
 
 
-def _check_roofline(name: str, value) -> Roofline:
-    return check_instance(name, value, Roofline, "a Roofline (from measure_roofline)")
-
-
 def plot_roofline(roofline: Roofline, results, ax=None):
     """This machine's roofline (the measured peak FP32 FLOP/s and bandwidth, log-log) with the races in
     ``results`` placed on it: each contestant at its arithmetic intensity and the FLOP/s it achieved.
     (``06_timing_race``)"""
-    _check_roofline("roofline", roofline)
+    check_instance("roofline", roofline, Roofline, "a Roofline (from measure_roofline)")
     races = races_of("results", results)
     if check_axes("ax", ax) is None:
         import matplotlib.pyplot as plt
@@ -183,11 +176,10 @@ def plot_roofline(roofline: Roofline, results, ax=None):
                 ax.annotate(
                     size, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=f"C{i}"
                 )
-    title = f"Roofline of {roofline.context.get('device', '?')}, measured, with your races"
     ax.set(
         xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte)", ylabel="achieved GFLOP/s"
     )
-    ax.set_title(title)
+    ax.set_title(f"Roofline of {roofline.context.get('device', '?')}, measured, with your races")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     return ax
@@ -197,7 +189,7 @@ def roofline_summary(roofline: Roofline, results) -> Reading:
     """The roofline read: the roofs and ridge point, then for each race's FP32 contestant its intensity
     against the ridge, the share of the roof it reached and its regime.  Outcome ``"measured"``;
     ``facts["points"]`` one dict per race.  (``06_timing_race``)"""
-    _check_roofline("roofline", roofline)
+    check_instance("roofline", roofline, Roofline, "a Roofline (from measure_roofline)")
     points = []
     for r in races_of("results", results):
         intensity = r.intensity("fp32")

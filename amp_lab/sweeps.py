@@ -84,9 +84,6 @@ class RaceSizes:
     budget: dict  # warmup, repeats, min_sample_s, target_rel_width, max_time_s (and num_threads) per race
     description: str
 
-    def __str__(self) -> str:
-        return self.description
-
 
 # CPU races run on one thread: on a shared machine threads that wait for each other make a step many times
 # slower at random, which no interval can average away, and one thread is the same on every machine.

@@ -1,7 +1,5 @@
-"""The honest timer (:func:`measure`: warm-up, synchronised samples, interleaved rounds that flip order,
-sampling until a speedup's interval is narrow), what a timing depends on (:func:`timing_context`), and what
-limits a step (:func:`classify_regime`).  (``02_tensor_cores``, ``06_timing_race``, ``07_amp_training_recipe``)
-"""
+"""The honest timer (:func:`measure`), what a timing depends on (:func:`timing_context`), and what limits a
+step (:func:`classify_regime`).  (``02_tensor_cores``, ``06_timing_race``, ``07_amp_training_recipe``)"""
 
 from __future__ import annotations
 
@@ -120,13 +118,13 @@ def describe_context(context: dict) -> str:
 # A step this many times longer than its arithmetic and its memory traffic at the peak rates is limited by
 # neither: by kernel launches, host synchronisation and Python.
 OVERHEAD_FACTOR = 4.0
-REGIMES = ("launch-bound", "memory-bound", "compute-bound", "unknown")
 
 
 @dataclass(frozen=True)
 class Regime:
     """What limited a measured step: ``compute_s`` and ``memory_s`` are its FLOPs and bytes at the peak
-    rates (lower bounds), ``seconds`` what it took, ``name`` one of :data:`REGIMES`, ``text`` the sentence."""
+    rates (lower bounds), ``seconds`` what it took, ``name`` "launch-bound", "memory-bound", "compute-bound" or
+    "unknown", ``text`` the sentence."""
 
     name: str
     seconds: float
