@@ -131,9 +131,15 @@ def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
     if result.kind == "elementwise":
         b32, blow = result.bytes_moved("fp32"), result.bytes_moved("amp")
         rate = {name: result.bytes_moved(name) / t.median / 1e9 for name, t in result.timings.items()}
-        facts = {"b32": format_bytes(b32), "blow": format_bytes(blow), "fewer": b32 / blow,
-                 "intensity": elementwise_intensity(torch.float32), "gbs_fp32": rate["fp32"],
-                 "gbs_amp": rate["amp"], "share": result.speedup / (b32 / blow)}  # fmt: skip
+        facts = {
+            "b32": format_bytes(b32),
+            "blow": format_bytes(blow),
+            "fewer": b32 / blow,
+            "intensity": elementwise_intensity(torch.float32),
+            "gbs_fp32": rate["fp32"],
+            "gbs_amp": rate["amp"],
+            "share": result.speedup / (b32 / blow),
+        }
         faster = "faster" if result.outcome == "faster" else "not_faster"
         return ("race.add_head", f"race.add_{faster}"), facts
     outcome = result.outcome
