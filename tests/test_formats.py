@@ -134,6 +134,22 @@ def test_emulate_round_equals_torch_cast_bit_for_bit(name):
     )
 
 
+def tf32_by_bits(t: torch.Tensor) -> torch.Tensor:
+    """An independent TF32 rounder: float32's bit pattern rounded to 10 mantissa bits, ties to even (a carry
+    into the exponent is the next binade, or inf); inf and NaN pass through."""
+    drop = 23 - 10
+    bits = t.contiguous().view(torch.int32)
+    rounded = (bits + ((1 << (drop - 1)) - 1) + ((bits >> drop) & 1)) & ~((1 << drop) - 1)
+    return torch.where(torch.isfinite(t), rounded.view(torch.float32), t)
+
+
+def test_round_to_tf32_equals_rounding_the_float32_bits():
+    every_binade = sample_values("tf32", seed=2)
+    random_bits = torch.randint(-(2**31), 2**31, (200_000,), generator=torch.Generator().manual_seed(3))
+    for x in (every_binade, random_bits.to(torch.int32).view(torch.float32)):
+        assert bool(same_bits(F.round_to(x, "tf32"), tf32_by_bits(x)).all())
+
+
 def f32(v: float) -> float:
     return torch.tensor(v, dtype=torch.float32).item()
 
