@@ -163,9 +163,15 @@ def real_scalar(value, name: str = "value") -> float:
 
 def round_to(x, fmt) -> torch.Tensor:
     """``x`` rounded to ``fmt`` as a float32 tensor: ``x.float().to(dtype).float()`` for torch's formats; TF32
-    from its bit widths, ties to even (hardware may round ties away or truncate: the last bit can differ)."""
+    from its bit widths, ties to even (hardware may round ties away or truncate: the last bit can differ).  A
+    Python float or a float64 tensor is rounded once, from its value (torch's own float64 casts may round
+    twice)."""
     f = get_format(fmt)
-    t = real_tensor(x).float()
+    t = real_tensor(x)
+    if t.dtype == torch.float64 and f.torch_dtype not in (torch.float32, torch.float64):
+        # Once, from the float64 value: through float32 first would round twice (1 + 2**-11 + 2**-40 in fp16).
+        return torch.from_numpy(round_array(t.cpu().numpy(), f)).float().to(t.device)
+    t = t.float()
     if f.torch_dtype == torch.float32:
         return t.clone()
     if f.torch_dtype is None:  # TF32 or a format of your own

@@ -2,6 +2,7 @@
 
 import math
 import re
+from fractions import Fraction
 
 import pytest
 import torch
@@ -204,12 +205,38 @@ def test_round_to_inputs():
     assert F.round_to(0.1, "fp16").item() == torch.tensor(0.1).half().float().item()
     assert F.round_to([1.0, 70000.0], "fp16").tolist() == [1.0, math.inf]
     x64 = torch.tensor([0.1, 1e-5, 3.0e38], dtype=torch.float64)
-    assert bool(same_bits(F.round_to(x64, "bf16"), x64.float().to(torch.bfloat16).float()).all())
+    assert bool(same_bits(F.round_to(x64, "bf16"), torch.tensor([exact_round(v, "bf16") for v in x64.tolist()])).all())
     x = torch.randn(3, 4)
     r = F.round_to(x, "fp32")
     assert torch.equal(r, x) and r.data_ptr() != x.data_ptr()
     with pytest.raises(ValueError, match="x must be"):
         F.round_to("abc", "fp16")
+
+
+def exact_round(x: float, name: str) -> float:
+    """An independent correct rounding of a float64 to a format that does not overflow: in exact rational
+    arithmetic, the nearest multiple of the value's quantum, ties to even (``round`` of a Fraction)."""
+    f = F.FORMATS[name]
+    if x == 0:
+        return x
+    quantum = Fraction(2) ** (max(math.frexp(abs(x))[1] - 1, f.emin) - f.mantissa_bits)
+    return math.copysign(float(round(Fraction(abs(x)) / quantum) * quantum), x)
+
+
+def test_round_to_rounds_a_float64_once_from_its_value():
+    x = 1 + 2**-11 + 2**-40  # just above the tie between 1 and 1 + 2**-10: through float32 it becomes the tie
+    assert F.round_to(x, "fp16").item() == 1 + 2**-10 == float(np.float16(x))
+    assert F.decompose(x, "fp16").mantissa == 1
+    assert F.round_to(torch.tensor([x], dtype=torch.float64), "fp16").item() == 1 + 2**-10
+
+
+@settings(max_examples=400)
+@given(st.floats(min_value=-57_000, max_value=57_000, allow_subnormal=True), st.sampled_from(["fp16", "bf16", "tf32", "fp8_e5m2"]))
+def test_round_to_of_a_float64_is_the_correctly_rounded_value(x, name):
+    got = F.round_to(torch.tensor([x], dtype=torch.float64), name).item()
+    assert got == exact_round(x, name)
+    if name == "fp16":
+        assert got == float(np.float16(x))  # numpy rounds float64 to float16 once, from the value
 
 
 @settings(max_examples=300)
