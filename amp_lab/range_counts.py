@@ -22,8 +22,9 @@ MIN_LOG2_SCALE = math.frexp(FLOAT32_TINY)[1] - 1
 MAX_LOG2_SCALE = math.frexp(FLOAT32_MAX)[1] - 1
 
 
-def flat_float32(x, name: str = "x") -> torch.Tensor:
-    """One 1-D float32 tensor from a tensor, tensors in a dict/list, a GradientRecord or numbers (real only)."""
+def flat_float32(x, name: str = "x", keep_float64: bool = False) -> torch.Tensor:
+    """One 1-D float32 tensor from a tensor, tensors in a dict/list, a GradientRecord or numbers (real only);
+    with ``keep_float64``, float64 input stays float64 (its values beyond float32's range are kept)."""
     if isinstance(x, torch.Tensor):
         parts = [x]
     elif hasattr(x, "activation_grads") and hasattr(x, "layers"):  # a GradientRecord
@@ -41,7 +42,8 @@ def flat_float32(x, name: str = "x") -> torch.Tensor:
         real_tensor(t, name)  # no bool or complex tensors
     if not parts:
         return torch.empty(0)
-    flat = [t.detach().reshape(-1).float() for t in parts]
+    wide = keep_float64 and any(t.dtype == torch.float64 for t in parts)
+    flat = [t.detach().reshape(-1).to(torch.float64 if wide else torch.float32) for t in parts]
     return flat[0] if len(flat) == 1 else torch.cat(flat)
 
 
@@ -80,10 +82,10 @@ def _float32_threshold(f: FloatFormat) -> tuple[float, bool]:
 
 
 def _categorize(y: torch.Tensor, f: FloatFormat) -> dict[str, torch.Tensor]:
-    """Boolean masks of the four categories for non-zero finite float32 ``y``."""
-    r = round_to(y, f)
-    t, inclusive = _float32_threshold(f)
-    a = y.float().abs()
+    """Boolean masks of the four categories for non-zero finite float32 (or float64) ``y``."""
+    r = round_to(y, f)  # a float64 y is rounded once, from its value
+    t, inclusive = overflow_threshold(f) if y.dtype == torch.float64 else _float32_threshold(f)
+    a = y.abs()
     # a cast that returns inf/NaN has overflowed whatever the threshold says (an older torch's E4M3 NaN)
     over = ((a >= t) if inclusive else (a > t)) | ~torch.isfinite(r)
     zero = (r == 0) & ~over
@@ -137,16 +139,17 @@ def select_values(t: torch.Tensor) -> tuple[torch.Tensor, int, int]:
 
 
 def report_of(sel: torch.Tensor, zeros: int, nonfinite: int, f: FloatFormat, s: float) -> RangeReport:
-    masks = _categorize(sel * torch.tensor(s, dtype=torch.float32, device=sel.device), f)
+    masks = _categorize(sel * torch.tensor(s, dtype=sel.dtype, device=sel.device), f)
     counts = {c: _count(m) for c, m in masks.items()}
     return RangeReport(f.name, s, int(sel.numel()), counts, zeros, nonfinite)
 
 
 def range_report(x, fmt, scale: float = 1.0) -> RangeReport:
-    """Classify the non-zero finite elements of float32 ``x * scale`` rounded to ``fmt``: *underflow* (to
-    zero), *subnormal* (below ``min_normal``), *overflow* (beyond :func:`overflow_threshold`) or *normal*."""
+    """Classify the non-zero finite elements of ``x * scale`` rounded to ``fmt``: *underflow* (to zero),
+    *subnormal* (below ``min_normal``), *overflow* (beyond :func:`overflow_threshold`) or *normal*.  The product
+    is float32, or float64 for float64 ``x`` (read from its own values, beyond float32's range too)."""
     f = get_format(fmt)
-    return report_of(*select_values(flat_float32(x)), f, check_scale("scale", scale))
+    return report_of(*select_values(flat_float32(x, keep_float64=True)), f, check_scale("scale", scale))
 
 
 def per_layer_reports(tensors: Mapping, fmt, scale: float = 1.0) -> dict[str, RangeReport]:

@@ -501,3 +501,23 @@ def test_learner_facing_range_functions_check_their_arguments():
     assert ex.report == RC.range_report(torch.tensor([1e-6, 1.0]), "fp16")  # unchanged by the refused calls
     with pytest.raises(TypeError, match="title"):
         R.scale_explorer(torch.tensor([1.0]), "fp16", title=5)
+
+
+def test_range_report_reads_float64_from_its_own_values():
+    """1e-50 and 1e300 are beyond float32: read through float32 they were a zero and an inf, left out."""
+    r = RC.range_report(torch.tensor([1e-50, 1e300, 1.0], dtype=torch.float64), "bf16")
+    assert (r.total, r.zeros, r.nonfinite) == (3, 0, 0)
+    assert r.counts == {"underflow": 1, "subnormal": 0, "normal": 1, "overflow": 1}
+
+
+@pytest.mark.parametrize("fmt, below, at, inclusive", [("fp16", 65519.99, 65520.0, True), ("fp8_e4m3", 463.99, 464.0, False)])
+def test_a_float64_meets_the_overflow_threshold_exactly(fmt, below, at, inclusive):
+    r = RC.range_report(torch.tensor([below, at, math.nextafter(at, math.inf)], dtype=torch.float64), fmt)
+    assert r.counts["overflow"] == (2 if inclusive else 1) and r.counts["normal"] == (1 if inclusive else 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), log2_scale=st.integers(-20, 20), fmt=st.sampled_from(["fp16", "bf16", "fp8_e4m3"]))
+def test_float32_values_count_the_same_as_float32_or_as_float64(seed, log2_scale, fmt):
+    x = torch.randn(2000, generator=torch.Generator().manual_seed(seed)) * 2.0 ** torch.randint(-40, 40, (2000,))
+    assert RC.range_report(x.double(), fmt, 2.0**log2_scale).counts == RC.range_report(x, fmt, 2.0**log2_scale).counts
