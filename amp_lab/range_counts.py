@@ -224,21 +224,24 @@ class Log2Histogram:
         return self.edges[:-1]
 
 
+LOG2_BINADES = 1100  # log2_histogram's bins stay within ±this: float64's binades are 2**-1074 .. 2**1023
+
+
 def log2_histogram(x, *, scale: float = 1.0, lo: int | None = None, hi: int | None = None) -> Log2Histogram:
     """Histogram of ``floor(log2|x * scale|)``, one bin per binade from ``lo`` to ``hi`` (default: the data's
-    smallest and largest), exact (``frexp``, not a rounded ``log2``)."""
+    smallest and largest), exact (``frexp``, not a rounded ``log2``); float64 ``x`` is read in float64."""
     s = check_scale("scale", scale)
     if lo is not None:
-        lo = check_int("lo", lo, minimum=-400, maximum=400)
+        lo = check_int("lo", lo, minimum=-LOG2_BINADES, maximum=LOG2_BINADES)
     if hi is not None:
-        hi = check_int("hi", hi, minimum=-399 if lo is None else lo + 1, maximum=401)
-    sel, zeros, nonfinite = select_values(flat_float32(x))
-    prod = sel * torch.tensor(s, dtype=torch.float32, device=sel.device)
-    vanished, blown = prod == 0, ~torch.isfinite(prod)  # a tiny or huge scale leaves float32's range
+        hi = check_int("hi", hi, minimum=1 - LOG2_BINADES if lo is None else lo + 1, maximum=LOG2_BINADES + 1)
+    sel, zeros, nonfinite = select_values(flat_float32(x, keep_float64=True))
+    prod = sel * torch.tensor(s, dtype=sel.dtype, device=sel.device)
+    vanished, blown = prod == 0, ~torch.isfinite(prod)  # a tiny or huge scale leaves the dtype's range
     e = torch.frexp(prod[~vanished & ~blown].cpu())[1].to(torch.int64) - 1  # |t| = m * 2**e, m in [0.5, 1)
     lo = (int(e.min()) if e.numel() else 0) if lo is None else lo
     hi = (int(e.max()) + 1 if e.numel() else lo + 1) if hi is None else hi
-    hi = check_int("hi", hi, minimum=lo + 1, maximum=401)  # lo from the data is within float32's binades
+    hi = check_int("hi", hi, minimum=lo + 1, maximum=LOG2_BINADES + 1)  # the data's lo is within float64's
     inside = (e >= lo) & (e < hi)
     return Log2Histogram(
         edges=np.arange(lo, hi + 1),
@@ -256,7 +259,7 @@ def bin_categories(lefts: np.ndarray, f: FloatFormat) -> list[str]:
     mids = torch.tensor(
         [math.ldexp(math.sqrt(2.0), int(k)) for k in lefts], dtype=torch.float64, device="cpu"
     )
-    masks = _categorize(mids.clamp(max=3.0e38).float(), f)  # beyond float32: overflow anyway
+    masks = _categorize(mids, f)  # float64, so binades beyond float32's range are judged too
     return [next(c for c in CATEGORIES if bool(masks[c][i])) for i in range(len(lefts))]
 
 

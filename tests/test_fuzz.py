@@ -197,7 +197,7 @@ RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
 SMOKE_TEST_K = (0, 15)  # widgets.SmokeTest's slider: 2**16 is beyond float16's largest value
 SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.scale_explorer's slider range
-LOG2_HISTOGRAM_LO, LOG2_HISTOGRAM_HI = (-400, 400), (-399, 401)  # range_counts.log2_histogram's bins
+LOG2_HISTOGRAM_LO, LOG2_HISTOGRAM_HI = (-1100, 1100), (-1099, 1101)  # range_counts.LOG2_BINADES
 # training.ScalerExplorer's sliders
 SCALER_EXPLORER_LOG2, SCALER_EXPLORER_GROWTH, SCALER_EXPLORER_BACKOFF = (0, 32), (1, 100), (0.05, 0.95)
 N_DIGITS = 1797  # examples in scikit-learn's digits: load_digits needs both splits non-empty

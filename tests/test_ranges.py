@@ -521,3 +521,10 @@ def test_a_float64_meets_the_overflow_threshold_exactly(fmt, below, at, inclusiv
 def test_float32_values_count_the_same_as_float32_or_as_float64(seed, log2_scale, fmt):
     x = torch.randn(2000, generator=torch.Generator().manual_seed(seed)) * 2.0 ** torch.randint(-40, 40, (2000,))
     assert RC.range_report(x.double(), fmt, 2.0**log2_scale).counts == RC.range_report(x, fmt, 2.0**log2_scale).counts
+
+
+def test_log2_histogram_bins_float64_from_its_own_values():
+    h = RC.log2_histogram(torch.tensor([1e-50, 1e300, 1.0], dtype=torch.float64))
+    assert (h.zeros, h.nonfinite, h.outside) == (0, 0, 0)
+    assert [int(k) for k, n in zip(h.lefts, h.counts, strict=True) if n] == [-167, 0, 996]  # 2**-167 <= 1e-50 < 2**-166
+    assert RC.bin_categories(np.array([-167, 0, 996]), F.FORMATS["bf16"]) == ["underflow", "normal", "overflow"]
