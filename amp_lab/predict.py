@@ -72,9 +72,16 @@ class Prediction:
         return self.buttons.disabled
 
     def _ipython_display_(self):
+        """The buttons; where widgets cannot render (an untrusted or static view of the stored notebook) a
+        plain line that asks for the run, in place of the widgets' repr."""
         from IPython.display import display
 
-        display(self.widget)
+        bundle = self.widget._repr_mimebundle_()
+        bundle["text/plain"] = say("predict.run_to_choose", question=self.question, options=self._options())
+        display(bundle, raw=True)
+
+    def _options(self) -> str:
+        return " · ".join(_label(o) for o in self.options)
 
     def __repr__(self) -> str:
         return f"Prediction({self.question!r}, value={self.value!r})"
@@ -128,7 +135,8 @@ def reveal(
 ) -> Reveal:
     """Say whether a committed ``prediction`` (a :class:`Prediction` or a value; ``None``/``...``: none yet)
     matches ``actual``: numbers within ``rtol`` if given, else exactly, or by ``match(predicted, actual)``;
-    ``explain`` is printed after the verdict."""
+    ``explain`` is printed after the verdict. With nothing committed it asks for the prediction and shows
+    neither the result nor ``explain`` (the returned :class:`Reveal` still holds ``actual``)."""
     check_bool("show", show)
     check_instance("explain", explain, (str, Reading, type(None)), "a string, a text.Reading or None")
     check_instance("name", name, str, "a string")
@@ -139,7 +147,7 @@ def reveal(
     predicted = widget.value if widget else prediction
     if predicted is None or predicted is Ellipsis:
         how = "click an option above" if widget else f"set `{name}`"
-        lines, right = [say("predict.uncommitted", how=how, actual=_label(actual))], None
+        lines, right = [say("predict.uncommitted", how=how)], None  # neither the result nor why: not yet
     else:
         if match is not None:
             try:
@@ -163,7 +171,7 @@ def reveal(
         lines = [say(code, predicted=_label(predicted), actual=_label(actual))]
         if widget:
             widget.buttons.disabled = True  # locked
-    if explain is not None and str(explain):
+    if right is not None and explain is not None and str(explain):
         lines.append(f"  why: {explain}")
     reading = explain if isinstance(explain, Reading) else None
     result = Reveal(right is not None, right, predicted, actual, "\n".join(lines), reading)

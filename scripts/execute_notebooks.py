@@ -2,8 +2,8 @@
 
 Used by ``make notebooks``.  Every notebook runs top to bottom in a fresh kernel of this
 environment with ``AMP_LAB_DEVICE=cpu``, widget state is stored (so widgets render on
-GitHub and in nbviewer), and per-cell timing metadata is not recorded (it would change on
-every run).  Usage: ``python scripts/execute_notebooks.py [NOTEBOOK ...]`` (default: all).
+GitHub and in nbviewer), per-cell timing metadata is not recorded (it would change on
+every run), and the outputs from each prediction through its reveal are stored collapsed.  Usage: ``python scripts/execute_notebooks.py [NOTEBOOK ...]`` (default: all).
 
 On a GPU machine, ``--device cuda --out DIR`` runs the same notebooks on CUDA and writes the executed
 copies to ``DIR`` instead (the committed notebooks keep their CPU outputs, which nbval compares).  Every
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,36 @@ def notebooks(args: list[str]) -> list[Path]:
         return [Path(a).resolve() for a in args]
     found = sorted((ROOT / "notebooks").rglob("*.ipynb"))
     return [p for p in found if ".ipynb_checkpoints" not in p.parts]
+
+
+REVEAL = re.compile(r"predict\.reveal\(\s*(\w+)")
+
+
+def prediction_spans(cells) -> list[tuple[int, int]]:
+    """``(i, j)`` for each ``predict.reveal(name, ...)`` in cell ``j``: ``i`` is the last code cell before it
+    that assigns ``name`` (the prediction: ``name = predict.choice(...)``, or ``name = ...`` for a number)."""
+    spans = []
+    for j, cell in enumerate(cells):
+        found = REVEAL.search(cell.source) if cell.cell_type == "code" else None
+        if found:
+            assigns = re.compile(rf"^{found.group(1)}\s*=", re.M)
+            i = max(k for k in range(j) if cells[k].cell_type == "code" and assigns.search(cells[k].source))
+            spans.append((i, j))
+    return spans
+
+
+def hide_until_revealed(nb) -> None:
+    """Collapse the stored outputs from each prediction through its reveal (the cell that asks keeps
+    its output), so a notebook opened as committed does not show the answer before the learner commits;
+    JupyterLab expands a collapsed output when its cell runs."""
+    for cell in nb.cells:
+        cell.metadata.get("jupyter", {}).pop("outputs_hidden", None)
+        if cell.metadata.get("jupyter") == {}:
+            del cell.metadata["jupyter"]
+    for i, j in prediction_spans(nb.cells):
+        for cell in nb.cells[i + 1 : j + 1]:
+            if cell.cell_type == "code" and cell.outputs:
+                cell.metadata.setdefault("jupyter", {})["outputs_hidden"] = True
 
 
 def execute(path: Path, out: Path | None = None) -> float:
@@ -52,6 +83,7 @@ def execute(path: Path, out: Path | None = None) -> float:
     try:
         client.execute()
     finally:  # a copy elsewhere is written even when a cell failed: it shows where; in place, only on success
+        hide_until_revealed(nb)
         if out is not None:
             nbformat.write(nb, out / path.name)
     if out is None:

@@ -9,17 +9,37 @@ from amp_lab import predict
 from amp_lab.text import REASONS, Reading
 
 
-def test_nothing_committed_says_so_and_still_shows_the_result():
+def test_nothing_committed_asks_for_a_prediction_and_shows_neither_result_nor_why():
     p = predict.choice("Which dtype will softmax give?", [torch.float32, torch.bfloat16])
     assert p.value is None
-    r = predict.reveal(p, torch.float32, explain="softmax is on the fp32 list", show=False)
-    assert not r.committed and r.right is None
-    assert (
-        r.message.startswith("○ ")
-        and "float32" in r.message
-        and r.message.endswith("softmax is on the fp32 list")
-    )
+    r = predict.reveal(p, torch.bfloat16, explain="softmax is on the fp32 list", show=False)
+    assert not r.committed and r.right is None and r.actual is torch.bfloat16  # kept for the cells below
+    assert r.message.startswith("○ ") and "\n" not in r.message
+    assert "bfloat16" not in r.message and "fp32 list" not in r.message  # neither the result nor why
     assert not p.locked  # nothing committed, nothing to lock
+    number = predict.reveal(..., 2.0**16, name="my_scale", explain="scale(loss) multiplied by 65536", show=False)
+    assert "`my_scale`" in number.message and "2**16" not in number.message and "65536" not in number.message
+
+
+def test_a_prediction_stored_unrendered_is_a_plain_line_not_the_widget_repr():
+    """Where widgets do not render (an untrusted notebook, GitHub), the stored text/plain asks for the run:
+    the question and the options, never ``VBox(children=...)``."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    p = predict.choice("What does BF16 store for 257?", [256, 257, 258, "inf"])
+    published = []
+    shell.display_pub.publish = lambda data, **kw: published.append(data)
+    try:
+        p._ipython_display_()
+    finally:
+        del shell.display_pub.publish
+    (data,) = published
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == p.widget.model_id
+    plain = data["text/plain"]
+    assert "VBox" not in plain and "ToggleButtons" not in plain
+    assert plain.splitlines()[0] == "Predict: What does BF16 store for 257?"
+    assert "256 · 257 · 258 · inf" in plain and "run this cell" in plain
 
 
 def test_a_clicked_button_is_compared_and_then_locked(capsys):
