@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ._checks import ArgumentTypeError, check_bool, check_instance
+from .text import wrap
 
 __all__ = ["Claim", "claim"]
 
@@ -19,7 +20,7 @@ class Claim:
     printed: bool = field(default=False, compare=False, repr=False)
 
     def __str__(self) -> str:
-        return f"{self.statement}: {'yes' if self.holds else 'NO'}"
+        return wrap(f"{self.statement}: {'yes' if self.holds else 'NO'}", indent="  ")
 
     def __bool__(self) -> bool:
         return self.holds

@@ -98,4 +98,4 @@ def course_map(report: MachineReport | None = None) -> list[tuple[str, int, str]
     if report is not None:
         check_instance("report", report, MachineReport, "a MachineReport (hardware.describe()) or None")
     report = report or describe()
-    return [(lesson.file, lesson.minutes, str(on_this_machine(lesson, report))) for lesson in LESSONS]
+    return [(lesson.file, lesson.minutes, on_this_machine(lesson, report).text) for lesson in LESSONS]

@@ -14,7 +14,7 @@ import torch
 
 from ._checks import ArgumentTypeError, bounded_list, check_bool, check_callable, check_float, check_instance
 from .check_base import read_dtype
-from .text import Reading, say
+from .text import Reading, say, wrap
 
 __all__ = ["Prediction", "Reveal", "choice", "reveal"]
 
@@ -168,11 +168,11 @@ def reveal(
         else:
             right = _same(predicted, actual)
         code = "predict.right" if right else "predict.wrong"
-        lines = [say(code, predicted=_label(predicted), actual=_label(actual))]
+        lines = [wrap(say(code, predicted=_label(predicted), actual=_label(actual)), indent="  ")]
         if widget:
             widget.buttons.disabled = True  # locked
-    if right is not None and explain is not None and str(explain):
-        lines.append(f"  why: {explain}")
+    if right is not None and explain is not None and str(explain):  # prose: re-wrapped under its label
+        lines.append(wrap("  why: " + " ".join(str(explain).split()), indent="       "))
     reading = explain if isinstance(explain, Reading) else None
     result = Reveal(right is not None, right, predicted, actual, "\n".join(lines), reading)
     if show:

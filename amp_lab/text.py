@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass, field
 from importlib import resources
 from numbers import Real
@@ -26,11 +27,25 @@ def say(code: str, **facts) -> str:
     return REASONS[code].format(**facts)
 
 
+WIDTH = 100  # characters: a printed line at most this long fits an output area at 1280 px, file browser open
+
+
+def wrap(text: str, indent: str = "") -> str:
+    """Each line of ``text`` longer than :data:`WIDTH` broken at spaces (continuations start with ``indent``):
+    JupyterLab breaks a line too long for the output area mid-word."""
+    return "\n".join(
+        textwrap.fill(line, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+        if len(line) > WIDTH
+        else line
+        for line in text.split("\n")
+    )
+
+
 @dataclass(frozen=True)
 class Reading:
     """What a readout found: its ``outcome`` (a code of :data:`REASONS`, or a plain label such as ``"faster"``),
     the ``reasons`` behind it (codes, in reading order) and the ``facts`` they are filled from.  ``str()`` is
-    their sentences (a reason without one raises ``KeyError``)."""
+    their sentences (a reason without one raises ``KeyError``), wrapped at :data:`WIDTH`."""
 
     outcome: str
     reasons: tuple[str, ...] = ()
@@ -44,8 +59,13 @@ class Reading:
         head = [self.outcome] if self.outcome in REASONS else []
         return [say(code, **self.facts) for code in (*head, *self.reasons)]
 
-    def __str__(self) -> str:
+    @property
+    def text(self) -> str:
+        """The sentences on one line (for a table cell or a longer sentence); ``str()`` wraps them."""
         return " ".join(self.sentences())
+
+    def __str__(self) -> str:
+        return wrap(self.text)
 
 
 def _number(name: str, value, *, optional: bool = False):

@@ -37,7 +37,7 @@ def test_the_spans_are_each_prediction_through_its_reveal():
             'guess = predict.choice("dtype?", ["a", "b"])\nguess',
             "x = compute()",
             "my_n = ...  # your prediction",
-            'predict.reveal(guess, x)',
+            "predict.reveal(guess, x)",
             'predict.reveal(my_n, 3, name="my_n")',
         )
     ]
@@ -66,7 +66,9 @@ def test_a_committed_notebook_hides_every_answer_until_its_reveal(path):
         for k in range(i + 1, j + 1):
             cell = nb.cells[k]
             if cell.cell_type == "code" and cell.outputs:
-                assert cell.metadata.get("jupyter", {}).get("outputs_hidden") is True, f"cell {k} shows its output"
+                assert cell.metadata.get("jupyter", {}).get("outputs_hidden") is True, (
+                    f"cell {k} shows its output"
+                )
         reveal = "".join(_texts(nb.cells[j]))
         assert asks in reveal, f"cell {j}: the stored reveal does not ask for a prediction"
         assert not re.search(r"\bwhy:|the result is|The result:", reveal), f"cell {j} stores the result"

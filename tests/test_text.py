@@ -19,7 +19,10 @@ def test_the_table_is_reasons_json_with_no_code_twice():
 def test_an_outcome_code_speaks_first_and_a_plain_label_stays_silent():
     facts = {"labels": "AVX512-BF16"}
     as_code = Reading("verdict.cpu_bf16", ("why.cpu_bf16",), facts)
-    assert as_code.sentences() == [REASONS["verdict.cpu_bf16"].format(**facts), REASONS["why.cpu_bf16"].format(**facts)]
+    assert as_code.sentences() == [
+        REASONS["verdict.cpu_bf16"].format(**facts),
+        REASONS["why.cpu_bf16"].format(**facts),
+    ]
     as_label = Reading("faster", ("why.cpu_bf16",), facts)
     assert as_label.sentences() == [REASONS["why.cpu_bf16"].format(**facts)]
     assert str(Reading("faster")) == ""
@@ -28,3 +31,23 @@ def test_an_outcome_code_speaks_first_and_a_plain_label_stays_silent():
 def test_a_reason_without_a_sentence_is_a_bug_not_silence():
     with pytest.raises(KeyError):
         Reading("faster", ("no.such.code",)).sentences()
+
+
+def test_printed_prose_wraps_between_words_at_the_width_an_output_area_holds():
+    from amp_lab.claims import claim
+    from amp_lab.text import WIDTH, wrap
+
+    words = " ".join(["Adam", "7.296e+04", "bfloat16-autocast"] * 20)
+    wrapped = wrap(words + "\nshort", indent="  ")
+    lines = wrapped.split("\n")
+    assert max(map(len, lines)) <= WIDTH and lines[-1] == "short"
+    assert wrapped.split() == (words + " short").split()  # no word broken, none lost, none hyphen-split
+    assert all(ln.startswith("  ") for ln in lines[1:-1])
+    REASONS["test.long"] = words
+    try:
+        reading = Reading("test.long")
+        assert reading.text == words and str(reading) == wrap(words)
+    finally:
+        del REASONS["test.long"]
+    c = claim(words, True, show=False)
+    assert max(map(len, str(c).split("\n"))) <= WIDTH and str(c).split() == (words + ": yes").split()
