@@ -289,6 +289,18 @@ def _add_maker(dev):
     return make
 
 
+def _fp8_maker(dev):
+    """``make(m)``: race_fp8_matmul's FP8 contestant at m x m (m a multiple of 16, as its n is)."""
+
+    def make(m):
+        (a8, inv_a), (b8, inv_b) = (_tensorwise_e4m3(x) for x in _operands(m, dev))
+        b8 = b8.t().contiguous().t()
+        return lambda: torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16)
+
+    make.dtype = torch.float8_e4m3fn
+    return make
+
+
 def calibrated(budget: dict, dev, make, size: int, power: float = 3) -> float:
     """:func:`~amp_lab.timing.calibrated_seconds` on the race's threads."""
     with torch_threads(budget["num_threads"]):
@@ -477,11 +489,12 @@ def race_fp8_matmul(
     target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
+    budget_s: float | None = None,
 ) -> RaceResult:
     """Race one n x n GEMM in FP32, in the AMP dtype and in FP8 (``torch._scaled_mm`` of E4M3 operands with
     one scale per tensor, writing bfloat16), each on inputs already in its own dtype.  ``n`` is a multiple of
-    16; on CUDA it races only where :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling and ``reuse``
-    work as in :func:`race_matmul`.  (``08_fp8_and_block_scaling``)"""
+    16; on CUDA it races only where :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling, ``reuse`` and
+    ``budget_s`` work as in :func:`race_matmul`.  (``08_fp8_and_block_scaling``)"""
     n = check_int("n", n, minimum=FP8_GEMM_MULTIPLE, maximum=MAX_GEMM_DIM)
     if n % FP8_GEMM_MULTIPLE:
         lower = n - n % FP8_GEMM_MULTIPLE
@@ -489,9 +502,8 @@ def race_fp8_matmul(
             f"n={n} is not a multiple of {FP8_GEMM_MULTIPLE}: FP8 GEMMs (torch._scaled_mm on CUDA) need every "
             f"dimension a multiple of {FP8_GEMM_MULTIPLE}; choose n={lower} or n={lower + FP8_GEMM_MULTIPLE}"
         )
-    dev, dtype, budget = check_race_args(
-        device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
-    )
+    args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
+    dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s)
     check_budget(warmup, repeats, min_sample_s, contestants=3)
     device_type, capability = device_facts(dev)
     if device_type == "mps":
@@ -507,6 +519,9 @@ def race_fp8_matmul(
         return found
     smaller = f"choose a smaller n (a multiple of {FP8_GEMM_MULTIPLE})"
     check_fits(fp8_matmul_bytes(n, dtype), dev, f"race_fp8_matmul(n={n})", smaller)
+    makes = (_matmul_maker(dev), _matmul_maker(dev, dtype, cast=True), _fp8_maker(dev))
+    call_s = [calibrated(budget, dev, make, n) for make in makes]
+    check_race_time(f"race_fp8_matmul(n={n})", smaller, budget, call_s)
     A, B = _operands(n, dev)
     A_low, B_low = A.to(dtype), B.to(dtype)
     a8, inv_a = _tensorwise_e4m3(A)

@@ -235,17 +235,17 @@ def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int 
     """Seconds one call of ``make(size)`` (a function to call) takes, estimated before it is made: ``make(m)``
     for m = start, 2 * start, ... (at most ``size``) is timed, best of two, until a call takes
     :data:`CALIBRATION_S`, then scaled to ``size`` as the work grows (``power``: a matmul's as n**3), or as
-    fast as the time grew from the size before, up to ``power + 1`` (a rate falls as data outgrow the caches)."""
+    fast as the time grew from the size before (when that took a sixteenth of it), up to ``power + 1`` (a rate
+    falls as data outgrow the caches)."""
     sample, m, before = _sampler(get_device(device)), min(start, size), None
     while True:
         fn = make(m)
         seconds = min(sample(fn, 1) for _ in range(2))
         if m >= size or seconds >= CALIBRATION_S:
-            grew = (
-                power
-                if before is None
-                else math.log(max(seconds, 1e-9) / before[1]) / math.log(m / before[0])
-            )
+            known = (
+                before is not None and before[1] >= CALIBRATION_S / 16
+            )  # microseconds of jitter say nothing
+            grew = math.log(max(seconds, 1e-9) / before[1]) / math.log(m / before[0]) if known else power
             return seconds * (size / m) ** min(max(grew, power), power + 1)
         before, m = (m, max(seconds, 1e-9)), min(2 * m, size)
 
@@ -300,7 +300,7 @@ def check_budget(
         target_rel_width=optional(check_float, "target_rel_width", target_rel_width, gt=0),
         max_time_s=optional(check_float, "max_time_s", max_time_s, gt=0, le=MAX_SECONDS),
         callback=check_callable("callback", callback, optional=True),
-        budget_s=optional(check_float, "budget_s", budget_s, gt=0, le=MAX_SECONDS),
+        budget_s=optional(check_float, "budget_s", budget_s, ge=1.0, le=MAX_SECONDS),  # a second at least
     )
     if budget_s is None:  # a longer max_time_s is a budget given
         budget["budget_s"] = max(DEFAULT_BUDGET_S, budget["max_time_s"] or 0)
