@@ -103,6 +103,16 @@ def check_instance(name: str, value, types, what: str):
     return value
 
 
+def check_numel(name: str, t: torch.Tensor, maximum: int, fix: str) -> torch.Tensor:
+    """Return tensor ``t`` if it has at most ``maximum`` elements, counted by ``numel()``: an expanded (stride-0)
+    view has a tiny storage, but every copy, cast or loop over it works element by element."""
+    if t.numel() > maximum:
+        raise ValueError(
+            f"{name} has {t.numel():,} elements (shape {tuple(t.shape)}); at most {maximum:,}: {fix}"
+        )
+    return t
+
+
 def check_bool(name: str, value) -> bool:
     """Return ``value`` as a bool if it is True or False (a NumPy bool too), never a truthy ``"no"`` or 1."""
     if isinstance(value, (bool, np.bool_)):

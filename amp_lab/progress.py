@@ -25,4 +25,5 @@ def progress(
     if total is not None:
         total = check_int("total", total, minimum=0)
     check_instance("leave", leave, bool, "True or False")
-    return tqdm(iterable, desc=desc, total=total, leave=leave, disable=not enabled(), **kwargs)
+    off = kwargs.pop("disable", False) or not enabled()
+    return tqdm(iterable, desc=desc, total=total, leave=leave, disable=off, **kwargs)

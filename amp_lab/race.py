@@ -12,8 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from . import device as _device
+from . import timing as _timing
 from ._checks import ArgumentTypeError, bounded_list, check_bool, check_choice, check_instance, check_int
 from .cost import (
+    ADAM_BYTES_PER_PARAMETER,
     IN_FEATURES,
     MAX_GEMM_DIM,
     NUM_CLASSES,
@@ -23,6 +25,7 @@ from .cost import (
     matmul_bytes,
     mlp_bytes,
     mlp_step_flops,
+    num_parameters,
 )
 from .cpus import CPU_FEATURES, cpu_has_native, cpu_native_labels
 from .device import amp_dtype, check_fits, get_device, seeded, torch_threads
@@ -34,7 +37,16 @@ from .intervals import SpeedupEstimate, Timing, jsonable, plural, speedup_estima
 from .models import make_mlp
 from .race_trainer import Trainer, measure_memory
 from .text import Reading, format_bytes, format_seconds
-from .timing import Contestant, RaceProgress, check_budget, measure, regime_for, tf32_text
+from .timing import (
+    Contestant,
+    RaceProgress,
+    check_budget,
+    check_estimate,
+    measure,
+    planned_seconds,
+    regime_for,
+    tf32_text,
+)
 
 CONFIDENCE = 0.95
 # A race samples until its speedup's interval is about +-5% wide, or this many seconds have passed.
@@ -238,15 +250,70 @@ def _contestants(run: dict, device_type: str, capability) -> dict:
     }
 
 
-def check_race_args(device, dtype, *budget, races=1):
+def check_race_args(device, dtype, *budget, races=1, budget_s=None):
     """A race's arguments checked before anything is allocated or run; ``budget`` is what
     :func:`~amp_lab.timing.check_budget` takes.  Returns the device, the dtype and the checked budget."""
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
-    budget = check_budget(*budget, contestants=len(contestant_names(*device_facts(dev))), races=races)
+    n = len(contestant_names(*device_facts(dev)))
+    budget = check_budget(*budget, contestants=n, races=races, budget_s=budget_s)
     if budget["target_rel_width"] is None:  # exactly `repeats` rounds: no time budget to bound them
         budget["max_time_s"] = None
     return dev, dtype, budget
+
+
+def _matmul_maker(dev, dtype=None, cast=False):
+    """``make(m)`` for :func:`~amp_lab.timing.calibrated_seconds`: an m x m matmul in FP32, under autocast to
+    ``dtype``, or (``cast``) of inputs already in ``dtype``."""
+
+    def make(m):
+        A, B = (x.to(dtype) if cast else x for x in _operands(m, dev))
+
+        def call():
+            with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None and not cast):
+                return A @ B
+
+        return call
+
+    make.dtype = dtype  # what a test's fake calibration reads
+    return make
+
+
+def _add_maker(dev):
+    """``make(m)`` for :func:`~amp_lab.timing.calibrated_seconds`: an add of m FP32 elements (12 bytes each)."""
+
+    def make(m):
+        a = torch.ones(m, device=dev)
+        return lambda: torch.add(a, a, out=a)
+
+    return make
+
+
+def _fp8_maker(dev):
+    """``make(m)``: race_fp8_matmul's FP8 contestant at m x m (m a multiple of 16, as its n is)."""
+
+    def make(m):
+        (a8, inv_a), (b8, inv_b) = (_tensorwise_e4m3(x) for x in _operands(m, dev))
+        b8 = b8.t().contiguous().t()
+        return lambda: torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16)
+
+    make.dtype = torch.float8_e4m3fn
+    return make
+
+
+def calibrated(budget: dict, dev, make, size: int, power: float = 3) -> float:
+    """:func:`~amp_lab.timing.calibrated_seconds` on the race's threads."""
+    with torch_threads(budget["num_threads"]):
+        return _timing.calibrated_seconds(make, size, dev, power=power)
+
+
+def check_race_time(what: str, fix: str, budget: dict, call_s) -> float:
+    """Refuse a race whose warm-up and rounds of contestants taking ``call_s`` seconds a call are estimated
+    past ``budget["budget_s"]``, before its operands exist."""
+    keys = ("warmup", "repeats", "min_sample_s", "number", "target_rel_width", "max_time_s")
+    _, total = planned_seconds(call_s, *(budget[k] for k in keys))
+    basis = "its calls timed at small sizes, scaled by their work"
+    return check_estimate(what, total, budget["budget_s"], fix, basis)
 
 
 def run_race(kind, params, dtype, dev, contestants, flops, budget: dict, memory=None, **extra) -> RaceResult:
@@ -270,20 +337,25 @@ def race_matmul(
     target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
+    budget_s: float | None = None,
 ) -> RaceResult:
     """Race ``C = A @ B`` (n x n, FP32 inputs) without and with autocast in ``dtype`` (default
     ``amp_dtype(device)``); on CUDA with TF32 off, plus a ``"tf32"`` contestant from Ampere on.  At least
     ``repeats`` rounds, then more until the interval is narrower than ``target_rel_width`` (0.1: about +-5%)
     or ``max_time_s`` is spent.  ``reuse``: earlier results; one that raced this very configuration is
-    returned.  (``06_timing_race``)"""
+    returned.  A race estimated to take longer than ``budget_s`` (default 30 s, or ``max_time_s``) is refused
+    before it starts.  (``06_timing_race``)"""
     n = check_int("n", n, minimum=1)
-    dev, dtype, budget = check_race_args(
-        device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
-    )
+    args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
+    dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s)
     if (found := reusable(reuse, "matmul", {"n": n}, dtype, dev, num_threads)) is not None:
         return found
     most = int(math.sqrt(0.9 * (_device.available_bytes(dev) or 0) / matmul_bytes(1, dtype)))
     check_fits(matmul_bytes(n, dtype), dev, f"race_matmul(n={n})", f"choose n <= {max(1, most)}")
+    step = {d: calibrated(budget, dev, _matmul_maker(dev, d), n) for d in (None, dtype)}
+    names = contestant_names(*device_facts(dev))  # TF32 as fast as FP32 at least
+    call_s = [step[dtype if name == "amp" else None] for name in names]
+    check_race_time(f"race_matmul(n={n})", "choose a smaller n", budget, call_s)
     A, B = _operands(n, dev)
 
     def amp():
@@ -311,27 +383,36 @@ def race_mlp(
     target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
+    budget_s: float | None = None,
 ) -> RaceResult:
     """Race training steps of ``make_mlp(in_features, num_classes, hidden=width, depth=1)`` (fused Adam,
     one fixed batch) in FP32 against autocast (GradScaler for float16), each on its own copy of the weights.
     ``memory=True`` adds each one's peak memory per step (measured on CUDA, estimated elsewhere).  Sampling,
-    TF32 and ``reuse`` work as in :func:`race_matmul`.  (``06_timing_race``)"""
+    TF32, ``reuse`` and ``budget_s`` work as in :func:`race_matmul`.  (``06_timing_race``)"""
     width = check_int("width", width, minimum=1)
     batch = check_int("batch", batch, minimum=1)
     in_features = check_int("in_features", in_features, minimum=1)
     num_classes = check_int("num_classes", num_classes, minimum=2)
     memory = check_bool("memory", memory)
-    dev, dtype, budget = check_race_args(
-        device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
-    )
+    args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
+    dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s)
     params = {"width": width, "batch": batch, "in_features": in_features, "num_classes": num_classes}
     found = reusable(reuse, "mlp", params, dtype, dev, num_threads)
     if found is not None and (found.memory is not None or not memory):
         return found
     facts = device_facts(dev)
-    n = len(contestant_names(*facts))
+    facts_names = contestant_names(*facts)
+    n = len(facts_names)
     need = mlp_bytes(width, batch, dtype, in_features=in_features, num_classes=num_classes, contestants=n)
-    check_fits(need, dev, f"race_mlp(width={width}, batch={batch})", "choose a smaller width or batch")
+    what, smaller = f"race_mlp(width={width}, batch={batch})", "choose a smaller width or batch"
+    check_fits(need, dev, what, smaller)
+    flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
+    # A step: its matmuls as one square matmul of as many FLOPs, and Adam's traffic as adds.
+    adam_elements = num_parameters(in_features, num_classes, width, 1) * ADAM_BYTES_PER_PARAMETER // 12
+    adam = calibrated(budget, dev, _add_maker(dev), adam_elements, power=1)
+    size = max(1, round((flops / 2) ** (1 / 3)))
+    step = {d: adam + calibrated(budget, dev, _matmul_maker(dev, d), size) for d in (None, dtype)}
+    check_race_time(what, smaller, budget, [step[dtype if name == "amp" else None] for name in facts_names])
     with torch_threads(num_threads):
         X, y, model = _mlp_setup(width, batch, in_features, num_classes, dev)
         low = {"fp32": None, "amp": dtype, "tf32": None}
@@ -340,7 +421,6 @@ def race_mlp(
         )
         mem = measure_memory(make, dev, [X, y]) if memory else None
         contestants = {name: Contestant(build.fn().step, build.context) for name, build in make.items()}
-    flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
     return run_race("mlp", params, dtype, dev, contestants, flops, budget, memory=mem)
 
 
@@ -409,11 +489,12 @@ def race_fp8_matmul(
     target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
+    budget_s: float | None = None,
 ) -> RaceResult:
     """Race one n x n GEMM in FP32, in the AMP dtype and in FP8 (``torch._scaled_mm`` of E4M3 operands with
     one scale per tensor, writing bfloat16), each on inputs already in its own dtype.  ``n`` is a multiple of
-    16; on CUDA it races only where :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling and ``reuse``
-    work as in :func:`race_matmul`.  (``08_fp8_and_block_scaling``)"""
+    16; on CUDA it races only where :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling, ``reuse`` and
+    ``budget_s`` work as in :func:`race_matmul`.  (``08_fp8_and_block_scaling``)"""
     n = check_int("n", n, minimum=FP8_GEMM_MULTIPLE, maximum=MAX_GEMM_DIM)
     if n % FP8_GEMM_MULTIPLE:
         lower = n - n % FP8_GEMM_MULTIPLE
@@ -421,9 +502,8 @@ def race_fp8_matmul(
             f"n={n} is not a multiple of {FP8_GEMM_MULTIPLE}: FP8 GEMMs (torch._scaled_mm on CUDA) need every "
             f"dimension a multiple of {FP8_GEMM_MULTIPLE}; choose n={lower} or n={lower + FP8_GEMM_MULTIPLE}"
         )
-    dev, dtype, budget = check_race_args(
-        device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
-    )
+    args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
+    dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s)
     check_budget(warmup, repeats, min_sample_s, contestants=3)
     device_type, capability = device_facts(dev)
     if device_type == "mps":
@@ -439,6 +519,9 @@ def race_fp8_matmul(
         return found
     smaller = f"choose a smaller n (a multiple of {FP8_GEMM_MULTIPLE})"
     check_fits(fp8_matmul_bytes(n, dtype), dev, f"race_fp8_matmul(n={n})", smaller)
+    makes = (_matmul_maker(dev), _matmul_maker(dev, dtype, cast=True), _fp8_maker(dev))
+    call_s = [calibrated(budget, dev, make, n) for make in makes]
+    check_race_time(f"race_fp8_matmul(n={n})", smaller, budget, call_s)
     A, B = _operands(n, dev)
     A_low, B_low = A.to(dtype), B.to(dtype)
     a8, inv_a = _tensorwise_e4m3(A)

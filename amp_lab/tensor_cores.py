@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from . import formats
-from ._checks import check_choice, check_float, check_instance, check_int, check_seed
+from ._checks import check_choice, check_float, check_instance, check_int, check_numel, check_seed
 from .device import check_fits, float64_on_cpu, float64_to, get_device
 from .gpus import ARCHITECTURE_DETAILS, TENSOR_CORE_DETAILS, tensor_core_generation
 from .text import Reading
@@ -57,7 +57,7 @@ def _operands(A, B, C, inputs, device, limit_work: bool):
             x = formats.real_tensor(x, name, f"{name} must be a 2-D tensor or nested list of numbers")
             if x.dim() != 2:
                 raise ValueError(f"{name} must be 2-D (a matrix), got shape {tuple(x.shape)}")
-            mats[name] = x.float()
+            mats[name] = x  # cast only once sized: an expanded view's storage says nothing of its work
     A, B = mats["A"], mats["B"]
     (M, K), N = A.shape, B.shape[1]
     if K != B.shape[0]:
@@ -70,10 +70,13 @@ def _operands(A, B, C, inputs, device, limit_work: bool):
             f"the limits are K <= {MAX_K:,} (2**16) and M*N*K <= {MAX_MMA_WORK:,} (2**24); use smaller inputs "
             "(a 16×16×256 tile shows the same rounding), or reference_mma / torch.matmul for big products"
         )
+    if "C" in mats and tuple(mats["C"].shape) != (M, N):
+        raise ValueError(
+            f"C must have shape {(M, N)} (rows of A, columns of B), got {tuple(mats['C'].shape)}"
+        )
     check_fits(8 * (M * K + K * N + 2 * M * N), "cpu", "the emulated product", "use smaller inputs")
+    mats = {name: x.float() for name, x in mats.items()}
     C = mats.get("C", torch.zeros(M, N))
-    if tuple(C.shape) != (M, N):
-        raise ValueError(f"C must have shape {(M, N)} (rows of A, columns of B), got {tuple(C.shape)}")
     Ar, Br = (float64_on_cpu(formats.round_to(x, inputs)).numpy() for x in (A, B))
     return dev, Ar, Br, float64_on_cpu(C).numpy()
 
@@ -124,7 +127,7 @@ def first_stall(partial_sums) -> tuple[int, float] | None:
     )
     if t.dim() != 1:
         raise ValueError(f"partial_sums must be 1-D (one running sum), got shape {tuple(t.shape)}")
-    s = float64_on_cpu(t)
+    s = float64_on_cpu(check_numel("partial_sums", t, MAX_MMA_WORK, "pass one running_sum's output"))
     same = torch.nonzero(s[1:] == s[:-1]).flatten()
     if same.numel() == 0:
         return None

@@ -32,6 +32,7 @@ from .dtypes import dtype_name
 from .gpus import datasheet_entry
 from .hardware import tf32_matmul_enabled
 from .intervals import Timing, plural, speedup_estimate
+from .progress import progress
 from .text import Reading, format_seconds, say
 
 # Module attributes so tests can replace them with fakes: ``_clock`` times samples, ``_budget_clock``
@@ -43,6 +44,9 @@ DEFAULT_MAX_TIME_S = 30.0  # the time budget of a measurement with a target inte
 DEFAULT_MAX_REPEATS = 1000  # the most rounds such a measurement takes, when no max_repeats is given
 # The narrowest interval a measurement may aim for (0.1%): timer jitter is wider, so it would never be reached.
 MIN_TARGET_REL_WIDTH = 1e-3
+DEFAULT_BUDGET_S = 30.0  # what a timing call may take when no budget_s (or a longer max_time_s) is given
+PROGRESS_AFTER_S = 5.0  # a measurement planned to take longer shows a progress bar
+CALIBRATION_S = 2e-3  # a calibration grows its size until one call takes this long
 
 
 # --- Context: what a timing needs next to it to mean anything -------------------------------------------
@@ -227,6 +231,45 @@ def _sampler(dev: torch.device, event=None):
     return sample
 
 
+def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int = 64) -> float:
+    """Seconds one call of ``make(size)`` (a function to call) takes, estimated before it is made: ``make(m)``
+    for m = start, 2 * start, ... (at most ``size``) is timed, best of two, until a call takes
+    :data:`CALIBRATION_S`, then scaled to ``size`` as the work grows (``power``: a matmul's as n**3), or as
+    fast as the time grew from the size before (when that took a sixteenth of it), up to ``power + 1`` (a rate
+    falls as data outgrow the caches)."""
+    sample, m, before = _sampler(get_device(device)), min(start, size), None
+    while True:
+        fn = make(m)
+        seconds = min(sample(fn, 1) for _ in range(2))
+        if m >= size or seconds >= CALIBRATION_S:
+            known = (
+                before is not None and before[1] >= CALIBRATION_S / 16
+            )  # microseconds of jitter say nothing
+            grew = math.log(max(seconds, 1e-9) / before[1]) / math.log(m / before[0]) if known else power
+            return seconds * (size / m) ** min(max(grew, power), power + 1)
+        before, m = (m, max(seconds, 1e-9)), min(2 * m, size)
+
+
+def planned_seconds(
+    call_s, warmup, repeats, min_sample_s, number=None, target_rel_width=None, max_time_s=None
+):
+    """Seconds a measurement of contestants taking ``call_s`` seconds a call needs at least (its warm-up and
+    ``repeats`` rounds), and in all (an adaptive one samples on until ``max_time_s``)."""
+    warm = warmup if number else max(warmup, 1)
+    least = sum(warm * t + repeats * (number * t if number else max(t, min_sample_s)) for t in call_s)
+    return least, max(least, max_time_s or DEFAULT_MAX_TIME_S) if target_rel_width else least
+
+
+def check_estimate(what: str, seconds: float, budget_s: float, fix: str, basis: str) -> float:
+    """Refuse ``what`` when it is estimated (from ``basis``) to take longer than ``budget_s``, saying how to get under."""
+    if seconds > budget_s:
+        raise ValueError(
+            f"{what} would take about {seconds:,.1f} s ({basis}), more than budget_s={budget_s:g} s; "
+            f"{fix}, or give a larger budget_s (at most {MAX_SECONDS:g})"
+        )
+    return seconds
+
+
 def check_budget(
     warmup,
     repeats,
@@ -239,6 +282,7 @@ def check_budget(
     contestants=1,
     races=1,
     number=None,
+    budget_s=None,
 ) -> dict:
     """A timing budget checked before any work starts, as :func:`measure` and every race do; returns it as
     ``measure``'s keyword arguments.  Refuses a target interval narrower than :data:`MIN_TARGET_REL_WIDTH`
@@ -256,7 +300,10 @@ def check_budget(
         target_rel_width=optional(check_float, "target_rel_width", target_rel_width, gt=0),
         max_time_s=optional(check_float, "max_time_s", max_time_s, gt=0, le=MAX_SECONDS),
         callback=check_callable("callback", callback, optional=True),
+        budget_s=optional(check_float, "budget_s", budget_s, ge=1.0, le=MAX_SECONDS),  # a second at least
     )
+    if budget_s is None:  # a longer max_time_s is a budget given
+        budget["budget_s"] = max(DEFAULT_BUDGET_S, budget["max_time_s"] or 0)
     if target_rel_width is not None and budget["target_rel_width"] < MIN_TARGET_REL_WIDTH:
         raise ValueError(
             f"target_rel_width={target_rel_width:g} is narrower than a timer can resolve; choose at least "
@@ -291,13 +338,16 @@ def measure(
     max_repeats: int | None = None,
     baseline: str | None = None,
     confidence: float = 0.95,
+    budget_s: float | None = None,
 ):
     """Time one function, or race several, honestly.  (Taught in ``06_timing_race``.)
 
     ``fns`` is a callable (returns one :class:`~amp_lab.intervals.Timing`) or a dict ``label -> callable or
     Contestant`` (returns a dict of them).  ``warmup`` untimed calls each (the fastest sets ``number`` calls per
     sample of ``min_sample_s``), then ``repeats`` rounds in alternating order.  With ``target_rel_width`` it goes on
-    until every speedup over ``baseline`` (default: the first) is that narrow, ``max_time_s`` or ``max_repeats``."""
+    until every speedup over ``baseline`` (default: the first) is that narrow, ``max_time_s`` or ``max_repeats``.
+    A measurement its first calls show to need more than ``budget_s`` (default 30 s, or ``max_time_s``) is
+    refused then; one planned past :data:`PROGRESS_AFTER_S` shows a progress bar (without a ``callback``)."""
     single = callable(fns) or isinstance(fns, Contestant)
     if not single and not (isinstance(fns, dict) and fns):
         kind = ValueError if isinstance(fns, dict) else ArgumentTypeError  # an empty dict, or not a dict
@@ -317,8 +367,10 @@ def measure(
         )
     names = list(contestants)
     args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
-    budget = check_budget(*args, contestants=len(names), number=number)
-    warmup, repeats, min_sample_s, num_threads, number, target_rel_width, max_time_s, _ = budget.values()
+    budget = check_budget(*args, contestants=len(names), number=number, budget_s=budget_s)
+    warmup, repeats, min_sample_s, num_threads, number, target_rel_width, max_time_s, _, budget_s = (
+        budget.values()
+    )
     if extra_context is not None and not isinstance(extra_context, dict):
         raise ArgumentTypeError(f"extra_context must be a dict or None, got {type(extra_context).__name__}")
     confidence = check_float("confidence", confidence, gt=0, lt=1)
@@ -345,7 +397,7 @@ def measure(
     dev = get_device(device)
 
     samples: dict[str, list[float]] = {name: [] for name in names}
-    numbers, untimed, contexts = {}, {}, {}
+    numbers, untimed, contexts, firsts = {}, {}, {}, {}
 
     def report(phase, name, done):
         if callback is not None:
@@ -362,17 +414,27 @@ def measure(
             c = contestants[name]
             with c.context():
                 contexts[name] = {**timing_context(dev), **(extra_context or {})}
+                t0 = _budget_clock()  # with number given the warm-up stays untimed: measured as a whole
+                first = sampler(c.fn, 1) if number is None else [c.fn() for _ in range(warmup)] and 0.0
+                firsts[name] = first or (_budget_clock() - t0) / max(warmup, 1)
+                least, _ = planned_seconds(firsts.values(), warmup, repeats, min_sample_s, number)
+                fix = "choose fewer repeats or warm-up calls, or a quicker function"
+                check_estimate(f"measuring {name!r}", least, budget_s, fix, "from the first calls")
                 if number is None:
                     # Calibrated on the *fastest* warm-up call: a slowed one would make samples too short.
-                    times = [sampler(c.fn, 1) for _ in range(max(warmup, 1))]
+                    times = [first] + [sampler(c.fn, 1) for _ in range(max(warmup, 1) - 1)]
                     untimed[name] = len(times)
                     fastest = max(min(times), 1e-9)
                     numbers[name] = max(1, min(MAX_CALLS_PER_SAMPLE, math.ceil(min_sample_s / fastest)))
                 else:
-                    for _ in range(warmup):
-                        c.fn()
                     untimed[name], numbers[name] = warmup, number
             report("warmup", name, 0)
+        _, total_s = planned_seconds(
+            firsts.values(), 0, repeats, min_sample_s, number, target_rel_width, max_time_s
+        )
+        rounds = max(repeats, min(max_repeats, int(total_s / max(sum(firsts.values()), min_sample_s))))
+        show = callback is None and total_s > PROGRESS_AFTER_S
+        bar = progress(total=rounds, desc=f"timing {', '.join(names)}", disable=not show, leave=False)
         r, round_s = 0, 0.0
         while r < max_repeats:
             if r >= repeats:  # only with a target: without one max_repeats == repeats
@@ -391,6 +453,8 @@ def measure(
                 report("sample", name, r + 1)
             round_s = max(round_s, _budget_clock() - round_start)  # the slowest round so far
             r += 1
+            bar.update(1)
+        bar.close()
     timings = {n: Timing(n, tuple(samples[n]), numbers[n], untimed[n], contexts[n]) for n in names}
     return timings[names[0]] if single else timings
 

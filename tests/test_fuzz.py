@@ -284,7 +284,9 @@ def race_result():
 
 @functools.cache
 def fp8_race_result():
-    return race.race_fp8_matmul(16, repeats=6, warmup=0, min_sample_s=1e-4, target_rel_width=None, max_time_s=None)
+    return race.race_fp8_matmul(
+        16, repeats=6, warmup=0, min_sample_s=1e-4, target_rel_width=None, max_time_s=None
+    )
 
 
 def multiple_of(k: int, kind: Kind) -> Kind:
@@ -585,7 +587,9 @@ E(
 )
 E(
     "autocast_ops.read_variance",
-    lambda: dict(truth=0.01, autocast_value=0.5, protected_value=0.01, mean_square=100.0, dtype=torch.bfloat16),
+    lambda: dict(
+        truth=0.01, autocast_value=0.5, protected_value=0.01, mean_square=100.0, dtype=torch.bfloat16
+    ),
     {
         "truth": Float(gt=0),
         "autocast_value": Float(),
@@ -627,7 +631,12 @@ E(
     {"question": Str(), "options": Seq()},
     examples=3,
 )
-E("predict.choice", lambda: dict(question="which?", options=["a", "b"]), {"question": Str(), "options": Seq()}, examples=1)
+E(
+    "predict.choice",
+    lambda: dict(question="which?", options=["a", "b"]),
+    {"question": Str(), "options": Seq()},
+    examples=1,
+)
 E(
     "predict.reveal",
     lambda: dict(prediction=1.0, actual=1.0, show=False),
@@ -746,6 +755,10 @@ RACE_ARG_BASE = {"target_rel_width": dict(max_time_s=0.3), "max_time_s": dict(ta
 MEASURE_ARG_BASE = dict(RACE_ARG_BASE, max_repeats=dict(target_rel_width=0.5, max_time_s=0.3))
 
 
+# A call's time budget (timing.check_budget): at least a second; a race estimated past it is refused.
+BUDGET_S = Float(ge=1.0, le=MAX_SECONDS, optional=True)
+
+
 def race_kinds(**more) -> dict:
     """The timing arguments the race functions share, with the bounds of ``timing.measure``."""
     return {
@@ -799,7 +812,7 @@ E("sweeps.plot_sweep", lambda: dict(result=sweep_result()), {"ax": Obj()}, examp
 E(
     "race.race_matmul",
     lambda: dict(n=8, **RACE_FAST),
-    race_kinds(n=Int(1, skip_above=512), callback=Callable_(), reuse=Obj()),
+    race_kinds(n=Int(1, skip_above=512), callback=Callable_(), reuse=Obj(), budget_s=BUDGET_S),
     arg_base=RACE_ARG_BASE,
     examples=3,
     corpus_limit=2,
@@ -807,7 +820,12 @@ E(
 E(
     "race.race_fp8_matmul",
     lambda: dict(n=16, **RACE_FAST),
-    race_kinds(n=multiple_of(16, Int(1, cost.MAX_GEMM_DIM, skip_above=256)), callback=Callable_(), reuse=Obj()),
+    race_kinds(
+        n=multiple_of(16, Int(1, cost.MAX_GEMM_DIM, skip_above=256)),
+        callback=Callable_(),
+        reuse=Obj(),
+        budget_s=BUDGET_S,
+    ),
     arg_base=RACE_ARG_BASE,
     examples=3,
     corpus_limit=2,
@@ -824,13 +842,22 @@ E(
         num_classes=Int(1, skip_above=256),
         callback=Callable_(),
         reuse=Obj(),
+        budget_s=BUDGET_S,
     ),
     arg_base=RACE_ARG_BASE,
     examples=3,
     corpus_limit=2,
 )
-E("race_widget.race_widget", lambda: dict(device="cpu", widths=[8], batches=[8], in_features=8, repeats=2, warmup=0))
-E("references.reference_table_html", lambda: dict(references=[]), {"references": Seq(), "mine": Obj()}, post=is_str)
+E(
+    "race_widget.race_widget",
+    lambda: dict(device="cpu", widths=[8], batches=[8], in_features=8, repeats=2, warmup=0),
+)
+E(
+    "references.reference_table_html",
+    lambda: dict(references=[]),
+    {"references": Seq(), "mine": Obj()},
+    post=is_str,
+)
 E("sweeps.sizes_for")
 E(
     "sweeps.sweep",
@@ -980,7 +1007,9 @@ E("recipe.count_host_reads", cm=True)
 def _fp16_history():
     m = model()
     scaler = recipe.make_scaler(torch.float16, init_scale=2.0**24)
-    return recipe.train(m, opt_for(m), scaler, split(), dtype=torch.float16, num_steps=2, batch_size=8), scaler
+    return recipe.train(
+        m, opt_for(m), scaler, split(), dtype=torch.float16, num_steps=2, batch_size=8
+    ), scaler
 
 
 E(
@@ -1117,7 +1146,9 @@ E("scaling.StaticLossScaler", lambda: dict(scale=1024.0), {"scale": Scale()}, po
 
 E(
     "scaling.read_schedule",
-    lambda: dict(found=scaling.ScalerComparison(True, 2, scales=(2.0, 4.0)), init_scale=2.0, growth_interval=1),
+    lambda: dict(
+        found=scaling.ScalerComparison(True, 2, scales=(2.0, 4.0)), init_scale=2.0, growth_interval=1
+    ),
     {
         "found": Obj(),
         "init_scale": Scale(),
@@ -1125,7 +1156,11 @@ E(
         "backoff_factor": Float(gt=0, lt=1),
     },
 )
-E("scaling.read_backoff", lambda: dict(scales=[0.5, 0.25, 0.0], ours_refused=True), {"scales": Seq(), "ours_refused": Bool()})
+E(
+    "scaling.read_backoff",
+    lambda: dict(scales=[0.5, 0.25, 0.0], ours_refused=True),
+    {"scales": Seq(), "ours_refused": Bool()},
+)
 E(
     "scaling.runs_use",
     lambda: dict(chosen=scaling.StaticLossScaler, mine=scaling.StaticLossScaler),
@@ -1177,7 +1212,11 @@ E(
     corpus_limit=2,
 )
 E("tensor_cores.generations_table", lambda: dict(capabilities=((8, 0),)), {"capabilities": Seq()})
-E("tensor_cores.stall_reading", lambda: dict(n=8), {"n": Int(1, MAX_K, skip_above=2**12), "accumulate": Fmt()})
+E(
+    "tensor_cores.stall_reading",
+    lambda: dict(n=8),
+    {"n": Int(1, MAX_K, skip_above=2**12), "accumulate": Fmt()},
+)
 E("alignment.alignment_multiple", lambda: dict(fmt="fp16"))
 E(
     "alignment.padding_reading",
@@ -1188,7 +1227,13 @@ E("alignment.pad_to_multiple", lambda: dict(n=7), {"n": Int(0), "multiple": Int(
 E(
     "alignment.tile_quantization",
     lambda: dict(m=1024, n=1024),
-    {"m": Int(1, 2**31), "n": Int(1, 2**31), "tile_m": Int(1, 2**31), "tile_n": Int(1, 2**31), "sms": Int(1, 2**31)},
+    {
+        "m": Int(1, 2**31),
+        "n": Int(1, 2**31),
+        "tile_m": Int(1, 2**31),
+        "tile_n": Int(1, 2**31),
+        "sms": Int(1, 2**31),
+    },
 )
 E(
     "alignment.alignment_demo",
@@ -1221,6 +1266,7 @@ E(
         confidence=Float(gt=0, lt=1),
         extra_context=Mapping_(),
         callback=Callable_(),
+        budget_s=BUDGET_S,
     ),
     arg_base=MEASURE_ARG_BASE,
     extra=[("fn, repeats=10**12", lambda: dict(fns=lambda: None, repeats=10**12))],
@@ -1290,6 +1336,7 @@ E(
     corpus_limit=3,
 )
 
+
 # --- fp8 ------------------------------------------------------------------------------------
 def fp8_model() -> torch.nn.Module:
     torch.manual_seed(0)
@@ -1301,16 +1348,34 @@ def fp8_model() -> torch.nn.Module:
 SKIPPED.add("fp8.Float8Matmul")
 FP8_FMT = Str(choices=tuple(fp8.FP8_FORMATS))
 ELEMENT_FMT = Str(choices=tuple(fp8.ELEMENT_FORMATS))
-HISTORY_KINDS = {"history_len": Int(1, fp8.MAX_HISTORY), "margin": Int(0, fp8.MAX_MARGIN), "algo": Str(choices=fp8.ALGOS)}
+HISTORY_KINDS = {
+    "history_len": Int(1, fp8.MAX_HISTORY),
+    "margin": Int(0, fp8.MAX_MARGIN),
+    "algo": Str(choices=fp8.ALGOS),
+}
 E("fp8.import_torchao")
 E("fp8.fp8_device", fuzz={"device": Device()})
-E("fp8.tensorwise_scale", lambda: dict(x=T(4, 16)), {"x": Tensor(), "fmt": FP8_FMT, "margin": Int(0, fp8.MAX_MARGIN)})
-E("fp8.quantize", lambda: dict(x=T(4, 16), fmt="fp8_e4m3", scale=torch.tensor(2.0)),
-  {"x": Tensor(), "fmt": FP8_FMT, "scale": Obj()})
-E("fp8.dequantize", lambda: dict(q=T(4, 16).to(torch.float8_e4m3fn), scale=torch.tensor(2.0)),
-  {"q": Tensor(), "scale": Obj()})
-E("fp8.saturation_count", lambda: dict(x=T(4, 16), fmt="fp8_e4m3", scale=torch.tensor(2.0)),
-  {"x": Tensor(), "fmt": FP8_FMT, "scale": Obj()}, post=nonneg_int)
+E(
+    "fp8.tensorwise_scale",
+    lambda: dict(x=T(4, 16)),
+    {"x": Tensor(), "fmt": FP8_FMT, "margin": Int(0, fp8.MAX_MARGIN)},
+)
+E(
+    "fp8.quantize",
+    lambda: dict(x=T(4, 16), fmt="fp8_e4m3", scale=torch.tensor(2.0)),
+    {"x": Tensor(), "fmt": FP8_FMT, "scale": Obj()},
+)
+E(
+    "fp8.dequantize",
+    lambda: dict(q=T(4, 16).to(torch.float8_e4m3fn), scale=torch.tensor(2.0)),
+    {"q": Tensor(), "scale": Obj()},
+)
+E(
+    "fp8.saturation_count",
+    lambda: dict(x=T(4, 16), fmt="fp8_e4m3", scale=torch.tensor(2.0)),
+    {"x": Tensor(), "fmt": FP8_FMT, "scale": Obj()},
+    post=nonneg_int,
+)
 E("fp8.quantization_error", lambda: dict(x=T(4, 16), xq=T(4, 16)), {"x": Tensor(), "xq": Tensor()})
 E("fp8.DelayedScaling", fuzz={"fmt": FP8_FMT, **HISTORY_KINDS})
 E("fp8.float8_module_filter", lambda: dict(module=torch.nn.Linear(16, 16)), {"module": Obj(), "fqn": Str()})
@@ -1329,10 +1394,14 @@ E("mx.nvfp4_quantize", lambda: dict(x=T(2, 32)), {"x": Tensor(), "per_tensor_sca
 E(
     "fp8_explorer.make_tensor_sequence",
     lambda: dict(num_steps=4, size=16, spike_step=2),
-    {"num_steps": Int(1, fp8_explorer.MAX_SEQUENCE_STEPS, skip_above=64),
-     "size": Int(1, fp8_explorer.MAX_SEQUENCE_SIZE, skip_above=4096),
-     "drift": Float(ge=-1.0, le=1.0), "spike_step": Int(0, 3, optional=True),
-     "spike_size": Float(ge=1.0, le=1e6), "seed": Seed()},
+    {
+        "num_steps": Int(1, fp8_explorer.MAX_SEQUENCE_STEPS, skip_above=64),
+        "size": Int(1, fp8_explorer.MAX_SEQUENCE_SIZE, skip_above=4096),
+        "drift": Float(ge=-1.0, le=1.0),
+        "spike_step": Int(0, 3, optional=True),
+        "spike_size": Float(ge=1.0, le=1e6),
+        "seed": Seed(),
+    },
 )
 E(
     "fp8_explorer.scaling_trajectory",
@@ -1343,24 +1412,47 @@ E(
 
 def fp8_trajectories() -> dict:
     tensors = fp8_explorer.make_tensor_sequence(6, size=16, spike_step=3)
-    return dict(current=fp8_explorer.scaling_trajectory(tensors, recipe="current"),
-                delayed=fp8_explorer.scaling_trajectory(tensors, recipe="delayed"), spike_step=3)
+    return dict(
+        current=fp8_explorer.scaling_trajectory(tensors, recipe="current"),
+        delayed=fp8_explorer.scaling_trajectory(tensors, recipe="delayed"),
+        spike_step=3,
+    )
 
 
-E("fp8_explorer.spike_reading", fp8_trajectories, {"current": Obj(), "delayed": Obj(), "spike_step": Int(0, 5)})
-E("fp8_explorer.spread_reading", lambda: dict(activations=[9.5, 9.0], gradients=[24.4, 57.7], e4m3_window=18.8,
-                                              e5m2_window=32.8),
-  {"activations": Seq(), "gradients": Seq(), "e4m3_window": Float(gt=0), "e5m2_window": Float(gt=0)})
+E(
+    "fp8_explorer.spike_reading",
+    fp8_trajectories,
+    {"current": Obj(), "delayed": Obj(), "spike_step": Int(0, 5)},
+)
+E(
+    "fp8_explorer.spread_reading",
+    lambda: dict(activations=[9.5, 9.0], gradients=[24.4, 57.7], e4m3_window=18.8, e5m2_window=32.8),
+    {"activations": Seq(), "gradients": Seq(), "e4m3_window": Float(gt=0), "e5m2_window": Float(gt=0)},
+)
 E("fp8_explorer.unscaled_reading", lambda: dict(largest=2.0**-9), {"largest": Float(gt=0), "fmt": FP8_FMT})
-E("fp8_explorer.identity_reading", lambda: dict(ours=[1.0, 0.5], theirs=[1.0, 0.5], same_weights=True),
-  {"ours": Seq(), "theirs": Seq(), "same_weights": Bool()})
+E(
+    "fp8_explorer.identity_reading",
+    lambda: dict(ours=[1.0, 0.5], theirs=[1.0, 0.5], same_weights=True),
+    {"ours": Seq(), "theirs": Seq(), "same_weights": Bool()},
+)
 EXPLORER_KINDS = {
-    "num_steps": Int(2, 200, skip_above=16), "size": Int(1, 4096, skip_above=64),
-    "history_len": Int(1, 64), "margin": Int(0, 8), "spike_step": Int(0, 7), "spike_size": Float(ge=1.0, le=1e4),
-    "algo": Str(choices=fp8.ALGOS), "fmt": FP8_FMT, "seed": Seed(),
+    "num_steps": Int(2, 200, skip_above=16),
+    "size": Int(1, 4096, skip_above=64),
+    "history_len": Int(1, 64),
+    "margin": Int(0, 8),
+    "spike_step": Int(0, 7),
+    "spike_size": Float(ge=1.0, le=1e4),
+    "algo": Str(choices=fp8.ALGOS),
+    "fmt": FP8_FMT,
+    "seed": Seed(),
 }
-E("fp8_explorer.scaling_explorer", lambda: dict(num_steps=8, size=32, spike_step=4), EXPLORER_KINDS, examples=2,
-  corpus_limit=3)
+E(
+    "fp8_explorer.scaling_explorer",
+    lambda: dict(num_steps=8, size=32, spike_step=4),
+    EXPLORER_KINDS,
+    examples=2,
+    corpus_limit=3,
+)
 
 # --- widgets --------------------------------------------------------------------------------
 E(
@@ -1373,7 +1465,9 @@ E(
     "widgets.Table",
     lambda: dict(rows=[["a", 1]], header=["x", "y"]),
     {"rows": Seq(), "header": Seq(), "caption": Str()},
-    post=lambda r, kw: None if isinstance(repr(r), str) and r._repr_html_().startswith("<table") else "no table",
+    post=lambda r, kw: (
+        None if isinstance(repr(r), str) and r._repr_html_().startswith("<table") else "no table"
+    ),
 )
 E("widgets.SmokeTest", fuzz={"k": Int(*SMOKE_TEST_K)}, examples=3)
 E("widgets.smoke_test", fuzz={"k": Int(*SMOKE_TEST_K)}, examples=3)
@@ -1519,11 +1613,18 @@ def test_the_fuzz_covers_exactly_the_learner_facing_list():
     fuzzed = {e.name for e in ENTRIES}
     listed = {f"{m}.{n}" for m, names in LEARNER_API.items() for n in names}
     assert sorted(listed - fuzzed - SKIPPED) == [], "learner-facing names with no fuzz entry (add one here)"
-    assert sorted(fuzzed - listed) == [], "fuzzed names missing from amp_lab.learner_api (list them, or drop the entry)"
+    assert sorted(fuzzed - listed) == [], (
+        "fuzzed names missing from amp_lab.learner_api (list them, or drop the entry)"
+    )
 
 
 def test_every_learner_facing_name_exists():
-    missing = [f"{m}.{n}" for m, names in LEARNER_API.items() for n in names if not callable(getattr(MODULES[m], n, None))]
+    missing = [
+        f"{m}.{n}"
+        for m, names in LEARNER_API.items()
+        for n in names
+        if not callable(getattr(MODULES[m], n, None))
+    ]
     assert missing == []
 
 
@@ -1731,9 +1832,13 @@ def test_factory_forwards_every_argument_to_its_class(factory, cls, monkeypatch)
     module, name = cls.split(".")
     real = getattr(MODULES[module], name)
     calls = []
-    monkeypatch.setattr(MODULES[module], name, lambda *args, **kwargs: calls.append((args, kwargs)) or "built")
+    monkeypatch.setattr(
+        MODULES[module], name, lambda *args, **kwargs: calls.append((args, kwargs)) or "built"
+    )
     sentinels = {arg: object() for arg in inspect.signature(entries[factory].fn).parameters}
-    assert entries[factory].fn(**sentinels) == "built" and len(calls) == 1, f"{factory} did not build one {cls}"
+    assert entries[factory].fn(**sentinels) == "built" and len(calls) == 1, (
+        f"{factory} did not build one {cls}"
+    )
     given = inspect.signature(real).bind(*calls[0][0], **calls[0][1]).arguments
     assert given.keys() == sentinels.keys() and all(given[a] is sentinels[a] for a in sentinels), (
         f"{factory} changed or dropped arguments on the way to {cls}: {sorted(given)} vs {sorted(sentinels)}"

@@ -12,6 +12,7 @@ import dataclasses
 import html
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -43,8 +44,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FAST = {"warmup": 1, "repeats": 2, "min_sample_s": 1e-4, "target_rel_width": None}
 
 
-
-
 # ------------------------------------------------------------------------------------------
 # race_matmul
 # ------------------------------------------------------------------------------------------
@@ -71,7 +70,10 @@ def test_race_matmul_races_fp32_against_autocast_and_carries_its_context(monkeyp
     # the speedup is the median of the per-round ratios, and its interval comes with it
     ratios = np.array(r.fp32.samples) / np.array(r.amp.samples)
     assert r.speedup == pytest.approx(float(np.median(ratios)), rel=1e-12)
-    assert r.speedup_interval == intervals.speedup_estimate(r.fp32, r.amp) and r.outcome == r.speedup_interval.outcome
+    assert (
+        r.speedup_interval == intervals.speedup_estimate(r.fp32, r.amp)
+        and r.outcome == r.speedup_interval.outcome
+    )
     assert r.tflops["amp"] == pytest.approx(2 * n**3 / r.amp.median / 1e12)
     assert r.dtype == dtype and r.params == {"n": n} and r.kind == "matmul"
     assert r.context["device"] == "cpu" and r.context["amp_dtype"] == str(dtype).removeprefix("torch.")
@@ -270,9 +272,13 @@ def test_sweep_matmul_on_cpu_uses_the_measured_gemm_ratio_as_ceiling():
     matplotlib.use("Agg")
     s = sweeps.sweep((8, 16), device="cpu", show_progress=False, **FAST)
     assert s.sizes == (8, 16) and [r.params["n"] for r in s.results] == [8, 16]
-    assert s.ceiling.vs_fp32 == s.ceiling.measured_gemm > 0  # no datasheet on a CPU: the raw GEMMs are the ceiling
+    assert (
+        s.ceiling.vs_fp32 == s.ceiling.measured_gemm > 0
+    )  # no datasheet on a CPU: the raw GEMMs are the ceiling
     assert s.ceiling.gemm_shape == (16, 16, 16)
-    expected = next((size for i, size in enumerate(s.sizes) if all(o == "faster" for o in s.outcomes[i:])), None)
+    expected = next(
+        (size for i, size in enumerate(s.sizes) if all(o == "faster" for o in s.outcomes[i:])), None
+    )
     assert s.first_paying_size == expected
     ax = sweeps.plot_sweep(s)
     ys = [tuple(line.get_ydata()) for line in ax.get_lines()]
@@ -288,7 +294,9 @@ def test_sweep_mlp_includes_memory_and_plots_it():
 
     matplotlib.use("Agg")
     s = sweeps.sweep((8, 16), kind="mlp", batch=4, device="cpu", show_progress=False, **FAST)
-    assert [r.params["width"] for r in s.results] == [8, 16] and all(r.params["batch"] == 4 for r in s.results)
+    assert [r.params["width"] for r in s.results] == [8, 16] and all(
+        r.params["batch"] == 4 for r in s.results
+    )
     ax = sweeps.plot_memory(s)
     mib = 2.0**20
     ys = [tuple(line.get_ydata()) for line in ax.get_lines()]
@@ -379,9 +387,13 @@ def test_explain_on_a_cpu_with_and_without_bf16(ratios, flags, verdict, reason):
 
 
 def test_explain_reads_the_recorded_flags_not_this_machines(monkeypatch):
-    monkeypatch.setattr(race, "cpu_has_native", lambda dtype, flags=None: None if flags is None else flags["x"])
+    monkeypatch.setattr(
+        race, "cpu_has_native", lambda dtype, flags=None: None if flags is None else flags["x"]
+    )
     slow = race_readout.explain(_result(SLOWER, flags={"x": False}))
-    assert "race.cpu_emulated_slower" in slow.reasons and slow.facts["insn"].startswith("AVX512-BF16, AMX-BF16")
+    assert "race.cpu_emulated_slower" in slow.reasons and slow.facts["insn"].startswith(
+        "AVX512-BF16, AMX-BF16"
+    )
     assert "race.cpu_native_faster" in race_readout.explain(_result(FASTER, flags={"x": True})).reasons
 
 
@@ -426,7 +438,9 @@ def test_explain_warns_when_the_measurement_is_noisy():
     # pairs that disagree: the interval is wide, and the reading says to race again
     wide = race_readout.explain(_result([0.5, 1.6, 0.7, 1.4, 0.6, 1.5, 0.8, 1.3]))
     assert wide.reasons[-1] == "race.noisy" and wide.facts["widest_pct"] > 25
-    assert not {"race.noisy", "race.noisy_but_narrow"} & set(race_readout.explain(_result(FASTER, flags=AVX512_BF16)).reasons)
+    assert not {"race.noisy", "race.noisy_but_narrow"} & set(
+        race_readout.explain(_result(FASTER, flags=AVX512_BF16)).reasons
+    )
 
 
 def test_too_few_pairs_is_too_close_to_call_and_says_why():
@@ -482,8 +496,12 @@ def test_sizes_for_reads_this_machine(monkeypatch):
 
 def test_default_sweep_sizes_follow_the_verdict(monkeypatch):
     seen = []
-    monkeypatch.setattr(race, "race_matmul", lambda n, **kw: seen.append(n) or _result(FASTER, kind="matmul", params={"n": n}))
-    monkeypatch.setattr(sweeps, "_raw_gemm_ratio", lambda *a, **kw: intervals.speedup_estimate(FASTER, [1.0] * 8))
+    monkeypatch.setattr(
+        race, "race_matmul", lambda n, **kw: seen.append(n) or _result(FASTER, kind="matmul", params={"n": n})
+    )
+    monkeypatch.setattr(
+        sweeps, "_raw_gemm_ratio", lambda *a, **kw: intervals.speedup_estimate(FASTER, [1.0] * 8)
+    )
     monkeypatch.setattr(sweeps, "check_fits", lambda *a: None)
     for native in (True, False):
         monkeypatch.setattr(sweeps, "cpu_has_native", lambda dtype, flags=None, native=native: native)
@@ -511,8 +529,13 @@ def test_reuse_returns_the_same_measurement_instead_of_racing_again(monkeypatch)
     with pytest.raises(AssertionError, match="measured already"):
         race.race_matmul(8, device="cpu", num_threads=first.context["threads"] + 1, reuse=[first], **FAST)
     without_memory = dataclasses.replace(mlp, memory=None)
-    assert race.race_mlp(8, 4, in_features=16, device="cpu", memory=False, reuse=[without_memory], **FAST) is without_memory
-    with pytest.raises(AssertionError, match="measured already"):  # memory asked for but not measured: race again
+    assert (
+        race.race_mlp(8, 4, in_features=16, device="cpu", memory=False, reuse=[without_memory], **FAST)
+        is without_memory
+    )
+    with pytest.raises(
+        AssertionError, match="measured already"
+    ):  # memory asked for but not measured: race again
         race.race_mlp(8, 4, in_features=16, device="cpu", reuse=[without_memory], **FAST)
 
 
@@ -522,7 +545,9 @@ def test_batch_sweep_races_batches_at_one_width_and_reuses_the_main_race():
     matplotlib.use("Agg")
     main = race.race_mlp(16, 8, device="cpu", **FAST)
     s = sweeps.sweep((4, 8), kind="batch", width=16, device="cpu", show_progress=False, reuse=[main], **FAST)
-    assert [r.params["batch"] for r in s.results] == [4, 8] and all(r.params["width"] == 16 for r in s.results)
+    assert [r.params["batch"] for r in s.results] == [4, 8] and all(
+        r.params["width"] == 16 for r in s.results
+    )
     assert s.results[1] is main
     assert s.ceiling.gemm_shape == (8, cost.IN_FEATURES, 16)
     ax = sweeps.plot_memory(s)
@@ -549,7 +574,9 @@ def test_batch_sweep_races_batches_at_one_width_and_reuses_the_main_race():
 )
 def test_memory_summary_reads_the_measured_memory(fp32, amp, outcome, why):
     mib = 2**20
-    r = _result(FASTER, memory={"fp32": fp32 * mib, "amp": amp * mib, "method": "measured: max_memory_allocated"})
+    r = _result(
+        FASTER, memory={"fp32": fp32 * mib, "amp": amp * mib, "method": "measured: max_memory_allocated"}
+    )
     reading = race_readout.memory_summary(r)
     assert reading.outcome == outcome and reading.reasons == (f"race.memory_{outcome}", why)
     assert reading.facts["saving"] == pytest.approx(1 - amp / fp32)  # hand-computed: 40%, -2%, 3%, -30%
@@ -563,7 +590,9 @@ def test_memory_summary_of_a_sweep_and_bad_input():
     s = sweeps.SweepResult("mlp", (8, 16), rs, sweeps.Ceiling(1.0, None, "x"), {})
     reading = race_readout.memory_summary(s)
     assert reading.reasons[-2:] == ("race.sweep_memory_first_costs", "race.sweep_memory_last_saves")
-    assert reading.facts["first_saving"] == pytest.approx(0.01) and reading.facts["last_saving"] == pytest.approx(0.3)
+    assert reading.facts["first_saving"] == pytest.approx(0.01) and reading.facts[
+        "last_saving"
+    ] == pytest.approx(0.3)
     assert reading.outcome == "saves" and reading.facts["how"] == "estimated"
     with pytest.raises(ValueError, match="memory"):
         race_readout.memory_summary(_result(FASTER))
@@ -578,8 +607,12 @@ def test_load_reference_results(tmp_path):
     assert references.load_reference_results(tmp_path) == []
     with pytest.raises(ValueError, match="directory=.*missing.*does not exist"):
         references.load_reference_results(tmp_path / "missing")  # issue 14: a typo is not "no results"
-    (tmp_path / "old.json").write_text(json.dumps({"schema": references.RESULTS_SCHEMA, "date": "2025-01-01T00:00:00+00:00"}))
-    (tmp_path / "new.json").write_text(json.dumps({"schema": references.RESULTS_SCHEMA, "date": "2026-01-01T00:00:00+00:00"}))
+    (tmp_path / "old.json").write_text(
+        json.dumps({"schema": references.RESULTS_SCHEMA, "date": "2025-01-01T00:00:00+00:00"})
+    )
+    (tmp_path / "new.json").write_text(
+        json.dumps({"schema": references.RESULTS_SCHEMA, "date": "2026-01-01T00:00:00+00:00"})
+    )
     (tmp_path / "other.json").write_text(json.dumps({"schema": "something else"}))
     (tmp_path / "broken.json").write_text("{not json")
     found = references.load_reference_results(tmp_path)
@@ -653,7 +686,10 @@ def test_pressing_race_runs_the_race_moves_both_lanes_and_fills_the_card(racer):
     assert f"data-outcome='{r.outcome}'" in racer.result.value
     assert html.escape(str(race_readout.explain(r))) in racer.result.value
     for t in r.timings.values():  # each contestant's median and spread, as the package prints them
-        assert f">{text.format_seconds(t.median)}<" in racer.result.value and f">{text.format_seconds(t.iqr)}<" in racer.result.value
+        assert (
+            f">{text.format_seconds(t.median)}<" in racer.result.value
+            and f">{text.format_seconds(t.iqr)}<" in racer.result.value
+        )
     assert len(moves) >= racer.repeats  # the lane moved during the race, not only at the end
     rounds = len(r.fp32.samples)
     fastest = min(r.fp32.median, r.amp.median)
@@ -677,7 +713,9 @@ def test_lanes_grow_when_sampling_goes_past_the_minimum_and_colours_follow_the_o
 
 def test_the_card_says_too_close_to_call_and_reads_the_memory():
     mib = 2**20
-    card = race_widget.result_card_html(_result(CLOSE, memory={"fp32": 4 * mib, "amp": 4.1 * mib, "method": "estimate"}))
+    card = race_widget.result_card_html(
+        _result(CLOSE, memory={"fp32": 4 * mib, "amp": 4.1 * mib, "method": "estimate"})
+    )
     assert "data-outcome='too close to call'" in card
     reading = race_readout.explain(_result(CLOSE))
     assert reading.reasons[0] == "race.verdict_close" and html.escape(str(reading)) in card
@@ -699,7 +737,13 @@ def test_a_failed_race_is_shown_in_the_card(racer, monkeypatch):
 
 
 def _sweep_of(kinds, ceiling, spread=0.0, flags=NO_BF16):
-    series = {"f": FASTER, "s": SLOWER, "c": CLOSE, "F": [4 * x for x in FASTER], "S": [x / 4 for x in SLOWER]}
+    series = {
+        "f": FASTER,
+        "s": SLOWER,
+        "c": CLOSE,
+        "F": [4 * x for x in FASTER],
+        "S": [x / 4 for x in SLOWER],
+    }
     sizes = tuple(2 ** (5 + i) for i in range(len(kinds)))
     results = tuple(_result(series[k], kind="matmul", params={"n": n}, spread=spread, flags=flags)
                     for n, k in zip(sizes, kinds, strict=True))  # fmt: skip
@@ -713,17 +757,29 @@ def test_sweep_summary_reads_the_sweep_with_intervals():
     assert reading.outcome == "pays" and reading.facts["pays_from"] == 128
     assert reading.reasons == ("race.sweep_sizes", "race.sweep_pays", "race.sweep_grew", "race.ceiling_share")
     for n, e in zip(s.sizes, s.intervals, strict=True):
-        assert f"n {n}: {text.format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}" in reading.facts["per_size"]
+        assert (
+            f"n {n}: {text.format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}" in reading.facts["per_size"]
+        )
     assert (reading.facts["first_ratio"], reading.facts["last_ratio"]) == ("0.25x", "8.00x")
     assert reading.facts["best"] == "8.00x" and reading.facts["best_at"] == 256
     assert reading.facts["share"] == 0.5 and reading.facts["ceiling"] == 16  # 8x of the A100's 16x
 
 
 def test_sweep_summary_too_close_at_the_top_and_a_ceiling_below_one():
-    cpu = sweeps.Ceiling(0.05, None, "measured on this cpu", measured_interval=intervals.speedup_estimate([0.05] * 8, [1.0] * 8))
+    cpu = sweeps.Ceiling(
+        0.05,
+        None,
+        "measured on this cpu",
+        measured_interval=intervals.speedup_estimate([0.05] * 8, [1.0] * 8),
+    )
     reading = race_readout.sweep_summary(_sweep_of("Ssc", cpu))
     assert reading.outcome == "does_not_pay" and reading.facts["last_outcome"] == "too close to call"
-    assert reading.reasons == ("race.sweep_sizes", "race.sweep_never_pays", "race.sweep_grew", "race.ceiling_below_one")
+    assert reading.reasons == (
+        "race.sweep_sizes",
+        "race.sweep_never_pays",
+        "race.sweep_grew",
+        "race.ceiling_below_one",
+    )
     assert reading.facts["measured"] == "0.05x (95% interval 0.05x to 0.05x)"
     assert "race.sweep_flat" in race_readout.sweep_summary(_sweep_of("cc", cpu)).reasons
     assert "race.sweep_shrank" in race_readout.sweep_summary(_sweep_of("fs", cpu)).reasons
@@ -742,7 +798,9 @@ def test_the_plot_draws_the_interval():
     assert (bars[1][0][1], bars[1][1][1]) == pytest.approx((e.low, e.high)) and e.low < 1 < e.high
     assert "95% interval" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
     r = _result([3.0, 3.0], kind="matmul", params={"n": 32})
-    few = sweeps.plot_sweep(sweeps.SweepResult("matmul", (32,), (r,), sweeps.Ceiling(2.0, None, "x"), r.context))
+    few = sweeps.plot_sweep(
+        sweeps.SweepResult("matmul", (32,), (r,), sweeps.Ceiling(2.0, None, "x"), r.context)
+    )
     seg = few.containers[0].lines[2][0].get_segments()[0]  # too few pairs: no bar rather than 0..inf
     assert seg[0][1] == seg[1][1] == pytest.approx(3.0)
 
@@ -768,30 +826,63 @@ def no_racing(monkeypatch):
     return boom
 
 
-_real_race_matmul, _real_race_mlp, _real_sweep, _real_measure = race.race_matmul, race.race_mlp, sweeps.sweep, timing.measure
+_real_race_matmul, _real_race_mlp, _real_sweep, _real_measure = (
+    race.race_matmul,
+    race.race_mlp,
+    sweeps.sweep,
+    timing.measure,
+)
 
 
 @pytest.mark.parametrize(
     "call, exc, match",
     [
         (lambda: _real_race_matmul(16, device="cpu", repeats=10**12), ValueError, "repeats must be <= 10000"),
-        (lambda: _real_race_matmul(16, device="cpu", min_sample_s=1e6), ValueError, "min_sample_s must be <= 10"),
+        (
+            lambda: _real_race_matmul(16, device="cpu", min_sample_s=1e6),
+            ValueError,
+            "min_sample_s must be <= 10",
+        ),
         (lambda: _real_race_matmul(16, device="cpu", warmup=10**9), ValueError, "warmup must be <= 10000"),
-        (lambda: _real_race_matmul(16, device="cpu", max_time_s=1e9), ValueError, "max_time_s must be <= 3600"),
-        (lambda: _real_race_matmul(16, device="cpu", num_threads=10**6), ValueError, "num_threads must be <= 1024"),
-        (lambda: _real_race_matmul(16, device="cpu", repeats=9000, min_sample_s=1.0), ValueError, "limit of 3600"),
+        (
+            lambda: _real_race_matmul(16, device="cpu", max_time_s=1e9),
+            ValueError,
+            "max_time_s must be <= 3600",
+        ),
+        (
+            lambda: _real_race_matmul(16, device="cpu", num_threads=10**6),
+            ValueError,
+            "num_threads must be <= 1024",
+        ),
+        (
+            lambda: _real_race_matmul(16, device="cpu", repeats=9000, min_sample_s=1.0),
+            ValueError,
+            "limit of 3600",
+        ),
         (lambda: _real_race_matmul(16, device="cpu", callback=5), TypeError, "callback must be a function"),
         (lambda: _real_race_matmul(16, device="cpu", reuse=5), TypeError, "reuse must be a RaceResult"),
-        (lambda: _real_race_mlp(16, 8, device="cpu", memory="yes"), TypeError, "memory must be True or False"),
+        (
+            lambda: _real_race_mlp(16, 8, device="cpu", memory="yes"),
+            TypeError,
+            "memory must be True or False",
+        ),
         (lambda: _real_race_mlp(16, 8, device="cpu", repeats=10**12), ValueError, "repeats must be <= 10000"),
         (lambda: _real_measure(_no_call, min_sample_s=1e6), ValueError, "min_sample_s must be <= 10"),
         (lambda: _real_measure(_no_call, repeats=10**12), ValueError, "repeats must be <= 10000"),
         (lambda: _real_sweep({16: 1}, device="cpu"), TypeError, "sizes must be a list or tuple"),
         (lambda: _real_sweep({16, 32}, device="cpu"), TypeError, "sizes must be a list or tuple"),
         (lambda: _real_sweep(list(range(1, 100)), device="cpu"), ValueError, "at most 64"),
-        (lambda: _real_sweep([16], device="cpu", show_progress="no"), TypeError, "show_progress must be True or False"),
+        (
+            lambda: _real_sweep([16], device="cpu", show_progress="no"),
+            TypeError,
+            "show_progress must be True or False",
+        ),
         (lambda: _real_sweep([16], device="cpu", repeats=10**12), ValueError, "repeats must be <= 10000"),
-        (lambda: _real_sweep([16] * 10, device="cpu", max_time_s=3000.0), ValueError, "more than the course's limit"),
+        (
+            lambda: _real_sweep([16] * 10, device="cpu", max_time_s=3000.0),
+            ValueError,
+            "more than the course's limit",
+        ),
     ],
 )
 def test_races_and_sweeps_are_bounded_before_they_start(no_racing, call, exc, match):
@@ -825,7 +916,9 @@ def test_load_reference_results_names_a_folder_that_is_not_there(tmp_path):
     with pytest.raises(TypeError, match="directory must be a folder path"):
         references.load_reference_results(123)
     (tmp_path / "README.md").write_text("results go here")
-    assert references.load_reference_results(tmp_path) == [] == references.load_reference_results(str(tmp_path))
+    assert (
+        references.load_reference_results(tmp_path) == [] == references.load_reference_results(str(tmp_path))
+    )
 
 
 def test_the_default_results_folder_with_only_a_readme_gives_no_results(tmp_path, monkeypatch):
@@ -835,7 +928,9 @@ def test_the_default_results_folder_with_only_a_readme_gives_no_results(tmp_path
     monkeypatch.setattr(references, "RESULTS_DIR", tmp_path)
     assert references.load_reference_results() == []
     monkeypatch.setattr(references, "RESULTS_DIR", tmp_path / "not-created-yet")
-    assert references.load_reference_results() == []  # the default folder may be missing from a trimmed checkout
+    assert (
+        references.load_reference_results() == []
+    )  # the default folder may be missing from a trimmed checkout
 
 
 @pytest.mark.parametrize(
@@ -938,7 +1033,9 @@ def test_precision_warning_reads_an_unknown_capability_as_no_warning(capability,
     ],
 )
 def test_matmul_intensity_is_flops_over_the_bytes_of_a_b_and_c(m, n, k, dtype, out_dtype, flops, nbytes):
-    assert cost.matmul_intensity(m, n, k, dtype, out_dtype=out_dtype) == pytest.approx(flops / nbytes, rel=1e-15)
+    assert cost.matmul_intensity(m, n, k, dtype, out_dtype=out_dtype) == pytest.approx(
+        flops / nbytes, rel=1e-15
+    )
 
 
 def test_matmul_intensity_hand_values_and_the_byte_counts_it_shares():
@@ -952,7 +1049,10 @@ def test_matmul_intensity_hand_values_and_the_byte_counts_it_shares():
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         size = torch.empty((), dtype=dtype).element_size()
         assert cost.elementwise_intensity(dtype) == pytest.approx(1 / (3 * size))
-        assert cost.call_bytes("elementwise", {"numel": 10}, None if dtype == torch.float32 else dtype) == 30 * size
+        assert (
+            cost.call_bytes("elementwise", {"numel": 10}, None if dtype == torch.float32 else dtype)
+            == 30 * size
+        )
 
 
 @pytest.mark.parametrize(
@@ -962,7 +1062,11 @@ def test_matmul_intensity_hand_values_and_the_byte_counts_it_shares():
         (lambda: cost.matmul_intensity(4, 4.0, 4), TypeError, "n must be an integer"),
         (lambda: cost.matmul_intensity(4, 4, 2**40), ValueError, "k must be <="),
         (lambda: cost.matmul_intensity(4, 4, 4, "int8"), ValueError, "dtype='int8'"),
-        (lambda: cost.matmul_intensity(4, 4, 4, torch.float16, out_dtype=torch.float64), ValueError, "out_dtype="),
+        (
+            lambda: cost.matmul_intensity(4, 4, 4, torch.float16, out_dtype=torch.float64),
+            ValueError,
+            "out_dtype=",
+        ),
         (lambda: cost.elementwise_intensity(torch.int32), ValueError, "dtype="),
         (lambda: cost.elementwise_intensity(None), TypeError, "dtype must be a torch dtype"),
     ],
@@ -998,7 +1102,9 @@ def test_race_elementwise_adds_tensors_stored_in_each_dtype(monkeypatch, dtype):
     ratios = np.array(r.fp32.samples) / np.array(r.amp.samples)
     assert r.speedup == pytest.approx(float(np.median(ratios)), rel=1e-12)
     json.dumps(r.to_dict())
-    assert timing.regime_for(1e-3, r.flops, r.bytes_moved("amp"), dtype, r.context).name == "unknown"  # no datasheet
+    assert (
+        timing.regime_for(1e-3, r.flops, r.bytes_moved("amp"), dtype, r.context).name == "unknown"
+    )  # no datasheet
     assert roofline.race_elementwise(numel, device="cpu", dtype=dtype, reuse=[r], **FAST) is r
 
 
@@ -1010,11 +1116,31 @@ def test_race_elementwise_refuses_bad_inputs_before_racing(no_racing):
         (lambda: roofline.race_elementwise(2**41, device="cpu"), ValueError, "numel must be <="),
         (lambda: roofline.race_elementwise(8, device="cpu", dtype=torch.float32), ValueError, "dtype="),
         (lambda: roofline.race_elementwise(8, device="tpu"), ValueError, "device"),
-        (lambda: roofline.race_elementwise(8, device="cpu", repeats=10**12), ValueError, "repeats must be <= 10000"),
-        (lambda: roofline.race_elementwise(8, device="cpu", max_time_s=1e9), ValueError, "max_time_s must be <= 3600"),
-        (lambda: roofline.race_elementwise(8, device="cpu", target_rel_width=1e-9), ValueError, "target_rel_width"),
-        (lambda: roofline.race_elementwise(8, device="cpu", callback=5), TypeError, "callback must be a function"),
-        (lambda: roofline.race_elementwise(8, device="cpu", reuse=5), TypeError, "reuse must be a RaceResult"),
+        (
+            lambda: roofline.race_elementwise(8, device="cpu", repeats=10**12),
+            ValueError,
+            "repeats must be <= 10000",
+        ),
+        (
+            lambda: roofline.race_elementwise(8, device="cpu", max_time_s=1e9),
+            ValueError,
+            "max_time_s must be <= 3600",
+        ),
+        (
+            lambda: roofline.race_elementwise(8, device="cpu", target_rel_width=1e-9),
+            ValueError,
+            "target_rel_width",
+        ),
+        (
+            lambda: roofline.race_elementwise(8, device="cpu", callback=5),
+            TypeError,
+            "callback must be a function",
+        ),
+        (
+            lambda: roofline.race_elementwise(8, device="cpu", reuse=5),
+            TypeError,
+            "reuse must be a RaceResult",
+        ),
     ]:
         with pytest.raises(exc, match=match):
             call()
@@ -1036,7 +1162,10 @@ def test_race_elementwise_refuses_an_oversized_request_before_allocating(monkeyp
     with pytest.raises(Allocated):
         roofline.race_elementwise(largest, device="cpu", dtype=dtype)  # fits: gets as far as allocating
     start = time.perf_counter()
-    with pytest.raises(ValueError, match=rf"race_elementwise\(numel={largest + 1}\).*refused before allocating.*numel <= {largest}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"race_elementwise\(numel={largest + 1}\).*refused before allocating.*numel <= {largest}",
+    ):
         roofline.race_elementwise(largest + 1, device="cpu", dtype=dtype)
     with pytest.raises(ValueError, match="refused before allocating"):
         roofline.measure_roofline("cpu", numel=10**9)
@@ -1070,13 +1199,16 @@ def test_race_elementwise_agrees_with_torch_utils_benchmark():
 
 def _roofline(peak=100e9, bw=20e9, device="cpu"):
     t = intervals.Timing("matmul", (1e-3,), 1, 1)
-    return roofline.Roofline(peak, bw, 1024, 2**24, {"matmul": t, "copy": t, "add": t}, {"device": device, "threads": 1})
+    return roofline.Roofline(
+        peak, bw, 1024, 2**24, {"matmul": t, "copy": t, "add": t}, {"device": device, "threads": 1}
+    )
 
 
 def test_roofline_ridge_and_attainable_follow_from_the_two_roofs():
     roof = _roofline(100e9, 20e9)
     assert roof.ridge == 5.0
     assert roof.attainable(1.0) == 20e9 and roof.attainable(5.0) == 100e9 and roof.attainable(50.0) == 100e9
+
     # the regime comes from the one cost model, classify_regime, with the measured rates
     def regime(*args):
         return timing.classify_regime(*args, roof.peak_flops, roof.bytes_per_s)
@@ -1097,12 +1229,16 @@ def test_measure_roofline_measures_both_roofs_from_its_timings(monkeypatch):
         return real_measure(contestants, **kwargs)
 
     monkeypatch.setattr(roofline, "measure", spy)
-    roof = roofline.measure_roofline("cpu", n=64, numel=4096, warmup=1, repeats=2, min_sample_s=1e-4, num_threads=1)
+    roof = roofline.measure_roofline(
+        "cpu", n=64, numel=4096, warmup=1, repeats=2, min_sample_s=1e-4, num_threads=1
+    )
     assert seen["names"] == ["matmul", "copy", "add"] and seen["kwargs"]["num_threads"] == 1
     t = roof.timings
     # a roof is the best the machine did: the fastest sample of each
     assert roof.peak_flops == pytest.approx(2 * 64**3 / min(t["matmul"].samples))
-    assert roof.bytes_per_s == pytest.approx(max(8 * 4096 / min(t["copy"].samples), 12 * 4096 / min(t["add"].samples)))
+    assert roof.bytes_per_s == pytest.approx(
+        max(8 * 4096 / min(t["copy"].samples), 12 * 4096 / min(t["add"].samples))
+    )
     assert roof.ridge == pytest.approx(roof.peak_flops / roof.bytes_per_s)
     assert roof.context["threads"] == 1 and (roof.matmul_n, roof.numel) == (64, 4096)
 
@@ -1112,7 +1248,11 @@ def test_measure_roofline_bad_inputs(no_racing):
         (lambda: roofline.measure_roofline("cpu", n=0), ValueError, "n must be >= 1"),
         (lambda: roofline.measure_roofline("cpu", numel="big"), TypeError, "numel must be an integer"),
         (lambda: roofline.measure_roofline("cpu", repeats=0), ValueError, "repeats must be >= 1"),
-        (lambda: roofline.measure_roofline("cpu", repeats=9000, min_sample_s=1.0), ValueError, "limit of 3600"),
+        (
+            lambda: roofline.measure_roofline("cpu", repeats=9000, min_sample_s=1.0),
+            ValueError,
+            "limit of 3600",
+        ),
         (lambda: roofline.measure_roofline("cpu", num_threads=0), ValueError, "num_threads must be >= 1"),
     ]:
         with pytest.raises(exc, match=match):
@@ -1123,15 +1263,24 @@ def test_explain_reads_an_elementwise_race_by_its_bytes():
     faster = _result(FASTER, kind="elementwise", params={"numel": 2**20})
     reading = race_readout.explain(faster)
     assert reading.reasons[:3] == ("race.verdict_faster", "race.add_head", "race.add_faster")
-    assert (reading.facts["b32"], reading.facts["blow"], reading.facts["fewer"]) == ("12.00 MiB", "6.00 MiB", 2.0)
+    assert (reading.facts["b32"], reading.facts["blow"], reading.facts["fewer"]) == (
+        "12.00 MiB",
+        "6.00 MiB",
+        2.0,
+    )
     assert reading.facts["share"] == 1.0  # a 2x speedup is all of the 2x the bytes allow
-    assert not any(code.startswith("race.cpu_") for code in reading.reasons)  # the matmul reading does not apply
+    assert not any(
+        code.startswith("race.cpu_") for code in reading.reasons
+    )  # the matmul reading does not apply
     slower = race_readout.explain(_result(SLOWER, kind="elementwise", params={"numel": 2**20}))
     assert slower.reasons[:3] == ("race.verdict_slower", "race.add_head", "race.add_not_faster")
     band = race_readout.elementwise_band(faster)
     assert band.outcome == ("faster, by less than 2x" if faster.speedup < 2 else "2x or more")
     assert band.facts["b32"] == "12.00 MiB" and band.reasons == ("race.add_band",)
-    assert race_readout.elementwise_band(_result(SLOWER, kind="elementwise", params={"numel": 8})).outcome == "slower"
+    assert (
+        race_readout.elementwise_band(_result(SLOWER, kind="elementwise", params={"numel": 8})).outcome
+        == "slower"
+    )
     assert "step" not in race_widget.result_card_html(faster).split("</div>")[0]
 
 
@@ -1140,15 +1289,21 @@ def test_roofline_summary_and_plot_place_every_contestant():
 
     matplotlib.use("Agg")
     roof = _roofline(100e9, 20e9)
-    add = dataclasses.replace(_result(FASTER, kind="elementwise", params={"numel": 2**20}), flops=float(2**20))
+    add = dataclasses.replace(
+        _result(FASTER, kind="elementwise", params={"numel": 2**20}), flops=float(2**20)
+    )
     gemm = dataclasses.replace(_result(SLOWER, kind="matmul", params={"n": 256}), flops=2.0 * 256**3)
     reading = roofline.roofline_summary(roof, [add, gemm])
     assert reading.reasons == ("race.roof", "race.roof_points") and reading.facts["ridge"] == 5.0
     p_add, p_gemm = reading.facts["points"]
     # hand-computed: an add does 1 FLOP per 12 bytes, 60x below a ridge of 5; a GEMM of n = 256 does
     # 2 * 256**3 FLOPs over 3 * 256**2 * 4 bytes = 42.7 FLOP per byte, 8.53x above it
-    assert (p_add["side"], p_add["times"]) == ("below", pytest.approx(60)) and p_add["intensity"] == pytest.approx(1 / 12)
-    assert (p_gemm["side"], p_gemm["times"]) == ("above", pytest.approx(512 / 60)) and p_gemm["what"] == "matmul"
+    assert (p_add["side"], p_add["times"]) == ("below", pytest.approx(60)) and p_add[
+        "intensity"
+    ] == pytest.approx(1 / 12)
+    assert (p_gemm["side"], p_gemm["times"]) == ("above", pytest.approx(512 / 60)) and p_gemm[
+        "what"
+    ] == "matmul"
     ax = roofline.plot_roofline(roof, [add, gemm])
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert {"add FP32", "add bf16", "matmul FP32", "matmul AMP bf16"} <= set(lines)
@@ -1158,3 +1313,81 @@ def test_roofline_summary_and_plot_place_every_contestant():
         roofline.roofline_summary("roof", [add])
     with pytest.raises(TypeError, match=r"results\[0\] must be"):
         roofline.plot_roofline(roof, ["add"])
+
+
+# --- Bounded on any CPU: a race is estimated before it starts (issue 24, deliverable 6) --------------------
+
+
+def slow_cpu(fp32=20e9, low=1e9, add=1e9):
+    """A fake calibration: seconds a call would take at these FLOP/s (and add bytes/s): by default a 2-core AVX2
+    CPU, FP32 matmuls at 20 GFLOP/s and emulated 16-bit ones at 1 GFLOP/s (tens of times slower)."""
+
+    def calibrated_seconds(make, size, device, *, power=3, start=64):
+        if power == 1:
+            return 12 * size / add
+        return 2.0 * size**3 / (fp32 if getattr(make, "dtype", None) is None else low)
+
+    return calibrated_seconds
+
+
+def test_a_race_far_past_its_budget_is_refused_at_once_with_its_estimate(monkeypatch):
+    monkeypatch.setattr(timing, "calibrated_seconds", slow_cpu())
+    monkeypatch.setattr(race, "_operands", lambda *a: pytest.fail("allocated before the estimate"))
+    estimates = []
+    for call in (
+        lambda: race.race_matmul(6144, device="cpu", dtype=torch.bfloat16, repeats=1, warmup=0),
+        lambda: race.race_mlp(8192, 8192, device="cpu", dtype=torch.bfloat16, memory=False),
+    ):
+        began = time.perf_counter()
+        with pytest.raises(ValueError, match=r"budget_s=30 s; choose a smaller") as info:
+            call()
+        assert time.perf_counter() - began < 2
+        estimates.append(
+            float(re.search(r"take about ([\d,.]+) s", str(info.value)).group(1).replace(",", ""))
+        )
+    # the matmul: 2 * 6144**3 FLOPs a call, AMP at 1 GFLOP/s and FP32 at 20, one warm-up call and one round each
+    assert estimates[0] == pytest.approx(2 * 2 * 6144**3 * (1 / 1e9 + 1 / 20e9), rel=1e-3)
+    assert estimates[1] > 30
+    # a larger budget_s lets it through (to the memory check and the race, here stopped at the operands)
+    with pytest.raises(pytest.fail.Exception, match="allocated before"):
+        race.race_matmul(512, device="cpu", dtype=torch.bfloat16, repeats=1, warmup=0, budget_s=100)
+
+
+@pytest.mark.parametrize("case", ["cpu-emulated", "cpu-native"])
+def test_the_notebooks_races_are_estimated_within_their_budget_on_a_slow_cpu(monkeypatch, case):
+    # 06's races at the sizes and budgets of sweeps.race_sizes, on a slow CPU of the case: AVX2 (FP32 20 GFLOP/s,
+    # 16-bit emulated at 1) or a native one (FP32 50, bf16 150): all are accepted (run_race is not reached here).
+    rates = {"cpu-emulated": slow_cpu(), "cpu-native": slow_cpu(50e9, 150e9, 5e9)}
+    monkeypatch.setattr(timing, "calibrated_seconds", rates[case])
+    monkeypatch.setattr(race, "run_race", lambda *a, **k: "accepted")
+    sz = sweeps.race_sizes("cpu", torch.bfloat16, native=case == "cpu-native")
+    budget = sz.budget
+    for n in (*sz.matmul_sizes, sz.aligned_n - 1):
+        assert race.race_matmul(n, device="cpu", dtype=torch.bfloat16, **budget) == "accepted"
+    for w, b in [
+        (sz.width, sz.batch),
+        *((w, sz.batch) for w in sz.mlp_widths),
+        *((sz.width, b) for b in sz.batches),
+    ]:
+        assert race.race_mlp(w, b, device="cpu", dtype=torch.bfloat16, memory=False, **budget) == "accepted"
+    # the widget's largest race, with the widget's budget
+    w, b = max(sz.widget_widths), max(sz.widget_batches)
+    assert race.race_mlp(w, b, device="cpu", dtype=torch.bfloat16, memory=False, **budget) == "accepted"
+
+
+def test_calibration_grows_its_size_until_a_call_is_long_enough_then_scales_by_work(monkeypatch):
+    sizes = []
+
+    def make(m):
+        sizes.append(m)
+        return lambda: (m / 1000) ** 3  # the fake sampler reads this as the call's seconds
+
+    monkeypatch.setattr(timing, "_sampler", lambda dev: lambda fn, number: fn())
+    assert timing.calibrated_seconds(make, 6144, "cpu") == pytest.approx(6.144**3)
+    assert sizes == [64, 128]  # 128**3 / 1e9 s = 2.1 ms >= CALIBRATION_S: no larger operands
+    sizes.clear()
+    assert timing.calibrated_seconds(make, 100, "cpu") == pytest.approx(0.1**3)  # the size itself, at most
+    assert sizes == [64, 100]
+    # a time that grows faster than the work (caches outgrown) is followed, up to power + 1
+    monkeypatch.setattr(timing, "_sampler", lambda dev: lambda fn, number: fn() ** (3.5 / 3))
+    assert timing.calibrated_seconds(make, 4096, "cpu") == pytest.approx((4.096**3) ** (3.5 / 3), rel=1e-6)

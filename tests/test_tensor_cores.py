@@ -702,3 +702,19 @@ def test_padding_reading_by_hand():
     # a narrow layer: 104 of 128 columns useful against all 128
     r = AL.padding_reading(128, 100, tile_n=64)
     assert r.outcome == "tc.padding_worth_it" and r.facts["gain"] == pytest.approx(1 - 104 / 128, rel=1e-12)
+
+
+# --- stride-0 (expanded) views are sized by their elements, before any cast or copy (issue 24) -----------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_expanded_views_are_sized_by_elements_before_any_cast(dtype):
+    # a 10**12-element view of one element: its storage is 2 or 4 bytes, its work is by numel
+    big = torch.zeros(1, dtype=dtype).expand(10**6, 10**6)
+    for call in (lambda: tc.mma(big, big), lambda: tc.reference_mma(big, big)):
+        with pytest.raises(ValueError, match="too much work|refused before allocating"):
+            call()
+    with pytest.raises(ValueError, match="C must have shape"):
+        tc.mma(torch.ones(2, 2), torch.ones(2, 2), torch.zeros(1, dtype=dtype).expand(10**6, 10**6))
+    with pytest.raises(ValueError, match="1,000,000,000,000 elements"):
+        tc.first_stall(torch.zeros(1, dtype=dtype).expand(10**12))
