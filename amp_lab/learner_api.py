@@ -210,6 +210,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     "sweeps": (
         "plot_memory",
         "plot_sweep",
+        "race_alignment",
         "sizes_for",
         "sweep",
     ),

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from . import race as _race
 from ._checks import check_axes, check_bool, check_choice, check_instance, check_int, check_int_sequence
-from .cost import IN_FEATURES, matmul_bytes, mlp_bytes
+from .cost import IN_FEATURES, MAX_GEMM_DIM, matmul_bytes, mlp_bytes
 from .cpus import cpu_has_native
 from .device import amp_dtype, check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
@@ -21,7 +21,7 @@ from .gpus import datasheet_entry
 from .intervals import SpeedupEstimate, jsonable, speedup_estimate
 from .progress import enabled as progress_enabled
 from .race import CONFIDENCE, RACE_MAX_TIME_S, RACE_TARGET_REL_WIDTH, RaceResult, check_race_args
-from .text import say
+from .text import Reading, say
 from .timing import Contestant, measure
 
 
@@ -287,6 +287,46 @@ def sweep(
         peak = PeakRatio(measured.ratio, None, source, **peaks)
     peak = replace(peak, gemm_shape=shape, measured_interval=measured)
     return SweepResult(kind, sizes, tuple(results), peak, results[-1].context)
+
+
+def race_alignment(
+    n: int,
+    *,
+    device=None,
+    dtype=None,
+    warmup: int = 2,
+    repeats: int = 8,
+    min_sample_s: float = 0.01,
+    num_threads: int | None = None,
+    target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
+    max_time_s: float | None = RACE_MAX_TIME_S,
+) -> Reading:
+    """AMP matmuls of n x n and (n - 1) x (n - 1) raced against each other in one interleaved run, so both
+    sizes meet the same conditions: the throughput at n - 1 over the one at n, pair by pair, with its interval.
+    Outcome "lower", "higher" or "too close to call".  (``06_timing_race``)"""
+    n = check_int("n", n, minimum=2, maximum=MAX_GEMM_DIM)
+    args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
+    dev, dtype, budget = check_race_args(device, dtype, *args)
+    check_fits(matmul_bytes(n, dtype), dev, f"race_alignment(n={n})", "choose a smaller n")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    A, B = (torch.randn(n, n, device=dev, generator=gen) for _ in range(2))
+
+    def amp(a, b):
+        def call():
+            with torch.autocast(dev.type, dtype=dtype):
+                return a @ b
+
+        return Contestant(call, _race.tf32_context(dev.type, False))
+
+    fns = {str(m): amp(A[:m, :m].contiguous(), B[:m, :m].contiguous()) for m in (n, n - 1)}
+    t = list(measure(fns, device=dev, **budget).values())
+    work = ((n - 1) / n) ** 3  # the FLOPs at n - 1 over those at n
+    share = speedup_estimate([s * work for s in t[0].samples], t[1].samples, confidence=CONFIDENCE)
+    outcome = {"faster": "higher", "slower": "lower"}.get(share.outcome, share.outcome)
+    facts = {f"tflops_{i}": 2.0 * (n - i) ** 3 / t[i].median / 1e12 for i in (0, 1)}
+    facts |= {"n": n, "n1": n - 1, "low": dtype_name(dtype), "share": share, "pairs": share.pairs}
+    code = "race.alignment_" + {"higher": "higher", "lower": "lower"}.get(outcome, "close")
+    return Reading(outcome, ("race.alignment_paired", code), facts)
 
 
 def check_sweep(name: str, value) -> SweepResult:

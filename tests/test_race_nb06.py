@@ -121,3 +121,33 @@ def test_a_cpu_sweep_measures_the_peaks_and_plots_the_bound():
     labels = [line.get_label() for line in ax.get_lines()]
     assert any(label.startswith("bound:") for label in labels) and not any("ceiling" in x for x in labels)
     assert tuple(s.bounds) in [tuple(line.get_ydata()) for line in ax.get_lines()]
+
+
+# ---- 06 c38: n against n - 1, in one interleaved run ----
+
+
+def test_race_alignment_races_both_sizes_in_one_interleaved_run(monkeypatch):
+    runs, real = [], sweeps.measure
+
+    def recording(fns, **kw):
+        runs.append((list(fns), timings := real(fns, **kw)))
+        return timings
+
+    monkeypatch.setattr(sweeps, "measure", recording)
+    reading = sweeps.race_alignment(16, device="cpu", dtype=torch.bfloat16, **FAST)
+    assert len(runs) == 1 and runs[0][0] == ["16", "15"]  # one run, both contestants
+    t16, t15 = runs[0][1].values()
+    assert len(t16.samples) == len(t15.samples) == 6
+    # the oracle: work per second at 15 over that at 16, pair by pair, as the median of the per-round ratios
+    ratios = sorted((15**3 / b) / (16**3 / a) for a, b in zip(t16.samples, t15.samples, strict=True))
+    share = reading.facts["share"]
+    assert share.pairs == 6 and share.ratio == pytest.approx((ratios[2] + ratios[3]) / 2)
+    outcome = {"faster": "higher", "slower": "lower"}.get(share.outcome, share.outcome)
+    assert reading.outcome == outcome and reading.reasons[0] == "race.alignment_paired"
+    assert reading.facts["tflops_0"] == pytest.approx(2 * 16**3 / t16.median / 1e12)
+
+
+def test_race_alignment_refuses_before_it_runs():
+    for bad in (1, 0, "8", 2.5):
+        with pytest.raises((ValueError, TypeError), match="n"):
+            sweeps.race_alignment(bad, device="cpu")
