@@ -146,6 +146,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "memory_summary",
         "sweep_summary",
         "tf32_summary",
+        "wrap",
     ),
     "race_widget": (
         "RaceWidget",

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 
 import torch
 
-from ._checks import check_instance
+from ._checks import check_instance, check_int
 from .cost import elementwise_intensity
 from .dtypes import dtype_name
 from .gpus import bf16_hardware
@@ -26,6 +27,17 @@ from .sweeps import SweepResult, check_sweep
 from .text import Reading, format_bytes, format_ratio
 
 _SIZE_NAMES = {"matmul": "n", "mlp": "width", "batch": "batch"}
+
+
+def wrap(value, width: int = 100) -> str:
+    """``str(value)`` (a reading, a race) wrapped line by line at word boundaries, each line's indent kept, so
+    that printed lines fit a 1280-pixel window without breaking inside a word.  (``06_timing_race``)"""
+    width = check_int("width", width, minimum=40, maximum=1000)
+    lines = []
+    for line in str(value).splitlines() or [""]:
+        indent = " " * (len(line) - len(line.lstrip(" "))) + "  "
+        lines.append(textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False) or line)
+    return "\n".join(lines)
 
 
 def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...], dict]:

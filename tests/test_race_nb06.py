@@ -151,3 +151,82 @@ def test_race_alignment_refuses_before_it_runs():
     for bad in (1, 0, "8", 2.5):
         with pytest.raises((ValueError, TypeError), match="n"):
             sweeps.race_alignment(bad, device="cpu")
+
+
+# ---- the roofline: its legend hides no point, and a CPU point is overhead-bound, not launch-bound ----
+
+
+def _race_at(kind, params, flops, fp32_rate, amp_rate, device="cpu"):
+    """A race whose FP32 and AMP contestants reached ``fp32_rate`` and ``amp_rate`` FLOP/s."""
+    timings = {"fp32": intervals.Timing("fp32", (flops / fp32_rate,) * 8, 1, 1),
+               "amp": intervals.Timing("amp", (flops / amp_rate,) * 8, 1, 1)}  # fmt: skip
+    ctx = {"device": device, "threads": 1, "cpu_flags": {"avx512_bf16": False}, "torch": torch.__version__}
+    return race.RaceResult(kind, params, torch.bfloat16, timings, flops, None, ctx)
+
+
+def _avx2_races():
+    """06's races on an AVX2 CPU (issue 24's machine): matmuls n = 32 ... 256, bf16 emulated, and the adds."""
+    rates = {32: (8e9, 0.4e9), 64: (30e9, 1.2e9), 128: (80e9, 2.2e9), 256: (100e9, 2.6e9)}
+    mm = [_race_at("matmul", {"n": n}, 2.0 * n**3, *r) for n, r in rates.items()]
+    adds = [_race_at("elementwise", {"numel": 2**24}, 2.0**24, 3.3e9, 6.1e9)]
+    return mm, adds
+
+
+def test_the_roofline_legend_hides_no_point():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from amp_lab import roofline
+
+    roof = roofline.Roofline(110e9, 43.6e9, 1024, 2**24, {}, {"device": "cpu", "threads": 1})
+    mm, adds = _avx2_races()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))  # as notebook 06 draws it
+    roofline.plot_roofline(roof, [*mm, *adds], ax=ax)
+    fig.canvas.draw()
+    box = ax.get_legend().get_window_extent(fig.canvas.get_renderer())
+    points = [xy for line in ax.get_lines() if line.get_linestyle() == "None"
+              for xy in ax.transData.transform(line.get_xydata())]  # fmt: skip
+    assert len(points) == 2 * (len(mm) + len(adds))
+    hidden = [tuple(p) for p in points if box.contains(*p)]
+    assert not hidden, f"the legend ({box}) covers the points {hidden}"
+    plt.close(fig)
+
+
+def test_roofline_summary_says_overhead_bound_on_a_cpu_and_launch_bound_on_a_gpu():
+    from amp_lab import roofline
+
+    mm, _ = _avx2_races()
+    slow = _race_at(
+        "matmul", {"n": 32}, 2.0 * 32**3, 1e9, 0.1e9
+    )  # far below the roof: neither bytes nor FLOPs
+    for device, word in (("cpu", "overhead-bound"), ("cuda:0", "launch-bound")):
+        roof = roofline.Roofline(110e9, 43.6e9, 1024, 2**24, {}, {"device": device, "threads": 1})
+        reading = roofline.roofline_summary(roof, [slow, mm[-1]])
+        assert [p["regime"] for p in reading.facts["points"]] == [word, "compute-bound"]
+    assert "launch" not in str(
+        roofline.roofline_summary(roof.__class__(110e9, 43.6e9, 1, 1, {}, {"device": "cpu"}), [slow])
+    )
+
+
+# ---- printed readouts fit 1280 px: lines of at most 100 characters, broken between words ----
+
+
+def test_wrap_breaks_between_words_and_keeps_the_indent():
+    mm, adds = _avx2_races()
+    race_text = (
+        str(mm[0])
+        + "\n  memory: fp32 40.38 MiB, amp 38.42 MiB (estimate (cpu has no peak-memory counter): "
+        + ("parameters, gradients, Adam state and tensors saved for backward)")
+    )
+    for value in (race_text, race_readout.explain(adds[0]), race_readout.explain(mm[0])):
+        out = race_readout.wrap(value)
+        assert max(map(len, out.splitlines())) <= 100
+        assert out.split() == str(value).split()  # no word broken, none lost ("Adam" stays whole)
+    lines = race_readout.wrap(race_text).splitlines()
+    assert "Adam" in race_readout.wrap(race_text).split()
+    assert all(
+        line.startswith("    ") for line in lines[len(str(mm[0]).splitlines()) + 1 :]
+    )  # continuation lines
+    assert race_readout.wrap("x" * 150) == "x" * 150  # one long token is kept whole rather than cut
