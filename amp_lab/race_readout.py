@@ -36,7 +36,12 @@ def wrap(value, width: int = 100) -> str:
     lines = []
     for line in str(value).splitlines() or [""]:
         indent = " " * (len(line) - len(line.lstrip(" "))) + "  "
-        lines.append(textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False) or line)
+        lines.append(
+            textwrap.fill(
+                line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+            )
+            or line
+        )
     return "\n".join(lines)
 
 

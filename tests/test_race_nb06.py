@@ -230,3 +230,31 @@ def test_wrap_breaks_between_words_and_keeps_the_indent():
         line.startswith("    ") for line in lines[len(str(mm[0]).splitlines()) + 1 :]
     )  # continuation lines
     assert race_readout.wrap("x" * 150) == "x" * 150  # one long token is kept whole rather than cut
+
+
+# ---- notebook 06's text: the four mistakes in the same words; no "ceiling"; no outcome in markdown ----
+
+
+def _cells(path="notebooks/06_timing_race.ipynb"):
+    return json.loads((ROOT / path).read_text())["cells"]
+
+
+def test_the_objectives_and_section_1_name_the_same_four_mistakes():
+    import re
+
+    md = ["".join(c["source"]) for c in _cells() if c["cell_type"] == "markdown"]
+    objectives = next(t for t in md if t.startswith("**Learning objectives.**"))
+    named = re.search(r"the four mistakes in a naive timing loop \((.*?)\)", objectives, re.S).group(1)
+    in_objectives = [re.sub(r"\s+", " ", m).lower() for m in re.findall(r"\*\*(.+?)\*\*", named)]
+    section = next(t for t in md if t.startswith("### Why that number misleads"))
+    listed = [m.rstrip(".").lower() for m in re.findall(r"^\d\. \*\*(.+?)\*\*", section, re.M)]
+    assert len(in_objectives) == 4 and in_objectives == listed, (in_objectives, listed)
+
+
+def test_notebook_06_says_peak_ratio_and_races_n_against_n_minus_1_in_one_run():
+    for path in ("notebooks/06_timing_race.ipynb", "notebooks/solutions/06_timing_race_solutions.ipynb"):
+        source = "\n".join("".join(c["source"]) for c in _cells(path))
+        assert "ceiling" not in source.lower(), path
+    source = "\n".join("".join(c["source"]) for c in _cells())
+    assert "sweeps.race_alignment(" in source and "race_matmul(n8 - 1" not in source
+    assert "whether or not\nthe hardware multiplies 16-bit numbers fast" not in source  # an outcome, asserted
