@@ -30,19 +30,15 @@ _SIZE_NAMES = {"matmul": "n", "mlp": "width", "batch": "batch"}
 
 
 def wrap(value, width: int = 100) -> str:
-    """``str(value)`` (a reading, a race) wrapped line by line at word boundaries, each line's indent kept, so
-    that printed lines fit a 1280-pixel window without breaking inside a word.  (``06_timing_race``)"""
+    """``str(value)`` (a reading, a race) wrapped line by line between words, each line's indent kept, so that
+    printed lines fit a 1280-pixel window without breaking inside a word.  (``06_timing_race``)"""
     width = check_int("width", width, minimum=40, maximum=1000)
-    lines = []
-    for line in str(value).splitlines() or [""]:
-        indent = " " * (len(line) - len(line.lstrip(" "))) + "  "
-        lines.append(
-            textwrap.fill(
-                line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
-            )
-            or line
-        )
-    return "\n".join(lines)
+    keep = dict(break_long_words=False, break_on_hyphens=False)
+    lines = str(value).splitlines() or [""]
+    indent = [" " * (len(x) - len(x.lstrip(" ")) + 2) for x in lines]
+    return "\n".join(
+        textwrap.fill(x, width, subsequent_indent=i, **keep) or x for x, i in zip(lines, indent, strict=True)
+    )
 
 
 def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...], dict]:
