@@ -257,7 +257,7 @@ DATASHEET_HEADER = ["GPU", "FP32", "TF32", "FP16", "BF16", "memory", "FP16 / FP3
 
 
 def datasheet_rows() -> list[list[str]]:
-    """The datasheet table (header :data:`DATASHEET_HEADER`): dense TFLOP/s, bandwidth, and the two ceilings
+    """The datasheet table (header :data:`DATASHEET_HEADER`): dense TFLOP/s, bandwidth, and the two peak ratios
     a race is measured against.  (``06_timing_race``)"""
 
     def rate(x):

@@ -146,6 +146,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "memory_summary",
         "sweep_summary",
         "tf32_summary",
+        "wrap",
     ),
     "race_widget": (
         "RaceWidget",
@@ -210,6 +211,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     "sweeps": (
         "plot_memory",
         "plot_sweep",
+        "race_alignment",
         "sizes_for",
         "sweep",
     ),

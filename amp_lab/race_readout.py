@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 
 import torch
 
-from ._checks import check_instance
+from ._checks import check_instance, check_int
 from .cost import elementwise_intensity
 from .dtypes import dtype_name
 from .gpus import bf16_hardware
@@ -28,6 +29,18 @@ from .text import Reading, format_bytes, format_ratio
 _SIZE_NAMES = {"matmul": "n", "mlp": "width", "batch": "batch"}
 
 
+def wrap(value, width: int = 100) -> str:
+    """``str(value)`` (a reading, a race) wrapped line by line between words, each line's indent kept, so that
+    printed lines fit a 1280-pixel window without breaking inside a word.  (``06_timing_race``)"""
+    width = check_int("width", width, minimum=40, maximum=1000)
+    keep = dict(break_long_words=False, break_on_hyphens=False)
+    lines = str(value).splitlines() or [""]
+    indent = [" " * (len(x) - len(x.lstrip(" ")) + 2) for x in lines]
+    return "\n".join(
+        textwrap.fill(x, width, subsequent_indent=i, **keep) or x for x, i in zip(lines, indent, strict=True)
+    )
+
+
 def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...], dict]:
     """``race.noisy`` when an interval is too wide to read, ``race.noisy_but_narrow`` when the interleaved
     pairs kept it narrow all the same; an interval infinite for want of pairs is not noise."""
@@ -45,9 +58,10 @@ def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...
 
 
 def sweep_summary(result: SweepResult) -> Reading:
-    """The sweep, read: each size's speedup with its interval, where AMP is measurably faster, whether the
-    speedup grew with the size, how close it gets to the ceiling, and a warning when it was too noisy.
-    Outcome ``"pays"`` (from ``facts["pays_from"]`` on) or ``"does_not_pay"``.  (``06_timing_race``)"""
+    """The sweep, read: each size's speedup with its interval and its bound (the low-precision peak over the
+    FP32 rate measured there), where AMP is measurably faster, whether the speedup grew with the size, the
+    best against the peak ratio (and why it can beat it), and a warning when it was too noisy.  Outcome
+    ``"pays"`` (from ``facts["pays_from"]`` on) or ``"does_not_pay"``.  (``06_timing_race``)"""
     check_sweep("result", result)
     r0, name = result.results[0], _SIZE_NAMES[result.kind]
     p = r0.params
@@ -58,19 +72,23 @@ def sweep_summary(result: SweepResult) -> Reading:
     }[result.kind]
     first, last = result.intervals[0], result.intervals[-1]
     best = max(result.speedups)
-    c = result.ceiling
+    i_best, c, bounds = result.speedups.index(best), result.peak_ratio, result.bounds
 
     def est_text(e: SpeedupEstimate) -> str:  # '1.32x (1.25x to 1.40x): faster'
         ends = e.ends_text() if math.isfinite(e.high) else "too few pairs for an interval"
         return f"{format_ratio(e.ratio)} ({ends}): {e.outcome}"
 
+    best_fp32 = result.results[i_best].flops / result.results[i_best].fp32.median
     facts = {
         "what": what, "name": name, "low": dtype_name(r0.dtype), "confidence": r0.speedup_interval.confidence_text,
         "per_size": "; ".join(f"{name} {s}: {est_text(e)}" for s, e in zip(result.sizes, result.intervals, strict=True)),
+        "bounds": ", ".join(f"{name} {s}: {b:.3g}x" for s, b in zip(result.sizes, bounds, strict=True) if b),
         "pays_from": result.first_paying_size, "largest": result.sizes[-1], "last_outcome": result.outcomes[-1],
         "first_size": result.sizes[0], "first_ratio": format_ratio(first.ratio), "last_ratio": format_ratio(last.ratio),
-        "best": format_ratio(best), "best_at": result.sizes[result.speedups.index(best)],
-        "share": best / c.vs_fp32, "ceiling": c.vs_fp32, "ceiling_source": c.source, "measured": str(c.measured_interval),
+        "best": format_ratio(best), "best_at": result.sizes[i_best], "peak_ratio": c.vs_fp32,
+        "peak_source": c.source, "measured": str(c.measured_interval), "bound": bounds[i_best],
+        "fp32_rate": best_fp32 / 1e12, "fp32_share": best_fp32 / c.fp32_peak if c.fp32_peak else None,
+        "low_peak": (c.low_peak or 0) / 1e12,
     }  # fmt: skip
     pays = facts["pays_from"] is not None
     reasons = ["race.sweep_sizes", "race.sweep_pays" if pays else "race.sweep_never_pays"]
@@ -79,7 +97,11 @@ def sweep_summary(result: SweepResult) -> Reading:
         reasons.append("race.sweep_grew" if grew else "race.sweep_shrank" if shrank else "race.sweep_flat")
     measured = c.measured_interval
     slower = "datasheet" not in c.source and measured is not None and measured.outcome == "slower"
-    reasons.append("race.ceiling_below_one" if slower else "race.ceiling_share")
+    reasons.append("race.peak_ratio_below_one" if slower else "race.peak_ratio")
+    if best > c.vs_fp32 and facts["fp32_share"] is not None:
+        reasons.append("race.peak_ratio_beaten")
+    if facts["bound"] is not None:
+        reasons.append("race.speedup_bound")
     noise, noise_facts = _noise(result.results, result.context)
     return Reading("pays" if pays else "does_not_pay", (*reasons, *noise), {**facts, **noise_facts})
 

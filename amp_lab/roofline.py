@@ -181,7 +181,8 @@ def plot_roofline(roofline: Roofline, results, ax=None):
     )
     ax.set_title(f"Roofline of {roofline.context.get('device', '?')}, measured, with your races")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    # outside the axes, so that it hides no point (loc="best" hid the smallest matmul)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0)
     return ax
 
 
@@ -200,7 +201,9 @@ def roofline_summary(roofline: Roofline, results) -> Reading:
             unit_of(r.kind),
             "this machine's measured peak rates",
         )
-        regime = classify_regime(r.fp32.median, r.flops, r.bytes_moved("fp32"), *rates)
+        regime = classify_regime(r.fp32.median, r.flops, r.bytes_moved("fp32"), *rates).name
+        if regime == "launch-bound" and not str(roofline.context.get("device")).startswith("cuda"):
+            regime = "overhead-bound"  # a CPU launches no kernels: per-call overhead held it back
         below = intensity < roofline.ridge
         points.append(
             {
@@ -210,7 +213,7 @@ def roofline_summary(roofline: Roofline, results) -> Reading:
                 "times": roofline.ridge / intensity if below else intensity / roofline.ridge,
                 "side": "below" if below else "above",
                 "share": share,
-                "regime": regime.name,
+                "regime": regime,
                 "above_roof": say("race.roof_above") if share > 1 else "",
             }
         )

@@ -1,5 +1,6 @@
 """Speedup against size (``06_timing_race``): the sizes a machine races (a pure function of its facts),
-the sweep of sizes with its ceiling (the datasheet's, or a raw GEMM's, measured), and their plots."""
+the sweep of sizes with its peak ratio (the datasheet's, or a raw GEMM's, measured) and the bound that holds
+(the low-precision peak over the FP32 rate measured), the multiples-of-8 race, and their plots."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tqdm.auto import tqdm
 
 from . import race as _race
 from ._checks import check_axes, check_bool, check_choice, check_instance, check_int, check_int_sequence
-from .cost import IN_FEATURES, matmul_bytes, mlp_bytes
+from .cost import IN_FEATURES, MAX_GEMM_DIM, matmul_bytes, mlp_bytes
 from .cpus import cpu_has_native
 from .device import amp_dtype, check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
@@ -20,38 +21,47 @@ from .gpus import datasheet_entry
 from .intervals import SpeedupEstimate, jsonable, speedup_estimate
 from .progress import enabled as progress_enabled
 from .race import CONFIDENCE, RACE_MAX_TIME_S, RACE_TARGET_REL_WIDTH, RaceResult, check_race_args
-from .text import say
+from .text import Reading, say
 from .timing import Contestant, measure
 
 
 @dataclass(frozen=True)
-class Ceiling:
-    """The best speedup AMP can hope for: the raw low-precision / FP32 arithmetic rate, from ``source``."""
+class PeakRatio:
+    """The low-precision peak rate over the FP32 one, from ``source``: a datasheet's, or raw GEMMs measured
+    (inputs already cast).  Not a bound on a speed-up: FP32 rarely runs at its peak, and a ratio of peaks says
+    nothing about a ratio of achieved rates.  ``low_peak`` and ``fp32_peak`` are the two rates (FLOP/s)."""
 
     vs_fp32: float
     vs_tf32: float | None
     source: str
     gemm_shape: tuple[int, int, int] | None = None
     measured_interval: SpeedupEstimate | None = None  # FP32 GEMM time / low-precision GEMM time, no casts
+    low_peak: float | None = None
+    fp32_peak: float | None = None
 
     @property
     def measured_gemm(self) -> float | None:
         return None if self.measured_interval is None else self.measured_interval.ratio
 
 
-def datasheet_ceiling(gpu_name: str | None, dtype=torch.float16) -> Ceiling | None:
-    """The datasheet ceiling of AMP in ``dtype`` on the GPU named exactly ``gpu_name``: its Tensor Core rate
+def datasheet_peak_ratio(gpu_name: str | None, dtype=torch.float16) -> PeakRatio | None:
+    """The datasheet peak ratio of ``dtype`` on the GPU named exactly ``gpu_name``: its Tensor Core rate
     over the FP32 and the TF32 rate.  None for an unknown GPU or a dtype its Tensor Cores do not multiply."""
     entry = datasheet_entry(gpu_name)
     low = None if entry is None else entry.tflops(dtype)
     if low is None:
         return None
     over_tf32 = None if entry.tf32_tflops is None else round(low / entry.tf32_tflops, 2)
-    return Ceiling(vs_fp32=round(low / entry.fp32_tflops, 2), vs_tf32=over_tf32, source=entry.source)
+    peaks = dict(low_peak=low * 1e12, fp32_peak=entry.fp32_tflops * 1e12)
+    return PeakRatio(round(low / entry.fp32_tflops, 2), over_tf32, entry.source, **peaks)
 
 
-def _raw_gemm_ratio(m, k, n, *, device, dtype, **budget) -> SpeedupEstimate:
-    """FP32 GEMM time over low-precision GEMM time, inputs already in ``dtype`` (no casts)."""
+Ceiling, datasheet_ceiling = PeakRatio, datasheet_peak_ratio  # their names before issue 24
+
+
+def _raw_gemm_ratio(m, k, n, *, device, dtype, **budget) -> tuple[SpeedupEstimate, dict]:
+    """FP32 GEMM time over low-precision GEMM time, inputs already in ``dtype`` (no casts), and each one's
+    fastest rate (FLOP/s)."""
     gen = torch.Generator(device=device).manual_seed(1)
     A = torch.randn(m, k, device=device, generator=gen)
     B = torch.randn(k, n, device=device, generator=gen)
@@ -59,7 +69,10 @@ def _raw_gemm_ratio(m, k, n, *, device, dtype, **budget) -> SpeedupEstimate:
     off = _race.tf32_context(device.type, False)
     fns = {"fp32": Contestant(lambda: A @ B, off), "amp": Contestant(lambda: A_low @ B_low, off)}
     t = measure(fns, device=device, **budget)
-    return speedup_estimate(t["fp32"], t["amp"], confidence=CONFIDENCE)
+    peaks = dict(
+        low_peak=2.0 * m * k * n / min(t["amp"].samples), fp32_peak=2.0 * m * k * n / min(t["fp32"].samples)
+    )
+    return speedup_estimate(t["fp32"], t["amp"], confidence=CONFIDENCE), peaks
 
 
 # --- Sizes: a pure function of the machine's facts ------------------------------------------------------
@@ -162,14 +175,23 @@ def sizes_for(device=None, dtype=None) -> RaceSizes:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """Speedup against size, with the ceiling.  ``kind``: ``"matmul"`` (n), ``"mlp"`` (width at a fixed
+    """Speedup against size, with the peak ratio and the bound.  ``kind``: ``"matmul"`` (n), ``"mlp"`` (width at a fixed
     batch) or ``"batch"`` (batch at a fixed width)."""
 
     kind: str
     sizes: tuple[int, ...]
     results: tuple[RaceResult, ...]
-    ceiling: Ceiling
+    peak_ratio: PeakRatio
     context: dict
+
+    ceiling = property(lambda self: self.peak_ratio)  # its name before issue 24
+
+    @property
+    def bounds(self) -> list[float | None]:
+        """The most each size's speed-up can be: the low-precision peak over the FP32 rate measured at that
+        size (AMP cannot run faster than its peak); None without a peak."""
+        low = self.peak_ratio.low_peak
+        return [None if low is None else low * r.fp32.median / r.flops for r in self.results]
 
     @property
     def speedups(self) -> list[float]:
@@ -194,7 +216,8 @@ class SweepResult:
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("kind", "sizes", "speedups", "intervals", "context")}
         out["speedups_vs_tf32"] = [r.speedup_vs_tf32 for r in self.results]
-        out["ceiling"] = {**vars(self.ceiling), "measured_gemm": self.ceiling.measured_gemm}
+        out["ceiling"] = {**vars(self.peak_ratio), "measured_gemm": self.peak_ratio.measured_gemm}
+        out["bounds"] = self.bounds
         return jsonable({**out, "results": [r.to_dict() for r in self.results]})
 
 
@@ -218,11 +241,12 @@ def sweep(
     reuse=None,
     show_progress: bool = True,
 ) -> SweepResult:
-    """Speedup against size, and the ceiling it is heading for.  (``06_timing_race``)
+    """Speedup against size, its peak ratio and the bound at each size.  (``06_timing_race``)
 
     ``kind="matmul"`` races ``race_matmul(n)`` for each size, ``"mlp"`` ``race_mlp(width, batch)`` for each width,
-    ``"batch"`` ``race_mlp(width, b)`` for each batch; the defaults come from :func:`sizes_for`.  The ceiling is the
-    datasheet's for a known GPU, else the measured ratio of raw GEMMs at the largest size."""
+    ``"batch"`` ``race_mlp(width, b)`` for each batch; the defaults come from :func:`sizes_for`.  The peak ratio is
+    the datasheet's for a known GPU, else the measured ratio of raw GEMMs at the largest size (their fastest
+    rates standing in for the peaks)."""
     kind = check_choice("kind", kind, ["matmul", "mlp", "batch"])
     show_progress = check_bool("show_progress", show_progress)
     defaults = sizes_for(device, dtype)
@@ -251,18 +275,58 @@ def sweep(
                 w, b = (size, batch) if kind == "mlp" else (width, size)
                 results.append(_race.race_mlp(w, b, reuse=reuse, **common))
             bar.update(1)
-        measured = _raw_gemm_ratio(*shape, device=dev, dtype=dtype, **budget)
+        measured, peaks = _raw_gemm_ratio(*shape, device=dev, dtype=dtype, **budget)
         bar.update(1)
-    ceiling = datasheet_ceiling(torch.cuda.get_device_name(dev), dtype) if dev.type == "cuda" else None
-    if ceiling is None:
+    peak = datasheet_peak_ratio(torch.cuda.get_device_name(dev), dtype) if dev.type == "cuda" else None
+    if peak is None:
         what = "GPU without a datasheet entry" if dev.type == "cuda" else dev.type
         gemm = "x".join(map(str, shape))
         source = (
             f"measured on this {what}: raw {dtype_name(dtype)} GEMM {gemm} against FP32, inputs already cast"
         )
-        ceiling = Ceiling(measured.ratio, None, source)
-    ceiling = replace(ceiling, gemm_shape=shape, measured_interval=measured)
-    return SweepResult(kind, sizes, tuple(results), ceiling, results[-1].context)
+        peak = PeakRatio(measured.ratio, None, source, **peaks)
+    peak = replace(peak, gemm_shape=shape, measured_interval=measured)
+    return SweepResult(kind, sizes, tuple(results), peak, results[-1].context)
+
+
+def race_alignment(
+    n: int,
+    *,
+    device=None,
+    dtype=None,
+    warmup: int = 2,
+    repeats: int = 8,
+    min_sample_s: float = 0.01,
+    num_threads: int | None = None,
+    target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
+    max_time_s: float | None = RACE_MAX_TIME_S,
+) -> Reading:
+    """AMP matmuls of n x n and (n - 1) x (n - 1) raced against each other in one interleaved run, so both
+    sizes meet the same conditions: the throughput at n - 1 over the one at n, pair by pair, with its interval.
+    Outcome "lower", "higher" or "too close to call".  (``06_timing_race``)"""
+    n = check_int("n", n, minimum=2, maximum=MAX_GEMM_DIM)
+    args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
+    dev, dtype, budget = check_race_args(device, dtype, *args)
+    check_fits(matmul_bytes(n, dtype), dev, f"race_alignment(n={n})", "choose a smaller n")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    A, B = (torch.randn(n, n, device=dev, generator=gen) for _ in range(2))
+
+    def amp(a, b):
+        def call():
+            with torch.autocast(dev.type, dtype=dtype):
+                return a @ b
+
+        return Contestant(call, _race.tf32_context(dev.type, False))
+
+    fns = {str(m): amp(A[:m, :m].contiguous(), B[:m, :m].contiguous()) for m in (n, n - 1)}
+    t = list(measure(fns, device=dev, **budget).values())
+    work = ((n - 1) / n) ** 3  # the FLOPs at n - 1 over those at n
+    share = speedup_estimate([s * work for s in t[0].samples], t[1].samples, confidence=CONFIDENCE)
+    outcome = {"faster": "higher", "slower": "lower"}.get(share.outcome, share.outcome)
+    facts = {f"tflops_{i}": 2.0 * (n - i) ** 3 / t[i].median / 1e12 for i in (0, 1)}
+    facts |= {"n": n, "n1": n - 1, "low": dtype_name(dtype), "share": share, "pairs": share.pairs}
+    code = "race.alignment_" + {"higher": "higher", "lower": "lower"}.get(outcome, "close")
+    return Reading(outcome, ("race.alignment_paired", code), facts)
 
 
 def check_sweep(name: str, value) -> SweepResult:
@@ -307,7 +371,8 @@ def _axes(ax):
 
 
 def plot_sweep(result: SweepResult, ax=None):
-    """Speedup (FP32 / AMP) against size on log-log axes, with its interval, break-even and the ceiling."""
+    """Speedup (FP32 / AMP) against size on log-log axes, with its interval, break-even, the peak ratio and
+    the bound at each size (the low-precision peak over the FP32 rate measured)."""
     check_sweep("result", result)
     ax = _axes(check_axes("ax", ax))
     dtype = dtype_name(result.results[0].dtype)
@@ -323,14 +388,17 @@ def plot_sweep(result: SweepResult, ax=None):
     has_tf32 = all(s is not None for s in tf32)
     if has_tf32:
         ax.plot(result.sizes, tf32, "s--", color="C2", label=f"AMP ({dtype}) vs TF32")
-    c = result.ceiling
+    c = result.peak_ratio
     datasheet = "datasheet" in c.source
     kind = "datasheet" if datasheet else "raw GEMM, measured"
-    ax.axhline(c.vs_fp32, color="C3", ls="--", label=f"ceiling vs FP32 ({kind}): {c.vs_fp32:.3g}x")
+    if None not in (bounds := result.bounds):
+        label = f"bound: {dtype} peak / FP32 rate measured ({'datasheet' if datasheet else 'raw GEMM'} peak)"
+        ax.plot(result.sizes, bounds, "v:", color="C3", label=label)
+    ax.axhline(c.vs_fp32, color="C1", ls="--", label=f"peak ratio vs FP32 ({kind}): {c.vs_fp32:.3g}x")
     if c.vs_tf32 is not None and has_tf32:
-        ax.axhline(c.vs_tf32, color="C2", ls=":", label=f"ceiling vs TF32 (datasheet): {c.vs_tf32:.3g}x")
+        ax.axhline(c.vs_tf32, color="C2", ls=":", label=f"peak ratio vs TF32 (datasheet): {c.vs_tf32:.3g}x")
     if datasheet and c.measured_gemm is not None:
-        ax.axhline(c.measured_gemm, color="C1", ls=":", label=f"raw GEMM, measured: {c.measured_gemm:.3g}x")
+        ax.axhline(c.measured_gemm, color="C4", ls=":", label=f"raw GEMM, measured: {c.measured_gemm:.3g}x")
     ax.axhline(1.0, color="0.3", lw=1, label="break-even")
     title = f"Where AMP starts to pay on {result.context['device']}"
     return _finish(ax, result, "speedup (FP32 time / AMP time)", title, "major")

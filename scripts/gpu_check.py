@@ -15,7 +15,7 @@ Runs, on CUDA, one *section* after another:
 * ``alignment``: the float16 matmul at n = 4096 against 4095;
 * ``autocast_probe``: ``amp_lab.autocast_ops.probe`` on CUDA and on the CPU;
 * ``sweeps``: matmul sizes (each AMP dtype) and, in the full run, MLP widths with memory, each with
-  its ceiling.
+  its peak ratio.
 
 Races that an earlier section already ran (the sweep's n = 4096, the alignment's aligned n) are reused,
 not raced again.  Before anything runs, the script checks that this torch build has kernels for the GPU
@@ -888,7 +888,7 @@ def markdown(report: dict) -> str:
         for name, s in report["sweeps"].items():
             pairs = ", ".join(f"{n}: {v:.2f}x" for n, v in zip(s["sizes"], s["speedups"], strict=True))
             c = s["ceiling"]
-            lines.append(f"- {name}: {pairs}; ceiling {c['vs_fp32']:.3g}x ({c['source']})")
+            lines.append(f"- {name}: {pairs}; peak ratio {c['vs_fp32']:.3g}x ({c['source']})")
     if report.get("autocast_probe"):
         lines += ["", "## Autocast probe", ""]
         for device_type, p in report["autocast_probe"].items():

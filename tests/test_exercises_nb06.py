@@ -5,6 +5,8 @@ tests are fast and cover every outcome), and its verdicts carry their reason cod
 from __future__ import annotations
 
 import json
+import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -48,7 +50,11 @@ WORKLOAD = {
 def _classify(workload, ridge):
     out = {}
     for name, op in workload.items():
-        i = cost.matmul_intensity(*op[1:], torch.float32) if op[0] == "matmul" else cost.elementwise_intensity(torch.float32)
+        i = (
+            cost.matmul_intensity(*op[1:], torch.float32)
+            if op[0] == "matmul"
+            else cost.elementwise_intensity(torch.float32)
+        )
         out[name] = "memory-bound" if i < ridge else "compute-bound"
     return out
 
@@ -88,7 +94,9 @@ def test_ex2_rubric_matches_the_loop_it_is_about():
     assert "perf_counter" in loop  # so blaming the clock is a distractor, not a flaw
 
 
-@pytest.mark.parametrize("path", ["notebooks/06_timing_race.ipynb", "notebooks/solutions/06_timing_race_solutions.ipynb"])
+@pytest.mark.parametrize(
+    "path", ["notebooks/06_timing_race.ipynb", "notebooks/solutions/06_timing_race_solutions.ipynb"]
+)
 def test_ex2_notebooks_show_the_loop_and_the_options(path):
     cells = json.loads((ROOT / path).read_text())["cells"]
     text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
@@ -106,7 +114,10 @@ def test_ex3_roofline_on_a_cpu_like_and_a_gpu_like_ridge():
         assert_passes(nb06.ex3, want, WORKLOAD, _roof(ridge))
         assert_passes(nb06.ex3, {k: v.split("-")[0].upper() for k, v in want.items()}, WORKLOAD, _roof(ridge))
     # The answer follows the machine: the batch-64 layer is compute-bound below its intensity, memory-bound above.
-    assert _classify(WORKLOAD, 3.6)["layer"] == "compute-bound" and _classify(WORKLOAD, 100.0)["layer"] == "memory-bound"
+    assert (
+        _classify(WORKLOAD, 3.6)["layer"] == "compute-bound"
+        and _classify(WORKLOAD, 100.0)["layer"] == "memory-bound"
+    )
     assert run_check(nb06.ex3, _classify(WORKLOAD, 3.6), WORKLOAD, _roof(100.0)).status == "not yet"
 
 
@@ -124,14 +135,18 @@ def test_ex3_mistakes():
     want = _classify(WORKLOAD, 3.6)
     swapped = {k: "memory-bound" if v == "compute-bound" else "compute-bound" for k, v in want.items()}
     assert feed_mistake(nb06.ex3, "regimes swapped", swapped, WORKLOAD, roof).reasons[0] == "nb06.inverted"
-    shape = feed_mistake(nb06.ex3, "every matmul compute-bound", {**want, "gemv": "compute-bound"}, WORKLOAD, roof)
+    shape = feed_mistake(
+        nb06.ex3, "every matmul compute-bound", {**want, "gemv": "compute-bound"}, WORKLOAD, roof
+    )
     assert shape.reasons == ("nb06.shape",) and shape.details == {"right": 3}
     # Counting elements instead of bytes makes intensities 4x too high: at a ridge of 30 the layer (24.4
     # FLOP/byte) looks compute-bound.
     wide = _roof(30.0)
     per_element = {**_classify(WORKLOAD, 30.0), "layer": "compute-bound"}
     assert per_element != _classify(WORKLOAD, 30.0)
-    assert feed_mistake(nb06.ex3, "elements for bytes", per_element, WORKLOAD, wide).reasons[-1] == "nb06.bytes"
+    assert (
+        feed_mistake(nb06.ex3, "elements for bytes", per_element, WORKLOAD, wide).reasons[-1] == "nb06.bytes"
+    )
 
 
 # ---- exercise 4 ----
@@ -175,3 +190,111 @@ def test_no_answer_raises():
     for junk in JUNK:
         status = run_check(nb06.ex3, {name: junk for name in WORKLOAD}, WORKLOAD, roof).status
         assert status in ("not yet", "not attempted"), (junk, status)
+
+
+# ---- exercise 5: the learner writes the honest timer, run on a simulated device ----
+
+
+def _timer(*, warmup=2, sync=True, rounds=8, interleave=True, reduce="median", upside_down=False, number=1):
+    """A learner's my_speedup(fp32, amp, clock, sync), right by default, with one thing changed."""
+
+    def my_speedup(fp32, amp, clock, sync_):
+        contestants = {"fp32": fp32, "amp": amp}
+        for fn in contestants.values():
+            for _ in range(warmup):
+                fn()
+        samples = {"fp32": [], "amp": []}
+        order = list(contestants)
+        for r in range(rounds):
+            names = order if (r % 2 == 0 or not interleave) else order[::-1]
+            for name in names:
+                if sync:
+                    sync_()
+                start = clock()
+                for _ in range(number):
+                    contestants[name]()
+                if sync:
+                    sync_()
+                samples[name].append((clock() - start) / number)
+        if not interleave:  # all of FP32, then all of AMP: rerun as the tutorial loop does
+            samples = {"fp32": [], "amp": []}
+            for name in order:
+                for _ in range(rounds):
+                    sync_()
+                    start = clock()
+                    contestants[name]()
+                    sync_()
+                    samples[name].append(clock() - start)
+        ratios = [f / a for f, a in zip(samples["fp32"], samples["amp"], strict=True)]
+        if upside_down:
+            ratios = [1 / x for x in ratios]
+        return {"median": statistics.median, "mean": statistics.mean}[reduce](ratios)
+
+    return my_speedup
+
+
+def _perf_counter_timer(fp32, amp, clock, sync):
+    return _timer()(fp32, amp, time.perf_counter, sync)
+
+
+def _notebook_honest_race():
+    """Notebook 06's honest_race (section 2), run on the check's clock and synchronisation."""
+    cells = json.loads((ROOT / "notebooks/06_timing_race.ipynb").read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if "def honest_race(" in "".join(c["source"]))
+    env = {"device": "cpu"}
+    exec(source.replace("from amp_lab.device import synchronize", ""), env)
+    return env["honest_race"]
+
+
+def test_ex5_passes_the_right_timer_and_the_notebooks_own():
+    assert_passes(nb06.ex5, _timer())
+    assert_passes(nb06.ex5, _timer(number=3, rounds=6, warmup=1))
+    honest = _notebook_honest_race()
+
+    def my_speedup(fp32, amp, clock, sync):
+        honest.__globals__["synchronize"] = lambda device: sync()
+        return honest({"fp32": fp32, "amp": amp}, clock=clock)[1]
+
+    assert_passes(nb06.ex5, my_speedup)
+
+
+def test_ex5_not_attempted_and_malformed():
+    assert_not_attempted(nb06.ex5, None)
+
+    def skeleton(fp32, amp, clock, sync):
+        raise NotImplementedError
+
+    assert_not_attempted(nb06.ex5, skeleton)
+    assert run_check(nb06.ex5, 2.0).status == "not yet"
+    assert run_check(nb06.ex5, lambda *a: 1 / 0).status == "not yet"
+    assert run_check(nb06.ex5, lambda *a: "2").status == "not yet"
+
+    def forever(fp32, amp, clock, sync):
+        while True:
+            fp32()
+
+    assert "10,000 calls" in run_check(nb06.ex5, forever).message
+
+
+def test_ex5_mistakes():
+    feed_mistake(nb06.ex5, "own clock", _perf_counter_timer)
+    feed_mistake(nb06.ex5, "no synchronisation", _timer(sync=False))
+    feed_mistake(nb06.ex5, "no warm-up", _timer(warmup=0))
+    feed_mistake(nb06.ex5, "one trial", _timer(rounds=1))
+    feed_mistake(nb06.ex5, "not interleaved", _timer(interleave=False))
+    feed_mistake(nb06.ex5, "a mean, not the median", _timer(reduce="mean"))
+    feed_mistake(nb06.ex5, "ratio upside down", _timer(upside_down=True))
+
+
+def test_ex5_device_is_an_honest_oracle():
+    # The simulated device: FP32 2 ms, AMP 1 ms per call; a call only queues its work; sync waits for it.
+    dev = nb06._Device()
+    dev.call("fp32")
+    assert dev.clock() < 1e-3 and dev.log[-1] is True  # queued, not done: the clock read too early
+    dev.sync()
+    start = dev.clock()
+    dev.call("amp")
+    dev.call("amp")
+    dev.sync()
+    # two AMP calls: the first pays the start-up, the second (the 2nd timed AMP call) meets the burst
+    assert dev.clock() - start == pytest.approx(2 * 1e-3 + 0.05 + 0.02)

@@ -796,6 +796,7 @@ E(
 )
 E("gpus.datasheet_rows")
 E("race_readout.tf32_summary", lambda: dict(result=race_result()), post=is_reading)
+E("race_readout.wrap", lambda: dict(value="a b c"), {"value": Obj(), "width": Int(40, 1000)}, post=is_str)
 E(
     "references.describe_reference",
     lambda: dict(reference={"machine": {"gpu_name": "H100"}, "date": "2025-01-01"}),
@@ -874,6 +875,15 @@ E(
     corpus_limit=2,
 )
 E("race_readout.sweep_summary", lambda: dict(result=sweep_result()), post=is_reading)
+E(
+    "sweeps.race_alignment",
+    lambda: dict(n=8, **RACE_FAST),
+    race_kinds(n=Int(2, cost.MAX_GEMM_DIM, skip_above=256)),
+    arg_base=RACE_ARG_BASE,
+    examples=3,
+    corpus_limit=2,
+    post=is_reading,
+)
 
 # --- ranges ---------------------------------------------------------------------------------
 E("range_counts.range_report", lambda: dict(x=T(8), fmt="fp16"), {"x": Tensor(), "scale": Scale()})

@@ -500,7 +500,7 @@ def test_default_sweep_sizes_follow_the_verdict(monkeypatch):
         race, "race_matmul", lambda n, **kw: seen.append(n) or _result(FASTER, kind="matmul", params={"n": n})
     )
     monkeypatch.setattr(
-        sweeps, "_raw_gemm_ratio", lambda *a, **kw: intervals.speedup_estimate(FASTER, [1.0] * 8)
+        sweeps, "_raw_gemm_ratio", lambda *a, **kw: (intervals.speedup_estimate(FASTER, [1.0] * 8), {})
     )
     monkeypatch.setattr(sweeps, "check_fits", lambda *a: None)
     for native in (True, False):
@@ -755,14 +755,20 @@ def test_sweep_summary_reads_the_sweep_with_intervals():
     s = _sweep_of("scfF", datasheet)
     reading = race_readout.sweep_summary(s)
     assert reading.outcome == "pays" and reading.facts["pays_from"] == 128
-    assert reading.reasons == ("race.sweep_sizes", "race.sweep_pays", "race.sweep_grew", "race.ceiling_share")
+    assert reading.reasons == (
+        "race.sweep_sizes",
+        "race.sweep_pays",
+        "race.sweep_grew",
+        "race.peak_ratio",
+        "race.speedup_bound",
+    )
     for n, e in zip(s.sizes, s.intervals, strict=True):
         assert (
             f"n {n}: {text.format_ratio(e.ratio)} ({e.ends_text()}): {e.outcome}" in reading.facts["per_size"]
         )
     assert (reading.facts["first_ratio"], reading.facts["last_ratio"]) == ("0.25x", "8.00x")
     assert reading.facts["best"] == "8.00x" and reading.facts["best_at"] == 256
-    assert reading.facts["share"] == 0.5 and reading.facts["ceiling"] == 16  # 8x of the A100's 16x
+    assert reading.facts["peak_ratio"] == 16  # the A100's FP16 / FP32 peaks (bounds: tests/test_race_nb06.py)
 
 
 def test_sweep_summary_too_close_at_the_top_and_a_ceiling_below_one():
@@ -778,7 +784,7 @@ def test_sweep_summary_too_close_at_the_top_and_a_ceiling_below_one():
         "race.sweep_sizes",
         "race.sweep_never_pays",
         "race.sweep_grew",
-        "race.ceiling_below_one",
+        "race.peak_ratio_below_one",
     )
     assert reading.facts["measured"] == "0.05x (95% interval 0.05x to 0.05x)"
     assert "race.sweep_flat" in race_readout.sweep_summary(_sweep_of("cc", cpu)).reasons

@@ -1,8 +1,10 @@
 """Exercises of notebook 06 (the timing race): 3 and 4 are answered from the learner's own roofline (``roof``)
-and race (``result``).  Every sentence is a reason code of ``exercises_nb06`` in ``amp_lab/reasons.json``."""
+and race (``result``); in 5 the learner writes the honest timer, run on a device the check simulates.  Every sentence is a reason code of ``exercises_nb06`` in ``amp_lab/reasons.json``."""
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping
 
 import torch
@@ -15,7 +17,7 @@ from ..race import native_arithmetic
 from ..text import say
 from . import Mistake, exercise
 
-__all__ = ["ex1", "ex2", "ex3", "ex4", "TIMING_LOOP", "FLAWS"]
+__all__ = ["ex1", "ex2", "ex3", "ex4", "ex5", "TIMING_LOOP", "FLAWS"]
 
 
 def _hint(code: str) -> Note:
@@ -173,3 +175,89 @@ def ex4(answer, result, *, show: bool = True) -> CheckResult:
     return check_choice(
         answer, accepted, options=list("abcde"), explanations=explanations, hint=hint, show=show
     )
+
+
+class _Device:
+    """A device the check simulates, with its own clock: a call queues its work and returns at once (as on
+    a GPU), ``sync`` waits for the queue, ``clock`` reads the time.  FP32 takes 2 ms a call and AMP 1 ms (the
+    speed-up is 2); each contestant's first call pays 50 ms of start-up, and the second AMP call after the
+    clock is first read meets 20 ms of background load.  ``log``: the calls, and at each clock read whether
+    work was still queued (a bool)."""
+
+    def __init__(self):
+        self.now = self.busy = 0.0
+        self.log, self.calls, self.timed_amp, self.read = [], {"fp32": 0, "amp": 0}, 0, False
+
+    def call(self, name: str) -> None:
+        if len(self.log) > 10_000:
+            raise RuntimeError("more than 10,000 calls: a loop that does not end?")
+        self.timed_amp += name == "amp" and self.read
+        burst = name == "amp" and self.timed_amp == 2
+        cost = {"fp32": 2e-3, "amp": 1e-3}[name] + 0.05 * (self.calls[name] == 0) + 0.02 * burst
+        self.calls[name] += 1
+        self.busy = max(self.busy, self.now) + cost
+        self.now += 5e-6  # queueing the work is quick
+        self.log.append(name)
+
+    def sync(self) -> None:
+        self.now = max(self.now, self.busy)
+
+    def clock(self) -> float:
+        self.log.append(self.busy > self.now)  # True: the clock is read while work is still queued
+        self.read = True
+        return self.now
+
+
+def _samples(log: list) -> list[set]:
+    """The contestants called between one clock read and the next, for each sample that called any."""
+    cuts = [i for i, x in enumerate(log) if isinstance(x, bool)]
+    return [set(log[a + 1 : b]) for a, b in zip(cuts, cuts[1:], strict=False) if b > a + 1]
+
+
+_EX5 = {
+    "own clock": "nb06.own_clock",
+    "no synchronisation": "nb06.code_sync",
+    "no warm-up": "nb06.code_warmup",
+    "one trial": "nb06.code_trials",
+    "not interleaved": "nb06.code_order",
+    "a mean, not the median": "nb06.code_median",
+    "ratio upside down": "nb06.code_ratio",
+}
+
+
+@exercise(5, "Write the honest timer", mistakes=[_mistake(*m) for m in _EX5.items()])
+def ex5(answer, *, show: bool = True) -> CheckResult:
+    """``answer(fp32, amp, clock, sync)`` times two functions honestly on the device :class:`_Device`
+    simulates and returns FP32 time / AMP time per call: 2, exactly, only when it warms up, synchronises,
+    takes interleaved rounds and returns the median of their ratios."""
+    if is_placeholder(answer):
+        return no_answer("my_speedup", show, "your function")
+    if not callable(answer):
+        return finish("wrong", say("nb06.not_a_function", kind=type(answer).__name__), show=show)
+    dev = _Device()
+    try:
+        got = answer(lambda: dev.call("fp32"), lambda: dev.call("amp"), dev.clock, dev.sync)
+    except NotImplementedError:
+        return finish("unanswered", say("nb06.skeleton"), show=show)
+    except Exception as exc:  # the learner's code: reported, never raised
+        return finish("wrong", say("nb06.raised", error=type(exc).__name__, text=f"{exc}"[:200]), show=show)
+    value = float(got) if isinstance(got, (int, float)) and not isinstance(got, bool) else math.nan
+    reads = [x for x in dev.log if isinstance(x, bool)]
+    first_read = next((i for i, x in enumerate(dev.log) if isinstance(x, bool)), len(dev.log))
+    samples = _samples(dev.log)
+    order = [next(iter(c)) for c in samples if len(c) == 1]
+    runs = [len(list(g)) for _, g in itertools.groupby(order)]
+    found = [
+        not reads,
+        any(reads),
+        not {"fp32", "amp"} <= set(dev.log[:first_read]),
+        min(order.count("fp32"), order.count("amp")) < 3,
+        any(len(c) > 1 for c in samples) or max(runs, default=3) > 2,
+        math.isfinite(value) and value < 2 * (1 - 1e-6) and not math.isclose(value, 0.5, rel_tol=1e-6),
+        math.isclose(value, 0.5, rel_tol=1e-6),
+    ]
+    if math.isclose(value, 2.0, rel_tol=1e-6) and not any(found[:5]):
+        return finish("exact", say("nb06.timer_right"), show=show)
+    hint = next((_hint(code) for code, hit in zip(_EX5.values(), found, strict=True) if hit), None)
+    head = say("nb06.timer_wrong", value=f"{got!r:.40}")
+    return finish("wrong", head, [hint or _hint("nb06.timer_recipe")], show=show)
