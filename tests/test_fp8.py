@@ -758,13 +758,13 @@ def test_trajectories_follow_their_definitions():
             q = fp8.dequantize(fp8.quantize(t, "fp8_e4m3", s), s)
             assert traj.error[i] == fp8.quantization_error(t, q)
             assert traj.saturated[i] == fp8.saturation_count(t, "fp8_e4m3", s)
-            assert traj.flushed[i] == int(((q == 0) & (t != 0)).sum())
+            assert traj.underflow[i] == int(((q == 0) & (t != 0)).sum())
     # Current scaling never saturates; delayed saturates at the spike (the outlier alone).
     assert current.saturated_steps == []
     assert delayed.saturated[10] == 1
     assert delayed.error[10] > 0.9 > 100 * current.error[10]
-    # ... while current scaling squeezes the rest: more values flush to zero at the spike than before it.
-    assert current.flushed[10] > max(current.flushed[:10])
+    # ... while current scaling squeezes the rest: more values round to zero at the spike than before it.
+    assert current.underflow[10] > max(current.underflow[:10])
     # After the spike, a max-history keeps the spike's scale for exactly history_len steps.
     spike_scale = float(torch.tensor(448.0 / delayed.amax[10], dtype=torch.float32))
     assert delayed.scale[11 : 11 + 8] == [spike_scale] * 8
@@ -773,13 +773,50 @@ def test_trajectories_follow_their_definitions():
     assert recent.scale[11] == spike_scale and recent.scale[12] > 100 * spike_scale
     # The reveal's reading: the same numbers, picked at the spike.
     reading = fp8_explorer.spike_reading(current, delayed, 10)
-    assert reading.outcome == "fp8.delayed_saturates" and reading.reasons == ("fp8.current_rescales",)
+    assert reading.outcome == "fp8.delayed_saturates"
+    assert reading.reasons == ("fp8.current_rescales", "fp8.error_hides_underflow", "fp8.delayed_rounds_after")
     f = reading.facts
-    assert (f["saturated_delayed"], f["saturated_current"], f["n_after"], f["max"]) == (1, 0, 29, 448.0)
+    # the window after the spike is the history_len steps the outlier stays in the history, as in the notebook
+    assert (f["saturated_delayed"], f["saturated_current"], f["n_after"], f["max"]) == (1, 0, 8, 448.0)
+    assert delayed.after_spike(10) == range(11, 19) and current.after_spike(10) == range(11, 27)
     assert f["amax_ratio"] == delayed.amax[10] / max(delayed.amax[:10])
-    assert f["after_current"] == sum(current.error[11:]) / 29 and f["log2_scale_delayed"] == delayed.log2_scale[10]
+    assert f["after_current"] == sum(current.error[11:19]) / 8 and f["log2_scale_delayed"] == delayed.log2_scale[10]
+    assert f["underflow_current"] == current.underflow[10] and f["underflow_run_delayed"] == sum(delayed.underflow)
+    assert f["after_underflow_delayed"] == sum(delayed.underflow[11:19])
+    assert delayed.after_spike(35) == range(36, 40)  # cut at the last step
     last = fp8_explorer.spike_reading(current, delayed, 39)  # a spike at the last step has no steps after it
     assert last.facts["n_after"] == 0 and math.isnan(last.facts["after_delayed"]) and str(last)
+    assert "fp8.delayed_rounds_after" not in last.reasons
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("margin", [0, 7])
+def test_rounded_to_zero_counts_match_torchs_own_cast_and_half_the_smallest_subnormal(fmt, margin):
+    # A spike of 10**4 with a margin: current scaling rounds many values to zero at the spike while its
+    # norm-based error, ruled by the outlier, drops; delayed scaling rounds them for the steps after it.
+    tensors_ = fp8_explorer.make_tensor_sequence(30, size=512, spike_step=10, spike_size=1e4, seed=2)
+    dtype = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[fmt]
+    info = torch.finfo(dtype)
+    half_smallest_subnormal = info.smallest_normal * info.eps / 2  # 2**-10 (E4M3), 2**-17 (E5M2)
+    for recipe in ("current", "delayed"):
+        traj = fp8_explorer.scaling_trajectory(tensors_, fmt=fmt, recipe=recipe, margin=margin, history_len=4)
+        for i, t in enumerate(tensors_):
+            scaled = t * torch.tensor(traj.scale[i], dtype=torch.float32)
+            cast = scaled.to(dtype).to(torch.float32)  # torch's own cast, not fp8.quantize
+            assert traj.underflow[i] == int(((cast == 0) & (t != 0)).sum())
+            # round to nearest even: at or below half the smallest subnormal becomes zero
+            assert traj.underflow[i] == int(((scaled.abs() <= half_smallest_subnormal) & (t != 0)).sum())
+        if fmt == "fp8_e4m3" and recipe == "current":  # E5M2's window is 14 binades wider: nothing to see
+            assert traj.underflow[10] > 0 and traj.error[10] < min(traj.error[:10])
+        elif fmt == "fp8_e4m3":
+            assert sum(traj.underflow[11:15]) > sum(traj.underflow[:10])
+    if fmt == "fp8_e5m2":
+        return
+    current = fp8_explorer.scaling_trajectory(tensors_, recipe="current", margin=margin)
+    delayed = fp8_explorer.scaling_trajectory(tensors_, recipe="delayed", margin=margin, history_len=4)
+    reading = fp8_explorer.spike_reading(current, delayed, 10)
+    assert "fp8.error_hides_underflow" in reading.reasons
+    assert reading.facts["underflow_current"] == current.underflow[10] > 0
 
 
 def test_unscaled_and_identity_readings_by_hand():
@@ -841,6 +878,13 @@ def test_explorer_sliders_recompute_both_recipes():
     reading = fp8_explorer.spike_reading(ex.current, ex.delayed, 20)
     assert reading.outcome == "fp8.delayed_holds" and reading.facts["error_delayed"] == ex.delayed.error[20]
     assert fp8_explorer.readout_html(reading) == ex.readout.value
+    # the panels plot what the readout counts: the scale, the saturated and the rounded-to-zero elements, the error
+    for ax, series in zip(ex.axes[:3], ("log2_scale", "saturated", "underflow"), strict=True):
+        for recipe in ("current", "delayed"):
+            assert list(ex._lines[ax, recipe].get_ydata()) == getattr(getattr(ex, recipe), series)
+    # one window after the spike for the readout and the notebook: history_len steps, here 8
+    assert "the 8 steps after it" in ex.readout.value and reading.facts["n_after"] == 8
+    assert "all 30 steps" in ex.readout.value and "flush" not in ex.readout.value.lower()
 
 
 # ------------------------------------------------------------------------------------------
