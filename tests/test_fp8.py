@@ -13,7 +13,9 @@ import io
 import math
 import subprocess
 import sys
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 from hypothesis import assume, event, given, settings
@@ -22,6 +24,9 @@ from torch import nn
 
 from amp_lab import fp8, fp8_explorer, gpus, mx
 from amp_lab.data import load_digits
+from amp_lab.exercises import nb08 as nb08_exercises
+from amp_lab.models import make_mlp
+from amp_lab.text import REASONS
 from amp_lab.training import train_digits
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -817,6 +822,32 @@ def test_rounded_to_zero_counts_match_torchs_own_cast_and_half_the_smallest_subn
     reading = fp8_explorer.spike_reading(current, delayed, 10)
     assert "fp8.error_hides_underflow" in reading.reasons
     assert reading.facts["underflow_current"] == current.underflow[10] > 0
+
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NB08 = [NOTEBOOKS / "08_fp8_and_block_scaling.ipynb", NOTEBOOKS / "solutions" / "08_fp8_and_block_scaling_solutions.ipynb"]
+
+
+def test_08_says_round_to_zero_reads_its_window_and_its_mlp():
+    # "flush to zero" is FTZ, a hardware mode for subnormals; a value at or below half the smallest subnormal
+    # *rounds* to zero: 08, its explorer, its readings and its exercises say so
+    sources = [c.source for path in NB08 for c in nbformat.read(path, as_version=4).cells]
+    ex = fp8_explorer.scaling_explorer(num_steps=8, size=32, spike_step=4)
+    for text in [*sources, ex.readout.value, *(v for k, v in REASONS.items() if k.startswith("fp8.")),
+                 *(Path(m.__file__).read_text() for m in (fp8, fp8_explorer, mx, nb08_exercises))]:
+        assert "flush" not in text.lower(), text[:200]
+    code = "\n".join(sources)
+    # one window after the spike (ScalingTrajectory.after_spike), in the notebook as in the readout
+    assert "after = delayed.after_spike(SPIKE_STEP)" in code and "SPIKE_STEP + 17" not in code
+    assert "16 steps" not in code and "23 steps" not in code
+    # the MLP's shape is read from the model: no typed "6 x 128"; what the cell prints is what make_mlp builds
+    assert "6 `Linear` layers" not in code and "6×128" not in code
+    linears = [m for m in make_mlp(hidden=128, depth=5).modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 6 and [m.out_features for m in linears] == [128] * 5 + [10]
+    assert "linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]" in code
+    # amax is defined where it is first used
+    first = next(s for s in sources if "amax" in s)
+    assert "**amax** is its largest magnitude" in first
 
 
 def test_unscaled_and_identity_readings_by_hand():
