@@ -11,6 +11,7 @@ import contextlib
 import copy
 import io
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -848,6 +849,23 @@ def test_08_says_round_to_zero_reads_its_window_and_its_mlp():
     # amax is defined where it is first used
     first = next(s for s in sources if "amax" in s)
     assert "**amax** is its largest magnitude" in first
+
+
+# a phrase that answers each of 08's predictions: none may stand in a markdown cell before its question
+SPOILERS = {
+    "guess_zero": [r"\d+(\.\d+)?\s*%", r"almost (all|wholly)", r"most of the (activation )?gradients"],
+    "guess_saturated": [r"only the outlier", r"one element", r"delayed scaling (saturates|clips)"],
+    "guess_same": [r"(compare|check)[^.]*bit for bit", r"Float8Linear[^.]*(identical|bit for bit)"],
+}
+
+
+def test_08_no_markdown_before_a_prediction_answers_it():
+    cells = nbformat.read(NB08[0], as_version=4).cells
+    for guess, patterns in SPOILERS.items():
+        at = next(i for i, c in enumerate(cells) if c.source.startswith(f"{guess} = predict.choice("))
+        before = " ".join(c.source.replace("\n", " ") for c in cells[:at] if c.cell_type == "markdown")
+        for pattern in patterns:
+            assert not re.search(pattern, before, re.IGNORECASE), (guess, pattern)
 
 
 def test_unscaled_and_identity_readings_by_hand():
