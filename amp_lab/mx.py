@@ -41,21 +41,24 @@ def mx_quantize(x: torch.Tensor, elem: str = "fp8_e4m3", block_size: int = 32) -
     if x.dtype not in LOW_FLOATS:
         raise ArgumentTypeError(f"x must be float32, bfloat16 or float16 for MX, got dtype {x.dtype}")
     blocks = x.detach().to(torch.float32).contiguous().reshape(-1, block_size)
-    amax = blocks.abs().amax(dim=-1, keepdim=True)  # NaN if the block holds a NaN
-    # floor(log2(amax)) read from the float32 exponent field, minus emax, in E8M0's range and biased
-    exponent = (torch.bitwise_right_shift(amax.view(torch.int32), 23) & 0xFF) - 127
-    biased = torch.clamp(exponent - spec.emax, min=-E8M0_BIAS, max=E8M0_BIAS + 1) + E8M0_BIAS
-    biased = torch.where(torch.isnan(amax), E8M0_NAN, biased)
-    scale = torch.bitwise_left_shift(biased.to(torch.int32), 23).view(torch.float32)  # E8M0 as float32
+    scale = e8m0_scales(blocks, spec.emax)
     scaled = blocks / torch.clamp(scale, min=2.0**-126)  # torchao: never divide by the subnormal 2**-127
     if spec.name == "fp4_e2m1":
         elements = _round_to_fp4(scaled)
     else:
         elements = scaled.clamp(min=-spec.max, max=spec.max).to(spec.dtype).to(torch.float32)
-    # Dequantize with the E8M0 value itself: 2**(biased - 127), NaN for the NaN code (torchao's get_fp_scale)
-    scale_back = torch.pow(torch.full_like(amax, 2.0), (biased - E8M0_BIAS).to(torch.float32))
-    scale_back = torch.where(biased == E8M0_NAN, torch.nan, scale_back)
-    return (elements * scale_back).reshape(x.shape)
+    return (elements * scale).reshape(x.shape)  # dequantized with the E8M0 value itself (get_fp_scale)
+
+
+def e8m0_scales(blocks: torch.Tensor, emax: int) -> torch.Tensor:
+    """Each row's MX scale (float32 rows of a block each), as its E8M0 value: ``2**(floor(log2(amax)) -
+    emax)`` (torchao's FLOOR rule), clamped to E8M0's 2**-127 to 2**127 and NaN for a block holding a NaN."""
+    amax = blocks.abs().amax(dim=-1, keepdim=True)  # NaN if the block holds a NaN
+    # floor(log2(amax)) read from the float32 exponent field, minus emax, in E8M0's range and biased
+    exponent = (torch.bitwise_right_shift(amax.view(torch.int32), 23) & 0xFF) - 127
+    biased = torch.clamp(exponent - emax, min=-E8M0_BIAS, max=E8M0_BIAS + 1) + E8M0_BIAS
+    scale = torch.pow(torch.full_like(amax, 2.0), (biased - E8M0_BIAS).to(torch.float32))
+    return torch.where(torch.isnan(amax), torch.nan, scale)
 
 
 def nvfp4_quantize(x: torch.Tensor, per_tensor_scale=None) -> torch.Tensor:

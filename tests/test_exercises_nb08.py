@@ -7,8 +7,8 @@ with its hint; measurements no answer can meet raise ValueError naming them.
 
 from __future__ import annotations
 
-import itertools
 import math
+import re
 
 import pytest
 import torch
@@ -232,59 +232,66 @@ def test_ex2_errors_in_the_learners_class_are_reported():
 
 
 # --------------------------------------------------------------------------------------------
-# Exercise 3: a block size for FP4
+# Exercise 3: the MX block scale for FP4
 # --------------------------------------------------------------------------------------------
 
-
-@pytest.fixture(scope="module")
-def acts():
-    g = torch.Generator().manual_seed(3)
-    x = torch.relu(torch.randn(64, 128, generator=g)) * torch.exp(2 * torch.randn(64, 128, generator=g))
-    return x
+FP4_EMAX = 2  # E2M1's largest value 6 is 1.5 * 2**2
 
 
-def _losses(acts):
-    return nb08._block_losses(acts, "fp4_e2m1")
+def my_mx_scales(x, block_size):  # the solution, as in the solutions notebook
+    amax = x.reshape(*x.shape[:-1], -1, block_size).abs().amax(dim=-1)
+    return 2.0 ** (torch.floor(torch.log2(amax)) - FP4_EMAX)
 
 
-def _target_between(acts, small, large):
-    """A target that block size `small` meets and `large` does not."""
-    e = _losses(acts)
-    assert e[small] < e[large], e
-    return (e[small] + e[large]) / 2
+def _rule(emax=FP4_EMAX, rounding=torch.floor, key=torch.abs, invert=False):
+    def scales(x, block_size):
+        s = 2.0 ** (rounding(torch.log2(key(x.reshape(*x.shape[:-1], -1, block_size)).amax(dim=-1))) - emax)
+        return 1.0 / s if invert else s
+
+    return scales
 
 
-def test_ex3_solution_and_mistakes(acts):
-    target = _target_between(acts, 32, 64)
-    e = _losses(acts)
-    assert max(b for b, err in e.items() if err <= target) == 32
-    assert_passes(nb08.ex3, 32, acts, target)
-    assert_not_attempted(nb08.ex3, None, acts, target)
-    feed_mistake(nb08.ex3, "a block size that misses the target", 64, acts, target)
-    feed_mistake(nb08.ex3, "a smaller block size than needed", 16, acts, target)
-    feed_mistake(nb08.ex3, "not a block size", 33, acts, target)
-    feed_mistake(nb08.ex3, "not a block size", "32", acts, target)
-    # E4M3's window meets this target even with the largest blocks: that is E4M3's answer
-    assert nb08._block_losses(acts, "fp8_e4m3")[128] <= target
-    feed_mistake(nb08.ex3, "answering for E4M3", 128, acts, target)
+def test_ex3_the_expected_scales_are_torchaos_to_mx_scales_for_fp4():
+    # the hidden expected values, against an independent oracle: torchao's own E8M0 scales
+    fp8.import_torchao()
+    from torchao.prototype.mx_formats.mx_tensor import to_mx
+
+    for _, x, b in nb08._ex3_cases():
+        scale_e8m0, _ = to_mx(x.contiguous(), torch.float4_e2m1fn_x2, b)
+        theirs = torch.pow(2.0, scale_e8m0.view(torch.uint8).to(torch.float32) - 127)
+        assert torch.equal(mx.e8m0_scales(x.reshape(-1, b), 2).flatten(), theirs.flatten())
+        assert torch.equal(my_mx_scales(x, b).flatten(), theirs.flatten())
 
 
-def test_ex3_fp4_error_grows_with_the_block_size_on_these_activations(acts):
-    e = _losses(acts)
-    sizes = sorted(e)
-    assert sizes == [8, 16, 32, 64, 128]
-    assert all(e[a] < e[b] for a, b in itertools.pairwise(sizes))
-    assert all(nb08._block_losses(acts, "fp8_e4m3")[b] < e[b] for b in sizes)
+def test_ex3_solution_and_mistakes():
+    assert_passes(nb08.ex3, my_mx_scales)
+    assert_passes(nb08.ex3, lambda x, b: my_mx_scales(x, b).tolist())  # a list of scales counts too
+    assert_passes(nb08.ex3, lambda x, b: my_mx_scales(x, b).unsqueeze(-1))  # so does keepdim
+    assert_not_attempted(nb08.ex3, None)
+    assert_not_attempted(nb08.ex3, lambda x, b: None)
+    feed_mistake(nb08.ex3, "E4M3's offset for FP4", _rule(emax=8))
+    feed_mistake(nb08.ex3, "an exact scale, not a power of two", lambda x, b: x.reshape(*x.shape[:-1], -1, b).abs().amax(-1) / 6)
+    feed_mistake(nb08.ex3, "rounding log2(amax) up", _rule(rounding=torch.ceil))
+    feed_mistake(nb08.ex3, "the inverse scale", _rule(invert=True))
+    feed_mistake(nb08.ex3, "amax without abs", _rule(key=lambda t: t))
+    feed_mistake(nb08.ex3, "one scale for all", lambda x, b: 2.0 ** (torch.floor(torch.log2(x.abs().max())) - 2))
+    assert run_check(nb08.ex3, _rule(emax=3)).status == "not yet"  # an unrecognised offset: the generic hint
+    assert run_check(nb08.ex3, lambda x, b: 1 / 0).status == "not yet"
+    assert run_check(nb08.ex3, 42).status == "not yet"
 
 
-def test_ex3_float_answer_of_a_size_counts(acts):
-    target = _target_between(acts, 32, 64)
-    assert_passes(nb08.ex3, 32.0, acts, target)
-
-
-def test_ex3_a_target_no_block_size_meets_raises(acts):
-    with pytest.raises(ValueError, match="target"):
-        nb08.ex3.check(32, acts, 1e-9)
+def test_ex3_no_feedback_gives_the_offset_or_the_right_scale():
+    # the right offset is E2M1's emax: floor(log2) of its largest value (6, from the FP4 rounding grid)
+    emax = math.floor(math.log2(mx._round_to_fp4(torch.tensor(1e9)).item()))
+    assert emax == FP4_EMAX
+    wrong = [_rule(emax=8), _rule(emax=3), _rule(rounding=torch.ceil), _rule(invert=True), _rule(key=lambda t: t)]
+    for rule in wrong:
+        message = run_check(nb08.ex3, rule).message
+        assert f"- {emax}" not in message and "emax" not in message
+        case, k = re.search(r"on (.+) \(block size", message).group(1), int(re.search(r"block (\d+) \(amax", message).group(1))
+        x, b = next((x, b) for c, x, b in nb08._ex3_cases() if c == case)
+        right = my_mx_scales(x, b).flatten()[k].item()
+        assert nb08._show(right) not in message  # the scale that would pass is never shown
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,6 +317,23 @@ def test_ex4_solution_and_mistakes():
     assert run_check(nb08.ex4, -1, AMAXES, HISTORY_LEN).status == "not yet"
     assert run_check(nb08.ex4, "5", AMAXES, HISTORY_LEN).status == "not yet"
     assert run_check(nb08.ex4, 2.5, AMAXES, HISTORY_LEN).status == "not yet"
+
+
+def test_ex4_no_feedback_gives_the_smallest_margin():
+    # the right answer, derived from the package's trajectory (independent of the check's own replay)
+    tensors = [torch.tensor([a]) for a in AMAXES]
+    saturates = [bool(fp8_explorer.scaling_trajectory(tensors, history_len=HISTORY_LEN, margin=m).saturated_steps)
+                 for m in range(12)]
+    best = saturates.index(False)
+    factor_hint = nb08.ex4.mistake("2**margin for the margin").hint
+    messages = {}
+    for answer in (2**best, 2 ** (best + 1), 8, *range(best)):
+        messages[answer] = run_check(nb08.ex4, answer, AMAXES, HISTORY_LEN).message
+        assert not re.search(rf"(?<![\d.]){best}(?![\d.])", messages[answer]), messages[answer]
+        assert f"2**{best}" not in messages[answer]
+    # 2**best gets the same feedback as any other power of two that is too large: nothing singles it out
+    assert factor_hint in messages[2**best] and factor_hint in messages[2 ** (best + 1)] and factor_hint in messages[8]
+    assert messages[2**best].replace(str(2**best), "N") == messages[2 ** (best + 1)].replace(str(2 ** (best + 1)), "N")
 
 
 def test_ex4_saturated_steps_agrees_with_scaling_trajectory():
@@ -349,18 +373,3 @@ def test_ex4_passes_exactly_the_smallest_margin_scaling_trajectory_finds(growth,
     if best > 0:
         assert run_check(nb08.ex4, best - 1, amaxes, history_len).status == "not yet"
     assert run_check(nb08.ex4, best + 1, amaxes, history_len).status == "not yet"
-
-
-@settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 2**16), spread=st.floats(0.5, 3.0), quantile=st.floats(0.0, 1.0))
-def test_ex3_passes_exactly_the_largest_block_size_meeting_the_target(seed, spread, quantile):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(16, 64, generator=g) * torch.exp(spread * torch.randn(16, 64, generator=g))
-    nonzero = x != 0
-    lost = {b: ((mx.mx_quantize(x, "fp4_e2m1", b) == 0) & nonzero).sum().item() / nonzero.sum().item() for b in (8, 16, 32, 64)}
-    target = min(max(sorted(lost.values())[int(quantile * 3.999)], 1e-6), 0.999)
-    best = max(b for b, v in lost.items() if v <= target)
-    assert_passes(nb08.ex3, best, x, target)
-    for b in lost:
-        if b != best:
-            assert run_check(nb08.ex3, b, x, target).status == "not yet"

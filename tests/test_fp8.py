@@ -11,9 +11,12 @@ import contextlib
 import copy
 import io
 import math
+import re
 import subprocess
 import sys
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 from hypothesis import assume, event, given, settings
@@ -22,6 +25,9 @@ from torch import nn
 
 from amp_lab import fp8, fp8_explorer, gpus, mx
 from amp_lab.data import load_digits
+from amp_lab.exercises import nb08 as nb08_exercises
+from amp_lab.models import make_mlp
+from amp_lab.text import REASONS
 from amp_lab.training import train_digits
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
@@ -758,13 +764,13 @@ def test_trajectories_follow_their_definitions():
             q = fp8.dequantize(fp8.quantize(t, "fp8_e4m3", s), s)
             assert traj.error[i] == fp8.quantization_error(t, q)
             assert traj.saturated[i] == fp8.saturation_count(t, "fp8_e4m3", s)
-            assert traj.flushed[i] == int(((q == 0) & (t != 0)).sum())
+            assert traj.underflow[i] == int(((q == 0) & (t != 0)).sum())
     # Current scaling never saturates; delayed saturates at the spike (the outlier alone).
     assert current.saturated_steps == []
     assert delayed.saturated[10] == 1
     assert delayed.error[10] > 0.9 > 100 * current.error[10]
-    # ... while current scaling squeezes the rest: more values flush to zero at the spike than before it.
-    assert current.flushed[10] > max(current.flushed[:10])
+    # ... while current scaling squeezes the rest: more values round to zero at the spike than before it.
+    assert current.underflow[10] > max(current.underflow[:10])
     # After the spike, a max-history keeps the spike's scale for exactly history_len steps.
     spike_scale = float(torch.tensor(448.0 / delayed.amax[10], dtype=torch.float32))
     assert delayed.scale[11 : 11 + 8] == [spike_scale] * 8
@@ -773,13 +779,93 @@ def test_trajectories_follow_their_definitions():
     assert recent.scale[11] == spike_scale and recent.scale[12] > 100 * spike_scale
     # The reveal's reading: the same numbers, picked at the spike.
     reading = fp8_explorer.spike_reading(current, delayed, 10)
-    assert reading.outcome == "fp8.delayed_saturates" and reading.reasons == ("fp8.current_rescales",)
+    assert reading.outcome == "fp8.delayed_saturates"
+    assert reading.reasons == ("fp8.current_rescales", "fp8.error_hides_underflow", "fp8.delayed_rounds_after")
     f = reading.facts
-    assert (f["saturated_delayed"], f["saturated_current"], f["n_after"], f["max"]) == (1, 0, 29, 448.0)
+    # the window after the spike is the history_len steps the outlier stays in the history, as in the notebook
+    assert (f["saturated_delayed"], f["saturated_current"], f["n_after"], f["max"]) == (1, 0, 8, 448.0)
+    assert delayed.after_spike(10) == range(11, 19) and current.after_spike(10) == range(11, 27)
     assert f["amax_ratio"] == delayed.amax[10] / max(delayed.amax[:10])
-    assert f["after_current"] == sum(current.error[11:]) / 29 and f["log2_scale_delayed"] == delayed.log2_scale[10]
+    assert f["after_current"] == sum(current.error[11:19]) / 8 and f["log2_scale_delayed"] == delayed.log2_scale[10]
+    assert f["underflow_current"] == current.underflow[10] and f["underflow_run_delayed"] == sum(delayed.underflow)
+    assert f["after_underflow_delayed"] == sum(delayed.underflow[11:19])
+    assert delayed.after_spike(35) == range(36, 40)  # cut at the last step
     last = fp8_explorer.spike_reading(current, delayed, 39)  # a spike at the last step has no steps after it
     assert last.facts["n_after"] == 0 and math.isnan(last.facts["after_delayed"]) and str(last)
+    assert "fp8.delayed_rounds_after" not in last.reasons
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("margin", [0, 7])
+def test_rounded_to_zero_counts_match_torchs_own_cast_and_half_the_smallest_subnormal(fmt, margin):
+    # A spike of 10**4 with a margin: current scaling rounds many values to zero at the spike while its
+    # norm-based error, ruled by the outlier, drops; delayed scaling rounds them for the steps after it.
+    tensors_ = fp8_explorer.make_tensor_sequence(30, size=512, spike_step=10, spike_size=1e4, seed=2)
+    dtype = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}[fmt]
+    info = torch.finfo(dtype)
+    half_smallest_subnormal = info.smallest_normal * info.eps / 2  # 2**-10 (E4M3), 2**-17 (E5M2)
+    for recipe in ("current", "delayed"):
+        traj = fp8_explorer.scaling_trajectory(tensors_, fmt=fmt, recipe=recipe, margin=margin, history_len=4)
+        for i, t in enumerate(tensors_):
+            scaled = t * torch.tensor(traj.scale[i], dtype=torch.float32)
+            cast = scaled.to(dtype).to(torch.float32)  # torch's own cast, not fp8.quantize
+            assert traj.underflow[i] == int(((cast == 0) & (t != 0)).sum())
+            # round to nearest even: at or below half the smallest subnormal becomes zero
+            assert traj.underflow[i] == int(((scaled.abs() <= half_smallest_subnormal) & (t != 0)).sum())
+        if fmt == "fp8_e4m3" and recipe == "current":  # E5M2's window is 14 binades wider: nothing to see
+            assert traj.underflow[10] > 0 and traj.error[10] < min(traj.error[:10])
+        elif fmt == "fp8_e4m3":
+            assert sum(traj.underflow[11:15]) > sum(traj.underflow[:10])
+    if fmt == "fp8_e5m2":
+        return
+    current = fp8_explorer.scaling_trajectory(tensors_, recipe="current", margin=margin)
+    delayed = fp8_explorer.scaling_trajectory(tensors_, recipe="delayed", margin=margin, history_len=4)
+    reading = fp8_explorer.spike_reading(current, delayed, 10)
+    assert "fp8.error_hides_underflow" in reading.reasons
+    assert reading.facts["underflow_current"] == current.underflow[10] > 0
+
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NB08 = [NOTEBOOKS / "08_fp8_and_block_scaling.ipynb", NOTEBOOKS / "solutions" / "08_fp8_and_block_scaling_solutions.ipynb"]
+
+
+def test_08_says_round_to_zero_reads_its_window_and_its_mlp():
+    # "flush to zero" is FTZ, a hardware mode for subnormals; a value at or below half the smallest subnormal
+    # *rounds* to zero: 08, its explorer, its readings and its exercises say so
+    sources = [c.source for path in NB08 for c in nbformat.read(path, as_version=4).cells]
+    ex = fp8_explorer.scaling_explorer(num_steps=8, size=32, spike_step=4)
+    for text in [*sources, ex.readout.value, *(v for k, v in REASONS.items() if k.startswith("fp8.")),
+                 *(Path(m.__file__).read_text() for m in (fp8, fp8_explorer, mx, nb08_exercises))]:
+        assert "flush" not in text.lower(), text[:200]
+    code = "\n".join(sources)
+    # one window after the spike (ScalingTrajectory.after_spike), in the notebook as in the readout
+    assert "after = delayed.after_spike(SPIKE_STEP)" in code and "SPIKE_STEP + 17" not in code
+    assert "16 steps" not in code and "23 steps" not in code
+    # the MLP's shape is read from the model: no typed "6 x 128"; what the cell prints is what make_mlp builds
+    assert "6 `Linear` layers" not in code and "6×128" not in code
+    linears = [m for m in make_mlp(hidden=128, depth=5).modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 6 and [m.out_features for m in linears] == [128] * 5 + [10]
+    assert "linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]" in code
+    # amax is defined where it is first used
+    first = next(s for s in sources if "amax" in s)
+    assert "**amax** is its largest magnitude" in first
+
+
+# a phrase that answers each of 08's predictions: none may stand in a markdown cell before its question
+SPOILERS = {
+    "guess_zero": [r"\d+(\.\d+)?\s*%", r"almost (all|wholly)", r"most of the (activation )?gradients"],
+    "guess_saturated": [r"only the outlier", r"one element", r"delayed scaling (saturates|clips)"],
+    "guess_same": [r"(compare|check)[^.]*bit for bit", r"Float8Linear[^.]*(identical|bit for bit)"],
+}
+
+
+def test_08_no_markdown_before_a_prediction_answers_it():
+    cells = nbformat.read(NB08[0], as_version=4).cells
+    for guess, patterns in SPOILERS.items():
+        at = next(i for i, c in enumerate(cells) if c.source.startswith(f"{guess} = predict.choice("))
+        before = " ".join(c.source.replace("\n", " ") for c in cells[:at] if c.cell_type == "markdown")
+        for pattern in patterns:
+            assert not re.search(pattern, before, re.IGNORECASE), (guess, pattern)
 
 
 def test_unscaled_and_identity_readings_by_hand():
@@ -841,6 +927,13 @@ def test_explorer_sliders_recompute_both_recipes():
     reading = fp8_explorer.spike_reading(ex.current, ex.delayed, 20)
     assert reading.outcome == "fp8.delayed_holds" and reading.facts["error_delayed"] == ex.delayed.error[20]
     assert fp8_explorer.readout_html(reading) == ex.readout.value
+    # the panels plot what the readout counts: the scale, the saturated and the rounded-to-zero elements, the error
+    for ax, series in zip(ex.axes[:3], ("log2_scale", "saturated", "underflow"), strict=True):
+        for recipe in ("current", "delayed"):
+            assert list(ex._lines[ax, recipe].get_ydata()) == getattr(getattr(ex, recipe), series)
+    # one window after the spike for the readout and the notebook: history_len steps, here 8
+    assert "the 8 steps after it" in ex.readout.value and reading.facts["n_after"] == 8
+    assert "all 30 steps" in ex.readout.value and "flush" not in ex.readout.value.lower()
 
 
 # ------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from numbers import Real
@@ -14,11 +15,10 @@ from ..check_base import CheckResult, finish, is_placeholder, no_answer
 from ..dtypes import dtype_name
 from . import Mistake, combine, exercise, finite_float
 
-__all__ = ["ex1", "ex2", "ex3", "ex4", "E4M3", "DELAYED_SCHEDULES", "BLOCK_SIZES", "MAX_MARGIN"]
+__all__ = ["ex1", "ex2", "ex3", "ex4", "E4M3", "DELAYED_SCHEDULES", "FP4", "MAX_MARGIN"]
 
 E4M3 = "fp8_e4m3"  # the forward format every exercise uses
 MAX_MARGIN = 30  # margins exercise 4 tries (2**30 is far beyond any useful headroom)
-BLOCK_SIZES = (8, 16, 32, 64, 128, 256)  # the block sizes exercise 3 chooses among
 
 
 def _no(text: str, hint: str, show: bool = False) -> CheckResult:
@@ -37,23 +37,23 @@ class _Raised(str):
     """What the learner's function raised, as text."""
 
 
-def _outputs(fn, name: str, cases: list[tuple]) -> CheckResult | list:
+def _outputs(fn, name: str, cases: list[tuple], show: bool = False) -> CheckResult | list:
     """``fn`` called on clones of each case's tensors: its outputs (a :class:`_Raised` for a call that
     raised), or the verdict when ``fn`` is no function yet or still the skeleton."""
     if is_placeholder(fn):
-        return no_answer(name, False, "your function")
+        return no_answer(name, show, "your function")
     if not callable(fn):
-        return finish("wrong", f"`{name}` is a {type(fn).__name__}, not a function.", show=False)
+        return finish("wrong", f"`{name}` is a {type(fn).__name__}, not a function.", show=show)
     outs = []
     for args in cases:
         try:
-            out = fn(*(a.clone() for a in args))
+            out = fn(*(a.clone() if isinstance(a, torch.Tensor) else a for a in args))
         except NotImplementedError:
             out = None
         except Exception as e:  # the learner's code: reported in the feedback, never raised
             out = _Raised(f"{type(e).__name__}: {e}")
         if is_placeholder(out):
-            return _todo(name)
+            return _todo(name, show)
         outs.append(out)
     return outs
 
@@ -309,54 +309,92 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     return finish("wrong", head, notes, show=show, details={"schedule": what, "step": first})
 
 
-# --- Exercise 3: a block size for FP4 that meets an error target ---
+# --- Exercise 3: the MX block scale for FP4 ---
+
+FP4 = "fp4_e2m1"  # the element format exercise 3 scales for (MXFP4)
 
 
-def _block_losses(x: torch.Tensor, elem: str) -> dict[int, float]:
-    """{block size: the share of ``x``'s non-zero elements ``mx.mx_quantize`` flushes to zero} for the sizes
-    dividing x's last dimension."""
-    nonzero = x != 0
-    count = max(int(nonzero.sum()), 1)
-    sizes = [b for b in BLOCK_SIZES if x.shape[-1] % b == 0]
-    return {b: int(((mx.mx_quantize(x, elem, b) == 0) & nonzero).sum()) / count for b in sizes}
+def _ex3_cases() -> list[tuple[str, torch.Tensor, int]]:
+    """Exercise 3's seeded tensors and block sizes (no block all zeros): ordinary values, an outlier, negative
+    extremes, tiny values, amaxes exactly at powers of two, and a 3-D tensor."""
+    g = torch.Generator().manual_seed(3)
+    outlier, negative = torch.randn(8, 64, generator=g), 0.1 * torch.randn(8, 64, generator=g)
+    outlier[2, 40] = 500.0
+    negative[::2, 5] = -40.0  # a block's largest magnitude is negative: its largest value is far smaller
+    powers = torch.linspace(0.1, 1.0, 32).repeat(4, 1) * torch.tensor([[4.0], [8.0], [0.75], [6.0]])
+    return [
+        ("normal values", torch.randn(8, 64, generator=g), 32),
+        ("one outlier of 500", outlier, 32),
+        ("negative extremes of -40", negative, 16),
+        ("tiny values (about 1e-5)", 1e-5 * torch.randn(4, 64, generator=g), 32),
+        ("block amaxes 4, 8, 0.75 and 6", powers, 32),
+        ("a 3-D tensor (2, 4, 64)", torch.randn(2, 4, 64, generator=g), 16),
+    ]
+
+
+def _floor_rule(x: torch.Tensor, block_size: int, emax: int, rounding=torch.floor, key=torch.abs):
+    """A scale rule ``2**(rounding(log2(amax)) - emax)`` per block: the MX rule and a learner's variants."""
+    amax = key(x.reshape(*x.shape[:-1], -1, block_size)).amax(dim=-1)
+    return 2.0 ** (rounding(torch.log2(amax)) - emax)
 
 
 # Exercise 3's common wrong answers: name -> hint.
 _EX3 = {
-    "a block size that misses the target": "that block size flushes more than the target to zero: smaller blocks follow the small values",
-    "a smaller block size than needed": "that block size meets the target, but a larger one does too: fewer blocks, fewer scales",
-    "answering for E4M3": "the question is about FP4 E2M1: E4M3's much wider window meets the target at any block size",
-    "not a block size": "give a block size, one of the sizes in the table above (a number of elements per block)",
+    "E4M3's offset for FP4": "that is E4M3's rule: it puts a block's amax in E4M3's top binade, far beyond FP4 E2M1's largest value 6; use E2M1's own exponent",
+    "an exact scale, not a power of two": "an E8M0 scale is a bare power of two (8 exponent bits, no mantissa): round log2(amax) to a whole exponent",
+    "rounding log2(amax) up": "the MX rule rounds log2(amax) down (torchao's FLOOR): amax / scale lands in the top binade, not the one below",
+    "the inverse scale": "the scale multiplies the elements back (x = scale * element): it grows with the block's amax",
+    "amax without abs": "a block's amax is its largest *magnitude*: take absolute values before the max",
+    "one scale for all": "one scale per block of block_size consecutive values along the last dimension",
 }
+_SLIPS3 = {  # a wrong rule a learner writes, recognised when it gives the learner's scales on every case
+    "E4M3's offset for FP4": lambda x, b: _floor_rule(x, b, fp8.ELEMENT_FORMATS[E4M3].emax),
+    "an exact scale, not a power of two": lambda x, b: x.reshape(*x.shape[:-1], -1, b).abs().amax(-1) / 6.0,
+    "rounding log2(amax) up": lambda x, b: _floor_rule(x, b, 2, rounding=torch.ceil),
+    "the inverse scale": lambda x, b: 1.0 / _floor_rule(x, b, 2),
+    "amax without abs": lambda x, b: _floor_rule(x, b, 2, key=lambda t: t),
+}
+_EX3_HINT = (
+    "where does your scale put a block's amax (amax / scale)? The MX rule puts it in FP4 E2M1's top binade"
+)
 
 
-@exercise(3, "A block size for FP4", mistakes=[Mistake(*m) for m in _EX3.items()])
-def ex3(answer, acts, target, *, show: bool = True) -> CheckResult:
-    """The largest block size (of BLOCK_SIZES dividing the last dimension) at which FP4 E2M1 MX quantization
-    of ``acts`` flushes at most the share ``target`` of its non-zero elements to zero."""
-    x = acts.detach().to("cpu", torch.float32)
-    fp4 = _block_losses(x, "fp4_e2m1")
-    best = max((b for b, lost in fp4.items() if lost <= target), default=None)
-    if best is None:
-        raise ValueError(f"target={target} is below FP4's share lost to zero at every block size")
-    if is_placeholder(answer):
-        return no_answer("answer", show, "a block size")
-    size = _whole(answer)
-    if size not in fp4:
-        text = f"`answer` = {answer!r:.40} is not one of the block sizes here: {', '.join(map(str, fp4))}."
-        return _no(text, _EX3["not a block size"], show)
-    if size == best:
-        larger = [b for b in fp4 if b > best]
-        beyond = f"; the next larger, {min(larger)}, does not" if larger else " (the largest block size here)"
-        return finish("exact", f"block size {best}: FP4 E2M1 meets the target on acts{beyond}.", show=show)
-    if fp4[size] <= target:
-        text = f"block size {size} meets the target (FP4 loses {fp4[size]:.2%} to zero), but a larger one "
-        text += "does too."
-        return _no(text, _EX3["a smaller block size than needed"], show)
-    e4m3_best = max((b for b, lost in _block_losses(x, "fp8_e4m3").items() if lost <= target), default=None)
-    text = f"block size {size}: FP4 E2M1 flushes {fp4[size]:.2%} of acts' non-zero values to zero, above the "
-    slip = "answering for E4M3" if size == e4m3_best else "a block size that misses the target"
-    return _no(text + f"target {target:.2%}.", _EX3[slip], show)
+@exercise(3, "An MX block scale for FP4", mistakes=[Mistake(*m) for m in _EX3.items()])
+def ex3(scales_fn, *, show: bool = True) -> CheckResult:
+    """``my_mx_scales(x, block_size)``: every block's E8M0 scale for FP4 E2M1 elements, along the last
+    dimension, against the scales ``mx.mx_quantize`` uses (torchao's FLOOR rule) on six seeded tensors."""
+    cases, got = _ex3_cases(), []
+    outs = _outputs(scales_fn, "my_mx_scales", [(x, b) for _, x, b in cases], show)
+    if isinstance(outs, CheckResult):
+        return outs
+    want = [mx.e8m0_scales(x.reshape(-1, b), 2).reshape(*x.shape[:-1], -1) for _, x, b in cases]  # emax 2
+    for (case, _, b), out, w in zip(cases, outs, want, strict=True):
+        mine = None  # what it raised (a str), or what no tensor holds
+        with contextlib.suppress(TypeError, ValueError, RuntimeError):
+            mine = None if isinstance(out, str) else torch.as_tensor(out).detach().to("cpu", torch.float32)
+        if mine is None:
+            return _no(f"`my_mx_scales` on {case}: {out!s:.80}, not a tensor of scales.", _EX3_HINT, show)
+        if mine.numel() != w.numel():
+            text = f"`my_mx_scales` gave {mine.numel()} scale(s) for {case} (block size {b}): "
+            return _no(text + "not one per block.", _EX3["one scale for all"], show)
+        got.append(mine.reshape(w.shape))
+    if all(map(torch.equal, got, want)):
+        text = f"on all {len(got)} tensors ({sum(w.numel() for w in want)} blocks), bit for bit."
+        return finish("exact", "`my_mx_scales` equals mx.mx_quantize's E8M0 scales " + text, show=show)
+    slips = [n for n, r in _SLIPS3.items() if all(map(_close, got, (r(x, b) for _, x, b in cases)))]
+    i = next(i for i, (m, w) in enumerate(zip(got, want, strict=True)) if not torch.equal(m, w))
+    (case, x, b), bad = cases[i], (got[i] != want[i]).flatten()
+    k = int(bad.nonzero()[0])
+    amax, scale = float(x.reshape(-1, b).abs().amax(-1)[k]), float(got[i].flatten()[k])
+    ratio = f"{amax / scale:.4g}" if scale else "inf"
+    notes = [f"block {k} (amax {amax:.4g}): yours {_show(scale)} puts it at amax / scale = {ratio}"]
+    head = f"`my_mx_scales` differs from the MX rule on {case} (block size {b}): {int(bad.sum())} of "
+    notes.append(f"hint: {_EX3[slips[0]] if slips else _EX3_HINT}")
+    return finish("wrong", head + f"{bad.numel()} blocks.", notes, show=show)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.allclose(a, b, rtol=1e-6, equal_nan=True)
 
 
 # --- Exercise 4: the margin that absorbs a spike ---
@@ -378,7 +416,7 @@ def _saturated_steps(amaxes, history_len: int, margin: int) -> list[int]:
 _EX4 = {
     "a margin that still saturates": "with that margin the spike still lands beyond E4M3's max: the history's amax times 2**margin must reach it",
     "more margin than needed": "that margin saturates nothing, but a smaller one does not either: each binade of margin costs a binade of range at the bottom",
-    "2**margin for the margin": "the margin is an exponent: the scale is divided by 2**margin, so give the margin itself",
+    "2**margin for the margin": "is that a factor? The margin is an exponent, a number of binades: the scale is divided by 2**margin",
 }
 
 
@@ -401,10 +439,10 @@ def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
         if best:
             text += f"; margin {best - 1} at step(s) {_saturated_steps(amaxes, history_len, best - 1)[:5]}"
         return finish("exact", text + ".", show=show)
-    if best >= 2 and margin == 2**best:
-        return _no(f"`answer` = {margin} = 2**{best}.", _EX4["2**margin for the margin"], show)
     if still := _saturated_steps(amaxes, history_len, min(margin, MAX_MARGIN)):
         text = f"margin {margin}: delayed scaling still saturates at step(s) {still[:5]}."
         return _no(text, _EX4["a margin that still saturates"], show)
     text = f"margin {margin} saturates nothing, but it is not the smallest that does."
-    return _no(text, _EX4["more margin than needed"], show)
+    # any power of two from 8 up reads as a factor: the hint never singles out the one that is 2**best
+    factor = margin >= 8 and margin & (margin - 1) == 0
+    return _no(text, _EX4["2**margin for the margin" if factor else "more margin than needed"], show)
