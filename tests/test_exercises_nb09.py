@@ -81,6 +81,8 @@ def test_ex3_attention_in_float16():
     for Q, K in nb09._attention_cases()[:3]:  # the oracle: plain float16 logits overflow on these inputs
         logits = (Q.double() @ K.double().T).abs().max()
         assert logits > torch.finfo(torch.float16).max > logits / math.sqrt(Q.shape[-1])
+        top = (Q.double() @ K.double().T / math.sqrt(Q.shape[-1])).topk(2, dim=-1).values
+        assert (top[:, 0] - top[:, 1]).min() > 40  # no row where float16's rounding of a logit picks the max
     assert_not_attempted(nb09.ex3, None)
     assert_not_attempted(nb09.ex3, ...)
     d = lambda Q: math.sqrt(Q.shape[-1])  # noqa: E731

@@ -341,7 +341,8 @@ def test_percent_is_never_negative_zero():
     assert back.progress("bf16") < 0 and f"{back.progress('bf16'):.0%}" == "-0%"  # what the format gives
     assert back.percent("bf16") == "0%" and back.reading().facts["progress_bf16"] == "0%"
     assert (
-        S.SwampingResult(**{**vars(r), "history": dict(r.history, bf16=(1.0, 0.9999))}).percent("bf16") == "1%"
+        S.SwampingResult(**{**vars(r), "history": dict(r.history, bf16=(1.0, 0.9999))}).percent("bf16")
+        == "1%"
     )
 
 

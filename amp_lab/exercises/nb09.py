@@ -120,9 +120,10 @@ class _Dtypes(TorchFunctionMode):
 
 
 def _attention_cases():
-    """Exercise 3's inputs (seeded, out of sight): entries up to 60 and 120, where float16 Q @ K.T
-    overflows, and small ones, where softmax is far from one-hot and the scale factor shows."""
-    gen = torch.Generator().manual_seed(9)
+    """Exercise 3's inputs (seeded, out of sight): entries up to 60 and 120, where float16 Q @ K.T overflows
+    (the seed leaves a gap of over 40 between each row's two largest scaled logits, far beyond float16's
+    rounding of them), and small ones, where softmax is far from one-hot and the scale factor shows."""
+    gen = torch.Generator().manual_seed(38)
 
     def draw(seq, d, magnitude, low=0.0):
         return tuple((low + (magnitude - low) * torch.rand(seq, d, generator=gen)).half() for _ in "QK")
