@@ -19,7 +19,7 @@ from .dtypes import dtype_name
 from .text import format_ratio, format_seconds
 
 
-def plural(count: int, noun: str) -> str:
+def plural(count, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
@@ -87,7 +87,7 @@ class Timing:
         return (
             f"{self.label}: median {format_seconds(self.median)}, IQR {format_seconds(self.iqr)} "
             f"({100 * self.rel_iqr:.0f}%), {len(self.samples)} samples x {self.number} calls "
-            f"after {self.warmup} warm-up calls, {self.context.get('threads', '?')} threads"
+            f"after {self.warmup} warm-up calls, {plural(self.context.get('threads', '?'), 'thread')}"
         )
 
 

@@ -1,15 +1,19 @@
 """Pitfalls run live (``09_pitfalls``): autocast's cast cache, Adam's eps in FP16, attention logits
-overflowing FP16, ``torch.compile`` with autocast.  The bounds are shared with swamping and subnormals."""
+overflowing FP16 (and what ``F.scaled_dot_product_attention`` does instead), ``torch.compile`` with autocast.
+The bounds are shared with swamping and subnormals."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import textwrap
 import types
 import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ._checks import check_bool, check_float, check_int, check_seed
 from .device import amp_dtype, check_fits, float64_on_cpu, get_device, seeded
@@ -36,10 +40,11 @@ def check_work(numel: int, num_steps: int) -> None:
 
 
 class Reads:
-    """A record whose ``str()`` is its :meth:`reading`."""
+    """A record whose ``str()`` is its :meth:`reading`, wrapped between words at 100 characters (JupyterLab's
+    own wrapping at 1280 px breaks inside a number)."""
 
     def __str__(self) -> str:
-        return str(self.reading())
+        return textwrap.fill(str(self.reading()), 100, break_long_words=False, break_on_hyphens=False)
 
 
 def read_cast_cache(weight_changed: bool, stale_inside: bool) -> Reading:
@@ -257,6 +262,7 @@ class AttentionVariant:
 
 
 ATTENTION_VARIANTS = ("fp16", "fp16 logits, fp32 softmax", "fp16 with Q scaled first", "bf16", "fp32 logits")
+ATTENTION_VARIANTS += ("sdpa", "sdpa math")  # F.scaled_dot_product_attention as dispatched; forced to MATH
 
 
 @dataclass(frozen=True)
@@ -269,9 +275,12 @@ class AttentionOverflowResult(Reads):
     largest_logit: float  # the largest |Q K^T| entry in float64, before the 1/sqrt(d) scaling
     fp16_max: float
     variants: dict  # name -> AttentionVariant
+    sdpa_backend: str  # the SDPBackend F.scaled_dot_product_attention picks for these inputs (torch says)
+    math_dtype: str  # the dtype its math backend computes float16 in (torch's reduction flag)
+    math_by_hand: bool  # the math backend equals Q and K times head_dim**-0.25, matmul, softmax in math_dtype
 
     def reading(self) -> Reading:
-        """Outcome: whether plain float16 logits overflow; then how many variants stay finite."""
+        """Outcome: whether plain float16 logits overflow; then how many variants stay finite, then SDPA."""
         fp16 = self.variants["fp16"]
         facts = vars(self) | {
             "inf_logits": fp16.inf_logits,
@@ -280,13 +289,25 @@ class AttentionOverflowResult(Reads):
         }
         facts |= {"num_finite": sum(v.ok for v in self.variants.values()), "num_variants": len(self.variants)}
         outcome = "pitfalls.attention_fits" if fp16.ok else "pitfalls.attention_overflows"
-        return Reading(outcome, ("pitfalls.attention_finite_variants",), facts)
+        math = "pitfalls.sdpa_math_by_hand" if self.math_by_hand else "pitfalls.sdpa_math_differs"
+        return Reading(outcome, ("pitfalls.attention_finite_variants", "pitfalls.sdpa_backend", math), facts)
+
+
+def _sdpa_probs(q: torch.Tensor, k: torch.Tensor, backend=None) -> tuple[torch.Tensor, str]:
+    """``softmax(q k^T / sqrt(d))`` out of ``F.scaled_dot_product_attention``, and the backend torch picks: V
+    is the identity, q and k padded with zeros to its width (fused kernels want V as wide as q)."""
+    (seq, d), w = q.shape, max(q.shape)
+    q4, k4 = (F.pad(t, (0, w - d))[None, None] for t in (q, k))
+    args = (q4, k4, torch.eye(seq, w, dtype=q.dtype, device=q.device)[None, None])
+    with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+        probs = F.scaled_dot_product_attention(*args, scale=1 / math.sqrt(d))[0, 0, :, :seq]
+    return probs, SDPBackend(torch._fused_sdp_choice(*args, scale=1 / math.sqrt(d))).name
 
 
 def attention_overflow(
     seq: int = 16, head_dim: int = 64, *, magnitude: float = 60.0, device=None, seed: int = 0
 ) -> AttentionOverflowResult:
-    """``softmax(Q K^T / sqrt(head_dim))`` of entries in [0, ``magnitude``), computed the five ways of
+    """``softmax(Q K^T / sqrt(head_dim))`` of entries in [0, ``magnitude``), computed the ways of
     :data:`ATTENTION_VARIANTS`, against float64.  ``seq`` <= MAX_SEQ, ``head_dim`` <= MAX_HEAD_DIM."""
     seq = check_int("seq", seq, minimum=1, maximum=MAX_SEQ)
     head_dim = check_int("head_dim", head_dim, minimum=1, maximum=MAX_HEAD_DIM)
@@ -295,7 +316,8 @@ def attention_overflow(
     seed = check_seed("seed", seed)
     dev = get_device(device)
     what = f"attention_overflow(seq={seq}, head_dim={head_dim})"
-    check_fits(seq * head_dim * 2 * 8 + seq * seq * 8 * 8, dev, what, "choose a smaller seq or head_dim")
+    need = seq * head_dim * 2 * 8 + seq * seq * 8 * 10 + max(seq, head_dim) ** 2 * 24
+    check_fits(need, dev, what, "choose a smaller seq or head_dim")
     # torch.rand draws the same values on every CPU kernel; float16 inputs for every variant
     with seeded(seed):
         Q = (magnitude * torch.rand(seq, head_dim)).to(torch.float16)
@@ -312,12 +334,20 @@ def attention_overflow(
 
     logits, probs = naive(Qd, Kd)
     scaled = (Qd * scale) @ Kd.T
+    # the math backend by hand: Q and K each times sqrt(1/sqrt(d)), in float32 unless torch allows float16
+    allowed = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    math_dtype, w = (torch.float16 if allowed else torch.float32), max(seq, head_dim)
+    q4, k4 = (F.pad(t, (0, w - head_dim)).to(math_dtype)[None, None] * math.sqrt(scale) for t in (Qd, Kd))
+    by_hand = (q4 @ k4.transpose(-2, -1))[0, 0]  # on SDPA's own padded 4-D shapes, for the same kernels
+    (sdpa, backend), (sdpa_math, _) = _sdpa_probs(Qd, Kd), _sdpa_probs(Qd, Kd, SDPBackend.MATH)
     computed = {
         "fp16": (logits, probs),
         "fp16 logits, fp32 softmax": (logits, torch.softmax(logits.float() * scale, dim=-1)),
         "fp16 with Q scaled first": (scaled, torch.softmax(scaled, dim=-1)),
         "bf16": naive(Qd.to(torch.bfloat16), Kd.to(torch.bfloat16)),
         "fp32 logits": naive(Qd.float(), Kd.float()),
+        "sdpa": (torch.zeros(()), sdpa),
+        "sdpa math": (by_hand, sdpa_math),
     }
     variants = {}
     for name in ATTENTION_VARIANTS:
@@ -332,6 +362,9 @@ def attention_overflow(
         largest_logit=float(logits64.abs().max()),
         fp16_max=fp16_max,
         variants=variants,
+        sdpa_backend=backend,
+        math_dtype=dtype_name(math_dtype),
+        math_by_hand=torch.equal(sdpa_math, torch.softmax(by_hand, dim=-1).to(torch.float16)),
     )
 
 

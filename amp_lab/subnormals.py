@@ -4,12 +4,14 @@ flush-to-zero off and on (:func:`subnormal_slowdown`, timed by :func:`amp_lab.ti
 from __future__ import annotations
 
 import contextlib
+import textwrap
 from dataclasses import dataclass
 
 import torch
 
 from ._checks import check_choice, check_float, check_int
 from .device import check_fits, torch_threads
+from .dtypes import dtype_name
 from .pitfalls import MAX_NUMEL, Reads
 from .text import Reading, format_ratio, format_seconds
 from .timing import Contestant, measure
@@ -17,6 +19,7 @@ from .timing import Contestant, measure
 MAX_TIMING_REPEATS = 100  # subnormal_slowdown's samples per contestant
 MAX_TIMING_SAMPLE_S = 1.0  # subnormal_slowdown's seconds per sample
 TINY = torch.finfo(torch.float32).smallest_normal / 4  # a float32 subnormal
+FTZ_FORMATS = (torch.float32, torch.bfloat16, torch.float16)  # whose subnormals flush-to-zero may zero
 
 
 def flush_denormal_enabled() -> bool:
@@ -47,6 +50,11 @@ class SubnormalResult(Reads):
     flushes_to_zero: bool  # with flush-to-zero on, op(subnormal) gave only zeros
     restored: bool  # the flush setting after the run equals the one before
     timings: dict
+    flushed: tuple[str, ...] = ()  # the formats of FTZ_FORMATS whose subnormal times 1.0 gave 0 with it on
+
+    def __str__(self) -> str:
+        lines = [textwrap.fill(f"  {t}", 100, subsequent_indent="    ") for t in self.timings.values()]
+        return "\n".join([super().__str__(), *lines])
 
     @property
     def slowdown(self) -> float:
@@ -69,8 +77,11 @@ class SubnormalResult(Reads):
             return Reading(outcome, ("subnormals.ftz_unsupported",), facts)
         facts["flushed_time"] = time["subnormal, flush-to-zero"]
         facts["flushed_ratio"] = format_ratio(self.flushed_slowdown)
+        names = [dtype_name(d) for d in FTZ_FORMATS]
+        facts["flushed_formats"] = ", ".join(self.flushed) or "none"
+        facts["kept_formats"] = ", ".join(n for n in names if n not in self.flushed) or "none"
         ftz = "subnormals.ftz_zeros" if self.flushes_to_zero else "subnormals.ftz_kept"
-        return Reading(outcome, (ftz,), facts)
+        return Reading(outcome, (ftz, "subnormals.ftz_formats"), facts)
 
 
 _SUBNORMAL_OPS = {
@@ -96,6 +107,8 @@ def subnormal_slowdown(
     normal, subnormal, out = torch.full((numel,), 1.5), torch.full((numel,), TINY), torch.empty(numel)
     with torch_threads(1), flush_denormal(True) as supported:
         flushes = bool(supported and (fn(subnormal, out) == 0).all())
+        tiny = [torch.tensor(torch.finfo(d).smallest_normal / 4, dtype=d) for d in FTZ_FORMATS]
+        flushed = tuple(dtype_name(t.dtype) for t in tiny if supported and float(t * 1.0) == 0)
     fns = {
         "normal": lambda: fn(normal, out),
         "subnormal": Contestant(lambda: fn(subnormal, out), lambda: flush_denormal(False)),
@@ -106,4 +119,5 @@ def subnormal_slowdown(
         timings = measure(
             fns, device="cpu", warmup=2, repeats=repeats, min_sample_s=min_sample_s, num_threads=1
         )
-    return SubnormalResult(name, numel, supported, flushes, flush_denormal_enabled() == before, timings)
+    restored = flush_denormal_enabled() == before
+    return SubnormalResult(name, numel, supported, flushes, restored, timings, flushed)

@@ -73,6 +73,10 @@ class SwampingResult(Reads):
         moved = self.exact - self.start
         return (self.history[method][-1] - self.start) / moved if moved else 1.0
 
+    def percent(self, method: str) -> str:
+        """:meth:`progress` as a whole percentage: ``"0%"``, never ``"-0%"`` (``round`` gives an int)."""
+        return f"{round(100 * self.progress(method))}%"
+
     @property
     def lost(self) -> bool:
         """Each update is smaller than half a bf16 ulp of the starting weight: plain bf16 swallows it."""
@@ -93,7 +97,7 @@ class SwampingResult(Reads):
         for m in SWAMPING_METHODS:
             key = m.split()[0]
             facts[f"final_{key}"] = self.final[m]
-            facts[f"progress_{key}"] = round(100 * self.progress(m)) / 100 + 0.0  # + 0.0: no "-0%"
+            facts[f"progress_{key}"] = self.percent(m)
         return Reading(outcome, reasons, facts)
 
 

@@ -23,10 +23,25 @@ FP16_SUBNORMAL = FP16.tiny * FP16.eps  # the smallest float16 subnormal, 2**-24,
 
 
 def codes(result):
-    """The reading's codes, each with a sentence in REASONS (and its str() fills every one)."""
+    """The reading's codes, each with a sentence in REASONS (and its str() fills every one, wrapped)."""
     reading = result.reading()
-    assert set(reading.codes) <= set(REASONS) and str(result) == str(reading)
+    assert set(reading.codes) <= set(REASONS)
+    assert " ".join(str(result).split()).startswith(" ".join(str(reading).split()))
     return reading.codes
+
+
+def test_printed_results_wrap_at_100_characters_between_words():
+    # a line longer than a 1280 px window breaks where JupyterLab likes, "7.29|6e+04" (issue 24)
+    att = P.attention_overflow(16, 64, magnitude=60.0, device="cpu")
+    sub = N.subnormal_slowdown(64, repeats=1, min_sample_s=1e-4)
+    for result in (att, sub):
+        text = str(result)
+        assert max(map(len, text.splitlines())) <= 100, text
+        assert text.split()[: len(str(result.reading()).split())] == str(result.reading()).split()
+    assert len(str(att.reading())) > 100  # so the wrapping is tested
+    assert {line.split(":")[0] for line in str(sub).splitlines() if line.startswith("  ")} >= {
+        f"  {label}" for label in sub.timings
+    }
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -148,7 +163,10 @@ def test_adam_eps_rounds_to_zero_in_fp16_and_fp16_adam_blows_up():
         "pitfalls.adam_v_zero",
         "pitfalls.fp32_adam_finite",
     )
-    assert r.reading().facts["first_nonfinite_step_fp16"] == 1 and r.reading().facts["fp32_end"] == r.distance_fp32[-1]
+    assert (
+        r.reading().facts["first_nonfinite_step_fp16"] == 1
+        and r.reading().facts["fp32_end"] == r.distance_fp32[-1]
+    )
 
 
 def test_adam_with_an_eps_fp16_can_hold_stays_finite():
@@ -311,9 +329,28 @@ def test_swamping_run_against_float64_and_finfo():
     assert r.progress("bf16") == 0 and r.progress("kahan") == pytest.approx(1, abs=0.02)
     assert codes(r) == ("swamping.bf16_stuck", "swamping.update_lost", "swamping.remedies")
     facts = r.reading().facts
-    assert facts["progress_bf16"] == 0 and math.copysign(1, facts["progress_bf16"]) == 1  # no "-0%"
+    assert facts["progress_bf16"] == "0%" and r.percent("kahan") == "100%"
     assert facts["final_stochastic"] == r.final["stochastic"] and facts["numel"] == 32
     assert r.reading(remedies=False).codes == ("swamping.bf16_stuck", "swamping.update_lost")
+
+
+def test_percent_is_never_negative_zero():
+    r = S.swamping_run(10, update=-1e-3, start=1.0, numel=2, device="cpu")
+    history = dict(r.history, bf16=(1.0, 1.00004))  # moved 0.4% the wrong way
+    back = S.SwampingResult(**{**vars(r), "history": history})
+    assert back.progress("bf16") < 0 and f"{back.progress('bf16'):.0%}" == "-0%"  # what the format gives
+    assert back.percent("bf16") == "0%" and back.reading().facts["progress_bf16"] == "0%"
+    assert (
+        S.SwampingResult(**{**vars(r), "history": dict(r.history, bf16=(1.0, 0.9999))}).percent("bf16")
+        == "1%"
+    )
+
+
+def test_a_timing_says_1_thread_not_1_threads():
+    from amp_lab.intervals import Timing
+
+    assert str(Timing("x", (1e-3,), 1, 0, {"threads": 1})).endswith(", 1 thread")
+    assert str(Timing("x", (1e-3,), 1, 0, {"threads": 2})).endswith(", 2 threads")
 
 
 def test_swamping_run_is_seeded():
@@ -400,8 +437,33 @@ def test_subnormal_slowdown_measures_and_restores():
     assert r.slowdown > 0 and all(len(t.samples) == 3 for t in r.timings.values())
     assert r.timings["normal"].context["threads"] == 1
     outcome = "subnormals.slow" if r.slowdown >= 1.2 else "subnormals.no_penalty"
-    ftz = "subnormals.ftz_zeros" if r.flush_supported else "subnormals.ftz_unsupported"
-    assert codes(r) == (outcome, ftz) and r.reading().facts["slowdown"] == r.slowdown
+    ftz = (
+        ("subnormals.ftz_zeros", "subnormals.ftz_formats")
+        if r.flush_supported
+        else ("subnormals.ftz_unsupported",)
+    )
+    assert codes(r) == (outcome, *ftz) and r.reading().facts["slowdown"] == r.slowdown
+
+
+def test_subnormal_slowdown_says_which_formats_flush_to_zero_zeroes():
+    r = N.subnormal_slowdown(64, repeats=1, min_sample_s=1e-4)
+    if not r.flush_supported:
+        assert r.flushed == ()
+        pytest.skip("torch.set_flush_denormal is not supported on this CPU")
+    expected = []
+    try:  # the oracle: torch's own switch, and each format's smallest subnormal from torch.finfo
+        torch.set_flush_denormal(True)
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            tiny = torch.tensor(torch.finfo(dt).tiny * torch.finfo(dt).eps, dtype=dt)
+            if float(tiny * 1.0) == 0:
+                expected.append(dtype_name(dt))
+    finally:
+        torch.set_flush_denormal(False)
+    assert list(r.flushed) == expected and "float32" in expected
+    facts = r.reading().facts
+    assert facts["flushed_formats"] == ", ".join(expected)
+    kept = [n for n in ("float32", "bfloat16", "float16") if n not in expected]
+    assert facts["kept_formats"] == (", ".join(kept) or "none")
 
 
 @pytest.mark.parametrize(
@@ -448,16 +510,59 @@ def test_attention_overflow_rows_follow_float64_logits():
     assert r.variants["fp32 logits"].max_error < 1e-5
     assert r.variants["bf16"].max_error > r.variants["fp32 logits"].max_error  # fewer digits, same range
     assert math.isnan(fp16.max_error)
-    assert codes(r) == ("pitfalls.attention_overflows", "pitfalls.attention_finite_variants")
+    attention = ("pitfalls.attention_finite_variants", "pitfalls.sdpa_backend", "pitfalls.sdpa_math_by_hand")
+    assert codes(r) == ("pitfalls.attention_overflows", *attention)
     facts = r.reading().facts
-    assert (facts["inf_logits"], facts["num_logits"], facts["num_finite"]) == (fp16.inf_logits, 256, 3)
+    assert (facts["inf_logits"], facts["num_logits"], facts["num_finite"]) == (fp16.inf_logits, 256, 5)
+
+
+def _sdpa_by_torch(Q, K, **kw):
+    seq, d = Q.shape
+    eye = torch.eye(seq, d, dtype=Q.dtype)[None, None]
+    return torch.nn.functional.scaled_dot_product_attention(Q[None, None], K[None, None], eye, **kw)[
+        0, 0, :, :seq
+    ]
+
+
+def test_sdpa_keeps_the_logits_that_float16_overflows():
+    """F.scaled_dot_product_attention on the inputs whose float16 logits overflow: every probability finite,
+    the backend the one torch picks, and the math backend is Q and K times d**-1/4 before the matmul."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    r = P.attention_overflow(16, 64, magnitude=60.0, device="cpu", seed=0)
+    Q, K, _ = _logits64(16, 64, 60.0, 0)
+    Q, K = Q.half(), K.half()
+    assert (
+        r.sdpa_backend
+        == SDPBackend(torch._fused_sdp_choice(Q[None, None], K[None, None], Q[None, None])).name
+    )
+    assert r.variants["sdpa"].ok and r.variants["sdpa math"].ok and r.variants["sdpa"].max_error < 1e-3
+    assert torch.isinf(Q @ K.T).any()  # the oracle: plain float16 logits overflow here
+    with sdpa_kernel(SDPBackend.MATH):
+        math_probs = _sdpa_by_torch(Q, K)
+    s = math.sqrt(1 / math.sqrt(64))
+    by_hand = torch.softmax((Q.float()[None, None] * s) @ (K.float()[None, None] * s).transpose(-2, -1), -1)
+    assert torch.equal(math_probs, by_hand[0, 0].half()) and r.math_by_hand and r.math_dtype == "float32"
+    before = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    try:  # torch's flag: the math backend in float16 itself, pre-scaled still
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
+        r16 = P.attention_overflow(16, 64, magnitude=60.0, device="cpu", seed=0)
+        assert r16.math_dtype == "float16" and r16.math_by_hand and r16.variants["sdpa math"].ok
+    finally:
+        torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(before)
+
+
+@pytest.mark.parametrize("seq, head_dim", [(5, 64), (40, 7), (16, 100)])
+def test_sdpa_probabilities_for_any_shape(seq, head_dim):
+    r = P.attention_overflow(seq, head_dim, magnitude=3.0, device="cpu", seed=1)
+    assert r.math_by_hand and all(r.variants[n].max_error < 2e-3 for n in ("sdpa", "sdpa math"))
 
 
 def test_attention_without_overflow_is_fine_everywhere():
     r = P.attention_overflow(8, 16, magnitude=4.0, device="cpu")
     assert all(v.ok for v in r.variants.values())
-    assert codes(r) == ("pitfalls.attention_fits", "pitfalls.attention_finite_variants")
-    assert r.reading().facts["num_finite"] == 5
+    assert codes(r)[:2] == ("pitfalls.attention_fits", "pitfalls.attention_finite_variants")
+    assert r.reading().facts["num_finite"] == 7
 
 
 @pytest.mark.parametrize(
@@ -489,7 +594,10 @@ def test_compile_autocast_records_the_casts(dtype):
     assert r.eager_dtype == r.compiled_dtype == dtype_name(dtype)
     assert r.bitwise_equal and r.max_abs_diff == 0
     assert r.sees_in_place_update
-    assert r.graphs_outside_then_inside == 2 and r.dtypes_outside_then_inside == ("float32", dtype_name(dtype))
+    assert r.graphs_outside_then_inside == 2 and r.dtypes_outside_then_inside == (
+        "float32",
+        dtype_name(dtype),
+    )
     assert codes(r) == (
         "pitfalls.compile_casts",
         "pitfalls.compile_bitwise",

@@ -1,17 +1,18 @@
 """Exercises of notebook 09 (pitfalls practitioners hit): expected values come from torch's own casts
-(float16's rounding of powers of ten, bfloat16's spacing and tie rule) and from the learner's ``att``."""
+(float16's rounding of powers of ten, bfloat16's spacing and tie rule) and, for the learner's attention
+function, from float64 on inputs the learner does not see."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from ..check import check_value
-from ..check_base import CheckResult, finish, norm
-from ..check_items import check_set
-from ..pitfalls import ATTENTION_VARIANTS
-from . import Mistake, exercise, finite_float
+from ..check_base import CheckResult, finish
+from ..check_items import check_function
+from . import Mistake, exercise, finite_float, wrong
 
 __all__ = ["ex1", "ex2", "ex3", "SWAMP_WEIGHT", "MAX_POWER"]
 
@@ -20,17 +21,16 @@ SWAMP_WEIGHT = 256.0  # exercise 2: the bfloat16 weight that receives the update
 
 
 def _one_number(answer, expected: float, slip, hint: str, show: bool, **tolerance) -> CheckResult:
-    """``answer`` against ``expected``: a collection is not one number; a slip (``slip(a)``, the hint of the
-    mistake it recognises) gets its hint alone (the generic ratio notes would mislead); else check_value."""
+    """``answer`` against ``expected``: a collection is not one number; a wrong number gets the hint of the
+    slip it makes (``slip(a)``) or ``hint``, never how far off it is (that would give the answer away)."""
     if isinstance(answer, (list, tuple, set, frozenset, dict)) or (
         isinstance(answer, torch.Tensor) and answer.numel() != 1
     ):
         text = f"`answer` is a {type(answer).__name__}; this exercise wants one number."
         return finish("wrong", text, show=show)
     a = finite_float(answer)
-    if a is not None and a != expected and (slip_hint := slip(a)):
-        text = f"`answer` = {answer!r} is not the right value yet."
-        return finish("wrong", text, [f"hint: {slip_hint}"], show=show)
+    if a is not None and not check_value(answer, expected, show=False, **tolerance).ok:
+        return wrong(f"`answer` = {answer!r} is not the right value yet.", slip(a) or hint, show=show)
     return check_value(answer, expected, hint=hint, show=show, **tolerance)
 
 
@@ -107,27 +107,83 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     return _one_number(answer, largest_lost, slip, hint, show)
 
 
-_TOO_LATE_HINT = "the float16 logits are already inf: a float32 softmax of inf - inf is still nan"
-_BF16_HINT = "bfloat16 has float32's range: is range or precision what overflowed here?"
-_SCALE_HINT = "what does dividing Q by sqrt(d) before the matmul do to the size of the logits it produces?"
-# (a variant, whether it is a fix or a non-fix when the mistake is made, the mistake of judging it wrong)
-_VARIANT_MISTAKES = (
-    ("fp16 logits, fp32 softmax", False, Mistake("fp32 softmax rescues it", _TOO_LATE_HINT)),
-    ("bf16", True, Mistake("bf16 left out", _BF16_HINT)),
-    ("fp16 with Q scaled first", True, Mistake("scaling first left out", _SCALE_HINT)),
+class _Dtypes(TorchFunctionMode):
+    """Records in ``seen`` the float dtypes of the tensors (with a dimension) that torch calls under it return."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        self.seen |= {
+            t.dtype for t in outs if isinstance(t, torch.Tensor) and t.dim() and t.is_floating_point()
+        }
+        return out
+
+
+def _attention_cases():
+    """Exercise 3's inputs (seeded, out of sight): entries up to 60 and 120, where float16 Q @ K.T overflows
+    (the seed leaves a gap of over 40 between each row's two largest scaled logits, far beyond float16's
+    rounding of them), and small ones, where softmax is far from one-hot and the scale factor shows."""
+    gen = torch.Generator().manual_seed(38)
+
+    def draw(seq, d, magnitude, low=0.0):
+        return tuple((low + (magnitude - low) * torch.rand(seq, d, generator=gen)).half() for _ in "QK")
+
+    return [draw(16, 64, 60.0), draw(12, 128, 50.0), draw(8, 64, 120.0, low=-120.0), draw(10, 64, 1.0)]
+
+
+def _attention_reference(Q, K):
+    """torch in float64, rounded once to float16."""
+    return torch.softmax(Q.double() @ K.double().T / math.sqrt(Q.shape[-1]), dim=-1).half()
+
+
+_UPCAST = Mistake(
+    "an upcast",
+    "float32 or bfloat16 logits are a fix too, but here every tensor your function makes stays float16: keep "
+    "the logits inside float16's range instead",
+)
+_ATTENTION_SLIPS = (  # a slip, run beside the learner's function, and its mistake
+    (
+        lambda Q, K: torch.softmax((Q @ K.T) / math.sqrt(Q.shape[-1]), dim=-1),
+        Mistake("scaling after the matmul", "Q @ K.T is already inf in float16 when you scale it"),
+    ),
+    (
+        lambda Q, K: torch.softmax((Q / Q.shape[-1]) @ K.T, dim=-1),
+        Mistake("1/d for 1/sqrt(d)", "compare your factor with the one in softmax(Q K^T / sqrt(d))"),
+    ),
 )
 
 
-@exercise(3, "Which fixes work?", mistakes=[m for *_, m in _VARIANT_MISTAKES])
-def ex3(answer, att, *, show: bool = True) -> CheckResult:
-    """Which of the attention variants other than plain "fp16" keep every probability finite for the inputs
-    of ``att`` (:func:`amp_lab.pitfalls.attention_overflow`): a set of variant names."""
-    options = [n for n in ATTENTION_VARIANTS if n != "fp16"]
-    finite = {n for n in options if att.variants[n].ok}
-    items = answer if isinstance(answer, (set, frozenset, list, tuple)) else [answer]
-    picked = {norm(x) for x in items if isinstance(x, str)}
-    hints = [
-        m.hint for name, fix, m in _VARIANT_MISTAKES if (name in finite) == fix != (norm(name) in picked)
-    ]
-    hints.append("a fix has to act before or inside the matmul whose output overflows")
-    return check_set(answer, sorted(finite), options=options, hint="; ".join(hints), show=show)
+def _diagnose(fn) -> str | None:
+    """The hint of the mistake the learner's ``fn`` makes on every case, if one (None also when it raises:
+    the generic check reports that)."""
+    mode, cases = _Dtypes(), _attention_cases()
+    mode.seen = set()
+    try:
+        with mode:
+            outs = [fn(Q, K) for Q, K in cases]
+        if mode.seen - {torch.float16}:
+            return _UPCAST.hint
+        for slip, m in _ATTENTION_SLIPS:
+            pairs = zip(outs, cases, strict=True)
+            if all(
+                torch.allclose(o.double(), slip(Q, K).double(), atol=1e-3, equal_nan=True)
+                for o, (Q, K) in pairs
+            ):
+                return m.hint
+    except Exception:  # the learner's code: the generic check reports it
+        return None
+    return None
+
+
+@exercise(3, "Attention probabilities in float16", mistakes=[_UPCAST, *(m for _, m in _ATTENTION_SLIPS)])
+def ex3(answer, *, show: bool = True) -> CheckResult:
+    """``answer`` is the learner's ``attention_probs(Q, K)``: ``softmax(Q K^T / sqrt(d))`` of float16
+    ``(seq, d)`` tensors, every tensor it makes float16; compared with float64 on hidden inputs."""
+    name = "attention_probs"
+    if callable(answer) and (slip_hint := _diagnose(answer)):
+        return wrong(f"{name} does not give softmax(Q K^T / sqrt(d)) in float16 yet.", slip_hint, show=show)
+    hint = "the logits overflow float16 before softmax sees them: where can the 1/sqrt(d) act instead?"
+    cases = _attention_cases()
+    return check_function(
+        answer, _attention_reference, cases, name=name, rtol=0.01, atol=1e-3, hint=hint, show=show
+    )
