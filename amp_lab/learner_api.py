@@ -146,7 +146,6 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "memory_summary",
         "sweep_summary",
         "tf32_summary",
-        "wrap",
     ),
     "race_widget": (
         "RaceWidget",
@@ -227,6 +226,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     "text": (
         "format_bytes",
         "format_seconds",
+        "wrap",
     ),
     "timing": (
         "describe_context",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import textwrap
 import types
 import warnings
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ class Reads:
     own wrapping at 1280 px breaks inside a number)."""
 
     def __str__(self) -> str:
-        return textwrap.fill(str(self.reading()), 100, break_long_words=False, break_on_hyphens=False)
+        return str(self.reading())
 
 
 def read_cast_cache(weight_changed: bool, stale_inside: bool) -> Reading:

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Sequence
 
 import torch
 
-from ._checks import check_instance, check_int
+from ._checks import check_instance
 from .cost import elementwise_intensity
 from .dtypes import dtype_name
 from .gpus import bf16_hardware
@@ -27,18 +26,6 @@ from .sweeps import SweepResult, check_sweep
 from .text import Reading, format_bytes, format_ratio
 
 _SIZE_NAMES = {"matmul": "n", "mlp": "width", "batch": "batch"}
-
-
-def wrap(value, width: int = 100) -> str:
-    """``str(value)`` (a reading, a race) wrapped line by line between words, each line's indent kept, so that
-    printed lines fit a 1280-pixel window without breaking inside a word.  (``06_timing_race``)"""
-    width = check_int("width", width, minimum=40, maximum=1000)
-    keep = dict(break_long_words=False, break_on_hyphens=False)
-    lines = str(value).splitlines() or [""]
-    indent = [" " * (len(x) - len(x.lstrip(" ")) + 2) for x in lines]
-    return "\n".join(
-        textwrap.fill(x, width, subsequent_indent=i, **keep) or x for x, i in zip(lines, indent, strict=True)
-    )
 
 
 def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...], dict]:

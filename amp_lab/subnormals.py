@@ -4,7 +4,6 @@ flush-to-zero off and on (:func:`subnormal_slowdown`, timed by :func:`amp_lab.ti
 from __future__ import annotations
 
 import contextlib
-import textwrap
 from dataclasses import dataclass
 
 import torch
@@ -13,7 +12,7 @@ from ._checks import check_choice, check_float, check_int
 from .device import check_fits, torch_threads
 from .dtypes import dtype_name
 from .pitfalls import MAX_NUMEL, Reads
-from .text import Reading, format_ratio, format_seconds
+from .text import Reading, format_ratio, format_seconds, wrap
 from .timing import Contestant, measure
 
 MAX_TIMING_REPEATS = 100  # subnormal_slowdown's samples per contestant
@@ -53,7 +52,7 @@ class SubnormalResult(Reads):
     flushed: tuple[str, ...] = ()  # the formats of FTZ_FORMATS whose subnormal times 1.0 gave 0 with it on
 
     def __str__(self) -> str:
-        lines = [textwrap.fill(f"  {t}", 100, subsequent_indent="    ") for t in self.timings.values()]
+        lines = [wrap(f"  {t}") for t in self.timings.values()]
         return "\n".join([super().__str__(), *lines])
 
     @property

@@ -30,14 +30,20 @@ def say(code: str, **facts) -> str:
 WIDTH = 100  # characters: a printed line at most this long fits an output area at 1280 px, file browser open
 
 
-def wrap(text: str, indent: str = "") -> str:
-    """Each line of ``text`` longer than :data:`WIDTH` broken at spaces (continuations start with ``indent``):
-    JupyterLab breaks a line too long for the output area mid-word."""
+def wrap(value, indent: str | None = None) -> str:
+    """``str(value)`` (a reading, a race, a sentence) with each line longer than :data:`WIDTH` broken between
+    words, never inside one or at a hyphen (JupyterLab breaks a line too long for its output area mid-word);
+    a continuation starts with ``indent``, by default its line's own indent and two spaces."""
+    if indent is not None and not isinstance(indent, str):
+        raise ArgumentTypeError(f"indent must be a string or None, got {type(indent).__name__}")
+    keep = dict(break_long_words=False, break_on_hyphens=False)
     return "\n".join(
-        textwrap.fill(line, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+        textwrap.fill(
+            line, WIDTH, subsequent_indent=indent or " " * (len(line) - len(line.lstrip(" ")) + 2), **keep
+        )
         if len(line) > WIDTH
         else line
-        for line in text.split("\n")
+        for line in str(value).split("\n")
     )
 
 

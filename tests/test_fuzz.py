@@ -796,7 +796,7 @@ E(
 )
 E("gpus.datasheet_rows")
 E("race_readout.tf32_summary", lambda: dict(result=race_result()), post=is_reading)
-E("race_readout.wrap", lambda: dict(value="a b c"), {"value": Obj(), "width": Int(40, 1000)}, post=is_str)
+E("text.wrap", lambda: dict(value="a b c"), {"value": Obj()}, post=is_str)
 E(
     "references.describe_reference",
     lambda: dict(reference={"machine": {"gpu_name": "H100"}, "date": "2025-01-01"}),

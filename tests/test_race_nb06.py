@@ -221,15 +221,15 @@ def test_wrap_breaks_between_words_and_keeps_the_indent():
         + ("parameters, gradients, Adam state and tensors saved for backward)")
     )
     for value in (race_text, race_readout.explain(adds[0]), race_readout.explain(mm[0])):
-        out = race_readout.wrap(value)
+        out = text.wrap(value)
         assert max(map(len, out.splitlines())) <= 100
         assert out.split() == str(value).split()  # no word broken, none lost ("Adam" stays whole)
-    lines = race_readout.wrap(race_text).splitlines()
-    assert "Adam" in race_readout.wrap(race_text).split()
+    lines = text.wrap(race_text).splitlines()
+    assert "Adam" in text.wrap(race_text).split()
     assert all(
         line.startswith("    ") for line in lines[len(str(mm[0]).splitlines()) + 1 :]
     )  # continuation lines
-    assert race_readout.wrap("x" * 150) == "x" * 150  # one long token is kept whole rather than cut
+    assert text.wrap("x" * 150) == "x" * 150  # one long token is kept whole rather than cut
 
 
 # ---- notebook 06's text: the four mistakes in the same words; no "ceiling"; no outcome in markdown ----
