@@ -1178,6 +1178,7 @@ E(
 )
 E("tensor_cores.generations_table", lambda: dict(capabilities=((8, 0),)), {"capabilities": Seq()})
 E("tensor_cores.stall_reading", lambda: dict(n=8), {"n": Int(1, MAX_K, skip_above=2**12), "accumulate": Fmt()})
+E("tensor_cores.matmul_flags")
 E("alignment.alignment_multiple", lambda: dict(fmt="fp16"))
 E(
     "alignment.padding_reading",
