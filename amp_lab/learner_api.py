@@ -218,6 +218,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "accumulation_curve",
         "first_stall",
         "generations_table",
+        "matmul_flags",
         "mma",
         "reference_mma",
         "running_sum",

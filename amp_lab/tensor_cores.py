@@ -149,6 +149,27 @@ def stall_reading(n: int = 3000, accumulate="fp16") -> Reading:
     return Reading("tc.stalls", (), facts | {"index": stall[0], "stalled": stall[1]})
 
 
+# torch's switches for what FP16 and BF16 matmuls on CUDA add their products in (any build of torch reads them)
+MATMUL_FLAGS = (
+    "allow_fp16_accumulation",
+    "allow_fp16_reduced_precision_reduction",
+    "allow_bf16_reduced_precision_reduction",
+)
+
+
+def matmul_flags() -> tuple[Reading, ...]:
+    """02: each of :data:`MATMUL_FLAGS`, read live from ``torch.backends.cuda.matmul``, and what its value does:
+    outcome ``tc.fp16_accumulation_on``/``_off`` or ``tc.split_k_on``/``_off`` (facts ``flag``, ``value``,
+    ``label``)."""
+    readings = []
+    for flag in MATMUL_FLAGS:
+        value = bool(getattr(torch.backends.cuda.matmul, flag))
+        kind = "fp16_accumulation" if flag == "allow_fp16_accumulation" else "split_k"
+        facts = {"flag": flag, "value": value, "label": "BF16" if "bf16" in flag else "FP16"}
+        readings.append(Reading(f"tc.{kind}_{'on' if value else 'off'}", (), facts))
+    return tuple(readings)
+
+
 def _median_error(out: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """Median over the batch of the relative error of ``out`` against ``reference``, for every ``K``."""
     rel = (out - reference).abs() / reference.abs().clamp_min(torch.finfo(torch.float64).tiny)

@@ -257,3 +257,31 @@ def test_the_map_is_in_notebook_order_with_09_after_07():
     files = [lesson.file for lesson in LESSONS]
     assert files == sorted(files)
     assert files.index("09_pitfalls.ipynb") > files.index("07_amp_training_recipe.ipynb")
+
+
+def _last_value(source: str, namespace: dict):
+    """Run a cell's ``source`` in ``namespace`` and return the value of its last expression, as Jupyter shows it."""
+    import ast
+
+    tree = ast.parse(source)
+    last = tree.body.pop()
+    exec(compile(tree, "<cell>", "exec"), namespace)
+    return eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
+
+
+def test_00_shows_every_notebook_on_disk_in_a_cell_nbval_checks():
+    """00 lists the course from LESSONS in a cell nbval compares (08 was once missing from a stored map that an
+    NBVAL_IGNORE_OUTPUT cell hid): the list it shows is the numbered notebooks on disk, in order, and so is
+    its stored output once executed."""
+    nb = nbformat.read(ROOT / "notebooks" / "00_setup_check.ipynb", as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code" and "LESSONS" in c.source and "Table(" in c.source]
+    assert len(cells) == 1, "00 shows the course's list in exactly one cell"
+    cell = cells[0]
+    assert not cell.source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT"), "the course list must be checked by nbval"
+    on_disk = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    table = _last_value(cell.source, {})
+    assert [row[0] for row in table.rows] == on_disk
+    assert [(row[0], int(row[2])) for row in table.rows] == [(x.file, x.minutes) for x in course.lessons()]
+    for out in cell.get("outputs", []):  # the stored output, where the notebook has been executed
+        shown = re.findall(r"^(\d\d_[a-z0-9_]+\.ipynb)\s", out.get("data", {}).get("text/plain", ""), re.M)
+        assert shown == on_disk

@@ -98,6 +98,16 @@ def test_ex4_how_far_down():
         assert run_check(nb01.ex4, wrong).status == "not yet"
 
 
+def test_ex4_a_hint_never_names_the_missing_format():
+    """The hint for a set with one right format left out points at the idea, not at the format (it once said
+    "TF32 ... keeps FP32's range" to the learner who had left out exactly TF32)."""
+    kept = {n for n, f in FORMATS.items() if f.torch_dtype is None or torch.tensor(1e-20).to(f.torch_dtype).item()}
+    for missing in kept:
+        message = run_check(nb01.ex4, kept - {missing}).message
+        hints = " ".join(line for line in message.splitlines() if "hint:" in line)
+        assert FORMATS[missing].label.lower() not in hints.lower() and missing not in hints, (missing, hints)
+
+
 @pytest.mark.parametrize("ex", [nb01.ex1, nb01.ex2, nb01.ex3, nb01.ex4])
 def test_show_must_be_a_bool(ex):
     args = (None,) * (len(inspect.signature(ex.check).parameters) - 1)

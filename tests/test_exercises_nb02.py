@@ -76,6 +76,20 @@ def test_ex2_where_bf16_stalls():
         assert run_check(nb02.ex2, wrong).status == "not yet"
 
 
+def test_ex2_hints_never_hand_over_the_stall():
+    """No hint of exercise 2 names the right value, or a step that turns the wrong answer into it (it once said
+    "the sum stops one binade later" to the learner who answered half of it).  The hint lines only: how far off
+    an answer is comes from the comparison engine (amp_lab.check), the same for every exercise."""
+    stall = _stall(0.5, torch.bfloat16)  # torch's own BF16 additions
+    wrongs = {"the FP16 stall": _stall(0.5, torch.float16), "the stall for adding 1": _stall(1.0, torch.bfloat16),
+              "step equal to the increment": stall / 2, "generic": 100.0}  # fmt: skip
+    for name, wrong in wrongs.items():
+        hints = "\n".join(line for line in run_check(nb02.ex2, wrong).message.splitlines() if "hint:" in line)
+        assert hints and f"{stall:g}" not in hints and "2**7" not in hints, (name, hints)
+        for step in ("binade later", "binade up", "double it", "twice your", "next power of two"):
+            assert step not in hints, (name, hints)
+
+
 def test_ex3_what_the_fp16_kernel_returns():
     term = torch.tensor(0.1, dtype=torch.float16)
     s = torch.tensor(0.0, dtype=torch.float16)

@@ -63,6 +63,33 @@ def test_ex1_hints_never_name_the_dtype(truth):
     assert "32 bits" not in msg and "mantissa" not in msg and "expected dtype" not in msg
 
 
+SPELLINGS = {  # every way a hint could name a dtype
+    torch.float32: ("float32", "fp32", "torch.float", "single"),
+    torch.float64: ("float64", "fp64", "double"),
+    torch.bfloat16: ("bfloat16", "bf16"),
+    torch.float16: ("float16", "fp16", "half"),
+}
+
+
+@pytest.mark.parametrize("key", nb05.REGION_NAMES)
+def test_ex1_a_hint_never_names_the_right_dtype(truth, key):
+    """Answer one result wrong (every other right): the feedback for it names the learner's dtype, never the
+    right one (the hints for hX and G once said "float32" and "float64")."""
+    right = truth[key]
+    for wrong in (d for d in SPELLINGS if d != right):
+        message = run_check(nb05.ex1, _with(truth, **{key: wrong}), CPU).message
+        assert message.count("is not what the line gives") == 1, message
+        feedback = message.split("is not what the line gives", 1)[1]
+        for spelling in SPELLINGS[right]:
+            assert spelling not in feedback, (key, wrong, spelling, feedback)
+
+
+def test_ex3_the_hint_points_at_the_idea_not_the_code():
+    """The hint for forgetting the protection names what goes wrong, not the line that fixes it."""
+    result = feed_mistake(nb05.ex3, "forgetting enabled=False", _moments, CPU)
+    assert "enabled=False" not in result.message and "autocast(" not in result.message
+
+
 def _policy(fn, shapes):
     """The policy by experiment, independently of ao.classify: float32, low and mixed inputs."""
     x32 = [torch.rand(s) for s in shapes]

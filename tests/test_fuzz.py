@@ -1227,6 +1227,7 @@ E(
     lambda: dict(n=8),
     {"n": Int(1, MAX_K, skip_above=2**12), "accumulate": Fmt()},
 )
+E("tensor_cores.matmul_flags")
 E("alignment.alignment_multiple", lambda: dict(fmt="fp16"))
 E(
     "alignment.padding_reading",

@@ -589,6 +589,39 @@ def test_accumulate_rates_match_the_datasheets_and_the_lesson():
     assert {r["kind"] for r in gpus.ACCUMULATE_RATES} == {"GeForce", "data centre"}
 
 
+@pytest.mark.parametrize("flag", T.MATMUL_FLAGS)
+@pytest.mark.parametrize("value", [True, False])
+def test_matmul_flags_are_read_live_from_torch(flag, value):
+    """02 reads torch's three accumulator switches as they are now: set one here (torch's own setter, which
+    the CPU build keeps too) and its reading follows; FP16 accumulation and split-K are told apart."""
+    matmul = torch.backends.cuda.matmul
+    before = getattr(matmul, flag)
+    try:
+        setattr(matmul, flag, value)
+        readings = {r.facts["flag"]: r for r in T.matmul_flags()}
+    finally:
+        setattr(matmul, flag, before)
+    assert set(readings) == set(T.MATMUL_FLAGS) == {
+        "allow_fp16_accumulation",
+        "allow_fp16_reduced_precision_reduction",
+        "allow_bf16_reduced_precision_reduction",
+    }
+    r = readings[flag]
+    assert r.facts["value"] is value
+    kind = "fp16_accumulation" if flag == "allow_fp16_accumulation" else "split_k"
+    assert r.outcome == f"tc.{kind}_{'on' if value else 'off'}"
+    assert r.facts["label"] == ("BF16" if "bf16" in flag else "FP16")
+    assert f"{flag} = {value}" in str(r)
+    assert getattr(matmul, flag) == before  # restored
+
+
+def test_fp16_accumulation_is_an_opt_in_in_this_torch():
+    """torch's default (2.7 on, read live): FP16 matmuls accumulate in FP32; FP16 accumulation needs the opt-in."""
+    reading = next(r for r in T.matmul_flags() if r.facts["flag"] == "allow_fp16_accumulation")
+    assert torch.backends.cuda.matmul.allow_fp16_accumulation is False
+    assert reading.outcome == "tc.fp16_accumulation_off"
+
+
 def _tiles_by_enumeration(m, n, tm, tn, sms):
     """Oracle: walk the tiles one by one, count the useful output elements and fill waves."""
     tiles, useful = 0, 0

@@ -111,7 +111,8 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     mistakes={
         "listing an FP8 format": "compare the value with each FP8 format's smallest subnormal: FP8 covers only a few decades",
         "sorting by mantissa bits": "range comes from the exponent bits, not the mantissa bits: group the formats by exponent bits",
-        "forgetting TF32": "TF32 has no storage type, but it keeps FP32's exponent bits and so its range",
+        "forgetting TF32": "a format torch cannot store still has a range: count every format whose exponent bits "
+        "reach that far down, stored or not",
     },
 )
 def ex4(answer, *, show: bool = True) -> CheckResult:

@@ -83,7 +83,7 @@ def _stall_value(term: float, fmt: str) -> float:
     mistakes={
         "the FP16 stall": "that is where an FP16 sum stalls; BF16 keeps fewer significant bits, so it stalls earlier",
         "the stall for adding 1": "the sum stops where BF16's step is twice the increment, and the increment here is 0.5, not 1",
-        "step equal to the increment": "while the step equals the increment, adding it is still exact: the sum stops one binade later",
+        "step equal to the increment": "while the step equals the increment, adding it is still exact: the sum stops only where adding 0.5 becomes a tie",
     },
 )
 def ex2(answer, *, show: bool = True) -> CheckResult:

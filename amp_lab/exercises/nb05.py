@@ -31,13 +31,14 @@ _HINTS = {
     "p": "softmax is decided by the rule this device registers (or does not): look at softmax's row in the live "
     "table for this device, and remember that h is already the output of the line before",
     "loss": "losses are computed in a wider dtype on purpose: look up mse_loss's policy in the live table",
-    "hX": "cat meets one low-precision and one float32 input; " + _PROMOTE_HINT,
+    "hX": "cat meets inputs of two dtypes here: " + _PROMOTE_HINT,
     "hh": _PROMOTE_HINT,
-    "G": "float64 tensors are not eligible for autocast's casts, even for an op on the lower-precision list",
+    "G": "autocast casts only the dtypes it counts as eligible, even for an op on the lower-precision list: "
+    "look at the dtype of torch.mm's inputs on this line, and at the cell that showed `dtype=` arguments",
 }
 _PROMOTE_NOT_FP32_HINT = (
-    "promote is not fp32: a promote op casts to the widest of its inputs' dtypes, and here both inputs come "
-    "from the same line"
+    "promote is not fp32: a promote op casts to the widest of its inputs' dtypes; what are the dtypes of cat's "
+    "inputs on this line?"
 )
 _GENERIC_HINT = "look each op up in the live table (`table[op].policy`); each line's inputs are the outputs of the lines before it"
 
@@ -162,7 +163,7 @@ def ex4(answer, device, *, show: bool = True) -> CheckResult:
 # Exercise 3's common wrong answers: name -> hint.
 _EX3 = {
     "forgetting enabled=False": "torch.mm inside the autocast region rounds its inputs to the low dtype "
-    "before it multiplies: nest a region with enabled=False around the moments",
+    "before it multiplies: how does the section on switching autocast off keep them out of autocast's reach?",
     "casting the result instead of the inputs": "casting the result to float32 comes too late: the rounding "
     "happened to the inputs of torch.mm, inside the region",
 }
