@@ -69,8 +69,8 @@ L4 = {"capability": (8, 9), "gpu_name": "NVIDIA L4"}
 
 _CAPABILITY = Mistake(
     "float16 from the datasheet",
-    "the datasheet's leading figures are not the decision: does compute capability 8.9 come before or after "
-    "Ampere's 8.0, and what do Tensor Cores from 8.0 on multiply as fast as float16? (notebook 02's table)",
+    "the datasheet's leading figures are not the decision: follow section 1's flow with the L4's compute "
+    "capability, question by question, and see which branch it takes",
 )
 _SCALER = Mistake(
     "a GradScaler for bfloat16",
@@ -186,8 +186,8 @@ CHECKPOINT_OPTIONS = (*_STATE, "autocast state", "last loss")
 
 _SCALER_STATE = Mistake(
     "forgetting the scaler state",
-    "the loss scale and its growth tracker change from step to step: section 6's run that forgot them took "
-    "another path after the cut",
+    "besides the weights and Adam's moments, what else in a float16 run changes from one step to the next? "
+    "Compare the three runs of section 6 after the cut",
 )
 _AUTOCAST_STATE = Mistake(
     "autocast state",
