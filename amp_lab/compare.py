@@ -38,7 +38,7 @@ from .models import make_mlp
 from .progress import progress
 from .race_trainer import saved_bytes
 from .recipe import MAX_LR, History, evaluate, make_scaler, step_batches, timed_step, train_loop
-from .recipe_checks import check_on, check_per_step, precision
+from .recipe_checks import check_per_step, check_split_for, precision
 from .sweeps import race_sizes
 from .text import Reading, format_bytes, format_ratio, say
 from .timing import Regime, regime_for, timing_context
@@ -93,13 +93,12 @@ def comparison_sizes(device_type: str, dtype, *, native: bool | None, num_exampl
 
 
 def sizes_for(data, dtypes: Sequence = (torch.float32, torch.bfloat16), *, device=None) -> ComparisonSizes:
-    """:func:`comparison_sizes` for this machine, ``data`` and the slowest of ``dtypes`` on its CPU."""
+    """:func:`comparison_sizes` for this machine, ``data`` and the first 16-bit dtype of ``dtypes``."""
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
     dev, dts = get_device(device), _dtypes(dtypes)
-    native = [cpu_has_native(d) for d in dts if d != torch.float32] if dev.type == "cpu" else [None]
-    slowest = False if False in native else None if None in native else True
     low = next((d for d in dts if d != torch.float32), torch.bfloat16)
-    return comparison_sizes(dev.type, low, native=slowest, num_examples=len(data.train))
+    native = cpu_has_native(low) if dev.type == "cpu" else None
+    return comparison_sizes(dev.type, low, native=native, num_examples=len(data.train))
 
 
 def _dtypes(dtypes) -> list[torch.dtype]:
@@ -218,15 +217,9 @@ def compare_precisions(
     budget_s = check_float("budget_s", budget_s, ge=1, le=MAX_SECONDS)
     batch_size = machine.batch_size if batch_size is None else batch_size
     batch_size, _, per_step = check_per_step(batch_size, accumulation_steps, len(data.train))
+    probe = make_mlp(data.num_features, data.num_classes, hidden=1, depth=1, seed=0, device=dev)  # the shapes
     for which, split in (("data.train", data.train), ("data.test", data.test)):
-        if len(split) == 0:
-            raise ValueError(f"{which} holds no examples")
-        check_on(which, split.X.device, dev)
-        low, high = torch.stack([split.y.min(), split.y.max()]).tolist()
-        if low < 0 or high >= data.num_classes:
-            raise ValueError(
-                f"{which} holds class labels from {low} to {high}, beyond data.num_classes={data.num_classes}"
-            )
+        check_split_for(which, split, probe, dev)
     # Weights, gradients, Adam's moments and a 16-bit copy per model, and float32 activations (generous).
     params = num_parameters(data.num_features, data.num_classes, hidden, depth)
     need = len(dts) * (18 * params + 12 * per_step * (hidden * depth + data.num_classes))
@@ -397,16 +390,11 @@ def read_comparison(results: Sequence[PrecisionResult], choice: AmpChoice) -> Re
     if why != "recipe.regime" and base.matmul_flops_per_s and amp.matmul_flops_per_s and base.step_flops:
         # No datasheet: the matmul rates timed before the run say what the arithmetic does, and how much of an
         # FP32 step it fills, instead of a guess about small models.
-        rate = amp.matmul_flops_per_s / base.matmul_flops_per_s
-        why = "recipe.arithmetic_slow" if rate < 1 else "recipe.compute_share"
+        low, high = amp.matmul_flops_per_s, base.matmul_flops_per_s
+        why = "recipe.arithmetic_slow" if low < high else "recipe.compute_share"
         reasons = (*(r for r in reasons if not r.startswith("recipe.small_")), "recipe.matmul_rates", why)
-        compute_s = base.step_flops / base.matmul_flops_per_s
-        facts = dict(
-            amp_gflops=amp.matmul_flops_per_s / 1e9,
-            fp32_gflops=base.matmul_flops_per_s / 1e9,
-            matmul_ratio=rate,
-            compute_pct=min(100.0, 100 * compute_s / base.seconds_per_step),
-        )
+        share = min(100.0, 100 * base.step_flops / high / base.seconds_per_step)
+        facts = dict(amp_gflops=low / 1e9, fp32_gflops=high / 1e9, matmul_ratio=low / high, compute_pct=share)
     facts.update(
         name=amp.name,
         pairs=est.pairs,
