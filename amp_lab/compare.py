@@ -84,9 +84,8 @@ class ComparisonSizes:
 
 
 def comparison_sizes(device_type: str, dtype, *, native: bool | None, num_examples: int) -> ComparisonSizes:
-    """The sizes to compare at, a pure function of the machine's facts: ``sweeps.race_sizes``' width, batch
-    and threads (the one decision, from the device and whether its CPU multiplies ``dtype`` natively), the
-    batch cut to the largest power of two within ``num_examples``, the training set."""
+    """The sizes to compare at, from the machine's facts (pure): ``sweeps.race_sizes``' width, batch and threads,
+    the one decision, with the batch cut to the largest power of two within ``num_examples``."""
     s = race_sizes(device_type, dtype, native=native)
     batch = min(s.batch, 1 << (num_examples.bit_length() - 1))
     return ComparisonSizes(s.case, s.width, batch, s.budget.get("num_threads"))
@@ -113,9 +112,8 @@ def _dtypes(dtypes) -> list[torch.dtype]:
 
 
 def _seconds_per_flop(dev: torch.device, dtype: torch.dtype, hidden: int, batch: int) -> float:
-    """Seconds per FLOP of an autocast ``rows x k @ k x k`` matmul (``k = min(hidden, 1024)``), the fastest
-    of three after a warm-up (load only slows), ``rows`` doubling from 8 until it takes 10 ms or reaches the
-    batch: bounded, a fraction of a second anywhere."""
+    """Seconds per FLOP of an autocast ``rows x k @ k x k`` matmul, ``k = min(hidden, 1024)``: the fastest of
+    three after a warm-up, ``rows`` doubling from 8 to the batch or 10 ms (a fraction of a second anywhere)."""
     k, rows = min(hidden, 1024), 8
     W = torch.randn(k, k, generator=torch.Generator().manual_seed(0)).to(dev)
     with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):

@@ -168,15 +168,14 @@ def _acts_like(fn, slip) -> bool:
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """``answer`` is the learner's ``unscale_and_clip_(grads, scale, max_norm)``; compared with
     GradScaler.unscale_ then clip_grad_norm_."""
-    hint = (
-        next((m.hint for slip, m in _SLIPS if _acts_like(answer, slip)), None) if callable(answer) else None
-    )
+    slips = _SLIPS if callable(answer) else ()
+    hint = next((m.hint for slip, m in slips if _acts_like(answer, slip)), None)
     if hint:
         head = "unscale_and_clip_ does not match unscale_ then clip_grad_norm_."
         return finish("wrong", head, [f"hint: {hint}"], show=show)
-    name, hint = (
-        "unscale_and_clip_",
+    hint, name = (
         "first divide by the scale, then measure the norm of all gradients together",
+        "unscale_and_clip_",
     )
     return check_function(answer, _clip_reference, _clip_cases(), name=name, rtol=1e-6, hint=hint, show=show)
 
