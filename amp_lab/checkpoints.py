@@ -23,15 +23,8 @@ from .recipe_checks import check_opt, check_scaler, check_scheduler, model_param
 _KEYS = ("step", "model", "optimizer", "scaler", "scheduler", "rng_cpu", "rng_cuda", "extra")
 # Hyperparameter flags torch's optimizers gained over versions, and the initial_lr a scheduler adds: a
 # parameter group may have or lack them and still load.
-_OPTIONAL_GROUP_KEYS = {
-    "foreach",
-    "maximize",
-    "capturable",
-    "differentiable",
-    "fused",
-    "decoupled_weight_decay",
-    "initial_lr",
-}
+_OPTIONAL_GROUP_KEYS = {"foreach", "maximize", "capturable", "differentiable", "fused"}
+_OPTIONAL_GROUP_KEYS |= {"decoupled_weight_decay", "initial_lr"}
 
 
 class _MissingCheckpoint(FileNotFoundError, ValueError):

@@ -1,11 +1,12 @@
 """FP32 against AMP, measured and read (07): :func:`compare_precisions` trains the same model once per dtype
-in lockstep and measures time, memory and accuracy; :func:`comparison_rows` tabulates them;
-:func:`read_comparison` and :func:`read_memory` read them as reason codes."""
+in lockstep, sized by the machine as 06's race is (:func:`comparison_sizes`), and measures time, memory and
+accuracy; :func:`comparison_rows` tabulates them; :func:`read_comparison` and :func:`read_memory` read them."""
 
 from __future__ import annotations
 
 import functools
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checks import (
+    MAX_SECONDS,
     MAX_STEPS,
     MAX_THREADS,
     ArgumentTypeError,
@@ -24,9 +26,10 @@ from ._checks import (
     check_seed,
 )
 from .amp import AmpChoice
-from .cost import mlp_sizes, step_bytes, step_flops
+from .cost import mlp_sizes, num_parameters, step_bytes, step_flops
+from .cpus import cpu_has_native
 from .data import Dataset
-from .device import get_device, torch_threads
+from .device import check_fits, get_device, synchronize, torch_threads
 from .dtypes import dtype_name
 from .gpus import tensor_core_generation
 from .hardware import tf32_setting
@@ -34,17 +37,10 @@ from .intervals import SpeedupEstimate, speedup_estimate
 from .models import make_mlp
 from .progress import progress
 from .race_trainer import saved_bytes
-from .recipe import (
-    MAX_LR,
-    History,
-    evaluate,
-    make_scaler,
-    step_batches,
-    timed_step,
-    train_loop,
-)
-from .recipe_checks import check_on, check_per_step, precision
-from .text import Reading, format_bytes, format_ratio
+from .recipe import MAX_LR, History, evaluate, make_scaler, step_batches, timed_step, train_loop
+from .recipe_checks import check_per_step, check_split_for, precision
+from .sweeps import race_sizes
+from .text import Reading, format_bytes, format_ratio, say
 from .timing import Regime, regime_for, timing_context
 
 
@@ -72,6 +68,68 @@ def _step_memory(loop, dev: torch.device) -> int:
     return torch.cuda.max_memory_allocated(dev) - base
 
 
+@dataclass(frozen=True)
+class ComparisonSizes:
+    """The model :func:`compare_precisions` trains on a machine (:func:`comparison_sizes`): ``case`` and
+    ``threads`` are notebook 06's, ``hidden`` its race's width, ``batch_size`` its batch (at most the data)."""
+
+    case: str
+    hidden: int
+    batch_size: int
+    threads: int | None
+
+    def __str__(self) -> str:
+        threads = ", on one CPU thread" if self.threads == 1 else ""
+        return say(f"recipe.sizes_{self.case.replace('-', '_')}", **vars(self), thread_text=threads)
+
+
+def comparison_sizes(device_type: str, dtype, *, native: bool | None, num_examples: int) -> ComparisonSizes:
+    """The sizes to compare at, from the machine's facts (pure): ``sweeps.race_sizes``' width, batch and threads,
+    the one decision, with the batch cut to the largest power of two within ``num_examples``."""
+    s = race_sizes(device_type, dtype, native=native)
+    batch = min(s.batch, 1 << (num_examples.bit_length() - 1))
+    return ComparisonSizes(s.case, s.width, batch, s.budget.get("num_threads"))
+
+
+def sizes_for(data, dtypes: Sequence = (torch.float32, torch.bfloat16), *, device=None) -> ComparisonSizes:
+    """:func:`comparison_sizes` for this machine, ``data`` and the first 16-bit dtype of ``dtypes``."""
+    check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
+    dev, dts = get_device(device), _dtypes(dtypes)
+    low = next((d for d in dts if d != torch.float32), torch.bfloat16)
+    native = cpu_has_native(low) if dev.type == "cpu" else None
+    return comparison_sizes(dev.type, low, native=native, num_examples=len(data.train))
+
+
+def _dtypes(dtypes) -> list[torch.dtype]:
+    if isinstance(dtypes, (torch.dtype, str)):
+        raise ArgumentTypeError(f"dtypes must be a sequence, e.g. (torch.float32, 'bf16'), got {dtypes!r}")
+    dts = [
+        precision(d, name="dtypes") for d in bounded_list("dtypes", dtypes, MAX_STEPS, "a sequence of dtypes")
+    ]
+    if not dts:
+        raise ValueError("dtypes must name at least one of: float32, bfloat16, float16")
+    return dts
+
+
+def _seconds_per_flop(dev: torch.device, dtype: torch.dtype, hidden: int, batch: int) -> float:
+    """Seconds per FLOP of an autocast ``rows x k @ k x k`` matmul, ``k = min(hidden, 1024)``: the fastest of
+    three after a warm-up, ``rows`` doubling from 8 to the batch or 10 ms (a fraction of a second anywhere)."""
+    k, rows = min(hidden, 1024), 8
+    W = torch.randn(k, k, generator=torch.Generator().manual_seed(0)).to(dev)
+    with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
+        while True:
+            X, times = torch.ones(rows, k, device=dev), []
+            for _ in range(4):
+                synchronize(dev)
+                t0 = time.perf_counter()
+                X @ W
+                synchronize(dev)
+                times.append(time.perf_counter() - t0)
+            if min(times[1:]) >= 1e-2 or rows >= min(batch, 1024):
+                return max(min(times[1:]), 1e-9) / (2.0 * rows * k * k)
+            rows *= 2
+
+
 def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:
     """Fused on CUDA (a non-fused Adam makes an enabled ``scaler.step`` read ``found_inf``, a host sync)."""
     return torch.optim.Adam(params, lr=lr, fused=device.type == "cuda")
@@ -95,6 +153,7 @@ class PrecisionResult:
     context: dict = field(default_factory=dict, compare=False)
     step_flops: float | None = None
     step_bytes: float | None = None
+    matmul_flops_per_s: float | None = None  # a raw autocast matmul of the model's width, before the run
 
     @property
     def name(self) -> str:
@@ -114,52 +173,73 @@ class PrecisionResult:
         )
 
 
+PROGRESS_AFTER_S = 3.0  # a comparison estimated to take longer shows a progress bar
+
+
 def compare_precisions(
     data,
     dtypes: Sequence = (torch.float32, torch.bfloat16),
     *,
-    num_steps: int = 30,
-    batch_size: int = 64,
+    num_steps: int = 16,
+    batch_size: int | None = None,
     accumulation_steps: int = 1,
-    hidden: int = 64,
+    hidden: int | None = None,
     depth: int = 2,
     lr: float = 1e-2,
     warmup_steps: int = 3,
     seed: int = 0,
     threads: int | None = None,
     device=None,
-    show_progress: bool = False,
+    show_progress: bool = True,
+    budget_s: float = 30.0,
 ) -> list[PrecisionResult]:
     """Train the same seeded model once per dtype on the same batches, in lockstep (the order flipping every
     step), each step a :func:`recipe.timed_step`: per row the median step time after ``warmup_steps``, the
     speed-up against the first dtype, the bytes saved for backward, on CUDA a step's peak memory, accuracy,
-    losses, FLOPs and bytes.  ``threads`` sets torch's CPU threads.  Everything is checked first."""
+    losses, FLOPs and bytes.  ``hidden``, ``batch_size`` and ``threads`` (torch's CPU threads) default to
+    :func:`sizes_for`'s.  Everything is checked first; then a calibrated estimate beyond ``budget_s`` seconds
+    refuses, and one beyond :data:`PROGRESS_AFTER_S` shows progress (unless ``show_progress`` is False)."""
     check_instance("data", data, Dataset, "a data.Dataset (e.g. data.load_digits())")
-    dev = get_device(device)
-    if isinstance(dtypes, (torch.dtype, str)):
-        raise ArgumentTypeError(f"dtypes must be a sequence, e.g. (torch.float32, 'bf16'), got {dtypes!r}")
-    dtypes = bounded_list("dtypes", dtypes, MAX_STEPS, "a sequence of dtypes")
-    dts = [precision(d, name="dtypes") for d in dtypes]
-    if not dts:
-        raise ValueError("dtypes must name at least one of: float32, bfloat16, float16")
-    threads = None if threads is None else check_int("threads", threads, minimum=1, maximum=MAX_THREADS)
+    dev, dts = get_device(device), _dtypes(dtypes)
+    machine = sizes_for(data, dts, device=dev)
+    hidden = machine.hidden if hidden is None else hidden
+    threads = (
+        machine.threads if threads is None else check_int("threads", threads, minimum=1, maximum=MAX_THREADS)
+    )
     warmup_steps = check_int("warmup_steps", warmup_steps, minimum=0, maximum=MAX_STEPS - 1)
     num_steps = check_int("num_steps", num_steps, minimum=warmup_steps + 1, maximum=MAX_STEPS // len(dts))
     lr = check_float("lr", lr, gt=0, le=MAX_LR)
     mlp_sizes(data.num_features, data.num_classes, hidden, depth)
     seed = check_seed("seed", seed)
-    check_bool("show_progress", show_progress)
+    show_progress = check_bool("show_progress", show_progress)
+    budget_s = check_float("budget_s", budget_s, ge=1, le=MAX_SECONDS)
+    batch_size = machine.batch_size if batch_size is None else batch_size
     batch_size, _, per_step = check_per_step(batch_size, accumulation_steps, len(data.train))
+    probe = make_mlp(data.num_features, data.num_classes, hidden=1, depth=1, seed=0, device=dev)  # the shapes
     for which, split in (("data.train", data.train), ("data.test", data.test)):
-        if len(split) == 0:
-            raise ValueError(f"{which} holds no examples")
-        check_on(which, split.X.device, dev)
-        low, high = torch.stack([split.y.min(), split.y.max()]).tolist()
-        if low < 0 or high >= data.num_classes:
-            raise ValueError(
-                f"{which} holds class labels from {low} to {high}, beyond data.num_classes={data.num_classes}"
-            )
+        check_split_for(which, split, probe, dev)
+    # Weights, gradients, Adam's moments and a 16-bit copy per model, and float32 activations (generous).
+    params = num_parameters(data.num_features, data.num_classes, hidden, depth)
+    need = len(dts) * (18 * params + 12 * per_step * (hidden * depth + data.num_classes))
+    check_fits(
+        need,
+        dev,
+        f"compare_precisions(hidden={hidden}, batch_size={batch_size})",
+        "choose a smaller hidden or batch_size",
+    )
+    sizes = dict(hidden=hidden, depth=depth, batch_size=batch_size, accumulation_steps=accumulation_steps)
+    flops = step_flops(data.num_features, data.num_classes, **sizes)
     with torch_threads(threads):
+        rates = {d: _seconds_per_flop(dev, d, hidden, per_step) for d in dts}
+        calls = num_steps + (2 if dev.type == "cuda" else 0)
+        estimate = sum(calls * (flops * rates[d] + 1e-3) for d in dts)  # + 1 ms a step: Adam, Python
+        if estimate > budget_s:
+            raise ValueError(
+                f"compare_precisions(hidden={hidden}, batch_size={batch_size}, num_steps={num_steps}) would take "
+                f"about {estimate:.0f} s here (from a timed matmul of each dtype), beyond budget_s={budget_s:g}: "
+                "refused before training; choose a smaller hidden or batch_size, fewer num_steps, or a larger budget_s"
+            )
+        show_progress = show_progress and estimate > PROGRESS_AFTER_S
         batches_of = functools.partial(step_batches, data.train, batch_size, per_step, seed)
 
         def run(dtype, steps):
@@ -180,8 +260,6 @@ def compare_precisions(
             for _dtype, _model, loop, history in runs if step % 2 == 0 else runs[::-1]:
                 history.append(step, *timed_step(loop, dev))
 
-        sizes = dict(hidden=hidden, depth=depth, batch_size=batch_size, accumulation_steps=accumulation_steps)
-        flops = step_flops(data.num_features, data.num_classes, **sizes)
         X, y = step_batches(data.train, batch_size, batch_size, seed, 0)[0]
         base_seconds = tuple(runs[0][3].seconds[warmup_steps:])
         rows = []
@@ -202,20 +280,16 @@ def compare_precisions(
                     context=context,
                     step_flops=flops,
                     step_bytes=step_bytes(data.num_features, data.num_classes, **sizes, dtype=dtype),
+                    matmul_flops_per_s=1 / rates[dtype],
                 )
             )
         return rows
 
 
-COMPARISON_HEADER = [
-    "precision",
-    "time per step (median)",
-    "speed-up vs FP32 (95% interval)",
-    "saved for backward (one batch)",
-    "peak CUDA memory per step",
-    "test accuracy",
-    "skipped steps",
-]
+COMPARISON_HEADER = (
+    "precision|time per step (median)|speed-up vs FP32 (95% interval)|saved for backward (one batch)|"
+    "peak CUDA memory per step|test accuracy|skipped steps"
+).split("|")
 
 
 def comparison_rows(results: Sequence[PrecisionResult]) -> list[list[str]]:
@@ -302,14 +376,24 @@ def read_comparison(results: Sequence[PrecisionResult], choice: AmpChoice) -> Re
     ``choice.dtype`` row): outcome ``"recipe.faster"``, ``"recipe.slower"`` or ``"recipe.too_close"``; the
     reasons compare it with ``choice.expect_speedup`` and say why a small model differs (the measured
     regime, where the GPU's datasheet is known).  It rests on timings: show it in a volatile cell."""
-    _, amp = _amp_row(results, choice)
+    base, amp = _amp_row(results, choice)
     est = amp.speedup
     if est is None:
         raise ValueError("results carry no speed-up (speedup): run compare_precisions to get them")
     regime = amp.regime
-    reasons = _expectation(choice.expect_speedup, est.outcome, _why_small(choice.device, regime))
+    why = _why_small(choice.device, regime)
+    reasons = _expectation(choice.expect_speedup, est.outcome, why)
     text = regime.text if regime is not None else ""
-    facts = dict(
+    facts = {}
+    if why != "recipe.regime" and base.matmul_flops_per_s and amp.matmul_flops_per_s and base.step_flops:
+        # No datasheet: the matmul rates timed before the run say what the arithmetic does, and how much of an
+        # FP32 step it fills, instead of a guess about small models.
+        low, high = amp.matmul_flops_per_s, base.matmul_flops_per_s
+        why = "recipe.arithmetic_slow" if low < high else "recipe.compute_share"
+        reasons = (*(r for r in reasons if not r.startswith("recipe.small_")), "recipe.matmul_rates", why)
+        share = min(100.0, 100 * base.step_flops / high / base.seconds_per_step)
+        facts = dict(amp_gflops=low / 1e9, fp32_gflops=high / 1e9, matmul_ratio=low / high, compute_pct=share)
+    facts.update(
         name=amp.name,
         pairs=est.pairs,
         speedup=str(est),

@@ -187,6 +187,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "read_comparison",
         "read_memory",
         "read_tf32",
+        "sizes_for",
     ),
     "references": (
         "describe_reference",

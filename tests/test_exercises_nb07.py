@@ -124,3 +124,15 @@ def test_ex4_checkpoint():
     feed_mistake(nb07.ex4, "autocast state", must | {"autocast state"})
     for wrong in (set(nb07.CHECKPOINT_OPTIONS), {"model weights"}, "model weights", 3, [[1]]):
         assert run_check(nb07.ex4, wrong).status == "not yet"
+
+
+def test_hints_point_at_the_idea_not_at_a_passing_answer():
+    """Issue 24: ex2's float16 hint named the threshold (8.0) and asked what those Tensor Cores multiply as
+    fast as float16, which is the answer; ex4's told the learner that the loss scale changes, which names the
+    missing item.  Each hint may send the learner back to the flow or the runs, not to the answer."""
+    dtype_hint = nb07.ex2.mistake("float16 from the datasheet").hint
+    assert not any(word in dtype_hint for word in ("8.0", "Ampere", "bfloat16", "bf16", "as fast as"))
+    for hint in (m.hint for m in nb07.ex2.mistakes):
+        assert "bfloat16" not in hint and "bf16" not in hint
+    scaler_hint = nb07.ex4.mistake("forgetting the scaler state").hint
+    assert "scale" not in scaler_hint.lower()

@@ -1116,16 +1116,19 @@ E(
         "dtypes": Seq(),
         "num_steps": Int(1, skip_above=3),
         "warmup_steps": Int(0, skip_above=3),
-        "batch_size": Int(1, skip_above=256),
+        # None: the machine's size (compare.sizes_for), with the other one small in the base call
+        "batch_size": Int(1, optional=True, skip_above=256),
         "accumulation_steps": Int(1, skip_above=3),
-        "hidden": Int(1, skip_above=256),
+        "hidden": Int(1, optional=True, skip_above=256),
         "depth": Int(1, skip_above=8),
         "lr": Float(gt=0, le=recipe.MAX_LR),
         "threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
+        "budget_s": Float(ge=1, le=MAX_SECONDS),
     },
     examples=2,
     corpus_limit=3,
 )
+E("compare.sizes_for", lambda: dict(data=digits()), {"data": Obj(), "dtypes": Seq()})
 E("compare.comparison_rows", lambda: dict(results=precision_results()), {"results": Seq()})
 E(
     "compare.read_comparison",

@@ -69,8 +69,8 @@ L4 = {"capability": (8, 9), "gpu_name": "NVIDIA L4"}
 
 _CAPABILITY = Mistake(
     "float16 from the datasheet",
-    "the datasheet's leading figures are not the decision: does compute capability 8.9 come before or after "
-    "Ampere's 8.0, and what do Tensor Cores from 8.0 on multiply as fast as float16? (notebook 02's table)",
+    "the datasheet's leading figures are not the decision: follow section 1's flow with the L4's compute "
+    "capability, question by question, and see which branch it takes",
 )
 _SCALER = Mistake(
     "a GradScaler for bfloat16",
@@ -168,15 +168,14 @@ def _acts_like(fn, slip) -> bool:
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """``answer`` is the learner's ``unscale_and_clip_(grads, scale, max_norm)``; compared with
     GradScaler.unscale_ then clip_grad_norm_."""
-    hint = (
-        next((m.hint for slip, m in _SLIPS if _acts_like(answer, slip)), None) if callable(answer) else None
-    )
+    slips = _SLIPS if callable(answer) else ()
+    hint = next((m.hint for slip, m in slips if _acts_like(answer, slip)), None)
     if hint:
         head = "unscale_and_clip_ does not match unscale_ then clip_grad_norm_."
         return finish("wrong", head, [f"hint: {hint}"], show=show)
-    name, hint = (
-        "unscale_and_clip_",
+    hint, name = (
         "first divide by the scale, then measure the norm of all gradients together",
+        "unscale_and_clip_",
     )
     return check_function(answer, _clip_reference, _clip_cases(), name=name, rtol=1e-6, hint=hint, show=show)
 
@@ -186,8 +185,8 @@ CHECKPOINT_OPTIONS = (*_STATE, "autocast state", "last loss")
 
 _SCALER_STATE = Mistake(
     "forgetting the scaler state",
-    "the loss scale and its growth tracker change from step to step: section 6's run that forgot them took "
-    "another path after the cut",
+    "besides the weights and Adam's moments, what else in a float16 run changes from one step to the next? "
+    "Compare the three runs of section 6 after the cut",
 )
 _AUTOCAST_STATE = Mistake(
     "autocast state",
