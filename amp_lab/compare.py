@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -29,7 +28,7 @@ from .amp import AmpChoice
 from .cost import mlp_sizes, num_parameters, step_bytes, step_flops
 from .cpus import cpu_has_native
 from .data import Dataset
-from .device import check_fits, get_device, synchronize, torch_threads
+from .device import check_fits, get_device, torch_threads
 from .dtypes import dtype_name
 from .gpus import tensor_core_generation
 from .hardware import tf32_setting
@@ -41,7 +40,7 @@ from .recipe import MAX_LR, History, evaluate, make_scaler, step_batches, timed_
 from .recipe_checks import check_per_step, check_split_for, precision
 from .sweeps import race_sizes
 from .text import Reading, format_bytes, format_ratio, say
-from .timing import Regime, regime_for, timing_context
+from .timing import Regime, calibrated_seconds, regime_for, timing_context
 
 
 def saved_activation_bytes(model, X, y, *, dtype, device=None) -> int:
@@ -112,22 +111,21 @@ def _dtypes(dtypes) -> list[torch.dtype]:
 
 
 def _seconds_per_flop(dev: torch.device, dtype: torch.dtype, hidden: int, batch: int) -> float:
-    """Seconds per FLOP of an autocast ``rows x k @ k x k`` matmul, ``k = min(hidden, 1024)``: the fastest of
-    three after a warm-up, ``rows`` doubling from 8 to the batch or 10 ms (a fraction of a second anywhere)."""
-    k, rows = min(hidden, 1024), 8
+    """Seconds per FLOP of an autocast ``rows x k @ k x k`` matmul (``k = min(hidden, 1024)``, ``rows`` the
+    batch, at most 1024), calibrated as a race's contestants are (:func:`timing.calibrated_seconds`)."""
+    k, rows = min(hidden, 1024), min(batch, 1024)
     W = torch.randn(k, k, generator=torch.Generator().manual_seed(0)).to(dev)
-    with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
-        while True:
-            X, times = torch.ones(rows, k, device=dev), []
-            for _ in range(4):
-                synchronize(dev)
-                t0 = time.perf_counter()
-                X @ W
-                synchronize(dev)
-                times.append(time.perf_counter() - t0)
-            if min(times[1:]) >= 1e-2 or rows >= min(batch, 1024):
-                return max(min(times[1:]), 1e-9) / (2.0 * rows * k * k)
-            rows *= 2
+
+    def make(m):
+        X = torch.ones(m, k, device=dev)
+
+        def call():
+            with torch.autocast(dev.type, dtype=dtype, enabled=dtype != torch.float32):
+                return X @ W
+
+        return call
+
+    return calibrated_seconds(make, rows, dev, power=1, start=8) / (2.0 * rows * k * k)
 
 
 def _adam(params, *, lr: float, device: torch.device) -> torch.optim.Adam:

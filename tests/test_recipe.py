@@ -440,7 +440,7 @@ def test_compare_precisions_runs_equal_separate_runs_bit_for_bit(data):
     """Interleaving (and flipping the order every step) changes nothing but the clock: each dtype's
     losses equal those of the same run trained on its own."""
     rows = compare.compare_precisions(data, (torch.float32, "bf16"), num_steps=5, warmup_steps=1, hidden=16,
-                                     lr=1e-2, threads=1)  # fmt: skip
+                                     lr=1e-2, threads=1, batch_size=64)  # fmt: skip
     for r in rows:
         model = models.make_mlp(64, 10, hidden=16, seed=0)
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
