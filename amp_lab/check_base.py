@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .dtypes import dtype_named
-from .text import say
+from .text import say, wrap
 
 # verdict -> the state a learner reads, and the mark that opens its message
 _STATUS = {"exact": "passed", "close": "passed", "wrong": "not yet", "unanswered": "not attempted"}
@@ -74,7 +74,7 @@ def finish(
     result = CheckResult(verdict, "\n".join(lines), dict(details or {}), tuple(dict.fromkeys(codes)))
     result.code = getattr(headline, "code", "")
     if show:
-        print(result.message)
+        print(wrap(result.message))  # printed in lines that fit the output area, broken between words
     return result
 
 

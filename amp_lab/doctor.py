@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from ._checks import ArgumentTypeError, check_callable, check_instance
 from .gpus import arch_advice
 from .hardware import describe
+from .text import wrap
 
 MIN_PYTHON = (3, 10)
 
@@ -161,7 +162,7 @@ def main(argv=None, *, version_of=metadata.version, out=None, err=None) -> int:
     print("amp-lab doctor: is this machine ready for the course?\n", file=out)
     try:
         report = describe()
-        print(report, *(f"  why: {r}" for r in report.reasons), sep="\n", file=out)  # the verdict's facts
+        print(wrap(report), *(wrap(f"  why: {r}") for r in report.reasons), sep="\n", file=out)  # its facts
     except Exception as exc:  # the checks below say how to fix it
         print(f"(machine report unavailable: {exc})", file=out)
     print("\nEnvironment", file=out)
@@ -174,7 +175,7 @@ def main(argv=None, *, version_of=metadata.version, out=None, err=None) -> int:
             file=out,
         )
         return 1
-    print(f"\nAll checks passed: the course can run here. {next_step()}", file=out)
+    print(wrap(f"\nAll checks passed: the course can run here. {next_step()}"), file=out)
     return 0
 
 

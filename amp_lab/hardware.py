@@ -16,7 +16,7 @@ from .cpus import CPU_FLAGS, cpu_flags, cpu_model
 from .device import get_device, mps_available
 from .dtypes import dtype_name
 from .gpus import TensorCoreGeneration, amp_dtype_for, tensor_core_generation
-from .text import say
+from .text import say, wrap
 
 _EXPECT = {True: "report.expect_faster", False: "report.expect_not_faster", None: "report.expect_unknown"}
 _KERNELS = {None: "unknown", True: "yes", False: "NO: no kernels for this GPU"}
@@ -99,7 +99,7 @@ class MachineReport:
             scaler=scaler,
             expect=say(_EXPECT[self.expect_speedup]),
         )
-        return "\n".join([f"verdict: {self.verdict}", "why:", *(f"  - {r}" for r in self.reasons), so])
+        return wrap("\n".join([f"verdict: {self.verdict}", "why:", *(f"  - {r}" for r in self.reasons), so]))
 
     def __str__(self) -> str:
         rows = self.lines()
@@ -386,9 +386,9 @@ def setup_banner(device=None) -> None:
     report = describe(device)
     dev = get_device(device)
     where = report.gpu_name if dev.type in ("cuda", "mps") else report.cpu_model
-    print(f"amp_lab on torch {report.torch_version}, Python {report.python_version}")
-    print(f"device: {dev} ({where}), {report.threads} CPU threads")
+    lines = [f"amp_lab on torch {report.torch_version}, Python {report.python_version}"]
+    lines.append(f"device: {dev} ({where}), {report.threads} CPU threads")
     if dev.type == "cuda" and report.tensor_cores is not None:
-        print(f"Tensor Cores: {report.tensor_cores.summary}")
-        print(f"TF32 for FP32 matmuls: {'on' if report.tf32_matmul else 'off'}")
-    print(f"verdict: {report.verdict}")
+        lines.append(f"Tensor Cores: {report.tensor_cores.summary}")
+        lines.append(f"TF32 for FP32 matmuls: {'on' if report.tf32_matmul else 'off'}")
+    print(wrap("\n".join([*lines, f"verdict: {report.verdict}"])))

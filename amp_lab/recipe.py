@@ -172,12 +172,13 @@ def step_result(values) -> StepResult:
 def sync_free_step(model, opt, scaler, batches, *, dtype, max_grad_norm: float | None = 1.0, device=None):
     """:func:`train_step`, reading nothing back from the device: returns a :class:`PendingStep`.
 
-    Two numbers of the step are host reads in public torch API: ``scaler.get_scale()`` calls ``.item()``,
-    and whether the step was skipped is GradScaler's inf/NaN flag, which only ``step()`` reads.  Two of
-    GradScaler's private methods hand them over as device tensors: ``_get_scale_async()`` (the scale tensor
-    ``get_scale()`` reads) and ``_found_inf_per_device(opt)`` (the flags ``step()`` used).  Private API can
-    change in any torch release; ``tests/test_recipe.py`` checks this step against :func:`train_step`.
-    With a non-fused optimizer ``scaler.step`` still reads the flag itself; ``Adam(..., fused=True)`` does not.
+    Two numbers of the step are host reads in public torch API: ``scaler.get_scale()`` calls
+    ``.item()``, and whether the step was skipped is GradScaler's inf/NaN flag, which only ``step()``
+    reads.  Two of GradScaler's private methods hand them over as device tensors: ``_get_scale_async()``
+    (the scale tensor ``get_scale()`` reads) and ``_found_inf_per_device(opt)`` (the flags ``step()``
+    used).  Private API can change in any torch release; ``tests/test_recipe.py`` checks this step against
+    :func:`train_step`.  With a non-fused optimizer ``scaler.step`` still reads the flag itself;
+    ``Adam(..., fused=True)`` does not.
     """
     dev = get_device(device)
     opt.zero_grad(set_to_none=True)

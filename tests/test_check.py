@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_lab import check
+from amp_lab import check, text
 from amp_lab.check import check_between, check_bits, check_dtype, check_tensor, check_value
 from amp_lab.check_base import CheckResult
 from amp_lab.check_items import check_choice, check_function, check_sequence, check_set
@@ -82,7 +82,7 @@ def test_unanswered_exercise_never_raises(helper, args, placeholder, capsys):
     assert r.verdict == "unanswered" and r.status == "not attempted" and not r.ok
     assert r.message.startswith("○ not attempted")
     assert r.details == {"answered": False} and r.code == "check.no_answer"
-    assert capsys.readouterr().out.strip() == r.message
+    assert capsys.readouterr().out.strip() == text.wrap(r.message)  # printed in lines that fit
 
 
 def test_every_verdict_reads_as_one_of_three_states():

@@ -52,7 +52,9 @@ def test_fp8_only_from_ada_and_bf16_only_from_ampere():
     assert "fp4" not in tensor_core_generation((9, 0)).precisions
 
 
-@pytest.mark.parametrize("cap, arch", [((6, 1), "Pascal"), ((6, 0), "Pascal"), ((5, 2), "Maxwell"), ((3, 7), "Kepler")])
+@pytest.mark.parametrize(
+    "cap, arch", [((6, 1), "Pascal"), ((6, 0), "Pascal"), ((5, 2), "Maxwell"), ((3, 7), "Kepler")]
+)
 def test_pre_volta_has_none_and_says_so(cap, arch):
     tc = tensor_core_generation(cap)
     assert tc.generation is None and not tc.has_tensor_cores and tc.precisions == ()
@@ -65,7 +67,23 @@ def test_accepts_lists_and_torch_style_tuples():
 
 @pytest.mark.parametrize(
     "bad",
-    [(), (8,), (8, 0, 1), "8.0", "(8, 0)", b"80", 8, 8.0, None, (8.0, 0), (8, "0"), (-1, 0), (8, -1), (0, 0), (True, 0)],
+    [
+        (),
+        (8,),
+        (8, 0, 1),
+        "8.0",
+        "(8, 0)",
+        b"80",
+        8,
+        8.0,
+        None,
+        (8.0, 0),
+        (8, "0"),
+        (-1, 0),
+        (8, -1),
+        (0, 0),
+        (True, 0),
+    ],
 )
 def test_malformed_capability_raises_value_error(bad):
     with pytest.raises(ValueError, match="capability"):
@@ -136,13 +154,17 @@ xsaves clzero xsaveerptr arat umip vaes vpclmulqdq rdpid fsrm
 """
 
 
-def _arm_cpuinfo(features: str, variant: str, part: str, bogomips: str = "2100.00", implementer: str = "0x41") -> str:
+def _arm_cpuinfo(
+    features: str, variant: str, part: str, bogomips: str = "2100.00", implementer: str = "0x41"
+) -> str:
     block = (
         "processor\t: {n}\nBogoMIPS\t: {bogomips}\nFeatures\t: {features}\nCPU implementer\t: {implementer}\n"
         "CPU architecture: 8\nCPU variant\t: {variant}\nCPU part\t: {part}\nCPU revision\t: 1\n"
     )
     return "\n".join(
-        block.format(n=n, bogomips=bogomips, features=features, implementer=implementer, variant=variant, part=part)
+        block.format(
+            n=n, bogomips=bogomips, features=features, implementer=implementer, variant=variant, part=part
+        )
         for n in range(2)
     )
 
@@ -354,14 +376,23 @@ def test_unknown_without_any_text():
     assert cpu_flags("") == dict.fromkeys(X86 + ARM)
     assert cpu_has_native(torch.bfloat16, cpu_flags("")) is None
     # Reports made before ARM support (only the x86 keys) still read correctly.
-    assert cpu_has_native(torch.bfloat16, {"avx512_bf16": False, "amx_bf16": False, "avx512_fp16": False}) is False
+    assert (
+        cpu_has_native(torch.bfloat16, {"avx512_bf16": False, "amx_bf16": False, "avx512_fp16": False})
+        is False
+    )
     assert cpu_has_native(torch.bfloat16, {"amx_bf16": True}) is True
 
 
 def test_cpu_native_labels():
-    assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_SAPPHIRE_RAPIDS)) == ("AVX512-BF16", "AMX-BF16")
+    assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_SAPPHIRE_RAPIDS)) == (
+        "AVX512-BF16",
+        "AMX-BF16",
+    )
     assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_AVX2)) == ("AVX512-BF16", "AMX-BF16")
-    assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_GRAVITON2)) == ("ARM BF16", "ARM SVE-BF16")
+    assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(CPUINFO_GRAVITON2)) == (
+        "ARM BF16",
+        "ARM SVE-BF16",
+    )
     assert cpus.cpu_native_labels(torch.bfloat16, cpu_flags(sysctl=SYSCTL_M2)) == ("ARM BF16",)
     assert cpus.cpu_native_labels(torch.float16, cpu_flags(CPUINFO_GRAVITON3)) == ()
 
@@ -439,7 +470,9 @@ def test_dtype_decision_on_real_gpus(name, cap, dtype):
     assert gpus.amp_dtype_for("cuda", cap) is dtype
     # Independent oracle: bfloat16 exactly where the Tensor Core table says the cores multiply it.
     assert (dtype is torch.bfloat16) == ("bf16" in tensor_core_generation(cap).precisions)
-    text, device, race_dtype = short_verdict(cuda_available=True, tensor_cores=tensor_core_generation(cap), flags={})
+    text, device, race_dtype = short_verdict(
+        cuda_available=True, tensor_cores=tensor_core_generation(cap), flags={}
+    )
     assert (device, race_dtype) == ("cuda", dtype)
     assert hardware.report_for("cuda", capability=cap, gpu_name=name).race_dtype is dtype
 
@@ -486,7 +519,13 @@ VERDICTS = {
     "AVX2 only": (torch.bfloat16, False, False, "verdict.cpu_emulated", NO_X86),
     "Ice Lake": (torch.bfloat16, False, False, "verdict.cpu_emulated", NO_X86),
     "Zen 4": (torch.bfloat16, False, True, "verdict.cpu_bf16", {"labels": "AVX512-BF16"}),
-    "Sapphire Rapids": (torch.bfloat16, False, True, "verdict.cpu_bf16", {"labels": "AVX512-BF16 and AMX-BF16"}),
+    "Sapphire Rapids": (
+        torch.bfloat16,
+        False,
+        True,
+        "verdict.cpu_bf16",
+        {"labels": "AVX512-BF16 and AMX-BF16"},
+    ),
     "Graviton 3": (torch.bfloat16, False, True, "verdict.cpu_bf16", ARM_BF16),
     "Graviton 4": (torch.bfloat16, False, True, "verdict.cpu_bf16", ARM_BF16),
     "Graviton 2": (torch.bfloat16, False, False, "verdict.cpu_emulated", NO_ARM),
@@ -497,10 +536,22 @@ VERDICTS = {
     "GTX 1080": (torch.float16, True, False, "verdict.cuda_no_tensor_cores", {"arch": "Pascal"}),
     "P100": (torch.float16, True, None, "verdict.cuda_no_tensor_cores_double_fp16", {"arch": "Pascal"}),
     "V100": (torch.float16, True, True, "verdict.cuda_fp16", {"arch": "Volta"}),
-    "T4": (torch.float16, True, True, "verdict.cuda_fp16", {"arch": "Turing", "gpu": "CUDA Turing GPU (sm_75)"}),
+    "T4": (
+        torch.float16,
+        True,
+        True,
+        "verdict.cuda_fp16",
+        {"arch": "Turing", "gpu": "CUDA Turing GPU (sm_75)"},
+    ),
     "A100": (torch.bfloat16, False, True, "verdict.cuda_bf16", {"arch": "Ampere"}),
     "L4": (torch.bfloat16, False, True, "verdict.cuda_bf16", {"arch": "Ada Lovelace"}),
-    "H100": (torch.bfloat16, False, True, "verdict.cuda_bf16", {"arch": "Hopper", "gpu": "CUDA Hopper GPU (sm_90)"}),
+    "H100": (
+        torch.bfloat16,
+        False,
+        True,
+        "verdict.cuda_bf16",
+        {"arch": "Hopper", "gpu": "CUDA Hopper GPU (sm_90)"},
+    ),
     "B200": (torch.bfloat16, False, True, "verdict.cuda_bf16", {"arch": "Blackwell"}),
 }
 
@@ -525,7 +576,9 @@ def test_every_verdict_sentence_is_a_prediction_not_a_result():
     assert len(verdicts) == 10
     for text in verdicts:
         assert "the race measures it" in text or "for the race to measure" in text
-        assert not any(claim in text for claim in ("will be", "AMP wins", "AMP loses", "AMP is slower", "shows it"))
+        assert not any(
+            claim in text for claim in ("will be", "AMP wins", "AMP loses", "AMP is slower", "shows it")
+        )
 
 
 def test_an_apple_cpu_on_linux_reads_as_an_arm_cpu():
@@ -537,15 +590,23 @@ def test_an_apple_cpu_on_linux_reads_as_an_arm_cpu():
 
 
 def test_mps_verdict():
-    v = hardware.machine_verdict(cuda_available=False, tensor_cores=None, flags=cpu_flags(sysctl=SYSCTL_M2),
-                                 device_type="mps", system="Darwin")
+    v = hardware.machine_verdict(
+        cuda_available=False,
+        tensor_cores=None,
+        flags=cpu_flags(sysctl=SYSCTL_M2),
+        device_type="mps",
+        system="Darwin",
+    )
     assert (v.device, v.dtype, v.use_scaler) == ("mps", torch.float16, True)
     assert v.outcome == "verdict.mps"
 
 
 def test_forcing_the_cpu_on_a_gpu_machine_races_the_cpu():
     verdict, device, dtype = short_verdict(
-        cuda_available=True, tensor_cores=tensor_core_generation((9, 0)), flags=cpu_flags(CPUINFO_ZEN4), device_type="cpu"
+        cuda_available=True,
+        tensor_cores=tensor_core_generation((9, 0)),
+        flags=cpu_flags(CPUINFO_ZEN4),
+        device_type="cpu",
     )
     assert (device, dtype) == ("cpu", torch.bfloat16)
 
@@ -572,14 +633,20 @@ def test_describe_on_cpu_matches_torch():
     from amp_lab.device import amp_dtype
 
     assert report.race_dtype is amp_dtype("cpu")
-    v = hardware.machine_verdict(cuda_available=False, tensor_cores=None, flags=cpu_flags(), system=platform.system())
+    v = hardware.machine_verdict(
+        cuda_available=False, tensor_cores=None, flags=cpu_flags(), system=platform.system()
+    )
     assert (report.verdict, report.use_scaler, report.expect_speedup, report.reasons) == (
-        v.text, v.use_scaler, v.expect_speedup, v.reasons)
+        v.text,
+        v.use_scaler,
+        v.expect_speedup,
+        v.reasons,
+    )
     text = str(report)
     labels = [f"CPU {cpus.CPU_FLAGS[k]}" for k, v in cpu_flags().items() if v is not None]
     for label in ["torch", "CPU threads", "verdict", *labels]:
         assert label in text
-    assert report.explain().splitlines()[0] == f"verdict: {report.verdict}"
+    assert report.explain().split("\nwhy:")[0].split() == f"verdict: {report.verdict}".split()  # wrapped
     for r in report.reasons:
         assert r in report.explain()
 
@@ -674,8 +741,12 @@ def test_tf32_setting_survives_the_new_api():
         ({"MKL_CBWR": "AUTO"}, set()),
         # The course's simulated "other kernels" machine (Makefile KERNELS_ENV) caps every one of them.
         (
-            {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "MKL_CBWR": "COMPATIBLE",
-             "ONEDNN_MAX_CPU_ISA": "SSE41"},
+            {
+                "ATEN_CPU_CAPABILITY": "default",
+                "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+                "MKL_CBWR": "COMPATIBLE",
+                "ONEDNN_MAX_CPU_ISA": "SSE41",
+            },
             {"avx512_bf16", "amx_bf16", "avx512_fp16", "amx_fp16"},
         ),
     ],

@@ -25,6 +25,7 @@ SHOTS = ARTIFACTS / "tables"
 # Sub-pixel rounding of widths measured by the browser.
 SLACK_PX = 1.0
 
+ALL_NOTEBOOKS = sorted(p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 TABLE_NOTEBOOKS = sorted(
     p.name for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00_")
 )
@@ -102,6 +103,44 @@ def test_tables_fit_1280_with_the_file_browser_open(notebook, runs):
         f"{len(failures)} of the {len(tables)} tables in {notebook} do not fit a {WINDOW['width']}-px window "
         "with the file browser open (show them with amp_lab.widgets.Table, or narrow them):\n" + "\n".join(failures)
     )
+
+
+def wrapped_lines(geometry: list[dict]) -> list[str]:
+    """Every printed line (a text output's) wider than its output area: JupyterLab wraps it, mid-word."""
+    found = []
+    for o in geometry:
+        if o["text"] is None:
+            continue
+        for i, (line, width) in enumerate(zip(o["text"].split("\n"), o["lineWidths"], strict=True)):
+            if width > o["available"] + SLACK_PX:
+                found.append(
+                    f"cell {o['cell']}, line {i + 1}: {len(line)} characters, {width:.0f} px in "
+                    f"{o['available']:.0f} px: {line[:70]!r}..."
+                )
+    return found
+
+
+@pytest.mark.parametrize(
+    "notebook", [pytest.param(n, marks=pytest.mark.notebook(n, order=10)) for n in ALL_NOTEBOOKS]
+)
+def test_no_printed_line_wraps_at_1280_with_the_file_browser_open(notebook, runs):
+    """Printed prose, readouts and printed source fit the output area (text.wrap breaks readings between
+    words at text.WIDTH): a line JupyterLab has to wrap breaks inside a word ("Ad|am", "7.29|6e+04")."""
+    nb, _ = runs.get(notebook)
+    nb.page.set_viewport_size(dict(WINDOW))
+    nb.viewport = dict(WINDOW)
+    nb.show_file_browser()
+    nb.wait_outputs_settled()
+    wrapped = wrapped_lines(nb.output_geometry())
+    assert not wrapped, f"{len(wrapped)} printed lines of {notebook} wrap at 1280 px:\n" + "\n".join(wrapped)
+
+
+def test_a_wrapping_line_is_caught():
+    fits = {"cell": 1, "text": "short\nlines", "lineWidths": [40.0, 40.0], "available": 880.0}
+    wraps = {"cell": 2, "text": "ok\n" + "Adam " * 40, "lineWidths": [16.0, 1600.0], "available": 880.0}
+    html = {"cell": 3, "text": None, "lineWidths": None, "available": None}
+    (only,) = wrapped_lines([fits, wraps, html])
+    assert only.startswith("cell 2, line 2: 200 characters")
 
 
 def test_text_table_detection():
