@@ -267,7 +267,7 @@ def train_digits(
             for result in train_loop(model, opt, scaler, batches, range(num_steps), **settings):
                 run.losses.append(result.loss)
                 run.scales.append(float(result.scale))
-                run.stepped.append(len(calls) > len(run.stepped))
+                run.stepped.append(len(calls) > sum(run.stepped))  # a new call: it stepped
                 zeros = sum(p.numel() if p.grad is None else int((p.grad == 0).sum()) for p in params)
                 run.zero_fraction.append(zeros / n_params)
             with torch.no_grad():

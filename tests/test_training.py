@@ -439,3 +439,24 @@ def test_a_hand_written_scaler_records_the_same_skips_as_gradscaler(data):
     )
     assert ref.skipped_steps and mine.skipped_steps == ref.skipped_steps
     assert mine.scales == ref.scales and mine.losses == ref.losses
+
+
+class _RecordingScaler(_HandWrittenDynamicScaler):
+    """Records whether each step() called opt.step(): the oracle of TrainingRun.stepped."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.decisions = []
+
+    def step(self, opt):
+        self.decisions.append(not self.found_inf)
+        super().step(opt)
+
+
+def test_steps_after_a_skip_are_recorded_as_stepped(data):
+    # 2**30 overflows at once: the first steps are skipped, the ones after the backoff step again (04 c39
+    # listed every step after the first skip as skipped)
+    scaler = _RecordingScaler(2.0**30, 100)
+    run = train_digits(scaler, num_steps=12, data=data, **SMALL)
+    assert False in scaler.decisions and scaler.decisions[-1], scaler.decisions
+    assert run.stepped == scaler.decisions
