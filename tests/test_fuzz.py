@@ -1270,7 +1270,7 @@ E(
 E(
     "training.read_static_runs",
     lambda: dict(runs={16.0: training.TrainingRun(label="x", losses=[1.0])}),
-    {"runs": Mapping_()},
+    {"runs": Mapping_(), "grew": Bool()},
 )
 E(
     "training.train_digits",

@@ -378,6 +378,21 @@ def test_read_static_runs_names_survivors_and_when_the_others_were_lost():
     assert reading.facts["lost_early"] == "2^24" and reading.facts["lost_later"] == "2^16"
 
 
+def test_read_static_runs_gives_the_gradients_growth_as_a_reason_only_where_it_was_measured():
+    """04 c21 said 'because the gradients grow as the network learns' whatever the notebook measured."""
+    from amp_lab.training import read_static_runs
+
+    runs = {2.0**4: _run([2.0] * 20), 2.0**16: _run([1.0] * 12 + [math.nan] * 8)}
+    assert read_static_runs(runs).reasons == ("training.static_lost_later",)
+    grew = read_static_runs(runs, grew=True)
+    assert grew.reasons == ("training.static_lost_later", "training.static_gradients_grew")
+    assert "2^16" in str(grew)  # its sentence is filled from the facts
+    early = {2.0**24: _run([1.0, math.nan])}  # nothing lost later: growth explains nothing here
+    assert read_static_runs(early, grew=True).reasons == ("training.static_lost_early",)
+    with pytest.raises(TypeError, match="grew"):
+        read_static_runs(runs, grew="yes")
+
+
 def test_read_static_runs_when_all_or_none_survive():
     from amp_lab.training import read_static_runs
 
