@@ -475,3 +475,12 @@ def test_steps_after_a_skip_are_recorded_as_stepped(data):
     run = train_digits(scaler, num_steps=12, data=data, **SMALL)
     assert False in scaler.decisions and scaler.decisions[-1], scaler.decisions
     assert run.stepped == scaler.decisions
+
+
+def test_04s_runs_are_long_enough_to_leave_the_plateau(data):
+    """04's explorer re-ran 60 steps, inside the ~40-60 step plateau at ln 10 that every run of its network
+    starts on (FP32 too): its loss read near chance. At the notebook's NUM_STEPS = 200 it learns."""
+    fp32 = train_digits(None, dtype=None, num_steps=200, seed=1, data=data)
+    assert abs(sum(fp32.losses[:30]) / 30 - math.log(10)) < 0.05  # the plateau
+    explorer = scaler_explorer(num_steps=200, train_kwargs={"seed": 1})
+    assert explorer.run.recent_loss(10) < 1.5 < 1.8 < scaler_explorer(train_kwargs={"seed": 1}).run.recent_loss(10)
