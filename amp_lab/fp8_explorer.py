@@ -100,8 +100,7 @@ def make_tensor_sequence(
 
 @dataclass
 class ScalingTrajectory:
-    """Per step of one recipe: ``amax``, ``scale``, elements ``saturated`` (clipped to the format's max),
-    non-zero elements rounded to zero (``underflow``: at or below half the smallest subnormal), ``error``."""
+    """Per step of one recipe: ``amax``, ``scale``, elements ``saturated`` and ``flushed`` to 0, ``error``."""
 
     recipe: str
     fmt: str
@@ -111,7 +110,7 @@ class ScalingTrajectory:
     amax: list[float] = field(default_factory=list)
     scale: list[float] = field(default_factory=list)
     saturated: list[int] = field(default_factory=list)
-    underflow: list[int] = field(default_factory=list)
+    flushed: list[int] = field(default_factory=list)
     error: list[float] = field(default_factory=list)
 
     @property
@@ -121,10 +120,6 @@ class ScalingTrajectory:
     @property
     def saturated_steps(self) -> list[int]:
         return [i for i, n in enumerate(self.saturated) if n > 0]
-
-    def after_spike(self, spike_step: int) -> range:
-        """The window after a spike: the ``history_len`` steps a max-history holds it, cut at the last step."""
-        return range(spike_step + 1, min(spike_step + 1 + self.history_len, len(self.scale)))
 
     def mean_error(self, start: int = 0, stop: int | None = None) -> float:
         """Mean relative error over steps ``start`` to ``stop`` (NaN for none)."""
@@ -175,7 +170,7 @@ def scaling_trajectory(
         traj.amax.append(amax)
         traj.scale.append(float(scale))
         traj.saturated.append(fp8.saturation_count(x, spec.name, scale))
-        traj.underflow.append(int(((q.to(torch.float32) == 0) & (x != 0)).sum()))
+        traj.flushed.append(int(((q.to(torch.float32) == 0) & (x != 0)).sum()))
         traj.error.append(fp8.quantization_error(x, fp8.dequantize(q, scale)))
     return traj
 
@@ -203,25 +198,23 @@ class ScalingExplorer:
             control.add_class(f"amp-fp8-{name}")
             control.observe(lambda change: self.update(), names="value")
         self.readout = widgets.HTML().add_class("amp-fp8-readout")
-        self.pane = FigurePane(figsize=(7.0, 6.6), dpi=80)
+        self.pane = FigurePane(figsize=(7.0, 5.4), dpi=80)
         self.pane.image.add_class("amp-fp8-plot")
         self.widget = widgets.VBox([*controls, self.readout, self.pane.image])
-        self.axes = self.pane.figure.subplots(4, 1, sharex=True)
+        self.axes = self.pane.figure.subplots(3, 1, sharex=True)
         self._lines = {}
-        labels = ("log2(scale)", "saturated", "rounded to 0", "relative error")
-        for ax, ylabel in zip(self.axes, labels, strict=True):
+        for ax, ylabel in zip(self.axes, ("log2(scale)", "saturated", "relative error"), strict=True):
             for recipe, color in (("current", "C0"), ("delayed", "C3")):
                 (self._lines[ax, recipe],) = ax.step(
                     range(num_steps), [1.0] * num_steps, where="mid", color=color, lw=1.4, label=recipe
                 )
             ax.set_ylabel(ylabel, fontsize=9)
             ax.grid(alpha=0.3)
-        self.axes[2].set_yscale("symlog", linthresh=1)
-        self.axes[3].set(yscale="log", xlabel="step")
+        self.axes[2].set(yscale="log", xlabel="step")
         self.axes[0].legend(loc="lower left", fontsize=8)
         self._spike_lines = [ax.axvline(0, color="0.5", ls=":", lw=1) for ax in self.axes]
         self._title = self.axes[0].set_title("", fontsize=10)
-        self.pane.figure.subplots_adjust(left=0.12, right=0.97, bottom=0.08, top=0.94, hspace=0.15)
+        self.pane.figure.subplots_adjust(left=0.12, right=0.97, bottom=0.09, top=0.93, hspace=0.15)
         self.update()
 
     def update(self) -> tuple[ScalingTrajectory, ScalingTrajectory]:
@@ -236,7 +229,7 @@ class ScalingExplorer:
         self.current = scaling_trajectory(tensors, recipe="current", **kw)
         self.delayed = scaling_trajectory(tensors, recipe="delayed", **kw)
         for recipe, t in (("current", self.current), ("delayed", self.delayed)):
-            series = (t.log2_scale, t.saturated, t.underflow, [max(e, 1e-6) for e in t.error])
+            series = (t.log2_scale, t.saturated, [max(e, 1e-6) for e in t.error])
             for ax, ys in zip(self.axes, series, strict=True):
                 self._lines[ax, recipe].set_ydata(ys)
         for ax, line in zip(self.axes, self._spike_lines, strict=True):
@@ -250,40 +243,30 @@ class ScalingExplorer:
 
 
 def spike_reading(current: ScalingTrajectory, delayed: ScalingTrajectory, spike_step: int) -> Reading:
-    """What the outlier at ``spike_step`` cost each recipe, at the spike, in the window after it
-    (``delayed.after_spike``) and over the run: outcome ``fp8.delayed_saturates`` or ``fp8.delayed_holds``;
-    facts per recipe (``saturated_current``, ``underflow_delayed``, ``after_underflow_current``, ...)."""
+    """What the outlier at ``spike_step`` cost each recipe: outcome ``fp8.delayed_saturates`` or
+    ``fp8.delayed_holds``; facts per recipe (``saturated_current``, ``error_delayed``, ...)."""
     for name, traj in (("current", current), ("delayed", delayed)):
         check_instance(name, traj, ScalingTrajectory, "a ScalingTrajectory (fp8_explorer.scaling_trajectory)")
     if len(current.scale) != len(delayed.scale):
         raise ValueError(f"current and delayed cover {len(current.scale)} and {len(delayed.scale)} steps")
     spike = check_int("spike_step", spike_step, minimum=0, maximum=len(current.scale) - 1)
-    after = delayed.after_spike(spike)  # one window for both recipes: the outlier's time in the history
     facts = {
         "spike": spike,
-        "steps": len(current.scale),
-        "n_after": len(after),
+        "n_after": len(current.scale) - spike - 1,
         "max": fp8.FP8_FORMATS[delayed.fmt].max,
         "amax_ratio": delayed.amax[spike] / max(delayed.amax[:spike], default=math.nan),
     }
     for name, t in (("current", current), ("delayed", delayed)):
         facts |= {
             f"saturated_{name}": t.saturated[spike],
-            f"underflow_{name}": t.underflow[spike],
+            f"flushed_{name}": t.flushed[spike],
             f"error_{name}": t.error[spike],
-            f"after_{name}": t.mean_error(after.start, after.stop),
-            f"after_underflow_{name}": sum(t.underflow[after.start : after.stop]),
-            f"underflow_run_{name}": sum(t.underflow),
+            f"after_{name}": t.mean_error(spike + 1),
             f"saturated_steps_{name}": len(t.saturated_steps),
             f"log2_scale_{name}": t.log2_scale[spike],
         }
     outcome = "fp8.delayed_saturates" if facts["saturated_delayed"] else "fp8.delayed_holds"
-    reasons = ["fp8.current_rescales"]
-    if facts["underflow_current"]:
-        reasons.append("fp8.error_hides_underflow")
-    if after:
-        reasons.append("fp8.delayed_rounds_after")
-    return Reading(outcome, tuple(reasons), facts)
+    return Reading(outcome, ("fp8.current_rescales",), facts)
 
 
 def readout_html(reading: Reading) -> str:
@@ -291,12 +274,10 @@ def readout_html(reading: Reading) -> str:
     f = reading.facts
     rows = {
         "saturated at the spike step": "saturated",
-        "rounded to zero at the spike step": "underflow",
+        "flushed to zero at the spike step": "flushed",
         "relative error at the spike step": "error",
-        f"mean relative error, the {f['n_after']} steps after it": "after",
-        f"rounded to zero, the {f['n_after']} steps after it": "after_underflow",
+        f"mean relative error, {f['n_after']} steps after it": "after",
         "steps with saturation": "saturated_steps",
-        f"rounded to zero, all {f['steps']} steps": "underflow_run",
     }
     cells = []
     for label, k in rows.items():
