@@ -148,8 +148,7 @@ class ScaleExplorer:
         self.update(log2_scale)
 
     def top_log2(self) -> int:
-        """The smallest ``k`` at which more than half of the values overflow (their lower median does), within
-        1 .. MAX_SLIDER_LOG2; 24 when there are none."""
+        """The first ``k`` (1 to MAX_SLIDER_LOG2) where most values overflow: their lower median; 24 for none."""
         if self._sel.numel() == 0:
             return 24
         median = float(self._sel.abs().median())  # the lower median: more than half of the values are >= it
