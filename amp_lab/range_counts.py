@@ -160,15 +160,8 @@ def per_layer_reports(tensors: Mapping, fmt, scale: float = 1.0) -> dict[str, Ra
     return {name: range_report(t, f, s) for name, t in tensors.items()}
 
 
-def suggest_log2_scale(x, fmt) -> int | None:
-    """The largest ``k`` such that no element of ``x * 2**k`` overflows ``fmt`` (negative when values must be
-    scaled down), ignoring zeros and inf/NaN; None when nothing is left.  A loss scale is a float32, so ``k``
-    is at most 127 (a ``UserWarning`` says so); where even 2**-126 overflows, ``ValueError``."""
-    f = get_format(fmt)
-    t = select_values(flat_float32(x))[0]
-    if t.numel() == 0:
-        return None
-    amax = float(t.abs().max())
+def largest_safe_log2(amax: float, f: FloatFormat) -> int:
+    """The largest ``k`` for which ``amax * 2**k`` (a positive magnitude) does not overflow ``f``."""
     thr, inclusive = overflow_threshold(f)
 
     def safe(k: int) -> bool:  # amax * 2**k is exact in float64
@@ -180,6 +173,19 @@ def suggest_log2_scale(x, fmt) -> int | None:
         k -= 1
     while safe(k + 1):
         k += 1
+    return k
+
+
+def suggest_log2_scale(x, fmt) -> int | None:
+    """The largest ``k`` such that no element of ``x * 2**k`` overflows ``fmt`` (negative when values must be
+    scaled down), ignoring zeros and inf/NaN; None when nothing is left.  A loss scale is a float32, so ``k``
+    is at most 127 (a ``UserWarning`` says so); where even 2**-126 overflows, ``ValueError``."""
+    f = get_format(fmt)
+    t = select_values(flat_float32(x))[0]
+    if t.numel() == 0:
+        return None
+    amax = float(t.abs().max())
+    k = largest_safe_log2(amax, f)
     if k > MAX_LOG2_SCALE:
         warnings.warn(
             f"the largest value here would allow a scale of 2**{k} before overflowing {f.label}, but a loss scale "

@@ -18,6 +18,7 @@ from .formats import format_list, get_format
 from .widgets import FigurePane
 
 DEFAULT_FMTS = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
+MAX_SLIDER_LOG2 = 120  # the scale slider's top at most: 2**120
 RULER = (("min_subnormal", "min_normal", "#c6dbef"), ("min_normal", "max", "#6baed6"))  # light, dark
 
 
@@ -115,14 +116,19 @@ class ScaleExplorer:
     """Widget of :func:`scale_explorer`: ``slider`` (log2 of the scale), ``readout``, ``pane``, ``widget``,
     ``report`` (the current :class:`~amp_lab.range_counts.RangeReport`) and ``suggested_log2``."""
 
-    def __init__(self, x, fmt="fp16", *, log2_scale: int = 0, max_log2: int = 24, title: str | None = None):
+    def __init__(
+        self, x, fmt="fp16", *, log2_scale: int = 0, max_log2: int | None = None, title: str | None = None
+    ):
         self.fmt = get_format(fmt)
-        max_log2 = check_int("max_log2", max_log2, minimum=1, maximum=120)
-        log2_scale = check_int("log2_scale", log2_scale, minimum=0, maximum=max_log2)
+        if max_log2 is not None:
+            max_log2 = check_int("max_log2", max_log2, minimum=1, maximum=MAX_SLIDER_LOG2)
+        log2_scale = check_int("log2_scale", log2_scale, minimum=0, maximum=max_log2 or MAX_SLIDER_LOG2)
         check_instance("title", title, (str, type(None)), "a string or None")
         # the values selected once: a slider move costs one multiply, one round_to and a few comparisons
         self._sel, self._zeros, self._nonfinite = rc.select_values(rc.flat_float32(x))
         self.suggested_log2 = rc.suggest_log2_scale(self._sel, self.fmt)
+        if max_log2 is None:  # up to the scale at which most of the values overflow: real overflow, not a few
+            max_log2 = max(log2_scale, self.top_log2())
         self._hist = rc.log2_histogram(self._sel)
         self.report: rc.RangeReport | None = None
         self.slider = widgets.IntSlider(
@@ -140,6 +146,13 @@ class ScaleExplorer:
         self.widget = widgets.VBox([self.slider, self.readout, self.pane.image])
         self.slider.observe(lambda change: self.update(change["new"]), names="value")
         self.update(log2_scale)
+
+    def top_log2(self) -> int:
+        """The first ``k`` (1 to MAX_SLIDER_LOG2) where most values overflow: their lower median; 24 for none."""
+        if self._sel.numel() == 0:
+            return 24
+        median = float(self._sel.abs().median())  # the lower median: more than half of the values are >= it
+        return min(max(rc.largest_safe_log2(median, self.fmt) + 1, 1), MAX_SLIDER_LOG2)
 
     def _build_figure(self, title):
         """Draw the figure once; the parts that never change are rendered to a background image and hidden, so
@@ -228,9 +241,10 @@ class ScaleExplorer:
 
 
 def scale_explorer(
-    x, fmt="fp16", *, log2_scale: int = 0, max_log2: int = 24, title: str | None = None
+    x, fmt="fp16", *, log2_scale: int = 0, max_log2: int | None = None, title: str | None = None
 ) -> ScaleExplorer:
     """A log2 loss-scale slider over the values ``x`` (e.g. activation gradients): moving it to ``k`` slides the
     histogram ``k`` binades right and updates the readouts, which are ``range_report(x, fmt, 2**k)``; the
-    suggested scale is drawn dashed.  End the cell with ``explorer.widget``."""
+    suggested scale is drawn dashed.  The slider ends at ``max_log2`` (None: where most values overflow,
+    :meth:`ScaleExplorer.top_log2`).  End the cell with ``explorer.widget``."""
     return ScaleExplorer(x, fmt, log2_scale=log2_scale, max_log2=max_log2, title=title)

@@ -15,6 +15,7 @@ from ._checks import (
     MAX_THREADS,
     ArgumentTypeError,
     bounded_list,
+    check_bool,
     check_callable,
     check_float,
     check_instance,
@@ -87,9 +88,11 @@ def _joined(scales) -> str:
     return " and ".join(f"2^{math.log2(S):g}" for S in scales)
 
 
-def read_static_runs(runs: dict) -> Reading:
+def read_static_runs(runs: dict, grew: bool = False) -> Reading:
     """04's reveal after the static scales' runs (``{scale: TrainingRun}``): which kept the weights finite
-    (``facts["answer"]``, worded as the prediction's options) and when each of the others was lost."""
+    (``facts["answer"]``, worded as the prediction's options) and when each of the others was lost; why a
+    scale was lost later only where the notebook measured the gradients growing (``grew``)."""
+    grew = check_bool("grew", grew)
     if not isinstance(runs, dict) or not 1 <= len(runs) <= 64:
         raise ArgumentTypeError(f"runs must be 1 to 64 {{scale: TrainingRun}}, got {type(runs).__name__}")
     for S, run in runs.items():
@@ -105,6 +108,7 @@ def read_static_runs(runs: dict) -> Reading:
         "lost_later": [S for S, step in lost.items() if step is None or step >= 10],
     }
     reasons = tuple(f"training.static_{key}" for key, scales in groups.items() if scales)
+    reasons += ("training.static_gradients_grew",) if grew and groups["lost_later"] else ()
     facts = {"answer": answer, "survivors": _joined(survivors) or "none", "lost_steps": dict(lost)}
     facts.update({key: _joined(scales) for key, scales in groups.items()})
     return Reading("training.static_some_lost" if lost else "training.static_none_lost", reasons, facts)
@@ -267,7 +271,7 @@ def train_digits(
             for result in train_loop(model, opt, scaler, batches, range(num_steps), **settings):
                 run.losses.append(result.loss)
                 run.scales.append(float(result.scale))
-                run.stepped.append(len(calls) > len(run.stepped))
+                run.stepped.append(len(calls) > sum(run.stepped))  # a new call: it stepped
                 zeros = sum(p.numel() if p.grad is None else int((p.grad == 0).sum()) for p in params)
                 run.zero_fraction.append(zeros / n_params)
             with torch.no_grad():

@@ -2,7 +2,7 @@
 
 Builds ``ranges.scale_explorer`` over the notebook's gradients (the activation gradients of the
 trained digits MLP, about 235,000 values) and moves the slider the way a learner does: one step at a
-time with the arrow keys, up from 2^0 to 2^24 and back down.  Each move runs the real callback
+time with the arrow keys, up from 2^0 to the slider's top (where most values overflow) and back down.  Each move runs the real callback
 (range_report of the scaled values, readout HTML, moving the histogram, re-rendering the
 FigurePane's PNG), timed from setting ``slider.value`` until the callback returns.
 
@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     explorer = ranges.scale_explorer(grads, "fp16")
     values = sum(t.numel() for t in grads.values())
 
-    path = list(range(1, 25)) + list(range(23, -1, -1))  # up to 2^24 and back, one step at a time
+    top = explorer.slider.max
+    path = list(range(1, top + 1)) + list(range(top - 1, -1, -1))  # up to the top and back, step by step
     moves = [path[i % len(path)] for i in range(args.moves)]
     explorer.slider.value = 0
     total, cpu, render = [], [], []
@@ -82,7 +83,8 @@ def main(argv=None) -> int:
     med = statistics.median(total) * 1e3
     med_render = statistics.median(render) * 1e3
     print(
-        f"scale slider over {values} values, fp16, {len(total)} moves, torch threads: {torch.get_num_threads()}"
+        f"scale slider over {values} values, fp16, 2^0 to 2^{top}, {len(total)} moves, "
+        f"torch threads: {torch.get_num_threads()}"
     )
     print(
         f"callback median: {med:.1f} ms   p90: {percentile(total, 0.9) * 1e3:.1f} ms   "

@@ -78,11 +78,9 @@ def test_ex1_mistakes(all_grads, window):
     low, high = window
     k = round(math.log2(math.sqrt(low * high)))
     r = feed_mistake(nb03.ex1, "k for S", k, all_grads)
-    assert "would pass" in r.message
-    assert (
-        "would not pass"
-        in feed_mistake(nb03.ex1, "k for S", float(int(math.log2(high)) + 3), all_grads).message
-    )
+    assert low <= 2.0**k <= high  # the exponent of a passing scale: the hint must not name that scale
+    assert f"2.0**{k}" not in r.message and "pass" not in r.message.split("hint:")[1]
+    feed_mistake(nb03.ex1, "k for S", float(int(math.log2(high)) + 3), all_grads)
     feed_mistake(nb03.ex1, "too small", low / 2, all_grads)
     feed_mistake(nb03.ex1, "too large", high * 2, all_grads)
     assert run_check(nb03.ex1, -4.0, all_grads).status == "not yet"
@@ -117,8 +115,11 @@ def test_ex2_unfilled():
 
 
 def test_ex2_mistakes():
-    r = feed_mistake(nb03.ex2, "j for g", -6)
+    expected = 2.0**-6  # the oracle above: torch's FP16 subtraction
+    assert _lost(expected) and not _lost(2 * expected)
+    r = feed_mistake(nb03.ex2, "j for g", -6)  # the right exponent: the hint must not convert it for them
     assert "wrong sign" not in r.message
+    assert "2.0**-6" not in r.message and "0.015625" not in r.message
     feed_mistake(nb03.ex2, "j for g", -6.0)
     feed_mistake(nb03.ex2, "the whole spacing", 2.0**-5)
     feed_mistake(nb03.ex2, "lr left out", 2.0**-12)

@@ -196,7 +196,8 @@ RECIPE_MAX_SIZE = cost.MAX_SIZE  # widths and batch sizes of recipe's helpers
 RECIPE_MAX_STEP = recipe.MAX_STEP_NUMBER  # a step number
 FORMAT_GROUPS_WIDTH = (20, 10_000)  # autocast_ops.format_groups' line width
 SMOKE_TEST_K = (0, 15)  # widgets.SmokeTest's slider: 2**16 is beyond float16's largest value
-SCALE_EXPLORER_MAX_LOG2 = (1, 120)  # ranges.scale_explorer's slider range
+SCALE_EXPLORER_MAX_LOG2 = (1, ranges.MAX_SLIDER_LOG2)  # ranges.scale_explorer's slider range
+SCALE_EXPLORER_LOG2 = (0, ranges.MAX_SLIDER_LOG2)
 LOG2_HISTOGRAM_LO, LOG2_HISTOGRAM_HI = (-1100, 1100), (-1099, 1101)  # range_counts.LOG2_BINADES
 # training.ScalerExplorer's sliders
 SCALER_EXPLORER_LOG2, SCALER_EXPLORER_GROWTH, SCALER_EXPLORER_BACKOFF = (0, 32), (1, 100), (0.05, 0.95)
@@ -926,8 +927,8 @@ E(
     lambda: dict(x=T(8)),
     {
         "x": Tensor(),
-        "log2_scale": Int(0, default_of(ranges.scale_explorer, "max_log2")),  # the slider: 0 to max_log2
-        "max_log2": Int(*SCALE_EXPLORER_MAX_LOG2),
+        "log2_scale": Int(*SCALE_EXPLORER_LOG2),  # the slider: 0 to the data's top, extended to a start above it
+        "max_log2": Int(*SCALE_EXPLORER_MAX_LOG2, optional=True),  # None: from the data
     },
     examples=2,
     corpus_limit=3,
@@ -1329,7 +1330,7 @@ E(
 E(
     "training.read_static_runs",
     lambda: dict(runs={16.0: training.TrainingRun(label="x", losses=[1.0])}),
-    {"runs": Mapping_()},
+    {"runs": Mapping_(), "grew": Bool()},
 )
 E(
     "training.train_digits",

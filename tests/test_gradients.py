@@ -163,6 +163,28 @@ def test_bad_arguments_raise():
         G.collect_gradients(model, X, y, device="tpu")
 
 
+def test_the_scale_slider_over_03s_gradients_reaches_real_overflow(digits_record):
+    """03's slider stopped at 2^24, where 0.001% of these gradients overflowed: now most of them do at its top."""
+    from amp_lab.ranges import scale_explorer
+
+    ex = scale_explorer(digits_record.activation_grads, "fp16")
+    assert R.range_report(digits_record.activation_grads, "fp16", 2.0**ex.slider.max).overflow > 0.5
+
+
+def test_a_scale_safe_for_activation_gradients_alone_overflows_weight_gradients(digits_record):
+    """03 c19-20: the real FP16 backward at the scale safe for the activation gradients alone makes some weight
+    gradients inf; at the scale safe for all of them (activation and weight) every gradient is finite."""
+    rec = digits_record
+    k_act = R.suggest_log2_scale(rec.activation_grads, "fp16")
+    k_all = R.suggest_log2_scale([*rec.activation_grads.values(), *rec.weight_grads.values()], "fp16")
+    assert k_all < k_act
+    train = G.load_digits().train
+    for k, weight_inf in [(k_all, False), (k_act, True)]:
+        half = G.collect_gradients(rec.model, train.X[:512], train.y[:512], autocast_dtype=torch.float16, loss_scale=2.0**k)
+        assert torch.isfinite(half.flat("activation")).all()
+        assert bool((~torch.isfinite(half.flat("weight"))).any()) is weight_inf
+
+
 def test_digits_gradients_really_underflow_in_fp16(digits_record):
     """The point of the model: a sizeable share of its activation gradients are zero in FP16.
 

@@ -320,7 +320,7 @@ def test_scale_explorer_readouts_follow_the_slider():
     ex = R.scale_explorer(x, "fp16")
     assert "amp-scale-slider" in ex.slider._dom_classes
     assert "amp-scale-readout" in ex.readout._dom_classes
-    assert (ex.slider.min, ex.slider.max, ex.slider.value) == (0, 24, 0)
+    assert (ex.slider.min, ex.slider.max, ex.slider.value) == (0, ex.top_log2(), 0)
     assert ex.suggested_log2 == RC.suggest_log2_scale(x, "fp16")
     seen = []
     renders = ex.pane.renders
@@ -342,6 +342,23 @@ def test_scale_explorer_readouts_follow_the_slider():
     np.testing.assert_array_equal(patch.get_data().edges, ex._hist.edges + 24)
 
 
+@pytest.mark.parametrize("fmt", ["fp16", "fp8_e5m2", "fp8_e4m3"])
+def test_scale_slider_ends_where_most_values_overflow(fmt):
+    """03's slider stopped at 2^24, where almost nothing overflowed; its top is now the first scale at which
+    more than half of the values overflow (oracle: range_report at the top and one step below)."""
+    x = {"a": log_uniform(3, 4000, -45, -5, zero_frac=0.2), "b": log_uniform(4, 999, -30, 2)}
+    ex = R.scale_explorer(x, fmt)
+    top = ex.slider.max
+    assert top > ex.suggested_log2
+    assert RC.range_report(x, fmt, 2.0**top).overflow > 0.5 >= RC.range_report(x, fmt, 2.0 ** (top - 1)).overflow
+    ex.slider.value = top
+    assert ex.report.counts == RC.range_report(x, fmt, 2.0**top).counts
+    assert R.scale_explorer(x, fmt, max_log2=12).slider.max == 12  # a chosen top is kept
+    assert R.scale_explorer(x, fmt, log2_scale=top + 5).slider.max == top + 5  # and so is a start above it
+    assert R.scale_explorer(torch.zeros(3), fmt).slider.max == 24  # nothing to overflow: the old default
+    assert R.scale_explorer(x, "bf16").slider.max == R.MAX_SLIDER_LOG2  # BF16 needs more: the slider's end
+
+
 def test_scale_explorer_shows_overflow_of_large_values():
     x = torch.tensor([1e-3, 1.0, 100.0])
     ex = R.scale_explorer(x, "fp16", log2_scale=3, max_log2=12)
@@ -350,7 +367,9 @@ def test_scale_explorer_shows_overflow_of_large_values():
     assert parse_readout(ex.readout.value)["overflow"] == (33.333, 1, 3)
     assert "suggested scale: 2^9" in ex.readout.value
     with pytest.raises(ValueError, match="log2_scale"):
-        R.scale_explorer(x, "fp16", log2_scale=30)
+        R.scale_explorer(x, "fp16", log2_scale=30, max_log2=12)
+    with pytest.raises(ValueError, match="log2_scale"):
+        R.scale_explorer(x, "fp16", log2_scale=R.MAX_SLIDER_LOG2 + 1)
 
 
 # ---------------------------------------------------------------------------------------------

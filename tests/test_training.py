@@ -378,6 +378,21 @@ def test_read_static_runs_names_survivors_and_when_the_others_were_lost():
     assert reading.facts["lost_early"] == "2^24" and reading.facts["lost_later"] == "2^16"
 
 
+def test_read_static_runs_gives_the_gradients_growth_as_a_reason_only_where_it_was_measured():
+    """04 c21 said 'because the gradients grow as the network learns' whatever the notebook measured."""
+    from amp_lab.training import read_static_runs
+
+    runs = {2.0**4: _run([2.0] * 20), 2.0**16: _run([1.0] * 12 + [math.nan] * 8)}
+    assert read_static_runs(runs).reasons == ("training.static_lost_later",)
+    grew = read_static_runs(runs, grew=True)
+    assert grew.reasons == ("training.static_lost_later", "training.static_gradients_grew")
+    assert "2^16" in str(grew)  # its sentence is filled from the facts
+    early = {2.0**24: _run([1.0, math.nan])}  # nothing lost later: growth explains nothing here
+    assert read_static_runs(early, grew=True).reasons == ("training.static_lost_early",)
+    with pytest.raises(TypeError, match="grew"):
+        read_static_runs(runs, grew="yes")
+
+
 def test_read_static_runs_when_all_or_none_survive():
     from amp_lab.training import read_static_runs
 
@@ -439,3 +454,33 @@ def test_a_hand_written_scaler_records_the_same_skips_as_gradscaler(data):
     )
     assert ref.skipped_steps and mine.skipped_steps == ref.skipped_steps
     assert mine.scales == ref.scales and mine.losses == ref.losses
+
+
+class _RecordingScaler(_HandWrittenDynamicScaler):
+    """Records whether each step() called opt.step(): the oracle of TrainingRun.stepped."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.decisions = []
+
+    def step(self, opt):
+        self.decisions.append(not self.found_inf)
+        super().step(opt)
+
+
+def test_steps_after_a_skip_are_recorded_as_stepped(data):
+    # 2**30 overflows at once: the first steps are skipped, the ones after the backoff step again (04 c39
+    # listed every step after the first skip as skipped)
+    scaler = _RecordingScaler(2.0**30, 100)
+    run = train_digits(scaler, num_steps=12, data=data, **SMALL)
+    assert False in scaler.decisions and scaler.decisions[-1], scaler.decisions
+    assert run.stepped == scaler.decisions
+
+
+def test_04s_runs_are_long_enough_to_leave_the_plateau(data):
+    """04's explorer re-ran 60 steps, inside the ~40-60 step plateau at ln 10 that every run of its network
+    starts on (FP32 too): its loss read near chance. At the notebook's NUM_STEPS = 200 it learns."""
+    fp32 = train_digits(None, dtype=None, num_steps=200, seed=1, data=data)
+    assert abs(sum(fp32.losses[:30]) / 30 - math.log(10)) < 0.05  # the plateau
+    explorer = scaler_explorer(num_steps=200, train_kwargs={"seed": 1})
+    assert explorer.run.recent_loss(10) < 1.5 < 1.8 < scaler_explorer(train_kwargs={"seed": 1}).run.recent_loss(10)

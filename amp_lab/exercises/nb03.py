@@ -61,10 +61,9 @@ def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     low, high = scale_window(all_grads)
     x = finite_float(answer)
     if x is not None and x.is_integer() and 0 < x <= 40 and x < low:
-        k = int(x)
-        would = "would pass" if low <= 2.0**k <= high else "would not pass either"
-        head = f"`answer` = {k} looks like an exponent, not a scale (as a scale it is far too small)."
-        hint = f"give S itself (2.0**k), not the exponent k: a scale of {k} shifts the gradients by log2({k}) binades, not by {k}. (2.0**{k} {would}.)"
+        # the hint names no scale: 2.0**k might pass, and saying so would hand over an answer
+        head = f"`answer` = {x:g} looks like an exponent, not a scale (as a scale it is far too small)."
+        hint = f"give S itself (2.0**k), not the exponent k: a scale of {x:g} shifts the gradients by log2({x:g}) binades, not by {x:g}."
         return wrong(head, hint, show=show)
     if x is not None and x <= 0:
         hint = "a loss scale is a positive number that multiplies the loss, a power of two such as 2.0**10"
@@ -102,9 +101,8 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     expected = _largest_lost_g(EX2_LR)
     x = finite_float(answer)
     if x is not None and x.is_integer() and -64 <= x <= 0:
-        j = int(x)
-        hint = f"give g itself (2.0**j), not the exponent j: for j = {j} that is 2.0**{j}."
-        return wrong(f"`answer` = {j} looks like the exponent j, not the gradient g.", hint, show=show)
+        hint = "give g itself (2.0**j), not the exponent j"  # not 2.0**j for this j: it may be the answer
+        return wrong(f"`answer` = {x:g} looks like the exponent j, not the gradient g.", hint, show=show)
     if x is not None and x == 2 * expected:
         head = "`answer` is too large: with this g the update is not lost (0.75 - lr * g rounds to the FP16 number below 0.75)."
         hint = "w - lr * g rounds back to w only while |lr * g| is at most half the spacing of FP16 numbers near w: past the halfway point it rounds to the neighbour."
