@@ -234,20 +234,21 @@ def _sampler(dev: torch.device, event=None):
 def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int = 64) -> float:
     """Seconds one call of ``make(size)`` (a function to call) takes, estimated before it is made: ``make(m)``
     for m = start, 2 * start, ... (at most ``size``) is timed, best of two, until a call takes
-    :data:`CALIBRATION_S`, then scaled to ``size`` as the work grows (``power``: a matmul's as n**3), or as
-    fast as the time grew from the size before (when that took a sixteenth of it), up to ``power + 1`` (a rate
-    falls as data outgrow the caches)."""
+    :data:`CALIBRATION_S` and its time grows with the work (at least as m ** (power - 1): a fixed cost, such
+    as an emulated FP8 matmul's casts, must not be scaled as work) or takes a quarter of a second; then scaled
+    to ``size`` as the work grows (``power``: a matmul's as n**3), or as fast as the time grew, up to
+    ``power + 1`` (a rate falls as data outgrow the caches)."""
     sample, m, before = _sampler(get_device(device)), min(start, size), None
     while True:
         fn = make(m)
-        seconds = min(sample(fn, 1) for _ in range(2))
-        if m >= size or seconds >= CALIBRATION_S:
-            known = (
-                before is not None and before[1] >= CALIBRATION_S / 16
-            )  # microseconds of jitter say nothing
-            grew = math.log(max(seconds, 1e-9) / before[1]) / math.log(m / before[0]) if known else power
-            return seconds * (size / m) ** min(max(grew, power), power + 1)
-        before, m = (m, max(seconds, 1e-9)), min(2 * m, size)
+        seconds = max(min(sample(fn, 1) for _ in range(2)), 1e-9)
+        if m >= size:
+            return seconds
+        if before is not None:
+            grew = math.log(seconds / before[1]) / math.log(m / before[0])
+            if seconds >= 0.25 or (seconds >= CALIBRATION_S and grew >= power - 1):
+                return seconds * (size / m) ** min(max(grew, power), power + 1)
+        before, m = (m, seconds), min(2 * m, size)
 
 
 def planned_seconds(

@@ -1390,10 +1390,28 @@ def test_calibration_grows_its_size_until_a_call_is_long_enough_then_scales_by_w
 
     monkeypatch.setattr(timing, "_sampler", lambda dev: lambda fn, number: fn())
     assert timing.calibrated_seconds(make, 6144, "cpu") == pytest.approx(6.144**3)
-    assert sizes == [64, 128]  # 128**3 / 1e9 s = 2.1 ms >= CALIBRATION_S: no larger operands
+    assert sizes == [64, 128]  # 128**3 / 1e9 s = 2.1 ms >= CALIBRATION_S, grown as the work: no larger operands
     sizes.clear()
     assert timing.calibrated_seconds(make, 100, "cpu") == pytest.approx(0.1**3)  # the size itself, at most
     assert sizes == [64, 100]
     # a time that grows faster than the work (caches outgrown) is followed, up to power + 1
     monkeypatch.setattr(timing, "_sampler", lambda dev: lambda fn, number: fn() ** (3.5 / 3))
     assert timing.calibrated_seconds(make, 4096, "cpu") == pytest.approx((4.096**3) ** (3.5 / 3), rel=1e-6)
+
+
+def test_a_fixed_cost_is_not_scaled_as_work(monkeypatch):
+    """An emulated FP8 matmul costs ~15 ms at 64 and at 128 (casts and launches, not arithmetic) and 64 ms at
+    256: the calibration goes on to where the time grows with the work instead of scaling 15 ms by 4**3."""
+    sizes = []
+
+    def make(m):
+        sizes.append(m)
+        return lambda: 0.015 + (m / 1000) ** 3 * 0.8  # a fixed cost plus the work
+
+    monkeypatch.setattr(timing, "_sampler", lambda dev: lambda fn, number: fn())
+    estimate = timing.calibrated_seconds(make, 256, "cpu")
+    assert sizes == [64, 128, 256] and estimate == pytest.approx(0.015 + 0.256**3 * 0.8)
+    sizes.clear()
+    big = timing.calibrated_seconds(make, 8192, "cpu")  # stops once the time grows as m**2 or faster
+    truth = 0.015 + 8.192**3 * 0.8
+    assert sizes[-1] < 8192 and truth <= big <= 2 * truth
