@@ -74,8 +74,8 @@ class TrainingRun:
         """One line: mean loss over the ``last`` steps, zero-gradient share, skips, accuracy (digits that
         depend on the CPU's kernels: notebooks print it in cells marked volatile)."""
         return (
-            f"{self.label:<22} loss (last {len(self.losses[-last:])} steps) {self.recent_loss(last):7.4f}   "
-            f"zero gradients {100 * self.recent_zero_fraction(last):5.1f}%   skipped {len(self.skipped_steps):3d}   "
+            f"{self.label:<20} loss (last {len(self.losses[-last:])}) {self.recent_loss(last):7.4f}  "
+            f"zero gradients {100 * self.recent_zero_fraction(last):5.1f}%  skipped {len(self.skipped_steps):3d}  "
             f"test accuracy {100 * self.test_accuracy:5.1f}%"
         )
 
