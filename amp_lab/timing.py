@@ -231,23 +231,59 @@ def _sampler(dev: torch.device, event=None):
     return sample
 
 
+def op_maker(dev, dtype=None, cast=False, op="matmul"):
+    """``make(m)`` for :func:`calibrated_seconds`: an m x m matmul in FP32, under autocast to ``dtype``, or
+    (``cast``) of inputs already in ``dtype``; ``op="add"``: an add of m FP32 elements (12 bytes each)."""
+
+    def make(m):
+        if op == "add":
+            a = torch.ones(m, device=dev)
+            return lambda: torch.add(a, a, out=a)
+        gen = torch.Generator(device=dev).manual_seed(0)
+        A, B = (
+            torch.randn(m, m, device=dev, generator=gen).to(dtype if cast else torch.float32) for _ in "AB"
+        )
+        enabled = dtype not in (None, torch.float32) and not cast
+
+        def call():
+            with torch.autocast(dev.type, dtype=dtype, enabled=enabled):
+                return A @ B
+
+        return call
+
+    make.dtype = dtype  # what a test's fake calibration reads
+    return make
+
+
 def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int = 64) -> float:
-    """Seconds one call of ``make(size)`` (a function to call) takes, estimated before it is made: ``make(m)``
-    for m = start, 2 * start, ... (at most ``size``) is timed, best of two, until a call takes
-    :data:`CALIBRATION_S`, then scaled to ``size`` as the work grows (``power``: a matmul's as n**3), or as
-    fast as the time grew from the size before (when that took a sixteenth of it), up to ``power + 1`` (a rate
-    falls as data outgrow the caches)."""
+    """Seconds one call of ``make(size)`` takes, estimated before it is made: ``make(m)`` for m = start,
+    2 * start, ... (at most ``size``) is timed, best of two, until a call takes :data:`CALIBRATION_S`, then
+    scaled to ``size`` as the work grows (``power``), or as fast as the time grew from the size before when
+    that took a sixteenth of it, up to ``power + 1`` (a rate falls as data outgrow the caches)."""
     sample, m, before = _sampler(get_device(device)), min(start, size), None
     while True:
         fn = make(m)
         seconds = min(sample(fn, 1) for _ in range(2))
         if m >= size or seconds >= CALIBRATION_S:
-            known = (
-                before is not None and before[1] >= CALIBRATION_S / 16
-            )  # microseconds of jitter say nothing
+            known = before is not None and before[1] >= CALIBRATION_S / 16  # microseconds say nothing
             grew = math.log(max(seconds, 1e-9) / before[1]) / math.log(m / before[0]) if known else power
             return seconds * (size / m) ** min(max(grew, power), power + 1)
         before, m = (m, max(seconds, 1e-9)), min(2 * m, size)
+
+
+# Kernels and autograd nodes a training step runs per parameter tensor, about: its forward, its two
+# backward products, zeroing, clipping and Adam's update, each one call of a small op at least.
+OPS_PER_TENSOR = 50
+
+
+def step_seconds(flops: float, tensors: int, device, dtype=None) -> float:
+    """Seconds one training step of ``flops`` over ``tensors`` parameter tensors takes, estimated before it
+    runs: its matmuls as one square matmul of as many FLOPs (under autocast to ``dtype``), and
+    :data:`OPS_PER_TENSOR` calls of a one-element add per tensor.  (``03``, ``04``, ``07``)"""
+    dev = get_device(device)
+    size = max(1, round((flops / 2) ** (1 / 3)))
+    small = calibrated_seconds(op_maker(dev, op="add"), 1, dev, power=1)
+    return calibrated_seconds(op_maker(dev, dtype), size, dev) + OPS_PER_TENSOR * tensors * small
 
 
 def planned_seconds(
