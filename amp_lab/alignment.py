@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 import torch
 
 from . import formats
+from . import timing as _timing
 from ._checks import MAX_REPEATS, MAX_SECONDS, check_float, check_int
 from .device import amp_dtype, check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
 from .text import Reading
-from .timing import DEFAULT_BUDGET_S, calibrated_seconds, check_estimate, op_maker
+from .timing import DEFAULT_BUDGET_S, check_estimate, op_maker
 
 A100_SMS = 108  # streaming multiprocessors of an A100 (NVIDIA A100 whitepaper)
 INNER = 3  # back-to-back matmuls per sample of alignment_demo
@@ -148,7 +149,7 @@ def alignment_demo(
     dtype = dtype or torch.float16
     # the two operands and the product in dtype, plus the FP32 draw of each operand
     check_fits(n * n * (4 + 3 * dtype.itemsize), dev, f"alignment_demo(n={n})", "choose a smaller n")
-    call_s = calibrated_seconds(op_maker(dev, dtype, cast=True), n, dev)  # both sizes as n, at most
+    call_s = _timing.calibrated_seconds(op_maker(dev, dtype, cast=True), n, dev)  # both sizes as n, at most
     planned = 2 * (warmup + repeats * INNER) * call_s
     fix, basis = "choose a smaller n or fewer repeats", "its matmul timed at small sizes, scaled by its work"
     check_estimate(f"alignment_demo(n={n})", planned, budget_s or DEFAULT_BUDGET_S, fix, basis)

@@ -365,10 +365,10 @@ class ScalerExplorer:
         return run
 
 
-_TRAIN_DEFAULTS = {  # what the widget's train_kwargs may set (it passes scaler, num_steps, data, device)
+_TRAIN_DEFAULTS = {  # what the widget's train_kwargs may set (it passes the rest itself)
     name: p.default
     for name, p in inspect.signature(train_digits).parameters.items()
-    if name not in ("scaler", "num_steps", "data", "device")
+    if name not in ("scaler", "num_steps", "data", "device", "budget_s")
 }
 
 
