@@ -307,12 +307,8 @@ def mlp_call_s(params: dict, dev, dtype, budget: dict) -> list[float]:
     width, batch, in_features, num_classes = params.values()
     elements = num_parameters(in_features, num_classes, width, 1) * ADAM_BYTES_PER_PARAMETER // 12
     adam = calibrated(budget, dev, elements, op="add")
-    size = max(
-        1,
-        round(
-            (mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes) / 2) ** (1 / 3)
-        ),
-    )
+    flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
+    size = max(1, round((flops / 2) ** (1 / 3)))
     step = {d: adam + calibrated(budget, dev, size, d) for d in (None, dtype)}
     return [step[dtype if name == "amp" else None] for name in contestant_names(*device_facts(dev))]
 
@@ -515,13 +511,7 @@ def race_fp8_matmul(
     check_race_time(f"race_fp8_matmul(n={n})", smaller, budget, call_s)
     A, B = _operands(n, dev)
     A_low, B_low = A.to(dtype), B.to(dtype)
-    a8, inv_a = _tensorwise_e4m3(A)
-    bt8, inv_b = _tensorwise_e4m3(B.t().contiguous())  # B's transpose row-major: B column-major
-    b8 = bt8.t()
-
-    def fp8():
-        return torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16)
-
+    fp8 = _fp8_maker(dev)(n)  # the same seeded operands in E4M3, B column-major
     off = tf32_context(device_type, False)
     fns = {"fp32": lambda: A @ B, "amp": lambda: A_low @ B_low, "fp8": fp8}
     contestants = {name: Contestant(fn, off) for name, fn in fns.items()}
