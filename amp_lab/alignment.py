@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 import torch
 
 from . import formats
-from ._checks import MAX_REPEATS, check_int
+from . import timing as _timing
+from ._checks import MAX_REPEATS, MAX_SECONDS, check_float, check_int
 from .device import amp_dtype, check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
 from .text import Reading
+from .timing import DEFAULT_BUDGET_S, check_estimate, op_maker
 
 A100_SMS = 108  # streaming multiprocessors of an A100 (NVIDIA A100 whitepaper)
 INNER = 3  # back-to-back matmuls per sample of alignment_demo
@@ -114,11 +116,18 @@ class AlignmentDemo:
 
 
 def alignment_demo(
-    n: int = 4096, *, dtype=None, device=None, repeats: int = 20, warmup: int = 5
+    n: int = 4096,
+    *,
+    dtype=None,
+    device=None,
+    repeats: int = 20,
+    warmup: int = 5,
+    budget_s: float | None = None,
 ) -> AlignmentDemo:
     """Time ``n×n`` against ``(n-1)×(n-1)`` matmuls on CUDA; elsewhere nothing is timed (CPU matmuls say
     nothing about Tensor Cores) and the reading says what it would show.  ``n`` <= 2**15, ``warmup + 3 *
-    repeats`` <= ``MAX_REPEATS``; a size the device cannot hold is refused before anything is allocated."""
+    repeats`` <= ``MAX_REPEATS``; a size the device cannot hold, or one whose matmuls are estimated past
+    ``budget_s`` (default 30 s), is refused before its operands are allocated."""
     dev = get_device(device)
     n = check_int("n", n, minimum=9, maximum=1 << 15)
     repeats = check_int("repeats", repeats, minimum=1, maximum=MAX_REPEATS)
@@ -130,6 +139,8 @@ def alignment_demo(
         )
     if dtype is not None:
         dtype = parse_dtype(dtype, allowed=(torch.float16, torch.bfloat16))
+    if budget_s is not None:
+        budget_s = check_float("budget_s", budget_s, ge=1.0, le=MAX_SECONDS)
     facts = {"n": n, "n1": n - 1, "repeats": repeats, "multiple": alignment_multiple("fp16")}
     facts["device"] = dev.type
     if dev.type != "cuda":
@@ -138,6 +149,10 @@ def alignment_demo(
     dtype = dtype or torch.float16
     # the two operands and the product in dtype, plus the FP32 draw of each operand
     check_fits(n * n * (4 + 3 * dtype.itemsize), dev, f"alignment_demo(n={n})", "choose a smaller n")
+    call_s = _timing.calibrated_seconds(op_maker(dev, dtype, cast=True), n, dev)  # both sizes as n, at most
+    planned = 2 * (warmup + repeats * INNER) * call_s
+    fix, basis = "choose a smaller n or fewer repeats", "its matmul timed at small sizes, scaled by its work"
+    check_estimate(f"alignment_demo(n={n})", planned, budget_s or DEFAULT_BUDGET_S, fix, basis)
     a, b = rows = [
         time_matmul(m, dtype=dtype, device=dev, repeats=repeats, warmup=warmup, inner=INNER)
         for m in (n, n - 1)

@@ -11,7 +11,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from ._checks import ArgumentTypeError, check_instance
+from ._checks import ArgumentTypeError, check_instance, check_numel
 from .device import float64_on_cpu
 from .dtypes import dtype_named
 from .text import Reading
@@ -117,6 +117,11 @@ def format_list(fmts) -> tuple[FloatFormat, ...]:
     return out
 
 
+# The most values a call rounds or counts: an expanded (stride-0) view is sized by its elements, since every
+# cast, copy or comparison of it works element by element (2**26 float64 values: half a gigabyte).
+MAX_VALUES = 2**26
+
+
 def real_tensor(x, name: str = "x", what: str | None = None) -> torch.Tensor:
     """``x`` (a tensor, number, numpy array or nested list) as a real tensor, detached, not copied; text,
     bools and complex numbers are refused, a Python int beyond float64 becomes ``±inf``."""
@@ -167,7 +172,7 @@ def round_to(x, fmt) -> torch.Tensor:
     Python float or a float64 tensor is rounded once, from its value (torch's own float64 casts may round
     twice)."""
     f = get_format(fmt)
-    t = real_tensor(x)
+    t = check_numel("x", real_tensor(x), MAX_VALUES, "round a slice of it")  # before any cast or copy
     if t.dtype == torch.float64 and f.torch_dtype not in (torch.float32, torch.float64):
         # Once, from the float64 value: through float32 first would round twice (1 + 2**-11 + 2**-40 in fp16).
         return torch.from_numpy(round_array(t.cpu().numpy(), f)).float().to(t.device)

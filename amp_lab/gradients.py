@@ -23,8 +23,10 @@ from .data import load_digits
 from .device import get_device, torch_threads
 from .dtypes import parse_dtype
 from .models import make_mlp
+from .progress import progress
 from .recipe import train_loop
 from .recipe_checks import linear_ends
+from .timing import PROGRESS_AFTER_S, training_seconds
 
 
 @dataclass
@@ -116,9 +118,11 @@ def train_steps(
     batch_size: int = 64,
     seed: int = 0,
     device=None,
+    budget_s: float | None = None,
 ) -> list[float]:
     """Train ``model`` in place with a fresh Adam, ``num_steps`` (0 to ``MAX_STEPS``) steps of cross-entropy on
-    mini-batches of ``data`` (a ``Split`` or ``(X, y)``) drawn with ``seed``; returns the losses."""
+    mini-batches of ``data`` (a ``Split`` or ``(X, y)``) drawn with ``seed``; returns the losses.  A run
+    estimated past ``budget_s`` (default 30 s) is refused before it starts; one past a few seconds shows progress."""
     check_instance("model", model, nn.Module, "a torch.nn.Module (e.g. from make_mlp)")
     num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
     lr = check_float("lr", lr, gt=0.0)
@@ -136,11 +140,14 @@ def train_steps(
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError("model has no trainable parameters: there is nothing to train")
     dev = get_device(device)
+    what = f"train_steps(num_steps={num_steps}, batch_size={batch_size})"
+    planned = training_seconds(what, model, min(batch_size, len(y)), num_steps, dev, None, budget_s, 1)
     model.to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     batches = random_batches(X.to(dev), y.to(dev), batch_size, seed)
+    steps = progress(range(num_steps), desc="training", disable=planned <= PROGRESS_AFTER_S, leave=False)
     with torch_threads(1, dev):
-        return [r.loss for r in train_loop(model, opt, None, batches, range(num_steps), sync_free=False)]
+        return [r.loss for r in train_loop(model, opt, None, batches, steps, sync_free=False)]
 
 
 def random_batches(X: torch.Tensor, y: torch.Tensor, batch_size: int, seed: int):

@@ -43,6 +43,7 @@ from .timing import (
     check_budget,
     check_estimate,
     measure,
+    op_maker,
     planned_seconds,
     regime_for,
     tf32_text,
@@ -262,33 +263,6 @@ def check_race_args(device, dtype, *budget, races=1, budget_s=None):
     return dev, dtype, budget
 
 
-def _matmul_maker(dev, dtype=None, cast=False):
-    """``make(m)`` for :func:`~amp_lab.timing.calibrated_seconds`: an m x m matmul in FP32, under autocast to
-    ``dtype``, or (``cast``) of inputs already in ``dtype``."""
-
-    def make(m):
-        A, B = (x.to(dtype) if cast else x for x in _operands(m, dev))
-
-        def call():
-            with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None and not cast):
-                return A @ B
-
-        return call
-
-    make.dtype = dtype  # what a test's fake calibration reads
-    return make
-
-
-def _add_maker(dev):
-    """``make(m)`` for :func:`~amp_lab.timing.calibrated_seconds`: an add of m FP32 elements (12 bytes each)."""
-
-    def make(m):
-        a = torch.ones(m, device=dev)
-        return lambda: torch.add(a, a, out=a)
-
-    return make
-
-
 def _fp8_maker(dev):
     """``make(m)``: race_fp8_matmul's FP8 contestant at m x m (m a multiple of 16, as its n is)."""
 
@@ -301,19 +275,42 @@ def _fp8_maker(dev):
     return make
 
 
-def calibrated(budget: dict, dev, make, size: int, power: float = 3) -> float:
-    """:func:`~amp_lab.timing.calibrated_seconds` on the race's threads."""
+def calibrated(budget: dict, dev, size: int, dtype=None, cast=False, op="matmul", make=None) -> float:
+    """:func:`~amp_lab.timing.calibrated_seconds` of an :func:`~amp_lab.timing.op_maker` (or ``make``) call
+    at ``size``, on the race's threads."""
+    make = make or op_maker(dev, dtype, cast, op)
     with torch_threads(budget["num_threads"]):
-        return _timing.calibrated_seconds(make, size, dev, power=power)
+        return _timing.calibrated_seconds(make, size, dev, power=1 if op == "add" else 3)
+
+
+def race_seconds(budget: dict, call_s) -> float:
+    """Seconds a race of contestants taking ``call_s`` seconds a call is planned to take, warm-up included."""
+    keys = ("warmup", "repeats", "min_sample_s", "number", "target_rel_width", "max_time_s")
+    return planned_seconds(call_s, *(budget[k] for k in keys))[1]
 
 
 def check_race_time(what: str, fix: str, budget: dict, call_s) -> float:
-    """Refuse a race whose warm-up and rounds of contestants taking ``call_s`` seconds a call are estimated
-    past ``budget["budget_s"]``, before its operands exist."""
-    keys = ("warmup", "repeats", "min_sample_s", "number", "target_rel_width", "max_time_s")
-    _, total = planned_seconds(call_s, *(budget[k] for k in keys))
+    """Refuse a race estimated (:func:`race_seconds`) past ``budget["budget_s"]``, before its operands exist."""
     basis = "its calls timed at small sizes, scaled by their work"
-    return check_estimate(what, total, budget["budget_s"], fix, basis)
+    return check_estimate(what, race_seconds(budget, call_s), budget["budget_s"], fix, basis)
+
+
+def matmul_call_s(n: int, dev, dtype, budget: dict) -> list[float]:
+    """Each contestant's estimated seconds a call in :func:`race_matmul` (TF32 as fast as FP32 at least)."""
+    step = {d: calibrated(budget, dev, n, d) for d in (None, dtype)}
+    return [step[dtype if name == "amp" else None] for name in contestant_names(*device_facts(dev))]
+
+
+def mlp_call_s(params: dict, dev, dtype, budget: dict) -> list[float]:
+    """Each contestant's estimated seconds a step in :func:`race_mlp`: its matmuls as one square matmul of
+    as many FLOPs, and Adam's traffic as adds."""
+    width, batch, in_features, num_classes = params.values()
+    elements = num_parameters(in_features, num_classes, width, 1) * ADAM_BYTES_PER_PARAMETER // 12
+    adam = calibrated(budget, dev, elements, op="add")
+    flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
+    size = max(1, round((flops / 2) ** (1 / 3)))
+    step = {d: adam + calibrated(budget, dev, size, d) for d in (None, dtype)}
+    return [step[dtype if name == "amp" else None] for name in contestant_names(*device_facts(dev))]
 
 
 def run_race(kind, params, dtype, dev, contestants, flops, budget: dict, memory=None, **extra) -> RaceResult:
@@ -352,10 +349,7 @@ def race_matmul(
         return found
     most = int(math.sqrt(0.9 * (_device.available_bytes(dev) or 0) / matmul_bytes(1, dtype)))
     check_fits(matmul_bytes(n, dtype), dev, f"race_matmul(n={n})", f"choose n <= {max(1, most)}")
-    step = {d: calibrated(budget, dev, _matmul_maker(dev, d), n) for d in (None, dtype)}
-    names = contestant_names(*device_facts(dev))  # TF32 as fast as FP32 at least
-    call_s = [step[dtype if name == "amp" else None] for name in names]
-    check_race_time(f"race_matmul(n={n})", "choose a smaller n", budget, call_s)
+    check_race_time(f"race_matmul(n={n})", "choose a smaller n", budget, matmul_call_s(n, dev, dtype, budget))
     A, B = _operands(n, dev)
 
     def amp():
@@ -401,18 +395,12 @@ def race_mlp(
     if found is not None and (found.memory is not None or not memory):
         return found
     facts = device_facts(dev)
-    facts_names = contestant_names(*facts)
-    n = len(facts_names)
+    n = len(contestant_names(*facts))
     need = mlp_bytes(width, batch, dtype, in_features=in_features, num_classes=num_classes, contestants=n)
     what, smaller = f"race_mlp(width={width}, batch={batch})", "choose a smaller width or batch"
     check_fits(need, dev, what, smaller)
+    check_race_time(what, smaller, budget, mlp_call_s(params, dev, dtype, budget))
     flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
-    # A step: its matmuls as one square matmul of as many FLOPs, and Adam's traffic as adds.
-    adam_elements = num_parameters(in_features, num_classes, width, 1) * ADAM_BYTES_PER_PARAMETER // 12
-    adam = calibrated(budget, dev, _add_maker(dev), adam_elements, power=1)
-    size = max(1, round((flops / 2) ** (1 / 3)))
-    step = {d: adam + calibrated(budget, dev, _matmul_maker(dev, d), size) for d in (None, dtype)}
-    check_race_time(what, smaller, budget, [step[dtype if name == "amp" else None] for name in facts_names])
     with torch_threads(num_threads):
         X, y, model = _mlp_setup(width, batch, in_features, num_classes, dev)
         low = {"fp32": None, "amp": dtype, "tf32": None}
@@ -504,7 +492,6 @@ def race_fp8_matmul(
         )
     args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
     dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s)
-    check_budget(warmup, repeats, min_sample_s, contestants=3)
     device_type, capability = device_facts(dev)
     if device_type == "mps":
         raise ValueError(
@@ -519,18 +506,12 @@ def race_fp8_matmul(
         return found
     smaller = f"choose a smaller n (a multiple of {FP8_GEMM_MULTIPLE})"
     check_fits(fp8_matmul_bytes(n, dtype), dev, f"race_fp8_matmul(n={n})", smaller)
-    makes = (_matmul_maker(dev), _matmul_maker(dev, dtype, cast=True), _fp8_maker(dev))
-    call_s = [calibrated(budget, dev, make, n) for make in makes]
+    call_s = [calibrated(budget, dev, n), calibrated(budget, dev, n, dtype, True)]
+    call_s.append(calibrated(budget, dev, n, make=_fp8_maker(dev)))
     check_race_time(f"race_fp8_matmul(n={n})", smaller, budget, call_s)
     A, B = _operands(n, dev)
     A_low, B_low = A.to(dtype), B.to(dtype)
-    a8, inv_a = _tensorwise_e4m3(A)
-    bt8, inv_b = _tensorwise_e4m3(B.t().contiguous())  # B's transpose row-major: B column-major
-    b8 = bt8.t()
-
-    def fp8():
-        return torch._scaled_mm(a8, b8, scale_a=inv_a, scale_b=inv_b, out_dtype=torch.bfloat16)
-
+    fp8 = _fp8_maker(dev)(n)  # the same seeded operands in E4M3, B column-major
     off = tf32_context(device_type, False)
     fns = {"fp32": lambda: A @ B, "amp": lambda: A_low @ B_low, "fp8": fp8}
     contestants = {name: Contestant(fn, off) for name, fn in fns.items()}

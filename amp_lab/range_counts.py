@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ._checks import FLOAT32_MAX, FLOAT32_TINY, ArgumentTypeError, check_instance, check_int, check_scale
-from .formats import FloatFormat, get_format, real_tensor, round_to
+from .formats import MAX_VALUES, FloatFormat, get_format, real_tensor, round_to
 
 CATEGORIES = ("underflow", "subnormal", "normal", "overflow")
 COLORS = {"underflow": "#d62728", "subnormal": "#ff7f0e", "normal": "#2ca02c", "overflow": "#9467bd"}
@@ -42,6 +42,12 @@ def flat_float32(x, name: str = "x", keep_float64: bool = False) -> torch.Tensor
         real_tensor(t, name)  # no bool or complex tensors
     if not parts:
         return torch.empty(0)
+    if (
+        numel := sum(t.numel() for t in parts)
+    ) > MAX_VALUES:  # before any copy: an expanded view counts in full
+        raise ValueError(
+            f"{name} holds {numel:,} values; at most {MAX_VALUES:,}: pass a slice or a sample of them"
+        )
     wide = keep_float64 and any(t.dtype == torch.float64 for t in parts)
     flat = [t.detach().reshape(-1).to(torch.float64 if wide else torch.float32) for t in parts]
     return flat[0] if len(flat) == 1 else torch.cat(flat)

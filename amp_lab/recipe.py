@@ -33,6 +33,7 @@ from .recipe_checks import (
     precision,
 )
 from .text import Reading, say
+from .timing import PROGRESS_AFTER_S, training_seconds
 
 MAX_STEP_NUMBER = 2**53  # a step number (micro_batches' seed arithmetic stays within torch's 64-bit seeds)
 MAX_GROWTH_INTERVAL = 2**31 - 1  # GradScaler's update kernel takes it as a C integer
@@ -282,10 +283,12 @@ def train(
     device=None,
     show_progress: bool = False,
     log_every: int | None = None,
+    budget_s: float | None = None,
 ) -> History:
     """Run optimizer steps ``start_step .. start_step + num_steps - 1`` of the recipe on ``split``, each a
     :func:`sync_free_step`, read in one go every ``log_every`` steps (None: at the end).  ``scheduler`` steps
-    only after steps the scaler did not skip (with an enabled scaler each step is read).  Checked first."""
+    only after steps the scaler did not skip (with an enabled scaler each step is read).  Checked first; a
+    run estimated past ``budget_s`` (default 30 s) is refused, one past a few seconds shows progress."""
     num_steps = check_int("num_steps", num_steps, minimum=0, maximum=MAX_STEPS)
     log_every = None if log_every is None else check_int("log_every", log_every, minimum=1, maximum=MAX_STEPS)
     start_step = check_int("start_step", start_step, minimum=0, maximum=MAX_STEP_NUMBER - num_steps)
@@ -300,6 +303,10 @@ def train(
     check_scheduler(scheduler, opt, stepped_by_train=True)
     check_split_for("split", split, model, params[0].device)
     batch_size, _, per_step = check_per_step(batch_size, accumulation_steps, len(split))
+    what = f"recipe.train(num_steps={num_steps}, batch_size={batch_size}, accumulation_steps={accumulation_steps})"
+    show_progress |= (
+        training_seconds(what, model, per_step, num_steps, dev, dtype, budget_s) > PROGRESS_AFTER_S
+    )
     steps = range(start_step, start_step + num_steps)
     steps = progress(steps, desc=f"training ({dtype_name(dtype)})") if show_progress else steps
     history = History()

@@ -19,7 +19,9 @@ from .race import (
     RACE_TARGET_REL_WIDTH,
     SHORT_NAMES,
     RaceResult,
+    calibrated,
     check_race_args,
+    check_race_time,
     races_of,
     reusable,
     run_race,
@@ -48,21 +50,23 @@ def race_elementwise(
     target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
+    budget_s: float | None = None,
 ) -> RaceResult:
     """Race ``torch.add(a, b)`` on ``numel`` elements stored in FP32 against tensors stored in ``dtype``
     (default ``amp_dtype(device)``, converted untimed: autocast has no rule for ``add``): one FLOP per 12
-    bytes in FP32, 6 in 16 bits.  Sampling and ``reuse`` work as in :func:`~amp_lab.race.race_matmul`.
+    bytes in FP32, 6 in 16 bits.  Sampling, ``reuse`` and ``budget_s`` work as in :func:`~amp_lab.race.race_matmul`.
     (``06_timing_race``)"""
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
-    dev, dtype, budget = check_race_args(
-        device, dtype, warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback
-    )
+    args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
+    dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s)
     params = {"numel": numel}
     if (found := reusable(reuse, "elementwise", params, dtype, dev, num_threads)) is not None:
         return found
     most = max(1, int(0.9 * (_device.available_bytes(dev) or 0) / elementwise_bytes(1, dtype)))
     need = elementwise_bytes(numel, dtype)
     check_fits(need, dev, f"race_elementwise(numel={numel})", f"choose numel <= {most}")
+    add_s = calibrated(budget, dev, numel, op="add")  # the 16-bit add moves half the bytes: at most as long
+    check_race_time(f"race_elementwise(numel={numel})", "choose a smaller numel", budget, [add_s, add_s])
     a, b = _elementwise_operands(numel, dev)
     a_low, b_low = a.to(dtype), b.to(dtype)
     c, c_low = torch.empty_like(a), torch.empty_like(a_low)
@@ -115,17 +119,21 @@ def measure_roofline(
     repeats: int = 3,
     min_sample_s: float = 0.01,
     num_threads: int | None = None,
+    budget_s: float | None = None,
 ) -> Roofline:
     """Measure this machine's roofline: the FLOP/s of an n x n FP32 matmul and the bandwidth of the
     faster of a copy and an add of ``numel`` elements, each from its fastest sample.  Defaults: n=1024 and 2**24
-    elements on a CPU, 8192 and 2**28 on a GPU.  (``06_timing_race``)"""
+    elements on a CPU, 8192 and 2**28 on a GPU; estimated past ``budget_s`` (default 30 s), refused before
+    its operands exist.  (``06_timing_race``)"""
     dev = get_device(device)
     default_n, default_numel = (1024, 2**24) if dev.type == "cpu" else (8192, 2**28)
     n = check_int("n", default_n if n is None else n, minimum=1, maximum=MAX_GEMM_DIM)
     numel = check_int("numel", default_numel if numel is None else numel, minimum=1, maximum=MAX_NUMEL)
-    budget = check_budget(warmup, repeats, min_sample_s, num_threads, contestants=3)
-    need = 12 * n * n + 12 * numel
-    check_fits(need, dev, f"measure_roofline(n={n}, numel={numel})", "choose a smaller n or numel")
+    budget = check_budget(warmup, repeats, min_sample_s, num_threads, contestants=3, budget_s=budget_s)
+    what, fix = f"measure_roofline(n={n}, numel={numel})", "choose a smaller n or numel"
+    check_fits(12 * n * n + 12 * numel, dev, what, fix)
+    add_s = calibrated(budget, dev, numel, op="add")  # a copy moves fewer bytes: at most as long
+    check_race_time(what, fix, budget, [calibrated(budget, dev, n), add_s, add_s])
     # Filled, not drawn: the values do not change FP32's speed, and drawing 2**24 numbers costs more.
     A, B, C = (torch.full((n, n), 0.5, device=dev) for _ in range(3))
     a, b, c = (torch.full((numel,), 0.5, device=dev) for _ in range(3))

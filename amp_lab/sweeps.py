@@ -13,16 +13,16 @@ from tqdm.auto import tqdm
 
 from . import race as _race
 from ._checks import check_axes, check_bool, check_choice, check_instance, check_int, check_int_sequence
-from .cost import IN_FEATURES, MAX_GEMM_DIM, matmul_bytes, mlp_bytes
+from .cost import IN_FEATURES, MAX_GEMM_DIM, NUM_CLASSES, matmul_bytes, mlp_bytes
 from .cpus import cpu_has_native
 from .device import amp_dtype, check_fits, get_device
 from .dtypes import dtype_name, parse_dtype
 from .gpus import datasheet_entry
-from .intervals import SpeedupEstimate, jsonable, speedup_estimate
+from .intervals import SpeedupEstimate, jsonable, plural, speedup_estimate
 from .progress import enabled as progress_enabled
 from .race import CONFIDENCE, RACE_MAX_TIME_S, RACE_TARGET_REL_WIDTH, RaceResult, check_race_args
 from .text import Reading, say
-from .timing import Contestant, measure
+from .timing import Contestant, check_estimate, measure
 
 
 @dataclass(frozen=True)
@@ -240,13 +240,15 @@ def sweep(
     max_time_s: float | None = RACE_MAX_TIME_S,
     reuse=None,
     show_progress: bool = True,
+    budget_s: float | None = None,
 ) -> SweepResult:
     """Speedup against size, its peak ratio and the bound at each size.  (``06_timing_race``)
 
     ``kind="matmul"`` races ``race_matmul(n)`` for each size, ``"mlp"`` ``race_mlp(width, batch)`` for each width,
     ``"batch"`` ``race_mlp(width, b)`` for each batch; the defaults come from :func:`sizes_for`.  The peak ratio is
     the datasheet's for a known GPU, else the measured ratio of raw GEMMs at the largest size (their fastest
-    rates standing in for the peaks)."""
+    rates standing in for the peaks).  The sum of its races' estimates beyond ``budget_s`` (default 30 s, or
+    ``max_time_s`` for each race) is refused before the first starts."""
     kind = check_choice("kind", kind, ["matmul", "mlp", "batch"])
     show_progress = check_bool("show_progress", show_progress)
     defaults = sizes_for(device, dtype)
@@ -257,12 +259,26 @@ def sweep(
     width = check_int("width", defaults.width if width is None else width, minimum=1)
     # Bounded before it starts: every race and the raw GEMM's together must fit in MAX_SECONDS.
     args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
-    dev, dtype, budget = check_race_args(device, dtype, *args, races=len(sizes) + 1)
+    dev, dtype, budget = check_race_args(device, dtype, *args, races=len(sizes) + 1, budget_s=budget_s)
+    if budget_s is None:  # each race's max_time_s is a budget given
+        budget["budget_s"] = max(budget["budget_s"], (len(sizes) + 1) * (budget["max_time_s"] or 0))
     largest = max(sizes)
     w, b = (largest, batch) if kind == "mlp" else (width, largest)
     need = matmul_bytes(largest, dtype) if kind == "matmul" else mlp_bytes(w, b, dtype)
     check_fits(need, dev, f"sweep {'n' if kind == 'matmul' else kind}={largest}", "choose smaller sizes")
     shape = (largest,) * 3 if kind == "matmul" else (b, IN_FEATURES, w)
+    reused = [size for size in sizes if _reused(reuse, kind, size, batch, width, dtype, dev, num_threads)]
+    seconds = sum(
+        _race.race_seconds(budget, _call_s(kind, s, batch, width, dev, dtype, budget))
+        for s in sizes
+        if s not in reused
+    )
+    gemm = round(math.prod(shape) ** (1 / 3))  # the raw GEMMs as a square one of as many FLOPs
+    seconds += _race.race_seconds(
+        budget, [_race.calibrated(budget, dev, gemm, d, True) for d in (None, dtype)]
+    )
+    what, fix = f"sweep(kind={kind!r}) of {plural(len(sizes), 'size')}", "choose fewer or smaller sizes"
+    check_estimate(what, seconds, budget["budget_s"], fix, "the sum of its races' estimates")
     common = dict(device=dev, dtype=dtype, **{k: v for k, v in budget.items() if k != "number"})
     results = []
     off = not (show_progress and progress_enabled())
@@ -287,6 +303,24 @@ def sweep(
         peak = PeakRatio(measured.ratio, None, source, **peaks)
     peak = replace(peak, gemm_shape=shape, measured_interval=measured)
     return SweepResult(kind, sizes, tuple(results), peak, results[-1].context)
+
+
+def _call_s(kind, size, batch, width, dev, dtype, budget) -> list[float]:
+    """A sweep race's contestants' estimated seconds a call (:func:`~amp_lab.race.matmul_call_s`, ``mlp_call_s``)."""
+    if kind == "matmul":
+        return _race.matmul_call_s(size, dev, dtype, budget)
+    w, b = (size, batch) if kind == "mlp" else (width, size)
+    params = {"width": w, "batch": b, "in_features": IN_FEATURES, "num_classes": NUM_CLASSES}
+    return _race.mlp_call_s(params, dev, dtype, budget)
+
+
+def _reused(reuse, kind, size, batch, width, dtype, dev, num_threads) -> bool:
+    w, b = (size, batch) if kind == "mlp" else (width, size)
+    params = {"n": size} if kind == "matmul" else {"width": w, "batch": b}
+    return (
+        _race.reusable(reuse, "matmul" if kind == "matmul" else "mlp", params, dtype, dev, num_threads)
+        is not None
+    )
 
 
 def race_alignment(

@@ -231,6 +231,30 @@ def _sampler(dev: torch.device, event=None):
     return sample
 
 
+def op_maker(dev, dtype=None, cast=False, op="matmul", inner=None):
+    """``make(m)`` for :func:`calibrated_seconds`: an m x m matmul in FP32, under autocast to ``dtype``, or
+    (``cast``) of inputs already in ``dtype``; with ``inner=(k, n)`` an (m x k) @ (k x n) one (m rows of a
+    batch through a layer); ``op="add"``: an add of m FP32 elements (12 bytes each)."""
+
+    def make(m):
+        if op == "add":
+            a = torch.ones(m, device=dev)
+            return lambda: torch.add(a, a, out=a)
+        gen, (k, n) = torch.Generator(device=dev).manual_seed(0), inner or (m, m)
+        A, B = (torch.randn(r, c, device=dev, generator=gen) for r, c in ((m, k), (k, n)))
+        A, B = (A.to(dtype), B.to(dtype)) if cast else (A, B)
+        enabled = dtype not in (None, torch.float32) and not cast
+
+        def call():
+            with torch.autocast(dev.type, dtype=dtype, enabled=enabled):
+                return A @ B
+
+        return call
+
+    make.dtype = dtype  # what a test's fake calibration reads
+    return make
+
+
 def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int = 64) -> float:
     """Seconds one call of ``make(size)`` (a function to call) takes, estimated before it is made: ``make(m)``
     for m = start, 2 * start, ... (at most ``size``) is timed, best of two, until a call takes
@@ -249,6 +273,34 @@ def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int 
             if seconds >= 0.25 or (seconds >= CALIBRATION_S and grew >= power - 1):
                 return seconds * (size / m) ** min(max(grew, power), power + 1)
         before, m = (m, seconds), min(2 * m, size)
+
+
+# Small kernels and autograd nodes a training step runs per parameter tensor, about: its forward, backward,
+# zeroing, clipping and Adam's update, each one call of a small op at least.
+OPS_PER_TENSOR = 50
+
+
+def training_seconds(what, model, examples, num_steps, device, dtype=None, budget_s=None, num_threads=None):
+    """Seconds ``num_steps`` training steps of ``model`` (or its parameters' shapes) on ``examples`` examples
+    a step are estimated to take, checked against ``budget_s`` (default 30 s) before the run: refused past
+    it.  A step: three products (forward, two backward) of the batch through each weight, timed under
+    autocast to ``dtype`` at small batches (:func:`calibrated_seconds`), and :data:`OPS_PER_TENSOR` calls
+    of a one-element add per parameter tensor.  (``03``, ``04``, ``07``)"""
+    if budget_s is not None:
+        budget_s = check_float("budget_s", budget_s, ge=1.0, le=MAX_SECONDS)
+    dev = get_device(device)
+    shapes = [tuple(p.shape) for p in model.parameters()] if hasattr(model, "parameters") else model
+    layers = [(math.prod(s[1:]), s[0]) for s in shapes if len(s) >= 2]
+    with torch_threads(num_threads, dev):
+        small = calibrated_seconds(op_maker(dev, op="add"), 1, dev, power=1)
+        rows = {
+            k: calibrated_seconds(op_maker(dev, dtype, inner=k), examples, dev, power=1, start=8)
+            for k in set(layers)
+        }
+    step = 3 * sum(rows[k] for k in layers) + OPS_PER_TENSOR * len(shapes) * small
+    fix = "choose fewer num_steps, a smaller model or a smaller batch"
+    basis = "each layer's products and a small op timed before the run"
+    return check_estimate(what, num_steps * step, budget_s or DEFAULT_BUDGET_S, fix, basis)
 
 
 def planned_seconds(

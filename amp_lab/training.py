@@ -28,12 +28,15 @@ from .device import check_fits, get_device, torch_threads
 from .dtypes import parse_dtype
 from .gradients import random_batches
 from .models import make_mlp
+from .progress import progress
 from .recipe import MAX_LR, train_loop
 from .scaling import DynamicLossScaler
 from .text import Reading
+from .timing import PROGRESS_AFTER_S, training_seconds
 from .widgets import FigurePane, Table, table_html
 
 MAX_EXPLORER_STEPS = 500  # the widget re-runs the training on every slider move
+EXPLORER_BUDGET_S = 2.0  # so each move takes a second or two: its run is estimated once, up front
 MAX_DEPTH = 64  # Linear layers
 MAX_WIDTH = 4096
 _SCALER_METHODS = ("scale", "unscale_", "step", "update", "get_scale")
@@ -201,14 +204,6 @@ def _check_data(data) -> None:
         raise ValueError("data.train is empty: train_digits needs at least one training example")
 
 
-def _training_bytes(num_features: int, num_classes: int, depth: int, width: int, batch: int) -> int:
-    """About what one run allocates: weights, gradients and Adam's two moments (4 float32 copies), and a
-    batch's activations (float32 and FP16, values and gradients)."""
-    widths = [num_features] + [width] * (depth - 1) + [num_classes]
-    params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:], strict=True))
-    return 16 * params + 12 * batch * sum(widths[1:])
-
-
 def train_digits(
     scaler=None,
     *,
@@ -225,10 +220,12 @@ def train_digits(
     num_threads: int | None = 1,
     device=None,
     convert=None,
+    budget_s: float | None = None,
 ) -> TrainingRun:
     """Train :func:`amp_lab.models.make_mlp` (``depth`` Linear layers of ``width``) on the digits with Adam,
     with ``scaler`` None or any object with GradScaler's methods, autocast to ``dtype`` (None: FP32);
-    ``convert`` (e.g. ``fp8.convert_to_float8``) replaces the built model.  All is checked before building."""
+    ``convert`` (e.g. ``fp8.convert_to_float8``) replaces the built model.  All is checked before building,
+    and a run estimated past ``budget_s`` (default 30 s) refused; one past a few seconds shows progress."""
     scaler = _check_scaler(scaler)
     dtype, num_steps, batch_size, lr, depth, width, max_grad_norm, seed, label, num_threads, convert = (
         _check_settings(
@@ -241,8 +238,13 @@ def train_digits(
     else:
         _check_data(data)
     batch = min(batch_size, len(data.train))
-    check_fits(
-        _training_bytes(data.num_features, data.num_classes, depth, width, batch),
+    widths = [data.num_features] + [width] * (depth - 1) + [data.num_classes]
+    numels = [n for a, b in zip(widths, widths[1:], strict=False) for n in (a * b, b)]
+    what = f"train_digits(num_steps={num_steps}, depth={depth}, width={width}, batch_size={batch_size})"
+    shapes = [(b, a)[: 2 - i] for a, b in zip(widths, widths[1:], strict=False) for i in (0, 1)]
+    planned = training_seconds(what, shapes, batch, num_steps, dev, dtype, budget_s, num_threads)
+    check_fits(  # weights, gradients, Adam's two moments; a batch's activations (values and gradients)
+        16 * sum(numels) + 12 * batch * sum(widths[1:]),
         dev,
         f"training an MLP of depth {depth} and width {width}",
         "choose a smaller depth or width",
@@ -268,7 +270,8 @@ def train_digits(
         with torch_threads(num_threads, dev):
             batches = random_batches(data.train.X.to(dev), data.train.y.to(dev), batch_size, seed)
             settings = dict(dtype=dtype, max_grad_norm=max_grad_norm, sync_free=False)
-            for result in train_loop(model, opt, scaler, batches, range(num_steps), **settings):
+            steps = progress(range(num_steps), desc=label, disable=planned <= PROGRESS_AFTER_S, leave=False)
+            for result in train_loop(model, opt, scaler, batches, steps, **settings):
                 run.losses.append(result.loss)
                 run.scales.append(float(result.scale))
                 run.stepped.append(len(calls) > sum(run.stepped))  # a new call: it stepped
@@ -312,6 +315,7 @@ class ScalerExplorer:
         self.train_kwargs = _check_train_kwargs(train_kwargs)
         self.device = get_device(device)
         self._data = load_digits(device=self.device)
+        self.train_kwargs["budget_s"] = EXPLORER_BUDGET_S  # a run past it is refused by the first update
         layout = widgets.Layout(width="420px")
         common = dict(continuous_update=False, style={"description_width": "initial"}, layout=layout)
         sliders = []
@@ -365,10 +369,10 @@ class ScalerExplorer:
         return run
 
 
-_TRAIN_DEFAULTS = {  # what the widget's train_kwargs may set (it passes scaler, num_steps, data, device)
+_TRAIN_DEFAULTS = {  # what the widget's train_kwargs may set (it passes the rest itself)
     name: p.default
     for name, p in inspect.signature(train_digits).parameters.items()
-    if name not in ("scaler", "num_steps", "data", "device")
+    if name not in ("scaler", "num_steps", "data", "device", "budget_s")
 }
 
 

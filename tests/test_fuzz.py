@@ -715,7 +715,13 @@ E(
 E(
     "gradients.train_steps",
     lambda: dict(model=models.make_mlp(hidden=8, depth=1), data=split(), num_steps=1, batch_size=8),
-    {"model": Obj(), "data": Obj(), "lr": Float(gt=0), "num_steps": Int(0, MAX_STEPS, skip_above=4)},
+    {
+        "model": Obj(),
+        "data": Obj(),
+        "lr": Float(gt=0),
+        "num_steps": Int(0, MAX_STEPS, skip_above=4),
+        "budget_s": Float(ge=1.0, le=MAX_SECONDS, optional=True),
+    },
     examples=4,
     corpus_limit=2,
 )
@@ -870,6 +876,7 @@ E(
         batch=Int(1, optional=True, skip_above=256),
         width=Int(1, optional=True, skip_above=256),
         reuse=Obj(),
+        budget_s=BUDGET_S,
     ),
     arg_base=RACE_ARG_BASE,
     examples=3,
@@ -1007,6 +1014,7 @@ E(
         "max_grad_norm": Float(gt=0, optional=True),
         "scheduler": Obj(),
         "log_every": Int(1, MAX_STEPS, optional=True),  # how many steps between host reads (None: at the end)
+        "budget_s": BUDGET_S,
     },
     examples=3,
     corpus_limit=2,
@@ -1253,7 +1261,12 @@ E(
 E(
     "alignment.alignment_demo",
     lambda: dict(n=16, repeats=2, warmup=0),
-    {"n": Int(1, skip_above=128), "repeats": Int(1, skip_above=20), "warmup": Int(0, skip_above=20)},
+    {
+        "n": Int(1, skip_above=128),
+        "repeats": Int(1, skip_above=20),
+        "warmup": Int(0, skip_above=20),
+        "budget_s": BUDGET_S,
+    },
     examples=3,
 )
 
@@ -1346,6 +1359,7 @@ E(
         "data": Obj(),
         "num_threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
         "convert": Callable_(),
+        "budget_s": BUDGET_S,
     },
     examples=2,
     corpus_limit=3,
@@ -1515,6 +1529,7 @@ E(
         "repeats": Int(1, MAX_REPEATS, skip_above=50),
         "min_sample_s": Float(gt=0, le=MAX_SAMPLE_S, skip_above=0.05),
         "num_threads": Int(1, MAX_THREADS, optional=True, skip_above=4),
+        "budget_s": BUDGET_S,
     },
     examples=3,
     corpus_limit=2,
@@ -1529,7 +1544,9 @@ E(
 E(
     "roofline.race_elementwise",
     lambda: dict(numel=64, **RACE_FAST),
-    race_kinds(numel=Int(1, cost.MAX_NUMEL, skip_above=2**16), callback=Callable_(), reuse=Obj()),
+    race_kinds(
+        numel=Int(1, cost.MAX_NUMEL, skip_above=2**16), callback=Callable_(), reuse=Obj(), budget_s=BUDGET_S
+    ),
     arg_base=RACE_ARG_BASE,
     examples=3,
     corpus_limit=2,

@@ -248,6 +248,7 @@ def test_refusal_threshold_follows_the_byte_estimate(monkeypatch):
 
     monkeypatch.setattr(device_module, "available_bytes", lambda dev=None: 10**9)
     monkeypatch.setattr(race, "_operands", allocate)
+    monkeypatch.setattr(timing, "calibrated_seconds", lambda *a, **k: 1e-6)  # a quick machine
     dtype = torch.bfloat16
     per_element = 3 * 4 + 3 * torch.finfo(dtype).bits // 8  # A, B, C in FP32 and in bf16
     assert cost.matmul_bytes(100, dtype) == 100 * 100 * per_element
