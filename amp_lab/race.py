@@ -251,12 +251,12 @@ def _contestants(run: dict, device_type: str, capability) -> dict:
     }
 
 
-def check_race_args(device, dtype, *budget, races=1, budget_s=None):
+def check_race_args(device, dtype, *budget, races=1, budget_s=None, contestants=None):
     """A race's arguments checked before anything is allocated or run; ``budget`` is what
     :func:`~amp_lab.timing.check_budget` takes.  Returns the device, the dtype and the checked budget."""
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
-    n = len(contestant_names(*device_facts(dev)))
+    n = contestants or len(contestant_names(*device_facts(dev)))
     budget = check_budget(*budget, contestants=n, races=races, budget_s=budget_s)
     if budget["target_rel_width"] is None:  # exactly `repeats` rounds: no time budget to bound them
         budget["max_time_s"] = None
@@ -491,7 +491,7 @@ def race_fp8_matmul(
             f"dimension a multiple of {FP8_GEMM_MULTIPLE}; choose n={lower} or n={lower + FP8_GEMM_MULTIPLE}"
         )
     args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
-    dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s)
+    dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s, contestants=3)
     device_type, capability = device_facts(dev)
     if device_type == "mps":
         raise ValueError(
