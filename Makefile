@@ -20,7 +20,7 @@ LAB_ARGS   ?=
 # Jupyter refuses to start as root unless told; CI and containers run as root.
 ROOT_FLAG  := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test lint unit nbval nbval-other nbval-kernels nbval-one-thread nbval-matrix notebooks browser gpu-check doctor clean help
+.PHONY: lab test lint unit nbval nbval-other nbval-kernels nbval-one-thread nbval-matrix notebooks browser gpu-check distributed-check doctor clean help
 
 help:
 	@echo "make lab        open the course in JupyterLab (http://$(LAB_IP):$(LAB_PORT), token login)"
@@ -30,6 +30,8 @@ help:
 	@echo "make doctor     check this machine and environment for the course"
 	@echo "make gpu-check  on a CUDA machine: precision table, races, sweeps, autocast probe -> docs/results/"
 	@echo "                (GPU_CHECK_ARGS=--quick: a one-shot run, under 3 minutes on an H100)"
+	@echo "make distributed-check NPROC=N  notebook 10 at real sizes under torchrun on 127.0.0.1: one rank per"
+	@echo "                GPU with NCCL -> docs/results/; CPU ranks with gloo need DISTRIBUTED_CHECK_ARGS=\"--out DIR\""
 
 # pip compiles each installed file to bytecode on one core; --no-compile, then compileall on every core
 # does the same work in about half the time on 2 cores (the bytecode must be there: with
@@ -127,8 +129,12 @@ nbval-matrix: $(STAMP)
 
 # tests/browser: real JupyterLab in headless Chromium (tests/browser/README.md). Skips with an install
 # hint when /usr/bin/chromium is missing; under CI=true that is an error.
+# Its kernels run on one thread: beside the package tests (make test runs them side by side) a second OpenMP
+# thread waits at every barrier for a core.  Measured 2026-12-01 beside two busy processes: 50 bf16 steps of
+# 04's model took 4.8 s (1.6 s alone), and the estimate a bounded call makes first, from timed small matmuls,
+# read 75-180 s for a run estimated at 1 s alone, so 04's runs were refused (budget_s=30).
 browser: $(STAMP)
-	$(BIN)/python -m pytest tests/browser
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest tests/browser
 
 # Stages run in this order and stop at the first failure; each prints its wall time (the install is the
 # first stage on a fresh clone).  Targets joined by + run side by side (make -j, one job each; -Otarget
@@ -153,6 +159,13 @@ notebooks: $(STAMP)
 
 gpu-check: $(STAMP)
 	$(BIN)/python scripts/gpu_check.py $(GPU_CHECK_ARGS)
+
+# Notebook 10's measurements at real sizes: NPROC ranks on this machine (torchrun --standalone; the script
+# points them at 127.0.0.1), NCCL when there is a GPU per rank, else gloo (which needs --out: CPU numbers
+# are not GPU reference results).  DISTRIBUTED_CHECK_ARGS=--quick: small sizes, seconds.
+NPROC      ?= 2
+distributed-check: $(STAMP)
+	$(BIN)/torchrun --standalone --nproc-per-node $(NPROC) scripts/distributed_check.py $(DISTRIBUTED_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis artifacts

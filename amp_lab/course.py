@@ -57,6 +57,7 @@ _CODES = {
     "08": "course.08_cpu",  # the CPU's torch._scaled_mm emulates FP8 GEMMs
     "09": "course.09_elsewhere",  # the subnormal timing is a CPU pitfall: it runs on the CPU whatever the device
     "09 cpu": "course.09_cpu",
+    "10": "course.10",
 }
 
 

@@ -56,6 +56,19 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "synchronize",
         "torch_threads",
     ),
+    "distributed": (
+        "activation_bytes",
+        "activation_saving",
+        "allreduce_error",
+        "allreduce_errors",
+        "bytes_per_parameter",
+        "choose_backend",
+        "draw_data_parallel",
+        "fsdp_train",
+        "rank_device",
+        "single_process_losses",
+        "spawn",
+    ),
     "doctor": ("main",),
     "format_explorer": ("bit_explorer",),
     "formats": (
@@ -111,6 +124,11 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "convert_to_mx",
         "mx_quantize",
         "nvfp4_quantize",
+    ),
+    "memory": (
+        "activation_bytes",
+        "activation_saving",
+        "bytes_per_parameter",
     ),
     "models": ("make_mlp",),
     "pitfalls": (

@@ -77,7 +77,8 @@ class Prediction:
         from IPython.display import display
 
         bundle = self.widget._repr_mimebundle_()
-        bundle["text/plain"] = say("predict.run_to_choose", question=self.question, options=self._options())
+        text = say("predict.run_to_choose", question=self.question, options=self._options())
+        bundle["text/plain"] = wrap(text, indent="    ")  # the lines of a static view fit its output area
         display(bundle, raw=True)
 
     def _options(self) -> str:

@@ -9,6 +9,7 @@ import itertools
 
 import torch
 
+from .memory import saved_tensors
 from .recipe import train_loop
 
 
@@ -47,20 +48,7 @@ class Trainer:
 def saved_bytes(run, exclude=()) -> int:
     """Bytes of the tensors autograd keeps for backward while ``run()`` runs, each storage counted once
     (those of ``exclude``, which exist anyway, not at all)."""
-    seen = {t.untyped_storage().data_ptr() for t in exclude}
-    total = 0
-
-    def pack(t):
-        nonlocal total
-        st = t.untyped_storage()
-        if st.data_ptr() not in seen:
-            seen.add(st.data_ptr())
-            total += st.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        run()
-    return total
+    return sum(row.nbytes for row in saved_tensors(run, exclude=exclude)[0])
 
 
 def saved_for_backward_bytes(trainer: Trainer, exclude) -> int:

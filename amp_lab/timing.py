@@ -255,9 +255,19 @@ def op_maker(dev, dtype=None, cast=False, op="matmul", inner=None):
     return make
 
 
+def _per_call(sample, fn) -> float:
+    """Seconds one call of ``fn`` takes: the best of seven samples of enough calls to last 0.2 ms (one call of a
+    small op takes microseconds).  On a busy machine a sample is now and then descheduled; the best of several
+    short ones is one that was not."""
+    first = sample(fn, 1)
+    number = max(1, min(1000, math.ceil(2e-4 / max(first, 1e-7))))
+    rounds = 7 if first < 0.01 else 2  # a slow call is its own long sample
+    return min([first] * (number == 1) + [sample(fn, number) / number for _ in range(rounds)])
+
+
 def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int = 64) -> float:
     """Seconds one call of ``make(size)`` (a function to call) takes, estimated before it is made: ``make(m)``
-    for m = start, 2 * start, ... (at most ``size``) is timed, best of two, until a call takes
+    for m = start, 2 * start, ... (at most ``size``) is timed (a small call over many calls), until a call takes
     :data:`CALIBRATION_S` and its time grows with the work (at least as m ** (power - 1): a fixed cost, such
     as an emulated FP8 matmul's casts, must not be scaled as work) or takes a quarter of a second; then scaled
     to ``size`` as the work grows (``power``: a matmul's as n**3), or as fast as the time grew, up to
@@ -265,7 +275,7 @@ def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int 
     sample, m, before = _sampler(get_device(device)), min(start, size), None
     while True:
         fn = make(m)
-        seconds = max(min(sample(fn, 1) for _ in range(2)), 1e-9)
+        seconds = max(_per_call(sample, fn), 1e-9)
         if m >= size:
             return seconds
         if before is not None:
@@ -284,7 +294,8 @@ def training_seconds(what, model, examples, num_steps, device, dtype=None, budge
     """Seconds ``num_steps`` training steps of ``model`` (or its parameters' shapes) on ``examples`` examples
     a step are estimated to take, checked against ``budget_s`` (default 30 s) before the run: refused past
     it.  A step: three products (forward, two backward) of the batch through each weight, timed under
-    autocast to ``dtype`` at small batches (:func:`calibrated_seconds`), and :data:`OPS_PER_TENSOR` calls
+    autocast to ``dtype`` at the batch's size (no extrapolation, which a busy machine's noise would
+    amplify), and :data:`OPS_PER_TENSOR` calls
     of a one-element add per parameter tensor.  (``03``, ``04``, ``07``)"""
     if budget_s is not None:
         budget_s = check_float("budget_s", budget_s, ge=1.0, le=MAX_SECONDS)
@@ -294,7 +305,7 @@ def training_seconds(what, model, examples, num_steps, device, dtype=None, budge
     with torch_threads(num_threads, dev):
         small = calibrated_seconds(op_maker(dev, op="add"), 1, dev, power=1)
         rows = {
-            k: calibrated_seconds(op_maker(dev, dtype, inner=k), examples, dev, power=1, start=8)
+            k: calibrated_seconds(op_maker(dev, dtype, inner=k), examples, dev, power=1, start=examples)
             for k in set(layers)
         }
     step = 3 * sum(rows[k] for k in layers) + OPS_PER_TENSOR * len(shapes) * small

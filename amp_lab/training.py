@@ -36,7 +36,7 @@ from .timing import PROGRESS_AFTER_S, training_seconds
 from .widgets import FigurePane, Table, table_html
 
 MAX_EXPLORER_STEPS = 500  # the widget re-runs the training on every slider move
-EXPLORER_BUDGET_S = 2.0  # so each move takes a second or two: its run is estimated once, up front
+EXPLORER_BUDGET_S = 5.0  # a move takes a second or two on a laptop, 5 s under load: estimated once, up front
 MAX_DEPTH = 64  # Linear layers
 MAX_WIDTH = 4096
 _SCALER_METHODS = ("scale", "unscale_", "step", "update", "get_scale")

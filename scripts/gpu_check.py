@@ -450,10 +450,11 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
 
 
-def file_stem(gpu: str, date: str, quick: bool) -> str:
-    """``gpu-check_<gpu>_<YYYYMMDD>-<HHMMSS>[_quick]`` from an ISO 8601 UTC ``date``."""
+def file_stem(gpu: str, date: str, quick: bool, *, prefix: str = "gpu-check") -> str:
+    """``<prefix>_<gpu>_<YYYYMMDD>-<HHMMSS>[_quick]`` from an ISO 8601 UTC ``date`` (``distributed_check.py``
+    passes ``prefix="distributed-check"``)."""
     day, clock = date[:10].replace("-", ""), date[11:19].replace(":", "")
-    return f"gpu-check_{slug(gpu)}_{day}-{clock}" + ("_quick" if quick else "")
+    return f"{prefix}_{slug(gpu)}_{day}-{clock}" + ("_quick" if quick else "")
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -77,6 +77,7 @@ def test_registry_lists_every_notebook_in_order():
         "nb07",
         "nb08",
         "nb09",
+        "nb10",
     )
     every = all_exercises()
     for name in exercises.NOTEBOOK_MODULES:

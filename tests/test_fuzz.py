@@ -88,6 +88,7 @@ from amp_lab import (
     cpus,
     data,
     device,
+    distributed,
     doctor,
     dtypes,
     exercises,
@@ -99,6 +100,7 @@ from amp_lab import (
     gradients,
     hardware,
     intervals,
+    memory,
     models,
     mx,
     pitfalls,
@@ -144,6 +146,7 @@ MODULES = {
     "course": course,
     "data": data,
     "device": device,
+    "distributed": distributed,
     "doctor": doctor,
     "format_explorer": format_explorer,
     "formats": formats,
@@ -153,6 +156,7 @@ MODULES = {
     "gradients": gradients,
     "hardware": hardware,
     "intervals": intervals,
+    "memory": memory,
     "models": models,
     "exercises": exercises,
     "pitfalls": pitfalls,
@@ -1636,6 +1640,187 @@ E(
 E("pitfalls.compile_autocast", examples=1, corpus_limit=6)
 
 
+# --- distributed and memory (10) ------------------------------------------------------------
+# Every spawn starts processes (about 0.1 s on a warm forkserver; an FSDP2 run 1 to 2 s, its ranks importing
+# torch._dynamo at their first fully_shard): small bases, and few corpus values and examples for fsdp_train (these
+# entries take about 45 s on 2 cores).
+
+
+def Timeout() -> Kind:
+    """A ``timeout_s``: valid values under 30 s are left out (a short one may run out on a loaded machine, and
+    its TimeoutError is the documented outcome, tested in test_distributed.py)."""
+    kind = Float(gt=0, le=distributed.MAX_TIMEOUT_S)
+    return dataclasses.replace(kind, skip=lambda v: bool(kind.valid(v)) and float(v) < 30)
+
+
+def fsdp_world_size_valid(v):
+    """``fsdp_train``'s world_size with the base's batch_size of 8: 2 to 8 ranks that split it evenly."""
+    ok = Int(2, distributed.MAX_WORLD_SIZE).valid(v)
+    return ok and 8 % int(v) == 0 if ok else ok
+
+
+def even_valid(v):
+    ok = Int(2, 1024).valid(v)
+    return ok and int(v) % 2 == 0 if ok else ok
+
+
+def tiny_model():
+    """Linear(4, 3), ReLU, Linear(3, 2): test_memory.py's hand-counted model."""
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+
+
+def losses_ok(result, kwargs):
+    if not (isinstance(result, list) and len(result) == kwargs["steps"]):
+        return f"not {kwargs['steps']} losses: {result!r:.80}"
+    return None if all(math.isfinite(x) for x in result) else f"a non-finite loss: {result!r:.80}"
+
+
+def fsdp_ok(result, kwargs):
+    if len(result.losses) != kwargs["steps"] or len(result.memory) != kwargs["world_size"]:
+        return f"{len(result.losses)} losses and {len(result.memory)} ranks' memory for {kwargs}"
+    return None
+
+
+@functools.cache
+def fsdp_run():
+    return distributed.fsdp_train("bf16", "fp32", 2, 1, batch_size=8, hidden=4, depth=1)
+
+
+FSDP_BASE = dict(
+    param_dtype="fp32", reduce_dtype="fp32", world_size=2, steps=1, batch_size=8, hidden=4, depth=1
+)
+E(
+    "distributed.spawn",
+    lambda: dict(fn=lambda rank, world_size: rank, world_size=2, timeout_s=60.0),
+    {
+        "fn": Callable_(),
+        "world_size": Int(1, distributed.MAX_WORLD_SIZE),
+        "timeout_s": Timeout(),
+        "backend": Str(choices=("gloo",)),  # nccl: only with a GPU per rank (test_distributed.py)
+    },
+    post=lambda r, kw: None if isinstance(r, list) and len(r) == kw["world_size"] else f"got {r!r:.80}",
+    examples=2,
+)
+E(
+    "distributed.choose_backend",
+    lambda: dict(backend="gloo", world_size=2, cuda_devices=0, nccl_available=False),
+    {
+        "backend": Str(choices=("gloo",)),
+        "world_size": Int(1, distributed.MAX_WORLD_SIZE),
+        "cuda_devices": Int(0),
+        "nccl_available": Bool(),
+    },
+    post=is_str,
+)
+E(
+    "distributed.allreduce_error",
+    lambda: dict(dtype="bf16", world_size=2, numel=8, timeout_s=60.0),
+    {
+        "world_size": Int(1, distributed.MAX_WORLD_SIZE),
+        "numel": Int(1, distributed.MAX_NUMEL, skip_above=1 << 12),
+        "timeout_s": Timeout(),
+    },
+    post=is_float,
+    examples=2,
+)
+E(
+    "distributed.allreduce_errors",
+    lambda: dict(dtypes=["bf16"], world_sizes=[2], numel=8),
+    {"dtypes": Seq(), "world_sizes": Seq(), "numel": Int(1, distributed.MAX_NUMEL, skip_above=1 << 12)},
+    examples=2,
+)
+E(
+    "distributed.fsdp_train",
+    lambda: dict(FSDP_BASE, timeout_s=60.0),
+    {
+        "param_dtype": Dtype(),
+        "reduce_dtype": Dtype(),
+        "world_size": with_valid(Int(2, distributed.MAX_WORLD_SIZE, skip_above=2), fsdp_world_size_valid),
+        "steps": Int(1, distributed.MAX_STEPS, skip_above=2),
+        "inject_inf": Mapping_(),
+        "lr": Float(gt=0, le=1.0),
+        "batch_size": with_valid(Int(2, 1024, skip_above=16), even_valid),
+        "hidden": Int(1, 1024, skip_above=8),
+        "depth": Int(1, 8, skip_above=2),
+        "init_scale": Float(ge=1.0, le=2.0**24),
+        "timeout_s": Timeout(),
+    },
+    arg_base={"inject_inf": dict(param_dtype="fp16"), "init_scale": dict(param_dtype="fp16")},
+    accept=[("an inf on rank 1 at step 0", lambda: dict(FSDP_BASE, param_dtype="fp16", inject_inf={0: 1}))],
+    post=fsdp_ok,
+    examples=1,
+    corpus_limit=3,
+)
+E(
+    "distributed.single_process_losses",
+    lambda: dict(steps=1, batch_size=8, hidden=4, depth=1),
+    {
+        "steps": Int(1, distributed.MAX_STEPS, skip_above=4),
+        "lr": Float(gt=0, le=1.0),
+        "batch_size": Int(1, 1024, skip_above=64),
+        "hidden": Int(1, skip_above=64),
+        "depth": Int(1, MLP_MAX_DEPTH, skip_above=3),
+    },
+    post=losses_ok,
+    examples=2,
+)
+E(
+    "memory.activation_bytes",
+    lambda: dict(model=tiny_model(), x=T(5, 4)),
+    {"model": Obj(), "x": Tensor()},
+    post=lambda r, kw: None if r.total > 0 else f"nothing saved: {r}",
+)
+
+
+@functools.cache
+def activation_pair():
+    x = T(5, 4)
+    return memory.activation_bytes(tiny_model(), x), memory.activation_bytes(tiny_model(), x, "bf16")
+
+
+E(
+    "memory.activation_saving",
+    lambda: dict(fp32=activation_pair()[0], amp=activation_pair()[1]),
+    {"fp32": Obj(), "amp": Obj()},
+    post=is_reading,
+)
+E(
+    "distributed.draw_data_parallel",
+    lambda: dict(world_size=2),
+    {
+        "world_size": Int(1, distributed.MAX_WORLD_SIZE),
+        "compute_dtype": Dtype(),
+        "reduce_dtype": Dtype(),
+        "ax": Obj(),
+    },
+    examples=2,
+    corpus_limit=2,
+)
+E("distributed.rank_device", post=usable_device)
+E(
+    "memory.bytes_per_parameter",
+    lambda: dict(world_size=2, hidden=4, depth=1),
+    {
+        "world_size": Int(1, memory.MAX_WORLD_SIZE),
+        "hidden": Int(1, 1024, skip_above=64),
+        "depth": Int(1, 8, skip_above=3),
+        "fsdp": Obj(),
+    },
+    accept=[("fsdp=a run on 2 ranks", lambda: dict(world_size=2, hidden=4, depth=1, fsdp=fsdp_run()))],
+    examples=2,
+)
+# amp_lab.distributed's own names for memory's functions (10 imports them from there): the very same objects
+# (test_reexports_are_the_same_functions), so their bad arguments are fuzzed once, as memory's.
+REEXPORTS = {
+    "distributed.activation_bytes": "memory.activation_bytes",
+    "distributed.activation_saving": "memory.activation_saving",
+    "distributed.bytes_per_parameter": "memory.bytes_per_parameter",
+}
+E("distributed.activation_bytes", lambda: dict(model=tiny_model(), x=T(5, 4)))
+E("distributed.activation_saving", lambda: dict(fp32=activation_pair()[0], amp=activation_pair()[1]))
+E("distributed.bytes_per_parameter", lambda: dict(world_size=2, hidden=4, depth=1))
+
+
 # --------------------------------------------------------------------------------------------
 # Coverage: every public name of every module is in the table (or skipped on purpose)
 # --------------------------------------------------------------------------------------------
@@ -1775,7 +1960,7 @@ FORWARDERS = {
     "widgets.smoke_test": "widgets.SmokeTest",
     "predict.choice": "predict.Prediction",
 }
-CASES = [(e, arg) for e in ENTRIES if e.name not in FORWARDERS for arg in e.fuzz]
+CASES = [(e, arg) for e in ENTRIES if e.name not in FORWARDERS and e.name not in REEXPORTS for arg in e.fuzz]
 
 
 def _case_id(case):
@@ -1850,6 +2035,12 @@ def test_one_bad_argument(case):
 
     explore()
     assert not failures, f"{len(failures)} contract violation(s):\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("name,source", REEXPORTS.items(), ids=list(REEXPORTS))
+def test_reexports_are_the_same_functions(name, source):
+    entries = {e.name: e for e in ENTRIES}
+    assert entries[name].fn is entries[source].fn, f"{name} is no longer {source}: fuzz it on its own"
 
 
 @pytest.mark.parametrize("factory,cls", FORWARDERS.items(), ids=list(FORWARDERS))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from amp_lab import predict
+from amp_lab import predict, text
 from amp_lab.text import REASONS, Reading
 
 
@@ -40,6 +40,15 @@ def test_a_prediction_stored_unrendered_is_a_plain_line_not_the_widget_repr():
     assert "VBox" not in plain and "ToggleButtons" not in plain
     assert plain.splitlines()[0] == "Predict: What does BF16 store for 257?"
     assert "256 · 257 · 258 · inf" in plain and "run this cell" in plain
+    long = predict.choice("Which " + "very " * 40 + "long question?", [f"option number {i}" for i in range(9)])
+    published.clear()
+    shell.display_pub.publish = lambda data, **kw: published.append(data)
+    try:
+        long._ipython_display_()
+    finally:
+        del shell.display_pub.publish
+    lines = published[0]["text/plain"].splitlines()
+    assert max(map(len, lines)) <= text.WIDTH < len(long.question), lines  # a static view's lines fit 1280 px
 
 
 def test_a_clicked_button_is_compared_and_then_locked(capsys):

@@ -1,4 +1,4 @@
-"""The course's exercises, one module per notebook (``nb01`` ... ``nb09``).
+"""The course's exercises, one module per notebook (``nb01`` ... ``nb10``).
 
 A check cell is one call, ``result = nb03.ex2.check(answer, ...)``: the expected values, computed from
 what the notebook measured, and the common wrong answers (:class:`Mistake`) stay here, out of sight.
@@ -17,7 +17,7 @@ from typing import NamedTuple
 from .._checks import check_bool
 from ..check_base import CheckResult, finish
 
-NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09")
+NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09", "nb10")
 
 
 class Mistake(NamedTuple):
