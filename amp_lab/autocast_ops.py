@@ -280,10 +280,8 @@ def classify(fn: Callable, shapes, *, name: str = "custom", device=None, dtype=N
     check_instance("name", name, str, "a string")
     elements = sum(torch.Size(s).numel() for s in clean)
     if elements > MAX_CLASSIFY_ELEMENTS:
-        raise ValueError(
-            f"shapes hold {elements:,} elements in all; classify allows at most {MAX_CLASSIFY_ELEMENTS:,} "
-            "(the probe only looks at dtypes): choose shapes such as [(3, 4)]"
-        )
+        most = f"classify allows at most {MAX_CLASSIFY_ELEMENTS:,} (the probe only looks at dtypes)"
+        raise ValueError(f"shapes hold {elements:,} elements in all; {most}: choose shapes such as [(3, 4)]")
     dev = get_device(device)
     check_fits(16 * elements, dev, f"classify(shapes={clean!r:.80})", "choose smaller shapes, e.g. [(3, 4)]")
     return _probe_one(al.Op(name, "custom", tuple(clean), fn), 999, dev, autocast_dtype(dev, dtype))

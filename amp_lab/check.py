@@ -131,10 +131,8 @@ def diagnose(a: torch.Tensor, e: torch.Tensor, prec: Precision, about_format: bo
                 code = "check.exponent_too_large" if k > 0 else "check.exponent_too_small"
                 what = "every value of your answer is" if a.numel() > 1 else "your answer is"
                 exactly = "exactly" if abs(r0) == 2.0**k else "about"
-                sign = "-" if r0 < 0 else ""
-                notes.append(
-                    note(code, what=what, exactly=exactly, sign=sign, k=k, factor=num(2.0**k), off=-k)
-                )
+                facts = dict(what=what, exactly=exactly, sign="-" if r0 < 0 else "", k=k, factor=num(2.0**k))
+                notes.append(note(code, off=-k, **facts))
             elif a.numel() > 1:
                 notes.append(note("check.constant_factor", ratio=r0))
     if about_format and e.numel() and bool(finite.all()):
@@ -281,9 +279,9 @@ def _check_numbers(answer, expected, dtype, rtol, atol, name, hint, show, *, sca
     verdict, head, notes, details = _compare(a, e, prec, rtol, atol, name, explicit, about)
     both = not scalar and isinstance(answer, torch.Tensor) and isinstance(expected, torch.Tensor)
     if verdict != "exact" and both and answer.dtype != expected.dtype:
+        mine, ref = dtype_name(answer.dtype), dtype_name(expected.dtype)
         notes.append(
-            f"(your tensor is {dtype_name(answer.dtype)}, the reference is {dtype_name(expected.dtype)}; "
-            f"values are compared, judged in {prec.name})"
+            f"(your tensor is {mine}, the reference is {ref}; values are compared, judged in {prec.name})"
         )
     return finish(verdict, head, notes, hint=hint, show=show, details=details)
 
@@ -361,9 +359,8 @@ def check_bits(
     mine, target = formats.from_bits(bits, f), formats.from_bits(exp_bits, f)
     details = {"bits": bits, "your_value": mine}
     if math.isnan(mine) and math.isnan(target):
-        return finish(
-            "close", note("check.bits_nan", **facts), [note("check.nan_patterns")], show=show, details=details
-        )
+        head = note("check.bits_nan", **facts)
+        return finish("close", head, [note("check.nan_patterns")], show=show, details=details)
     cuts = {"sign": slice(0, 1), "exponent": slice(1, 1 + ne), "mantissa": slice(1 + ne, None)}
     fields = {k: (bits[c], exp_bits[c]) for k, c in cuts.items()}
     right = [k for k, (m, x) in fields.items() if m == x]

@@ -93,9 +93,8 @@ def is_placeholder(answer) -> bool:
 
 def no_answer(name: str, show: bool, what: str = "an answer") -> CheckResult:
     """The "not attempted" result: set ``name`` to ``what`` and run the cell again."""
-    return finish(
-        "unanswered", note("check.no_answer", name=name, what=what), show=show, details={"answered": False}
-    )
+    head = note("check.no_answer", name=name, what=what)
+    return finish("unanswered", head, show=show, details={"answered": False})
 
 
 def hint_lines(hint: str | None) -> list[str]:

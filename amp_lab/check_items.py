@@ -137,9 +137,8 @@ def check_sequence(
     missing = [x for x in expected if norm(x) not in ans]
     extra = [x for x in answer if norm(x) not in exp]
     # a list, not a set: items may be unhashable (lists)
-    dupes = sorted(
-        (x for i, x in enumerate(ans) if ans.count(x) > max(exp.count(x), 1) and x not in ans[:i]), key=str
-    )
+    dupes = [x for i, x in enumerate(ans) if ans.count(x) > max(exp.count(x), 1) and x not in ans[:i]]
+    dupes.sort(key=str)
     labelled = {"missing": missing, "not part of the answer": extra, "listed more than once": dupes}
     notes = [f"{label}: {_listed(items)}" for label, items in labelled.items() if items]
     details = {"missing": missing, "extra": extra, "repeated": dupes, "first_wrong": None}
@@ -222,9 +221,8 @@ def _args_text(args: tuple) -> str:
     for x in args:
         if isinstance(x, float):  # a power of two as the learner writes it (2.0**12), to rerun the case
             k = math.log2(abs(x)) if x and math.isfinite(x) else 0.5
-            parts.append(
-                f"{'-' if x < 0 else ''}2.0**{int(k)}" if k.is_integer() and abs(k) >= 10 else num(x)
-            )
+            power = k.is_integer() and abs(k) >= 10
+            parts.append(f"{'-' if x < 0 else ''}2.0**{int(k)}" if power else num(x))
         elif isinstance(x, Number) or x is None:
             parts.append(repr(x))
         elif isinstance(x, torch.Tensor):

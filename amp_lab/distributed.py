@@ -111,9 +111,7 @@ def _context():
     """A forkserver (one clean process, torch imported once, forked per rank) where the platform has one."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(
-            [__name__, "sklearn.datasets", "torch._dynamo"]
-        )  # what every rank imports, imported once
+        ctx.set_forkserver_preload([__name__, "sklearn.datasets", "torch._dynamo"])  # each rank's imports
         return ctx
     return multiprocessing.get_context("spawn")
 
@@ -123,9 +121,10 @@ def _rank_main(payload: bytes, rank: int, world_size: int, port: int, backend: s
     (pickled here, so no tensor is shared with a process that is about to exit) and what it printed."""
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     os.environ.update(MASTER_ADDR=LOOPBACK, MASTER_PORT=str(port))
-    if backend == "gloo" and (iface := loopback_interface()):
-        os.environ["GLOO_SOCKET_IFNAME"] = iface
+    if backend == "gloo":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))  # the ranks share the cores
+        if iface := loopback_interface():
+            os.environ["GLOO_SOCKET_IFNAME"] = iface
     printed = io.StringIO()
     try:
         fn, args = cloudpickle.loads(payload)
@@ -175,7 +174,7 @@ def spawn(fn, world_size: int, *args, timeout_s: float = DEFAULT_TIMEOUT_S, back
         pass
     except TypeError as exc:
         raise ArgumentTypeError(f"fn must take (rank, world_size, *args), as given: {exc}") from None
-    world_size = check_int("world_size", world_size, minimum=1, maximum=MAX_WORLD_SIZE)
+    world_size = _check_world_size("world_size", world_size)
     timeout_s = check_float("timeout_s", timeout_s, gt=0, le=MAX_TIMEOUT_S)
     cuda = torch.cuda.device_count() if backend == "nccl" else 0
     backend = choose_backend(backend, world_size, cuda, dist.is_nccl_available())
@@ -283,6 +282,10 @@ def allreduce_rank(rank: int, world_size: int, dtypes, numel: int, seed: int) ->
     return errors
 
 
+def _check_world_size(name: str, value, minimum: int = 1) -> int:
+    return check_int(name, value, minimum=minimum, maximum=MAX_WORLD_SIZE)
+
+
 def _check_dtypes(name: str, dtypes) -> tuple[torch.dtype, ...]:
     if isinstance(dtypes, (str, torch.dtype)):
         dtypes = (dtypes,)
@@ -301,7 +304,7 @@ def allreduce_error(
     ``numel`` elements in ``dtype`` (bf16, fp16 or fp32) on ``world_size`` gloo ranks, against the float64 sum of
     the same (rounded) tensors: only the reduction's own roundings count.  It grows with the ranks in bf16."""
     dtype = _check_dtypes("dtype", dtype)[0]
-    world_size = check_int("world_size", world_size, minimum=1, maximum=MAX_WORLD_SIZE)
+    world_size = _check_world_size("world_size", world_size)
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     seed = check_seed("seed", seed)
     return spawn(allreduce_rank, world_size, (dtype,), numel, seed, timeout_s=timeout_s)[0][dtype_name(dtype)]
@@ -359,14 +362,7 @@ def allreduce_errors(
         )
     if not 1 <= len(world_sizes) <= MAX_WORLD_SIZE:
         raise ValueError(f"world_sizes must hold 1 to {MAX_WORLD_SIZE} world sizes, got {len(world_sizes)}")
-    sizes = tuple(
-        sorted(
-            {
-                check_int(f"world_sizes[{i}]", w, minimum=1, maximum=MAX_WORLD_SIZE)
-                for i, w in enumerate(world_sizes)
-            }
-        )
-    )
+    sizes = tuple(sorted({_check_world_size(f"world_sizes[{i}]", w) for i, w in enumerate(world_sizes)}))
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     seed = check_seed("seed", seed)
     found = {w: spawn(allreduce_rank, w, dtypes, numel, seed)[0] for w in sizes}
@@ -409,16 +405,17 @@ def draw_data_parallel(world_size: int = 3, *, compute_dtype="bf16", reduce_dtyp
 # -- FSDP2 --
 
 
-class _ReduceDtypes(TorchDispatchMode):
-    """Records the dtype of the tensors FSDP hands to each reduce-scatter (or all-reduce) while it is active."""
+class CollectiveDtypes(TorchDispatchMode):
+    """While active, records the dtype of the first float tensor handed to each collective (a ``c10d`` op) whose
+    name holds one of ``names``: what FSDP reduce-scatters in, or what a DDP hook sends."""
 
-    def __init__(self):
+    def __init__(self, *names: str):
         super().__init__()
-        self.seen: list[torch.dtype] = []
+        self.names, self.seen = names, []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.name()
-        if name.startswith("c10d::") and ("reduce_scatter" in name or "allreduce" in name):
+        if name.startswith("c10d::") and any(n in name for n in self.names):
             flat = [a for arg in args for a in (arg if isinstance(arg, (list, tuple)) else [arg])]
             self.seen += [t.dtype for t in flat if isinstance(t, torch.Tensor) and t.is_floating_point()][:1]
         return func(*args, **(kwargs or {}))
@@ -461,12 +458,11 @@ def fsdp_rank(
             fully_shard(layer, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    scaler = (
-        ShardedGradScaler(device=device.type, init_scale=init_scale) if param_dtype == torch.float16 else None
-    )
+    scaled = param_dtype == torch.float16
+    scaler = ShardedGradScaler(device=device.type, init_scale=init_scale) if scaled else None
     computed: list[torch.dtype] = []
     hook = model[0].register_forward_hook(lambda m, i, out: computed.append(out.dtype))
-    reduced, local = _ReduceDtypes(), batch_size // world_size
+    reduced, local = CollectiveDtypes("reduce_scatter", "allreduce"), batch_size // world_size
     losses, skipped, scales = [], [], []
     for step in range(steps):
         idx = global_batch(step, batch_size, len(data.train), seed)[rank * local : (rank + 1) * local]
@@ -503,14 +499,7 @@ def fsdp_rank(
     }
     dtypes = {"master": params[0].to_local().dtype, "compute": computed[0], "reduce": reduced.seen[0]}
     n = sum(p.numel() for p in params)
-    return {
-        "losses": losses,
-        "skipped": skipped,
-        "scales": scales,
-        "dtypes": dtypes,
-        "memory": memory,
-        "n": n,
-    }
+    return dict(losses=losses, skipped=skipped, scales=scales, dtypes=dtypes, memory=memory, n=n)
 
 
 @dataclass(frozen=True)
@@ -552,14 +541,14 @@ class FSDPRun:
             "ranks": self.world_size,
             **{k: dtype_name(v) for k, v in self.dtypes.items()},
         }
-        if self.scales[0][0] is None:
+        if self.scales[0][0] is None:  # no scaler: nothing for the ranks to agree on
             return Reading("distributed.dtypes", (), facts)
-        agree = all(s == self.skipped[0] for s in self.skipped) and all(
+        same = all(s == self.skipped[0] for s in self.skipped) and all(
             s == self.scales[0] for s in self.scales
         )
         return Reading(
             "distributed.dtypes",
-            ("distributed.ranks_agree" if agree else "distributed.ranks_disagree",),
+            ("distributed.ranks_agree" if same else "distributed.ranks_disagree",),
             facts,
         )
 
@@ -606,7 +595,7 @@ def fsdp_train(
     ``inject_inf={step: rank}`` puts an inf in that rank's gradients at that step: every rank must skip it."""
     param_dtype = parse_dtype(param_dtype, allowed=FLOATS, name="param_dtype")
     reduce_dtype = parse_dtype(reduce_dtype, allowed=FLOATS, name="reduce_dtype")
-    world_size = check_int("world_size", world_size, minimum=2, maximum=MAX_WORLD_SIZE)
+    world_size = _check_world_size("world_size", world_size, minimum=2)
     steps = check_int("steps", steps, minimum=1, maximum=MAX_STEPS)
     inject = _check_inject(inject_inf, steps, world_size, param_dtype == torch.float16)
     lr = check_float("lr", lr, gt=0, le=1.0)

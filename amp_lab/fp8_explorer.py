@@ -230,9 +230,8 @@ class ScalingExplorer:
         tensors = make_tensor_sequence(
             self.num_steps, size=self.size, spike_step=spike, spike_size=self.spike_size.value, seed=self.seed
         )
-        kw = dict(
-            fmt=self.fmt, history_len=self.history_len.value, margin=self.margin.value, algo=self.algo.value
-        )
+        kw = dict(fmt=self.fmt, history_len=self.history_len.value, margin=self.margin.value)
+        kw["algo"] = self.algo.value
         self.current = scaling_trajectory(tensors, recipe="current", **kw)
         self.delayed = scaling_trajectory(tensors, recipe="delayed", **kw)
         for recipe, t in (("current", self.current), ("delayed", self.delayed)):
@@ -259,13 +258,9 @@ def spike_reading(current: ScalingTrajectory, delayed: ScalingTrajectory, spike_
         raise ValueError(f"current and delayed cover {len(current.scale)} and {len(delayed.scale)} steps")
     spike = check_int("spike_step", spike_step, minimum=0, maximum=len(current.scale) - 1)
     after = delayed.after_spike(spike)  # one window for both recipes: the outlier's time in the history
-    facts = {
-        "spike": spike,
-        "steps": len(current.scale),
-        "n_after": len(after),
-        "max": fp8.FP8_FORMATS[delayed.fmt].max,
-        "amax_ratio": delayed.amax[spike] / max(delayed.amax[:spike], default=math.nan),
-    }
+    facts = {"spike": spike, "steps": len(current.scale), "n_after": len(after)}
+    facts["max"] = fp8.FP8_FORMATS[delayed.fmt].max
+    facts["amax_ratio"] = delayed.amax[spike] / max(delayed.amax[:spike], default=math.nan)
     for name, t in (("current", current), ("delayed", delayed)):
         facts |= {
             f"saturated_{name}": t.saturated[spike],

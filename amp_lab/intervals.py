@@ -47,9 +47,7 @@ class Timing:
     warmup: int  # untimed calls made before the first sample
     context: dict = field(default_factory=dict, compare=False)
 
-    @property
-    def median(self) -> float:
-        return statistics.median(self.samples)
+    median = property(lambda self: statistics.median(self.samples))
 
     @property
     def iqr(self) -> float:
@@ -59,9 +57,7 @@ class Timing:
         q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")  # numpy's and torch's default
         return q3 - q1
 
-    @property
-    def rel_iqr(self) -> float:
-        return self.iqr / self.median if self.median > 0 else math.inf
+    rel_iqr = property(lambda self: self.iqr / self.median if self.median > 0 else math.inf)
 
     def to_measurement(self):
         """The same samples as a ``torch.utils.benchmark.Measurement`` (for ``benchmark.Compare``)."""
@@ -114,9 +110,7 @@ class SpeedupEstimate:
             (self.high - self.low) / self.ratio if math.isfinite(self.high) and self.ratio > 0 else math.inf
         )
 
-    @property
-    def confidence_text(self) -> str:
-        return f"{100 * self.confidence:g}%"
+    confidence_text = property(lambda self: f"{100 * self.confidence:g}%")
 
     def ends_text(self) -> str:
         """``'1.25x to 1.40x'``, with a third decimal where two would hide which side of 1 an end is on."""
@@ -139,8 +133,7 @@ class SpeedupEstimate:
 
 
 def min_pairs(confidence: float = 0.95) -> int:
-    """The fewest pairs for which :func:`speedup_estimate` can give a finite interval: 6 at 95%, 8 at 99%.
-    (``06_timing_race``)"""
+    """The fewest pairs giving :func:`speedup_estimate` a finite interval: 6 at 95%.  (``06_timing_race``)"""
     confidence = check_float("confidence", confidence, gt=0, lt=1)
     n = 1
     while _order_statistic(n, confidence) == 0:
@@ -150,8 +143,7 @@ def min_pairs(confidence: float = 0.95) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _order_statistic(n: int, confidence: float) -> int:
-    """The largest ``k`` (at most ``n/2`` rounded up) with ``1 - 2 P(B <= k-1) >= confidence``,
-    ``B ~ Binomial(n, 1/2)``; 0 when even ``[min, max]`` falls short."""
+    """The largest ``k <= ceil(n/2)`` with ``1 - 2 P(B <= k-1) >= confidence``, ``B ~ Binomial(n, 1/2)``."""
     tail = (1 - Fraction(confidence)) / 2  # exact: the allowed probability in each tail
     k, cdf = 0, 0  # cdf counts the 2**n outcomes with B <= k
     while k < (n + 1) // 2:
@@ -177,8 +169,8 @@ def _per_call_samples(name: str, value) -> tuple[float, ...]:
 
 
 def speedup_estimate(baseline, contender, *, confidence: float = 0.95) -> SpeedupEstimate:
-    """How much faster ``contender`` is than ``baseline`` (Timings, or equal-length sequences of
-    per-call seconds from interleaved rounds), with an interval.  (``06_timing_race``)
+    """How much faster ``contender`` is than ``baseline`` (Timings, or per-call seconds of interleaved
+    rounds), with an interval.  (``06_timing_race``)
 
     >>> e = speedup_estimate([2.0, 2.1, 1.9, 2.0, 2.2, 2.0], [1.0] * 6)
     >>> str(e), e.outcome

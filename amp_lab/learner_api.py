@@ -13,17 +13,8 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "padding_reading",
         "tile_quantization",
     ),
-    "amp": (
-        "choice_rows",
-        "choose_amp_dtype",
-        "example_machines",
-    ),
-    "autocast_lists": (
-        "aten_op",
-        "documented_policy",
-        "has_autocast_rule",
-        "op_names",
-    ),
+    "amp": ("choice_rows", "choose_amp_dtype", "example_machines"),
+    "autocast_lists": ("aten_op", "documented_policy", "has_autocast_rule", "op_names"),
     "autocast_ops": (
         "autocast_dtype",
         "classify",
@@ -44,10 +35,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "step_flops",
     ),
     "course": ("course_map",),
-    "data": (
-        "Split",
-        "load_digits",
-    ),
+    "data": ("Split", "load_digits"),
     "device": (
         "amp_dtype",
         "get_device",
@@ -71,13 +59,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     ),
     "doctor": ("main",),
     "format_explorer": ("bit_explorer",),
-    "formats": (
-        "decompose",
-        "format_ulp",
-        "formats_table",
-        "plot_range_precision",
-        "round_to",
-    ),
+    "formats": ("decompose", "format_ulp", "formats_table", "plot_range_precision", "round_to"),
     "fp8": (
         "DelayedScaling",
         "Float8Matmul",
@@ -100,36 +82,12 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "spread_reading",
         "unscaled_reading",
     ),
-    "gpus": (
-        "amp_dtype_for",
-        "datasheet_rows",
-        "fp8_datasheet_rows",
-        "tensor_core_generation",
-    ),
-    "gradients": (
-        "collect_gradients",
-        "train_steps",
-    ),
-    "hardware": (
-        "describe",
-        "machine_verdict",
-        "setup_banner",
-        "tf32_setting",
-    ),
-    "intervals": (
-        "min_pairs",
-        "speedup_estimate",
-    ),
-    "mx": (
-        "convert_to_mx",
-        "mx_quantize",
-        "nvfp4_quantize",
-    ),
-    "memory": (
-        "activation_bytes",
-        "activation_saving",
-        "bytes_per_parameter",
-    ),
+    "gpus": ("amp_dtype_for", "datasheet_rows", "fp8_datasheet_rows", "tensor_core_generation"),
+    "gradients": ("collect_gradients", "train_steps"),
+    "hardware": ("describe", "machine_verdict", "setup_banner", "tf32_setting"),
+    "intervals": ("min_pairs", "speedup_estimate"),
+    "mx": ("convert_to_mx", "mx_quantize", "nvfp4_quantize"),
+    "memory": ("activation_bytes", "activation_saving", "bytes_per_parameter"),
     "models": ("make_mlp",),
     "pitfalls": (
         "adam_eps_underflow",
@@ -140,35 +98,12 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "weight_cast_cache",
     ),
     "subnormals": ("subnormal_slowdown",),
-    "swamping": (
-        "plot_swamping",
-        "stochastic_round",
-        "swamping_run",
-    ),
-    "predict": (
-        "Prediction",
-        "choice",
-        "reveal",
-    ),
+    "swamping": ("plot_swamping", "stochastic_round", "swamping_run"),
+    "predict": ("Prediction", "choice", "reveal"),
     "progress": ("progress",),
-    "race": (
-        "fp8_summary",
-        "native_arithmetic",
-        "race_fp8_matmul",
-        "race_matmul",
-        "race_mlp",
-    ),
-    "race_readout": (
-        "elementwise_band",
-        "explain",
-        "memory_summary",
-        "sweep_summary",
-        "tf32_summary",
-    ),
-    "race_widget": (
-        "RaceWidget",
-        "race_widget",
-    ),
+    "race": ("fp8_summary", "native_arithmetic", "race_fp8_matmul", "race_matmul", "race_mlp"),
+    "race_readout": ("elementwise_band", "explain", "memory_summary", "sweep_summary", "tf32_summary"),
+    "race_widget": ("RaceWidget", "race_widget"),
     "range_counts": (
         "log2_histogram",
         "log2_limits",
@@ -179,10 +114,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "suggest_log2_scale",
         "suggest_scale",
     ),
-    "ranges": (
-        "plot_log2_histogram",
-        "scale_explorer",
-    ),
+    "ranges": ("plot_log2_histogram", "scale_explorer"),
     "recipe": (
         "count_host_reads",
         "evaluate",
@@ -194,10 +126,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "train",
         "train_step",
     ),
-    "checkpoints": (
-        "load_checkpoint",
-        "save_checkpoint",
-    ),
+    "checkpoints": ("load_checkpoint", "save_checkpoint"),
     "clipping": ("compare_clipping",),
     "compare": (
         "compare_precisions",
@@ -207,17 +136,8 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "read_tf32",
         "sizes_for",
     ),
-    "references": (
-        "describe_reference",
-        "load_reference_results",
-        "reference_table_html",
-    ),
-    "roofline": (
-        "measure_roofline",
-        "plot_roofline",
-        "race_elementwise",
-        "roofline_summary",
-    ),
+    "references": ("describe_reference", "load_reference_results", "reference_table_html"),
+    "roofline": ("measure_roofline", "plot_roofline", "race_elementwise", "roofline_summary"),
     "scaling": (
         "DynamicLossScaler",
         "StaticLossScaler",
@@ -226,13 +146,7 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "read_schedule",
         "runs_use",
     ),
-    "sweeps": (
-        "plot_memory",
-        "plot_sweep",
-        "race_alignment",
-        "sizes_for",
-        "sweep",
-    ),
+    "sweeps": ("plot_memory", "plot_sweep", "race_alignment", "sizes_for", "sweep"),
     "tensor_cores": (
         "accumulation_curve",
         "first_stall",
@@ -243,28 +157,8 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
         "running_sum",
         "stall_reading",
     ),
-    "text": (
-        "format_bytes",
-        "format_seconds",
-        "wrap",
-    ),
-    "timing": (
-        "describe_context",
-        "measure",
-        "sync_summary",
-        "timing_context",
-    ),
-    "training": (
-        "cpu_threads",
-        "read_static_runs",
-        "runs_table",
-        "scaler_explorer",
-        "train_digits",
-    ),
-    "widgets": (
-        "SmokeTest",
-        "Table",
-        "smoke_test",
-        "table_html",
-    ),
+    "text": ("format_bytes", "format_seconds", "wrap"),
+    "timing": ("describe_context", "measure", "sync_summary", "timing_context"),
+    "training": ("cpu_threads", "read_static_runs", "runs_table", "scaler_explorer", "train_digits"),
+    "widgets": ("SmokeTest", "Table", "smoke_test", "table_html"),
 }

@@ -1,6 +1,5 @@
-"""Pitfalls run live (``09_pitfalls``): autocast's cast cache, Adam's eps in FP16, attention logits
-overflowing FP16 (and what ``F.scaled_dot_product_attention`` does instead), ``torch.compile`` with autocast.
-The bounds are shared with swamping and subnormals."""
+"""Pitfalls run live (09): autocast's cast cache, Adam's eps in FP16, attention logits overflowing FP16 (and
+SDPA), ``torch.compile`` with autocast; its bounds are shared with swamping and subnormals."""
 
 from __future__ import annotations
 
@@ -229,8 +228,7 @@ def adam_eps_underflow(
         dist = tuple(x if math.isfinite(x) else math.nan for x in d.tolist())
         return dist, int(bad[0, 0]) + 1 if len(bad) else None, v_zero
 
-    d16, bad16, vz16 = run(torch.float16)
-    d32, bad32, vz32 = run(torch.float32)
+    (d16, bad16, vz16), (d32, bad32, vz32) = run(torch.float16), run(torch.float32)
     return AdamEpsResult(
         device_type=dev.type,
         eps=eps,
@@ -281,12 +279,9 @@ class AttentionOverflowResult(Reads):
     def reading(self) -> Reading:
         """Outcome: whether plain float16 logits overflow; then how many variants stay finite, then SDPA."""
         fp16 = self.variants["fp16"]
-        facts = vars(self) | {
-            "inf_logits": fp16.inf_logits,
-            "nan_rows": fp16.nan_rows,
-            "num_logits": self.seq**2,
-        }
-        facts |= {"num_finite": sum(v.ok for v in self.variants.values()), "num_variants": len(self.variants)}
+        facts = vars(self) | {"inf_logits": fp16.inf_logits, "nan_rows": fp16.nan_rows}
+        facts |= {"num_logits": self.seq**2, "num_finite": sum(v.ok for v in self.variants.values())}
+        facts["num_variants"] = len(self.variants)
         outcome = "pitfalls.attention_fits" if fp16.ok else "pitfalls.attention_overflows"
         math = "pitfalls.sdpa_math_by_hand" if self.math_by_hand else "pitfalls.sdpa_math_differs"
         return Reading(outcome, ("pitfalls.attention_finite_variants", "pitfalls.sdpa_backend", math), facts)
@@ -460,12 +455,10 @@ def compile_autocast(device=None, *, dtype=None, seed: int = 0) -> CompileResult
         return CompileResult(False, "the recording backend received no graph", dev.type, dtype_name(dtype))
     nodes = region_graph.graph.nodes
     regions = sum("_enter_autocast" in getattr(n.target, "__name__", str(n.target)) for n in nodes)
+    is_cast = lambda n: any(s in str(n.target) for s in ("_to_copy", "convert_element_type"))  # noqa: E731
     casts = sum(
-        1
+        n.op == "call_function" and is_cast(n) and dtype in (*n.args[1:], *n.kwargs.values())
         for n in aten_graphs[0].graph.nodes
-        if n.op == "call_function"
-        and any(s in str(n.target) for s in ("_to_copy", "convert_element_type"))
-        and dtype in (*n.args[1:], *n.kwargs.values())
     )
     return CompileResult(
         available=True,

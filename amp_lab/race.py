@@ -58,9 +58,8 @@ SHORT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 @dataclass(frozen=True)
 class RaceResult:
-    """One race: FP32 against AMP (and TF32 on CUDA, FP8 in :func:`race_fp8_matmul`).  ``speedup`` is the
-    median of the per-round ratios FP32 time / AMP time (above 1: AMP is faster), ``speedup_interval`` the
-    :class:`~amp_lab.intervals.SpeedupEstimate` it comes from."""
+    """One race: FP32 against AMP (and TF32 on CUDA, FP8 in :func:`race_fp8_matmul`).  ``speedup``: the median
+    per-round FP32 time / AMP time (above 1: AMP is faster), from ``speedup_interval``."""
 
     kind: str  # "matmul", "mlp", "elementwise" or "fp8_matmul"
     params: dict  # {"n": ...}, {"numel": ...} or {"width", "batch", "in_features", "num_classes"}
@@ -71,61 +70,26 @@ class RaceResult:
     context: dict
     confidence: float = CONFIDENCE
 
-    @property
-    def fp32(self) -> Timing:
-        return self.timings["fp32"]
-
-    @property
-    def amp(self) -> Timing:
-        return self.timings["amp"]
-
-    @property
-    def tf32(self) -> Timing | None:
-        return self.timings.get("tf32")
-
-    @property
-    def fp8(self) -> Timing | None:
-        return self.timings.get("fp8")
+    fp32 = property(lambda self: self.timings["fp32"])
+    amp = property(lambda self: self.timings["amp"])
+    tf32 = property(lambda self: self.timings.get("tf32"))  # None without a TF32 contestant
+    fp8 = property(lambda self: self.timings.get("fp8"))
 
     def _estimate(self, baseline: Timing | None, contender: Timing | None) -> SpeedupEstimate | None:
         if baseline is None or contender is None:
             return None
         return speedup_estimate(baseline, contender, confidence=self.confidence)
 
-    @property
-    def speedup_interval(self) -> SpeedupEstimate:
-        """The speedup of AMP over FP32 with its interval, from the interleaved pairs of samples."""
-        return self._estimate(self.fp32, self.amp)
+    speedup_interval = property(lambda self: self._estimate(self.fp32, self.amp))  # from interleaved pairs
+    outcome = property(lambda self: self.speedup_interval.outcome)
+    speedup = property(lambda self: self.speedup_interval.ratio)
+    fp8_speedup_interval = property(lambda self: self._estimate(self.amp, self.fp8))  # above 1: FP8 is faster
+    fp8_speedup = property(lambda self: self.fp8 and self.fp8_speedup_interval.ratio)  # None without FP8
+    speedup_vs_tf32_interval = property(lambda self: self._estimate(self.tf32, self.amp))
+    speedup_vs_tf32 = property(lambda self: self.tf32 and self.speedup_vs_tf32_interval.ratio)
 
-    @property
-    def outcome(self) -> str:
-        return self.speedup_interval.outcome
-
-    @property
-    def speedup(self) -> float:
-        return self.speedup_interval.ratio
-
-    @property
-    def fp8_speedup_interval(self) -> SpeedupEstimate | None:
-        """AMP time / FP8 time with its interval (above 1: FP8 is faster); None without an FP8 contestant."""
-        return self._estimate(self.amp, self.fp8)
-
-    @property
-    def fp8_speedup(self) -> float | None:
-        return None if self.fp8 is None else self.fp8_speedup_interval.ratio
-
-    @property
-    def speedup_vs_tf32_interval(self) -> SpeedupEstimate | None:
-        return self._estimate(self.tf32, self.amp)
-
-    @property
-    def speedup_vs_tf32(self) -> float | None:
-        return None if self.tf32 is None else self.speedup_vs_tf32_interval.ratio
-
-    @property
-    def tflops(self) -> dict:
-        """Achieved TFLOP/s of each contestant (from its median)."""
-        return {name: self.flops / t.median / 1e12 for name, t in self.timings.items()}
+    # Achieved TFLOP/s of each contestant (from its median).
+    tflops = property(lambda self: {name: self.flops / t.median / 1e12 for name, t in self.timings.items()})
 
     def bytes_moved(self, name: str) -> int:
         """At least how many bytes contestant ``name`` moves per call or step (:func:`amp_lab.cost.call_bytes`)."""
@@ -136,22 +100,19 @@ class RaceResult:
 
     @property
     def regimes(self) -> dict:
-        """Contestant name -> :class:`~amp_lab.timing.Regime` of its median call, from the datasheet of the
-        GPU that ran it ("unknown" elsewhere)."""
+        """Contestant name -> :class:`~amp_lab.timing.Regime` of its median call, from the GPU's datasheet."""
         peak = {"fp32": torch.float32, "tf32": "tf32", "amp": self.dtype, "fp8": "fp8"}
-        bound = {
-            name: (t.median, self.flops, self.bytes_moved(name), peak[name])
+        ctx, unit = self.context, unit_of(self.kind)
+        return {
+            name: regime_for(t.median, self.flops, self.bytes_moved(name), peak[name], ctx, unit=unit)
             for name, t in self.timings.items()
         }
-        return {name: regime_for(*b, self.context, unit=unit_of(self.kind)) for name, b in bound.items()}
 
     def intensity(self, name: str) -> float:
         """Arithmetic intensity of contestant ``name``: FLOPs per byte moved, where a roofline places it."""
         return self.flops / self.bytes_moved(name)
 
-    @property
-    def size(self) -> str:
-        return size_text(self.kind, self.params)
+    size = property(lambda self: size_text(self.kind, self.params))
 
     def to_dict(self) -> dict:
         keys = ("kind", "params", "dtype", "speedup", "speedup_interval", "outcome", "speedup_vs_tf32")
@@ -208,8 +169,7 @@ def races_of(name: str, value) -> list[RaceResult]:
 
 
 def reusable(reuse, kind: str, params: dict, dtype, dev, num_threads) -> RaceResult | None:
-    """The first race in ``reuse`` that raced this very configuration (kind, sizes, AMP dtype, device,
-    threads), or None."""
+    """The first race in ``reuse`` of this configuration (kind, sizes, dtype, device, threads), or None."""
     threads = num_threads or torch.get_num_threads()
     for race in [] if reuse is None else races_of("reuse", reuse):
         ran = (race.kind, race.dtype, race.context.get("device"), race.context.get("threads"))
@@ -224,8 +184,7 @@ def _operands(n: int, dev: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def contestant_names(device_type: str, capability=None) -> tuple[str, ...]:
-    """Who races: ``("fp32", "amp")``, plus ``"tf32"`` on CUDA GPUs whose Tensor Cores take TF32 (Ampere,
-    compute capability 8.0, and later; before it "TF32 on" is plain FP32)."""
+    """Who races: ``("fp32", "amp")``, plus ``"tf32"`` on CUDA GPUs whose Tensor Cores take TF32 (8.0 on)."""
     device_type = check_choice("device_type", device_type, ["cpu", "cuda", "mps"])
     known = device_type == "cuda" and capability is not None
     tf32 = known and "tf32" in tensor_core_generation(capability).precisions
@@ -233,8 +192,7 @@ def contestant_names(device_type: str, capability=None) -> tuple[str, ...]:
 
 
 def device_facts(dev: torch.device) -> tuple[str, tuple[int, int] | None]:
-    """(device type, CUDA compute capability or None): one function, so a CPU test can hand a race a GPU's
-    facts."""
+    """(device type, CUDA compute capability or None), apart so a CPU test can hand a race a GPU's facts."""
     return dev.type, (tuple(torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else None)
 
 
@@ -252,8 +210,7 @@ def _contestants(run: dict, device_type: str, capability) -> dict:
 
 
 def check_race_args(device, dtype, *budget, races=1, budget_s=None, contestants=None):
-    """A race's arguments checked before anything is allocated or run; ``budget`` is what
-    :func:`~amp_lab.timing.check_budget` takes.  Returns the device, the dtype and the checked budget."""
+    """A race's device, dtype and ``timing.check_budget`` budget, checked before anything runs."""
     dev = get_device(device)
     dtype = amp_dtype(dev) if dtype is None else parse_dtype(dtype)
     n = contestants or len(contestant_names(*device_facts(dev)))
@@ -264,7 +221,7 @@ def check_race_args(device, dtype, *budget, races=1, budget_s=None, contestants=
 
 
 def _fp8_maker(dev):
-    """``make(m)``: race_fp8_matmul's FP8 contestant at m x m (m a multiple of 16, as its n is)."""
+    """``make(m)``: race_fp8_matmul's FP8 contestant at m x m (m a multiple of 16)."""
 
     def make(m):
         (a8, inv_a), (b8, inv_b) = (_tensorwise_e4m3(x) for x in _operands(m, dev))
@@ -276,8 +233,7 @@ def _fp8_maker(dev):
 
 
 def calibrated(budget: dict, dev, size: int, dtype=None, cast=False, op="matmul", make=None) -> float:
-    """:func:`~amp_lab.timing.calibrated_seconds` of an :func:`~amp_lab.timing.op_maker` (or ``make``) call
-    at ``size``, on the race's threads."""
+    """``timing.calibrated_seconds`` of an ``op_maker`` (or ``make``) call, on the race's threads."""
     make = make or op_maker(dev, dtype, cast, op)
     with torch_threads(budget["num_threads"]):
         return _timing.calibrated_seconds(make, size, dev, power=1 if op == "add" else 3)
@@ -295,27 +251,20 @@ def check_race_time(what: str, fix: str, budget: dict, call_s) -> float:
     return check_estimate(what, race_seconds(budget, call_s), budget["budget_s"], fix, basis)
 
 
-def matmul_call_s(n: int, dev, dtype, budget: dict) -> list[float]:
-    """Each contestant's estimated seconds a call in :func:`race_matmul` (TF32 as fast as FP32 at least)."""
-    step = {d: calibrated(budget, dev, n, d) for d in (None, dtype)}
-    return [step[dtype if name == "amp" else None] for name in contestant_names(*device_facts(dev))]
-
-
-def mlp_call_s(params: dict, dev, dtype, budget: dict) -> list[float]:
-    """Each contestant's estimated seconds a step in :func:`race_mlp`: its matmuls as one square matmul of
-    as many FLOPs, and Adam's traffic as adds."""
-    width, batch, in_features, num_classes = params.values()
-    elements = num_parameters(in_features, num_classes, width, 1) * ADAM_BYTES_PER_PARAMETER // 12
-    adam = calibrated(budget, dev, elements, op="add")
-    flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
-    size = max(1, round((flops / 2) ** (1 / 3)))
+def call_seconds(kind: str, params: dict, dev, dtype, budget: dict) -> list[float]:
+    """Each contestant's estimated seconds a call of :func:`race_matmul` or a step of :func:`race_mlp` (its
+    matmuls as one square matmul of as many FLOPs, Adam's traffic as adds); TF32 as fast as FP32 at least."""
+    size, adam = params.get("n"), 0.0
+    if kind == "mlp":
+        weights = num_parameters(params["in_features"], params["num_classes"], params["width"], 1)
+        adam = calibrated(budget, dev, weights * ADAM_BYTES_PER_PARAMETER // 12, op="add")
+        size = max(1, round((mlp_step_flops(**params) / 2) ** (1 / 3)))
     step = {d: adam + calibrated(budget, dev, size, d) for d in (None, dtype)}
     return [step[dtype if name == "amp" else None] for name in contestant_names(*device_facts(dev))]
 
 
 def run_race(kind, params, dtype, dev, contestants, flops, budget: dict, memory=None, **extra) -> RaceResult:
-    """Time ``contestants`` with ``measure`` (``budget`` from :func:`check_race_args`) and wrap them as a
-    ``RaceResult``."""
+    """Time ``contestants`` with ``measure`` (``budget`` from :func:`check_race_args`) as a ``RaceResult``."""
     context = {"race": kind, "size": size_text(kind, params), "amp_dtype": dtype_name(dtype), **extra}
     timings = measure(contestants, device=dev, extra_context=context, **budget)
     return RaceResult(kind, params, dtype, timings, flops, memory, timings["fp32"].context)
@@ -337,19 +286,18 @@ def race_matmul(
     budget_s: float | None = None,
 ) -> RaceResult:
     """Race ``C = A @ B`` (n x n, FP32 inputs) without and with autocast in ``dtype`` (default
-    ``amp_dtype(device)``); on CUDA with TF32 off, plus a ``"tf32"`` contestant from Ampere on.  At least
-    ``repeats`` rounds, then more until the interval is narrower than ``target_rel_width`` (0.1: about +-5%)
-    or ``max_time_s`` is spent.  ``reuse``: earlier results; one that raced this very configuration is
-    returned.  A race estimated to take longer than ``budget_s`` (default 30 s, or ``max_time_s``) is refused
-    before it starts.  (``06_timing_race``)"""
+    ``amp_dtype(device)``); on CUDA with TF32 off, plus ``"tf32"`` from Ampere on.  ``repeats`` rounds, then
+    more until the interval is narrower than ``target_rel_width`` (0.1: about +-5%) or ``max_time_s`` ends.
+    A race in ``reuse`` of this configuration is returned; one estimated past ``budget_s`` (default 30 s, or
+    ``max_time_s``) refused.  (``06_timing_race``)"""
     n = check_int("n", n, minimum=1)
     args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
     dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s)
     if (found := reusable(reuse, "matmul", {"n": n}, dtype, dev, num_threads)) is not None:
         return found
     most = int(math.sqrt(0.9 * (_device.available_bytes(dev) or 0) / matmul_bytes(1, dtype)))
-    check_fits(matmul_bytes(n, dtype), dev, f"race_matmul(n={n})", f"choose n <= {max(1, most)}")
-    check_race_time(f"race_matmul(n={n})", "choose a smaller n", budget, matmul_call_s(n, dev, dtype, budget))
+    check_fits(matmul_bytes(n, dtype), dev, what := f"race_matmul(n={n})", f"choose n <= {max(1, most)}")
+    check_race_time(what, "choose a smaller n", budget, call_seconds("matmul", {"n": n}, dev, dtype, budget))
     A, B = _operands(n, dev)
 
     def amp():
@@ -379,10 +327,9 @@ def race_mlp(
     reuse=None,
     budget_s: float | None = None,
 ) -> RaceResult:
-    """Race training steps of ``make_mlp(in_features, num_classes, hidden=width, depth=1)`` (fused Adam,
-    one fixed batch) in FP32 against autocast (GradScaler for float16), each on its own copy of the weights.
-    ``memory=True`` adds each one's peak memory per step (measured on CUDA, estimated elsewhere).  Sampling,
-    TF32, ``reuse`` and ``budget_s`` work as in :func:`race_matmul`.  (``06_timing_race``)"""
+    """Race training steps of ``make_mlp(in_features, num_classes, hidden=width, depth=1)`` (fused Adam, one
+    batch) in FP32 against autocast (GradScaler for float16), each on its own copy of the weights; ``memory``
+    adds each one's peak memory per step.  The rest works as in :func:`race_matmul`.  (``06_timing_race``)"""
     width = check_int("width", width, minimum=1)
     batch = check_int("batch", batch, minimum=1)
     in_features = check_int("in_features", in_features, minimum=1)
@@ -399,7 +346,7 @@ def race_mlp(
     need = mlp_bytes(width, batch, dtype, in_features=in_features, num_classes=num_classes, contestants=n)
     what, smaller = f"race_mlp(width={width}, batch={batch})", "choose a smaller width or batch"
     check_fits(need, dev, what, smaller)
-    check_race_time(what, smaller, budget, mlp_call_s(params, dev, dtype, budget))
+    check_race_time(what, smaller, budget, call_seconds("mlp", params, dev, dtype, budget))
     flops = mlp_step_flops(width, batch, in_features=in_features, num_classes=num_classes)
     with torch_threads(num_threads):
         X, y, model = _mlp_setup(width, batch, in_features, num_classes, dev)
@@ -419,16 +366,12 @@ def _mlp_setup(width, batch, in_features, num_classes, dev):
     return X.to(dev), y.to(dev), model
 
 
-# --- The facts of the hardware that ran a result ---------------------------------------------------------
-
-
 def check_result(name: str, value) -> RaceResult:
     return check_instance(name, value, RaceResult, "a RaceResult (from race_matmul or race_mlp)")
 
 
 def cpu_instructions(result: RaceResult, native: bool | None) -> str:
-    """The instruction sets for the result's dtype: those the recorded CPU has when it multiplies the dtype
-    natively, else every one that would have counted."""
+    """The instruction sets for the result's dtype: the recorded CPU's if native, else all that count."""
     flags = result.context.get("cpu_flags")
     labels = cpu_native_labels(result.dtype, flags) if native and flags else ()
     labels = labels or tuple(f.label for f in CPU_FEATURES if f.dtype == result.dtype)
@@ -441,25 +384,19 @@ def result_tensor_cores(result: RaceResult):
 
 
 def native_arithmetic(result: RaceResult) -> bool | None:
-    """Whether the hardware that ran ``result`` multiplies its AMP dtype natively: True, False, or None
-    (unknown).  On a CPU from the CPU flags recorded in the result (this machine's when none were); on CUDA
-    from the recorded compute capability's Tensor Cores.  (``06_timing_race``, exercise 4)"""
+    """Whether the hardware that ran ``result`` multiplies its AMP dtype natively (True, False, None:
+    unknown), from the recorded CPU flags or compute capability.  (``06_timing_race``, exercise 4)"""
     check_result("result", result)
     dev = str(result.context.get("device", ""))
     if dev.startswith("cuda"):
         tc = result_tensor_cores(result)
         return None if tc is None else tc.has_tensor_cores and SHORT_NAMES[result.dtype] in tc.precisions
-    return (
-        cpu_has_native(result.dtype, flags=result.context.get("cpu_flags")) if dev.startswith("cpu") else None
-    )
-
-
-# --- FP8 GEMMs: a race of FP8 against the AMP dtype and FP32 ---------------------------------------------
+    flags = result.context.get("cpu_flags")
+    return cpu_has_native(result.dtype, flags=flags) if dev.startswith("cpu") else None
 
 
 def _tensorwise_e4m3(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x`` in E4M3 with one scale for the whole tensor (torchao's ``448 / amax``, a saturating cast), and
-    that scale's inverse, what ``torch._scaled_mm`` multiplies by."""
+    """``x`` in E4M3 with torchao's tensorwise scale (``448 / amax``, saturating), and the scale's inverse."""
     scale = tensorwise_scale(x, "fp8_e4m3")
     return quantize(x, "fp8_e4m3", scale), scale.reciprocal()
 
@@ -479,10 +416,9 @@ def race_fp8_matmul(
     reuse=None,
     budget_s: float | None = None,
 ) -> RaceResult:
-    """Race one n x n GEMM in FP32, in the AMP dtype and in FP8 (``torch._scaled_mm`` of E4M3 operands with
-    one scale per tensor, writing bfloat16), each on inputs already in its own dtype.  ``n`` is a multiple of
-    16; on CUDA it races only where :func:`fp8_matmul_support` says FP8 GEMMs run.  Sampling, ``reuse`` and
-    ``budget_s`` work as in :func:`race_matmul`.  (``08_fp8_and_block_scaling``)"""
+    """Race one n x n GEMM in FP32, the AMP dtype and FP8 (``torch._scaled_mm`` of tensorwise-scaled E4M3,
+    writing bfloat16), inputs already cast; ``n`` a multiple of 16, on CUDA where :func:`fp8_matmul_support`
+    allows.  The rest works as in :func:`race_matmul`.  (``08_fp8_and_block_scaling``)"""
     n = check_int("n", n, minimum=FP8_GEMM_MULTIPLE, maximum=MAX_GEMM_DIM)
     if n % FP8_GEMM_MULTIPLE:
         lower = n - n % FP8_GEMM_MULTIPLE
@@ -498,10 +434,8 @@ def race_fp8_matmul(
             f"race_fp8_matmul cannot race on {dev}: FP8 GEMMs run on NVIDIA GPUs of compute capability 8.9 and "
             "later, and emulated on the CPU; choose device='cpu' or a CUDA GPU"
         )
-    if device_type == "cuda":
-        support = fp8_matmul_support(capability, _cuda_arch_list())
-        if not support:
-            raise ValueError(f"race_fp8_matmul cannot race on {dev}: {support.reason}")
+    if device_type == "cuda" and not (support := fp8_matmul_support(capability, _cuda_arch_list())):
+        raise ValueError(f"race_fp8_matmul cannot race on {dev}: {support.reason}")
     if (found := reusable(reuse, "fp8_matmul", {"n": n}, dtype, dev, num_threads)) is not None:
         return found
     smaller = f"choose a smaller n (a multiple of {FP8_GEMM_MULTIPLE})"
@@ -520,9 +454,8 @@ def race_fp8_matmul(
 
 
 def fp8_summary(result: RaceResult) -> Reading:
-    """What an FP8 race (:func:`race_fp8_matmul`) says: FP8 over the AMP dtype and over FP32 with their
-    intervals, the TFLOP/s, and why (no FP8 units on a CPU; on a GPU :func:`fp8_matmul_support`'s reason and
-    the datasheet's FP8 / BF16 ratio beside the measured one).  (``08_fp8_and_block_scaling``)"""
+    """What an FP8 race says: FP8 over the AMP dtype and FP32 with intervals, the TFLOP/s, and why (no FP8
+    units on a CPU; a GPU's support and datasheet FP8 / BF16 ratio).  (``08_fp8_and_block_scaling``)"""
     check_result("result", result)
     if result.fp8 is None:
         raise ValueError(
@@ -551,5 +484,5 @@ def fp8_summary(result: RaceResult) -> Reading:
 
 
 def _cuda_arch_list() -> tuple[str, ...]:
-    """``torch.cuda.get_arch_list()``: one function, so a CPU test can hand a race a GPU build's list."""
+    """``torch.cuda.get_arch_list()``, apart so a CPU test can hand a race a GPU build's list."""
     return tuple(torch.cuda.get_arch_list())

@@ -29,8 +29,8 @@ _SIZE_NAMES = {"matmul": "n", "mlp": "width", "batch": "batch"}
 
 
 def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...], dict]:
-    """``race.noisy`` when an interval is too wide to read, ``race.noisy_but_narrow`` when the interleaved
-    pairs kept it narrow all the same; an interval infinite for want of pairs is not noise."""
+    """``race.noisy`` for an interval too wide to read, ``race.noisy_but_narrow`` for noisy samples whose
+    pairs kept it narrow; an interval infinite for want of pairs is not noise."""
     worst_iqr = max(t.rel_iqr for r in results for t in r.timings.values())
     widest = max((w for r in results if math.isfinite(w := r.speedup_interval.rel_width)), default=0.0)
     load, cores = context.get("load_avg_1min"), context.get("cpu_count")
@@ -45,10 +45,9 @@ def _noise(results: Sequence[RaceResult], context: dict) -> tuple[tuple[str, ...
 
 
 def sweep_summary(result: SweepResult) -> Reading:
-    """The sweep, read: each size's speedup with its interval and its bound (the low-precision peak over the
-    FP32 rate measured there), where AMP is measurably faster, whether the speedup grew with the size, the
-    best against the peak ratio (and why it can beat it), and a warning when it was too noisy.  Outcome
-    ``"pays"`` (from ``facts["pays_from"]`` on) or ``"does_not_pay"``.  (``06_timing_race``)"""
+    """The sweep, read: each size's speedup, interval and bound, where AMP is measurably faster, whether it
+    grew with the size, the best against the peak ratio, and noise.  Outcome "pays" (from
+    ``facts["pays_from"]``) or "does_not_pay".  (``06_timing_race``)"""
     check_sweep("result", result)
     r0, name = result.results[0], _SIZE_NAMES[result.kind]
     p = r0.params
@@ -100,9 +99,8 @@ def _saving(result: RaceResult) -> tuple[float, str]:
 
 
 def memory_summary(result) -> Reading:
-    """What AMP did to the memory of a training step, read from a ``race_mlp`` result (or an MLP/batch
-    sweep: its largest size, then its smallest and largest), with the mechanism that explains it.  Outcome
-    ``"saves"``, ``"nothing"`` or ``"costs"``; ``facts["saving"]`` the fraction saved.  (``06_timing_race``)"""
+    """What AMP did to a training step's memory, from a ``race_mlp`` result (or an MLP/batch sweep's largest,
+    smallest and largest size), and why: "saves", "nothing" or "costs".  (``06_timing_race``)"""
     check_instance("result", result, (RaceResult, SweepResult), "a race_mlp result or an MLP/batch sweep")
     if isinstance(result, SweepResult):
         if result.kind not in ("mlp", "batch") or result.results[0].memory is None:
@@ -140,15 +138,11 @@ def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
     if result.kind == "elementwise":
         b32, blow = result.bytes_moved("fp32"), result.bytes_moved("amp")
         rate = {name: result.bytes_moved(name) / t.median / 1e9 for name, t in result.timings.items()}
-        facts = {
-            "b32": format_bytes(b32),
-            "blow": format_bytes(blow),
-            "fewer": b32 / blow,
-            "intensity": elementwise_intensity(torch.float32),
-            "gbs_fp32": rate["fp32"],
-            "gbs_amp": rate["amp"],
-            "share": result.speedup / (b32 / blow),
-        }
+        facts = {"b32": format_bytes(b32), "blow": format_bytes(blow), "fewer": b32 / blow}
+        facts.update(
+            intensity=elementwise_intensity(torch.float32), gbs_fp32=rate["fp32"], gbs_amp=rate["amp"]
+        )
+        facts["share"] = result.speedup / (b32 / blow)
         faster = "faster" if result.outcome == "faster" else "not_faster"
         return ("race.add_head", f"race.add_{faster}"), facts
     outcome = result.outcome
@@ -182,9 +176,8 @@ def _reason(result: RaceResult) -> tuple[tuple[str, ...], dict]:
 
 
 def tf32_summary(result: RaceResult) -> Reading:
-    """What TF32 did in a race: on a GPU with TF32 Tensor Cores the TF32 contestant against IEEE FP32 and AMP
-    against TF32; on an older GPU or a CPU why there is none.  Outcome: TF32's outcome against FP32, or
-    ``"no_tf32"``.  (``06_timing_race``)"""
+    """What TF32 did in a race: TF32 against IEEE FP32 and AMP against TF32 (outcome: TF32's), or why there
+    is no TF32 contestant ("no_tf32").  (``06_timing_race``)"""
     check_result("result", result)
     dev = str(result.context.get("device", ""))
     if result.tf32 is not None:
@@ -204,8 +197,7 @@ def tf32_summary(result: RaceResult) -> Reading:
 
 
 def explain(result: RaceResult) -> Reading:
-    """A race result read: the outcome with its interval, the likely reason (native or emulated arithmetic,
-    Tensor Cores, size, an elementwise op's bytes), TF32, and a warning when it was noisy.  (``06_timing_race``)"""
+    """A race result read: outcome and interval, the likely reason, TF32 and noise.  (``06_timing_race``)"""
     check_result("result", result)
     verdict, facts = _verdict(result)
     reasons, more = _reason(result)
@@ -222,9 +214,8 @@ def explain(result: RaceResult) -> Reading:
 
 
 def elementwise_band(result: RaceResult) -> Reading:
-    """The band an elementwise race (:func:`amp_lab.roofline.race_elementwise`) fell in, as notebook 06's
-    prediction offers them: its outcome when not "faster", else "faster, by less than 2x" or "2x or more";
-    with the bytes each contestant moved and the measured speedup.  (``06_timing_race``)"""
+    """The band of 06's prediction an elementwise race fell in: its outcome when not "faster", else "faster,
+    by less than 2x" or "2x or more"; with the bytes moved and the speedup.  (``06_timing_race``)"""
     check_result("result", result)
     e = result.speedup_interval
     band = e.outcome if e.outcome != "faster" else "faster, by less than 2x" if e.ratio < 2 else "2x or more"

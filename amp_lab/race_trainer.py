@@ -18,8 +18,7 @@ class Trainer:
 
     def __init__(self, model, X, y, dev, dtype: torch.dtype | None):
         self.model = copy.deepcopy(model).to(dev)
-        # Fused Adam on CUDA: one kernel for the update, and GradScaler hands it the inf/NaN flag on the GPU
-        # (with the default Adam GradScaler.step calls found_inf.item(), a host sync in every float16 step).
+        # Fused Adam on CUDA: GradScaler hands it the inf/NaN flag on the GPU (else a found_inf.item() sync).
         self.opt = torch.optim.Adam(
             self.model.parameters(), lr=1e-3, **({"fused": True} if dev.type == "cuda" else {})
         )
@@ -46,8 +45,7 @@ class Trainer:
 
 
 def saved_bytes(run, exclude=()) -> int:
-    """Bytes of the tensors autograd keeps for backward while ``run()`` runs, each storage counted once
-    (those of ``exclude``, which exist anyway, not at all)."""
+    """Bytes autograd keeps for backward while ``run()`` runs, each storage once, ``exclude``'s not."""
     return sum(row.nbytes for row in saved_tensors(run, exclude=exclude)[0])
 
 

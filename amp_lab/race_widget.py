@@ -29,8 +29,7 @@ def _card(state: str, body: str) -> str:
 
 
 def precision_choices(device_type: str, capability=None) -> list[tuple[str, str]]:
-    """The AMP dtype buttons, (label, dtype name): the course's dtype first; on a CUDA GPU without bf16
-    Tensor Cores (before Ampere) bfloat16 is labelled as emulated."""
+    """The AMP dtype buttons, (label, dtype name): the course's first; bf16 "emulated" before Ampere."""
     first = dtype_name(amp_dtype_for(device_type, capability))
     emulated = device_type == "cuda" and capability is not None and not bf16_hardware(capability)
     labels = {"bfloat16": "bf16 (emulated)" if emulated else "bf16", "float16": "fp16"}
@@ -38,8 +37,7 @@ def precision_choices(device_type: str, capability=None) -> list[tuple[str, str]
 
 
 def precision_warning(device_type: str, capability, dtype) -> str | None:
-    """A warning for racing bfloat16 on a CUDA GPU before Ampere (emulated there, so AMP cannot win), or None
-    (also when the capability is unknown)."""
+    """A warning for racing bfloat16 on a CUDA GPU before Ampere (emulated: AMP cannot win), or None."""
     bf16 = parse_dtype(dtype) == torch.bfloat16
     if device_type != "cuda" or capability is None or not bf16 or bf16_hardware(capability):
         return None
@@ -51,10 +49,8 @@ def precision_warning(device_type: str, capability, dtype) -> str | None:
 
 
 class RaceWidget:
-    """Width, batch and precision controls, a Race button, two racing lanes and a result card.
-
-    Race (or :meth:`run`) races ``race_mlp`` with the chosen settings; each lane shows how far its contestant got
-    while the faster one did all the samples so far.  Defaults come from :func:`~amp_lab.sweeps.sizes_for`."""
+    """Width, batch and precision controls, a Race button (or :meth:`run`: ``race_mlp``), two lanes (how far
+    each got while the faster did all its samples) and a result card; defaults from ``sweeps.sizes_for``."""
 
     def __init__(
         self,
@@ -77,7 +73,7 @@ class RaceWidget:
         batches = check_int_sequence("batches", sz.widget_batches if batches is None else batches, minimum=1)
         self.in_features = check_int("in_features", in_features, minimum=1)
         given = dict(warmup=warmup, repeats=repeats, min_sample_s=min_sample_s, max_time_s=max_time_s)
-        given.update(num_threads=num_threads)
+        given["num_threads"] = num_threads
         budget = {"num_threads": None, **sz.budget, **{k: v for k, v in given.items() if v is not None}}
         self.budget, self.repeats = {**budget, "target_rel_width": target_rel_width}, budget["repeats"]
         self.device = get_device(device)
@@ -111,9 +107,7 @@ class RaceWidget:
         rows += [list(lane) for lane in self._lanes.values()]
         self.widget = widgets.VBox([*map(widgets.HBox, rows), self.result])
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return parse_dtype(self.precision.value)
+    dtype = property(lambda self: parse_dtype(self.precision.value))
 
     def _ready(self) -> None:
         w, b = self.width.value, self.batch.value
@@ -149,17 +143,14 @@ class RaceWidget:
         if event.phase == "warmup":
             self.result.value = _card("running", f"Warming up {html.escape(event.label)} ...")
             return
-        rounds = self._set_lanes(event.samples["fp32"], event.samples["amp"])
-        if rounds == 0:
+        if (rounds := self._set_lanes(event.samples["fp32"], event.samples["amp"])) == 0:
             self.result.value = _card("running", "Racing ...")
             return
         target, most = self.budget["target_rel_width"], self.budget["max_time_s"]
-        more = (
-            f" (at least {event.total}; then until the interval is within about +-{50 * target:.0f}% or "
-            f"{most:g} s have passed)"
-            if target is not None
-            else f" of {event.total}"
-        )
+        more = f" of {event.total}"
+        if target is not None:
+            more = f" (at least {event.total}; then until the interval is within about "
+            more += f"+-{50 * target:.0f}% or {most:g} s have passed)"
         self.result.value = _card("running", f"Racing ... round {rounds}{more}")
 
     def run(self) -> RaceResult | None:
@@ -168,15 +159,8 @@ class RaceWidget:
         self._on_settings(None)
         self.result.value = _card("running", "Starting ...")
         try:
-            result = _race.race_mlp(
-                self.width.value,
-                self.batch.value,
-                in_features=self.in_features,
-                device=self.device,
-                dtype=self.dtype,
-                callback=self._on_progress,
-                **self.budget,
-            )
+            kw = dict(in_features=self.in_features, device=self.device, dtype=self.dtype, **self.budget)
+            result = _race.race_mlp(self.width.value, self.batch.value, callback=self._on_progress, **kw)
         except Exception as exc:  # shown in the card: a callback has nowhere else to report
             self.result.value = _card("error", f"<b>Could not race:</b> {html.escape(str(exc))}")
             return None
@@ -194,8 +178,7 @@ class RaceWidget:
 
 
 def result_card_html(result: RaceResult) -> str:
-    """The body of the race widget's result card: the speedup with its interval and outcome, the reading
-    :func:`~amp_lab.race_readout.explain` composes, the timings, and the context."""
+    """The race widget's result card: the speedup, interval, outcome, ``explain``, timings and context."""
     e = html.escape
     est, unit, ctx = result.speedup_interval, unit_of(result.kind), result.context
     cell = "padding:1px 10px 1px 0;text-align:right"

@@ -1,6 +1,5 @@
-"""The memory-bound regime (``06_timing_race``): a race of ``torch.add`` in FP32 against 16-bit storage,
-this machine's roofline measured (the FLOP/s of a large matmul, the bandwidth of a large copy and add), and
-the races placed on it."""
+"""The memory-bound regime (``06_timing_race``): a race of ``torch.add`` in FP32 against 16-bit storage, this
+machine's measured roofline, and the races placed on it."""
 
 from __future__ import annotations
 
@@ -52,10 +51,9 @@ def race_elementwise(
     reuse=None,
     budget_s: float | None = None,
 ) -> RaceResult:
-    """Race ``torch.add(a, b)`` on ``numel`` elements stored in FP32 against tensors stored in ``dtype``
-    (default ``amp_dtype(device)``, converted untimed: autocast has no rule for ``add``): one FLOP per 12
-    bytes in FP32, 6 in 16 bits.  Sampling, ``reuse`` and ``budget_s`` work as in :func:`~amp_lab.race.race_matmul`.
-    (``06_timing_race``)"""
+    """Race ``torch.add(a, b)`` of ``numel`` elements stored in FP32 against ``dtype`` (default
+    ``amp_dtype(device)``; autocast has no rule for ``add``): one FLOP per 12 bytes in FP32, 6 in 16 bits.
+    The rest works as in :func:`~amp_lab.race.race_matmul`.  (``06_timing_race``)"""
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s, callback)
     dev, dtype, budget = check_race_args(device, dtype, *args, budget_s=budget_s)
@@ -63,10 +61,10 @@ def race_elementwise(
     if (found := reusable(reuse, "elementwise", params, dtype, dev, num_threads)) is not None:
         return found
     most = max(1, int(0.9 * (_device.available_bytes(dev) or 0) / elementwise_bytes(1, dtype)))
-    need = elementwise_bytes(numel, dtype)
-    check_fits(need, dev, f"race_elementwise(numel={numel})", f"choose numel <= {most}")
+    what = f"race_elementwise(numel={numel})"
+    check_fits(elementwise_bytes(numel, dtype), dev, what, f"choose numel <= {most}")
     add_s = calibrated(budget, dev, numel, op="add")  # the 16-bit add moves half the bytes: at most as long
-    check_race_time(f"race_elementwise(numel={numel})", "choose a smaller numel", budget, [add_s, add_s])
+    check_race_time(what, "choose a smaller numel", budget, [add_s, add_s])
     a, b = _elementwise_operands(numel, dev)
     a_low, b_low = a.to(dtype), b.to(dtype)
     c, c_low = torch.empty_like(a), torch.empty_like(a_low)
@@ -80,8 +78,7 @@ def race_elementwise(
 
 @dataclass(frozen=True)
 class Roofline:
-    """This machine's roofs, measured (:func:`measure_roofline`): the FLOP/s of a large FP32 matmul and the
-    bytes per second of the faster of a large copy and add.  Below the ``ridge`` (FLOP per byte) an op is
+    """This machine's roofs, measured (:func:`measure_roofline`): below the ``ridge`` (FLOP per byte) an op is
     memory-bound here, above it compute-bound.  (``06_timing_race``)"""
 
     peak_flops: float  # FLOP/s of an n x n FP32 matmul (fastest sample)
@@ -91,10 +88,7 @@ class Roofline:
     timings: dict  # "matmul", "copy", "add" -> Timing
     context: dict
 
-    @property
-    def ridge(self) -> float:
-        """The ridge point in FLOP per byte: peak FLOP/s over bytes per second."""
-        return self.peak_flops / self.bytes_per_s
+    ridge = property(lambda self: self.peak_flops / self.bytes_per_s)  # FLOP per byte
 
     def attainable(self, intensity: float) -> float:
         """The most FLOP/s an op of this arithmetic intensity can reach here."""
@@ -121,10 +115,9 @@ def measure_roofline(
     num_threads: int | None = None,
     budget_s: float | None = None,
 ) -> Roofline:
-    """Measure this machine's roofline: the FLOP/s of an n x n FP32 matmul and the bandwidth of the
-    faster of a copy and an add of ``numel`` elements, each from its fastest sample.  Defaults: n=1024 and 2**24
-    elements on a CPU, 8192 and 2**28 on a GPU; estimated past ``budget_s`` (default 30 s), refused before
-    its operands exist.  (``06_timing_race``)"""
+    """This machine's roofline: the FLOP/s of an n x n FP32 matmul and the bandwidth of the faster of a copy
+    and an add of ``numel`` elements, from their fastest samples (defaults: n=1024, 2**24 on a CPU, 8192,
+    2**28 on a GPU); refused when estimated past ``budget_s`` (default 30 s).  (``06_timing_race``)"""
     dev = get_device(device)
     default_n, default_numel = (1024, 2**24) if dev.type == "cpu" else (8192, 2**28)
     n = check_int("n", default_n if n is None else n, minimum=1, maximum=MAX_GEMM_DIM)
@@ -152,9 +145,8 @@ def measure_roofline(
 
 
 def plot_roofline(roofline: Roofline, results, ax=None):
-    """This machine's roofline (the measured peak FP32 FLOP/s and bandwidth, log-log) with the races in
-    ``results`` placed on it: each contestant at its arithmetic intensity and the FLOP/s it achieved.
-    (``06_timing_race``)"""
+    """This machine's roofline (log-log) with each contestant of ``results`` at its arithmetic intensity and
+    the FLOP/s it achieved.  (``06_timing_race``)"""
     check_instance("roofline", roofline, Roofline, "a Roofline (from measure_roofline)")
     races = races_of("results", results)
     if check_axes("ax", ax) is None:
@@ -176,14 +168,12 @@ def plot_roofline(roofline: Roofline, results, ax=None):
     roof = f"roof: {roofline.peak_flops / 1e9:.3g} GFLOP/s, {roofline.bytes_per_s / 1e9:.3g} GB/s (measured)"
     ax.plot(grid, [roofline.attainable(x) / 1e9 for x in grid], "-", color="0.2", lw=2, label=roof)
     ax.axvline(roofline.ridge, color="0.5", ls=":", label=f"ridge point: {roofline.ridge:.3g} FLOP/byte")
-    markers = {"matmul": "o", "add": "^", "MLP": "s"}
+    markers, offset = {"matmul": "o", "add": "^", "MLP": "s"}, dict(textcoords="offset points", xytext=(4, 3))
     for i, (label, (xs, ys, sizes)) in enumerate(points.items()):
         ax.plot(xs, ys, markers[label.split()[0]], color=f"C{i}", ms=7, ls="none", label=label)
         if label.startswith("matmul"):
             for x, y, size in zip(xs, ys, sizes, strict=True):
-                ax.annotate(
-                    size, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=f"C{i}"
-                )
+                ax.annotate(size, (x, y), **offset, fontsize=7, color=f"C{i}")
     ax.set(
         xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte)", ylabel="achieved GFLOP/s"
     )
@@ -195,21 +185,15 @@ def plot_roofline(roofline: Roofline, results, ax=None):
 
 
 def roofline_summary(roofline: Roofline, results) -> Reading:
-    """The roofline read: the roofs and ridge point, then for each race's FP32 contestant its intensity
-    against the ridge, the share of the roof it reached and its regime.  Outcome ``"measured"``;
-    ``facts["points"]`` one dict per race.  (``06_timing_race``)"""
+    """The roofline read: the roofs and ridge, then each race's FP32 intensity against the ridge, the share of
+    the roof it reached and its regime (``facts["points"]``).  (``06_timing_race``)"""
     check_instance("roofline", roofline, Roofline, "a Roofline (from measure_roofline)")
     points = []
     for r in races_of("results", results):
         intensity = r.intensity("fp32")
         share = r.flops / r.fp32.median / roofline.attainable(intensity)
-        rates = (
-            roofline.peak_flops,
-            roofline.bytes_per_s,
-            unit_of(r.kind),
-            "this machine's measured peak rates",
-        )
-        regime = classify_regime(r.fp32.median, r.flops, r.bytes_moved("fp32"), *rates).name
+        args = (r.fp32.median, r.flops, r.bytes_moved("fp32"), roofline.peak_flops, roofline.bytes_per_s)
+        regime = classify_regime(*args, unit_of(r.kind), "this machine's measured peak rates").name
         if regime == "launch-bound" and not str(roofline.context.get("device")).startswith("cuda"):
             regime = "overhead-bound"  # a CPU launches no kernels: per-call overhead held it back
         below = intensity < roofline.ridge

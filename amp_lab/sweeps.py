@@ -1,6 +1,5 @@
-"""Speedup against size (``06_timing_race``): the sizes a machine races (a pure function of its facts),
-the sweep of sizes with its peak ratio (the datasheet's, or a raw GEMM's, measured) and the bound that holds
-(the low-precision peak over the FP32 rate measured), the multiples-of-8 race, and their plots."""
+"""Speedup against size (``06_timing_race``): the sizes a machine races, the sweep with its peak ratio and
+bound, the multiples-of-8 race, and their plots."""
 
 from __future__ import annotations
 
@@ -22,14 +21,13 @@ from .intervals import SpeedupEstimate, jsonable, plural, speedup_estimate
 from .progress import enabled as progress_enabled
 from .race import CONFIDENCE, RACE_MAX_TIME_S, RACE_TARGET_REL_WIDTH, RaceResult, check_race_args
 from .text import Reading, say
-from .timing import Contestant, check_estimate, measure
+from .timing import Contestant, check_estimate, measure, op_maker
 
 
 @dataclass(frozen=True)
 class PeakRatio:
-    """The low-precision peak rate over the FP32 one, from ``source``: a datasheet's, or raw GEMMs measured
-    (inputs already cast).  Not a bound on a speed-up: FP32 rarely runs at its peak, and a ratio of peaks says
-    nothing about a ratio of achieved rates.  ``low_peak`` and ``fp32_peak`` are the two rates (FLOP/s)."""
+    """The low-precision peak rate over the FP32 one (``low_peak``, ``fp32_peak``: FLOP/s), from a datasheet
+    or raw GEMMs measured.  Not a bound on a speed-up: FP32 rarely runs at its peak."""
 
     vs_fp32: float
     vs_tf32: float | None
@@ -39,9 +37,7 @@ class PeakRatio:
     low_peak: float | None = None
     fp32_peak: float | None = None
 
-    @property
-    def measured_gemm(self) -> float | None:
-        return None if self.measured_interval is None else self.measured_interval.ratio
+    measured_gemm = property(lambda self: self.measured_interval and self.measured_interval.ratio)
 
 
 def datasheet_peak_ratio(gpu_name: str | None, dtype=torch.float16) -> PeakRatio | None:
@@ -60,28 +56,21 @@ Ceiling, datasheet_ceiling = PeakRatio, datasheet_peak_ratio  # their names befo
 
 
 def _raw_gemm_ratio(m, k, n, *, device, dtype, **budget) -> tuple[SpeedupEstimate, dict]:
-    """FP32 GEMM time over low-precision GEMM time, inputs already in ``dtype`` (no casts), and each one's
-    fastest rate (FLOP/s)."""
+    """FP32 GEMM time over low-precision GEMM time (inputs already cast), and each one's fastest FLOP/s."""
     gen = torch.Generator(device=device).manual_seed(1)
-    A = torch.randn(m, k, device=device, generator=gen)
-    B = torch.randn(k, n, device=device, generator=gen)
+    A, B = (torch.randn(r, c, device=device, generator=gen) for r, c in ((m, k), (k, n)))
     A_low, B_low = A.to(dtype), B.to(dtype)
     off = _race.tf32_context(device.type, False)
     fns = {"fp32": Contestant(lambda: A @ B, off), "amp": Contestant(lambda: A_low @ B_low, off)}
     t = measure(fns, device=device, **budget)
-    peaks = dict(
-        low_peak=2.0 * m * k * n / min(t["amp"].samples), fp32_peak=2.0 * m * k * n / min(t["fp32"].samples)
-    )
+    flops = 2.0 * m * k * n
+    peaks = dict(low_peak=flops / min(t["amp"].samples), fp32_peak=flops / min(t["fp32"].samples))
     return speedup_estimate(t["fp32"], t["amp"], confidence=CONFIDENCE), peaks
-
-
-# --- Sizes: a pure function of the machine's facts ------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class RaceSizes:
-    """Every size and sampling budget notebook 06 races with, chosen from the machine's facts by
-    :func:`race_sizes` (pure) or :func:`sizes_for` (this machine)."""
+    """Every size and sampling budget notebook 06 races with: :func:`race_sizes` (pure), :func:`sizes_for`."""
 
     case: str  # "gpu", "cpu-native", "cpu-emulated" or "cpu-unknown"
     device_type: str
@@ -149,8 +138,8 @@ _CPU_CASES = {True: "cpu-native", False: "cpu-emulated", None: "cpu-unknown"}
 
 
 def race_sizes(device_type: str, dtype=torch.bfloat16, *, native: bool | None = None) -> RaceSizes:
-    """The sizes and budgets to race on a machine with these facts: ``device_type`` ("cpu", "cuda", "mps")
-    and, on a CPU, whether it multiplies ``dtype`` in hardware (True, False or None for unknown)."""
+    """The sizes and budgets to race on a ``device_type`` ("cpu", "cuda", "mps") and, on a CPU, whether it
+    multiplies ``dtype`` in hardware (``native``: True, False or None for unknown)."""
     case = _CPU_CASES[native] if device_type == "cpu" else "gpu"
     s = _SIZES[case]
     if device_type == "mps":  # an Apple GPU: no Tensor Cores, shared memory
@@ -170,13 +159,9 @@ def sizes_for(device=None, dtype=None) -> RaceSizes:
     return race_sizes(dev.type, dtype, native=cpu_has_native(dtype) if dev.type == "cpu" else None)
 
 
-# --- The sweep ------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class SweepResult:
-    """Speedup against size, with the peak ratio and the bound.  ``kind``: ``"matmul"`` (n), ``"mlp"`` (width at a fixed
-    batch) or ``"batch"`` (batch at a fixed width)."""
+    """Speedup against size, the peak ratio and the bound; ``kind``: "matmul", "mlp" (width) or "batch"."""
 
     kind: str
     sizes: tuple[int, ...]
@@ -188,27 +173,17 @@ class SweepResult:
 
     @property
     def bounds(self) -> list[float | None]:
-        """The most each size's speed-up can be: the low-precision peak over the FP32 rate measured at that
-        size (AMP cannot run faster than its peak); None without a peak."""
+        """The most each size's speed-up can be: the low-precision peak over the FP32 rate measured there."""
         low = self.peak_ratio.low_peak
         return [None if low is None else low * r.fp32.median / r.flops for r in self.results]
 
-    @property
-    def speedups(self) -> list[float]:
-        return [r.speedup for r in self.results]
-
-    @property
-    def intervals(self) -> list[SpeedupEstimate]:
-        return [r.speedup_interval for r in self.results]
-
-    @property
-    def outcomes(self) -> list[str]:
-        return [r.outcome for r in self.results]
+    speedups = property(lambda self: [r.speedup for r in self.results])
+    intervals = property(lambda self: [r.speedup_interval for r in self.results])
+    outcomes = property(lambda self: [r.outcome for r in self.results])
 
     @property
     def first_paying_size(self) -> int | None:
-        """The smallest size from which AMP is measurably faster at every larger size; None when it is not
-        at the largest."""
+        """The smallest size from which AMP is measurably faster at every larger size, or None."""
         not_faster = [i for i, outcome in enumerate(self.outcomes) if outcome != "faster"]
         first = not_faster[-1] + 1 if not_faster else 0
         return self.sizes[first] if first < len(self.sizes) else None
@@ -242,13 +217,10 @@ def sweep(
     show_progress: bool = True,
     budget_s: float | None = None,
 ) -> SweepResult:
-    """Speedup against size, its peak ratio and the bound at each size.  (``06_timing_race``)
-
-    ``kind="matmul"`` races ``race_matmul(n)`` for each size, ``"mlp"`` ``race_mlp(width, batch)`` for each width,
-    ``"batch"`` ``race_mlp(width, b)`` for each batch; the defaults come from :func:`sizes_for`.  The peak ratio is
-    the datasheet's for a known GPU, else the measured ratio of raw GEMMs at the largest size (their fastest
-    rates standing in for the peaks).  The sum of its races' estimates beyond ``budget_s`` (default 30 s, or
-    ``max_time_s`` for each race) is refused before the first starts."""
+    """Speedup against size, its peak ratio and the bound at each size: ``race_matmul(n)`` for each size
+    (``kind="matmul"``), ``race_mlp`` for each width (``"mlp"``) or batch (``"batch"``); defaults from
+    :func:`sizes_for`.  The peak ratio is a known GPU's datasheet's, else raw GEMMs' at the largest size.
+    Races estimated past ``budget_s`` (30 s, or each ``max_time_s``) are refused.  (``06_timing_race``)"""
     kind = check_choice("kind", kind, ["matmul", "mlp", "batch"])
     show_progress = check_bool("show_progress", show_progress)
     defaults = sizes_for(device, dtype)
@@ -267,60 +239,46 @@ def sweep(
     need = matmul_bytes(largest, dtype) if kind == "matmul" else mlp_bytes(w, b, dtype)
     check_fits(need, dev, f"sweep {'n' if kind == 'matmul' else kind}={largest}", "choose smaller sizes")
     shape = (largest,) * 3 if kind == "matmul" else (b, IN_FEATURES, w)
-    reused = [size for size in sizes if _reused(reuse, kind, size, batch, width, dtype, dev, num_threads)]
+    races = [_race_of(kind, size, batch, width) for size in sizes]
     seconds = sum(
-        _race.race_seconds(budget, _call_s(kind, s, batch, width, dev, dtype, budget))
-        for s in sizes
-        if s not in reused
+        _race.race_seconds(budget, _race.call_seconds(k, p, dev, dtype, budget))
+        for k, p in races
+        if _race.reusable(reuse, k, p, dtype, dev, num_threads) is None
     )
     gemm = round(math.prod(shape) ** (1 / 3))  # the raw GEMMs as a square one of as many FLOPs
-    seconds += _race.race_seconds(
-        budget, [_race.calibrated(budget, dev, gemm, d, True) for d in (None, dtype)]
-    )
+    raw_s = [_race.calibrated(budget, dev, gemm, d, True) for d in (None, dtype)]
+    seconds += _race.race_seconds(budget, raw_s)
     what, fix = f"sweep(kind={kind!r}) of {plural(len(sizes), 'size')}", "choose fewer or smaller sizes"
     check_estimate(what, seconds, budget["budget_s"], fix, "the sum of its races' estimates")
     common = dict(device=dev, dtype=dtype, **{k: v for k, v in budget.items() if k != "number"})
     results = []
     off = not (show_progress and progress_enabled())
     with tqdm(total=len(sizes) + 1, desc=f"sweep {kind}", disable=off) as bar:
-        for size in sizes:
+        for size, (k, p) in zip(sizes, races, strict=True):
             bar.set_postfix_str(f"size {size}")
-            if kind == "matmul":
+            if k == "matmul":
                 results.append(_race.race_matmul(size, reuse=reuse, **common))
             else:
-                w, b = (size, batch) if kind == "mlp" else (width, size)
-                results.append(_race.race_mlp(w, b, reuse=reuse, **common))
+                results.append(_race.race_mlp(p["width"], p["batch"], reuse=reuse, **common))
             bar.update(1)
         measured, peaks = _raw_gemm_ratio(*shape, device=dev, dtype=dtype, **budget)
         bar.update(1)
     peak = datasheet_peak_ratio(torch.cuda.get_device_name(dev), dtype) if dev.type == "cuda" else None
     if peak is None:
         what = "GPU without a datasheet entry" if dev.type == "cuda" else dev.type
-        gemm = "x".join(map(str, shape))
-        source = (
-            f"measured on this {what}: raw {dtype_name(dtype)} GEMM {gemm} against FP32, inputs already cast"
-        )
+        gemm = f"{dtype_name(dtype)} GEMM " + "x".join(map(str, shape))
+        source = f"measured on this {what}: raw {gemm} against FP32, inputs already cast"
         peak = PeakRatio(measured.ratio, None, source, **peaks)
     peak = replace(peak, gemm_shape=shape, measured_interval=measured)
     return SweepResult(kind, sizes, tuple(results), peak, results[-1].context)
 
 
-def _call_s(kind, size, batch, width, dev, dtype, budget) -> list[float]:
-    """A sweep race's contestants' estimated seconds a call (:func:`~amp_lab.race.matmul_call_s`, ``mlp_call_s``)."""
+def _race_of(kind, size, batch, width) -> tuple[str, dict]:
+    """The race a sweep runs at ``size``: its kind and parameters."""
     if kind == "matmul":
-        return _race.matmul_call_s(size, dev, dtype, budget)
+        return "matmul", {"n": size}
     w, b = (size, batch) if kind == "mlp" else (width, size)
-    params = {"width": w, "batch": b, "in_features": IN_FEATURES, "num_classes": NUM_CLASSES}
-    return _race.mlp_call_s(params, dev, dtype, budget)
-
-
-def _reused(reuse, kind, size, batch, width, dtype, dev, num_threads) -> bool:
-    w, b = (size, batch) if kind == "mlp" else (width, size)
-    params = {"n": size} if kind == "matmul" else {"width": w, "batch": b}
-    return (
-        _race.reusable(reuse, "matmul" if kind == "matmul" else "mlp", params, dtype, dev, num_threads)
-        is not None
-    )
+    return "mlp", {"width": w, "batch": b, "in_features": IN_FEATURES, "num_classes": NUM_CLASSES}
 
 
 def race_alignment(
@@ -335,24 +293,14 @@ def race_alignment(
     target_rel_width: float | None = RACE_TARGET_REL_WIDTH,
     max_time_s: float | None = RACE_MAX_TIME_S,
 ) -> Reading:
-    """AMP matmuls of n x n and (n - 1) x (n - 1) raced against each other in one interleaved run, so both
-    sizes meet the same conditions: the throughput at n - 1 over the one at n, pair by pair, with its interval.
-    Outcome "lower", "higher" or "too close to call".  (``06_timing_race``)"""
+    """AMP matmuls of n x n and (n - 1) x (n - 1) in one interleaved race: the throughput at n - 1 over that
+    at n, pair by pair, with its interval; "lower", "higher" or "too close to call".  (``06_timing_race``)"""
     n = check_int("n", n, minimum=2, maximum=MAX_GEMM_DIM)
     args = (warmup, repeats, min_sample_s, num_threads, target_rel_width, max_time_s)
     dev, dtype, budget = check_race_args(device, dtype, *args)
     check_fits(matmul_bytes(n, dtype), dev, f"race_alignment(n={n})", "choose a smaller n")
-    gen = torch.Generator(device=dev).manual_seed(0)
-    A, B = (torch.randn(n, n, device=dev, generator=gen) for _ in range(2))
-
-    def amp(a, b):
-        def call():
-            with torch.autocast(dev.type, dtype=dtype):
-                return a @ b
-
-        return Contestant(call, _race.tf32_context(dev.type, False))
-
-    fns = {str(m): amp(A[:m, :m].contiguous(), B[:m, :m].contiguous()) for m in (n, n - 1)}
+    make, off = op_maker(dev, dtype), _race.tf32_context(dev.type, False)  # each size's own seeded operands
+    fns = {str(m): Contestant(make(m), off) for m in (n, n - 1)}
     t = list(measure(fns, device=dev, **budget).values())
     work = ((n - 1) / n) ** 3  # the FLOPs at n - 1 over those at n
     share = speedup_estimate([s * work for s in t[0].samples], t[1].samples, confidence=CONFIDENCE)
@@ -367,12 +315,8 @@ def check_sweep(name: str, value) -> SweepResult:
     return check_instance(name, value, SweepResult, "a SweepResult (from sweep)")
 
 
-# --- Plots ----------------------------------------------------------------------------------------------
-
-
 def _finish(ax, result: SweepResult, ylabel: str, title: str, grid: str):
-    """The sizes on a log2 x axis labelled by what the sweep varied, plain numbers on a log y axis, the labels,
-    grid and legend."""
+    """The sizes on a log2 x axis, plain numbers on a log y axis, the labels, grid and legend."""
     from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
 
     p = result.results[0].params
@@ -406,7 +350,7 @@ def _axes(ax):
 
 def plot_sweep(result: SweepResult, ax=None):
     """Speedup (FP32 / AMP) against size on log-log axes, with its interval, break-even, the peak ratio and
-    the bound at each size (the low-precision peak over the FP32 rate measured)."""
+    the bound at each size."""
     check_sweep("result", result)
     ax = _axes(check_axes("ax", ax))
     dtype = dtype_name(result.results[0].dtype)

@@ -35,26 +35,21 @@ from .intervals import Timing, plural, speedup_estimate
 from .progress import progress
 from .text import Reading, format_seconds, say
 
-# Module attributes so tests can replace them with fakes: ``_clock`` times samples, ``_budget_clock``
-# decides whether another round fits in ``max_time_s``.
+# Tests replace them: ``_clock`` times samples, ``_budget_clock`` decides if a round fits in max_time_s.
 _clock = time.perf_counter
 _budget_clock = time.perf_counter
 
 DEFAULT_MAX_TIME_S = 30.0  # the time budget of a measurement with a target interval, when none is given
 DEFAULT_MAX_REPEATS = 1000  # the most rounds such a measurement takes, when no max_repeats is given
-# The narrowest interval a measurement may aim for (0.1%): timer jitter is wider, so it would never be reached.
-MIN_TARGET_REL_WIDTH = 1e-3
+MIN_TARGET_REL_WIDTH = 1e-3  # the narrowest interval to aim for (0.1%): timer jitter is wider, never reached
 DEFAULT_BUDGET_S = 30.0  # what a timing call may take when no budget_s (or a longer max_time_s) is given
 PROGRESS_AFTER_S = 5.0  # a measurement planned to take longer shows a progress bar
 CALIBRATION_S = 2e-3  # a calibration grows its size until one call takes this long
 
 
-# --- Context: what a timing needs next to it to mean anything -------------------------------------------
-
-
 def timing_context(device=None) -> dict:
-    """What a timing on ``device`` depends on: device, threads, TF32, CPU instructions, versions, how it
-    was synchronised, and how busy the machine was.  (``06_timing_race``)"""
+    """What a timing on ``device`` depends on: device, threads, TF32, CPU instructions, versions, the sync
+    and the load.  (``06_timing_race``)"""
     dev = get_device(device)
     cuda = dev.type == "cuda"
     name = torch.cuda.get_device_name(dev) if cuda else cpu_model() if dev.type == "cpu" else dev.type
@@ -92,8 +87,8 @@ def tf32_text(ctx: dict) -> str:
 
 
 def describe_context(context: dict) -> str:
-    """One sentence naming the machine a timing was made on, from its :func:`timing_context`: notebooks print
-    it so a reader knows which machine made the stored outputs.  (``06_timing_race``, ``07_amp_training_recipe``)"""
+    """One sentence naming the machine a :func:`timing_context` describes (that made a notebook's outputs).
+    (``06_timing_race``, ``07_amp_training_recipe``)"""
     if not isinstance(context, dict):
         raise ArgumentTypeError(
             f"context must be a timing context dict (timing_context(), or a Timing's .context), "
@@ -117,18 +112,15 @@ def describe_context(context: dict) -> str:
     return ", ".join(parts)
 
 
-# --- What limits a step: arithmetic, memory traffic, or launching and waiting ---------------------------
-
-# A step this many times longer than its arithmetic and its memory traffic at the peak rates is limited by
-# neither: by kernel launches, host synchronisation and Python.
+# A step this many times longer than its arithmetic and memory traffic at peak rates is launch-bound: limited
+# by kernel launches, host synchronisation and Python.
 OVERHEAD_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
 class Regime:
-    """What limited a measured step: ``compute_s`` and ``memory_s`` are its FLOPs and bytes at the peak
-    rates (lower bounds), ``seconds`` what it took, ``name`` "launch-bound", "memory-bound", "compute-bound" or
-    "unknown", ``text`` the sentence."""
+    """What limited a step of ``seconds``: ``name`` "launch-bound", "memory-bound", "compute-bound" or
+    "unknown"; ``compute_s``, ``memory_s`` its FLOPs and bytes at the peak rates (lower bounds)."""
 
     name: str
     seconds: float
@@ -149,9 +141,8 @@ def classify_regime(
     unit="step",
     peak_source="the datasheet's peak rates",
 ) -> Regime:
-    """Which regime a step of ``seconds`` was in, from its ``flops`` and ``bytes_moved`` and the peak rates
-    (``None``: unknown).  **launch-bound**: more than :data:`OVERHEAD_FACTOR` times the longer lower bound;
-    else **memory-bound** when the bytes take longer than the arithmetic, else **compute-bound**."""
+    """The regime of a step of ``seconds`` from its ``flops``, ``bytes_moved`` and peak rates (None: unknown):
+    launch-bound past :data:`OVERHEAD_FACTOR` times the longer lower bound, else memory- or compute-bound."""
     facts = {"unit": unit, "took": format_seconds(seconds), "source": peak_source}
     if peak_flops is None or peak_bytes_per_s is None:
         return Regime("unknown", seconds, None, None, say("timing.regime_unknown", **facts))
@@ -165,8 +156,8 @@ def classify_regime(
 
 
 def regime_for(seconds, flops, bytes_moved, dtype, context: dict, *, unit: str = "step") -> Regime:
-    """:func:`classify_regime` with the datasheet's peak rate for ``dtype`` (a torch dtype, ``"tf32"`` or
-    ``"fp8"``) and bandwidth of the GPU a timing ``context`` names; "unknown" elsewhere."""
+    """:func:`classify_regime` with the datasheet's rates (``dtype``: a torch dtype, "tf32" or "fp8") of the
+    GPU a timing ``context`` names; "unknown" elsewhere."""
     cuda = str(context.get("device", "")).startswith("cuda")
     entry = datasheet_entry(context.get("device_name")) if cuda else None
     peak = entry and entry.tflops(dtype)
@@ -175,13 +166,9 @@ def regime_for(seconds, flops, bytes_moved, dtype, context: dict, *, unit: str =
     )
 
 
-# --- The timer ------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Contestant:
-    """A function to time, and a context manager factory entered around each of its samples (TF32 on for
-    the TF32 contestant only, without paying the switch per call)."""
+    """A function to time, and a context manager factory entered around each of its samples (TF32 on, say)."""
 
     fn: Callable[[], Any]
     context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
@@ -205,9 +192,8 @@ def _synchronizer(dev: torch.device) -> Callable[[], None]:
 
 
 def _sampler(dev: torch.device, event=None):
-    """The function that times ``number`` calls of ``fn``: synchronised first (earlier work is not counted)
-    and at the end (queued work is); on CUDA on the GPU's own timeline, by two events (``event`` makes
-    them), elsewhere by ``_clock``."""
+    """``sample(fn, number)``: seconds of ``number`` calls, synchronised before and after; on CUDA by two
+    events (``event`` makes them) on the GPU's timeline, elsewhere by ``_clock``."""
     sync = _synchronizer(dev)
     if event is None and dev.type == "cuda":
         event = functools.partial(torch.cuda.Event, enable_timing=True)
@@ -232,9 +218,8 @@ def _sampler(dev: torch.device, event=None):
 
 
 def op_maker(dev, dtype=None, cast=False, op="matmul", inner=None):
-    """``make(m)`` for :func:`calibrated_seconds`: an m x m matmul in FP32, under autocast to ``dtype``, or
-    (``cast``) of inputs already in ``dtype``; with ``inner=(k, n)`` an (m x k) @ (k x n) one (m rows of a
-    batch through a layer); ``op="add"``: an add of m FP32 elements (12 bytes each)."""
+    """``make(m)`` for :func:`calibrated_seconds`: an m x m matmul in FP32, under autocast to ``dtype`` or
+    (``cast``) on inputs in ``dtype``; ``inner=(k, n)``: (m x k) @ (k x n); ``op="add"``: an add of m FP32."""
 
     def make(m):
         if op == "add":
@@ -256,9 +241,7 @@ def op_maker(dev, dtype=None, cast=False, op="matmul", inner=None):
 
 
 def _per_call(sample, fn) -> float:
-    """Seconds one call of ``fn`` takes: the best of seven samples of enough calls to last 0.2 ms (one call of a
-    small op takes microseconds).  On a busy machine a sample is now and then descheduled; the best of several
-    short ones is one that was not."""
+    """Seconds one call of ``fn`` takes: the best (one not descheduled) of seven samples of 0.2 ms or more."""
     first = sample(fn, 1)
     number = max(1, min(1000, math.ceil(2e-4 / max(first, 1e-7))))
     rounds = 7 if first < 0.01 else 2  # a slow call is its own long sample
@@ -266,12 +249,9 @@ def _per_call(sample, fn) -> float:
 
 
 def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int = 64) -> float:
-    """Seconds one call of ``make(size)`` (a function to call) takes, estimated before it is made: ``make(m)``
-    for m = start, 2 * start, ... (at most ``size``) is timed (a small call over many calls), until a call takes
-    :data:`CALIBRATION_S` and its time grows with the work (at least as m ** (power - 1): a fixed cost, such
-    as an emulated FP8 matmul's casts, must not be scaled as work) or takes a quarter of a second; then scaled
-    to ``size`` as the work grows (``power``: a matmul's as n**3), or as fast as the time grew, up to
-    ``power + 1`` (a rate falls as data outgrow the caches)."""
+    """Seconds one call of ``make(size)`` takes, estimated: ``make(m)`` for m = start, 2 * start, ... is timed
+    until a call takes :data:`CALIBRATION_S` and grows as m ** (power - 1) at least (a fixed cost is no work),
+    or 0.25 s; then scaled to ``size`` as m ** ``power``, or as fast as it grew, up to ``power + 1``."""
     sample, m, before = _sampler(get_device(device)), min(start, size), None
     while True:
         fn = make(m)
@@ -285,18 +265,14 @@ def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int 
         before, m = (m, seconds), min(2 * m, size)
 
 
-# Small kernels and autograd nodes a training step runs per parameter tensor, about: its forward, backward,
-# zeroing, clipping and Adam's update, each one call of a small op at least.
+# Small kernels a training step runs per parameter tensor, about: forward, backward, zeroing, clipping, Adam.
 OPS_PER_TENSOR = 50
 
 
 def training_seconds(what, model, examples, num_steps, device, dtype=None, budget_s=None, num_threads=None):
-    """Seconds ``num_steps`` training steps of ``model`` (or its parameters' shapes) on ``examples`` examples
-    a step are estimated to take, checked against ``budget_s`` (default 30 s) before the run: refused past
-    it.  A step: three products (forward, two backward) of the batch through each weight, timed under
-    autocast to ``dtype`` at the batch's size (no extrapolation, which a busy machine's noise would
-    amplify), and :data:`OPS_PER_TENSOR` calls
-    of a one-element add per parameter tensor.  (``03``, ``04``, ``07``)"""
+    """Seconds ``num_steps`` steps of ``model`` (or its parameters' shapes) on ``examples`` a step take,
+    estimated (refused past ``budget_s``, default 30 s): three autocast products of the batch through each
+    weight, timed at its size, and :data:`OPS_PER_TENSOR` small adds per tensor.  (``03``, ``04``, ``07``)"""
     if budget_s is not None:
         budget_s = check_float("budget_s", budget_s, ge=1.0, le=MAX_SECONDS)
     dev = get_device(device)
@@ -317,8 +293,8 @@ def training_seconds(what, model, examples, num_steps, device, dtype=None, budge
 def planned_seconds(
     call_s, warmup, repeats, min_sample_s, number=None, target_rel_width=None, max_time_s=None
 ):
-    """Seconds a measurement of contestants taking ``call_s`` seconds a call needs at least (its warm-up and
-    ``repeats`` rounds), and in all (an adaptive one samples on until ``max_time_s``)."""
+    """Seconds a measurement of contestants taking ``call_s`` a call needs: at least (warm-up and ``repeats``
+    rounds), and in all (an adaptive one samples on until ``max_time_s``)."""
     warm = warmup if number else max(warmup, 1)
     least = sum(warm * t + repeats * (number * t if number else max(t, min_sample_s)) for t in call_s)
     return least, max(least, max_time_s or DEFAULT_MAX_TIME_S) if target_rel_width else least
@@ -348,9 +324,8 @@ def check_budget(
     number=None,
     budget_s=None,
 ) -> dict:
-    """A timing budget checked before any work starts, as :func:`measure` and every race do; returns it as
-    ``measure``'s keyword arguments.  Refuses a target interval narrower than :data:`MIN_TARGET_REL_WIDTH`
-    and ``races`` measurements that could take longer than ``MAX_SECONDS`` (an hour) together."""
+    """A timing budget checked before any work starts, as ``measure``'s keyword arguments; refuses a target
+    narrower than :data:`MIN_TARGET_REL_WIDTH` and ``races`` that could take past ``MAX_SECONDS`` together."""
 
     def optional(check, name, value, **bounds):
         return None if value is None else check(name, value, **bounds)
@@ -404,14 +379,11 @@ def measure(
     confidence: float = 0.95,
     budget_s: float | None = None,
 ):
-    """Time one function, or race several, honestly.  (Taught in ``06_timing_race``.)
-
-    ``fns`` is a callable (returns one :class:`~amp_lab.intervals.Timing`) or a dict ``label -> callable or
-    Contestant`` (returns a dict of them).  ``warmup`` untimed calls each (the fastest sets ``number`` calls per
-    sample of ``min_sample_s``), then ``repeats`` rounds in alternating order.  With ``target_rel_width`` it goes on
-    until every speedup over ``baseline`` (default: the first) is that narrow, ``max_time_s`` or ``max_repeats``.
-    A measurement its first calls show to need more than ``budget_s`` (default 30 s, or ``max_time_s``) is
-    refused then; one planned past :data:`PROGRESS_AFTER_S` shows a progress bar (without a ``callback``)."""
+    """Time one function (a :class:`~amp_lab.intervals.Timing`), or race a dict ``label -> callable or
+    Contestant`` (a dict of them), honestly: ``warmup`` untimed calls each (the fastest sets ``number`` calls
+    per sample of ``min_sample_s``), then ``repeats`` rounds in alternating order; with ``target_rel_width``
+    on until each speedup over ``baseline`` (the first) is that narrow, ``max_time_s`` or ``max_repeats``.
+    Refused when its first calls show it past ``budget_s`` (30 s, or ``max_time_s``).  (``06_timing_race``)"""
     single = callable(fns) or isinstance(fns, Contestant)
     if not single and not (isinstance(fns, dict) and fns):
         kind = ValueError if isinstance(fns, dict) else ArgumentTypeError  # an empty dict, or not a dict
@@ -469,10 +441,8 @@ def measure(
 
     began = _budget_clock()
     # CUDA events record on the current device's stream: make the race's device current.
-    with (
-        torch_threads(num_threads),
-        torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext(),
-    ):
+    current = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
+    with torch_threads(num_threads), current:
         sampler = _sampler(dev)
         for name in names:
             c = contestants[name]
@@ -524,9 +494,8 @@ def measure(
 
 
 def sync_summary(queued_s: float, finished_s: float, device=None) -> Reading:
-    """Read a synchronisation experiment: the clock read right after queueing work (``queued_s``) and after
-    waiting for the device (``finished_s``).  Outcome ``"queued_only"``, ``"close"`` (a GPU), ``"agree"`` or
-    ``"disturbed"`` (a CPU); ``facts["ratio"]`` = finished / queued.  (``06_timing_race``)"""
+    """A synchronisation experiment read: the clock after queueing work (``queued_s``) and after waiting
+    (``finished_s``); "queued_only", "close" (a GPU), "agree" or "disturbed" (a CPU).  (``06_timing_race``)"""
     queued_s = check_float("queued_s", queued_s, gt=0)
     finished_s = check_float("finished_s", finished_s, gt=0)
     if finished_s < queued_s:

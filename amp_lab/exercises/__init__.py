@@ -1,8 +1,5 @@
-"""The course's exercises, one module per notebook (``nb01`` ... ``nb10``).
-
-A check cell is one call, ``result = nb03.ex2.check(answer, ...)``: the expected values, computed from
-what the notebook measured, and the common wrong answers (:class:`Mistake`) stay here, out of sight.
-"""
+"""The course's exercises, one module per notebook (``nb01`` ... ``nb10``): a check cell is one call,
+``nb03.ex2.check(answer, ...)``; the expected values and common wrong answers (:class:`Mistake`) stay here."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Exercises of notebook 01 (floating-point formats, bit by bit).
-
-Every expected value is computed from :mod:`amp_lab.formats` (tested against torch's casts and
-``torch.finfo``); the common wrong answers are recognised first, so their hints name the missed idea.
-"""
+"""Exercises of notebook 01 (floating-point formats, bit by bit): expected values come from
+:mod:`amp_lab.formats`; the common wrong answers are recognised first, so their hints name the missed idea."""
 
 from __future__ import annotations
 
@@ -38,15 +35,14 @@ def _bits_hint(answer, fmt: str) -> str:
     )
 
 
-@exercise(
-    1,
-    "Predict the bits",
-    mistakes={
-        "exponent without the bias": "the exponent field stores the power of two plus the format's bias, not the power itself",
-        "implicit 1 written out": "a normal number's leading 1 is implicit: the mantissa field holds only the fraction bits after the binary point",
-        "sign of a negative value": "the sign bit is 1 for a negative value",
-    },
-)
+_EX1 = {
+    "exponent without the bias": "the exponent field stores the power of two plus the format's bias, not the power itself",
+    "implicit 1 written out": "a normal number's leading 1 is implicit: the mantissa field holds only the fraction bits after the binary point",
+    "sign of a negative value": "the sign bit is 1 for a negative value",
+}
+
+
+@exercise(1, "Predict the bits", mistakes=_EX1)
 def ex1(answer_fp16, answer_bf16, *, show: bool = True) -> CheckResult:
     """The FP16 and BF16 bit patterns of -6.5, as strings "sign exponent mantissa"."""
     parts = [
@@ -56,16 +52,15 @@ def ex1(answer_fp16, answer_bf16, *, show: bool = True) -> CheckResult:
     return combine(parts, show=show)
 
 
-@exercise(
-    2,
-    "Integers in BF16",
-    mistakes={
-        "forgetting the implicit 1": "count the implicit leading 1 too: it is a bit of precision the format does not store",
-        "one below the power of two": "the power of two at the end of the run is itself exact: a power of two needs one significant bit",
-        "the first integer lost": "give the last integer of the unbroken run, not the first one that is lost",
-        "the number of bits for n": "give the integer n itself, not the number of bits it needs",
-    },
-)
+_EX2 = {
+    "forgetting the implicit 1": "count the implicit leading 1 too: it is a bit of precision the format does not store",
+    "one below the power of two": "the power of two at the end of the run is itself exact: a power of two needs one significant bit",
+    "the first integer lost": "give the last integer of the unbroken run, not the first one that is lost",
+    "the number of bits for n": "give the integer n itself, not the number of bits it needs",
+}
+
+
+@exercise(2, "Integers in BF16", mistakes=_EX2)
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """The largest n such that every integer from 0 to n is exactly representable in BF16."""
     expected = 1  # searched: the last n + 1 that survives a round trip through BF16
@@ -82,16 +77,15 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     return check_value(answer, expected, name="answer", hint=hint, show=show)
 
 
-@exercise(
-    3,
-    "FP16's spacing at 1000",
-    mistakes={
-        "eps for the ulp": "eps is the spacing just above 1; the spacing grows with the power of two the value lies above",
-        "the power of two above": "take the power of two just below the value: the value lies in [2**e, 2**(e + 1))",
-        "the exponent for the gap": "give the gap itself, 2.0**j, not the exponent j",
-        "half the gap": "the ulp is the whole gap to the next value; half of it is the largest rounding error",
-    },
-)
+_EX3 = {
+    "eps for the ulp": "eps is the spacing just above 1; the spacing grows with the power of two the value lies above",
+    "the power of two above": "take the power of two just below the value: the value lies in [2**e, 2**(e + 1))",
+    "the exponent for the gap": "give the gap itself, 2.0**j, not the exponent j",
+    "half the gap": "the ulp is the whole gap to the next value; half of it is the largest rounding error",
+}
+
+
+@exercise(3, "FP16's spacing at 1000", mistakes=_EX3)
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """FP16's ulp (the gap to the next larger value) at 1000.0."""
     f, expected, a = FORMATS["fp16"], decompose(1000.0, "fp16").ulp, finite_float(answer)
@@ -105,16 +99,14 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     return check_value(answer, expected, dtype="fp16", name="answer", hint=hint, show=show)
 
 
-@exercise(
-    4,
-    "How far down?",
-    mistakes={
-        "listing an FP8 format": "compare the value with each FP8 format's smallest subnormal: FP8 covers only a few decades",
-        "sorting by mantissa bits": "range comes from the exponent bits, not the mantissa bits: group the formats by exponent bits",
-        "forgetting TF32": "a format torch cannot store still has a range: count every format whose exponent bits "
-        "reach that far down, stored or not",
-    },
-)
+_EX4 = {
+    "listing an FP8 format": "compare the value with each FP8 format's smallest subnormal: FP8 covers only a few decades",
+    "sorting by mantissa bits": "range comes from the exponent bits, not the mantissa bits: group the formats by exponent bits",
+    "forgetting TF32": "a format torch cannot store still has a range: count every format whose exponent bits reach that far down, stored or not",
+}
+
+
+@exercise(4, "How far down?", mistakes=_EX4)
 def ex4(answer, *, show: bool = True) -> CheckResult:
     """The set of format names (from ``FORMATS``) that keep 1e-20 non-zero."""
     expected = {name for name in FORMATS if decompose(TINY_VALUE, name).kind != "zero"}
@@ -125,9 +117,6 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
         "fp16" in chosen - expected,
         chosen == expected - {"tf32"},
     )
-    explanations = {
-        name: f"its smallest subnormal is {FORMATS[name].min_subnormal:.3g}: {TINY_VALUE:g} rounds to 0"
-        for name in FORMATS
-        if name not in expected
-    }
-    return check_set(answer, expected, options=list(FORMATS), explanations=explanations, hint=hint, show=show)
+    sub = {n: FORMATS[n].min_subnormal for n in FORMATS if n not in expected}
+    why = {n: f"its smallest subnormal is {v:.3g}: {TINY_VALUE:g} rounds to 0" for n, v in sub.items()}
+    return check_set(answer, expected, options=list(FORMATS), explanations=why, hint=hint, show=show)

@@ -1,8 +1,5 @@
-"""Exercises of notebook 02 (Tensor Cores: what they compute).
-
-The expected values come from the emulation in :mod:`amp_lab.tensor_cores`, run on the notebook's data;
-the common wrong answers are recognised first, so their hints name the missed idea.
-"""
+"""Exercises of notebook 02 (Tensor Cores: what they compute): expected values come from the emulation in
+:mod:`amp_lab.tensor_cores` on the notebook's data; common wrong answers are recognised first, by name."""
 
 from __future__ import annotations
 
@@ -39,15 +36,14 @@ def _fp16_valued(answer) -> bool:
     return bool(torch.isfinite(a).all()) and bool((a != 0).any()) and torch.equal(a.half().double(), a)
 
 
-@exercise(
-    1,
-    "One Tensor Core operation, with plain torch",
-    mistakes={
-        "inputs not rounded to FP16": "the Tensor Core never sees A and B in float32: they are rounded to FP16 before the products",
-        "sum rounded to FP16": "the products and the running sum stay in FP32; only the inputs A and B are FP16",
-        "forgetting C": "the accumulator starts from C: D = A·B + C",
-    },
-)
+_EX1 = {
+    "inputs not rounded to FP16": "the Tensor Core never sees A and B in float32: they are rounded to FP16 before the products",
+    "sum rounded to FP16": "the products and the running sum stay in FP32; only the inputs A and B are FP16",
+    "forgetting C": "the accumulator starts from C: D = A·B + C",
+}
+
+
+@exercise(1, "One Tensor Core operation, with plain torch", mistakes=_EX1)
 def ex1(answer, A, B, C, *, show: bool = True) -> CheckResult:
     """``D = A·B + C`` as a Tensor Core with FP16 inputs and an FP32 accumulator computes it."""
     k = A.shape[1]
@@ -77,15 +73,14 @@ def _stall_value(term: float, fmt: str) -> float:
     return float(sums[int(same[0]) + 1])
 
 
-@exercise(
-    2,
-    "Where BF16 stalls",
-    mistakes={
-        "the FP16 stall": "that is where an FP16 sum stalls; BF16 keeps fewer significant bits, so it stalls earlier",
-        "the stall for adding 1": "the sum stops where BF16's step is twice the increment, and the increment here is 0.5, not 1",
-        "step equal to the increment": "while the step equals the increment, adding it is still exact: the sum stops only where adding 0.5 becomes a tie",
-    },
-)
+_EX2 = {
+    "the FP16 stall": "that is where an FP16 sum stalls; BF16 keeps fewer significant bits, so it stalls earlier",
+    "the stall for adding 1": "the sum stops where BF16's step is twice the increment, and the increment here is 0.5, not 1",
+    "step equal to the increment": "while the step equals the increment, adding it is still exact: the sum stops only where adding 0.5 becomes a tie",
+}
+
+
+@exercise(2, "Where BF16 stalls", mistakes=_EX2)
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """The value at which a BF16 running sum of 0.5s stops growing."""
     expected, a = _stall_value(0.5, "bf16"), finite_float(answer)
@@ -104,16 +99,15 @@ def _summed(fmt: str) -> float:
     return float(running_sum(terms, fmt, device="cpu")[-1])
 
 
-@exercise(
-    3,
-    "What the FP16 kernel returns",
-    mistakes={
-        "the exact sum": "that is the exact sum; the kernel rounds every partial sum to FP16, so follow the step of the running sum",
-        "stalls where the step passes the term": "a term larger than half the step still moves the sum by a whole step (it rounds up): the sum stops only where the term is at most half the step",
-        "the stall of a sum of ones": "that is where a sum of 1.0s stops; a smaller term stops the sum where the step is about twice the term",
-        "bf16 for its range": "BF16 has FP32's range but fewer significant bits than FP16: range does not help a long sum, precision does",
-    },
-)
+_EX3 = {
+    "the exact sum": "that is the exact sum; the kernel rounds every partial sum to FP16, so follow the step of the running sum",
+    "stalls where the step passes the term": "a term larger than half the step still moves the sum by a whole step (it rounds up): the sum stops only where the term is at most half the step",
+    "the stall of a sum of ones": "that is where a sum of 1.0s stops; a smaller term stops the sum where the step is about twice the term",
+    "bf16 for its range": "BF16 has FP32's range but fewer significant bits than FP16: range does not help a long sum, precision does",
+}
+
+
+@exercise(3, "What the FP16 kernel returns", mistakes=_EX3)
 def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
     """The FP16-accumulated sum of 4096 FP16 copies of 0.1, and the accumulators that get it within 1 %."""
     expected, a = _summed("fp16"), finite_float(answer)
@@ -129,20 +123,10 @@ def ex3(answer, answer_acc, *, show: bool = True) -> CheckResult:
     acc_hint = "compare each accumulator's step near the final sum with the term it keeps adding"
     if "bf16" in (answer_names(answer_acc) or ()):
         acc_hint = ex3.mistake("bf16 for its range").hint
-    explanations = {
-        acc: f"its running sum stalls more than {SUM_TOLERANCE:.0%} short of the exact sum"
-        for acc in ACCUMULATE_FORMATS
-        if acc not in good
-    }
-    acc_part = check_set(
-        answer_acc,
-        good,
-        options=list(ACCUMULATE_FORMATS),
-        explanations=explanations,
-        name="answer_acc",
-        hint=acc_hint,
-        show=False,
-    )
+    stalls = f"its running sum stalls more than {SUM_TOLERANCE:.0%} short of the exact sum"
+    why = {acc: stalls for acc in ACCUMULATE_FORMATS if acc not in good}
+    opts = dict(options=list(ACCUMULATE_FORMATS), explanations=why, hint=acc_hint, show=False)
+    acc_part = check_set(answer_acc, good, name="answer_acc", **opts)
     return combine([value_part, acc_part], show=show)
 
 
@@ -151,15 +135,14 @@ def _unaligned(shapes: dict[str, tuple[int, int, int]], fmt: str, dims=(0, 1, 2)
     return {name for name, shape in shapes.items() if any(shape[i] % multiple for i in dims)}
 
 
-@exercise(
-    4,
-    "Which GEMMs need padding?",
-    mistakes={
-        "the FP16 rule for FP8": "an FP8 element is one byte, so a 16-byte row holds twice as many elements as in FP16",
-        "round numbers look aligned": "alignment is about how many elements fill a 16-byte row, not about round decimal numbers: divide, don't eyeball",
-        "ignoring K": "K counts too: the kernel loads rows of A and columns of B along K, so all of M, N and K must be aligned",
-    },
-)
+_EX4 = {
+    "the FP16 rule for FP8": "an FP8 element is one byte, so a 16-byte row holds twice as many elements as in FP16",
+    "round numbers look aligned": "alignment is about how many elements fill a 16-byte row, not about round decimal numbers: divide, don't eyeball",
+    "ignoring K": "K counts too: the kernel loads rows of A and columns of B along K, so all of M, N and K must be aligned",
+}
+
+
+@exercise(4, "Which GEMMs need padding?", mistakes=_EX4)
 def ex4(answer_fp16, answer_fp8, shapes, *, show: bool = True) -> CheckResult:
     """The names of the GEMMs in ``shapes`` (name -> (M, N, K)) that need padding in FP16, and in FP8 E4M3."""
     shapes = {name: tuple(shape) for name, shape in shapes.items()}
@@ -175,20 +158,8 @@ def ex4(answer_fp16, answer_fp8, shapes, *, show: bool = True) -> CheckResult:
             bool(chosen & round_ok),
             chosen == unaligned_mn != expected,
         )
-        explanations = {
-            n: f"{'x'.join(map(str, s))}: in {FORMATS[fmt].label} every dimension fills whole 16-byte rows"
-            for n, s in shapes.items()
-            if n not in expected
-        }
-        parts.append(
-            check_set(
-                answer,
-                expected,
-                options=list(shapes),
-                explanations=explanations,
-                name=name,
-                hint=hint,
-                show=False,
-            )
-        )
+        rows = f"in {FORMATS[fmt].label} every dimension fills whole 16-byte rows"
+        why = {n: f"{'x'.join(map(str, s))}: {rows}" for n, s in shapes.items() if n not in expected}
+        opts = dict(options=list(shapes), explanations=why, name=name, hint=hint, show=False)
+        parts.append(check_set(answer, expected, **opts))
     return combine(parts, show=show)

@@ -34,10 +34,8 @@ def scale_window(all_grads) -> tuple[float, float]:
     grads = _gradients(all_grads)
     # The smallest k in [-24, 100) whose scale 2**k leaves fewer than 1% of the gradients at zero: the share
     # only falls as the scale grows, so a binary search asks range_report 7 times, not once per k.
-    ks = range(-24, 100)
-    i = bisect.bisect_left(
-        ks, True, key=lambda k: range_report(grads, "fp16", 2.0**k).underflow < MAX_ZERO_SHARE
-    )
+    ks, few_zeros = range(-24, 100), lambda k: range_report(grads, "fp16", 2.0**k).underflow < MAX_ZERO_SHARE
+    i = bisect.bisect_left(ks, True, key=few_zeros)
     high = suggest_scale(grads, "fp16")
     if i == len(ks) or 2.0 ** ks[i] > high:
         raise ValueError(
@@ -47,15 +45,14 @@ def scale_window(all_grads) -> tuple[float, float]:
     return 2.0 ** ks[i], high
 
 
-@exercise(
-    1,
-    "Pick a loss scale from a histogram",
-    mistakes={
-        "k for S": "give S itself (2.0**k), not the exponent k",
-        "too small": "1% or more of the gradients still become zero",
-        "too large": "the largest gradients overflow FP16",
-    },
-)
+_EX1 = {
+    "k for S": "give S itself (2.0**k), not the exponent k",
+    "too small": "1% or more of the gradients still become zero",
+    "too large": "the largest gradients overflow FP16",
+}
+
+
+@exercise(1, "Pick a loss scale from a histogram", mistakes=_EX1)
 def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     """A loss scale ``S`` at which fewer than 1% of ``all_grads`` become zero in FP16 and none overflows."""
     low, high = scale_window(all_grads)
@@ -68,16 +65,10 @@ def ex1(answer, all_grads, *, show: bool = True) -> CheckResult:
     if x is not None and x <= 0:
         hint = "a loss scale is a positive number that multiplies the loss, a power of two such as 2.0**10"
         return wrong(f"`answer` = {x:g} is not a loss scale.", hint, show=show)
-    return check_between(
-        answer, low, high,
-        below="at this scale 1% or more of the gradients still become zero in FP16: move the low tail of the "
-              "histogram further up",
-        above="at this scale the largest gradients overflow FP16 and become inf: a loss scale multiplies every "
-              "gradient, the weight gradients (the largest) included",
-        hint="at scale 2**k a gradient in binade [2^b, 2^(b+1)) moves to [2^(b+k), 2^(b+k+1)); compare both "
-             "ends of the histogram with FP16's window",
-        show=show,
-    )  # fmt: skip
+    below = "at this scale 1% or more of the gradients still become zero in FP16: move the low tail of the histogram further up"
+    above = "at this scale the largest gradients overflow FP16 and become inf: a loss scale multiplies every gradient, the weight gradients (the largest) included"
+    hint = "at scale 2**k a gradient in binade [2^b, 2^(b+1)) moves to [2^(b+k), 2^(b+k+1)); compare both ends of the histogram with FP16's window"
+    return check_between(answer, low, high, below=below, above=above, hint=hint, show=show)
 
 
 def _largest_lost_g(lr: float) -> float:
@@ -87,15 +78,14 @@ def _largest_lost_g(lr: float) -> float:
     return 2.0 ** max(lost)
 
 
-@exercise(
-    2,
-    "A lost update",
-    mistakes={
-        "j for g": "give g itself (2.0**j), not the exponent j",
-        "the whole spacing": "at most half the spacing",
-        "lr left out": "the update is lr * g",
-    },
-)
+_EX2 = {
+    "j for g": "give g itself (2.0**j), not the exponent j",
+    "the whole spacing": "at most half the spacing",
+    "lr left out": "the update is lr * g",
+}
+
+
+@exercise(2, "A lost update", mistakes=_EX2)
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """The largest power-of-two gradient ``g`` whose SGD update of ``w = 0.75`` (lr 0.01) is lost in FP16."""
     expected = _largest_lost_g(EX2_LR)
@@ -111,28 +101,24 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
         head = "`answer` is too small: it is the largest lost *update*, not the largest lost gradient."
         hint = "the update is lr * g, not g: the weight changes by the learning rate times the gradient."
         return wrong(head, hint, show=show)
-    return check_value(
-        answer, expected, rtol=5e-3,  # 2**j written as a decimal with 3 significant digits passes
-        hint="an update is lost when |lr * g| is at most half the spacing of FP16 numbers near 0.75 "
-             "(notebook 01); g is a power of two",
-        show=show,
-    )  # fmt: skip
+    hint = "an update is lost when |lr * g| is at most half the spacing of FP16 numbers near 0.75 (notebook 01); g is a power of two"
+    # rtol: 2**j written as a decimal with 3 significant digits passes
+    return check_value(answer, expected, rtol=5e-3, hint=hint, show=show)
 
 
 def _bad_rows(p: torch.Tensor) -> torch.Tensor:
     return (~torch.isfinite(p.detach())).any(dim=1).cpu()
 
 
-@exercise(
-    3,
-    "Fix the overflow in a softmax",
-    mistakes={
-        "naive exp": "exp overflowed FP16",
-        "one shift for the whole batch": "shift each row by a number of its own",
-        "normalised over the batch": "each row must sum to 1",
-        "left FP16": "keep every step in float16",
-    },
-)
+_EX3 = {
+    "naive exp": "exp overflowed FP16",
+    "one shift for the whole batch": "shift each row by a number of its own",
+    "normalised over the batch": "each row must sum to 1",
+    "left FP16": "keep every step in float16",
+}
+
+
+@exercise(3, "Fix the overflow in a softmax", mistakes=_EX3)
 def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
     """``softmax_fp16(z)``: the softmax of each row of an FP16 tensor, computed in FP16, with no inf or NaN;
     run on ``logits`` cast to FP16 and compared with the exact softmax."""
@@ -156,11 +142,8 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
         return finish("unanswered", f"no answer yet: `{name}` {todo} and run this cell again.", show=show)
     rows, head = z16.shape[0], f"`{name}(z)`"
     if not isinstance(out, torch.Tensor):
-        return wrong(
-            f"{head} returned a {type(out).__name__}, not a tensor.",
-            "return a tensor shaped like z",
-            show=show,
-        )
+        text = f"{head} returned a {type(out).__name__}, not a tensor."
+        return wrong(text, "return a tensor shaped like z", show=show)
     if out.shape != z16.shape:
         hint = "softmax keeps the shape: one probability per class, per example"
         return wrong(f"{head} has shape {tuple(out.shape)}; z has shape {tuple(z16.shape)}.", hint, show=show)
@@ -171,9 +154,8 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
         )
     bad = _bad_rows(out)
     if bad.any():  # the rows a softmax shifted by the batch's largest logit, or not at all, breaks
-        batch, naive = (
-            _bad_rows(e / e.sum(dim=1, keepdim=True)) for e in (torch.exp(z16 - z16.max()), torch.exp(z16))
-        )
+        exps = (torch.exp(z16 - z16.max()), torch.exp(z16))
+        batch, naive = (_bad_rows(e / e.sum(dim=1, keepdim=True)) for e in exps)
         if torch.equal(bad, batch) and not torch.equal(bad, naive):
             hint = "subtracting the largest logit of the whole batch keeps exp finite, but a row whose own logits all lie far below it underflows to zeros only, and 0 / 0 is NaN: shift each row by a number of its own."
         else:
@@ -190,22 +172,18 @@ def ex3(softmax_fp16, logits, *, show: bool = True) -> CheckResult:
         hint = "softmax(z)_i = exp(z_i) / sum_j exp(z_j), row by row; every step in FP16 rounds, so keep the steps few"
         head = f"{n_off} of {diff.numel()} probabilities are further than 2^-8 from the exact softmax."
         return wrong(head, hint, show=show)
-    return finish(
-        "close",
-        f"`{name}(z)` is float16, finite in all {rows} rows, and every probability is within 2^-8 of the exact softmax.",
-        ["that is a pass: FP16 rounds each step, so bit-for-bit equality with float64 is not expected."],
-        show=show,
-    )
+    head = f"`{name}(z)` is float16, finite in all {rows} rows, and every probability is within 2^-8 of the exact softmax."
+    note = "that is a pass: FP16 rounds each step, so bit-for-bit equality with float64 is not expected."
+    return finish("close", head, [note], show=show)
 
 
-@exercise(
-    4,
-    "BF16 instead of FP16",
-    mistakes={
-        "the FP16 answer": "where BF16 starts rounding to zero",
-        "yes/no for True/False": "answer True or False",
-    },
-)
+_EX4 = {
+    "the FP16 answer": "where BF16 starts rounding to zero",
+    "yes/no for True/False": "answer True or False",
+}
+
+
+@exercise(4, "BF16 instead of FP16", mistakes=_EX4)
 def ex4(answer, activation_grads, *, show: bool = True) -> CheckResult:
     """Would ``activation_grads`` need loss scaling in BF16?  ``True`` (scaling needed) or ``False``."""
     grads = _gradients(activation_grads)
@@ -218,13 +196,9 @@ def ex4(answer, activation_grads, *, show: bool = True) -> CheckResult:
     # depends on the CPU's kernels, the verdict does not
     share = f"{bf16.underflow:.1%}" if needed else f"fewer than {BF16_NEEDS_SCALING:.1%}"
     zero_below = f"2^{log2_limits('bf16')['zero_below']:g}"
+    why = f"in BF16, {share} of the non-zero activation gradients become zero: BF16 has FP32's 8 exponent "
+    why += f"bits and rounds to zero only at or below {zero_below}"
+    hint = "compare where BF16 starts rounding to zero (the formats table at the top) with the smallest gradients in the histogram"
     return check_choice(
-        answer, needed, options=[True, False],
-        explanations={
-            needed: f"in BF16, {share} of the non-zero activation gradients become zero: BF16 has FP32's 8 "
-                    f"exponent bits and rounds to zero only at or below {zero_below}",
-        },
-        hint="compare where BF16 starts rounding to zero (the formats table at the top) with the smallest "
-             "gradients in the histogram",
-        show=show,
-    )  # fmt: skip
+        answer, needed, options=[True, False], explanations={needed: why}, hint=hint, show=show
+    )

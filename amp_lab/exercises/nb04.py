@@ -56,23 +56,19 @@ _CALLS_HINT = "the check calls scale, unscale_, step, update and get_scale as a 
 def _judge(answer, name: str, schedules, make, hint_for, show: bool) -> CheckResult:
     """The learner's class beside GradScaler on every schedule: passed, not written yet, or the first difference."""
     if is_placeholder(answer):
-        return finish(
-            "unanswered", f"no answer yet: write the class `{name}` above and run this cell again.", show=show
-        )
+        text = f"no answer yet: write the class `{name}` above and run this cell again."
+        return finish("unanswered", text, show=show)
     if not callable(answer):
-        return finish(
-            "wrong", f"`{name}` is a {type(answer).__name__}, not a class: pass the class itself.", show=show
-        )
+        text = f"`{name}` is a {type(answer).__name__}, not a class: pass the class itself."
+        return finish("wrong", text, show=show)
     name = getattr(answer, "__name__", name)
     verdict, steps = "exact", 0
     for sched in schedules:
+        settings = {k: v for k, v in sched._asdict().items() if k not in ("name", "faults")}
+        settings["device"] = "cpu"  # tiny and deterministic; GradScaler's rules are the same on every device
         for rtol in (0.0, PARAM_RTOL):
             found = compare_with_grad_scaler(
-                functools.partial(make, sched),
-                list(sched.faults),
-                **{k: v for k, v in sched._asdict().items() if k not in ("name", "faults")},
-                rtol=rtol,
-                device="cpu",  # tiny and deterministic; GradScaler's rules are the same on every device
+                functools.partial(make, sched), list(sched.faults), rtol=rtol, **settings
             )
             if found.same:
                 break
@@ -84,32 +80,19 @@ def _judge(answer, name: str, schedules, make, hint_for, show: bool) -> CheckRes
         exactly = (
             "bit for bit" if verdict == "exact" else f"within a relative {PARAM_RTOL:g} on the parameters"
         )
-        return finish(
-            verdict,
-            f"{name} matches torch.amp.GradScaler on all {len(schedules)} schedules ({steps} steps), {exactly}: "
-            "the same scaled loss, skipped steps, scale and parameters at every step (first difference: none).",
-            show=show,
-            details={"steps": steps},
-        )
+        text = f"{name} matches torch.amp.GradScaler on all {len(schedules)} schedules ({steps} steps), {exactly}: "
+        text += "the same scaled loss, skipped steps, scale and parameters at every step (first difference: none)."
+        return finish(verdict, text, show=show, details={"steps": steps})
     text = str(found.mine)
     if found.what == "error" and found.step == 0 and found.call in ("the constructor", "scale()"):
         if "returned None" in text or "not written yet" in text:
-            return finish(
-                "unanswered",
-                f"{name} is not written yet: its {found.call} {text}. Fill in the TODOs and run this cell again.",
-                show=show,
-            )
-    hint = hint_for(sched, found)
-    notes = [
-        found.describe(),
-        "GradScaler's scale after each update so far: "
-        + (", ".join(map(show_value, found.scales)) or "(none)"),
-        f"hint: {hint}",
-    ]
+            text = f"{name} is not written yet: its {found.call} {text}. Fill in the TODOs and run this cell again."
+            return finish("unanswered", text, show=show)
+    hint, scales = hint_for(sched, found), ", ".join(map(show_value, found.scales)) or "(none)"
+    notes = [found.describe(), f"GradScaler's scale after each update so far: {scales}", f"hint: {hint}"]
     head = f'{name} differs from torch.amp.GradScaler on the schedule "{sched.name}".'
-    return finish(
-        "wrong", head, notes, show=show, details={"schedule": sched.name, "comparison": found, "hint": hint}
-    )
+    details = {"schedule": sched.name, "comparison": found, "hint": hint}
+    return finish("wrong", head, notes, show=show, details=details)
 
 
 def _gradient_ratio(answer, scale: float) -> float | None:
@@ -141,16 +124,15 @@ def _static_hint(answer, sched: Schedule, found: ScalerComparison) -> str:
     }.get(found.what, f"fix your class's {found.call} first: {_CALLS_HINT}")
 
 
-@exercise(
-    1,
-    "Write the static loss scaler",
-    mistakes={
-        "forgetting to unscale": "the optimizer saw gradients still multiplied by S: unscale_ must divide every parameter's .grad by S, in place",
-        "unscaling twice": "the optimizer saw gradients divided by S twice: unscale_ has already divided them, so step must not divide again",
-        "multiplying instead of dividing": "the optimizer saw gradients multiplied by S twice: unscaling divides by S (or multiplies by 1/S)",
-        "not stepping": "a static scaler always steps",
-    },
-)
+_EX1 = {
+    "forgetting to unscale": "the optimizer saw gradients still multiplied by S: unscale_ must divide every parameter's .grad by S, in place",
+    "unscaling twice": "the optimizer saw gradients divided by S twice: unscale_ has already divided them, so step must not divide again",
+    "multiplying instead of dividing": "the optimizer saw gradients multiplied by S twice: unscaling divides by S (or multiplies by 1/S)",
+    "not stepping": "a static scaler always steps",
+}
+
+
+@exercise(1, "Write the static loss scaler", mistakes=_EX1)
 def ex1(answer, *, show: bool = True) -> CheckResult:
     """``MyStaticScaler`` beside GradScaler on fault-free schedules whose GradScaler scale never changes."""
     hint_for = functools.partial(_static_hint, answer)
@@ -178,44 +160,35 @@ def _dynamic_hint(sched: Schedule, found: ScalerComparison) -> str:
         and theirs > 0
         and any(math.isclose(r, sched.growth_factor) for r in (mine / theirs, theirs / mine))
     ):
-        changed_before = bool(found.skipped) or any(s != sched.init_scale for s in found.scales[:-1])
-        if changed_before:
+        if found.skipped or any(s != sched.init_scale for s in found.scales[:-1]):
             return ex2.mistakes[0].hint  # the count goes back to 0 after a skip and after a growth
         return "after growth_interval clean steps in a row (not fewer, not more), update() multiplies the scale by growth_factor"
     return "get_scale() returns the current scale, a number: it starts at init_scale and changes only by backoff_factor (after an inf/NaN) or by growth_factor (after growth_interval clean steps)"
 
 
-@exercise(
-    2,
-    "Write the dynamic loss scaler",
-    mistakes={
-        "forgetting to reset the growth tracker after a skip": "count the clean steps since the scale last changed: the count goes back to 0 after a skipped step and after a growth",
-        "forgetting to reset the growth tracker after a growth": "the count goes back to 0 after a skipped step and after a growth",
-        "scale kept as a Python float64": "GradScaler keeps its scale in a float32 tensor, not in a Python float (a float64): round every scale you store to float32",
-        "growing when the doubled scale overflows": "a growth whose result overflows float32 to inf is no growth: keep the old scale (GradScaler never stores an inf scale)",
-        "stepping on an inf gradient": "when unscale_ finds an inf or NaN in the gradients, step(opt) must not call opt.step()",
-    },
-)
+_EX2 = {
+    "forgetting to reset the growth tracker after a skip": "count the clean steps since the scale last changed: the count goes back to 0 after a skipped step and after a growth",
+    "forgetting to reset the growth tracker after a growth": "the count goes back to 0 after a skipped step and after a growth",
+    "scale kept as a Python float64": "GradScaler keeps its scale in a float32 tensor, not in a Python float (a float64): round every scale you store to float32",
+    "growing when the doubled scale overflows": "a growth whose result overflows float32 to inf is no growth: keep the old scale (GradScaler never stores an inf scale)",
+    "stepping on an inf gradient": "when unscale_ finds an inf or NaN in the gradients, step(opt) must not call opt.step()",
+}
+
+
+@exercise(2, "Write the dynamic loss scaler", mistakes=_EX2)
 def ex2(answer, *, show: bool = True) -> CheckResult:
     """``MyDynamicScaler`` beside GradScaler on fault schedules: the first step where they differ."""
-    return _judge(
-        answer,
-        "MyDynamicScaler",
-        DYNAMIC_SCHEDULES,
-        lambda s: answer(s.init_scale, s.growth_factor, s.backoff_factor, s.growth_interval),
-        _dynamic_hint,
-        show,
-    )
+    make = lambda s: answer(s.init_scale, s.growth_factor, s.backoff_factor, s.growth_interval)  # noqa: E731
+    return _judge(answer, "MyDynamicScaler", DYNAMIC_SCHEDULES, make, _dynamic_hint, show)
 
 
-@exercise(
-    3,
-    "Growth at the top of float32",
-    mistakes={
-        "2**128": "2**128 is beyond float32's largest value: a float32 cannot hold it",
-        "inf": "an inf scale would make every scaled loss inf: GradScaler refuses such a growth",
-    },
-)
+_EX3 = {
+    "2**128": "2**128 is beyond float32's largest value: a float32 cannot hold it",
+    "inf": "an inf scale would make every scaled loss inf: GradScaler refuses such a growth",
+}
+
+
+@exercise(3, "Growth at the top of float32", mistakes=_EX3)
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """GradScaler's scale after one clean update from ``init_scale=2.0**127`` with ``growth_interval=1``."""
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**127, growth_interval=1)
@@ -288,9 +261,8 @@ def _trajectory(step_fn):
 
 def _same_step(a, b) -> bool:
     # NaN weights (a step taken on inf/NaN gradients) count as the same where both have them
-    return a[0] == b[0] and all(
-        torch.allclose(p, q, rtol=0, atol=0, equal_nan=True) for p, q in zip(a[1], b[1], strict=True)
-    )
+    same = (torch.allclose(p, q, rtol=0, atol=0, equal_nan=True) for p, q in zip(a[1], b[1], strict=True))
+    return a[0] == b[0] and all(same)
 
 
 _KNOWN_LOOP_MISTAKES = (  # in the order of ex4's first three mistakes
@@ -300,17 +272,16 @@ _KNOWN_LOOP_MISTAKES = (  # in the order of ex4's first three mistakes
 )
 
 
-@exercise(
-    4,
-    "Fix a broken training step",
-    mistakes={
-        "clipping before unscale_": "clip_grad_norm_ reads the gradients while they are still multiplied by the scale: make them the true gradients first",
-        "opt.step() instead of scaler.step(opt)": "opt.step() steps even when a gradient is inf or NaN: let the scaler decide whether to step",
-        "dropping the clipping": "keep the clipping: the fixed step still clips the gradient norm to max_norm",
-        "forgetting scaler.update()": "the scale never changes: without scaler.update() it can neither back off nor grow",
-        "unscale_ twice": "unscale_ may run once per step, before clipping; scaler.step(opt) then does not unscale again",
-    },
-)
+_EX4 = {
+    "clipping before unscale_": "clip_grad_norm_ reads the gradients while they are still multiplied by the scale: make them the true gradients first",
+    "opt.step() instead of scaler.step(opt)": "opt.step() steps even when a gradient is inf or NaN: let the scaler decide whether to step",
+    "dropping the clipping": "keep the clipping: the fixed step still clips the gradient norm to max_norm",
+    "forgetting scaler.update()": "the scale never changes: without scaler.update() it can neither back off nor grow",
+    "unscale_ twice": "unscale_ may run once per step, before clipping; scaler.step(opt) then does not unscale again",
+}
+
+
+@exercise(4, "Fix a broken training step", mistakes=_EX4)
 def ex4(answer, *, show: bool = True) -> CheckResult:
     """``fixed_step(model, opt, scaler, X, y, max_norm)``: broken_step with its bug fixed, run for a few
     steps with a GradScaler (one batch overflows FP16) beside the right step: same scale, same weights."""
@@ -322,11 +293,8 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
         return finish("wrong", f"`fixed_step` is a {type(answer).__name__}, not a function.", show=show)
     want, got = _trajectory(_step), _trajectory.__wrapped__(answer)
     if got == ("nothing", 0):
-        return finish(
-            "unanswered",
-            "fixed_step does not train yet (it never calls scaler.scale): fill in the TODO and run this cell again.",
-            show=show,
-        )
+        text = "fixed_step does not train yet (it never calls scaler.scale): fill in the TODO and run this cell again."
+        return finish("unanswered", text, show=show)
     if isinstance(got, tuple):
         if got[0] == "nothing":
             head = f"fixed_step stopped training at step {got[1]} (it never called scaler.scale)."
@@ -340,13 +308,9 @@ def ex4(answer, *, show: bool = True) -> CheckResult:
     first = next((i for i, (a, b) in enumerate(zip(got, want, strict=True)) if not _same_step(a, b)), None)
     if first is None:
         fell = want[LOOP_OVERFLOW_STEP][0] < want[LOOP_OVERFLOW_STEP - 1][0]
-        return finish(
-            "exact",
-            f"fixed_step trains exactly as the right step does: the same scale and the same weights, bit for bit, "
-            f"after each of {LOOP_STEPS} steps (step {LOOP_OVERFLOW_STEP}'s batch overflows FP16"
-            f"{' and is skipped' if fell else ''}).",
-            show=show,
-        )
+        text = "fixed_step trains exactly as the right step does: the same scale and the same weights, bit for bit, "
+        text += f"after each of {LOOP_STEPS} steps (step {LOOP_OVERFLOW_STEP}'s batch overflows FP16"
+        return finish("exact", text + f"{' and is skipped' if fell else ''}).", show=show)
     hint = ex4.hint(
         "compare your step line by line with the modern loop of section 6",
         *(all(map(_same_step, got, _trajectory(fn))) for fn in _KNOWN_LOOP_MISTAKES),

@@ -26,20 +26,14 @@ VARIANCE_ATOL = 1e-3  # exercise 3: the variance is due within this of the float
 _PROMOTE_HINT = "a promote op casts every input to the widest of its inputs' dtypes before it runs"
 # result -> the idea a wrong dtype for it missed
 _HINTS = {
-    "h": "a linear layer is a matmul: look up linear's policy in the live table; what does that policy do to "
-    "float32 inputs?",
-    "p": "softmax is decided by the rule this device registers (or does not): look at softmax's row in the live "
-    "table for this device, and remember that h is already the output of the line before",
+    "h": "a linear layer is a matmul: look up linear's policy in the live table; what does that policy do to float32 inputs?",
+    "p": "softmax is decided by the rule this device registers (or does not): look at softmax's row in the live table for this device, and remember that h is already the output of the line before",
     "loss": "losses are computed in a wider dtype on purpose: look up mse_loss's policy in the live table",
     "hX": "cat meets inputs of two dtypes here: " + _PROMOTE_HINT,
     "hh": _PROMOTE_HINT,
-    "G": "autocast casts only the dtypes it counts as eligible, even for an op on the lower-precision list: "
-    "look at the dtype of torch.mm's inputs on this line, and at the cell that showed `dtype=` arguments",
+    "G": "autocast casts only the dtypes it counts as eligible, even for an op on the lower-precision list: look at the dtype of torch.mm's inputs on this line, and at the cell that showed `dtype=` arguments",
 }
-_PROMOTE_NOT_FP32_HINT = (
-    "promote is not fp32: a promote op casts to the widest of its inputs' dtypes; what are the dtypes of cat's "
-    "inputs on this line?"
-)
+_PROMOTE_NOT_FP32_HINT = "promote is not fp32: a promote op casts to the widest of its inputs' dtypes; what are the dtypes of cat's inputs on this line?"
 _GENERIC_HINT = "look each op up in the live table (`table[op].policy`); each line's inputs are the outputs of the lines before it"
 
 
@@ -64,17 +58,16 @@ def _region_dtypes(dev: torch.device) -> dict[str, torch.dtype]:
     return {"h": h.dtype, "p": p.dtype, "loss": loss.dtype, "hX": hX.dtype, "hh": hh.dtype, "G": G.dtype}
 
 
-@exercise(
-    1,
-    "Predict the dtypes",
-    mistakes=[
-        Mistake("float32 for a promote op", _PROMOTE_NOT_FP32_HINT),
-        Mistake("low dtype for a mixed promote op", _HINTS["hX"]),
-        Mistake("float64 cast down", _HINTS["G"]),
-        Mistake("linear kept in float32", _HINTS["h"]),
-        Mistake("loss in the low dtype", _HINTS["loss"]),
-    ],
-)
+_EX1 = {
+    "float32 for a promote op": _PROMOTE_NOT_FP32_HINT,
+    "low dtype for a mixed promote op": _HINTS["hX"],
+    "float64 cast down": _HINTS["G"],
+    "linear kept in float32": _HINTS["h"],
+    "loss in the low dtype": _HINTS["loss"],
+}
+
+
+@exercise(1, "Predict the dtypes", mistakes=_EX1)
 def ex1(answer, device, *, show: bool = True) -> CheckResult:
     """A dict with the dtype of each result of the region (keys REGION_NAMES), on ``device``."""
     expected = _region_dtypes(get_device(device))
@@ -109,21 +102,12 @@ def ex1(answer, device, *, show: bool = True) -> CheckResult:
     return finish("wrong", head, notes, show=show, details=details)
 
 
-_BY_MEANING = Mistake(
-    "lower because it looks like a matmul",
-    "autocast decides by the op that is dispatched, not by what the op means mathematically: which op does "
-    "outer(u, v) = u[:, None] * v[None, :] dispatch, and what is its policy in the live table?",
-)
-_KERNEL = Mistake(
-    "kernel promotion taken for promote",
-    "a float32 output from mixed inputs is not yet promote: did autocast insert the casts, or did the kernel's "
-    "own type promotion do it? (ao.dispatch_trace shows autocast's casts)",
-)
-_EXPERIMENT = Mistake(
-    "guessed without the experiment",
-    "run it three ways under autocast (float32 inputs, low-precision inputs, mixed inputs) and once without "
-    "autocast, and compare the output dtypes",
-)
+_POLICY_MISTAKES = {  # exercises 2 and 4: name -> hint
+    "lower because it looks like a matmul": "autocast decides by the op that is dispatched, not by what the op means mathematically: which op does outer(u, v) = u[:, None] * v[None, :] dispatch, and what is its policy in the live table?",
+    "kernel promotion taken for promote": "a float32 output from mixed inputs is not yet promote: did autocast insert the casts, or did the kernel's own type promotion do it? (ao.dispatch_trace shows autocast's casts)",
+    "guessed without the experiment": "run it three ways under autocast (float32 inputs, low-precision inputs, mixed inputs) and once without autocast, and compare the output dtypes",
+}
+_BY_MEANING, _KERNEL, _EXPERIMENT = (Mistake(*m) for m in _POLICY_MISTAKES.items())
 
 
 def _policy_check(answer, fn, shapes, op_name: str, device, hint: str, show: bool) -> CheckResult:
@@ -134,8 +118,7 @@ def _policy_check(answer, fn, shapes, op_name: str, device, hint: str, show: boo
     means = {
         "lower": f"`lower`: float32 inputs come out as {lo}, because autocast casts them down first",
         "fp32": f"`fp32`: {lo} inputs come out float32, while without autocast they stay {lo}",
-        "promote": "`promote`: from mixed inputs autocast itself casts to the widest type (its casts show in "
-        "ao.dispatch_trace)",
+        "promote": "`promote`: from mixed inputs autocast itself casts to the widest type (its casts show in ao.dispatch_trace)",
         "unchanged": "`unchanged`: autocast has no rule for it; the op runs in the dtype it is given",
     }
     means[probe.policy] += f". The probe's evidence: {probe.reason}"
@@ -162,10 +145,8 @@ def ex4(answer, device, *, show: bool = True) -> CheckResult:
 
 # Exercise 3's common wrong answers: name -> hint.
 _EX3 = {
-    "forgetting enabled=False": "torch.mm inside the autocast region rounds its inputs to the low dtype "
-    "before it multiplies: how does the section on switching autocast off keep them out of autocast's reach?",
-    "casting the result instead of the inputs": "casting the result to float32 comes too late: the rounding "
-    "happened to the inputs of torch.mm, inside the region",
+    "forgetting enabled=False": "torch.mm inside the autocast region rounds its inputs to the low dtype before it multiplies: how does the section on switching autocast off keep them out of autocast's reach?",
+    "casting the result instead of the inputs": "casting the result to float32 comes too late: the rounding happened to the inputs of torch.mm, inside the region",
 }
 _ENABLED_FALSE_HINT = _EX3["forgetting enabled=False"]
 

@@ -76,11 +76,9 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     items = answer if isinstance(answer, (set, frozenset, list, tuple, Mapping)) else [answer]
     picked = {norm(x) for x in items if isinstance(x, str)}
     missed = [_FLAW_MISTAKES[k].hint for k in _REAL_FLAWS if picked and k not in picked]
-    explanations = {k: _FLAW_MISTAKES[k].hint for k in FLAWS if k not in _REAL_FLAWS}
+    why = {k: _FLAW_MISTAKES[k].hint for k in FLAWS if k not in _REAL_FLAWS}
     hint = "; ".join(missed) or say("nb06.loop")
-    return check_set(
-        answer, _REAL_FLAWS, options=list(FLAWS), explanations=explanations, hint=hint, show=show
-    )
+    return check_set(answer, _REAL_FLAWS, options=list(FLAWS), explanations=why, hint=hint, show=show)
 
 
 def _regime(intensity: float, ridge: float) -> str:
@@ -102,9 +100,8 @@ _EX3 = {
 
 @exercise(3, "Memory- or compute-bound, here?", mistakes=[_mistake(*m) for m in _EX3.items()])
 def ex3(answer, workload, roof, *, show: bool = True) -> CheckResult:
-    """Classify each op of ``workload`` (FP32) against this machine's measured roofline ``roof``
-    (:func:`amp_lab.roofline.measure_roofline`): below the ridge point is memory-bound.  ``answer`` is a
-    dict {op name: "memory-bound" or "compute-bound"}."""
+    """``answer``, a dict {op name: "memory-bound" or "compute-bound"}, for each FP32 op of ``workload`` against
+    this machine's roofline ``roof`` (:func:`amp_lab.roofline.measure_roofline`): below the ridge is memory-bound."""
     # FP32 FLOP per byte of each op: ("matmul", m, n, k) or ("add", numel)
     f32 = torch.float32
     intensity = {
@@ -112,9 +109,8 @@ def ex3(answer, workload, roof, *, show: bool = True) -> CheckResult:
         for n, op in workload.items()
     }
     want = {name: _regime(i, roof.ridge) for name, i in intensity.items()}
-    if is_placeholder(answer) or (
-        isinstance(answer, Mapping) and answer and all(map(is_placeholder, answer.values()))
-    ):
+    blank = isinstance(answer, Mapping) and answer and all(map(is_placeholder, answer.values()))
+    if is_placeholder(answer) or blank:
         return no_answer("answer", show, say("nb06.workload_answer"))
     if not isinstance(answer, Mapping):
         return finish("wrong", say("nb06.not_a_dict", kind=type(answer).__name__), show=show)
@@ -171,18 +167,14 @@ def ex4(answer, result, *, show: bool = True) -> CheckResult:
             hint = say("nb06.hardware")
     facts = {"interval": result.speedup_interval, "outcome": result.outcome, "low": dtype_name(result.dtype)}
     facts["native"] = {True: "yes", False: "no", None: "unknown"}[native]
-    explanations = {**{k: say(f"nb06.needs_{k}", **facts) for k in _STATEMENTS}, "e": say("nb06.memory")}
-    return check_choice(
-        answer, accepted, options=list("abcde"), explanations=explanations, hint=hint, show=show
-    )
+    why = {**{k: say(f"nb06.needs_{k}", **facts) for k in _STATEMENTS}, "e": say("nb06.memory")}
+    return check_choice(answer, accepted, options=list("abcde"), explanations=why, hint=hint, show=show)
 
 
 class _Device:
-    """A device the check simulates, with its own clock: a call queues its work and returns at once (as on
-    a GPU), ``sync`` waits for the queue, ``clock`` reads the time.  FP32 takes 2 ms a call and AMP 1 ms (the
-    speed-up is 2); each contestant's first call pays 50 ms of start-up, and the second AMP call after the
-    clock is first read meets 20 ms of background load.  ``log``: the calls, and at each clock read whether
-    work was still queued (a bool)."""
+    """A simulated GPU: a call queues its work (FP32 2 ms, AMP 1 ms; 50 ms more on each one's first call, 20 ms
+    on the second AMP call after the first clock read), ``sync`` waits, ``clock`` reads the time.  ``log``: the
+    calls, and at each clock read whether work was still queued (a bool)."""
 
     def __init__(self):
         self.now = self.busy = 0.0
@@ -227,9 +219,8 @@ _EX5 = {
 
 @exercise(5, "Write the honest timer", mistakes=[_mistake(*m) for m in _EX5.items()])
 def ex5(answer, *, show: bool = True) -> CheckResult:
-    """``answer(fp32, amp, clock, sync)`` times two functions honestly on the device :class:`_Device`
-    simulates and returns FP32 time / AMP time per call: 2, exactly, only when it warms up, synchronises,
-    takes interleaved rounds and returns the median of their ratios."""
+    """``answer(fp32, amp, clock, sync)`` on :class:`_Device` returns FP32 time / AMP time: 2, exactly, only
+    when it warms up, synchronises, takes interleaved rounds and returns the median of their ratios."""
     if is_placeholder(answer):
         return no_answer("my_speedup", show, "your function")
     if not callable(answer):

@@ -13,7 +13,7 @@ import torch
 from .. import fp8, mx
 from ..check_base import CheckResult, finish, is_placeholder, no_answer
 from ..dtypes import dtype_name
-from . import Mistake, combine, exercise, finite_float
+from . import Mistake, combine, exercise, finite_float, wrong
 
 __all__ = ["ex1", "ex2", "ex3", "ex4", "E4M3", "DELAYED_SCHEDULES", "FP4", "MAX_MARGIN"]
 
@@ -21,16 +21,10 @@ E4M3 = "fp8_e4m3"  # the forward format every exercise uses
 MAX_MARGIN = 30  # margins exercise 4 tries (2**30 is far beyond any useful headroom)
 
 
-def _no(text: str, hint: str, show: bool = False) -> CheckResult:
-    """A wrong answer and the hint that points at the idea."""
-    return finish("wrong", text, [f"hint: {hint}"], show=show)
-
-
 def _todo(name: str, show: bool = False) -> CheckResult:
     """Not attempted yet: the learner's code is still the skeleton."""
-    text = f"`{name}` is not written yet (it returns None or raises NotImplementedError): fill it in and run "
-    text += "this cell again."
-    return finish("unanswered", text, show=show, details={"answered": False})
+    text = f"`{name}` is not written yet (it returns None or raises NotImplementedError): fill it in and "
+    return finish("unanswered", text + "run this cell again.", show=show, details={"answered": False})
 
 
 class _Raised(str):
@@ -67,12 +61,6 @@ def _as_float32(value) -> torch.Tensor | None:
     except (OverflowError, RuntimeError):  # an integer beyond any float
         return torch.tensor(math.inf)
     return t.reshape(()) if t.numel() == 1 else None
-
-
-def _whole(x) -> int | None:
-    """``x`` as an int if it is a whole real number (3 or 3.0, not True), else None."""
-    a = finite_float(x)
-    return int(a) if a is not None and a.is_integer() else None
 
 
 def _show(x) -> str:
@@ -112,13 +100,8 @@ def _ex1_tensors() -> dict[str, torch.Tensor]:
     negative = 0.1 * torch.randn(64, 32, generator=g)
     negative[7, 1] = -40.0  # the largest magnitude is negative; the largest value is far smaller
     tiny = 1e-5 * torch.randn(16, 16, generator=g)
-    return {
-        "normal values": normal,
-        "one outlier of 3000": outlier,
-        "a negative extreme of -40": negative,
-        "tiny values (about 1e-5)": tiny,
-        ZERO_CASE: torch.zeros(16, 16),
-    }
+    cases = {"normal values": normal, "one outlier of 3000": outlier, "a negative extreme of -40": negative}
+    return cases | {"tiny values (about 1e-5)": tiny, ZERO_CASE: torch.zeros(16, 16)}
 
 
 def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
@@ -135,15 +118,15 @@ def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
     zero = got[ZERO_CASE]
     if "ZeroDivision" in problems.get(ZERO_CASE, "") or (zero is not None and not zero.isfinite()):
         what = problems.get(ZERO_CASE) or f"returned {_show(zero)}"
-        return _no(f"`{name}` on {ZERO_CASE}: {what}.", _EX1["no clamp for an all-zero tensor"])
+        return wrong(f"`{name}` on {ZERO_CASE}: {what}.", _EX1["no clamp for an all-zero tensor"], show=False)
     if problems:
         case, text = next(iter(problems.items()))
-        return _no(f"`{name}` on {case}: {text}.", _SCALE_HINT)
+        return wrong(f"`{name}` on {case}: {text}.", _SCALE_HINT, show=False)
     want = {c: fp8.tensorwise_scale(x, E4M3) for c, x in tensors.items()}
     # exact, or within one float32 ulp: a scale computed in float32 rather than float64
     exact, ulp = {c: torch.equal(got[c], want[c]) for c in got}, torch.finfo(torch.float32).eps
-    wrong = [c for c in got if not exact[c] and not abs(got[c] - want[c]) <= ulp * abs(want[c])]
-    if not wrong:
+    off = [c for c in got if not exact[c] and not abs(got[c] - want[c]) <= ulp * abs(want[c])]
+    if not off:
         how = "bit for bit" if all(exact.values()) else "within one float32 ulp (a scale computed in float32)"
         text = f"`{name}` equals fp8.tensorwise_scale (torchao's) on all {len(got)} tensors, {how}."
         return finish("exact" if all(exact.values()) else "close", text, show=False)
@@ -153,9 +136,9 @@ def _scale_part(scale_fn, name: str = "my_tensorwise_scale") -> CheckResult:
         for m, rule in _SCALE_SLIPS.items()
         if all(math.isclose(got[c].item(), rule(tensors[c]).item(), rel_tol=1e-5) for c in nonzero)
     ]
-    slip = slips[0] if slips else "another floor for amax" if wrong == [ZERO_CASE] else None
-    notes = [f"on {c}: yours {_show(got[c])}, fp8.tensorwise_scale {_show(want[c])}" for c in wrong[:2]]
-    head = f"`{name}` differs from fp8.tensorwise_scale on {len(wrong)} of {len(got)} tensors."
+    slip = slips[0] if slips else "another floor for amax" if off == [ZERO_CASE] else None
+    notes = [f"on {c}: yours {_show(got[c])}, fp8.tensorwise_scale {_show(want[c])}" for c in off[:2]]
+    head = f"`{name}` differs from fp8.tensorwise_scale on {len(off)} of {len(got)} tensors."
     return finish("wrong", head, [*notes, f"hint: {_EX1.get(slip, _SCALE_HINT)}"], show=False)
 
 
@@ -173,24 +156,25 @@ def _quantize_part(quantize_fn, name: str = "my_quantize") -> CheckResult:
     for (case, x, scale), out in zip(cases, outs, strict=True):
         want = fp8.quantize(x, E4M3, scale)
         if isinstance(out, _Raised):
-            return _no(f"`{name}` raised on {case}: {out}", "multiply x by the scale, then cast to FP8")
+            text = f"`{name}` raised on {case}: {out}"
+            return wrong(text, "multiply x by the scale, then cast to FP8", show=False)
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             what = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
             text = f"`{name}` returned {what} for {case}; want a tensor of x's shape {tuple(x.shape)}."
-            return _no(text, _EX1["no cast to FP8"])
+            return wrong(text, _EX1["no cast to FP8"], show=False)
         if out.dtype != want.dtype:  # wider than a byte: not cast; another one-byte dtype: not E4M3
             text = f"`{name}` returned {dtype_name(out.dtype)} for {case}, not {dtype_name(want.dtype)}."
-            return _no(text, _EX1["no cast to FP8" if out.dtype.itemsize > 1 else "E5M2's max for E4M3"])
+            slip = "no cast to FP8" if out.dtype.itemsize > 1 else "E5M2's max for E4M3"
+            return wrong(text, _EX1[slip], show=False)
         mine, ref = (t.detach().to("cpu").float().nan_to_num(nan=1234.5) for t in (out, want))
         if not torch.equal(mine, ref):
             divided = fp8.quantize(x, E4M3, 1.0 / scale.double()).float().nan_to_num(nan=1234.5)
             hint = (
                 "multiply x by the scale (in float32), then cast: torch's cast to E4M3 saturates at its max"
             )
-            if torch.equal(mine, divided):
-                hint = _EX1["dividing by the scale"]
-            bad = int((mine != ref).sum())
-            return _no(f"`{name}` differs from fp8.quantize on {case}: {bad} of {x.numel()} elements.", hint)
+            hint = _EX1["dividing by the scale"] if torch.equal(mine, divided) else hint
+            text = f"`{name}` differs from fp8.quantize on {case}: {int((mine != ref).sum())} of {x.numel()} "
+            return wrong(text + "elements.", hint, show=False)
     text = (
         f"`{name}` equals fp8.quantize bit for bit on all {len(cases)} cases (an outlier, saturation beyond "
     )
@@ -268,18 +252,15 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
     if got == ("todo",):
         return _todo("MyDelayedScaling", show)
     if repr(got) == repr(want):  # repr round-trips a float exactly, NaN equal to NaN
-        text = (
-            f"MyDelayedScaling matches fp8.DelayedScaling on all {len(DELAYED_SCHEDULES)} sequences "
-            f"({sum(map(len, want))} scales read): the same float32 scale before every update and after the "
-            "last."
-        )
-        return finish("exact", text, show=show)
+        text = f"MyDelayedScaling matches fp8.DelayedScaling on all {len(DELAYED_SCHEDULES)} sequences "
+        text += f"({sum(map(len, want))} scales read): the same float32 scale before every update and after "
+        return finish("exact", text + "the last.", show=show)
     if got[0] == "error":
         _, what, step, call, text = got
         hint = "read the error: update(amax) appends, reduces, rescales"
         if "ZeroDivision" in text:
             hint = _EX2["an inf scale from an all-zero tensor"]
-        return _no(f'MyDelayedScaling raised on "{what}" at step {step}, {call}: {text}', hint, show)
+        return wrong(f'MyDelayedScaling raised on "{what}" at step {step}, {call}: {text}', hint, show=show)
     (what, history_len, margin, amaxes), mine, theirs, first = next(
         (schedule, m, t, i)
         for schedule, m, t in zip(DELAYED_SCHEDULES, got, want, strict=True)
@@ -287,20 +268,16 @@ def ex2(answer, *, show: bool = True) -> CheckResult:
         if repr(p) != repr(q)
     )
     # the first schedule whose scales differ names the slip (the schedules come in the order the slips show)
-    high, nan = mine[first] > theirs[first], math.isnan(mine[first])
+    spike = "using the newest amax only" if mine[first] > theirs[first] else "a history that never forgets"
     slip = {
-        "a spike that leaves the history": "using the newest amax only"
-        if high
-        else "a history that never forgets",
+        "a spike that leaves the history": spike,
         "a margin of 2": "forgetting the margin",
         "all-zero tensors (amax 0)": "an inf scale from an all-zero tensor",
-        "a NaN amax": "a NaN scale" if nan else "skipping the NaN",
+        "a NaN amax": "a NaN scale" if math.isnan(mine[first]) else "skipping the NaN",
     }.get(what, "using the newest amax only")
-    head = (
-        f'MyDelayedScaling differs from fp8.DelayedScaling on "{what}" (history_len={history_len}, '
-        f"margin={margin}) at step {first}: yours {_show(mine[first])}, "
-        f"fp8.DelayedScaling {_show(theirs[first])}."
-    )
+    head = f'MyDelayedScaling differs from fp8.DelayedScaling on "{what}" (history_len={history_len}, '
+    head += f"margin={margin}) at step {first}: yours {_show(mine[first])}, "
+    head += f"fp8.DelayedScaling {_show(theirs[first])}."
     seen = ", ".join(_show(a) for a in amaxes[:first]) or "(none yet)"
     notes = [
         f"amaxes given so far: {seen}",
@@ -373,10 +350,11 @@ def ex3(scales_fn, *, show: bool = True) -> CheckResult:
         with contextlib.suppress(TypeError, ValueError, RuntimeError):
             mine = None if isinstance(out, str) else torch.as_tensor(out).detach().to("cpu", torch.float32)
         if mine is None:
-            return _no(f"`my_mx_scales` on {case}: {out!s:.80}, not a tensor of scales.", _EX3_HINT, show)
+            text = f"`my_mx_scales` on {case}: {out!s:.80}, not a tensor of scales."
+            return wrong(text, _EX3_HINT, show=show)
         if mine.numel() != w.numel():
             text = f"`my_mx_scales` gave {mine.numel()} scale(s) for {case} (block size {b}): "
-            return _no(text + "not one per block.", _EX3["one scale for all"], show)
+            return wrong(text + "not one per block.", _EX3["one scale for all"], show=show)
         got.append(mine.reshape(w.shape))
     if all(map(torch.equal, got, want)):
         text = f"on all {len(got)} tensors ({sum(w.numel() for w in want)} blocks), bit for bit."
@@ -403,8 +381,7 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _saturated_steps(amaxes, history_len: int, margin: int) -> list[int]:
     """The steps at which delayed scaling (fp8.DelayedScaling, E4M3) saturates: the step's amax times the
     scale in use rounds past E4M3's max (fp8.saturation_count), so quantize clips it."""
-    rule = fp8.DelayedScaling(E4M3, history_len=history_len, margin=margin)
-    out = []
+    rule, out = fp8.DelayedScaling(E4M3, history_len=history_len, margin=margin), []
     for step, amax in enumerate(amaxes):
         if fp8.saturation_count(torch.tensor([amax], dtype=torch.float32), E4M3, rule.scale) > 0:
             out.append(step)
@@ -430,10 +407,11 @@ def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
         raise ValueError(text)
     if is_placeholder(answer):
         return no_answer("answer", show, "a margin (an integer)")
-    margin = _whole(answer)
+    a = finite_float(answer)  # 3 or 3.0 is a margin, True is not
+    margin = int(a) if a is not None and a.is_integer() else None
     if margin is None or margin < 0:
         text = f"`answer` = {answer!r:.40} is not a margin: a whole number of binades, 0 or more."
-        return _no(text, "the margin m divides the scale by 2**m", show)
+        return wrong(text, "the margin m divides the scale by 2**m", show=show)
     if margin == best:
         text = f"margin {best}: delayed scaling (history {history_len}) saturates at no step"
         if best:
@@ -441,8 +419,8 @@ def ex4(answer, amaxes, history_len, *, show: bool = True) -> CheckResult:
         return finish("exact", text + ".", show=show)
     if still := _saturated_steps(amaxes, history_len, min(margin, MAX_MARGIN)):
         text = f"margin {margin}: delayed scaling still saturates at step(s) {still[:5]}."
-        return _no(text, _EX4["a margin that still saturates"], show)
+        return wrong(text, _EX4["a margin that still saturates"], show=show)
     text = f"margin {margin} saturates nothing, but it is not the smallest that does."
     # any power of two from 8 up reads as a factor: the hint never singles out the one that is 2**best
     factor = margin >= 8 and margin & (margin - 1) == 0
-    return _no(text, _EX4["2**margin for the margin" if factor else "more margin than needed"], show)
+    return wrong(text, _EX4["2**margin for the margin" if factor else "more margin than needed"], show=show)

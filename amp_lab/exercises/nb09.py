@@ -1,6 +1,5 @@
-"""Exercises of notebook 09 (pitfalls practitioners hit): expected values come from torch's own casts
-(float16's rounding of powers of ten, bfloat16's spacing and tie rule) and, for the learner's attention
-function, from float64 on inputs the learner does not see."""
+"""Exercises of notebook 09 (pitfalls): expected values come from torch's own casts (float16's rounding of
+powers of ten, bfloat16's spacing and tie rule) and, for attention, from float64 on inputs kept hidden."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ SWAMP_WEIGHT = 256.0  # exercise 2: the bfloat16 weight that receives the update
 def _one_number(answer, expected: float, slip, hint: str, show: bool, **tolerance) -> CheckResult:
     """``answer`` against ``expected``: a collection is not one number; a wrong number gets the hint of the
     slip it makes (``slip(a)``) or ``hint``, never how far off it is (that would give the answer away)."""
-    if isinstance(answer, (list, tuple, set, frozenset, dict)) or (
-        isinstance(answer, torch.Tensor) and answer.numel() != 1
-    ):
+    many = isinstance(answer, (list, tuple, set, frozenset, dict))
+    if many or (isinstance(answer, torch.Tensor) and answer.numel() != 1):
         text = f"`answer` is a {type(answer).__name__}; this exercise wants one number."
         return finish("wrong", text, show=show)
     a = finite_float(answer)
@@ -41,10 +39,8 @@ def _fp16(x: float) -> float:
 # Exercise 1's common wrong answers: name -> hint.
 _EX1 = {
     "k for eps": "give eps itself (a float such as 10.0**-k), not the exponent k",
-    "a power float16 keeps": "float16 still keeps that one, as a subnormal: compare each power of ten with half "
-    "of the smallest subnormal",
-    "the subnormal itself": "the answer is of the form 10**-k: which power of ten is the first below the "
-    "rounding boundary?",
+    "a power float16 keeps": "float16 still keeps that one, as a subnormal: compare each power of ten with half of the smallest subnormal",
+    "the subnormal itself": "the answer is of the form 10**-k: which power of ten is the first below the rounding boundary?",
     "not the largest lost": "float16 loses that one too, but it is not the largest power of ten it loses",
 }
 
@@ -65,10 +61,7 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
             return _EX1["the subnormal itself"]
         return None
 
-    hint = (
-        "half of float16's smallest subnormal (2**-24) is the rounding boundary; which power of ten is the first "
-        "one below it?"
-    )
+    hint = "half of float16's smallest subnormal (2**-24) is the rounding boundary; which power of ten is the first one below it?"
     return _one_number(answer, largest_lost, slip, hint, show, rtol=1e-9)
 
 
@@ -80,10 +73,8 @@ def _bf16_gap_above(w: float) -> float:
 # Exercise 2's common wrong answers: name -> hint.
 _EX2 = {
     "the whole gap": "an update of a whole gap lands exactly on the next bfloat16 value: it is not lost",
-    "the spacing at 1.0": "the spacing of bfloat16 grows with the value: how far apart are its numbers between "
-    "256 and 512?",
-    "just below the tie": "mind the tie: a sum exactly halfway between two bfloat16 numbers rounds to the one "
-    "with an even last bit",
+    "the spacing at 1.0": "the spacing of bfloat16 grows with the value: how far apart are its numbers between 256 and 512?",
+    "just below the tie": "mind the tie: a sum exactly halfway between two bfloat16 numbers rounds to the one with an even last bit",
 }
 
 
@@ -120,9 +111,8 @@ class _Dtypes(TorchFunctionMode):
 
 
 def _attention_cases():
-    """Exercise 3's inputs (seeded, out of sight): entries up to 60 and 120, where float16 Q @ K.T overflows
-    (the seed leaves a gap of over 40 between each row's two largest scaled logits, far beyond float16's
-    rounding of them), and small ones, where softmax is far from one-hot and the scale factor shows."""
+    """Exercise 3's seeded inputs: entries up to 60 and 120, where float16 Q @ K.T overflows (each row's two largest
+    scaled logits over 40 apart, beyond float16's rounding), and small ones, where the scale factor shows."""
     gen = torch.Generator().manual_seed(38)
 
     def draw(seq, d, magnitude, low=0.0):
@@ -136,21 +126,16 @@ def _attention_reference(Q, K):
     return torch.softmax(Q.double() @ K.double().T / math.sqrt(Q.shape[-1]), dim=-1).half()
 
 
-_UPCAST = Mistake(
-    "an upcast",
-    "float32 or bfloat16 logits are a fix too, but here every tensor your function makes stays float16: keep "
-    "the logits inside float16's range instead",
-)
-_ATTENTION_SLIPS = (  # a slip, run beside the learner's function, and its mistake
-    (
-        lambda Q, K: torch.softmax((Q @ K.T) / math.sqrt(Q.shape[-1]), dim=-1),
-        Mistake("scaling after the matmul", "Q @ K.T is already inf in float16 when you scale it"),
-    ),
-    (
-        lambda Q, K: torch.softmax((Q / Q.shape[-1]) @ K.T, dim=-1),
-        Mistake("1/d for 1/sqrt(d)", "compare your factor with the one in softmax(Q K^T / sqrt(d))"),
-    ),
-)
+# Exercise 3's common wrong answers: name -> hint; the last two are slips run beside the learner's function.
+_EX3 = {
+    "an upcast": "float32 or bfloat16 logits are a fix too, but here every tensor your function makes stays float16: keep the logits inside float16's range instead",
+    "scaling after the matmul": "Q @ K.T is already inf in float16 when you scale it",
+    "1/d for 1/sqrt(d)": "compare your factor with the one in softmax(Q K^T / sqrt(d))",
+}
+_ATTENTION_SLIPS = {
+    "scaling after the matmul": lambda Q, K: torch.softmax((Q @ K.T) / math.sqrt(Q.shape[-1]), dim=-1),
+    "1/d for 1/sqrt(d)": lambda Q, K: torch.softmax((Q / Q.shape[-1]) @ K.T, dim=-1),
+}
 
 
 def _diagnose(fn) -> str | None:
@@ -162,20 +147,20 @@ def _diagnose(fn) -> str | None:
         with mode:
             outs = [fn(Q, K) for Q, K in cases]
         if mode.seen - {torch.float16}:
-            return _UPCAST.hint
-        for slip, m in _ATTENTION_SLIPS:
-            pairs = zip(outs, cases, strict=True)
-            if all(
+            return _EX3["an upcast"]
+        for m, slip in _ATTENTION_SLIPS.items():
+            same = (
                 torch.allclose(o.double(), slip(Q, K).double(), atol=1e-3, equal_nan=True)
-                for o, (Q, K) in pairs
-            ):
-                return m.hint
+                for o, (Q, K) in zip(outs, cases, strict=True)
+            )
+            if all(same):
+                return _EX3[m]
     except Exception:  # the learner's code: the generic check reports it
         return None
     return None
 
 
-@exercise(3, "Attention probabilities in float16", mistakes=[_UPCAST, *(m for _, m in _ATTENTION_SLIPS)])
+@exercise(3, "Attention probabilities in float16", mistakes=_EX3)
 def ex3(answer, *, show: bool = True) -> CheckResult:
     """``answer`` is the learner's ``attention_probs(Q, K)``: ``softmax(Q K^T / sqrt(d))`` of float16
     ``(seq, d)`` tensors, every tensor it makes float16; compared with float64 on hidden inputs."""
@@ -183,7 +168,5 @@ def ex3(answer, *, show: bool = True) -> CheckResult:
     if callable(answer) and (slip_hint := _diagnose(answer)):
         return wrong(f"{name} does not give softmax(Q K^T / sqrt(d)) in float16 yet.", slip_hint, show=show)
     hint = "the logits overflow float16 before softmax sees them: where can the 1/sqrt(d) act instead?"
-    cases = _attention_cases()
-    return check_function(
-        answer, _attention_reference, cases, name=name, rtol=0.01, atol=1e-3, hint=hint, show=show
-    )
+    opts = dict(name=name, rtol=0.01, atol=1e-3, hint=hint, show=show)
+    return check_function(answer, _attention_reference, _attention_cases(), **opts)

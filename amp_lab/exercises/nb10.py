@@ -8,12 +8,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..check import check_value
 from ..check_base import CheckResult, finish, is_placeholder, no_answer
 from ..check_items import check_set
-from ..distributed import RankError, spawn
+from ..distributed import CollectiveDtypes, RankError, spawn
 from ..memory import ZERO_STAGES, activation_bytes, zero_bytes
 from ..models import make_mlp
 from . import Mistake, answer_names, exercise, finite_float, wrong
@@ -56,20 +55,6 @@ def ex1(answer, *, show: bool = True) -> CheckResult:
 # -- exercise 2: a bf16 compression hook --
 
 
-class _CommDtypes(TorchDispatchMode):
-    """The dtypes of the floating tensors handed to all-reduces while it is active."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen: list[torch.dtype] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.name().startswith("c10d::allreduce"):
-            flat = [a for arg in args for a in (arg if isinstance(arg, (list, tuple)) else [arg])]
-            self.seen += [t.dtype for t in flat if isinstance(t, torch.Tensor) and t.is_floating_point()]
-        return func(*args, **(kwargs or {}))
-
-
 def _hook_rank(rank: int, world_size: int, hook) -> dict:
     """DDP's gradients on this rank with its own float32 all-reduce and with ``hook``, on hidden inputs."""
     gen = torch.Generator().manual_seed(1000 + rank)
@@ -80,7 +65,7 @@ def _hook_rank(rank: int, world_size: int, hook) -> dict:
         ddp = DistributedDataParallel(model)
         if h is not None:
             ddp.register_comm_hook(dist.group.WORLD, h)
-        comm = _CommDtypes()
+        comm = CollectiveDtypes("allreduce")
         with comm:
             torch.nn.functional.cross_entropy(ddp(X), y).backward()
         out[name] = {"grads": [p.grad.detach().clone() for p in model.parameters()], "comm": comm.seen}
