@@ -74,7 +74,7 @@ lint: $(STAMP)
 # The package tests time nothing, so they run on one thread: in make test they share 2 cores with the
 # browser tests' kernel, and torch's OpenMP threads spin-wait when more threads than cores want to run.
 unit: $(STAMP)
-	AMP_LAB_DEVICE=cpu OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest tests --ignore=tests/browser
+	AMP_LAB_DEVICE=cpu OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest tests --ignore=tests/browser --durations=15
 
 # nbval compares every stored output that is deterministic (CONTRIBUTING.md, "Notebook outputs and nbval").
 # NOTEBOOKS narrows any nbval target, e.g. `make nbval-kernels NOTEBOOKS=notebooks/03_underflow_and_overflow.ipynb`.
