@@ -135,6 +135,8 @@ def _rank_main(payload: bytes, rank: int, world_size: int, port: int, backend: s
         with contextlib.redirect_stdout(printed):
             result = fn(rank, world_size, *args)
         message = ("ok", rank, cloudpickle.dumps(result), printed.getvalue())
+        with contextlib.suppress(Exception):  # the ranks tear the group down together (see distributed_check)
+            dist.barrier()
     except BaseException as exc:  # sent to the caller, which raises it with the rank named
         message = ("error", rank, type(exc).__name__, str(exc), traceback.format_exc(), printed.getvalue())
     finally:

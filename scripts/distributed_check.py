@@ -522,7 +522,9 @@ def main(argv: list[str] | None = None, *, log=_log) -> int:
         device_id = None
     dist.init_process_group(backend, timeout=timedelta(seconds=PG_TIMEOUT_S), device_id=device_id)
     try:
-        return _run(Context(rank, world_size, backend, sizes), args, out, loopback, began, say)
+        code = _run(Context(rank, world_size, backend, sizes), args, out, loopback, began, say)
+        dist.barrier()  # rank 0 writes last: a rank that tore its group down while rank 0 still held its
+        return code  # connections once aborted at exit ("terminate called without an active exception")
     finally:
         dist.destroy_process_group()
 
