@@ -40,6 +40,7 @@ from ._checks import (
     check_float,
     check_instance,
     check_int,
+    check_int_sequence,
     check_seed,
 )
 from .data import load_digits
@@ -358,13 +359,10 @@ def allreduce_errors(
 ) -> AllreduceErrors:
     """:func:`allreduce_error` for each dtype at each world size (one spawn per world size, every dtype in it)."""
     dtypes = _check_dtypes("dtypes", dtypes)
-    if isinstance(world_sizes, int) or not isinstance(world_sizes, (list, tuple, range)):
-        raise ArgumentTypeError(
-            f"world_sizes must be a list of integers such as [2, 4, 8], got {world_sizes!r:.80}"
-        )
-    if not 1 <= len(world_sizes) <= MAX_WORLD_SIZE:
-        raise ValueError(f"world_sizes must hold 1 to {MAX_WORLD_SIZE} world sizes, got {len(world_sizes)}")
-    sizes = tuple(sorted({_check_world_size(f"world_sizes[{i}]", w) for i, w in enumerate(world_sizes)}))
+    checked = check_int_sequence(
+        "world_sizes", world_sizes, minimum=1, maximum=MAX_WORLD_SIZE, max_length=MAX_WORLD_SIZE
+    )
+    sizes = tuple(sorted(set(checked)))
     numel = check_int("numel", numel, minimum=1, maximum=MAX_NUMEL)
     seed = check_seed("seed", seed)
     found = {w: spawn(allreduce_rank, w, dtypes, numel, seed)[0] for w in sizes}
@@ -424,6 +422,7 @@ class CollectiveDtypes(TorchDispatchMode):
 
 
 def _local_bytes(tensors) -> int:
+    """Bytes of this rank's shards, as views (not ``memory``'s storage bytes: FSDP2 pads an uneven shard)."""
     return sum(t.to_local().nbytes if hasattr(t, "to_local") else t.nbytes for t in tensors if t is not None)
 
 

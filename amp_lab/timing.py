@@ -245,7 +245,8 @@ def _per_call(sample, fn) -> float:
     first = sample(fn, 1)
     number = max(1, min(1000, math.ceil(2e-4 / max(first, 1e-7))))
     rounds = 7 if first < 0.01 else 2  # a slow call is its own long sample
-    return min([first] * (number == 1) + [sample(fn, number) / number for _ in range(rounds)])
+    samples = [sample(fn, number) / number for _ in range(rounds)]
+    return min(first, *samples) if number == 1 else min(samples)
 
 
 def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int = 64) -> float:
