@@ -10,7 +10,14 @@ import torch
 from torch import nn
 
 from ._checks import ArgumentTypeError, check_callable, check_choice, check_instance, check_int, check_scale
-from .fp8 import ELEMENT_FORMATS, FP8_FORMATS, ConvertedLinear, check_format, check_tensor, swap_linears
+from .fp8_formats import (
+    ELEMENT_FORMATS,
+    FP8_FORMATS,
+    ConvertedLinear,
+    check_format,
+    check_tensor,
+    swap_linears,
+)
 
 MX_BLOCK_SIZES = tuple(2**k for k in range(11))  # the MX spec fixes 32; NVFP4 uses 16; 08 sweeps
 NVFP4_BLOCK_SIZE = 16

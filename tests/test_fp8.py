@@ -23,7 +23,7 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from amp_lab import fp8, fp8_explorer, gpus, mx
+from amp_lab import fp8, fp8_explorer, fp8_formats, gpus, mx
 from amp_lab.data import load_digits
 from amp_lab.exercises import nb08 as nb08_exercises
 from amp_lab.models import make_mlp
@@ -138,7 +138,7 @@ def test_import_torchao_prints_nothing_in_a_fresh_interpreter():
 def test_the_import_filter_drops_exactly_its_two_records():
     import logging
 
-    noise = fp8._torchao_import_noise
+    noise = fp8_formats._torchao_import_noise
 
     def record(name, msg, *args):
         return logging.LogRecord(name, logging.WARNING, "f.py", 1, msg, args, None)
