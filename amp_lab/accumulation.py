@@ -1,5 +1,6 @@
-"""The K slider of notebook 02: how the error of FP32 and FP16 accumulation grows with the inner dimension K,
-plotted once and explored by moving a marker (``accumulation_explorer``)."""
+"""The K sliders: notebook 02's, how the error of FP32 and FP16 accumulation grows with the inner dimension K,
+plotted once and explored by moving a marker (``accumulation_explorer``); notebook 11's, an accumulator of a
+few bits promoted to FP32 every N_C terms (``limited_accumulation_explorer``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from matplotlib.ticker import FuncFormatter, NullFormatter
 from PIL import Image
 
 from . import formats
-from ._checks import check_int
-from .tensor_cores import MAX_K, AccumulationCurve, accumulation_curve
+from ._checks import check_choice, check_int
+from .tensor_cores import MAX_K, AccumulationCurve, accumulation_curve, limited_accumulation_curve
 from .widgets import FigurePane
 
 
@@ -119,3 +120,126 @@ def accumulation_explorer(
         k_max, inputs=inputs, accumulators=accumulators, batch=batch, seed=seed, device=device
     )
     return AccumulationExplorer(curve, k)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Notebook 11: an accumulator of a few bits, promoted to FP32 every N_C terms
+# ------------------------------------------------------------------------------------------------------------
+
+LIMITED_KS = tuple(2**p for p in range(7, 15))  # K = 128 .. 16384
+PROMOTIONS = (0, 32, 64, 128, 256, 512, 1024)  # 0: never promote
+
+
+class LimitedAccumulationExplorer:
+    """Bits, N_C and K of a limited accumulator (build it with :func:`limited_accumulation_explorer`):
+    ``bits``, ``promote`` and ``k`` (the controls), ``readout`` (the errors at this K), ``pane`` (error
+    against K, with and without promotion) and ``widget``.  Curves are cached by (bits, N_C)."""
+
+    def __init__(self, mantissa_bits: int, promote_every: int, k: int, size: int):
+        self.size = size
+        self._curves: dict[tuple[int, int], list[float]] = {}
+        style = {"description_width": "9em"}
+        self.bits = widgets.IntSlider(
+            value=mantissa_bits,
+            min=8,
+            max=23,
+            description="mantissa bits",
+            style=style,
+            continuous_update=False,
+        ).add_class("amp-limited-bits")
+        self.promote = widgets.Dropdown(
+            options=[("never", 0)] + [(str(n), n) for n in PROMOTIONS[1:]],
+            value=promote_every,
+            description="promote every",
+            style=style,
+        ).add_class("amp-limited-promote")
+        self.k = widgets.SelectionSlider(
+            options=LIMITED_KS, value=k, description="K", style=style, continuous_update=False
+        ).add_class("amp-limited-k")
+        self.readout = widgets.HTML().add_class("amp-limited-readout")
+        self.pane = FigurePane(figsize=(7.0, 3.4), dpi=80)
+        ax = self._ax = self.pane.figure.add_subplot()
+        (self._plain,) = ax.loglog(
+            LIMITED_KS, [1.0] * len(LIMITED_KS), "o-", color="C3", label="never promoted"
+        )
+        (self._promoted,) = ax.loglog(LIMITED_KS, [1.0] * len(LIMITED_KS), "o-", color="C0", label="promoted")
+        (self._fp32,) = ax.loglog(
+            LIMITED_KS, [1.0] * len(LIMITED_KS), ":", color="0.4", label="FP32 accumulator"
+        )
+        self._marker = ax.axvline(k, color="0.3", ls="--", lw=1)
+        ax.set_xlabel("K (products added into one dot product)")
+        ax.set_ylabel("largest relative error")
+        ax.set_ylim(1e-8, 1.0)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0e}"))
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_minor_formatter(NullFormatter())
+        ax.legend(loc="upper left", fontsize=8)
+        self.pane.figure.tight_layout()
+        for control in (self.bits, self.promote, self.k):
+            control.observe(self.update, names="value")
+        self.widget = widgets.VBox([self.bits, self.promote, self.k, self.readout, self.pane.image])
+        self.widget.add_class("amp-limited-explorer")
+        self.update()
+
+    def curve(self, bits: int, promote_every: int) -> list[float]:
+        key = (bits, promote_every)
+        if key not in self._curves:
+            self._curves[key] = limited_accumulation_curve(
+                LIMITED_KS, bits, promote_every or None, size=self.size
+            )
+        return self._curves[key]
+
+    def errors(self) -> dict[str, float]:
+        """The three errors at the current K: never promoted, promoted (equal when N_C is "never"), FP32."""
+        i = LIMITED_KS.index(self.k.value)
+        bits, nc = self.bits.value, self.promote.value
+        return {
+            "plain": self.curve(bits, 0)[i],
+            "promoted": self.curve(bits, nc)[i],
+            "fp32": self.curve(23, 0)[i],
+        }
+
+    def update(self, change=None) -> None:
+        bits, nc, k = self.bits.value, self.promote.value, self.k.value
+        e = self.errors()
+        cell = "padding:2px 10px;font-family:monospace;text-align:left"
+        rows = [
+            (f"{bits} bits, never promoted", e["plain"]),
+            (
+                f"{bits} bits, promoted every {nc}" if nc else f"{bits} bits (choose N_C to promote)",
+                e["promoted"],
+            ),
+            ("FP32 accumulator (23 bits)", e["fp32"]),
+        ]
+        body = "".join(
+            f"<tr><td style='{cell}'>{html.escape(a)}</td><td style='{cell}' class='amp-limited-error'>{v:.3%}</td></tr>"
+            for a, v in rows
+        )
+        head = f"<tr><th style='{cell}'>K = {k}</th><th style='{cell}'>largest relative error</th></tr>"
+        self.readout.value = f"<table style='border-collapse:collapse'>{head}{body}</table>"
+        floor = 1e-9  # an exact result plots at the axis' floor
+        self._plain.set_ydata([max(v, floor) for v in self.curve(bits, 0)])
+        self._promoted.set_ydata([max(v, floor) for v in self.curve(bits, nc)])
+        self._promoted.set_label(f"promoted every {nc}" if nc else "promoted (choose N_C)")
+        self._fp32.set_ydata([max(v, floor) for v in self.curve(23, 0)])
+        self._marker.set_xdata([k, k])
+        self._ax.set_title(f"a {bits}-bit accumulator, FP8 E4M3 inputs in [0, 1)")
+        self._ax.legend(loc="upper left", fontsize=8)
+        self.pane.refresh()
+
+
+def limited_accumulation_explorer(
+    mantissa_bits: int = 14, promote_every: int = 128, k: int = 4096, *, size: int = 16
+) -> LimitedAccumulationExplorer:
+    """Notebook 11's accumulator widget: the largest relative error of ``size x k`` by ``k x size`` products
+    of E4M3 values through an accumulator of ``mantissa_bits`` fraction bits (8 to 23), promoted to FP32
+    every ``promote_every`` terms (0: never; one of 32 to 1024), at K = 128 to 16384
+    (:func:`amp_lab.tensor_cores.limited_accumulation_curve`)."""
+    mantissa_bits = check_int("mantissa_bits", mantissa_bits, minimum=8, maximum=23)
+    promote_every = check_choice(
+        "promote_every", check_int("promote_every", promote_every, minimum=0), PROMOTIONS
+    )
+    k = check_choice("k", check_int("k", k, minimum=1), LIMITED_KS)
+    size = check_int("size", size, minimum=1, maximum=32)
+    return LimitedAccumulationExplorer(mantissa_bits, promote_every, k, size)

@@ -58,6 +58,7 @@ _CODES = {
     "09": "course.09_elsewhere",  # the subnormal timing is a CPU pitfall: it runs on the CPU whatever the device
     "09 cpu": "course.09_cpu",
     "10": "course.10",
+    "11": "course.11_cpu",  # emulated block recipes everywhere; FP8 GEMMs where notebook 08's decision puts them
 }
 
 
@@ -87,10 +88,12 @@ def on_this_machine(lesson: Lesson, report: MachineReport) -> Reading:
             choice.expect_speedup, "course.expect_unknown"
         )
         return Reading("course.07_scaler" if choice.use_scaler else "course.07_no_scaler", (expect,), facts)
-    elif number == "08" and device == "cuda":  # where FP8 GEMMs run is a pure function of the GPU's facts
+    elif (
+        number in ("08", "11") and device == "cuda"
+    ):  # where FP8 GEMMs run: a pure function of the GPU's facts
         support = fp8_matmul_support(report.capability, list(report.arch_list) or None)
         facts["reason"] = support.reason
-        code = "course.08_gpu" if support.supported else "course.08_gpu_without_fp8"
+        code = f"course.{number}_gpu" if support.supported else "course.08_gpu_without_fp8"
     return Reading(code, (), facts)
 
 

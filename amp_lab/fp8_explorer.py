@@ -1,5 +1,6 @@
-"""Notebook 08's readouts (:func:`spread_reading`, :func:`spike_reading`) and the explorer of current versus
-delayed scaling on a sequence with an outlier (:func:`scaling_trajectory`, :func:`scaling_explorer`)."""
+"""Notebook 08's readouts (:func:`spread_reading`, :func:`spike_reading`; under block scaling
+:func:`gradient_format_reading` and :func:`scale_mode_reading`) and the explorer of current versus delayed
+scaling on a sequence with an outlier (:func:`scaling_trajectory`, :func:`scaling_explorer`)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,24 @@ from dataclasses import dataclass, field
 import ipywidgets as widgets
 import torch
 
-from . import fp8
-from ._checks import MAX_STEPS, bounded_list, check_bool, check_float, check_instance, check_int, check_seed
+from . import fp8, mx
+from ._checks import (
+    MAX_STEPS,
+    bounded_list,
+    check_bool,
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_seed,
+)
 from .text import Reading
 from .widgets import FigurePane, table_html
 
 MAX_SEQUENCE_STEPS = 1000
 MAX_SEQUENCE_SIZE = 2**16
 MAX_SEQUENCE_ELEMENTS = 2**22  # all steps together: 16 MiB of float32
+MX_BLOCK = 32  # the MX spec's block, as fp8.quantization_stats's "mxfp8_*" quantizers use
 
 
 def _spreads(name: str, value) -> list[float]:
@@ -65,6 +76,93 @@ def identity_reading(ours, theirs, same_weights: bool) -> Reading:
     outcome = "identical" if equal == total else "close" if equal else "different"
     reason = "fp8.weights_identical" if same_weights else "fp8.weights_differ"
     return Reading(f"fp8.losses_{outcome}", (reason,), {"equal": equal, "total": total})
+
+
+def _block_tensors(name: str, value, block_size: int) -> list[torch.Tensor]:
+    """float32 copies of a tensor or a list of tensors, finite, each a whole number of blocks along its last
+    dimension, with at most fp8.MAX_ELEMENTS values in all."""
+    items = (
+        [value] if isinstance(value, torch.Tensor) else bounded_list(name, value, 1000, "a list of tensors")
+    )
+    if not items:
+        raise ValueError(f"{name} must hold at least one tensor")
+    checked = [fp8.check_tensor(f"{name}[{i}]", t, min_dim=1) for i, t in enumerate(items)]
+    for i, t in enumerate(checked):
+        if t.numel() == 0 or t.shape[-1] % block_size:
+            raise ValueError(
+                f"{name}[{i}] must be non-empty, its last dimension a multiple of {block_size}: {tuple(t.shape)}"
+            )
+    if sum(t.numel() for t in checked) > fp8.MAX_ELEMENTS:  # before any copy is made
+        raise ValueError(f"{name} holds more than {fp8.MAX_ELEMENTS:,} (2**26) values in all")
+    out = [t.detach().to(torch.float32).contiguous() for t in checked]  # FP8 and float64 too
+    for i, t in enumerate(out):
+        if not bool(torch.isfinite(t).all()):  # a float64 beyond float32's range is inf here
+            raise ValueError(
+                f"{name}[{i}] holds inf or NaN: a count of values rounded to zero needs finite ones"
+            )
+    return out
+
+
+def gradient_format_reading(gradients) -> Reading:
+    """The non-zero values of ``gradients`` (a tensor or a list, one per layer) rounded to zero by three choices
+    (:func:`~amp_lab.fp8.quantization_stats`): E5M2 and E4M3 with one tensorwise scale per tensor, and E4M3
+    in MX blocks of 32 along the last dimension (FLOOR).  Outcome ``fp8.blocks_keep_e4m3`` when the blocks
+    lose no more than tensorwise E5M2, else ``fp8.blocks_need_e5m2``: why block recipes use E4M3 for every
+    tensor (notebook 08)."""
+    tensors = _block_tensors("gradients", gradients, MX_BLOCK)
+    nonzero = [int((t != 0).sum()) for t in tensors]
+    if not sum(nonzero):
+        raise ValueError("gradients hold no non-zero value: there is nothing to round to zero")
+    lost = {}
+    for key, quantizer in (("tensorwise_e5m2",) * 2, ("tensorwise_e4m3",) * 2, ("mx_e4m3", "mxfp8_floor")):
+        shares = [fp8.quantization_stats(t, quantizer).underflow for t in tensors]  # of each tensor's nonzero
+        lost[key] = sum(round(share * n) for share, n in zip(shares, nonzero, strict=True))
+    facts = {"block_size": MX_BLOCK, "nonzero": sum(nonzero), "tensors": len(tensors)}
+    facts |= {f"lost_{k}": n for k, n in lost.items()} | {k: n / sum(nonzero) for k, n in lost.items()}
+    keep = lost["mx_e4m3"] <= lost["tensorwise_e5m2"]
+    if lost["tensorwise_e4m3"] <= lost["tensorwise_e5m2"]:
+        reason = "fp8.tensorwise_e4m3_enough"
+    else:
+        reason = "fp8.block_scale_follows" if keep else "fp8.blocks_too_wide"
+    return Reading("fp8.blocks_keep_e4m3" if keep else "fp8.blocks_need_e5m2", (reason,), facts)
+
+
+def _relative_error(x: torch.Tensor, xq: torch.Tensor, mask: torch.Tensor) -> float:
+    """:func:`~amp_lab.fp8.quantization_error` of the elements ``mask`` selects."""
+    return fp8.quantization_error(x[mask], xq[mask])
+
+
+def _cost(error: float, exact: float) -> float:
+    return error / exact if exact > 0 else 1.0 if error == 0 else math.inf
+
+
+def scale_mode_reading(x: torch.Tensor, block_size: int = 32) -> Reading:
+    """What MXFP8's power-of-two scale costs, by rule: E4M3 in MX blocks of ``block_size`` along x's last
+    dimension with FLOOR and with RCEIL scales (``mx.mx_quantize(..., scale_mode=...)``), against an exact FP32
+    scale per block (``448 / block amax``): the error ratios (``cost_floor``, ``cost_rceil``), the same without
+    each block's largest value(s) (``rest_floor``, ``rest_rceil``), and the values each rule clips (that round
+    past 448, as :func:`~amp_lab.fp8.saturation_count` counts: ``clipped_floor``, in ``blocks_clipped_floor``
+    blocks).  Outcome ``fp8.floor_clips`` or ``fp8.floor_no_clip`` (notebook 08)."""
+    block_size = check_choice("block_size", check_int("block_size", block_size, minimum=1), mx.MX_BLOCK_SIZES)
+    (x,) = _block_tensors("x", [x], block_size)
+    e4m3 = fp8.FP8_FORMATS["fp8_e4m3"]
+    blocks = x.reshape(-1, block_size)
+    exact = fp8.blockwise_quantize(blocks, (1, block_size))  # an FP32 scale 448 / amax per block
+    rest = blocks.abs() < blocks.abs().amax(dim=-1, keepdim=True)  # every value but its block's largest
+    facts = {"block_size": block_size, "blocks": blocks.shape[0], "numel": x.numel()}
+    facts["error_exact"] = fp8.quantization_error(blocks, exact)
+    rest_exact = _relative_error(blocks, exact, rest)
+    for mode in ("floor", "rceil"):
+        elements, step = mx.mx_parts(x, "fp8_e4m3", block_size, mode)
+        q, step = (elements * step).reshape(blocks.shape), step.reshape(blocks.shape)
+        clipped = blocks.abs() / step > e4m3.saturation_bound  # E4M3's tie at 464 rounds down, to 448
+        facts[f"error_{mode}"] = fp8.quantization_error(blocks, q)
+        facts[f"cost_{mode}"] = _cost(facts[f"error_{mode}"], facts["error_exact"])
+        facts[f"rest_{mode}"] = _cost(_relative_error(blocks, q, rest), rest_exact)
+        facts[f"clipped_{mode}"] = int(clipped.sum())
+        facts[f"blocks_clipped_{mode}"] = int(clipped.any(dim=-1).sum())
+    reason = "fp8.maxima_carry_the_cost" if facts["rest_rceil"] < 1.05 else "fp8.rest_costs_too"
+    return Reading("fp8.floor_clips" if facts["clipped_floor"] else "fp8.floor_no_clip", (reason,), facts)
 
 
 def make_tensor_sequence(

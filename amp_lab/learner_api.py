@@ -5,7 +5,7 @@ starts, state is validated before it is changed.  ``tests/test_fuzz.py`` fuzzes 
 else in the package is internal and trusts its callers."""
 
 LEARNER_API: dict[str, tuple[str, ...]] = {
-    "accumulation": ("accumulation_explorer",),
+    "accumulation": ("accumulation_explorer", "limited_accumulation_explorer"),
     "alignment": (
         "alignment_demo",
         "alignment_multiple",
@@ -63,19 +63,40 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     "fp8": (
         "DelayedScaling",
         "Float8Matmul",
+        "blockwise_quantize",
         "convert_to_float8",
+        "convert_to_mx",  # notebook 11 calls the block formats and the accumulator through amp_lab.fp8
+        "convert_to_nvfp4",
         "dequantize",
         "float8_module_filter",
         "fp8_device",
         "import_torchao",
+        "limited_accumulation_error",
+        "limited_accumulation_matmul",
+        "nvfp4_quantize",
         "quantization_error",
+        "quantization_stats",
         "quantize",
+        "random_hadamard",
+        "round_accumulator",
         "saturation_count",
+        "stochastic_round_fp4",
         "tensorwise_scale",
     ),
+    "fp8_recipes": (
+        "fp8_speed_rule",
+        "frontier_tensors",
+        "hadamard_reading",
+        "recipe_table",
+        "recipe_verdicts",
+        "storage_bytes",
+        "transposition",
+    ),
     "fp8_explorer": (
+        "gradient_format_reading",
         "identity_reading",
         "make_tensor_sequence",
+        "scale_mode_reading",
         "scaling_explorer",
         "scaling_trajectory",
         "spike_reading",
@@ -101,7 +122,14 @@ LEARNER_API: dict[str, tuple[str, ...]] = {
     "swamping": ("plot_swamping", "stochastic_round", "swamping_run"),
     "predict": ("Prediction", "choice", "reveal"),
     "progress": ("progress",),
-    "race": ("fp8_summary", "native_arithmetic", "race_fp8_matmul", "race_matmul", "race_mlp"),
+    "race": (
+        "fp8_cast_overhead",
+        "fp8_summary",
+        "native_arithmetic",
+        "race_fp8_matmul",
+        "race_matmul",
+        "race_mlp",
+    ),
     "race_readout": ("elementwise_band", "explain", "memory_summary", "sweep_summary", "tf32_summary"),
     "race_widget": ("RaceWidget", "race_widget"),
     "range_counts": (

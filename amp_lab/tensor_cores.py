@@ -1,5 +1,6 @@
 """A Tensor Core emulated exactly (``02_tensor_cores``): exact products added in ``k`` order, each addition
-rounded once (real ones add several at once and truncate, Fasi et al. 2021); running sums, generations."""
+rounded once (real ones add several at once and truncate, Fasi et al. 2021); running sums, generations; and
+(11) an accumulator of few bits promoted to FP32 every N_C products (:func:`limited_accumulation_matmul`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import numpy as np
 import torch
 
 from . import formats
-from ._checks import check_choice, check_float, check_instance, check_int, check_numel, check_seed
+from ._checks import (
+    check_choice,
+    check_float,
+    check_instance,
+    check_int,
+    check_int_sequence,
+    check_numel,
+    check_seed,
+)
 from .device import check_fits, float64_on_cpu, float64_to, get_device
 from .gpus import ARCHITECTURE_DETAILS, TENSOR_CORE_DETAILS, tensor_core_generation
 from .text import Reading
@@ -308,3 +317,121 @@ def generations_table(capabilities=DEFAULT_CAPABILITIES) -> list[dict]:
             }
         )
     return rows
+
+
+# ------------------------------------------------------------------------------------------------------------
+# An accumulator that keeps too few bits (11: FP8 GEMMs on Hopper, DeepSeek-V3 section 3.3)
+# ------------------------------------------------------------------------------------------------------------
+
+MAX_MANTISSA_BITS = 52  # float64's fraction bits: there the model is plain float64 summation
+
+
+def round_accumulator(x, mantissa_bits: int) -> torch.Tensor:
+    """The rounding :func:`limited_accumulation_matmul` applies to its running sum after each addition:
+    float64 ``x`` truncated (toward zero) to ``mantissa_bits`` fraction bits, by clearing the float64 bits
+    below them; inf and NaN pass.  ``round_accumulator(torch.tensor([1.75]), 1)`` is 1.5.  (Notebook 11.)"""
+    t = formats.real_tensor(x, "x", "x must be a tensor, a number or a list of numbers")
+    mantissa_bits = check_int("mantissa_bits", mantissa_bits, minimum=1, maximum=MAX_MANTISSA_BITS)
+    t = check_numel("x", t, MAX_MMA_WORK, "round fewer values at once")
+    out = np.asarray(_truncate(float64_on_cpu(t).numpy(), mantissa_bits))  # (numpy makes a 0-d a scalar)
+    return float64_to(torch.from_numpy(out), t.device)
+
+
+def _truncate(x: np.ndarray, mantissa_bits: int) -> np.ndarray:
+    """float64 ``x`` chopped to ``mantissa_bits`` fraction bits: a float64 is sign, exponent, 52 fraction
+    bits, so clearing the low ``52 - mantissa_bits`` of its bit pattern truncates its magnitude."""
+    return (x.view(np.int64) & ~np.int64((1 << (52 - mantissa_bits)) - 1)).view(np.float64)
+
+
+def limited_accumulation_matmul(a, b, mantissa_bits: int, promote_every: int | None = None) -> torch.Tensor:
+    """``a @ b`` (float32, on ``a``'s device) through an accumulator that keeps ``mantissa_bits`` fraction
+    bits (float32 keeps 23), the model of an FP8 Tensor Core that DeepSeek-V3 measured on H800s (about 14
+    bits; a max relative error near 2% at K = 4096).  ``a`` and ``b`` are taken as float32, so each product
+    is exact in float64; the products are added in ``k`` order, each addition formed in float64 and then
+    truncated by :func:`round_accumulator`.  Truncation, not rounding to nearest: a Tensor Core aligns the
+    addends to the largest exponent and drops the bits shifted out below its kept width (Fasi et al. 2021
+    measured this on earlier generations; Hopper's FP8 path is reported to do the same), so every addition
+    loses a little, always in the same direction, and the error grows with K instead of averaging out.
+    ``promote_every=N_C``: every N_C products the partial sum is added into a float32 accumulator and
+    restarted at zero (DeepSeek's fix: N_C = 128, on CUDA cores).  With ``mantissa_bits=52`` and no
+    promotion this is float64 summation in k order.  K <= 2**16, M*N*K <= 2**24.  (Notebook 11.)"""
+    A, B = (formats.real_tensor(t, name, f"{name} must be a 2-D tensor") for t, name in ((a, "a"), (b, "b")))
+    for name, t in (("a", A), ("b", B)):
+        if t.dim() != 2:
+            raise ValueError(f"{name} must be 2-D (a matrix), got shape {tuple(t.shape)}")
+    (M, K), N = A.shape, B.shape[1]
+    if K != B.shape[0]:
+        raise ValueError(f"a's columns must match b's rows (K), got {tuple(A.shape)} and {tuple(B.shape)}")
+    mantissa_bits, promote_every = _check_accumulator(mantissa_bits, promote_every)
+    if K > MAX_K or max(M, 1) * max(N, 1) * max(K, 1) > MAX_MMA_WORK:
+        raise ValueError(
+            f"limited_accumulation_matmul adds one product at a time, so a {tuple(A.shape)} @ b {tuple(B.shape)}"
+            f" is too much work: K <= {MAX_K:,} and M*N*K <= {MAX_MMA_WORK:,} (2**24); use smaller inputs"
+        )
+    check_fits(8 * (M * K + K * N + 4 * M * N), "cpu", "the emulated product", "use smaller inputs")
+    an, bn = (float64_on_cpu(t.to(torch.float32)).numpy() for t in (A, B))
+    return torch.from_numpy(_limited_sums(an, bn, mantissa_bits, promote_every, [K])[0]).float().to(A.device)
+
+
+def _check_accumulator(mantissa_bits, promote_every) -> tuple[int, int | None]:
+    mantissa_bits = check_int("mantissa_bits", mantissa_bits, minimum=1, maximum=MAX_MANTISSA_BITS)
+    if promote_every is not None:
+        promote_every = check_int("promote_every", promote_every, minimum=1, maximum=MAX_K)
+    return mantissa_bits, promote_every
+
+
+def _limited_sums(an: np.ndarray, bn: np.ndarray, mantissa_bits: int, promote_every, stops) -> list:
+    """The model's float32 results after the first ``k`` products, for each ``k`` of increasing ``stops``:
+    one pass over K, vectorised over (M, N) (each output element is its own running sum)."""
+    M, N = an.shape[0], bn.shape[1]
+    total = np.zeros((M, N), dtype=np.float32)  # the float32 accumulator partial sums are promoted into
+    partial = np.zeros((M, N))
+    out = []
+    with np.errstate(all="ignore"):
+        for k in range(stops[-1]):
+            partial = _truncate(partial + an[:, k : k + 1] * bn[k : k + 1, :], mantissa_bits)
+            if promote_every and (k + 1) % promote_every == 0:
+                total, partial = total + partial.astype(np.float32), np.zeros((M, N))
+            if k + 1 in stops:
+                out.append(
+                    total + partial.astype(np.float32) if promote_every else partial.astype(np.float32)
+                )
+    return out
+
+
+def limited_accumulation_curve(
+    ks, mantissa_bits: int, promote_every: int | None = None, *, size: int = 16, seed: int = 0
+) -> list[float]:
+    """:func:`limited_accumulation_error` at each K of increasing ``ks`` (at most 64 of them), in one pass
+    over one ``size x max(ks)`` by ``max(ks) x size`` draw: K's error is that of its first K products.
+    (Notebook 11's accumulator widget.)"""
+    ks = check_int_sequence("ks", ks, minimum=1, maximum=MAX_K, max_length=64)
+    if any(b <= a for a, b in zip(ks, ks[1:], strict=False)):
+        raise ValueError(f"ks must increase, got {ks}")
+    mantissa_bits, promote_every = _check_accumulator(mantissa_bits, promote_every)
+    size = check_int("size", size, minimum=1, maximum=64)
+    if ks[-1] * size * size > MAX_MMA_WORK:
+        raise ValueError(f"k * size**2 may be at most {MAX_MMA_WORK:,} (2**24), got k={ks[-1]}, size={size}")
+    g = torch.Generator().manual_seed(check_seed("seed", seed))
+    # DeepSeek-like inputs: uniform in [0, 1), rounded to FP8 E4M3; positive, so the truncations add up
+    n = ks[-1]
+    a, b = (
+        float64_on_cpu(torch.rand(s, generator=g).to(torch.float8_e4m3fn)) for s in ((size, n), (n, size))
+    )
+    errors = []
+    for k, out in zip(ks, _limited_sums(a.numpy(), b.numpy(), mantissa_bits, promote_every, ks), strict=True):
+        exact = (a[:, :k] @ b[:k]).numpy()  # exact products; float64's own rounding, ~1e-16, is negligible
+        nonzero = exact != 0
+        errors.append(float((np.abs(out - exact)[nonzero] / exact[nonzero]).max()) if nonzero.any() else 0.0)
+    return errors
+
+
+def limited_accumulation_error(
+    k: int, mantissa_bits: int, promote_every: int | None = None, *, size: int = 32, seed: int = 0
+) -> float:
+    """The max relative error of :func:`limited_accumulation_matmul` against float64 for a ``size x k`` by
+    ``k x size`` product of DeepSeek-like inputs: values uniform in [0, 1) (from ``seed``) rounded to FP8
+    E4M3, positive as in DeepSeek's test, so the truncations add up.  About 3% at k = 4096 with 14 bits,
+    about 100 times less with ``promote_every=128``.  ``size`` 1 to 64.  (Notebook 11.)"""
+    k = check_int("k", k, minimum=1, maximum=MAX_K)
+    return limited_accumulation_curve([k], mantissa_bits, promote_every, size=size, seed=seed)[0]

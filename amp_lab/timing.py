@@ -249,10 +249,13 @@ def _per_call(sample, fn) -> float:
     return min(first, *samples) if number == 1 else min(samples)
 
 
-def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int = 64) -> float:
+def calibrated_seconds(
+    make, size: int, device, *, power: float = 3, start: int = 64, max_power: float | None = None
+) -> float:
     """Seconds one call of ``make(size)`` takes, estimated: ``make(m)`` for m = start, 2 * start, ... is timed
     until a call takes :data:`CALIBRATION_S` and grows as m ** (power - 1) at least (a fixed cost is no work),
-    or 0.25 s; then scaled to ``size`` as m ** ``power``, or as fast as it grew, up to ``power + 1``."""
+    or 0.25 s; then scaled to ``size`` as m ** ``power``, or as fast as it grew, up to ``max_power`` (default
+    ``power + 1``)."""
     sample, m, before = _sampler(get_device(device)), min(start, size), None
     while True:
         fn = make(m)
@@ -262,7 +265,9 @@ def calibrated_seconds(make, size: int, device, *, power: float = 3, start: int 
         if before is not None:
             grew = math.log(seconds / before[1]) / math.log(m / before[0])
             if seconds >= 0.25 or (seconds >= CALIBRATION_S and grew >= power - 1):
-                return seconds * (size / m) ** min(max(grew, power), power + 1)
+                return seconds * (size / m) ** min(
+                    max(grew, power), power + 1 if max_power is None else max_power
+                )
         before, m = (m, seconds), min(2 * m, size)
 
 

@@ -11,6 +11,14 @@ Runs, on CUDA, one *section* after another:
   run), with the datasheet's FP8 / BF16 ratio beside the measured one; only on GPUs whose Tensor Cores
   multiply FP8 under this build (:func:`amp_lab.gpus.fp8_matmul_support`: compute capability 8.9 and later),
   elsewhere recorded as skipped with the reason;
+* ``race_fp8_rowwise``: rowwise FP8 (a scale per row of A and per column of B,
+  :func:`amp_lab.race.race_fp8_matmul` with ``scaling="rowwise"``) raced beside tensorwise FP8, bfloat16 and FP32 at
+  the FP8 sizes, and each recipe's cast of a bfloat16 operand to E4M3 (:func:`amp_lab.race.fp8_cast_overhead`,
+  fixed rounds), so the summary states torchao's rule (FP8 pays where the BF16 GEMM time minus the FP8 GEMM time
+  exceeds the casts) with measured numbers; where ``race_fp8_matmul`` races, else skipped with the reason;
+* ``fp8_blockwise``: DeepSeek-V3's blockwise FP8 (1x128 tiles of A, 128x128 blocks of B, FP32 scales;
+  ``scaling="blockwise"``) beside tensorwise FP8, bfloat16 and FP32, where this torch runs it
+  (:func:`amp_lab.race.fp8_blockwise_support`: Hopper, CUDA 12.9 or later), else skipped with the reason;
 * ``race_mlp``: training steps of the tutorial loop's model, with peak memory;
 * ``alignment``: the float16 matmul at n = 4096 against 4095;
 * ``autocast_probe``: ``amp_lab.autocast_ops.probe`` on CUDA and on the CPU;
@@ -46,12 +54,14 @@ start-up                import torch, CUDA context, machine facts               
 precision_table         4 precisions x 10 rounds at n = 8192 (fixed rounds)           4          4
 race_matmul             n = 1024, 4096, 8192 x 2 dtypes: 6 races                     37        127
 race_fp8_matmul         quick: n = 4096, 8192; full: n = 1024, 4096, 8192            12         63
+race_fp8_rowwise        the FP8 sizes: 4 contestants, + 2 x 3 casts' fixed rounds    21         85
+fp8_blockwise           the FP8 sizes: 4 contestants (Hopper, CUDA 12.9 on)          12         63
 race_mlp                quick: (4096, 1024) in bf16; full: 3 shapes x 2 dtypes        6        126
 alignment               n = 4095 (n = 4096 is reused)                                 6         21
 autocast_probe          CUDA and CPU                                                 15         15
 sweeps                  quick: n = 256 ... 8192, 3 new sizes + raw GEMM per dtype    48        340
                         full: n up to 16384 per dtype, MLP widths 256 ... 8192
-total                   (``python scripts/gpu_check.py [--quick]`` prints it)       143        711
+total                   (``python scripts/gpu_check.py [--quick]`` prints it)       176        859
 ======================  ====================================================  =========  =========
 
 (``tests/test_gpu_check.py`` checks the quick total stays under 180 s.)  In practice races on a GPU
@@ -93,6 +103,8 @@ FULL = {
     "mlp": ((1024, 256), (4096, 1024), (8192, 4096)),
     "mlp_every_dtype": True,  # race_mlp in each AMP dtype (False: the course's dtype only)
     "fp8_n": (1024, 4096, 8192),  # race_fp8_matmul, where the GPU has FP8 Tensor Cores
+    "fp8_block_n": (1024, 4096, 8192),  # fp8_blockwise: multiples of its 128 x 128 blocks
+    "cast_repeats": 30,  # fixed rounds of fp8_cast_overhead (its casts are short: no adaptive sampling)
     "align": (4096, 4095),
     "sweep_matmul": (256, 512, 1024, 2048, 4096, 8192, 16384),
     "sweep_mlp": (256, 512, 1024, 2048, 4096, 8192),
@@ -111,6 +123,8 @@ QUICK = {
     "mlp": ((4096, 1024),),
     "mlp_every_dtype": False,
     "fp8_n": (4096, 8192),
+    "fp8_block_n": (4096, 8192),
+    "cast_repeats": 10,
     "sweep_matmul": (256, 512, 1024, 2048, 4096, 8192),
     "sweep_mlp": (),  # no MLP sweep in --quick
     "max_time_s": 5.0,
@@ -118,6 +132,8 @@ QUICK = {
 TINY = {  # --device cpu: low precision is slow on CPUs without bf16/fp16 instructions
     "matmul_n": (32,),
     "fp8_n": (32,),
+    "fp8_block_n": (128,),
+    "cast_repeats": 3,
     "mlp": ((32, 16),),
     "mlp_every_dtype": True,
     "align": (32, 31),
@@ -143,7 +159,8 @@ STARTUP_S = 15.0  # import torch, CUDA context, machine facts
 PROBE_S = {"cuda": 10.0, "cpu": 5.0}  # the autocast probe: tiny tensors, about 0.5 s on a CPU
 QUICK_BUDGET_S = 180.0
 
-SECTIONS = ("precision_table", "race_matmul", "race_fp8_matmul", "race_mlp", "alignment", "autocast_probe", "sweeps")
+SECTIONS = ("precision_table", "race_matmul", "race_fp8_matmul", "race_fp8_rowwise", "fp8_blockwise", "race_mlp",
+            "alignment", "autocast_probe", "sweeps")  # fmt: skip
 
 EXIT_OK, EXIT_FAILED, EXIT_CANNOT_RUN, EXIT_NO_KERNELS = 0, 1, 2, 3
 
@@ -240,14 +257,24 @@ def fp8_support(device_type: str, capability, arch_list=None):
     return fp8_matmul_support(capability if device_type == "cuda" else None, arch_list)
 
 
-def skipped_sections(device_type: str, capability, arch_list=None) -> dict[str, str]:
+def blockwise_support(device_type: str, capability, arch_list=None, cuda_version=None):
+    """Whether the ``fp8_blockwise`` section races (:func:`amp_lab.race.fp8_blockwise_support`: FP8 GEMMs, a
+    Hopper GPU, CUDA 12.9 or later; ``cuda_version`` None: unchecked), and why.  Not on the CPU test device."""
+    from amp_lab.race import fp8_blockwise_support
+
+    return fp8_blockwise_support(capability if device_type == "cuda" else None, arch_list, cuda_version)
+
+
+def skipped_sections(device_type: str, capability, arch_list=None, cuda_version=None) -> dict[str, str]:
     """The sections this machine skips by design, each with the reason (printed with the plan)."""
     support = fp8_support(device_type, capability, arch_list)
-    return {} if support else {"race_fp8_matmul": support.reason}
+    block = blockwise_support(device_type, capability, arch_list, cuda_version)
+    skipped = {} if support else dict.fromkeys(("race_fp8_matmul", "race_fp8_rowwise"), support.reason)
+    return {**skipped, **({} if block else {"fp8_blockwise": block.reason})}
 
 
 def plan(sizes: dict, dtypes: list, *, device_type: str = "cuda", capability=None,
-         fp32_tflops: float | None = None, arch_list=None) -> dict:  # fmt: skip
+         fp32_tflops: float | None = None, arch_list=None, cuda_version=None) -> dict:  # fmt: skip
     """Worst-case seconds per section (and ``"total"``) for these sizes and AMP dtypes: pure, so tests
     check the budget of any GPU's plan.  Races that an earlier section ran are counted once, as the
     script reuses them.  A section the machine skips (:func:`skipped_sections`) plans 0 s."""
@@ -282,10 +309,19 @@ def plan(sizes: dict, dtypes: list, *, device_type: str = "cuda", capability=Non
     races["race_matmul"] = len(dtypes) * len(sizes["matmul_n"])
     # FP32, bfloat16 and FP8 contestants, each timed (conservatively) at the FP32 rate
     fp8 = bool(fp8_support(device_type, capability, arch_list))
-    s["race_fp8_matmul"] = (
-        sum(measure_worst_s(2.0 * n**3 / rate, 3, sizes) + RACE_SETUP_S for n in sizes["fp8_n"]) if fp8 else 0.0
-    )
+    block = bool(blockwise_support(device_type, capability, arch_list, cuda_version))
+
+    def fp8_s(contestants: int, key: str = "fp8_n", **fixed) -> float:
+        return sum(measure_worst_s(2.0 * n**3 / rate, contestants, sizes, **fixed) + RACE_SETUP_S for n in sizes[key])
+
+    s["race_fp8_matmul"] = fp8_s(3) if fp8 else 0.0
+    # the rowwise lane beside them, and per scaling the cast overhead: the casts and both GEMMs, fixed rounds
+    cast_s = fp8_s(3, repeats=sizes["cast_repeats"], adaptive=False)
+    s["race_fp8_rowwise"] = fp8_s(4) + 2 * cast_s if fp8 else 0.0
+    s["fp8_blockwise"] = fp8_s(4, "fp8_block_n") if block else 0.0
     races["race_fp8_matmul"] = len(sizes["fp8_n"]) if fp8 else 0
+    races["race_fp8_rowwise"] = 3 * len(sizes["fp8_n"]) if fp8 else 0
+    races["fp8_blockwise"] = len(sizes["fp8_block_n"]) if block else 0
     mdt = mlp_dtypes(dtypes, capability, sizes)
     s["race_mlp"] = sum(race_s("mlp", wb, d) for d in mdt for wb in sizes["mlp"])
     races["race_mlp"] = len(mdt) * len(sizes["mlp"])
@@ -312,7 +348,10 @@ def plan_text(p: dict, assumption: str, skipped: dict | None = None) -> str:
     skipped = skipped or {}
     parts = ", ".join(f"{k} skipped" if k in skipped else f"{k} {v:.0f} s" for k, v in p.items() if k != "total")
     text = f"planned worst case {p['total']:.0f} s ({assumption}): {parts}"
-    return text + "".join(f"; {name} skipped: {why}" for name, why in skipped.items())
+    by_reason: dict[str, list[str]] = {}  # sections skipped for one reason are named together
+    for name, why in skipped.items():
+        by_reason.setdefault(why, []).append(name)
+    return text + "".join(f"; {', '.join(names)} skipped: {why}" for why, names in by_reason.items())
 
 
 # --------------------------------------------------------------------------------------------
@@ -522,14 +561,16 @@ class Section:
 class Check:
     """Everything the sections share: device, sizes, dtypes, and the races run so far (for reuse)."""
 
-    def __init__(self, dev, sizes: dict, capability, arch_list=None):
+    def __init__(self, dev, sizes: dict, capability, arch_list=None, cuda_version=None):
         from amp_lab.dtypes import dtype_name
         from amp_lab.gpus import fp8_matmul_support
+        from amp_lab.race import fp8_blockwise_support
 
         self.dev, self.sizes, self.capability = dev, sizes, capability
-        # From the facts alone (main passes no capability on the CPU test device, so the FP8 race is skipped
-        # there); a test can hand a CPU device a GPU's facts to run the section.
+        # From the facts alone (main passes no capability on the CPU test device, so the FP8 races are skipped
+        # there); a test can hand a CPU device a GPU's facts to run the sections.
         self.fp8_support = fp8_matmul_support(capability, arch_list)
+        self.blockwise_support = fp8_blockwise_support(capability, arch_list, cuda_version)
         self.dtypes = amp_dtypes(capability) if dev.type == "cuda" else [amp_dtypes(None)[0]]
         self.mlp_dtypes = mlp_dtypes(self.dtypes, capability, sizes)
         self.races: list = []  # RaceResults, handed to later races as ``reuse``
@@ -654,6 +695,67 @@ def section_race_fp8_matmul(check: Check, sec: Section) -> None:
         sec.save()
 
 
+def _fp8_section(sec: Section, support, **more) -> dict | None:
+    """The section's record (``supported``, ``support``, ``results``, ``more``), or None: skipped, and why."""
+    data = sec.report[sec.name] = {"supported": support.supported, "support": support.reason, "results": [], **more}
+    if not support:
+        sec.skipped = support.reason
+        return None
+    return data
+
+
+def _fp8_lane_race(check: Check, sec: Section, data: dict, n: int, scaling: str) -> None:
+    """One ``race_fp8_matmul(n, scaling=...)`` into ``data["results"]``, a failure recorded."""
+    import torch
+
+    from amp_lab import race
+
+    try:
+        r = race.race_fp8_matmul(n, scaling=scaling, dtype=torch.bfloat16, reuse=check.races, **check.common)
+    except Exception as exc:
+        sec.failed(f"n={n} {scaling}", exc)
+        return
+    check.races.append(r)
+    data["results"].append(r.to_dict())
+    lane = race.FP8_LANES[scaling]
+    sec.log(f"{sec.name} n={n}: FP8 {scaling} {r.tflops[lane]:.3g} TFLOP/s, tensorwise {r.tflops['fp8']:.3g}, "
+            f"bfloat16 {r.tflops['amp']:.3g}; bfloat16 / {scaling} {r.lane_speedup(lane)}")  # fmt: skip
+    sec.save()
+
+
+def section_race_fp8_rowwise(check: Check, sec: Section) -> None:
+    """Rowwise FP8 against tensorwise FP8, bfloat16 and FP32 at the FP8 sizes, and each recipe's cast overhead
+    (:func:`amp_lab.race.fp8_cast_overhead`, fixed rounds): torchao's rule measured.  Skipped without FP8 GEMMs."""
+    import torch
+
+    from amp_lab import race
+
+    data = _fp8_section(sec, check.fp8_support, cast_overhead=[])
+    if data is None:
+        return
+    fixed = {**check.common, "repeats": check.sizes["cast_repeats"], "target_rel_width": None, "max_time_s": None}
+    for n in check.sizes["fp8_n"]:
+        _fp8_lane_race(check, sec, data, n, "rowwise")
+        for scaling in ("tensorwise", "rowwise"):
+            try:
+                c = race.fp8_cast_overhead(n, scaling=scaling, dtype=torch.bfloat16, **fixed)
+            except Exception as exc:
+                sec.failed(f"cast n={n} {scaling}", exc)
+                continue
+            data["cast_overhead"].append(c.to_dict())
+            sec.log(f"fp8_cast_overhead n={n} {scaling}: a cast {c.seconds * 1e6:.3g} us; torchao's rule, "
+                    f"bfloat16 / (FP8 + two casts) {c.rule}: {c.rule.outcome}")  # fmt: skip
+            sec.save()
+
+
+def section_fp8_blockwise(check: Check, sec: Section) -> None:
+    """DeepSeek-V3's blockwise FP8 against tensorwise FP8, bfloat16 and FP32 where this torch runs it
+    (:func:`amp_lab.race.fp8_blockwise_support`); skipped with the reason elsewhere."""
+    data = _fp8_section(sec, check.blockwise_support)
+    for n in check.sizes["fp8_block_n"] if data is not None else ():
+        _fp8_lane_race(check, sec, data, n, "blockwise")
+
+
 def section_race_mlp(check: Check, sec: Section) -> None:
     from amp_lab import race
 
@@ -735,6 +837,8 @@ SECTION_FUNCTIONS = {
     "precision_table": section_precision_table,
     "race_matmul": section_race_matmul,
     "race_fp8_matmul": section_race_fp8_matmul,
+    "race_fp8_rowwise": section_race_fp8_rowwise,
+    "fp8_blockwise": section_fp8_blockwise,
     "race_mlp": section_race_mlp,
     "alignment": section_alignment,
     "autocast_probe": section_autocast_probe,
@@ -860,6 +964,7 @@ def markdown(report: dict) -> str:
                 f"{xi(r)} | {x(r['speedup_vs_tf32'])} | {r['tflops']['amp']:.3g} |"
             )
     lines += _fp8_markdown(report.get("race_fp8_matmul"), t)
+    lines += _fp8_recipes_markdown(report, t)
     if report.get("race_mlp"):
         lines += [
             "",
@@ -938,6 +1043,59 @@ def _fp8_markdown(fp8: dict | None, t) -> list[str]:
     return lines
 
 
+def _iv(iv: dict | None) -> str:
+    """A speedup's JSON record as ``ratio (low-high, outcome)``."""
+    if not iv:
+        return "-"
+    if iv["high"] == "inf":
+        return f"{iv['ratio']:.2f}x (too few pairs)"
+    return f"{iv['ratio']:.2f}x ({iv['low']:.2f}-{iv['high']:.2f}, {iv['outcome']})"
+
+
+def _fp8_recipes_markdown(report: dict, t) -> list[str]:
+    """The rowwise and blockwise sections of the summary: each race's lanes, and torchao's rule from the casts."""
+    from amp_lab.text import format_seconds as fs
+
+    lines = []
+    for name, scaling in (("race_fp8_rowwise", "rowwise"), ("fp8_blockwise", "blockwise")):
+        if not (data := report.get(name)):
+            continue
+        lane = f"fp8_{scaling}"
+        lines += ["", f"## {name} ({scaling} FP8 beside tensorwise FP8, bfloat16 and FP32; inputs already cast)", ""]
+        if not data.get("supported"):
+            lines.append(f"Not raced: {data.get('support')}.")
+            continue
+        lines += [f"| n | FP32 | bf16 | FP8 tensorwise | FP8 {scaling} | {scaling} TFLOP/s | bf16 / {scaling} (95% "
+                  f"interval) | tensorwise / {scaling} (95% interval) |", "|" + " ---: |" * 8]  # fmt: skip
+        for r in data.get("results", []):
+            lines.append(
+                f"| {r['params']['n']} | {t(r, 'fp32')} | {t(r, 'amp')} | {t(r, 'fp8')} | {t(r, lane)} | "
+                f"{r['tflops'][lane]:.3g} | {_iv(r.get(f'{lane}_speedup_interval'))} | "
+                f"{_iv(r.get(f'{lane}_vs_tensorwise'))} |"
+            )
+        if data.get("cast_overhead"):
+            lines += [
+                "",
+                "torchao's rule: FP8 pays where the BF16 GEMM time minus the FP8 GEMM time exceeds the casting "
+                "overhead; here each GEMM's two bfloat16 operands cast to E4M3 in eager mode (torch.compile would "
+                "fuse each cast into the ops beside it), all timed in the same interleaved rounds.",
+                "",
+                "| n | scaling | one cast (95% interval) | bf16 GEMM | FP8 GEMM | saved a GEMM | two casts | "
+                "bf16 / (FP8 + two casts) (95% interval) | FP8 pays |",
+                "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            ]
+            for c in data["cast_overhead"]:
+                low, high = c["cast_interval_s"]
+                ends = "too few rounds" if high == "inf" else f"{fs(low)}-{fs(high)}"
+                pays = {"faster": "yes", "slower": "no"}.get(c["rule_outcome"], c["rule_outcome"])
+                lines.append(
+                    f"| {c['params']['n']} | {c['params']['scaling']} | {fs(c['cast_s'])} ({ends}) | {t(c, 'amp')} | "
+                    f"{t(c, 'fp8')} | {fs(c['savings_s'])} | {fs(c['overhead_s'])} | {_iv(c['rule'])} | {pays} |"
+                )
+        lines += ["", f"Why this GPU races it: {data.get('support')}."]
+    return lines
+
+
 # --------------------------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------------------------
@@ -1008,9 +1166,11 @@ def main(argv: list[str] | None = None, *, facts: CudaFacts | None = None, log=_
 
     began = time.perf_counter()
     machine = machine_info(dev, facts if cuda else None)
-    check = Check(dev, sizes, capability, arch_list)
-    budget = plan(sizes, check.dtypes, device_type=dev.type, capability=capability, arch_list=arch_list)
-    skipped = skipped_sections(dev.type, capability, arch_list)
+    cuda_version = facts.cuda_version if cuda else None
+    check = Check(dev, sizes, capability, arch_list, cuda_version)
+    budget = plan(sizes, check.dtypes, device_type=dev.type, capability=capability, arch_list=arch_list,
+                  cuda_version=cuda_version)  # fmt: skip
+    skipped = skipped_sections(dev.type, capability, arch_list, cuda_version)
     assumption = (
         f"{mode} sizes, FP32 at >= {ASSUMED_FP32_TFLOPS:g} TFLOP/s, {sizes['max_time_s']} s per race"
         if cuda

@@ -78,6 +78,7 @@ def test_registry_lists_every_notebook_in_order():
         "nb08",
         "nb09",
         "nb10",
+        "nb11",
     )
     every = all_exercises()
     for name in exercises.NOTEBOOK_MODULES:

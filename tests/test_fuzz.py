@@ -96,6 +96,7 @@ from amp_lab import (
     formats,
     fp8,
     fp8_explorer,
+    fp8_recipes,
     gpus,
     gradients,
     hardware,
@@ -152,6 +153,7 @@ MODULES = {
     "formats": formats,
     "fp8": fp8,
     "fp8_explorer": fp8_explorer,
+    "fp8_recipes": fp8_recipes,
     "mx": mx,
     "gradients": gradients,
     "hardware": hardware,
@@ -842,6 +844,19 @@ E(
     examples=3,
     corpus_limit=2,
 )
+E(
+    "race.fp8_cast_overhead",
+    lambda: dict(n=16, **RACE_FAST),
+    race_kinds(
+        n=multiple_of(16, Int(1, cost.MAX_GEMM_DIM, skip_above=256)),
+        scaling=Str(choices=("tensorwise", "rowwise")),
+        callback=Callable_(),
+        budget_s=BUDGET_S,
+    ),
+    arg_base=RACE_ARG_BASE,
+    examples=3,
+    corpus_limit=2,
+)
 E("gpus.fp8_datasheet_rows")
 E("race.fp8_summary", lambda: dict(result=fp8_race_result()), {"result": Obj()}, post=is_reading)
 E(
@@ -938,7 +953,9 @@ E(
     lambda: dict(x=T(8)),
     {
         "x": Tensor(),
-        "log2_scale": Int(*SCALE_EXPLORER_LOG2),  # the slider: 0 to the data's top, extended to a start above it
+        "log2_scale": Int(
+            *SCALE_EXPLORER_LOG2
+        ),  # the slider: 0 to the data's top, extended to a start above it
         "max_log2": Int(*SCALE_EXPLORER_MAX_LOG2, optional=True),  # None: from the data
     },
     examples=2,
@@ -1237,6 +1254,18 @@ E(
     examples=3,
     corpus_limit=2,
 )
+E(
+    "accumulation.limited_accumulation_explorer",
+    lambda: dict(k=128, size=2),
+    {
+        "mantissa_bits": Int(8, 23),
+        "promote_every": Int(0, 1024),
+        "k": Int(128, 2**14),
+        "size": Int(1, 32, skip_above=4),
+    },
+    examples=3,
+    corpus_limit=2,
+)
 E("tensor_cores.generations_table", lambda: dict(capabilities=((8, 0),)), {"capabilities": Seq()})
 E(
     "tensor_cores.stall_reading",
@@ -1370,6 +1399,54 @@ E(
 )
 
 
+# --- fp8_recipes (notebook 11) ----------------------------------------------------------------
+def small_tensors() -> dict:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "activations": torch.randn(16, 128, generator=g),
+        "gradients": torch.randn(16, 128, generator=g) * 1e-3,
+    }
+
+
+def recipe_runs() -> dict:
+    from amp_lab.training import TrainingRun
+
+    runs = {"FP32": TrainingRun("FP32", losses=[0.1] * 20), "FP8": TrainingRun("FP8", losses=[0.11] * 20)}
+    for r in runs.values():
+        r.test_accuracy = 0.95
+    return runs
+
+
+E("fp8_recipes.frontier_tensors", fuzz={"seed": Seed()})
+E(
+    "fp8_recipes.recipe_table",
+    lambda: dict(tensors=small_tensors()),
+    {"tensors": Mapping_(), "quantizers": Seq()},
+)
+E("fp8_recipes.transposition", lambda: dict(w=T(128, 128)), {"w": Tensor(), "block": Obj()})
+E("fp8_recipes.recipe_verdicts", lambda: dict(runs=recipe_runs()), {"runs": Mapping_(), "baseline": Str()})
+E(
+    "fp8_recipes.hadamard_reading",
+    lambda: dict(plain_error=0.1, transformed_error=0.2),
+    {"plain_error": Float(ge=0), "transformed_error": Float(ge=0)},
+    post=is_reading,
+)
+E(
+    "fp8_recipes.fp8_speed_rule",
+    lambda: dict(n=1024),
+    {
+        "n": Int(16, fp8_recipes.MAX_RULE_N),
+        "recipe": Str(choices=("tensorwise", "rowwise")),
+        "gpu": Str(),
+        "bf16_s": Float(gt=0, le=3600.0, optional=True),
+        "fp8_s": Float(gt=0, le=3600.0, optional=True),
+        "cast_s": Float(gt=0, le=3600.0, optional=True),
+    },
+)
+E("fp8_recipes.storage_bytes", lambda: dict(quantizer="nvfp4"), {"quantizer": Str(choices=tuple(fp8_recipes.STORAGE)),
+  "shape": Obj()})  # fmt: skip
+
+
 # --- fp8 ------------------------------------------------------------------------------------
 def fp8_model() -> torch.nn.Module:
     torch.manual_seed(0)
@@ -1415,15 +1492,76 @@ E("fp8.float8_module_filter", lambda: dict(module=torch.nn.Linear(16, 16)), {"mo
 E(
     "fp8.convert_to_float8",
     lambda: dict(model=fp8_model()),
-    {"model": Obj(), "scaling": Str(choices=fp8.SCALINGS), "module_filter": Callable_(), **HISTORY_KINDS},
+    {
+        "model": Obj(),
+        "recipe": Str(choices=fp8.RECIPES),
+        "scaling": Str(choices=fp8.SCALINGS),
+        "module_filter": Callable_(),
+        **HISTORY_KINDS,
+    },
 )
 E(
     "mx.convert_to_mx",
     lambda: dict(model=fp8_model()),
     {"model": Obj(), "elem": ELEMENT_FMT, "block_size": Obj(), "module_filter": Callable_()},
 )
-E("mx.mx_quantize", lambda: dict(x=T(2, 32)), {"x": Tensor(), "elem": ELEMENT_FMT, "block_size": Obj()})
-E("mx.nvfp4_quantize", lambda: dict(x=T(2, 32)), {"x": Tensor(), "per_tensor_scale": Obj()})
+E(
+    "mx.mx_quantize",
+    lambda: dict(x=T(2, 32)),
+    {"x": Tensor(), "elem": ELEMENT_FMT, "block_size": Obj(), "scale_mode": Str(choices=mx.SCALE_MODES)},
+)
+NVFP4_KINDS = {"x": Tensor(), "per_tensor_scale": Obj(), "block": Obj(), "rounding": Str(choices=mx.ROUNDINGS),
+               "generator": Obj()}  # fmt: skip
+E("mx.nvfp4_quantize", lambda: dict(x=T(16, 32)), NVFP4_KINDS)
+# notebook 11 calls the block formats and the accumulator through amp_lab.fp8, which re-exports them
+E("fp8.nvfp4_quantize", lambda: dict(x=T(16, 32)), NVFP4_KINDS)
+E(
+    "fp8.convert_to_mx",
+    lambda: dict(model=fp8_model()),
+    {"model": Obj(), "elem": ELEMENT_FMT, "block_size": Obj()},
+)
+E(
+    "fp8.convert_to_nvfp4",
+    lambda: dict(model=fp8_model()),
+    {"model": Obj(), "seed": Seed(), "module_filter": Callable_()},
+)
+E("fp8.random_hadamard", lambda: dict(n=16), {"n": Int(1, mx.MAX_HADAMARD, skip_above=256), "seed": Seed()})
+E("fp8.stochastic_round_fp4", lambda: dict(v=T(4, 16)), {"v": Tensor(), "generator": Obj()})
+E(
+    "fp8.blockwise_quantize",
+    lambda: dict(x=T(4, 256)),
+    {"x": Tensor(), "block": Obj(), "fmt": FP8_FMT},
+)
+E("fp8.quantization_stats", lambda: dict(x=T(16, 32), quantizer="rowwise"), {"x": Tensor(),
+  "quantizer": Str(choices=fp8.QUANTIZERS)})  # fmt: skip
+E(
+    "fp8.round_accumulator",
+    lambda: dict(x=T(8).double(), mantissa_bits=13),
+    {"x": Obj(), "mantissa_bits": Int(1, 52)},
+)
+E(
+    "fp8.limited_accumulation_matmul",
+    lambda: dict(a=T(2, 8), b=T(8, 3), mantissa_bits=13),
+    {
+        "a": Tensor(),
+        "b": Tensor(),
+        "mantissa_bits": Int(1, 52),
+        "promote_every": Int(1, 2**16, optional=True),
+    },
+)
+E(
+    "fp8.limited_accumulation_error",
+    lambda: dict(k=64, mantissa_bits=13, size=4),
+    {
+        "k": Int(1, 2**16, skip_above=4096),
+        "mantissa_bits": Int(1, 52),
+        "promote_every": Int(1, 2**16, optional=True),
+        "size": Int(1, 64, skip_above=8),
+        "seed": Seed(),
+    },
+    examples=3,
+    corpus_limit=2,
+)
 E(
     "fp8_explorer.make_tensor_sequence",
     lambda: dict(num_steps=4, size=16, spike_step=2),
@@ -1468,6 +1606,8 @@ E(
     lambda: dict(ours=[1.0, 0.5], theirs=[1.0, 0.5], same_weights=True),
     {"ours": Seq(), "theirs": Seq(), "same_weights": Bool()},
 )
+E("fp8_explorer.gradient_format_reading", lambda: dict(gradients=[T(4, 32), T(2, 64)]), {"gradients": Seq()})
+E("fp8_explorer.scale_mode_reading", lambda: dict(x=T(4, 64)), {"x": Tensor(), "block_size": Obj()})
 EXPLORER_KINDS = {
     "num_steps": Int(2, 200, skip_above=16),
     "size": Int(1, 4096, skip_above=64),

@@ -52,13 +52,17 @@ def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys
     assert len(stems) == 1 and STEM.match(stems.pop())
     report = _report(tmp_path)
     assert report["schema"] == references.RESULTS_SCHEMA and report["complete"] is True
-    # every section ok, but the FP8 race: skipped by design on the CPU test device, with the reason
+    # every section ok, but the FP8 races: skipped by design on the CPU test device, with the reason
+    fp8_sections = ("race_fp8_matmul", "race_fp8_rowwise", "fp8_blockwise")
     assert {k: v["status"] for k, v in report["sections"].items()} == {
-        **dict.fromkeys(gpu_check.SECTIONS, "ok"), "race_fp8_matmul": "skipped"}
+        **dict.fromkeys(gpu_check.SECTIONS, "ok"), **dict.fromkeys(fp8_sections, "skipped")}
     fp8 = report["sections"]["race_fp8_matmul"]
     assert fp8["reason"] == gpus.fp8_matmul_support(None).reason and fp8["planned_s"] == 0.0
-    assert report["race_fp8_matmul"]["supported"] is False and report["race_fp8_matmul"]["results"] == []
-    assert report["plan"]["skipped"] == {"race_fp8_matmul": fp8["reason"]}
+    for name in fp8_sections:
+        assert report["sections"][name]["reason"] == fp8["reason"] and report["sections"][name]["planned_s"] == 0.0
+        assert report[name]["supported"] is False and report[name]["results"] == []
+    assert report["race_fp8_rowwise"]["cast_overhead"] == []
+    assert report["plan"]["skipped"] == dict.fromkeys(fp8_sections, fp8["reason"])
     for key in ("precision_table", "race_matmul", "race_mlp", "alignment", "sweeps", "autocast_probe"):
         assert report[key], key
     rows = report["precision_table"]["rows"]
@@ -74,12 +78,13 @@ def test_cpu_run_writes_every_section_with_status_ok(gpu_check, tmp_path, capsys
     assert m["bf16_hardware"] is None and m["amp_dtypes"] == ["bfloat16"]
     out = capsys.readouterr().out
     assert "planned worst case" in out and out.count("race_matmul n=") == 1
-    assert f"race_fp8_matmul skipped: {fp8['reason']}" in out
+    assert f"race_fp8_matmul, race_fp8_rowwise, fp8_blockwise skipped: {fp8['reason']}" in out
     # The notebook's loader finds the timestamped file; the summary is beside it.
     assert references.load_reference_results(tmp_path)[0]["_file"] == names[0]
     md = (tmp_path / names[1]).read_text()
     assert md.startswith("# GPU check") and "## race_fp8_matmul" in md
     assert f"Not raced: {fp8['reason']}." in md and "| race_fp8_matmul | skipped: no CUDA GPU" in md
+    assert "## race_fp8_rowwise" in md and "## fp8_blockwise" in md and md.count(f"Not raced: {fp8['reason']}.") == 3
 
 
 def _fast(gpu_check, monkeypatch, **overrides):
@@ -160,8 +165,9 @@ def test_the_file_is_on_disk_after_the_first_section_and_survives_an_interrupt(g
     assert seen["sections"]["race_matmul"]["status"] == "running"
     report = _report(tmp_path)
     status = {k: v["status"] for k, v in report["sections"].items()}
-    assert status == {"precision_table": "ok", "race_matmul": "ok", "race_fp8_matmul": "ok", "race_mlp": "ok",
-                      "alignment": "interrupted", "autocast_probe": "pending", "sweeps": "pending"}  # fmt: skip
+    assert status == {"precision_table": "ok", "race_matmul": "ok", "race_fp8_matmul": "ok", "race_fp8_rowwise": "ok",
+                      "fp8_blockwise": "ok", "race_mlp": "ok", "alignment": "interrupted", "autocast_probe": "pending",
+                      "sweeps": "pending"}  # fmt: skip
     assert report["complete"] is False and report["sections"]["alignment"]["error"]["type"] == "KeyboardInterrupt"
     assert "total_s" in report
 
@@ -342,10 +348,12 @@ def test_the_plan_has_the_fp8_race_only_where_the_gpu_multiplies_fp8(gpu_check, 
         # two races of three contestants at --quick's sizes, each at most max_time_s plus a round and set-up
         assert gpu_check.QUICK["fp8_n"] == (4096, 8192)
         assert 2 * (gpu_check.QUICK["max_time_s"] + gpu_check.RACE_SETUP_S) <= budget["race_fp8_matmul"] < 20
-        assert skipped == {} and f"race_fp8_matmul {budget['race_fp8_matmul']:.0f} s" in text
+        assert "race_fp8_matmul" not in skipped and f"race_fp8_matmul {budget['race_fp8_matmul']:.0f} s" in text
     else:
-        assert budget["race_fp8_matmul"] == 0.0 and skipped == {"race_fp8_matmul": support.reason}
-        assert text.endswith(f"; race_fp8_matmul skipped: {support.reason}") and "race_fp8_matmul skipped," in text
+        assert budget["race_fp8_matmul"] == 0.0 and skipped == dict.fromkeys(
+            ("race_fp8_matmul", "race_fp8_rowwise", "fp8_blockwise"), support.reason)  # fmt: skip
+        assert text.endswith(f"; race_fp8_matmul, race_fp8_rowwise, fp8_blockwise skipped: {support.reason}")
+        assert "race_fp8_matmul skipped," in text
         assert f"sm_{facts.capability[0]}{facts.capability[1]}" in support.reason
     assert budget["total"] < gpu_check.QUICK_BUDGET_S
     assert budget["total"] == pytest.approx(sum(v for k, v in budget.items() if k != "total"), abs=0.5)
@@ -372,7 +380,7 @@ def test_the_fp8_section_with_a_gpus_facts_writes_its_table(gpu_check, tmp_path,
     the datasheet's; skipped with the reason where it does not."""
 
     class GpuFactsCheck(gpu_check.Check):
-        def __init__(self, dev, sizes, _capability, _arch_list=None):
+        def __init__(self, dev, sizes, *_):
             super().__init__(dev, sizes, capability, CU130)
 
     real_info = gpu_check.machine_info
@@ -413,7 +421,7 @@ def test_the_fp8_section_with_a_gpus_facts_writes_its_table(gpu_check, tmp_path,
 
 def test_a_failed_fp8_race_is_recorded_and_the_others_still_run(gpu_check, tmp_path, monkeypatch, capsys):
     class H100Check(gpu_check.Check):
-        def __init__(self, dev, sizes, _capability, _arch_list=None):
+        def __init__(self, dev, sizes, *_):
             super().__init__(dev, sizes, (9, 0), CU130)
 
     def boom(*args, **kwargs):
@@ -426,3 +434,139 @@ def test_a_failed_fp8_race_is_recorded_and_the_others_still_run(gpu_check, tmp_p
     assert "race_fp8_matmul (RuntimeError: CUBLAS_STATUS_NOT_SUPPORTED (simulated))" in capsys.readouterr().err
     status = {k: v["status"] for k, v in _report(tmp_path)["sections"].items()}
     assert status == {**dict.fromkeys(gpu_check.SECTIONS, "ok"), "race_fp8_matmul": "error"}
+
+
+# ------------------------------------------------------------------------------------------
+# The FP8 recipe sections (issue 26): rowwise with the cast overhead where FP8 GEMMs run, blockwise where torch
+# runs DeepSeek's scales (Hopper, CUDA 12.9 on); decisions from the facts of real GPUs and wheels
+# ------------------------------------------------------------------------------------------
+
+# (GPU, capability, torch.version.cuda of its wheel, the wheel's arch list, rowwise races, blockwise races)
+RECIPE_GPUS = [
+    ("T4", (7, 5), "13.0", CU130, False, False),
+    ("A100", (8, 0), "13.0", CU130, False, False),
+    ("L4", (8, 9), "13.0", CU130, True, False),
+    ("H100", (9, 0), "13.0", CU130, True, True),
+    ("H200", (9, 0), "13.0", CU130, True, True),
+    ("H200 under cu126", (9, 0), "12.6", CU126, True, False),  # cuBLASLt before 12.9: no block scales
+    ("B200", (10, 0), "13.0", CU130, True, False),
+    ("RTX 5090", (12, 0), "13.0", CU130, True, False),
+]
+
+
+@pytest.mark.parametrize(("name", "capability", "cuda", "arch", "rowwise", "blockwise"), RECIPE_GPUS,
+                         ids=[g[0] for g in RECIPE_GPUS])  # fmt: skip
+def test_the_quick_plan_races_each_recipe_only_where_it_runs(gpu_check, name, capability, cuda, arch, rowwise,
+                                                            blockwise):  # fmt: skip
+    kw = {"capability": capability, "arch_list": arch, "cuda_version": cuda}
+    budget = gpu_check.plan(gpu_check.QUICK, gpu_check.amp_dtypes(capability), **kw)
+    skipped = gpu_check.skipped_sections("cuda", capability, arch, cuda)
+    assert list(budget) == ["start-up", *gpu_check.SECTIONS, "total"] and budget["total"] < gpu_check.QUICK_BUDGET_S
+    race_s = gpu_check.QUICK["max_time_s"] + gpu_check.RACE_SETUP_S  # an adaptive race's worst case, at least
+    sizes = len(gpu_check.QUICK["fp8_n"])
+    if rowwise:  # the race and, per size and scaling, a cast overhead of fixed rounds with its set-up
+        assert sizes * race_s + 2 * sizes * gpu_check.RACE_SETUP_S <= budget["race_fp8_rowwise"] < 30
+    assert ("race_fp8_rowwise" in skipped) is (not rowwise) and (budget["race_fp8_rowwise"] == 0) is (not rowwise)
+    assert ("fp8_blockwise" in skipped) is (not blockwise) and (budget["fp8_blockwise"] == 0) is (not blockwise)
+    if blockwise:
+        assert len(gpu_check.QUICK["fp8_block_n"]) * race_s <= budget["fp8_blockwise"] < 20
+    check = gpu_check.Check(torch.device("cuda"), gpu_check.QUICK, capability, arch, cuda)
+    assert check.blockwise_support == race.fp8_blockwise_support(capability, arch, cuda)
+    if not blockwise:
+        assert skipped["fp8_blockwise"] == check.blockwise_support.reason
+    if not rowwise:
+        assert skipped["race_fp8_rowwise"] == skipped["race_fp8_matmul"] == check.fp8_support.reason
+    text = gpu_check.plan_text(budget, "x", skipped)
+    for section in ("race_fp8_rowwise", "fp8_blockwise"):
+        assert (f"{section} skipped," in text) is (section in skipped)
+    assert all(f"skipped: {why}" in text for why in skipped.values())
+    # without a GPU the sections plan nothing, whatever the facts
+    tiny = gpu_check.plan(gpu_check.TINY, [torch.bfloat16], device_type="cpu", **kw)
+    assert tiny["race_fp8_rowwise"] == tiny["fp8_blockwise"] == 0.0
+
+
+def test_the_docstring_states_the_plan_of_the_new_sections(gpu_check):
+    h100 = {"capability": (9, 0), "cuda_version": "13.0"}
+    quick = gpu_check.plan(gpu_check.QUICK, gpu_check.amp_dtypes((9, 0)), **h100)
+    full = gpu_check.plan(gpu_check.FULL, gpu_check.amp_dtypes((9, 0)), **h100)
+    rows = {m[1]: (int(m[2]), int(m[3])) for m in re.finditer(r"^(\S+) .*?(\d+)\s+(\d+)$", gpu_check.__doc__, re.M)}
+    for section in ("race_fp8_rowwise", "fp8_blockwise", "total"):
+        assert rows[section] == pytest.approx((quick[section], full[section]), abs=1), section
+
+
+def _dequantized_blockwise(a8, b8, sa, sb):
+    """The blockwise GEMM from its definition (each tile times its multiplier, an FP32 product), for the CPU."""
+    k, n = a8.shape[1], b8.shape[1]
+    a = a8.float() * sa.repeat_interleave(128, 1)[:, :k]
+    b = b8.float() * sb[: -(-k // 128)].repeat_interleave(128, 0)[:k].repeat_interleave(128, 1)[:, :n]
+    return (a @ b).to(torch.bfloat16)
+
+
+def _recipe_run(gpu_check, tmp_path, monkeypatch, capability, cuda="13.0"):
+    """The two recipe sections for real on the CPU device, handed a GPU's facts (the check's, and the race's: its
+    CUDA checks run with CPU tensors, the blockwise GEMM emulated from its definition, as the CPU has none)."""
+    class FactsCheck(gpu_check.Check):
+        def __init__(self, dev, sizes, *_):
+            super().__init__(dev, sizes, capability, CU130, cuda)
+
+    monkeypatch.setattr(gpu_check, "Check", FactsCheck)
+    monkeypatch.setattr(race, "device_facts", lambda dev: ("cuda", capability))
+    monkeypatch.setattr(race, "_cuda_arch_list", lambda: CU130)
+    monkeypatch.setattr(race, "_cuda_version", lambda: cuda)
+    monkeypatch.setattr(race, "_blockwise_mm", _dequantized_blockwise)
+    real = gpu_check.SECTION_FUNCTIONS
+    others = {k: (lambda check, sec: None) for k in gpu_check.SECTIONS if k not in ("race_fp8_rowwise", "fp8_blockwise")}
+    _fast(gpu_check, monkeypatch, race_fp8_rowwise=real["race_fp8_rowwise"], fp8_blockwise=real["fp8_blockwise"],
+          **others)  # fmt: skip
+    code = gpu_check.main(["--device", "cpu", "--out", str(tmp_path)])
+    return code, _report(tmp_path), next(tmp_path.glob("*.md")).read_text()
+
+
+@pytest.mark.parametrize(("capability", "rowwise", "blockwise"), [((9, 0), True, True), ((8, 9), True, False),
+                                                                  ((8, 0), False, False)], ids=["H100", "L4", "A100"])  # fmt: skip
+def test_the_recipe_sections_with_a_gpus_facts_write_their_tables(gpu_check, tmp_path, monkeypatch, capability,
+                                                                  rowwise, blockwise):  # fmt: skip
+    code, report, md = _recipe_run(gpu_check, tmp_path, monkeypatch, capability)
+    assert code == 0
+    status = {k: report["sections"][k]["status"] for k in ("race_fp8_rowwise", "fp8_blockwise")}
+    assert status == {"race_fp8_rowwise": "ok" if rowwise else "skipped", "fp8_blockwise": "ok" if blockwise else "skipped"}
+    row, block = report["race_fp8_rowwise"], report["fp8_blockwise"]
+    assert row["support"] == gpus.fp8_matmul_support(capability, CU130).reason
+    assert block["support"] == race.fp8_blockwise_support(capability, CU130, "13.0").reason
+    if not rowwise:
+        assert row["results"] == row["cast_overhead"] == [] and md.count(f"Not raced: {row['support']}.") == 2
+        return
+    (r,) = row["results"]
+    n = gpu_check.TINY["fp8_n"][0]
+    assert r["params"] == {"n": n, "scaling": "rowwise"} and set(r["timings"]) == {"fp32", "amp", "fp8", "fp8_rowwise"}
+    assert [(c["params"]["n"], c["params"]["scaling"]) for c in row["cast_overhead"]] == [(n, "tensorwise"), (n, "rowwise")]
+    for c in row["cast_overhead"]:  # fixed rounds, as the sizes say
+        assert c["kind"] == "fp8_cast_overhead" and len(c["timings"]["cast"]["samples_s"]) == gpu_check.TINY["cast_repeats"]
+        assert c["overhead_s"] == 2 * c["cast_s"] and c["rule_outcome"] == c["rule"]["outcome"]
+        pays = {"faster": "yes", "slower": "no"}.get(c["rule_outcome"], c["rule_outcome"])
+        line = next(x for x in md.splitlines() if x.startswith(f"| {n} | {c['params']['scaling']} |"))
+        assert line.endswith(f"| {pays} |") and "too few rounds" in line  # three rounds: no interval yet
+    lines = md.splitlines()
+    assert "## race_fp8_rowwise" in md and "torchao's rule: FP8 pays where the BF16 GEMM time" in md
+    lane_row = next(x for x in lines if x.startswith(f"| {n} | ") and x.count("|") == 9)
+    assert f"| {r['tflops']['fp8_rowwise']:.3g} |" in lane_row
+    if blockwise:
+        (b,) = block["results"]
+        assert b["params"] == {"n": gpu_check.TINY["fp8_block_n"][0], "scaling": "blockwise"}
+        assert "fp8_blockwise_vs_tensorwise" in b and any(x.startswith("| 128 | ") for x in lines)
+        assert f"Why this GPU races it: {block['support']}." in md
+    else:
+        assert block["results"] == [] and f"Not raced: {block['support']}." in md
+        assert report["sections"]["fp8_blockwise"]["reason"] == block["support"]
+
+
+def test_a_failed_cast_overhead_is_recorded_and_the_race_kept(gpu_check, tmp_path, monkeypatch, capsys):
+    def boom(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access (simulated)")
+
+    monkeypatch.setattr(race, "fp8_cast_overhead", boom)
+    code, report, md = _recipe_run(gpu_check, tmp_path, monkeypatch, (9, 0))
+    assert code == 1 and "race_fp8_rowwise (RuntimeError: CUDA error" in capsys.readouterr().err
+    s = report["sections"]["race_fp8_rowwise"]
+    assert s["status"] == "error" and [e["item"] for e in s["errors"]] == ["cast n=32 tensorwise", "cast n=32 rowwise"]
+    assert len(report["race_fp8_rowwise"]["results"]) == 1 and report["sections"]["fp8_blockwise"]["status"] == "ok"

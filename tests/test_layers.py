@@ -1,6 +1,6 @@
 """The package's map and rule (CONTRIBUTING.md, "The map, and the rule"), read from CONTRIBUTING itself so
 the two cannot drift: every module sits in one layer and imports only modules of lower layers, at the top
-of its file; no module is over 700 lines, and the whole package (exercises included) stays under 16,500."""
+of its file; no module is over 700 lines, and the whole package (exercises included) stays under 18,000."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "amp_lab"
 MAX_LINES = 700
-MAX_PACKAGE_LINES = 16_500  # the whole package, its .py files (ruff-formatted), exercises included
+MAX_PACKAGE_LINES = 18_000  # the whole package, its .py files (ruff-formatted), exercises included
 
 
 def layer_table(text: str) -> dict[str, tuple[int, str]]:

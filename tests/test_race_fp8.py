@@ -460,3 +460,301 @@ def test_step_bytes_of_an_fp8_race_counts_no_casts():
     assert cost.call_bytes("fp8_matmul", {"n": n}, None) == 12 * n * n
     assert cost.call_bytes("fp8_matmul", {"n": n}, torch.bfloat16) == 6 * n * n
     assert cost.call_bytes("matmul", {"n": n}, torch.bfloat16) == 18 * n * n  # race_matmul: + casts (8 + 4)
+
+
+# ------------------------------------------------------------------------------------------
+# Rowwise and blockwise lanes (issue 26): scales against torchao and hand-computed tiles, layouts against torch's
+# own CUDA checks (the meta kernels of torch._scaled_mm and scaled_mm check shapes and strides as CUDA does)
+# ------------------------------------------------------------------------------------------
+
+
+def _torchao():
+    from amp_lab.fp8 import import_torchao
+
+    import_torchao()
+    from torchao.float8.float8_utils import ScalingGranularity, tensor_to_scale, to_fp8_saturated
+
+    return ScalingGranularity, tensor_to_scale, to_fp8_saturated
+
+
+def _spread_rows(m, k, seed=0, dtype=torch.float32):
+    """Rows whose magnitudes span 2**-12 .. 2**12 (tokens of very different sizes), as rowwise scaling meets them."""
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(m, k, generator=gen) * 2.0 ** torch.linspace(-12, 12, m)[:, None]).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rowwise_and_tensorwise_tiles_are_torchaos_bit_for_bit(dtype):
+    granularity, tensor_to_scale, to_fp8_saturated = _torchao()
+    x = _spread_rows(32, 48, dtype=dtype)
+    x[3, 5] = 0.0
+    x[7] = 0.0  # an all-zero row: torchao's EPS floor gives it a finite scale
+    q, inv = race._e4m3_tiles(x, 1, 48)
+    scale = tensor_to_scale(x, torch.float8_e4m3fn, scaling_granularity=granularity.AXISWISE, axiswise_dim=-1)
+    assert inv.shape == scale.shape == (32, 1) and inv.dtype == torch.float32
+    assert torch.equal(inv, scale.reciprocal())
+    assert torch.equal(q.view(torch.uint8), to_fp8_saturated(x.float() * scale, torch.float8_e4m3fn).view(torch.uint8))
+    q, inv = race._e4m3_tiles(x, 32, 48)  # one tile: tensorwise
+    scale = tensor_to_scale(x, torch.float8_e4m3fn)
+    assert torch.equal(inv.reshape(()), scale.reciprocal())
+    assert torch.equal(q.view(torch.uint8), to_fp8_saturated(x.float() * scale, torch.float8_e4m3fn).view(torch.uint8))
+
+
+def test_blockwise_tiles_against_hand_computed_scales():
+    x = _spread_rows(256, 384, seed=1)
+    x[128:, 256:] = 0.0  # one all-zero 128 x 128 block
+    for rows, cols in ((1, 128), (128, 128)):
+        q, inv = race._e4m3_tiles(x, rows, cols)
+        assert q.dtype == torch.float8_e4m3fn and inv.shape == (256 // rows, 384 // cols)
+        for i, j in ((0, 0), (inv.shape[0] - 1, 1), (inv.shape[0] // 2, 2)):
+            tile = x[i * rows : (i + 1) * rows, j * cols : (j + 1) * cols]
+            amax = max(tile.abs().max().item(), 1e-12)  # torchao's EPS
+            scale = np.float32(448.0 / amax)  # in float64, then float32
+            assert inv[i, j].item() == np.float32(1.0) / scale
+            part = q[i * rows : (i + 1) * rows, j * cols : (j + 1) * cols].float()
+            assert part.abs().max().item() == (448.0 if amax > 1e-12 else 0.0)  # each tile's amax lands on 448
+            expected = torch.clamp(tile * torch.tensor(scale), -448, 448).to(torch.float8_e4m3fn).float()
+            assert torch.equal(part, expected)
+
+
+@pytest.mark.parametrize("scaling", ["rowwise", "blockwise"])
+@pytest.mark.parametrize(("m", "k", "n"), [(128, 128, 128), (256, 384, 512), (512, 1024, 256), (384, 640, 128)])
+def test_the_operands_pass_torchs_cuda_layout_checks(scaling, m, k, n):
+    """On the meta device torch runs its CUDA checks (row-major A, column-major B, dims multiples of 16, the
+    scales' shapes and strides for each recipe, K/128 padded to fours for 128 x 128 blocks) without a GPU."""
+    A, B = torch.empty(m, k, device="meta"), torch.empty(k, n, device="meta")
+    a8, b8, sa, sb = race._fp8_operands(A, B, scaling)
+    assert a8.is_contiguous() and b8.stride() == (1, k) and sa.dtype == sb.dtype == torch.float32
+    out = race._scaled_gemm(a8, b8, sa, sb, scaling)()
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    if scaling == "blockwise":
+        assert sa.shape == (m, k // 128) and sa.stride(0) == 1
+        assert sb.shape == (-(-k // 128 // 4) * 4, n // 128) and sb.stride(0) == 1
+        if k > 128:  # the same tile scales laid out row-major: refused, so the check can fail
+            with pytest.raises(RuntimeError, match="1x128 x 128x128 blockwise scaling"):
+                race._blockwise_mm(a8, b8, sa.contiguous(), sb)
+    else:
+        assert (sa.shape, sb.shape) == ((m, 1), (1, n))
+
+
+def _dequantized_blockwise(a8, b8, sa, sb):
+    """The blockwise GEMM emulated from its definition: each tile times its multiplier, then an FP32 product."""
+    k, n = a8.shape[1], b8.shape[1]
+    a = a8.float() * sa.repeat_interleave(128, 1)[:, :k]
+    b = b8.float() * sb[: -(-k // 128)].repeat_interleave(128, 0)[:k].repeat_interleave(128, 1)[:, :n]
+    return (a @ b).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise", "blockwise"])
+def test_finer_scales_follow_rows_of_different_sizes(scaling):
+    """On rows spanning 2**24, tensorwise E4M3 flushes the small rows; rowwise and blockwise keep them.  The
+    dequantized product against float64 (and, where the CPU runs it, torch._scaled_mm's own result)."""
+    A, B = _spread_rows(256, 256, seed=2), torch.randn(256, 256, generator=torch.Generator().manual_seed(3))
+    if scaling == "tensorwise":
+        (a8, sa), (b8, sb) = race._tensorwise_e4m3(A), race._tensorwise_e4m3(B)
+        out = torch._scaled_mm(a8, b8.t().contiguous().t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    else:
+        ops = race._fp8_operands(A, B, scaling)
+        out = _dequantized_blockwise(*ops) if scaling == "blockwise" else race._scaled_gemm(*ops, scaling)()
+        deq = (ops[0].double() * ops[2].double()) @ (ops[1].double() * ops[3].double()) if scaling == "rowwise" else None
+        if deq is not None:  # row by row, as the rows' sizes differ by 2**24
+            size = deq.abs().amax(1, keepdim=True)
+            torch.testing.assert_close(out.double() / size, deq / size, rtol=2**-7, atol=1e-3)
+    exact = A.double() @ B.double()
+    small = slice(0, 32)  # the smallest rows: magnitudes near 2**-12
+    rel = ((out[small].double() - exact[small]).norm() / exact[small].norm()).item()
+    if scaling == "tensorwise":
+        assert rel > 0.5  # most of them rounded to zero
+    else:
+        assert rel < 0.1  # within E4M3's few percent
+
+
+# ------------------------------------------------------------------------------------------
+# Which GPUs run blockwise FP8 GEMMs (torch 2.13: cuBLASLt's kernel, Hopper only, CUDA 12.9 and later)
+# ------------------------------------------------------------------------------------------
+
+# (GPU, capability, CUDA version of the build, blockwise runs?, reason code or None where FP8 itself is missing)
+BLOCKWISE = [
+    ("T4", (7, 5), "13.0", False, None),
+    ("A100", (8, 0), "13.0", False, None),
+    ("L4", (8, 9), "13.0", False, "blockwise_hopper_only"),
+    ("H100", (9, 0), "13.0", True, "blockwise_runs"),
+    ("H100 cu129", (9, 0), "12.9", True, "blockwise_runs"),
+    ("H100 cu128", (9, 0), "12.8", False, "blockwise_old_cuda"),
+    ("H200 cu126", (9, 0), "12.6", False, "blockwise_old_cuda"),
+    ("H200 unchecked", (9, 0), None, True, "blockwise_runs"),
+    ("B200", (10, 0), "13.0", False, "blockwise_hopper_only"),
+    ("RTX 5090", (12, 0), "12.8", False, "blockwise_hopper_only"),
+]
+
+
+@pytest.mark.parametrize(("name", "capability", "cuda", "runs", "code"), BLOCKWISE, ids=[g[0] for g in BLOCKWISE])
+def test_blockwise_support_of_real_gpus(name, capability, cuda, runs, code):
+    support = race.fp8_blockwise_support(capability, CU130, cuda)
+    assert bool(support) is runs and support.supported is runs
+    if code is None:  # no FP8 Tensor Cores: FP8's own reason
+        assert support == gpus.fp8_matmul_support(capability, CU130)
+        return
+    assert support.code == f"fp8_recipes_race.{code}" and f"sm_{capability[0]}{capability[1]}" in support.reason
+    if code == "blockwise_old_cuda":
+        assert f"CUDA {cuda}" in support.reason and "12.9" in support.reason
+
+
+def test_blockwise_support_needs_kernels_a_gpu_and_the_api(monkeypatch):
+    assert race.fp8_blockwise_support((9, 0), CU126[:4], "13.0").code == "fp8.no_kernels"  # a build without sm_90
+    assert race.fp8_blockwise_support(None) == gpus.fp8_matmul_support(None)
+    monkeypatch.delattr(torch.nn.functional, "ScalingType")  # a torch from before scaled_mm's block scales
+    old = race.fp8_blockwise_support((9, 0), CU130, "13.0")
+    assert not old and old.code == "fp8_recipes_race.blockwise_no_api" and torch.__version__ in old.reason
+
+
+# ------------------------------------------------------------------------------------------
+# race_fp8_matmul(scaling=...)
+# ------------------------------------------------------------------------------------------
+
+
+def test_a_rowwise_race_adds_its_lane_beside_the_tensorwise_one(spy):
+    n = 32
+    r = race.race_fp8_matmul(n, device="cpu", scaling="rowwise", **FAST)
+    assert list(r.timings) == ["fp32", "amp", "fp8", "fp8_rowwise"] and r.params == {"n": n, "scaling": "rowwise"}
+    A, B = race._operands(n, torch.device("cpu"))
+    cells = spy["closures"]["fp8_rowwise"].__closure__
+    a8, b8, sa, sb = (cell.cell_contents for cell in cells if isinstance(cell.cell_contents, torch.Tensor))
+    assert (sa.shape, sb.shape, b8.stride()) == ((n, 1), (1, n), (1, n))
+    out = spy["fp8_rowwise"]
+    assert out.dtype == torch.bfloat16 and torch.equal(out, torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb,
+                                                                             out_dtype=torch.bfloat16))  # fmt: skip
+    exact = A.double() @ B.double()
+    assert 0 < ((out.double() - exact).norm() / exact.norm()).item() < 0.1
+    assert torch.equal(spy["fp8"], spy["closures"]["fp8"]())  # the tensorwise lane as before
+    rows = np.array(r.amp.samples) / np.array(r.timings["fp8_rowwise"].samples)
+    assert r.lane_speedup("fp8_rowwise").ratio == pytest.approx(float(np.median(rows)), rel=1e-12)
+    assert r.lane_speedup("fp8_rowwise", "fp8") == intervals.speedup_estimate(r.fp8, r.timings["fp8_rowwise"])
+    assert r.lane_speedup("fp8_blockwise") is None and r.bytes_moved("fp8_rowwise") == 4 * n * n
+    data = json.loads(json.dumps(r.to_dict()))
+    assert data["fp8_rowwise_speedup_interval"]["pairs"] == 4 and "fp8_rowwise_vs_tensorwise" in data
+    assert "rowwise scales" in r.context["fp8_rowwise"] and "tensorwise scales" in r.context["fp8"]
+    lines = str(r).splitlines()
+    assert f"  speedup (FP8 tensorwise / FP8 rowwise): {r.lane_speedup('fp8_rowwise', 'fp8')}" in lines
+    assert set(r.regimes) == {"fp32", "amp", "fp8", "fp8_rowwise"}
+    assert race.fp8_summary(r).reasons[:2] == ("race.fp8_head", "race.fp8_no_units")
+
+
+def test_reuse_takes_a_rowwise_race_for_a_tensorwise_one_never_the_reverse(monkeypatch):
+    rowwise = race.race_fp8_matmul(16, device="cpu", scaling="rowwise", **FAST)
+    plain = race.race_fp8_matmul(16, device="cpu", **FAST)
+    monkeypatch.setattr(race, "measure", lambda *a, **k: pytest.fail("raced a configuration measured already"))
+    assert race.race_fp8_matmul(16, device="cpu", reuse=[rowwise], **FAST) is rowwise  # it holds a tensorwise lane
+    assert race.race_fp8_matmul(16, device="cpu", scaling="rowwise", reuse=[plain, rowwise], **FAST) is rowwise
+    with pytest.raises(pytest.fail.Exception):
+        race.race_fp8_matmul(16, device="cpu", scaling="rowwise", reuse=[plain], **FAST)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"scaling": "colwise"}, ValueError, "scaling='colwise' is not allowed"),
+        ({"scaling": 5}, TypeError, "scaling must be"),
+        ({"scaling": "blockwise"}, ValueError, "n must be >= 128"),
+        ({"n": 200, "scaling": "blockwise"}, ValueError, "choose n=128 or n=256"),
+        ({"n": 128, "scaling": "blockwise"}, ValueError, r"scaling='blockwise'\) cannot race on cpu: torch has no CPU"),
+    ],
+)
+def test_bad_scalings_are_refused_before_anything_is_allocated(no_allocation, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        race.race_fp8_matmul(**{"n": 16, "device": "cpu", **FAST, **kwargs})
+
+
+@pytest.mark.parametrize(("capability", "cuda", "says"), [((10, 0), "13.0", "only on Hopper"),
+                                                          ((9, 0), "12.8", "CUDA 12.8"), ((8, 9), "13.0", "Hopper")])  # fmt: skip
+def test_blockwise_elsewhere_than_a_new_hopper_build_is_refused_with_the_reason(monkeypatch, no_allocation,
+                                                                                capability, cuda, says):  # fmt: skip
+    _gpu_facts(monkeypatch, capability, CU130)
+    monkeypatch.setattr(race, "_cuda_version", lambda: cuda)
+    with pytest.raises(ValueError, match=r"race_fp8_matmul\(scaling='blockwise'\) cannot race") as info:
+        race.race_fp8_matmul(128, device="cpu", scaling="blockwise", **FAST)
+    assert says in str(info.value) and race.fp8_blockwise_support(capability, CU130, cuda).reason in str(info.value)
+
+
+def test_a_hopper_races_the_blockwise_lane(monkeypatch, spy):
+    """H100 facts, CPU tensors: the CUDA path runs, its GEMM emulated from the definition (the CPU has no kernel)."""
+    _gpu_facts(monkeypatch, (9, 0), CU130)
+    monkeypatch.setattr(race, "_cuda_version", lambda: "13.0")
+    monkeypatch.setattr(race, "_blockwise_mm", _dequantized_blockwise)
+    r = race.race_fp8_matmul(256, device="cpu", scaling="blockwise", **FAST)
+    assert list(r.timings) == ["fp32", "amp", "fp8", "fp8_blockwise"] and r.params["scaling"] == "blockwise"
+    A, B = race._operands(256, torch.device("cpu"))
+    exact = A.double() @ B.double()
+    out = spy["fp8_blockwise"]
+    assert out.dtype == torch.bfloat16 and 0 < ((out.double() - exact).norm() / exact.norm()).item() < 0.1
+    assert "blockwise scales" in r.context["fp8_blockwise"] and "fp8_blockwise_vs_tensorwise" in r.to_dict()
+
+
+# ------------------------------------------------------------------------------------------
+# fp8_cast_overhead: the cast of an operand, and torchao's rule measured in the same rounds
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scaling", ["tensorwise", "rowwise"])
+def test_the_cast_overhead_times_torchaos_cast_and_reads_the_rule_from_the_rounds(spy, scaling):
+    granularity, tensor_to_scale, to_fp8_saturated = _torchao()
+    n = 32
+    c = race.fp8_cast_overhead(n, device="cpu", scaling=scaling, dtype="bf16", **{**FAST, "repeats": 6})
+    assert (c.n, c.scaling, c.dtype) == (n, scaling, torch.bfloat16) and list(c.timings) == ["amp", "fp8", "cast"]
+    A, B = race._operands(n, torch.device("cpu"))
+    A_low = A.bfloat16()
+    assert torch.equal(spy["amp"], A_low @ B.bfloat16())
+    q, inv = spy["cast"]  # the timed cast: torchao's scale and saturating cast of the bfloat16 operand
+    kw = {"scaling_granularity": granularity.AXISWISE, "axiswise_dim": -1} if scaling == "rowwise" else {}
+    scale = tensor_to_scale(A_low, torch.float8_e4m3fn, **kw)
+    assert torch.equal(q.view(torch.uint8), to_fp8_saturated(A_low.float() * scale, torch.float8_e4m3fn).view(torch.uint8))
+    assert torch.equal(inv.reshape(scale.shape), scale.reciprocal())
+    samples = {k: t.samples for k, t in c.timings.items()}
+    assert c.seconds == float(np.median(samples["cast"])) and c.overhead_s == 2 * c.seconds
+    assert c.savings_s == pytest.approx(float(np.median(samples["amp"]) - np.median(samples["fp8"])))
+    # six rounds at 95%: the sign test's interval of a median runs from the smallest sample to the largest
+    iv = c.seconds_interval
+    assert (iv.low, iv.high, iv.pairs) == (min(samples["cast"]), max(samples["cast"]), 6)
+    ratios = sorted(a / (f + 2 * k) for a, f, k in zip(samples["amp"], samples["fp8"], samples["cast"], strict=True))
+    assert (c.rule.ratio, c.rule.low, c.rule.high) == pytest.approx((np.median(ratios), ratios[0], ratios[-1]))
+    assert c.rule.outcome == ("faster" if ratios[0] > 1 else "slower" if ratios[-1] < 1 else "too close to call")
+    data = json.loads(json.dumps(c.to_dict()))
+    assert data["params"] == {"n": n, "scaling": scaling} and data["rule_outcome"] == c.rule.outcome
+    assert data["cast_interval_s"] == [iv.low, iv.high] and set(data["timings"]) == {"amp", "fp8", "cast"}
+    assert str(c).splitlines()[-1].endswith(f"{c.rule}: {c.rule.outcome}")
+
+
+def test_too_few_rounds_give_the_cast_an_open_interval():
+    c = race.fp8_cast_overhead(16, device="cpu", **{**FAST, "repeats": 3})
+    assert c.seconds_interval.high == float("inf") and "too few rounds" in str(c)
+    assert json.loads(json.dumps(c.to_dict()))["cast_interval_s"][1] == "inf"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"scaling": "blockwise"}, ValueError, "scaling='blockwise' is not allowed"),
+        ({"n": 40}, ValueError, "choose n=32 or n=48"),
+        ({"n": 2.5}, TypeError, "n must be an integer"),
+        ({"repeats": 7000, "min_sample_s": 0.2, "target_rel_width": None}, ValueError, "3 contestants"),
+        ({"budget_s": 0.5}, ValueError, "budget_s must be >= 1"),
+        ({"device": "tpu"}, ValueError, "device"),
+    ],
+)
+def test_the_cast_overhead_refuses_bad_arguments_before_allocating(no_allocation, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        race.fp8_cast_overhead(**{"n": 16, "device": "cpu", **FAST, **kwargs})
+
+
+def test_the_cast_overhead_is_bounded_by_memory_time_and_the_gpu(monkeypatch, no_allocation):
+    monkeypatch.setattr(device_module, "available_bytes", lambda dev=None: 10**6)
+    with pytest.raises(ValueError, match=r"fp8_cast_overhead\(n=1024, scaling='tensorwise'\).*refused before"):
+        race.fp8_cast_overhead(1024, device="cpu", **FAST)
+    monkeypatch.undo()
+    monkeypatch.setattr(race, "_operands", lambda *a: pytest.fail("allocated the operands of a refused run"))
+    monkeypatch.setattr(race._timing, "calibrated_seconds", lambda *a, **k: 100.0)  # calls of 100 s each
+    with pytest.raises(ValueError, match=r"fp8_cast_overhead\(n=64, scaling='rowwise'\) would take about"):
+        race.fp8_cast_overhead(64, device="cpu", scaling="rowwise", **FAST)
+    _gpu_facts(monkeypatch, (8, 0), CU130)
+    with pytest.raises(ValueError, match=r"fp8_cast_overhead cannot race on cpu: Ampere \(sm_80\)"):
+        race.fp8_cast_overhead(64, device="cpu", **FAST)

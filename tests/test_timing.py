@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 
 import numpy as np
 import pytest
@@ -714,3 +715,15 @@ def test_the_notebook_timer_cell_and_measure_take_the_same_samples(monkeypatch):
     assert cell_ratio == measure_ratio
     # a hand-computed round: after 2 warm-up calls each, round 0 runs fp32 calls 2-4 (4+3+5) then amp's 2-4 (2+1+2)
     assert cell_samples["fp32"][0] == 4.0 and cell_samples["amp"][0] == 5.0 / 3
+
+
+def test_calibrated_seconds_max_power_caps_the_extrapolation():
+    """A call whose time grows as m**2 is extrapolated as m**2 by default (up to power + 1) and linearly with
+    max_power=1: what compare's matmul calibration asks for, so one slow sample cannot read as growth."""
+
+    def make(m):
+        return lambda: time.sleep(1e-6 * m * m)
+
+    capped = timing.calibrated_seconds(make, 1024, "cpu", power=1, start=8, max_power=1)
+    free = timing.calibrated_seconds(make, 1024, "cpu", power=1, start=8)
+    assert free > 3 * capped > 0

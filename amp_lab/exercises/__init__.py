@@ -1,4 +1,4 @@
-"""The course's exercises, one module per notebook (``nb01`` ... ``nb10``): a check cell is one call,
+"""The course's exercises, one module per notebook (``nb01`` ... ``nb11``): a check cell is one call,
 ``nb03.ex2.check(answer, ...)``; the expected values and common wrong answers (:class:`Mistake`) stay here."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import NamedTuple
 from .._checks import check_bool
 from ..check_base import CheckResult, finish
 
-NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09", "nb10")
+NOTEBOOK_MODULES = ("nb01", "nb02", "nb03", "nb04", "nb05", "nb06", "nb07", "nb08", "nb09", "nb10", "nb11")
 
 
 class Mistake(NamedTuple):
