@@ -137,7 +137,7 @@ nbval-matrix: $(STAMP)
 # 04's model took 4.8 s (1.6 s alone), and the estimate a bounded call makes first, from timed small matmuls,
 # read 75-180 s for a run estimated at 1 s alone, so 04's runs were refused (budget_s=30).
 browser: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest tests/browser
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest tests/browser --durations=20
 
 # Stages run in this order and stop at the first failure; each prints its wall time (the install is the
 # first stage on a fresh clone).  Targets joined by + run side by side (make -j, one job each; -Otarget
