@@ -21,6 +21,19 @@ os.environ.setdefault("AMP_LAB_PROGRESS", "0")
 import pytest  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for a module of small tensors: a second thread only adds contention on a busy
+    2-core machine (10x slower for test_scaling's).  A module asks for it with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def fake_gpu(monkeypatch):
     """Make this CPU build of torch report one CUDA GPU: ``fake_gpu(name, capability, arch_list)``.  Only

@@ -35,13 +35,7 @@ DTYPES = {"fp8_e4m3": E4M3, "fp8_e5m2": E5M2}
 FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small tensors: a second thread only adds contention on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
@@ -490,7 +484,9 @@ def test_float8_linear_calls_exactly_the_float8_matmul_the_notebook_shows(monkey
     layer = fp8.Float8Linear.from_float(nn.Linear(32, 16))
     x = torch.randn(4, 32, requires_grad=True)
     layer(x).sum().backward()
-    assert len(calls) == 1 and calls[0][0] is x and calls[0][1] is layer.weight and calls[0][2] is layer.recipe
+    assert (
+        len(calls) == 1 and calls[0][0] is x and calls[0][1] is layer.weight and calls[0][2] is layer.recipe
+    )
     assert x.grad is not None and layer.weight.grad is not None
 
 
@@ -780,14 +776,23 @@ def test_trajectories_follow_their_definitions():
     # The reveal's reading: the same numbers, picked at the spike.
     reading = fp8_explorer.spike_reading(current, delayed, 10)
     assert reading.outcome == "fp8.delayed_saturates"
-    assert reading.reasons == ("fp8.current_rescales", "fp8.error_hides_underflow", "fp8.delayed_rounds_after")
+    assert reading.reasons == (
+        "fp8.current_rescales",
+        "fp8.error_hides_underflow",
+        "fp8.delayed_rounds_after",
+    )
     f = reading.facts
     # the window after the spike is the history_len steps the outlier stays in the history, as in the notebook
     assert (f["saturated_delayed"], f["saturated_current"], f["n_after"], f["max"]) == (1, 0, 8, 448.0)
     assert delayed.after_spike(10) == range(11, 19) and current.after_spike(10) == range(11, 27)
     assert f["amax_ratio"] == delayed.amax[10] / max(delayed.amax[:10])
-    assert f["after_current"] == sum(current.error[11:19]) / 8 and f["log2_scale_delayed"] == delayed.log2_scale[10]
-    assert f["underflow_current"] == current.underflow[10] and f["underflow_run_delayed"] == sum(delayed.underflow)
+    assert (
+        f["after_current"] == sum(current.error[11:19]) / 8
+        and f["log2_scale_delayed"] == delayed.log2_scale[10]
+    )
+    assert f["underflow_current"] == current.underflow[10] and f["underflow_run_delayed"] == sum(
+        delayed.underflow
+    )
     assert f["after_underflow_delayed"] == sum(delayed.underflow[11:19])
     assert delayed.after_spike(35) == range(36, 40)  # cut at the last step
     last = fp8_explorer.spike_reading(current, delayed, 39)  # a spike at the last step has no steps after it
@@ -826,7 +831,10 @@ def test_rounded_to_zero_counts_match_torchs_own_cast_and_half_the_smallest_subn
 
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NB08 = [NOTEBOOKS / "08_fp8_and_block_scaling.ipynb", NOTEBOOKS / "solutions" / "08_fp8_and_block_scaling_solutions.ipynb"]
+NB08 = [
+    NOTEBOOKS / "08_fp8_and_block_scaling.ipynb",
+    NOTEBOOKS / "solutions" / "08_fp8_and_block_scaling_solutions.ipynb",
+]
 
 
 def test_08_says_round_to_zero_reads_its_window_and_its_mlp():
@@ -834,8 +842,12 @@ def test_08_says_round_to_zero_reads_its_window_and_its_mlp():
     # *rounds* to zero: 08, its explorer, its readings and its exercises say so
     sources = [c.source for path in NB08 for c in nbformat.read(path, as_version=4).cells]
     ex = fp8_explorer.scaling_explorer(num_steps=8, size=32, spike_step=4)
-    for text in [*sources, ex.readout.value, *(v for k, v in REASONS.items() if k.startswith("fp8.")),
-                 *(Path(m.__file__).read_text() for m in (fp8, fp8_explorer, mx, nb08_exercises))]:
+    for text in [
+        *sources,
+        ex.readout.value,
+        *(v for k, v in REASONS.items() if k.startswith("fp8.")),
+        *(Path(m.__file__).read_text() for m in (fp8, fp8_explorer, mx, nb08_exercises)),
+    ]:
         assert "flush" not in text.lower(), text[:200]
     code = "\n".join(sources)
     # one window after the spike (ScalingTrajectory.after_spike), in the notebook as in the readout
@@ -875,10 +887,17 @@ def test_unscaled_and_identity_readings_by_hand():
     assert fp8_explorer.unscaled_reading(2.0**-6).outcome == "fp8.near_window"
     assert fp8_explorer.unscaled_reading(2.0**-9, "fp8_e5m2").outcome == "fp8.near_window"  # E5M2's is 2**-14
     same = fp8_explorer.identity_reading([1.0, 0.5, 0.25], [1.0, 0.5, 0.25], True)
-    assert (same.outcome, same.reasons, same.facts) == ("fp8.losses_identical", ("fp8.weights_identical",),
-                                                        {"equal": 3, "total": 3})
+    assert (same.outcome, same.reasons, same.facts) == (
+        "fp8.losses_identical",
+        ("fp8.weights_identical",),
+        {"equal": 3, "total": 3},
+    )
     close = fp8_explorer.identity_reading([1.0, 0.5, 0.25], [1.0, 0.5, 0.3], False)
-    assert (close.outcome, close.reasons, close.facts["equal"]) == ("fp8.losses_close", ("fp8.weights_differ",), 2)
+    assert (close.outcome, close.reasons, close.facts["equal"]) == (
+        "fp8.losses_close",
+        ("fp8.weights_differ",),
+        2,
+    )
     assert fp8_explorer.identity_reading([1.0], [2.0], False).outcome == "fp8.losses_different"
     with pytest.raises(ValueError, match="ours and theirs"):
         fp8_explorer.identity_reading([1.0], [1.0, 2.0], True)
@@ -888,24 +907,44 @@ def test_unscaled_and_identity_readings_by_hand():
     "acts, grads, outcome, reasons",
     [
         # notebook 08's digits MLP, rounded: activations fit E4M3, hidden gradients need E5M2, logits beyond it
-        ([9.5, 9.0], [24.4, 23.7, 57.7], "fp8.standard_recipe",
-         ("fp8.activations_fit_e4m3", "fp8.gradients_need_e5m2", "fp8.logits_beyond_e5m2")),
+        (
+            [9.5, 9.0],
+            [24.4, 23.7, 57.7],
+            "fp8.standard_recipe",
+            ("fp8.activations_fit_e4m3", "fp8.gradients_need_e5m2", "fp8.logits_beyond_e5m2"),
+        ),
         # 16 binades leave under 4 of room in E4M3's 18.8; gradients of 17 binades would fit E4M3 too
-        ([16.0], [17.0, 20.0], "fp8.recipe_not_forced",
-         ("fp8.activations_fill_e4m3", "fp8.gradients_fit_e4m3", "fp8.logits_within_e5m2")),
-        ([9.0], [40.0, 20.0], "fp8.recipe_not_forced",
-         ("fp8.activations_fit_e4m3", "fp8.gradients_beyond_e5m2", "fp8.logits_within_e5m2")),
+        (
+            [16.0],
+            [17.0, 20.0],
+            "fp8.recipe_not_forced",
+            ("fp8.activations_fill_e4m3", "fp8.gradients_fit_e4m3", "fp8.logits_within_e5m2"),
+        ),
+        (
+            [9.0],
+            [40.0, 20.0],
+            "fp8.recipe_not_forced",
+            ("fp8.activations_fit_e4m3", "fp8.gradients_beyond_e5m2", "fp8.logits_within_e5m2"),
+        ),
     ],
 )
 def test_spread_reading_by_hand(acts, grads, outcome, reasons):
     reading = fp8_explorer.spread_reading(acts, grads, 18.8, 32.8)
     assert (reading.outcome, reading.reasons) == (outcome, reasons)
-    assert reading.facts == {"narrow": max(acts), "wide": max(grads[:-1]), "logits": grads[-1], "w4": 18.8, "w5": 32.8}
+    assert reading.facts == {
+        "narrow": max(acts),
+        "wide": max(grads[:-1]),
+        "logits": grads[-1],
+        "w4": 18.8,
+        "w5": 32.8,
+    }
     assert len(reading.sentences()) == 4
 
 
 def test_explorer_sliders_recompute_both_recipes():
-    ex = fp8_explorer.scaling_explorer(num_steps=30, size=256, spike_step=10, spike_size=1000.0, history_len=4)
+    ex = fp8_explorer.scaling_explorer(
+        num_steps=30, size=256, spike_step=10, spike_size=1000.0, history_len=4
+    )
     renders = ex.pane.renders
     assert ex.delayed.saturated[10] == 1 and ex.current.saturated[10] == 0
     assert (
@@ -982,7 +1021,11 @@ BAD = [
     (lambda: mx.convert_to_mx(nn.Linear(16, 16), elem="int8"), ValueError, "elem"),
     (lambda: fp8_explorer.make_tensor_sequence(0), ValueError, "num_steps"),
     (lambda: fp8_explorer.make_tensor_sequence(10, spike_step=10), ValueError, "spike_step"),
-    (lambda: fp8_explorer.make_tensor_sequence(10, spike_step=None, spike_size=0.5), ValueError, "spike_size"),
+    (
+        lambda: fp8_explorer.make_tensor_sequence(10, spike_step=None, spike_size=0.5),
+        ValueError,
+        "spike_size",
+    ),
     (lambda: fp8_explorer.scaling_trajectory([], recipe="current"), ValueError, "tensors"),
     (lambda: fp8_explorer.scaling_trajectory([X], recipe="static"), ValueError, "recipe"),
     (lambda: fp8_explorer.scaling_trajectory("abc"), TypeError, "tensors"),

@@ -22,12 +22,7 @@ from amp_lab.training import train_digits
 ROWWISE = ("rowwise", "rowwise_with_gw_hp")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

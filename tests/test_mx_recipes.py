@@ -26,12 +26,7 @@ FP4_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,7 @@ FLOAT32_TINY = torch.finfo(torch.float32).tiny  # the smallest normal float32, 2
 FAULTS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tensors are tiny: a second thread only adds contention (10x slower on a busy 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small tensors (tests/conftest.py)
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
