@@ -19,6 +19,14 @@ from .tensor_cores import MAX_K, AccumulationCurve, accumulation_curve, limited_
 from .widgets import FigurePane
 
 
+def _plain_log_ticks(ax) -> None:
+    """Plain tick labels on log axes: the default mathtext ones are slow to lay out on every redraw."""
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0e}"))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_minor_formatter(NullFormatter())
+
+
 class AccumulationExplorer:
     """Slide K and compare accumulators (build it with :func:`accumulation_explorer`): ``slider``, ``readout``
     (an HTML table at the current K), ``pane`` (the error curves and a K marker), ``curve`` and ``widget``."""
@@ -48,11 +56,7 @@ class AccumulationExplorer:
         ax.set_ylabel("median relative error vs float64")
         ax.set_title(f"{formats.FORMATS[curve.inputs].label} inputs, exact products: error grows with K")
         ax.set_ylim(1e-12, 1.0)
-        # plain tick labels: the default mathtext ones are slow to lay out on every redraw
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0e}"))
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_minor_formatter(NullFormatter())
+        _plain_log_ticks(ax)
         ax.legend(loc="upper left", fontsize=8)
         self._marker = ax.axvline(k, color="0.3", ls="--", lw=1)
         self.pane.figure.tight_layout()
@@ -170,10 +174,10 @@ class LimitedAccumulationExplorer:
         ax.set_xlabel("K (products added into one dot product)")
         ax.set_ylabel("largest relative error")
         ax.set_ylim(1e-8, 1.0)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.0e}"))
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_minor_formatter(NullFormatter())
+        ax.set_title(
+            f"a {mantissa_bits}-bit accumulator, FP8 E4M3 inputs in [0, 1)"
+        )  # laid out with the rest
+        _plain_log_ticks(ax)
         ax.legend(loc="upper left", fontsize=8)
         self.pane.figure.tight_layout()
         for control in (self.bits, self.promote, self.k):
